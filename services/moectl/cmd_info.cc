@@ -1,0 +1,25 @@
+#include <cstdio>
+
+#include "kernels/cuda_module.h"
+#include "services/moectl/commands.h"
+
+namespace moe::moectl {
+
+int RunInfo(const Args& args) {
+  std::printf("moecache 0.1.0\n");
+  auto probe = ProbeCudaModule();
+  if (!probe.ok()) {
+    std::printf("cuda: unavailable (%s)\n",
+                std::string(probe.status().message()).c_str());
+    std::printf("backend: cpu\n");
+    return 0;
+  }
+  std::printf("cuda module: %s\n", probe->path.c_str());
+  std::printf("cuda devices: %d%s%s\n", probe->device_count,
+              probe->device_name.empty() ? "" : " - ",
+              probe->device_name.c_str());
+  std::printf("backend: %s\n", probe->device_count > 0 ? "cuda" : "cpu");
+  return 0;
+}
+
+}  // namespace moe::moectl

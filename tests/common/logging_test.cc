@@ -1,0 +1,47 @@
+#include "common/logging.h"
+
+#include "absl/status/statusor.h"
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+
+namespace moe {
+namespace {
+
+absl::StatusOr<int> Half(int x) {
+  if (x % 2 != 0) return absl::InvalidArgumentError("odd");
+  return x / 2;
+}
+
+absl::StatusOr<int> Quarter(int x) {
+  ASSIGN_OR_RETURN(int h, Half(x));
+  ASSIGN_OR_RETURN(int q, Half(h));
+  return q;
+}
+
+absl::Status CheckQuarter(int x) {
+  RETURN_IF_ERROR(Quarter(x).status());
+  return absl::OkStatus();
+}
+
+TEST(StatusMacrosTest, PropagateErrorsAndValues) {
+  EXPECT_EQ(*Quarter(8), 2);
+  EXPECT_EQ(Quarter(6).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckQuarter(4).ok());
+  EXPECT_FALSE(CheckQuarter(2).ok());
+}
+
+TEST(LoggingDeathTest, CheckFailureAborts) {
+  int slot = 7;
+  EXPECT_DEATH(MOE_CHECK(slot < 4) << "slot " << slot, "Check failed: slot < 4");
+}
+
+TEST(LoggingTest, DisabledLevelDoesNotEvaluate) {
+  SetMinLogLevel(LogLevel::kWARNING);
+  int evaluated = 0;
+  MOE_LOG(INFO) << (++evaluated);
+  EXPECT_EQ(evaluated, 0);
+  SetMinLogLevel(LogLevel::kINFO);
+}
+
+}  // namespace
+}  // namespace moe
