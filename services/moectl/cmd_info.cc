@@ -5,6 +5,8 @@
 
 namespace moe::moectl {
 
+namespace {
+
 int RunInfo(const Args& args) {
   std::printf("moecache 0.1.0\n");
   auto probe = ProbeCudaModule();
@@ -21,5 +23,10 @@ int RunInfo(const Args& args) {
   std::printf("backend: %s\n", probe->device_count > 0 ? "cuda" : "cpu");
   return 0;
 }
+
+const bool kRegistered = RegisterCommand(
+    {"info", "show the build and the backends this machine offers", &RunInfo});
+
+}  // namespace
 
 }  // namespace moe::moectl
