@@ -1,0 +1,279 @@
+#include "services/channel/shm_channel.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace moe::channel {
+namespace {
+
+struct alignas(64) Word {
+  std::atomic<uint32_t> value;
+};
+
+template <typename Msg>
+struct Ring {
+  Word head;           // messages ever pushed (producer writes)
+  Word tail;           // messages ever popped (consumer writes)
+  Word reader_asleep;  // consumer is (about to be) in FUTEX_WAIT on head
+  Word writer_asleep;  // producer is (about to be) in FUTEX_WAIT on tail
+  Msg slots[kRingSlots];
+};
+
+struct Shared {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t ring_slots;
+  uint32_t max_items;
+  Word closed;
+  Ring<RequestMsg> requests;
+  Ring<ResponseMsg> responses;
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free,
+              "cross-process atomics need lock-free words");
+static_assert((kRingSlots & (kRingSlots - 1)) == 0, "power of two");
+
+Shared* AsShared(void* mem) { return static_cast<Shared*>(mem); }
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected,
+               absl::Duration timeout) {
+  timespec ts = absl::ToTimespec(timeout);
+  // Shared (not FUTEX_PRIVATE): the other side is another process.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected,
+          &ts, nullptr, 0);
+}
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX,
+          nullptr, nullptr, 0);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spinning before sleeping keeps a hit round trip in the microseconds; the
+// futex keeps an idle side off the CPU.
+constexpr int kSpinIterations = 4000;
+constexpr absl::Duration kPollSlice = absl::Milliseconds(5);
+
+// Waits until `word` differs from `value`, the deadline passes, `stop`
+// returns non-OK, or the channel closes. Returns OK when it changed.
+template <typename Stop>
+absl::Status WaitChange(Word& word, Word& asleep, uint32_t value,
+                        absl::Time deadline, const Stop& stop) {
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (word.value.load(std::memory_order_acquire) != value) {
+      return absl::OkStatus();
+    }
+    CpuRelax();
+  }
+  while (true) {
+    asleep.value.store(1, std::memory_order_seq_cst);
+    if (word.value.load(std::memory_order_seq_cst) != value) {
+      asleep.value.store(0, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      asleep.value.store(0, std::memory_order_relaxed);
+      return absl::DeadlineExceededError("shared-memory channel: timed out");
+    }
+    FutexWait(&word.value, value, std::min(left, kPollSlice));
+    asleep.value.store(0, std::memory_order_relaxed);
+    if (word.value.load(std::memory_order_acquire) != value) {
+      return absl::OkStatus();
+    }
+    absl::Status s = stop();
+    if (!s.ok()) return s;
+  }
+}
+
+void Publish(Word& word, Word& asleep, uint32_t value) {
+  word.value.store(value, std::memory_order_seq_cst);
+  if (asleep.value.load(std::memory_order_seq_cst) != 0) FutexWake(&word.value);
+}
+
+size_t RequestItemBytes(uint32_t type) {
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kAcquire:
+      return sizeof(DemandWire);
+    case MsgType::kRelease:
+      return sizeof(LeaseWire);
+    case MsgType::kHints:
+      return sizeof(HintWire);
+    default:
+      return 0;
+  }
+}
+
+bool KnownType(uint32_t type) {
+  return type >= static_cast<uint32_t>(MsgType::kAcquire) &&
+         type <= static_cast<uint32_t>(MsgType::kPing);
+}
+
+absl::Status ClosedStatus() {
+  return absl::UnavailableError("shared-memory channel closed by the daemon");
+}
+
+}  // namespace
+
+size_t ChannelBytes() { return sizeof(Shared); }
+
+void InitChannel(void* mem) {
+  std::memset(mem, 0, sizeof(Shared));
+  Shared* s = AsShared(mem);
+  s->magic = kChannelMagic;
+  s->version = kChannelVersion;
+  s->ring_slots = kRingSlots;
+  s->max_items = kMaxItems;
+}
+
+absl::Status ValidateChannel(const void* mem, size_t size) {
+  if (size < sizeof(Shared)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel region is ", size, " bytes, need ", sizeof(Shared)));
+  }
+  const Shared* s = static_cast<const Shared*>(mem);
+  if (s->magic != kChannelMagic || s->version != kChannelVersion ||
+      s->ring_slots != kRingSlots || s->max_items != kMaxItems) {
+    return absl::FailedPreconditionError(
+        "channel region has a foreign magic, version or geometry");
+  }
+  return absl::OkStatus();
+}
+
+size_t ChannelClient::RequestBytes(const RequestMsg& req) {
+  return offsetof(RequestMsg, demands) +
+         RequestItemBytes(req.type) * std::min(req.count, kMaxItems);
+}
+
+ChannelServer::ChannelServer(void* mem) : mem_(mem) {}
+
+absl::StatusOr<bool> ChannelServer::Receive(RequestMsg* out,
+                                            absl::Duration timeout) {
+  if (broken_) return absl::DataLossError("channel is broken");
+  Ring<RequestMsg>& ring = AsShared(mem_)->requests;
+  uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
+  absl::Status waited = WaitChange(ring.head, ring.reader_asleep, tail,
+                                   absl::Now() + timeout,
+                                   [] { return absl::OkStatus(); });
+  if (absl::IsDeadlineExceeded(waited)) return false;
+  if (!waited.ok()) return waited;
+  uint32_t head = ring.head.value.load(std::memory_order_acquire);
+  if (head - tail > kRingSlots) {
+    broken_ = true;
+    return absl::DataLossError(absl::StrCat(
+        "request ring indices corrupt (head ", head, ", tail ", tail, ")"));
+  }
+  const RequestMsg& slot = ring.slots[tail % kRingSlots];
+  // Copy first, validate the copy: the worker may still be writing.
+  std::memcpy(out, &slot, offsetof(RequestMsg, demands));
+  absl::Status status;
+  if (!KnownType(out->type)) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("unknown message type ", out->type));
+  } else if (out->count > kMaxItems) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "message carries ", out->count, " items, at most ", kMaxItems));
+  } else {
+    std::memcpy(out->demands, slot.demands,
+                RequestItemBytes(out->type) * out->count);
+  }
+  Publish(ring.tail, ring.writer_asleep, tail + 1);
+  if (!status.ok()) return status;
+  return true;
+}
+
+absl::Status ChannelServer::Reply(const ResponseMsg& msg) {
+  if (broken_) return absl::DataLossError("channel is broken");
+  Ring<ResponseMsg>& ring = AsShared(mem_)->responses;
+  uint32_t head = ring.head.value.load(std::memory_order_relaxed);
+  uint32_t tail = ring.tail.value.load(std::memory_order_acquire);
+  if (head - tail >= kRingSlots) {
+    // The worker does not drain replies (or scribbled on tail).
+    return absl::ResourceExhaustedError("worker is not reading replies");
+  }
+  ResponseMsg& slot = ring.slots[head % kRingSlots];
+  size_t n = std::min(msg.count, kMaxItems);
+  std::memcpy(&slot, &msg, offsetof(ResponseMsg, leases));
+  std::memcpy(slot.leases, msg.leases, n * sizeof(LeaseWire));
+  Publish(ring.head, ring.reader_asleep, head + 1);
+  return absl::OkStatus();
+}
+
+void ChannelServer::Close() {
+  Shared* s = AsShared(mem_);
+  s->closed.value.store(1, std::memory_order_seq_cst);
+  FutexWake(&s->responses.head.value);
+  FutexWake(&s->requests.tail.value);
+}
+
+ChannelClient::ChannelClient(void* mem) : mem_(mem) {}
+
+absl::Status ChannelClient::Post(RequestMsg& req, absl::Duration timeout) {
+  Shared* s = AsShared(mem_);
+  if (s->closed.value.load(std::memory_order_acquire)) return ClosedStatus();
+  Ring<RequestMsg>& ring = s->requests;
+  uint32_t head = ring.head.value.load(std::memory_order_relaxed);
+  uint32_t tail = ring.tail.value.load(std::memory_order_acquire);
+  if (head - tail >= kRingSlots) {
+    absl::Status waited = WaitChange(
+        ring.tail, ring.writer_asleep, tail, absl::Now() + timeout, [s] {
+          return s->closed.value.load() ? ClosedStatus() : absl::OkStatus();
+        });
+    if (absl::IsDeadlineExceeded(waited)) {
+      return absl::UnavailableError("daemon is not draining the channel");
+    }
+    if (!waited.ok()) return waited;
+  }
+  req.seq = next_seq_++;
+  std::memcpy(&ring.slots[head % kRingSlots], &req, RequestBytes(req));
+  Publish(ring.head, ring.reader_asleep, head + 1);
+  return absl::OkStatus();
+}
+
+absl::Status ChannelClient::Call(RequestMsg& req, ResponseMsg* reply,
+                                 absl::Duration timeout,
+                                 const PeerCheck& peer_check) {
+  absl::Time deadline = absl::Now() + timeout;
+  absl::Status posted = Post(req, timeout);
+  if (!posted.ok()) return posted;
+  Shared* s = AsShared(mem_);
+  Ring<ResponseMsg>& ring = s->responses;
+  auto stop = [&]() -> absl::Status {
+    if (s->closed.value.load()) return ClosedStatus();
+    return peer_check ? peer_check() : absl::OkStatus();
+  };
+  while (true) {
+    uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
+    absl::Status waited =
+        WaitChange(ring.head, ring.reader_asleep, tail, deadline, stop);
+    if (!waited.ok()) return waited;
+    const ResponseMsg& slot = ring.slots[tail % kRingSlots];
+    std::memcpy(reply, &slot, offsetof(ResponseMsg, leases));
+    reply->count = std::min(reply->count, kMaxItems);
+    std::memcpy(reply->leases, slot.leases, reply->count * sizeof(LeaseWire));
+    reply->error[sizeof(reply->error) - 1] = '\0';
+    Publish(ring.tail, ring.writer_asleep, tail + 1);
+    if (reply->seq == req.seq) break;
+    // A late reply to an earlier call that timed out: drop it.
+  }
+  if (reply->status_code != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(reply->status_code),
+                        reply->error);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moe::channel

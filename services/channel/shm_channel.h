@@ -1,0 +1,150 @@
+// The hot-path transport between one moe-worker and moe-cached: two
+// single-producer single-consumer rings in one shared-memory region (requests
+// worker -> daemon, responses daemon -> worker), with futex wake-ups so an
+// idle side sleeps in the kernel and a busy side never makes a syscall.
+//
+// The region is untrusted input for the daemon: a buggy or hostile worker can
+// write anything into it. Every index and count read from it is validated;
+// a violation puts the channel into a broken state with a clear status, never
+// out-of-bounds access. (The worker trusts the daemon.)
+//
+// Thread-safety: each endpoint is used by one thread at a time (one producer
+// and one consumer per ring). Different endpoints may live in different
+// processes.
+#ifndef MOECACHE_SERVICES_CHANNEL_SHM_CHANNEL_H_
+#define MOECACHE_SERVICES_CHANNEL_SHM_CHANNEL_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace moe::channel {
+
+inline constexpr uint32_t kChannelMagic = 0x43454f4d;  // "MOEC"
+inline constexpr uint32_t kChannelVersion = 1;
+inline constexpr uint32_t kRingSlots = 16;  // power of two
+inline constexpr uint32_t kMaxItems = 256;  // experts per message
+
+enum class MsgType : uint32_t {
+  kAcquire = 1,       // layer + demands -> leases (reply)
+  kRelease = 2,       // leases (no reply)
+  kBeginRequest = 3,  // request_id (reply)
+  kEndRequest = 4,    // request_id (reply)
+  kHints = 5,         // hints (no reply)
+  kPing = 6,          // (reply) liveness and latency probe
+};
+
+inline constexpr uint32_t kFlagPrefill = 1u << 0;
+
+struct DemandWire {
+  int32_t expert;
+  int32_t tokens;
+};
+
+struct LeaseWire {
+  int32_t expert;
+  uint32_t slot;
+  uint64_t generation;
+};
+
+struct HintWire {
+  int32_t layer;
+  int32_t expert;
+  float probability;
+  uint32_t reserved;
+};
+
+struct RequestMsg {
+  uint32_t type;  // MsgType
+  uint32_t seq;
+  int32_t layer;
+  uint32_t count;  // items used in the union below
+  uint32_t flags;
+  uint32_t reserved;
+  uint64_t request_id;
+  union {
+    DemandWire demands[kMaxItems];
+    LeaseWire leases[kMaxItems];
+    HintWire hints[kMaxItems];
+  };
+};
+
+struct ResponseMsg {
+  uint32_t seq;
+  int32_t status_code;  // absl::StatusCode
+  uint32_t count;
+  int32_t hits;
+  int32_t misses;
+  uint32_t reserved;
+  uint64_t stall_ns;
+  char error[160];  // NUL-terminated message when status_code != 0
+  LeaseWire leases[kMaxItems];
+};
+
+// Bytes of shared memory one channel needs.
+size_t ChannelBytes();
+
+// Writes an empty channel into `mem` (ChannelBytes() bytes, zeroed or not).
+void InitChannel(void* mem);
+
+// Checks magic and version of a mapped channel.
+absl::Status ValidateChannel(const void* mem, size_t size);
+
+// Liveness of the other side, polled while waiting. Returns a non-OK status
+// (e.g. UNAVAILABLE "worker 123 exited") to abort the wait.
+using PeerCheck = std::function<absl::Status()>;
+
+// Daemon side.
+class ChannelServer {
+ public:
+  // REQUIRES: `mem` holds an initialised channel and outlives this object.
+  explicit ChannelServer(void* mem);
+
+  // Waits up to `timeout` for the next request and copies it into `*out`
+  // (validated: type known, count <= kMaxItems). Returns false on timeout.
+  // A malformed ring or message gives DATA_LOSS / INVALID_ARGUMENT; after a
+  // DATA_LOSS the channel is broken and every later call fails.
+  absl::StatusOr<bool> Receive(RequestMsg* out, absl::Duration timeout);
+
+  // Sends a reply. Fails with RESOURCE_EXHAUSTED if the worker stopped
+  // consuming replies (its ring is full).
+  absl::Status Reply(const ResponseMsg& msg);
+
+  // Marks the channel closed; a worker waiting on it wakes with UNAVAILABLE.
+  void Close();
+
+ private:
+  void* mem_;
+  bool broken_ = false;
+};
+
+// Worker side.
+class ChannelClient {
+ public:
+  // REQUIRES: `mem` holds an initialised channel and outlives this object.
+  explicit ChannelClient(void* mem);
+
+  // Sends `req` (seq is assigned here) and waits for its reply. `peer_check`
+  // is polled every few milliseconds while waiting.
+  absl::Status Call(RequestMsg& req, ResponseMsg* reply, absl::Duration timeout,
+                    const PeerCheck& peer_check = nullptr);
+
+  // Sends a message that gets no reply (Release, Hints).
+  absl::Status Post(RequestMsg& req, absl::Duration timeout);
+
+  // Size of the used prefix of a message, for callers that build messages.
+  static size_t RequestBytes(const RequestMsg& req);
+
+ private:
+  void* mem_;
+  uint32_t next_seq_ = 1;
+};
+
+}  // namespace moe::channel
+
+#endif  // MOECACHE_SERVICES_CHANNEL_SHM_CHANNEL_H_
