@@ -1,0 +1,169 @@
+#include "services/rpc/rpc_util.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace moe::rpc {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+std::string ListenAddress::Uri() const {
+  return is_unix ? absl::StrCat("unix:", unix_path) : host_port;
+}
+
+absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text) {
+  ListenAddress a;
+  std::string rest = text;
+  if (absl::StartsWith(rest, "unix://")) {
+    a.unix_path = rest.substr(7);
+  } else if (absl::StartsWith(rest, "unix:")) {
+    a.unix_path = rest.substr(5);
+  } else {
+    a.is_unix = false;
+    if (absl::StartsWith(rest, "tcp://")) rest = rest.substr(6);
+    size_t colon = rest.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port < 0 ||
+        port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad listen address '", text,
+          "': want unix:PATH or HOST:PORT (TCP)"));
+    }
+    a.host_port = rest;
+    return a;
+  }
+  if (a.unix_path.empty() || a.unix_path.size() > 100) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad unix socket path in '", text, "' (empty or over 100 bytes)"));
+  }
+  return a;
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    const ServerOptions& options) {
+  if (options.listen.empty()) {
+    return absl::InvalidArgumentError("no listen address");
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(options.limits.max_receive_bytes);
+  builder.SetMaxSendMessageSize(options.limits.max_send_bytes);
+  std::unique_ptr<Server> server(new Server());
+  std::vector<int> ports(options.listen.size(), 0);
+  for (size_t i = 0; i < options.listen.size(); ++i) {
+    const ListenAddress& a = options.listen[i];
+    if (a.is_unix) {
+      if (::unlink(a.unix_path.c_str()) != 0 && errno != ENOENT) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot replace ", a.unix_path, ": ", std::strerror(errno)));
+      }
+      server->unix_paths_.push_back(a.unix_path);
+      builder.AddListeningPort(a.Uri(), grpc::InsecureServerCredentials());
+    } else {
+      builder.AddListeningPort(a.Uri(), grpc::InsecureServerCredentials(),
+                               &ports[i]);
+    }
+  }
+  for (grpc::Service* s : options.services) builder.RegisterService(s);
+  // The socket file is created while binding: a tight umask closes the
+  // window before the chmod below.
+  mode_t old_mask = ::umask(0177);
+  server->server_ = builder.BuildAndStart();
+  ::umask(old_mask);
+  if (server->server_ == nullptr) {
+    return absl::UnavailableError(
+        "gRPC server failed to start (address in use or not permitted?)");
+  }
+  for (const std::string& path : server->unix_paths_) {
+    if (::chmod(path.c_str(), options.socket_mode) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chmod ", path, ": ", std::strerror(errno)));
+    }
+  }
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (!options.listen[i].is_unix) {
+      if (ports[i] == 0) {
+        return absl::UnavailableError(absl::StrCat(
+            "could not bind ", options.listen[i].host_port));
+      }
+      if (server->bound_port_ == 0) server->bound_port_ = ports[i];
+    }
+  }
+  return server;
+}
+
+Server::~Server() { Shutdown(absl::ZeroDuration()); }
+
+void Server::SetServing(bool serving) {
+  if (server_ == nullptr) return;
+  auto* health = server_->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(serving);
+}
+
+void Server::Shutdown(absl::Duration deadline) {
+  if (shut_down_ || server_ == nullptr) return;
+  shut_down_ = true;
+  SetServing(false);
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + deadline));
+  server_->Wait();
+  for (const std::string& path : unix_paths_) ::unlink(path.c_str());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ListenAddress& address,
+                                           const RpcLimits& limits) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(limits.max_send_bytes);
+  args.SetMaxSendMessageSize(limits.max_receive_bytes);
+  return grpc::CreateCustomChannel(address.Uri(),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+void NotifyReady() { sd_notify(0, "READY=1"); }
+void NotifyStopping() { sd_notify(0, "STOPPING=1"); }
+
+TerminationSignals::TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int TerminationSignals::Wait() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
+}
+
+void TerminationSignals::Raise() { ::kill(::getpid(), SIGTERM); }
+
+}  // namespace moe::rpc

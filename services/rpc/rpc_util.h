@@ -1,0 +1,99 @@
+// Shared plumbing of the gRPC services (moe-cached, moe-worker): the one place
+// where absl::Status becomes grpc::Status, listen-address parsing with safe
+// defaults (Unix sockets, mode 0600; TCP only when asked), server start with
+// the standard health service and reflection, and systemd notification.
+#ifndef MOECACHE_SERVICES_RPC_RPC_UTIL_H_
+#define MOECACHE_SERVICES_RPC_RPC_UTIL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace moe::rpc {
+
+// The only conversions between the two status types.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+struct ListenAddress {
+  bool is_unix = true;
+  std::string unix_path;   // when is_unix
+  std::string host_port;   // when !is_unix, e.g. "127.0.0.1:50051"
+  std::string Uri() const;  // what grpc::ServerBuilder / CreateChannel take
+};
+
+// Accepts "unix:PATH", "unix:///PATH", "tcp://HOST:PORT" and "HOST:PORT"
+// (the last two are TCP: only ever used when the user wrote them).
+absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text);
+
+// Limits applied to every server and channel we create.
+struct RpcLimits {
+  int max_receive_bytes = 4 << 20;
+  int max_send_bytes = 16 << 20;
+};
+
+struct ServerOptions {
+  std::vector<ListenAddress> listen;
+  // Permissions of Unix sockets (0600 default; 0660 for a shared group).
+  unsigned socket_mode = 0600;
+  RpcLimits limits;
+  std::vector<grpc::Service*> services;  // not owned
+  std::vector<grpc::CallbackGenericService*> generic;  // unused for now
+};
+
+// A started gRPC server with health (grpc.health.v1) and reflection.
+class Server {
+ public:
+  // Starts serving. Unix sockets are created under a restrictive umask and
+  // then chmod'ed to `socket_mode`; a stale socket file is replaced.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(
+      const ServerOptions& options);
+  ~Server();
+
+  // Health for "" and every registered service name.
+  void SetServing(bool serving);
+  // Stops accepting, lets in-flight calls finish until `deadline`, then
+  // cancels them. Idempotent.
+  void Shutdown(absl::Duration deadline);
+  // Port actually bound for TCP "HOST:0" addresses (first TCP address).
+  int bound_port() const { return bound_port_; }
+
+ private:
+  Server() = default;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::string> unix_paths_;
+  std::vector<std::string> service_names_;
+  int bound_port_ = 0;
+  bool shut_down_ = false;
+};
+
+// A client channel with our message limits. For unix: addresses the caller
+// must be allowed to open the socket.
+std::shared_ptr<grpc::Channel> MakeChannel(const ListenAddress& address,
+                                           const RpcLimits& limits = {});
+
+// sd_notify(READY=1) / (STOPPING=1) when started by systemd (NOTIFY_SOCKET
+// set); no-ops otherwise.
+void NotifyReady();
+void NotifyStopping();
+
+// Blocks SIGTERM and SIGINT in the calling thread (call first thing in main,
+// before any thread starts, so every thread inherits the mask) and returns
+// a function that waits for one of them and returns its number.
+class TerminationSignals {
+ public:
+  TerminationSignals();
+  int Wait();
+  // Wakes Wait() as if SIGTERM arrived (tests, internal shutdown).
+  void Raise();
+};
+
+}  // namespace moe::rpc
+
+#endif  // MOECACHE_SERVICES_RPC_RPC_UTIL_H_

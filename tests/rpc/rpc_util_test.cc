@@ -1,0 +1,96 @@
+#include "services/rpc/rpc_util.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace moe::rpc {
+namespace {
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+TEST(ListenAddressTest, ParsesUnixAndTcp) {
+  auto u = ParseListenAddress("unix:/tmp/x.sock");
+  ASSERT_TRUE(u.ok());
+  EXPECT_TRUE(u->is_unix);
+  EXPECT_EQ(u->unix_path, "/tmp/x.sock");
+  EXPECT_EQ(u->Uri(), "unix:/tmp/x.sock");
+  auto u2 = ParseListenAddress("unix:///run/moe/c.sock");
+  ASSERT_TRUE(u2.ok());
+  EXPECT_EQ(u2->unix_path, "/run/moe/c.sock");
+  auto t = ParseListenAddress("127.0.0.1:0");
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->is_unix);
+  auto t2 = ParseListenAddress("tcp://[::1]:8080");
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(t2->host_port, "[::1]:8080");
+  EXPECT_FALSE(ParseListenAddress("nonsense").ok());
+  EXPECT_FALSE(ParseListenAddress("host:99999").ok());
+  EXPECT_FALSE(ParseListenAddress("unix:").ok());
+}
+
+TEST(StatusConvertTest, RoundTripsCodeAndMessage) {
+  absl::Status s = absl::ResourceExhaustedError("queue full");
+  grpc::Status g = ToGrpcStatus(s);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(FromGrpcStatus(g), s);
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+HealthCheckResponse::ServingStatus Check(const ListenAddress& a) {
+  auto stub = Health::NewStub(MakeChannel(a));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  HealthCheckRequest req;
+  HealthCheckResponse resp;
+  grpc::Status s = stub->Check(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp.status();
+}
+
+TEST(ServerTest, UnixSocketIsPrivateAndHealthFollowsState) {
+  std::string path = absl::StrCat(::testing::TempDir(), "/rpc_test_",
+                                  ::getpid(), ".sock");
+  ServerOptions options;
+  options.listen.push_back(*ParseListenAddress("unix:" + path));
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ListenAddress a = options.listen[0];
+  (*server)->SetServing(true);
+  EXPECT_EQ(Check(a), HealthCheckResponse::SERVING);
+  (*server)->SetServing(false);
+  EXPECT_EQ(Check(a), HealthCheckResponse::NOT_SERVING);
+  (*server)->Shutdown(absl::Seconds(1));
+  EXPECT_NE(::access(path.c_str(), F_OK), 0);
+}
+
+TEST(ServerTest, GroupModeAndTcpPortZero) {
+  std::string path = absl::StrCat(::testing::TempDir(), "/rpc_test_g_",
+                                  ::getpid(), ".sock");
+  ServerOptions options;
+  options.listen.push_back(*ParseListenAddress("unix:" + path));
+  options.listen.push_back(*ParseListenAddress("127.0.0.1:0"));
+  options.socket_mode = 0660;
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_GT((*server)->bound_port(), 0);
+  ListenAddress tcp;
+  tcp.is_unix = false;
+  tcp.host_port = absl::StrCat("127.0.0.1:", (*server)->bound_port());
+  (*server)->SetServing(true);
+  EXPECT_EQ(Check(tcp), HealthCheckResponse::SERVING);
+}
+
+}  // namespace
+}  // namespace moe::rpc
