@@ -94,3 +94,55 @@ TEST(ServerTest, GroupModeAndTcpPortZero) {
 
 }  // namespace
 }  // namespace moe::rpc
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "prometheus/counter.h"
+#include "services/rpc/metrics_server.h"
+
+namespace moe::rpc {
+namespace {
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
+  ::send(fd, req.data(), req.size(), 0);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
+TEST(MetricsServerTest, ServesRegistryAndRefusesBusyPort) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto& family = prometheus::BuildCounter()
+                     .Name("moe_test_events_total")
+                     .Help("test")
+                     .Register(*registry);
+  family.Add({{"model", "tiny"}}).Increment(3);
+  auto server = MetricsServer::Start("127.0.0.1:0", registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  int port = (*server)->port();
+  ASSERT_GT(port, 0);
+  std::string body = HttpGet(port, "/metrics");
+  EXPECT_NE(body.find("moe_test_events_total{model=\"tiny\"} 3"),
+            std::string::npos)
+      << body;
+  auto clash = MetricsServer::Start(absl::StrCat("127.0.0.1:", port), registry);
+  EXPECT_EQ(clash.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace moe::rpc

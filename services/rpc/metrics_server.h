@@ -1,0 +1,33 @@
+// The /metrics HTTP endpoint (prometheus-cpp's Exposer) behind a Status API:
+// the Exposer throws when it cannot bind; that never escapes this class.
+#ifndef MOECACHE_SERVICES_RPC_METRICS_SERVER_H_
+#define MOECACHE_SERVICES_RPC_METRICS_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
+
+namespace moe::rpc {
+
+class MetricsServer {
+ public:
+  // `address` is "HOST:PORT" (port 0 picks a free one). Serves `registry`
+  // at /metrics.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& address,
+      std::shared_ptr<prometheus::Registry> registry);
+
+  int port() const;
+
+ private:
+  explicit MetricsServer(std::unique_ptr<prometheus::Exposer> exposer)
+      : exposer_(std::move(exposer)) {}
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace moe::rpc
+
+#endif  // MOECACHE_SERVICES_RPC_METRICS_SERVER_H_
