@@ -1,6 +1,16 @@
 // The C ABI between the executables and the dlopen'ed CUDA module. Plain C
 // types only, so the module can be built by nvcc and loaded from any binary.
-// Bump kMoeCudaModuleAbiVersion whenever this table changes.
+// Bump MOE_CUDA_MODULE_ABI_VERSION whenever this table changes.
+//
+// Return codes of the table's functions (except device_count): 0 success;
+// 1..9999 a cudaError_t; MOE_CUDA_CUBLAS_BASE + cublasStatus_t;
+// MOE_CUDA_MODULE_BASE + one of MOE_CUDA_ERR_*. error_string() names them all.
+//
+// Array arguments are device pointers; shapes, dtypes and stream semantics
+// are those of the same-named ops in kernels/backend.h (the host wrapper has
+// validated them). `stream` is a cudaStream_t (NULL: the legacy default
+// stream). Every function first makes the module's device current on the
+// calling thread.
 #ifndef MOECACHE_KERNELS_CUDA_MODULE_ABI_H_
 #define MOECACHE_KERNELS_CUDA_MODULE_ABI_H_
 
@@ -11,7 +21,34 @@
 extern "C" {
 #endif
 
-#define MOE_CUDA_MODULE_ABI_VERSION 1
+#define MOE_CUDA_MODULE_ABI_VERSION 2
+
+#define MOE_CUDA_CUBLAS_BASE 10000
+#define MOE_CUDA_MODULE_BASE 20000
+#define MOE_CUDA_ERR_BAD_DTYPE 1       // unknown weight dtype
+#define MOE_CUDA_ERR_HEAD_DIM 2        // head_dim above the kernels' limit
+#define MOE_CUDA_ERR_BAD_ARGUMENT 3    // other unsupported argument
+#define MOE_CUDA_MAX_HEAD_DIM 512
+
+// Same values as moe::DType.
+#define MOE_CUDA_DTYPE_F32 0
+#define MOE_CUDA_DTYPE_F16 1
+#define MOE_CUDA_DTYPE_BF16 2
+
+// memcpy kinds. Host<->device copies return when the data has arrived.
+#define MOE_CUDA_COPY_H2D 0
+#define MOE_CUDA_COPY_D2H 1
+#define MOE_CUDA_COPY_D2D 2
+
+// Element-wise kinds (Backend::DoElementwise).
+#define MOE_CUDA_EW_SILU_MUL 0
+#define MOE_CUDA_EW_ADD 1
+#define MOE_CUDA_EW_SCALE 2
+#define MOE_CUDA_EW_SIGMOID 3
+
+typedef struct MoeCudaAttentionShape {
+  int64_t tokens, heads, kv_heads, head_dim, max_seq, start_pos;
+} MoeCudaAttentionShape;
 
 typedef struct MoeCudaModuleApi {
   int abi_version;
@@ -21,6 +58,58 @@ typedef struct MoeCudaModuleApi {
   int (*device_name)(int dev, char* buf, size_t len);
   // Human-readable text for an error code returned by the functions above.
   const char* (*error_string)(int code);
+
+  // ---- v2: device, memory, streams ----
+  int (*set_device)(int dev);  // the device every later call uses
+  int (*mem_info)(size_t* free_bytes, size_t* total_bytes);
+  int (*device_malloc)(void** ptr, size_t bytes);
+  int (*device_free)(void* ptr);
+  int (*memcpy)(void* dst, const void* src, size_t bytes, int kind,
+                void* stream);
+  int (*memset_zero)(void* dst, size_t bytes, void* stream);
+  int (*stream_create)(void** stream);
+  int (*stream_destroy)(void* stream);
+  int (*event_create)(void** event);
+  int (*event_destroy)(void* event);
+  int (*event_record)(void* event, void* stream);
+  int (*stream_wait_event)(void* stream, void* event);
+  int (*event_synchronize)(void* event);
+  int (*stream_synchronize)(void* stream);
+
+  // ---- v2: ops ----
+  int (*matmul)(const float* x, const void* w, int w_dtype, const float* bias,
+                float* y, int64_t m, int64_t n, int64_t k, void* stream);
+  int (*rms_norm)(const float* x, const float* weight, float* y, int64_t rows,
+                  int64_t dim, float eps, void* stream);
+  int (*rope)(float* q, float* k, const int32_t* positions, int64_t tokens,
+              int64_t q_heads, int64_t kv_heads, int64_t head_dim, float theta,
+              void* stream);
+  int (*kv_cache_append)(const float* k, const float* v, float* k_cache,
+                         float* v_cache, const MoeCudaAttentionShape* shape,
+                         void* stream);
+  int (*attention)(const float* q, const float* k_cache, const float* v_cache,
+                   float* out, const MoeCudaAttentionShape* shape, float scale,
+                   void* stream);
+  int (*router_topk)(const float* logits, int32_t* ids, float* weights,
+                     int64_t tokens, int64_t experts, int64_t top_k,
+                     int renormalize, void* stream);
+  int (*expert_ffn)(const float* x, const int32_t* rows, const float* weights,
+                    const void* gate, const void* up, const void* down,
+                    int w_dtype, float* out, int64_t tokens, int64_t count,
+                    int64_t hidden, int64_t inter, void* stream);
+  int (*embedding)(const void* table, int dtype, const int32_t* ids,
+                   float* out, int64_t tokens, int64_t vocab, int64_t hidden,
+                   void* stream);
+  int (*convert_to_f32)(const void* src, int dtype, float* dst, int64_t n,
+                        void* stream);
+  int (*elementwise)(int kind, const float* a, const float* b, float* out,
+                     float s, int64_t n, void* stream);
+  int (*argmax)(const float* x, int32_t* ids, int64_t rows, int64_t n,
+                void* stream);
+  int (*log_softmax)(const float* x, float* out, int64_t rows, int64_t n,
+                     void* stream);
+  int (*topk)(const float* x, int32_t* ids, float* values, int64_t rows,
+              int64_t n, int64_t k, void* stream);
 } MoeCudaModuleApi;
 
 // The module's single exported symbol.

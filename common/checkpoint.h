@@ -1,0 +1,90 @@
+// A Hugging Face model directory's weights: either one `model.safetensors`
+// or `model.safetensors.index.json` plus the shard files it names (the same
+// rule transformers uses: the single file wins when both exist).
+//
+// Open validates everything up front: every shard parses (see
+// SafetensorsFile), every index entry names a shard that exists and holds
+// the tensor. Afterwards Get() cannot fail except for unknown names.
+//
+// Thread-safety: immutable after Open; concurrent reads are safe. Views
+// returned by Get() stay valid for the Checkpoint's lifetime (the shards are
+// memory-mapped, read-only, zero-copy).
+#ifndef MOECACHE_COMMON_CHECKPOINT_H_
+#define MOECACHE_COMMON_CHECKPOINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/dtype.h"
+#include "common/safetensors.h"
+
+namespace moe {
+
+inline constexpr char kSingleFileName[] = "model.safetensors";
+inline constexpr char kIndexFileName[] = "model.safetensors.index.json";
+
+// A read-only view of one tensor's bytes (little-endian, row-major).
+struct TensorView {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t nbytes = 0;
+
+  int64_t numel() const;
+};
+
+class Checkpoint {
+ public:
+  // Opens the weights in directory `dir`. NOT_FOUND when it has neither
+  // model.safetensors nor model.safetensors.index.json; INVALID_ARGUMENT,
+  // naming the file and tensor, for anything malformed.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
+      const std::string& dir);
+
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+
+  bool Has(absl::string_view name) const;
+
+  // NOT_FOUND (naming the tensor and directory) for unknown names.
+  absl::StatusOr<TensorView> Get(absl::string_view name) const;
+
+  // Where `name` lives: the shard and its header entry; nullptr if unknown.
+  // For loaders that want file offsets rather than views.
+  const SafetensorsFile* FileOf(absl::string_view name) const;
+
+  // Every tensor name, sorted.
+  const std::vector<std::string>& names() const { return names_; }
+
+  // The shard files, in the order first named (one entry when unsharded).
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const {
+    return files_;
+  }
+
+  const std::string& dir() const { return dir_; }
+  bool sharded() const { return sharded_; }
+
+ private:
+  Checkpoint() = default;
+  absl::Status OpenIndex(const std::string& index_path);
+
+  std::string dir_;
+  bool sharded_ = false;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::string> names_;
+  struct Location {
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+  };
+  std::unordered_map<std::string, Location> where_;
+};
+
+}  // namespace moe
+
+#endif  // MOECACHE_COMMON_CHECKPOINT_H_

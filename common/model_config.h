@@ -1,0 +1,119 @@
+// `config.json` of a Hugging Face MoE checkpoint, for the families we serve:
+// mixtral, qwen2_moe (Qwen1.5-MoE), qwen3_moe and olmoe.
+//
+// Field names and defaults follow transformers' configuration_<family>.py:
+// a field missing from config.json (or null) takes that family's default.
+// ParseModelConfig validates every size so that later code can multiply
+// them without checks: all positive, within sane limits, heads divisible by
+// kv heads, top_k <= num_experts, at least one MoE layer, token ids inside
+// the vocabulary. Errors are INVALID_ARGUMENT naming the field.
+#ifndef MOECACHE_COMMON_MODEL_CONFIG_H_
+#define MOECACHE_COMMON_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace moe {
+
+enum class ModelFamily { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe };
+
+// The Hugging Face `model_type`: "mixtral", "qwen2_moe", "qwen3_moe", "olmoe".
+absl::string_view ModelFamilyName(ModelFamily family);
+// Inverse of ModelFamilyName; INVALID_ARGUMENT naming an unknown type.
+absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view model_type);
+// The `architectures` entry transformers writes, e.g. "MixtralForCausalLM".
+absl::string_view ModelFamilyArchitecture(ModelFamily family);
+
+// Where q/k RMSNorm applies (after the projections, before RoPE).
+enum class QkNorm {
+  kNone,     // mixtral, qwen2_moe
+  kPerHead,  // qwen3_moe: weight [head_dim], applied to each head
+  kFull,     // olmoe: weight [heads*head_dim] / [kv_heads*head_dim]
+};
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::kMixtral;
+  std::vector<std::string> architectures;
+
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // default: num_attention_heads
+  int64_t head_dim = 0;             // `head_dim` if given, else hidden/heads
+  int64_t vocab_size = 0;
+
+  // Dense MLP width (qwen2_moe/qwen3_moe dense layers). For mixtral and olmoe
+  // this is the expert width, as in their configs.
+  int64_t intermediate_size = 0;
+  // Expert FFN width for every family (= intermediate_size for
+  // mixtral/olmoe), so model code need not special-case.
+  int64_t moe_intermediate_size = 0;
+  int64_t shared_expert_intermediate_size = 0;  // qwen2_moe only, else 0
+
+  int64_t num_experts = 0;      // mixtral: num_local_experts
+  int64_t top_k = 0;            // num_experts_per_tok
+  bool norm_topk_prob = false;  // mixtral: always true
+
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  // rope_scaling / rope_parameters type other than "default"; empty if none.
+  std::string rope_scaling_type;
+  int64_t max_position_embeddings = 0;
+  int64_t sliding_window = 0;  // 0 = full attention
+  bool tie_word_embeddings = false;
+
+  bool qkv_bias = false;  // q/k/v projections have a bias
+  bool o_bias = false;    // o projection has a bias
+  QkNorm qk_norm = QkNorm::kNone;
+  std::optional<double> clip_qkv;  // olmoe: clamp q, k, v to [-c, c]
+
+  // Which layers are MoE (qwen: decoder_sparse_step + mlp_only_layers).
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  std::vector<bool> moe_layer;  // size num_hidden_layers
+  // Derived by ValidateModelConfig (which ParseModelConfig and
+  // ConfigFromOptions call): the decoder layer of each MoE layer, and the
+  // MoE index of each decoder layer (-1 for dense).
+  std::vector<int> moe_layers;
+  std::vector<int> moe_layer_index;
+
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;  // `eos_token_id`: an int or a list
+  std::optional<int64_t> pad_token_id;
+  std::string torch_dtype;  // as written, e.g. "bfloat16"; may be empty
+
+  bool has_shared_expert() const { return family == ModelFamily::kQwen2Moe; }
+  // These three are O(1). REQUIRES: the config was validated.
+  int num_moe_layers() const { return static_cast<int>(moe_layers.size()); }
+  // Index of `layer` among the MoE layers, or -1 for a dense layer (or one
+  // out of range).
+  int MoeLayerIndex(int layer) const;
+  // The decoder layer of the `moe_layer`-th MoE layer.
+  // REQUIRES: 0 <= moe_layer < num_moe_layers().
+  int LayerOfMoeLayer(int moe_layer) const;
+};
+
+// Parses config.json text. Unknown `model_type` is refused by name.
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json);
+
+// Reads and parses `dir`/config.json; errors are prefixed with the path.
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
+
+// Checks the invariants listed at the top of this file and recomputes
+// `moe_layer`. ParseModelConfig calls it; builders of configs should too.
+absl::Status ValidateModelConfig(ModelConfig* config);
+
+// config.json text as transformers writes it for `config`'s family (real
+// field names: model_type, architectures, num_local_experts for mixtral, ...).
+// ParseModelConfig(ModelConfigToJson(c)) gives back `c`.
+std::string ModelConfigToJson(const ModelConfig& config);
+
+}  // namespace moe
+
+#endif  // MOECACHE_COMMON_MODEL_CONFIG_H_

@@ -1,0 +1,309 @@
+#include "common/model_desc.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace moe {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Collects specs for one model; `H` is hidden_size throughout.
+class SpecBuilder {
+ public:
+  explicit SpecBuilder(const ModelConfig& c) : c_(c) {}
+
+  std::vector<TensorSpec> Build() {
+    const int64_t v = c_.vocab_size, h = c_.hidden_size;
+    Add("model.embed_tokens.weight", TensorRole::kEmbed, -1, -1, {v, h});
+    Add("model.norm.weight", TensorRole::kFinalNorm, -1, -1, {h});
+    if (!c_.tie_word_embeddings)
+      Add("lm_head.weight", TensorRole::kLmHead, -1, -1, {v, h});
+    for (int i = 0; i < c_.num_hidden_layers; ++i) {
+      AddAttention(i);
+      if (c_.moe_layer[i]) {
+        AddMoe(i);
+      } else {
+        AddMlp(absl::StrCat(Layer(i), "mlp."), i, TensorRole::kMlpGate,
+               c_.intermediate_size);
+      }
+    }
+    return std::move(specs_);
+  }
+
+ private:
+  static std::string Layer(int i) {
+    return absl::StrCat("model.layers.", i, ".");
+  }
+
+  void Add(std::string name, TensorRole role, int layer, int expert,
+           std::vector<int64_t> shape) {
+    specs_.push_back({std::move(name), role, layer, expert, std::move(shape)});
+  }
+
+  // gate/up/down projections under `prefix`; `gate_role` is followed by its
+  // up and down roles in the enum.
+  void AddMlp(const std::string& prefix, int layer, TensorRole gate_role,
+              int64_t inter, int expert = -1, const char* gate = "gate_proj",
+              const char* up = "up_proj", const char* down = "down_proj") {
+    const int64_t h = c_.hidden_size;
+    auto role = [&](int k) {
+      return static_cast<TensorRole>(static_cast<int>(gate_role) + k);
+    };
+    Add(absl::StrCat(prefix, gate, ".weight"), role(0), layer, expert,
+        {inter, h});
+    Add(absl::StrCat(prefix, up, ".weight"), role(1), layer, expert,
+        {inter, h});
+    Add(absl::StrCat(prefix, down, ".weight"), role(2), layer, expert,
+        {h, inter});
+  }
+
+  void AddAttention(int i) {
+    const int64_t h = c_.hidden_size;
+    const int64_t q = c_.num_attention_heads * c_.head_dim;
+    const int64_t kv = c_.num_key_value_heads * c_.head_dim;
+    const std::string a = absl::StrCat(Layer(i), "self_attn.");
+    Add(absl::StrCat(Layer(i), "input_layernorm.weight"),
+        TensorRole::kInputNorm, i, -1, {h});
+    Add(absl::StrCat(Layer(i), "post_attention_layernorm.weight"),
+        TensorRole::kPostAttnNorm, i, -1, {h});
+    Add(a + "q_proj.weight", TensorRole::kQProj, i, -1, {q, h});
+    Add(a + "k_proj.weight", TensorRole::kKProj, i, -1, {kv, h});
+    Add(a + "v_proj.weight", TensorRole::kVProj, i, -1, {kv, h});
+    Add(a + "o_proj.weight", TensorRole::kOProj, i, -1, {h, q});
+    if (c_.qkv_bias) {
+      Add(a + "q_proj.bias", TensorRole::kQBias, i, -1, {q});
+      Add(a + "k_proj.bias", TensorRole::kKBias, i, -1, {kv});
+      Add(a + "v_proj.bias", TensorRole::kVBias, i, -1, {kv});
+    }
+    if (c_.o_bias) Add(a + "o_proj.bias", TensorRole::kOBias, i, -1, {h});
+    if (c_.qk_norm == QkNorm::kPerHead) {
+      Add(a + "q_norm.weight", TensorRole::kQNorm, i, -1, {c_.head_dim});
+      Add(a + "k_norm.weight", TensorRole::kKNorm, i, -1, {c_.head_dim});
+    } else if (c_.qk_norm == QkNorm::kFull) {
+      Add(a + "q_norm.weight", TensorRole::kQNorm, i, -1, {q});
+      Add(a + "k_norm.weight", TensorRole::kKNorm, i, -1, {kv});
+    }
+  }
+
+  void AddMoe(int i) {
+    const int64_t h = c_.hidden_size, e = c_.num_experts,
+                  inter = c_.moe_intermediate_size;
+    if (c_.family == ModelFamily::kMixtral) {
+      const std::string m = absl::StrCat(Layer(i), "block_sparse_moe.");
+      Add(m + "gate.weight", TensorRole::kRouter, i, -1, {e, h});
+      for (int j = 0; j < e; ++j) {
+        AddMlp(absl::StrCat(m, "experts.", j, "."), i, TensorRole::kExpertGate,
+               inter, j, "w1", "w3", "w2");
+      }
+      return;
+    }
+    const std::string m = absl::StrCat(Layer(i), "mlp.");
+    Add(m + "gate.weight", TensorRole::kRouter, i, -1, {e, h});
+    for (int j = 0; j < e; ++j) {
+      AddMlp(absl::StrCat(m, "experts.", j, "."), i, TensorRole::kExpertGate,
+             inter, j);
+    }
+    if (c_.has_shared_expert()) {
+      AddMlp(m + "shared_expert.", i, TensorRole::kSharedGate,
+             c_.shared_expert_intermediate_size);
+      Add(m + "shared_expert_gate.weight", TensorRole::kSharedExpertGate, i, -1,
+          {1, h});
+    }
+  }
+
+  const ModelConfig& c_;
+  std::vector<TensorSpec> specs_;
+};
+
+std::string Describe(const TensorSpec& s) {
+  std::string out(TensorRoleName(s.role));
+  if (s.layer >= 0) absl::StrAppend(&out, ", layer ", s.layer);
+  if (s.expert >= 0) absl::StrAppend(&out, ", expert ", s.expert);
+  return out;
+}
+
+}  // namespace
+
+absl::string_view TensorRoleName(TensorRole role) {
+  static constexpr absl::string_view kNames[] = {"embed",
+                                                 "lm_head",
+                                                 "final_norm",
+                                                 "input_norm",
+                                                 "post_attn_norm",
+                                                 "q_proj",
+                                                 "k_proj",
+                                                 "v_proj",
+                                                 "o_proj",
+                                                 "q_bias",
+                                                 "k_bias",
+                                                 "v_bias",
+                                                 "o_bias",
+                                                 "q_norm",
+                                                 "k_norm",
+                                                 "router",
+                                                 "expert_gate",
+                                                 "expert_up",
+                                                 "expert_down",
+                                                 "shared_gate",
+                                                 "shared_up",
+                                                 "shared_down",
+                                                 "shared_expert_gate",
+                                                 "mlp_gate",
+                                                 "mlp_up",
+                                                 "mlp_down"};
+  static_assert(std::size(kNames) ==
+                static_cast<size_t>(TensorRole::kMlpDown) + 1);
+  return kNames[static_cast<size_t>(role)];
+}
+
+bool IsExpertRole(TensorRole role) {
+  return role == TensorRole::kExpertGate || role == TensorRole::kExpertUp ||
+         role == TensorRole::kExpertDown;
+}
+
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config) {
+  return SpecBuilder(config).Build();
+}
+
+uint64_t ExpectedTensorCount(const ModelConfig& c) {
+  uint64_t per_layer = 6;  // two norms, q/k/v/o
+  if (c.qkv_bias) per_layer += 3;
+  if (c.o_bias) per_layer += 1;
+  if (c.qk_norm != QkNorm::kNone) per_layer += 2;
+  const uint64_t moe = static_cast<uint64_t>(c.num_moe_layers());
+  const uint64_t dense = static_cast<uint64_t>(c.num_hidden_layers) - moe;
+  uint64_t per_moe = 1 + 3 * static_cast<uint64_t>(c.num_experts);
+  if (c.has_shared_expert()) per_moe += 4;
+  return (c.tie_word_embeddings ? 2 : 3) +
+         per_layer * static_cast<uint64_t>(c.num_hidden_layers) +
+         moe * per_moe + dense * 3;
+}
+
+absl::StatusOr<ModelDescription> ModelDescription::Open(
+    const std::string& dir) {
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
+  return FromParts(std::move(config), std::move(ckpt));
+}
+
+absl::StatusOr<ModelDescription> ModelDescription::FromParts(
+    ModelConfig config, std::unique_ptr<Checkpoint> ckpt) {
+  ModelDescription desc;
+  desc.config_ = std::move(config);
+  desc.checkpoint_ = std::move(ckpt);
+  const uint64_t expected = ExpectedTensorCount(desc.config_);
+  const uint64_t held = desc.checkpoint_->names().size();
+  if (expected > held + 1000 && expected > 4 * held) {
+    // Do not materialise absurd tensor lists for a config that cannot match.
+    return absl::InvalidArgumentError(absl::StrCat(
+        desc.checkpoint_->dir(), ": config.json describes ", expected,
+        " tensors but the checkpoint holds only ", held));
+  }
+  desc.specs_ = ExpectedTensors(desc.config_);
+  RETURN_IF_ERROR(desc.Index());
+  return desc;
+}
+
+absl::Status ModelDescription::Index() {
+  const std::string& dir = checkpoint_->dir();
+  const int64_t num_experts = config_.num_experts;
+  experts_.assign(static_cast<size_t>(config_.num_moe_layers() * num_experts),
+                  {});
+  const TensorSpec* first_missing = nullptr;
+  int missing = 0;
+  bool have_expert = false;
+  for (const TensorSpec& spec : specs_) {
+    auto view = checkpoint_->Get(spec.name);
+    if (!view.ok()) {
+      if (first_missing == nullptr) first_missing = &spec;
+      ++missing;
+      continue;
+    }
+    if (view->shape != spec.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, ": tensor '", spec.name, "' has shape ",
+          ShapeString(view->shape), ", expected ", ShapeString(spec.shape),
+          " for this config (", Describe(spec), ")"));
+    }
+    if (!IsFloatDType(view->dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, ": tensor '", spec.name, "' has dtype ", DTypeName(view->dtype),
+          "; weights must be F32, F16 or BF16"));
+    }
+    if (!IsExpertRole(spec.role)) {
+      dense_[{spec.role, spec.layer}] = *view;
+      dense_bytes_ += view->nbytes;
+      continue;
+    }
+    if (have_expert && view->dtype != expert_dtype_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, ": tensor '", spec.name, "' has dtype ", DTypeName(view->dtype),
+          " but earlier experts are ", DTypeName(expert_dtype_),
+          "; all expert weights must share one dtype"));
+    }
+    have_expert = true;
+    expert_dtype_ = view->dtype;
+    int moe = config_.MoeLayerIndex(spec.layer);
+    int k =
+        static_cast<int>(spec.role) - static_cast<int>(TensorRole::kExpertGate);
+    experts_[static_cast<size_t>(moe * num_experts + spec.expert)][k] = *view;
+  }
+  if (missing > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": checkpoint lacks tensor '", first_missing->name,
+                     "' (", Describe(*first_missing), ")",
+                     missing > 1 ? absl::StrCat(" and ", missing - 1, " more")
+                                 : std::string()));
+  }
+  if (!experts_.empty()) {
+    for (const TensorView& v : experts_[0]) bytes_per_expert_ += v.nbytes;
+  }
+  if (config_.tie_word_embeddings)
+    dense_[{TensorRole::kLmHead, -1}] = dense_[{TensorRole::kEmbed, -1}];
+  return absl::OkStatus();
+}
+
+bool ModelDescription::HasDense(TensorRole role, int layer) const {
+  return dense_.count({role, layer}) > 0;
+}
+
+absl::StatusOr<TensorView> ModelDescription::Dense(TensorRole role,
+                                                   int layer) const {
+  auto it = dense_.find({role, layer});
+  if (it == dense_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("model has no ", TensorRoleName(role), " tensor",
+                     layer >= 0 ? absl::StrCat(" in layer ", layer) : ""));
+  }
+  return it->second;
+}
+
+absl::StatusOr<TensorView> ModelDescription::Expert(int moe_layer, int expert,
+                                                    TensorRole role) const {
+  if (!IsExpertRole(role)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(TensorRoleName(role), " is not an expert role"));
+  }
+  if (moe_layer < 0 || moe_layer >= config_.num_moe_layers() || expert < 0 ||
+      expert >= config_.num_experts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert (", moe_layer, ", ", expert,
+                     ") out of range: ", config_.num_moe_layers(),
+                     " MoE layers x ", config_.num_experts, " experts"));
+  }
+  int k = static_cast<int>(role) - static_cast<int>(TensorRole::kExpertGate);
+  return experts_[static_cast<size_t>(moe_layer * config_.num_experts + expert)]
+                 [k];
+}
+
+uint64_t ModelDescription::total_bytes() const {
+  return dense_bytes_ + static_cast<uint64_t>(config_.num_moe_layers()) *
+                            static_cast<uint64_t>(config_.num_experts) *
+                            bytes_per_expert_;
+}
+
+}  // namespace moe

@@ -1,0 +1,147 @@
+// What the tensors of a Hugging Face MoE checkpoint mean.
+//
+// ExpectedTensors(config) lists every tensor a family's checkpoint must hold,
+// with its Hugging Face name, role, layer, expert and shape (PyTorch layout:
+// Linear weights are [out_features, in_features]). ModelDescription opens a
+// model directory (config.json + safetensors), checks that every expected
+// tensor exists with exactly that shape and a float dtype (F32/F16/BF16), and
+// then hands out zero-copy views by role:
+//
+//   ASSIGN_OR_RETURN(ModelDescription model, ModelDescription::Open(dir));
+//   ASSIGN_OR_RETURN(TensorView wq, model.Dense(TensorRole::kQProj, layer));
+//   ASSIGN_OR_RETURN(TensorView w1,
+//                    model.Expert(moe_layer, expert, TensorRole::kExpertGate));
+//
+// Extra tensors in the checkpoint (e.g. rotary inv_freq buffers) are ignored.
+// Thread-safety: immutable after Open; concurrent reads are safe. Views live
+// as long as the ModelDescription (it owns the mapped checkpoint).
+#ifndef MOECACHE_COMMON_MODEL_DESC_H_
+#define MOECACHE_COMMON_MODEL_DESC_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/checkpoint.h"
+#include "common/model_config.h"
+
+namespace moe {
+
+enum class TensorRole {
+  // Model level (layer -1).
+  kEmbed,   // model.embed_tokens.weight      [vocab, hidden]
+  kLmHead,  // lm_head.weight                 [vocab, hidden] (absent if tied)
+  kFinalNorm,  // model.norm.weight              [hidden]
+  // Per decoder layer.
+  kInputNorm,     // input_layernorm.weight          [hidden]
+  kPostAttnNorm,  // post_attention_layernorm.weight [hidden]
+  kQProj,         // self_attn.q_proj.weight [heads*head_dim, hidden]
+  kKProj,         // self_attn.k_proj.weight [kv_heads*head_dim, hidden]
+  kVProj,         // self_attn.v_proj.weight [kv_heads*head_dim, hidden]
+  kOProj,         // self_attn.o_proj.weight [hidden, heads*head_dim]
+  kQBias,         // self_attn.q_proj.bias   [heads*head_dim]   (qkv_bias)
+  kKBias,         // self_attn.k_proj.bias   [kv_heads*head_dim]
+  kVBias,         // self_attn.v_proj.bias   [kv_heads*head_dim]
+  kOBias,         // self_attn.o_proj.bias   [hidden]           (o_bias)
+  kQNorm,         // self_attn.q_norm.weight [head_dim] or [heads*head_dim]
+  kKNorm,         // self_attn.k_norm.weight [head_dim] or [kv_heads*head_dim]
+  // MoE layers.
+  kRouter,      // [experts, hidden]
+  kExpertGate,  // per expert [moe_inter, hidden] (mixtral w1)
+  kExpertUp,    // per expert [moe_inter, hidden] (mixtral w3)
+  kExpertDown,  // per expert [hidden, moe_inter] (mixtral w2)
+  kSharedGate,  // qwen2_moe mlp.shared_expert.gate_proj [shared_inter, hidden]
+  kSharedUp,    // qwen2_moe mlp.shared_expert.up_proj   [shared_inter, hidden]
+  kSharedDown,  // qwen2_moe mlp.shared_expert.down_proj [hidden, shared_inter]
+  kSharedExpertGate,  // qwen2_moe mlp.shared_expert_gate [1, hidden] (sigmoid)
+  // Dense MLP layers (qwen mlp_only_layers / decoder_sparse_step).
+  kMlpGate,  // mlp.gate_proj [intermediate, hidden]
+  kMlpUp,    // mlp.up_proj   [intermediate, hidden]
+  kMlpDown,  // mlp.down_proj [hidden, intermediate]
+};
+
+// A short lower-case name, e.g. "expert_gate", for messages.
+absl::string_view TensorRoleName(TensorRole role);
+// True for kExpertGate, kExpertUp, kExpertDown.
+bool IsExpertRole(TensorRole role);
+
+struct TensorSpec {
+  std::string name;  // Hugging Face tensor name
+  TensorRole role;
+  int layer = -1;   // decoder layer, -1 for model-level tensors
+  int expert = -1;  // expert index for expert roles, else -1
+  std::vector<int64_t> shape;
+};
+
+// Every tensor a checkpoint of `config` must hold, model-level first, then
+// layer by layer (experts in order). lm_head is omitted when tied.
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
+
+// The length of ExpectedTensors(config), computed without building it (a
+// config may claim millions of tensors; check this against the checkpoint
+// before materialising the list).
+uint64_t ExpectedTensorCount(const ModelConfig& config);
+
+class ModelDescription {
+ public:
+  // Loads `dir`/config.json and the weights, and checks every expected
+  // tensor. Errors name the directory and the first offending tensor.
+  static absl::StatusOr<ModelDescription> Open(const std::string& dir);
+
+  // Same checks on parts already loaded (for tools and tests).
+  static absl::StatusOr<ModelDescription> FromParts(
+      ModelConfig config, std::unique_ptr<Checkpoint> ckpt);
+
+  ModelDescription(ModelDescription&&) = default;
+  ModelDescription& operator=(ModelDescription&&) = default;
+
+  const ModelConfig& config() const { return config_; }
+  const Checkpoint& checkpoint() const { return *checkpoint_; }
+  const std::vector<TensorSpec>& specs() const { return specs_; }
+
+  // A non-expert tensor. `layer` is -1 for kEmbed, kLmHead (the embedding
+  // when tied), kFinalNorm. NOT_FOUND when this model has no such tensor
+  // (e.g. kQBias without qkv_bias, kRouter on a dense layer).
+  absl::StatusOr<TensorView> Dense(TensorRole role, int layer = -1) const;
+  bool HasDense(TensorRole role, int layer = -1) const;
+
+  // One expert weight. `moe_layer` counts MoE layers only
+  // (config().LayerOfMoeLayer maps it to a decoder layer).
+  // INVALID_ARGUMENT for out-of-range indices or a non-expert role.
+  absl::StatusOr<TensorView> Expert(int moe_layer, int expert,
+                                    TensorRole role) const;
+
+  // The dtype shared by all expert weights.
+  DType expert_dtype() const { return expert_dtype_; }
+  // Bytes of one expert's gate + up + down weights, as stored.
+  uint64_t bytes_per_expert() const { return bytes_per_expert_; }
+  // Bytes of every expected tensor that is not a routed expert (embeddings,
+  // attention, norms, routers, shared experts, dense MLPs, lm_head).
+  uint64_t dense_bytes() const { return dense_bytes_; }
+  // dense_bytes() + all routed experts.
+  uint64_t total_bytes() const;
+
+ private:
+  ModelDescription() = default;
+  absl::Status Index();
+
+  ModelConfig config_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::vector<TensorSpec> specs_;
+  std::map<std::pair<TensorRole, int>, TensorView> dense_;
+  // [moe_layer * num_experts + expert] -> {gate, up, down}
+  std::vector<std::array<TensorView, 3>> experts_;
+  DType expert_dtype_ = DType::kF32;
+  uint64_t bytes_per_expert_ = 0;
+  uint64_t dense_bytes_ = 0;
+};
+
+}  // namespace moe
+
+#endif  // MOECACHE_COMMON_MODEL_DESC_H_

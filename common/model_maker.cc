@@ -1,0 +1,360 @@
+#include "common/model_maker.h"
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_util.h"
+#include "common/model_desc.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "common/tiny_tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace moe {
+namespace {
+
+// splitmix64: tiny, fast, and identical on every platform (std::normal_
+// distribution is not), which keeps generated files reproducible.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in (0, 1].
+  double Uniform() {
+    return (static_cast<double>(Next() >> 11) + 1.0) * 0x1.0p-53;
+  }
+  // Standard normal (Box-Muller).
+  double Normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double r = std::sqrt(-2.0 * std::log(Uniform()));
+    double theta = 2.0 * M_PI * Uniform();
+    spare_ = r * std::sin(theta);
+    has_spare_ = true;
+    return r * std::cos(theta);
+  }
+
+ private:
+  uint64_t state_;
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+uint64_t TensorSeed(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return Rng(seed ^ h).Next();
+}
+
+bool IsNorm(TensorRole r) {
+  return r == TensorRole::kFinalNorm || r == TensorRole::kInputNorm ||
+         r == TensorRole::kPostAttnNorm || r == TensorRole::kQNorm ||
+         r == TensorRole::kKNorm;
+}
+
+bool IsBias(TensorRole r) {
+  return r == TensorRole::kQBias || r == TensorRole::kKBias ||
+         r == TensorRole::kVBias || r == TensorRole::kOBias;
+}
+
+std::vector<float> TensorValues(const TensorSpec& spec, const ModelConfig& c,
+                                uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape) n *= d;
+  double mean = 0, stddev;
+  if (IsNorm(spec.role)) {
+    mean = 1.0;
+    stddev = 0.05;
+  } else if (IsBias(spec.role)) {
+    stddev = 0.1;
+  } else if (spec.role == TensorRole::kEmbed) {
+    // Tied embeddings double as lm_head: keep logits O(1) then.
+    stddev = c.tie_word_embeddings
+                 ? 1.0 / std::sqrt(static_cast<double>(c.hidden_size))
+                 : 1.0;
+  } else {
+    stddev = 1.0 / std::sqrt(static_cast<double>(spec.shape[1]));  // fan_in
+  }
+  Rng rng(TensorSeed(seed, spec.name));
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = static_cast<float>(mean + stddev * rng.Normal());
+  return v;
+}
+
+uint64_t SpecBytes(const TensorSpec& s, DType dtype) {
+  uint64_t n = DTypeSize(dtype);
+  for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+// Shard of each spec: contiguous runs of roughly equal bytes, none empty.
+std::vector<int> AssignShards(const std::vector<TensorSpec>& specs, DType dtype,
+                              int shards) {
+  uint64_t total = 0;
+  for (const auto& s : specs) total += SpecBytes(s, dtype);
+  std::vector<int> out;
+  int k = 0, in_k = 0;
+  uint64_t cum = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    bool boundary = cum * static_cast<uint64_t>(shards) >=
+                    total * static_cast<uint64_t>(k + 1);
+    bool must = static_cast<int>(specs.size() - i) == shards - 1 - k;
+    if (in_k > 0 && k < shards - 1 && (boundary || must)) {
+      ++k;
+      in_k = 0;
+    }
+    out.push_back(k);
+    ++in_k;
+    cum += SpecBytes(specs[i], dtype);
+  }
+  return out;
+}
+
+std::string ShardName(int k, int n) {
+  return absl::StrFormat("model-%05d-of-%05d.safetensors", k + 1, n);
+}
+
+absl::Status RemoveStaleCheckpoint(const std::string& dir) {
+  static const std::regex kShard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name == kSingleFileName || name == kIndexFileName ||
+        std::regex_match(name, kShard)) {
+      std::filesystem::remove(entry.path(), ec);
+      if (ec)
+        return absl::InternalError(
+            absl::StrCat(entry.path().string(), ": ", ec.message()));
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status WriteWeights(const MakeModelOptions& o, const ModelConfig& c,
+                          const std::string& dir) {
+  std::vector<TensorSpec> specs = ExpectedTensors(c);
+  if (o.shards < 1 || o.shards > static_cast<int>(specs.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shards must be in [1, ", specs.size(), "], got ", o.shards));
+  }
+  std::vector<int> shard_of = AssignShards(specs, o.dtype, o.shards);
+  nlohmann::json weight_map = nlohmann::json::object();
+  uint64_t total = 0;
+  for (int k = 0; k < o.shards; ++k) {
+    SafetensorsWriter w;
+    w.SetMetadata("format", "pt");
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (shard_of[i] != k) continue;
+      std::vector<float> values = TensorValues(specs[i], c, o.seed);
+      std::vector<uint8_t> bytes(values.size() * DTypeSize(o.dtype));
+      RETURN_IF_ERROR(ConvertFromFloat(values.data(), values.size(), o.dtype,
+                                       bytes.data()));
+      RETURN_IF_ERROR(w.Add(specs[i].name, o.dtype, specs[i].shape, bytes));
+      weight_map[specs[i].name] = ShardName(k, o.shards);
+    }
+    total += w.data_bytes();
+    std::string name =
+        o.shards == 1 ? std::string(kSingleFileName) : ShardName(k, o.shards);
+    RETURN_IF_ERROR(w.Write(JoinPath(dir, name)));
+  }
+  if (o.shards == 1) return absl::OkStatus();
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] =
+      weight_map;  // sorted by name, as transformers writes it
+  return WriteFileAtomically(JoinPath(dir, kIndexFileName),
+                             index.dump(2) + "\n");
+}
+
+std::string TokenizerConfigJson(const ModelConfig& c) {
+  const std::string& eos = TinySpecialTokens()[0];
+  nlohmann::ordered_json j;
+  j["add_bos_token"] = false;
+  j["add_prefix_space"] = false;
+  j["bos_token"] = nullptr;
+  j["eos_token"] = eos;
+  j["pad_token"] = eos;
+  j["unk_token"] = nullptr;
+  j["clean_up_tokenization_spaces"] = false;
+  j["model_max_length"] = c.max_position_embeddings;
+  j["tokenizer_class"] = "PreTrainedTokenizerFast";
+  return j.dump(2) + "\n";
+}
+
+std::string GenerationConfigJson(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["bos_token_id"] = c.bos_token_id ? nlohmann::json(*c.bos_token_id)
+                                     : nlohmann::json(nullptr);
+  j["eos_token_id"] = c.eos_token_ids.front();
+  j["do_sample"] = false;
+  return j.dump(2) + "\n";
+}
+
+const char* TorchDtype(DType d) {
+  return d == DType::kBF16  ? "bfloat16"
+         : d == DType::kF16 ? "float16"
+                            : "float32";
+}
+
+// Option combinations that no family config can express.
+absl::Status CheckOptions(const MakeModelOptions& o) {
+  const bool qwen =
+      o.arch == ModelFamily::kQwen2Moe || o.arch == ModelFamily::kQwen3Moe;
+  if (!IsFloatDType(o.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype must be F32, F16 or BF16, got ", DTypeName(o.dtype)));
+  }
+  if (!qwen && (o.decoder_sparse_step != 1 || !o.mlp_only_layers.empty())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decoder_sparse_step and mlp_only_layers apply to "
+                     "qwen2_moe/qwen3_moe only, not ",
+                     ModelFamilyName(o.arch)));
+  }
+  if (o.clip_qkv && o.arch != ModelFamily::kOlmoe) {
+    return absl::InvalidArgumentError("clip_qkv applies to olmoe only");
+  }
+  if (o.qkv_bias.value_or(false) && o.arch == ModelFamily::kMixtral) {
+    return absl::InvalidArgumentError("mixtral has no attention biases");
+  }
+  if (o.heads > 0 && o.head_dim == 0 && o.hidden % o.heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden (", o.hidden, ") is not a multiple of heads (",
+                     o.heads, "); pass head_dim"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<std::string>& TinySpecialTokens() {
+  static const auto* tokens = new std::vector<std::string>{
+      "<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  return *tokens;
+}
+
+MakeModelOptions TinyPreset(ModelFamily family) {
+  MakeModelOptions o;
+  o.arch = family;
+  switch (family) {
+    case ModelFamily::kMixtral:
+      o.intermediate = 128;
+      break;
+    case ModelFamily::kQwen2Moe:
+      o.intermediate = 128;
+      o.moe_intermediate = 64;
+      o.shared_intermediate = 128;
+      break;
+    case ModelFamily::kQwen3Moe:
+      o.layers = 5;
+      o.mlp_only_layers = {2};
+      o.head_dim = 32;
+      o.intermediate = 128;
+      o.moe_intermediate = 64;
+      o.norm_topk_prob = true;
+      break;
+    case ModelFamily::kOlmoe:
+      o.intermediate = 64;
+      o.rms_norm_eps = 1e-5;
+      break;
+  }
+  return o;
+}
+
+absl::StatusOr<ModelConfig> ConfigFromOptions(const MakeModelOptions& o) {
+  RETURN_IF_ERROR(CheckOptions(o));
+  const bool qwen =
+      o.arch == ModelFamily::kQwen2Moe || o.arch == ModelFamily::kQwen3Moe;
+  ModelConfig c;
+  c.family = o.arch;
+  c.architectures = {std::string(ModelFamilyArchitecture(o.arch))};
+  c.hidden_size = o.hidden;
+  c.num_hidden_layers = o.layers;
+  c.num_attention_heads = o.heads;
+  c.num_key_value_heads = o.kv_heads;
+  c.head_dim =
+      o.head_dim > 0 ? o.head_dim : (o.heads > 0 ? o.hidden / o.heads : 0);
+  c.vocab_size = o.vocab;
+  c.num_experts = o.experts;
+  c.top_k = o.top_k;
+  const int64_t dense = o.intermediate > 0 ? o.intermediate : 2 * o.hidden;
+  if (qwen) {
+    c.intermediate_size = dense;
+    c.moe_intermediate_size =
+        o.moe_intermediate > 0 ? o.moe_intermediate : o.hidden;
+    c.decoder_sparse_step = o.decoder_sparse_step;
+    c.mlp_only_layers = o.mlp_only_layers;
+  } else {
+    c.intermediate_size = c.moe_intermediate_size =
+        o.moe_intermediate > 0 ? o.moe_intermediate : dense;
+  }
+  if (o.arch == ModelFamily::kQwen2Moe) {
+    c.shared_expert_intermediate_size = o.shared_intermediate > 0
+                                            ? o.shared_intermediate
+                                            : 2 * c.moe_intermediate_size;
+  }
+  c.norm_topk_prob =
+      o.arch == ModelFamily::kMixtral || o.norm_topk_prob.value_or(false);
+  c.qkv_bias = o.qkv_bias.value_or(o.arch == ModelFamily::kQwen2Moe);
+  c.o_bias = c.qkv_bias && o.arch != ModelFamily::kQwen2Moe;
+  c.qk_norm = o.arch == ModelFamily::kQwen3Moe ? QkNorm::kPerHead
+              : o.arch == ModelFamily::kOlmoe  ? QkNorm::kFull
+                                               : QkNorm::kNone;
+  c.clip_qkv = o.clip_qkv;
+  c.rms_norm_eps = o.rms_norm_eps;
+  c.rope_theta =
+      o.rope_theta.value_or(o.arch == ModelFamily::kMixtral ? 1e6 : 1e4);
+  c.max_position_embeddings = o.max_position_embeddings;
+  c.tie_word_embeddings = o.tie_word_embeddings;
+  c.torch_dtype = TorchDtype(o.dtype);
+  if (o.vocab < 256 + static_cast<int64_t>(TinySpecialTokens().size()) ||
+      o.vocab > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab must be in [", 256 + TinySpecialTokens().size(), ", ", 1 << 20,
+        "] for the byte-level tokenizer, got ", o.vocab));
+  }
+  ASSIGN_OR_RETURN(
+      TinyTokenizer tok,
+      MakeTinyTokenizer(static_cast<int32_t>(o.vocab), TinySpecialTokens()));
+  c.bos_token_id = tok.special_tokens[0].second;
+  c.eos_token_ids = {tok.special_tokens[0].second};
+  RETURN_IF_ERROR(ValidateModelConfig(&c));
+  return c;
+}
+
+absl::Status MakeModel(const MakeModelOptions& options,
+                       const std::string& out_dir) {
+  ASSIGN_OR_RETURN(ModelConfig config, ConfigFromOptions(options));
+  ASSIGN_OR_RETURN(TinyTokenizer tok,
+                   MakeTinyTokenizer(static_cast<int32_t>(options.vocab),
+                                     TinySpecialTokens()));
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat(out_dir, ": cannot create: ", ec.message()));
+  RETURN_IF_ERROR(RemoveStaleCheckpoint(out_dir));
+  RETURN_IF_ERROR(WriteWeights(options, config, out_dir));
+  RETURN_IF_ERROR(
+      WriteFileAtomically(JoinPath(out_dir, "tokenizer.json"), tok.json));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      JoinPath(out_dir, "tokenizer_config.json"), TokenizerConfigJson(config)));
+  RETURN_IF_ERROR(
+      WriteFileAtomically(JoinPath(out_dir, "generation_config.json"),
+                          GenerationConfigJson(config)));
+  // config.json last: a directory with a config has complete weights.
+  return WriteFileAtomically(JoinPath(out_dir, "config.json"),
+                             ModelConfigToJson(config));
+}
+
+}  // namespace moe

@@ -1,0 +1,299 @@
+// The compute backend interface: device memory, streams/events and the ops of
+// the MoE forward pass. Two implementations: CPU (kernels/cpu_backend.h) and
+// CUDA (kernels/cuda_backend.h, which forwards to the dlopen'ed module).
+//
+// Conventions, for every op:
+//  * Every array argument is backend memory: host memory for the CPU backend,
+//    device memory from Alloc() for a device backend. Scalars are by value.
+//  * Activations are f32, row-major. Weights are f32, f16 or bf16 (DType),
+//    row-major in the Hugging Face layout; accumulation is always f32.
+//  * Shapes are stated per parameter as `// [rows, cols]`. The public methods
+//    validate sizes and pointers and return INVALID_ARGUMENT on bad shapes,
+//    before any work is issued; the values inside arrays (token ids,
+//    positions) are not inspected on a device backend.
+//  * Ops are issued on `stream` (nullptr: the backend's default stream) and
+//    may complete asynchronously on a device; Synchronize() waits. On the CPU
+//    an op has completed when it returns.
+//  * Output arrays must not alias inputs unless the comment says "in place".
+//
+// Thread-safety: memory, copy and stream functions are thread-safe. Ops on one
+// stream must be issued from one thread at a time; the CPU backend runs one
+// op at a time (its thread pool is shared), so callers on several threads
+// serialise there.
+#ifndef MOECACHE_KERNELS_BACKEND_H_
+#define MOECACHE_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/dtype.h"
+
+namespace moe {
+
+// Opaque handles; nullptr is the default stream. The CPU backend executes
+// everything synchronously, so its streams and events are trivial.
+struct BackendStream;
+struct BackendEvent;
+using Stream = BackendStream*;
+using Event = BackendEvent*;
+
+struct BackendInfo {
+  std::string name;         // "cpu" or "cuda"
+  std::string device_name;  // CPU model / GPU name
+  bool is_device = false;   // memory is not host-addressable
+  bool supports_bf16 = true;
+  bool supports_f16 = true;
+  int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
+  int64_t free_memory_bytes = 0;    // at the time of the query
+  int threads = 1;                  // CPU worker threads (1 on a device)
+  std::string simd;                 // CPU: "scalar", "avx2", "avx512"
+};
+
+// Geometry of one layer's attention and its KV cache. The cache holds
+// `max_seq` positions: k_cache/v_cache are [max_seq, kv_heads, head_dim].
+struct AttentionShape {
+  int64_t tokens = 0;    // new query tokens in this call
+  int64_t heads = 0;     // query heads
+  int64_t kv_heads = 0;  // key/value heads; heads % kv_heads == 0 (GQA)
+  int64_t head_dim = 0;
+  int64_t max_seq = 0;   // capacity of the cache in positions
+  // Position of the first new token; new token t is at start_pos + t.
+  // Prefill: start_pos = 0, tokens = prompt length. Decode: tokens = 1.
+  int64_t start_pos = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  virtual BackendInfo Info() const = 0;
+
+  // ---- Memory -------------------------------------------------------------
+  // Alloc returns memory aligned to at least 64 bytes; Alloc(0) is nullptr.
+  // RESOURCE_EXHAUSTED when the device is full.
+  virtual absl::StatusOr<void*> Alloc(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;  // nullptr is a no-op
+  // Host <-> backend copies block until the data has arrived (the host
+  // buffer may be reused on return); they are ordered after work already
+  // issued on `stream`.
+  absl::Status CopyToDevice(void* dst, const void* host_src, size_t bytes,
+                            Stream stream = nullptr);
+  absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes,
+                          Stream stream = nullptr);
+  // Asynchronous on a device.
+  absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes,
+                                  Stream stream = nullptr);
+  absl::Status MemsetZero(void* dst, size_t bytes, Stream stream = nullptr);
+
+  // ---- Streams and events -------------------------------------------------
+  virtual absl::StatusOr<Stream> CreateStream() = 0;
+  virtual void DestroyStream(Stream stream) = 0;
+  virtual absl::StatusOr<Event> CreateEvent() = 0;
+  virtual void DestroyEvent(Event event) = 0;
+  virtual absl::Status RecordEvent(Event event, Stream stream) = 0;
+  // Work issued on `stream` later waits for `event`.
+  virtual absl::Status StreamWaitEvent(Stream stream, Event event) = 0;
+  virtual absl::Status SynchronizeEvent(Event event) = 0;
+  virtual absl::Status Synchronize(Stream stream = nullptr) = 0;
+
+  // ---- Ops ----------------------------------------------------------------
+  // y = x W^T (+ bias): the Hugging Face Linear. M = 1 is decode (memory
+  // bound), M > 1 prefill.
+  absl::Status MatMul(const float* x,     // [m, k]
+                      const void* w,      // [n, k] of w_dtype
+                      DType w_dtype,
+                      const float* bias,  // [n] or nullptr
+                      float* y,           // [m, n]
+                      int64_t m, int64_t n, int64_t k,
+                      Stream stream = nullptr);
+
+  // y = x / sqrt(mean(x^2) + eps) * weight, per row. For q/k norm per head,
+  // pass rows = tokens * heads and dim = head_dim. In place allowed (y == x).
+  absl::Status RmsNorm(const float* x,       // [rows, dim]
+                       const float* weight,  // [dim]
+                       float* y,             // [rows, dim]
+                       int64_t rows, int64_t dim, float eps,
+                       Stream stream = nullptr);
+
+  // Rotary embedding, neox style (rotate_half: pairs (i, i + head_dim/2)) as
+  // in HF Llama/Mixtral/Qwen/OLMoE; inv_freq_i = theta^(-2i/head_dim).
+  // In place on q and k. head_dim must be even.
+  absl::Status Rope(float* q,                  // [tokens, q_heads, head_dim]
+                    float* k,                  // [tokens, kv_heads, head_dim]
+                    const int32_t* positions,  // [tokens]
+                    int64_t tokens, int64_t q_heads, int64_t kv_heads,
+                    int64_t head_dim, float theta, Stream stream = nullptr);
+
+  // Writes the new tokens' keys/values at positions start_pos.. of the cache.
+  absl::Status KvCacheAppend(const float* k,   // [tokens, kv_heads, head_dim]
+                             const float* v,   // [tokens, kv_heads, head_dim]
+                             float* k_cache,   // [max_seq, kv_heads, head_dim]
+                             float* v_cache,   // [max_seq, kv_heads, head_dim]
+                             const AttentionShape& shape,
+                             Stream stream = nullptr);
+
+  // Causal attention of the new tokens over the cache (which must already
+  // hold them, see KvCacheAppend): token t attends to positions
+  // [0, start_pos + t]. Query head h uses kv head h / (heads / kv_heads).
+  // softmax(q k^T * scale) v in f32; scale is usually 1/sqrt(head_dim).
+  absl::Status Attention(const float* q,        // [tokens, heads, head_dim]
+                         const float* k_cache,  // [max_seq, kv_heads, head_dim]
+                         const float* v_cache,  // [max_seq, kv_heads, head_dim]
+                         float* out,            // [tokens, heads, head_dim]
+                         const AttentionShape& shape, float scale,
+                         Stream stream = nullptr);
+
+  // Router: softmax over all experts, then the top_k largest probabilities in
+  // descending order (ties -> lower expert index). With `renormalize`
+  // (norm_topk_prob) the k weights are divided by their sum.
+  absl::Status RouterTopK(const float* logits,  // [tokens, experts]
+                          int32_t* topk_ids,    // [tokens, top_k]
+                          float* topk_weights,  // [tokens, top_k]
+                          int64_t tokens, int64_t experts, int64_t top_k,
+                          bool renormalize, Stream stream = nullptr);
+
+  // One routed expert (SwiGLU) over the `count` tokens routed to it:
+  //   out[row_i] += weight_i * down(silu(gate(x[row_i])) * up(x[row_i]))
+  // rows == nullptr means rows 0..count-1; weights == nullptr means 1.
+  // REQUIRES: rows are distinct and in [0, tokens). The CPU backend returns
+  // INVALID_ARGUMENT otherwise; a device skips rows out of range.
+  absl::Status ExpertFfn(const float* x,        // [tokens, hidden]
+                         const int32_t* rows,   // [count] or nullptr
+                         const float* weights,  // [count] or nullptr
+                         const void* gate,      // [inter, hidden] of w_dtype
+                         const void* up,        // [inter, hidden] of w_dtype
+                         const void* down,      // [hidden, inter] of w_dtype
+                         DType w_dtype,
+                         float* out,            // [tokens, hidden]
+                         int64_t tokens, int64_t count, int64_t hidden,
+                         int64_t inter, Stream stream = nullptr);
+
+  // Row gather from an embedding table, widened to f32.
+  // REQUIRES: 0 <= ids[t] < vocab. The CPU backend returns INVALID_ARGUMENT
+  // otherwise; a device writes NaN rows for such ids.
+  absl::Status Embedding(const void* table,     // [vocab, hidden] of dtype
+                         DType dtype,
+                         const int32_t* ids,    // [tokens]
+                         float* out,            // [tokens, hidden]
+                         int64_t tokens, int64_t vocab, int64_t hidden,
+                         Stream stream = nullptr);
+
+  // Widens n elements of `src` to f32 (e.g. norm weights at load time).
+  absl::Status ConvertToF32(const void* src, DType dtype,  // [n]
+                            float* dst,                    // [n]
+                            int64_t n, Stream stream = nullptr);
+
+  // ---- Element-wise (all [n]) ---------------------------------------------
+  // out = silu(gate) * up; out may alias gate or up.
+  absl::Status SiluMul(const float* gate, const float* up, float* out,
+                       int64_t n, Stream stream = nullptr);
+  // out = a + b (residual add); out may alias a or b.
+  absl::Status Add(const float* a, const float* b, float* out, int64_t n,
+                   Stream stream = nullptr);
+  // x *= s, in place.
+  absl::Status Scale(float* x, float s, int64_t n, Stream stream = nullptr);
+  // y = 1 / (1 + exp(-x)); in place allowed (qwen2_moe shared-expert gate).
+  absl::Status Sigmoid(const float* x, float* y, int64_t n,
+                       Stream stream = nullptr);
+
+  // ---- Sampling helpers (per row) -----------------------------------------
+  // Index of the maximum (ties -> lower index).
+  absl::Status Argmax(const float* x,  // [rows, n]
+                      int32_t* ids,    // [rows]
+                      int64_t rows, int64_t n, Stream stream = nullptr);
+  // out = x - logsumexp(x), per row. In place allowed.
+  absl::Status LogSoftmax(const float* x,  // [rows, n]
+                          float* out,      // [rows, n]
+                          int64_t rows, int64_t n, Stream stream = nullptr);
+  // The k largest values per row in descending order (ties -> lower index).
+  absl::Status TopK(const float* x,   // [rows, n]
+                    int32_t* ids,     // [rows, k]
+                    float* values,    // [rows, k]
+                    int64_t rows, int64_t n, int64_t k,
+                    Stream stream = nullptr);
+
+ protected:
+  Backend() = default;
+
+  // Implementations; arguments are already validated.
+  virtual absl::Status DoCopy(void* dst, const void* src, size_t bytes,
+                              int direction, Stream stream) = 0;
+  virtual absl::Status DoMemsetZero(void* dst, size_t bytes,
+                                    Stream stream) = 0;
+  virtual absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
+                                const float* bias, float* y, int64_t m,
+                                int64_t n, int64_t k, Stream stream) = 0;
+  virtual absl::Status DoRmsNorm(const float* x, const float* weight,
+                                 float* y, int64_t rows, int64_t dim,
+                                 float eps, Stream stream) = 0;
+  virtual absl::Status DoRope(float* q, float* k, const int32_t* positions,
+                              int64_t tokens, int64_t q_heads,
+                              int64_t kv_heads, int64_t head_dim, float theta,
+                              Stream stream) = 0;
+  virtual absl::Status DoKvCacheAppend(const float* k, const float* v,
+                                       float* k_cache, float* v_cache,
+                                       const AttentionShape& shape,
+                                       Stream stream) = 0;
+  virtual absl::Status DoAttention(const float* q, const float* k_cache,
+                                   const float* v_cache, float* out,
+                                   const AttentionShape& shape, float scale,
+                                   Stream stream) = 0;
+  virtual absl::Status DoRouterTopK(const float* logits, int32_t* topk_ids,
+                                    float* topk_weights, int64_t tokens,
+                                    int64_t experts, int64_t top_k,
+                                    bool renormalize, Stream stream) = 0;
+  virtual absl::Status DoExpertFfn(const float* x, const int32_t* rows,
+                                   const float* weights, const void* gate,
+                                   const void* up, const void* down,
+                                   DType w_dtype, float* out, int64_t tokens,
+                                   int64_t count, int64_t hidden,
+                                   int64_t inter, Stream stream) = 0;
+  virtual absl::Status DoEmbedding(const void* table, DType dtype,
+                                   const int32_t* ids, float* out,
+                                   int64_t tokens, int64_t vocab,
+                                   int64_t hidden, Stream stream) = 0;
+  virtual absl::Status DoConvertToF32(const void* src, DType dtype,
+                                      float* dst, int64_t n,
+                                      Stream stream) = 0;
+  // kind: 0 silu-mul (a=gate, b=up), 1 add, 2 scale (a=x, s), 3 sigmoid (a).
+  virtual absl::Status DoElementwise(int kind, const float* a, const float* b,
+                                     float* out, float s, int64_t n,
+                                     Stream stream) = 0;
+  virtual absl::Status DoArgmax(const float* x, int32_t* ids, int64_t rows,
+                                int64_t n, Stream stream) = 0;
+  virtual absl::Status DoLogSoftmax(const float* x, float* out, int64_t rows,
+                                    int64_t n, Stream stream) = 0;
+  virtual absl::Status DoTopK(const float* x, int32_t* ids, float* values,
+                              int64_t rows, int64_t n, int64_t k,
+                              Stream stream) = 0;
+
+  // Directions for DoCopy.
+  static constexpr int kHostToDevice = 0;
+  static constexpr int kDeviceToHost = 1;
+  static constexpr int kDeviceToDevice = 2;
+  // Kinds for DoElementwise.
+  static constexpr int kSiluMul = 0;
+  static constexpr int kAdd = 1;
+  static constexpr int kScale = 2;
+  static constexpr int kSigmoid = 3;
+};
+
+// "cpu", "cuda" or "auto" (CUDA when a device is usable, else CPU).
+// "cuda" returns UNAVAILABLE with the reason when no GPU or module is usable.
+// Each call makes a new backend; the CPU backend's thread count comes from
+// $MOE_CPU_THREADS, else std::thread::hardware_concurrency().
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name);
+
+// The process-wide "auto" backend, created on first use. Never null.
+Backend& DefaultBackend();
+
+}  // namespace moe
+
+#endif  // MOECACHE_KERNELS_BACKEND_H_

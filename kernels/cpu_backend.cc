@@ -1,0 +1,246 @@
+#include "kernels/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu_ops.h"
+
+namespace moe {
+namespace {
+
+// Streams and events need distinct non-null handles; their identity is all.
+struct CpuHandle {
+  int unused = 0;
+};
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "cpu";
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads)
+    : pool_(std::make_unique<ThreadPool>(threads)), simd_(DetectSimdLevel()) {}
+
+CpuBackend::~CpuBackend() = default;
+
+BackendInfo CpuBackend::Info() const {
+  BackendInfo info;
+  info.name = "cpu";
+  info.device_name = CpuModelName();
+  info.is_device = false;
+  info.threads = pool_->size();
+  info.simd = std::string(SimdLevelName(simd_.load()));
+  return info;
+}
+
+absl::Status CpuBackend::ForceSimdLevelForTest(SimdLevel level) {
+  if (!SimdLevelSupported(level)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this CPU cannot run the ", SimdLevelName(level), " kernels"));
+  }
+  simd_.store(level);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> CpuBackend::Alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("CPU backend: cannot allocate ", bytes, " bytes"));
+  }
+  return p;
+}
+
+void CpuBackend::Free(void* ptr) { std::free(ptr); }
+
+absl::StatusOr<Stream> CpuBackend::CreateStream() {
+  return reinterpret_cast<Stream>(new CpuHandle);
+}
+void CpuBackend::DestroyStream(Stream stream) {
+  delete reinterpret_cast<CpuHandle*>(stream);
+}
+absl::StatusOr<Event> CpuBackend::CreateEvent() {
+  return reinterpret_cast<Event>(new CpuHandle);
+}
+void CpuBackend::DestroyEvent(Event event) {
+  delete reinterpret_cast<CpuHandle*>(event);
+}
+absl::Status CpuBackend::RecordEvent(Event, Stream) {
+  return absl::OkStatus();
+}
+absl::Status CpuBackend::StreamWaitEvent(Stream, Event) {
+  return absl::OkStatus();
+}
+absl::Status CpuBackend::SynchronizeEvent(Event) { return absl::OkStatus(); }
+absl::Status CpuBackend::Synchronize(Stream) { return absl::OkStatus(); }
+
+absl::Status CpuBackend::DoCopy(void* dst, const void* src, size_t bytes, int,
+                                Stream) {
+  std::memmove(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoMemsetZero(void* dst, size_t bytes, Stream) {
+  std::memset(dst, 0, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoMatMul(const float* x, const void* w, DType w_dtype,
+                                  const float* bias, float* y, int64_t m,
+                                  int64_t n, int64_t k, Stream) {
+  CpuMatMul(*pool_, simd_.load(), MatMulArgs{x, w, w_dtype, bias, y, m, n, k});
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoRmsNorm(const float* x, const float* weight,
+                                   float* y, int64_t rows, int64_t dim,
+                                   float eps, Stream) {
+  cpu::RmsNorm(*pool_, x, weight, y, rows, dim, eps);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoRope(float* q, float* k, const int32_t* positions,
+                                int64_t tokens, int64_t q_heads,
+                                int64_t kv_heads, int64_t head_dim,
+                                float theta, Stream) {
+  cpu::Rope(*pool_, q, k, positions, tokens, q_heads, kv_heads, head_dim,
+            theta);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoKvCacheAppend(const float* k, const float* v,
+                                         float* k_cache, float* v_cache,
+                                         const AttentionShape& shape, Stream) {
+  cpu::KvCacheAppend(k, v, k_cache, v_cache, shape);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoAttention(const float* q, const float* k_cache,
+                                     const float* v_cache, float* out,
+                                     const AttentionShape& shape, float scale,
+                                     Stream) {
+  cpu::Attention(*pool_, VectorOpsFor(simd_.load()), q, k_cache, v_cache, out,
+                 shape, scale);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoRouterTopK(const float* logits, int32_t* topk_ids,
+                                      float* topk_weights, int64_t tokens,
+                                      int64_t experts, int64_t top_k,
+                                      bool renormalize, Stream) {
+  cpu::RouterTopK(*pool_, logits, topk_ids, topk_weights, tokens, experts,
+                  top_k, renormalize);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
+                                     const float* weights, const void* gate,
+                                     const void* up, const void* down,
+                                     DType w_dtype, float* out, int64_t tokens,
+                                     int64_t count, int64_t hidden,
+                                     int64_t inter, Stream) {
+  if (rows != nullptr) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (rows[i] < 0 || rows[i] >= tokens) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ExpertFfn: row ", rows[i], " at ", i, " is outside [0, ", tokens,
+            ")"));
+      }
+    }
+  }
+  // xg [count, hidden] | g [count, inter] | u [count, inter] | d [count, hidden]
+  std::vector<float> scratch(static_cast<size_t>(count * (2 * hidden + 2 * inter)));
+  float* xg = scratch.data();
+  float* g = xg + count * hidden;
+  float* u = g + count * inter;
+  float* d = u + count * inter;
+  const float* xin = x;
+  if (rows != nullptr) {
+    for (int64_t i = 0; i < count; ++i) {
+      std::memcpy(xg + i * hidden, x + rows[i] * hidden, hidden * sizeof(float));
+    }
+    xin = xg;
+  }
+  const SimdLevel level = simd_.load();
+  CpuMatMul(*pool_, level, {xin, gate, w_dtype, nullptr, g, count, inter, hidden});
+  CpuMatMul(*pool_, level, {xin, up, w_dtype, nullptr, u, count, inter, hidden});
+  cpu::SiluMul(g, u, g, count * inter);
+  CpuMatMul(*pool_, level, {g, down, w_dtype, nullptr, d, count, hidden, inter});
+  for (int64_t i = 0; i < count; ++i) {
+    const float w = weights ? weights[i] : 1.0f;
+    float* o = out + (rows ? rows[i] : i) * hidden;
+    const float* di = d + i * hidden;
+    for (int64_t h = 0; h < hidden; ++h) o[h] += w * di[h];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoEmbedding(const void* table, DType dtype,
+                                     const int32_t* ids, float* out,
+                                     int64_t tokens, int64_t vocab,
+                                     int64_t hidden, Stream) {
+  return cpu::Embedding(*pool_, table, dtype, ids, out, tokens, vocab, hidden);
+}
+
+absl::Status CpuBackend::DoConvertToF32(const void* src, DType dtype,
+                                        float* dst, int64_t n, Stream) {
+  cpu::ConvertToF32(src, dtype, dst, n);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoElementwise(int kind, const float* a,
+                                       const float* b, float* out, float s,
+                                       int64_t n, Stream) {
+  switch (kind) {
+    case kSiluMul:
+      cpu::SiluMul(a, b, out, n);
+      break;
+    case kAdd:
+      cpu::Add(a, b, out, n);
+      break;
+    case kScale:
+      cpu::Scale(out, s, n);
+      break;
+    case kSigmoid:
+      cpu::Sigmoid(a, out, n);
+      break;
+    default:
+      return absl::InternalError(absl::StrCat("unknown elementwise op ", kind));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoArgmax(const float* x, int32_t* ids, int64_t rows,
+                                  int64_t n, Stream) {
+  cpu::Argmax(x, ids, rows, n);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoLogSoftmax(const float* x, float* out,
+                                      int64_t rows, int64_t n, Stream) {
+  cpu::LogSoftmax(*pool_, x, out, rows, n);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoTopK(const float* x, int32_t* ids, float* values,
+                                int64_t rows, int64_t n, int64_t k, Stream) {
+  cpu::TopK(*pool_, x, ids, values, rows, n, k);
+  return absl::OkStatus();
+}
+
+}  // namespace moe

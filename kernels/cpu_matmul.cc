@@ -1,0 +1,133 @@
+#include "kernels/cpu_matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace moe {
+
+absl::string_view SimdLevelName(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar:
+      return "scalar";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+bool SimdLevelSupported(SimdLevel level) {
+#if defined(__x86_64__)
+  switch (level) {
+    case SimdLevel::kScalar:
+      return true;
+    case SimdLevel::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    case SimdLevel::kAvx512:
+      return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+#else
+  return level == SimdLevel::kScalar;
+#endif
+}
+
+SimdLevel DetectSimdLevel() {
+  SimdLevel cap = SimdLevel::kAvx512;
+  if (const char* env = std::getenv("MOE_CPU_SIMD"); env && *env) {
+    if (std::strcmp(env, "scalar") == 0) cap = SimdLevel::kScalar;
+    if (std::strcmp(env, "avx2") == 0) cap = SimdLevel::kAvx2;
+  }
+  for (SimdLevel l : {SimdLevel::kAvx512, SimdLevel::kAvx2}) {
+    if (static_cast<int>(l) <= static_cast<int>(cap) && SimdLevelSupported(l)) {
+      return l;
+    }
+  }
+  return SimdLevel::kScalar;
+}
+
+namespace {
+
+template <DType D>
+void ScalarColumns(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  for (int64_t k0 = 0; k0 < a.k; k0 += kMatMulKBlock) {
+    int64_t k1 = std::min(a.k, k0 + kMatMulKBlock);
+    for (int64_t i = 0; i < a.m; ++i) {
+      const float* x = a.x + i * a.k;
+      for (int64_t j = n_begin; j < n_end; ++j) {
+        float acc = 0.0f;
+        for (int64_t kk = k0; kk < k1; ++kk) {
+          acc += x[kk] * LoadAsF32(a.w, D, static_cast<size_t>(j * a.k + kk));
+        }
+        float* y = a.y + i * a.n + j;
+        if (k0 == 0) {
+          *y = acc + (a.bias ? a.bias[j] : 0.0f);
+        } else {
+          *y += acc;
+        }
+      }
+    }
+  }
+  if (a.k == 0) {
+    for (int64_t i = 0; i < a.m; ++i) {
+      for (int64_t j = n_begin; j < n_end; ++j) {
+        a.y[i * a.n + j] = a.bias ? a.bias[j] : 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void MatMulColumnsScalar(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  switch (a.dtype) {
+    case DType::kF32:
+      return ScalarColumns<DType::kF32>(a, n_begin, n_end);
+    case DType::kF16:
+      return ScalarColumns<DType::kF16>(a, n_begin, n_end);
+    case DType::kBF16:
+      return ScalarColumns<DType::kBF16>(a, n_begin, n_end);
+    default:
+      return;  // not a weight dtype; Backend::MatMul rejects it
+  }
+}
+
+namespace {
+float DotScalar(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+void AxpyScalar(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+}  // namespace
+
+VectorOps VectorOpsFor(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx2:
+      return {&DotAvx2, &AxpyAvx2};
+    case SimdLevel::kAvx512:
+      return {&DotAvx512, &AxpyAvx512};
+    default:
+      return {&DotScalar, &AxpyScalar};
+  }
+}
+
+void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
+  void (*kernel)(const MatMulArgs&, int64_t, int64_t) = &MatMulColumnsScalar;
+  if (level == SimdLevel::kAvx2) kernel = &MatMulColumnsAvx2;
+  if (level == SimdLevel::kAvx512) kernel = &MatMulColumnsAvx512;
+  // Enough chunks to balance the threads; at most 64 columns so that a
+  // chunk's k-block of W stays in L2 while every row of x passes over it.
+  int64_t per_thread = (a.n + pool.size() * 4 - 1) / (pool.size() * 4);
+  int64_t grain = std::clamp<int64_t>((per_thread + 7) / 8 * 8, 8, 64);
+  // Tiny products are not worth waking the pool for.
+  if (a.m * a.n * a.k < (int64_t{1} << 15)) grain = a.n;
+  pool.ParallelFor(a.n, grain, [&](int64_t b, int64_t e) { kernel(a, b, e); });
+}
+
+}  // namespace moe

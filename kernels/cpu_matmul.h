@@ -1,0 +1,63 @@
+// CPU matrix products y[m, n] = x[m, k] W[n, k]^T (+ bias), f32 activations,
+// f32/f16/bf16 weights, f32 accumulation. One kernel per SIMD level (scalar,
+// AVX2+FMA+F16C, AVX-512F) compiled with function target attributes and
+// chosen at run time; a thread pool splits the output columns.
+//
+// Within one SIMD level the result does not depend on the thread count: each
+// output element is reduced by one thread in a fixed order.
+#ifndef MOECACHE_KERNELS_CPU_MATMUL_H_
+#define MOECACHE_KERNELS_CPU_MATMUL_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "kernels/dtype.h"
+#include "kernels/thread_pool.h"
+
+namespace moe {
+
+enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+absl::string_view SimdLevelName(SimdLevel level);
+// Whether this CPU (and OS) can run `level`.
+bool SimdLevelSupported(SimdLevel level);
+// The best supported level; $MOE_CPU_SIMD=scalar|avx2|avx512 caps it.
+SimdLevel DetectSimdLevel();
+
+struct MatMulArgs {
+  const float* x;     // [m, k]
+  const void* w;      // [n, k] of dtype
+  DType dtype;
+  const float* bias;  // [n] or nullptr
+  float* y;           // [m, n]
+  int64_t m, n, k;
+};
+
+// Depth of one pass over k: x rows of this length stay in L1, the W rows of
+// a column chunk in L2. Part of the reduction order, so of the results.
+inline constexpr int64_t kMatMulKBlock = 1024;
+
+// Computes the columns [n_begin, n_end) of y for all rows, single-threaded.
+void MatMulColumnsScalar(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+void MatMulColumnsAvx2(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+void MatMulColumnsAvx512(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+
+// Vector helpers for the other ops (attention), per SIMD level.
+struct VectorOps {
+  float (*dot)(const float* a, const float* b, int64_t n);   // sum a[i]*b[i]
+  void (*axpy)(float alpha, const float* x, float* y, int64_t n);  // y += a*x
+};
+// REQUIRES: SimdLevelSupported(level).
+VectorOps VectorOpsFor(SimdLevel level);
+float DotAvx2(const float* a, const float* b, int64_t n);
+void AxpyAvx2(float alpha, const float* x, float* y, int64_t n);
+float DotAvx512(const float* a, const float* b, int64_t n);
+void AxpyAvx512(float alpha, const float* x, float* y, int64_t n);
+
+// The whole product on `pool` with the kernel of `level`.
+// REQUIRES: SimdLevelSupported(level).
+void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a);
+
+}  // namespace moe
+
+#endif  // MOECACHE_KERNELS_CPU_MATMUL_H_

@@ -1,0 +1,46 @@
+// CPU implementations of the non-matmul ops of kernels/backend.h, parallel
+// over rows on a ThreadPool. Arguments are as documented there and already
+// validated, except for values inside arrays, which these check where noted.
+#ifndef MOECACHE_KERNELS_CPU_OPS_H_
+#define MOECACHE_KERNELS_CPU_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/backend.h"
+#include "kernels/cpu_matmul.h"
+#include "kernels/thread_pool.h"
+
+namespace moe::cpu {
+
+void RmsNorm(ThreadPool& pool, const float* x, const float* weight, float* y,
+             int64_t rows, int64_t dim, float eps);
+void Rope(ThreadPool& pool, float* q, float* k, const int32_t* positions,
+          int64_t tokens, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+          float theta);
+void KvCacheAppend(const float* k, const float* v, float* k_cache,
+                   float* v_cache, const AttentionShape& s);
+void Attention(ThreadPool& pool, const VectorOps& vo, const float* q,
+               const float* k_cache, const float* v_cache, float* out,
+               const AttentionShape& s, float scale);
+void RouterTopK(ThreadPool& pool, const float* logits, int32_t* ids,
+                float* weights, int64_t tokens, int64_t experts, int64_t top_k,
+                bool renormalize);
+// INVALID_ARGUMENT if an id is outside [0, vocab).
+absl::Status Embedding(ThreadPool& pool, const void* table, DType dtype,
+                       const int32_t* ids, float* out, int64_t tokens,
+                       int64_t vocab, int64_t hidden);
+void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n);
+void SiluMul(const float* gate, const float* up, float* out, int64_t n);
+void Add(const float* a, const float* b, float* out, int64_t n);
+void Scale(float* x, float s, int64_t n);
+void Sigmoid(const float* x, float* y, int64_t n);
+void Argmax(const float* x, int32_t* ids, int64_t rows, int64_t n);
+void LogSoftmax(ThreadPool& pool, const float* x, float* out, int64_t rows,
+                int64_t n);
+void TopK(ThreadPool& pool, const float* x, int32_t* ids, float* values,
+          int64_t rows, int64_t n, int64_t k);
+
+}  // namespace moe::cpu
+
+#endif  // MOECACHE_KERNELS_CPU_OPS_H_

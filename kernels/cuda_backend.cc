@@ -1,0 +1,219 @@
+#include "kernels/cuda_backend.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cuda_module.h"
+
+namespace moe {
+namespace {
+
+constexpr int kCudaErrorMemoryAllocation = 2;  // cudaErrorMemoryAllocation
+constexpr int kCublasAllocFailed = 3;          // CUBLAS_STATUS_ALLOC_FAILED
+
+void* S(Stream stream) { return static_cast<void*>(stream); }
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(const MoeCudaModuleApi* api, int device, std::string name)
+      : api_(api), device_(device), device_name_(std::move(name)) {}
+
+  BackendInfo Info() const override {
+    BackendInfo info;
+    info.name = "cuda";
+    info.device_name = device_name_;
+    info.is_device = true;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (api_->set_device(device_) == 0 &&
+        api_->mem_info(&free_bytes, &total_bytes) == 0) {
+      info.device_memory_bytes = static_cast<int64_t>(total_bytes);
+      info.free_memory_bytes = static_cast<int64_t>(free_bytes);
+    }
+    return info;
+  }
+
+  absl::StatusOr<void*> Alloc(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    RETURN_IF_ERROR(Check(api_->device_malloc(&p, bytes), "cudaMalloc"));
+    return p;
+  }
+  void Free(void* ptr) override {
+    if (ptr != nullptr) api_->device_free(ptr);
+  }
+  absl::StatusOr<Stream> CreateStream() override {
+    void* s = nullptr;
+    RETURN_IF_ERROR(Check(api_->stream_create(&s), "cudaStreamCreate"));
+    return static_cast<Stream>(s);
+  }
+  void DestroyStream(Stream stream) override {
+    if (stream != nullptr) api_->stream_destroy(S(stream));
+  }
+  absl::StatusOr<Event> CreateEvent() override {
+    void* e = nullptr;
+    RETURN_IF_ERROR(Check(api_->event_create(&e), "cudaEventCreate"));
+    return static_cast<Event>(e);
+  }
+  void DestroyEvent(Event event) override {
+    if (event != nullptr) api_->event_destroy(event);
+  }
+  absl::Status RecordEvent(Event event, Stream stream) override {
+    return Check(api_->event_record(event, S(stream)), "cudaEventRecord");
+  }
+  absl::Status StreamWaitEvent(Stream stream, Event event) override {
+    return Check(api_->stream_wait_event(S(stream), event),
+                 "cudaStreamWaitEvent");
+  }
+  absl::Status SynchronizeEvent(Event event) override {
+    return Check(api_->event_synchronize(event), "cudaEventSynchronize");
+  }
+  absl::Status Synchronize(Stream stream) override {
+    return Check(api_->stream_synchronize(S(stream)), "cudaStreamSynchronize");
+  }
+
+ protected:
+  absl::Status DoCopy(void* dst, const void* src, size_t bytes, int direction,
+                      Stream stream) override {
+    return Check(api_->memcpy(dst, src, bytes, direction, S(stream)),
+                 "cudaMemcpy");
+  }
+  absl::Status DoMemsetZero(void* dst, size_t bytes, Stream stream) override {
+    return Check(api_->memset_zero(dst, bytes, S(stream)), "cudaMemset");
+  }
+  absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
+                        const float* bias, float* y, int64_t m, int64_t n,
+                        int64_t k, Stream stream) override {
+    return Check(api_->matmul(x, w, static_cast<int>(w_dtype), bias, y, m, n,
+                              k, S(stream)),
+                 "MatMul");
+  }
+  absl::Status DoRmsNorm(const float* x, const float* weight, float* y,
+                         int64_t rows, int64_t dim, float eps,
+                         Stream stream) override {
+    return Check(api_->rms_norm(x, weight, y, rows, dim, eps, S(stream)),
+                 "RmsNorm");
+  }
+  absl::Status DoRope(float* q, float* k, const int32_t* positions,
+                      int64_t tokens, int64_t q_heads, int64_t kv_heads,
+                      int64_t head_dim, float theta, Stream stream) override {
+    return Check(api_->rope(q, k, positions, tokens, q_heads, kv_heads,
+                            head_dim, theta, S(stream)),
+                 "Rope");
+  }
+  absl::Status DoKvCacheAppend(const float* k, const float* v, float* k_cache,
+                               float* v_cache, const AttentionShape& shape,
+                               Stream stream) override {
+    MoeCudaAttentionShape s = ToAbi(shape);
+    return Check(api_->kv_cache_append(k, v, k_cache, v_cache, &s, S(stream)),
+                 "KvCacheAppend");
+  }
+  absl::Status DoAttention(const float* q, const float* k_cache,
+                           const float* v_cache, float* out,
+                           const AttentionShape& shape, float scale,
+                           Stream stream) override {
+    MoeCudaAttentionShape s = ToAbi(shape);
+    return Check(
+        api_->attention(q, k_cache, v_cache, out, &s, scale, S(stream)),
+        "Attention");
+  }
+  absl::Status DoRouterTopK(const float* logits, int32_t* topk_ids,
+                            float* topk_weights, int64_t tokens,
+                            int64_t experts, int64_t top_k, bool renormalize,
+                            Stream stream) override {
+    return Check(api_->router_topk(logits, topk_ids, topk_weights, tokens,
+                                   experts, top_k, renormalize ? 1 : 0,
+                                   S(stream)),
+                 "RouterTopK");
+  }
+  absl::Status DoExpertFfn(const float* x, const int32_t* rows,
+                           const float* weights, const void* gate,
+                           const void* up, const void* down, DType w_dtype,
+                           float* out, int64_t tokens, int64_t count,
+                           int64_t hidden, int64_t inter,
+                           Stream stream) override {
+    return Check(api_->expert_ffn(x, rows, weights, gate, up, down,
+                                  static_cast<int>(w_dtype), out, tokens,
+                                  count, hidden, inter, S(stream)),
+                 "ExpertFfn");
+  }
+  absl::Status DoEmbedding(const void* table, DType dtype, const int32_t* ids,
+                           float* out, int64_t tokens, int64_t vocab,
+                           int64_t hidden, Stream stream) override {
+    return Check(api_->embedding(table, static_cast<int>(dtype), ids, out,
+                                 tokens, vocab, hidden, S(stream)),
+                 "Embedding");
+  }
+  absl::Status DoConvertToF32(const void* src, DType dtype, float* dst,
+                              int64_t n, Stream stream) override {
+    return Check(api_->convert_to_f32(src, static_cast<int>(dtype), dst, n,
+                                      S(stream)),
+                 "ConvertToF32");
+  }
+  absl::Status DoElementwise(int kind, const float* a, const float* b,
+                             float* out, float s, int64_t n,
+                             Stream stream) override {
+    return Check(api_->elementwise(kind, a, b, out, s, n, S(stream)),
+                 "Elementwise");
+  }
+  absl::Status DoArgmax(const float* x, int32_t* ids, int64_t rows, int64_t n,
+                        Stream stream) override {
+    return Check(api_->argmax(x, ids, rows, n, S(stream)), "Argmax");
+  }
+  absl::Status DoLogSoftmax(const float* x, float* out, int64_t rows,
+                            int64_t n, Stream stream) override {
+    return Check(api_->log_softmax(x, out, rows, n, S(stream)), "LogSoftmax");
+  }
+  absl::Status DoTopK(const float* x, int32_t* ids, float* values,
+                      int64_t rows, int64_t n, int64_t k,
+                      Stream stream) override {
+    return Check(api_->topk(x, ids, values, rows, n, k, S(stream)), "TopK");
+  }
+
+ private:
+  static MoeCudaAttentionShape ToAbi(const AttentionShape& s) {
+    return {s.tokens, s.heads, s.kv_heads, s.head_dim, s.max_seq, s.start_pos};
+  }
+  absl::Status Check(int code, const char* what) const {
+    return CudaModuleStatus(api_, code, what);
+  }
+
+  const MoeCudaModuleApi* api_;
+  const int device_;
+  const std::string device_name_;
+};
+
+}  // namespace
+
+absl::Status CudaModuleStatus(const MoeCudaModuleApi* api, int code,
+                              const char* what) {
+  if (code == 0) return absl::OkStatus();
+  std::string msg =
+      absl::StrCat(what, ": ", api->error_string(code), " (code ", code, ")");
+  if (code == kCudaErrorMemoryAllocation ||
+      code == MOE_CUDA_CUBLAS_BASE + kCublasAllocFailed) {
+    return absl::ResourceExhaustedError(msg);
+  }
+  if (code > MOE_CUDA_MODULE_BASE) return absl::InvalidArgumentError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  auto api = LoadCudaModule();
+  if (!api.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "CUDA backend unavailable: ", api.status().message()));
+  }
+  int count = (*api)->device_count();
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA device ", device, " does not exist (", count, " devices)"));
+  }
+  RETURN_IF_ERROR(
+      CudaModuleStatus(*api, (*api)->set_device(device), "cudaSetDevice"));
+  char name[256] = {0};
+  (*api)->device_name(device, name, sizeof(name));
+  return std::unique_ptr<Backend>(new CudaBackend(*api, device, name));
+}
+
+}  // namespace moe

@@ -1,0 +1,74 @@
+// A small fixed-size thread pool for data-parallel loops (ParallelFor).
+//
+// The calling thread takes part in the work, so a pool of size 1 has no
+// worker threads at all. Work is split into fixed chunks whose boundaries do
+// not depend on which thread runs them, so results are identical for every
+// pool size as long as each output element is written by one chunk.
+//
+// Thread-safe: ParallelFor may be called from several threads; calls are
+// serialised. A ParallelFor issued from inside a running chunk runs inline.
+#ifndef MOECACHE_KERNELS_THREAD_POOL_H_
+#define MOECACHE_KERNELS_THREAD_POOL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace moe {
+
+class ThreadPool {
+ public:
+  // threads <= 0: std::thread::hardware_concurrency() (at least 1).
+  explicit ThreadPool(int threads);
+  ~ThreadPool();  // joins the workers
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return size_; }
+
+  // Calls fn(begin, end) over [0, n) in chunks of `grain` items (the last may
+  // be shorter) and returns when all chunks are done. grain <= 0 picks
+  // ceil(n / size()).
+  void ParallelFor(int64_t n, int64_t grain,
+                   const std::function<void(int64_t, int64_t)>& fn);
+
+  // Number of threads that ran at least one chunk in the last ParallelFor.
+  int LastParticipantsForTest() const { return last_participants_.load(); }
+
+ private:
+  struct Job {
+    const std::function<void(int64_t, int64_t)>* fn = nullptr;
+    int64_t n = 0;
+    int64_t grain = 1;
+    int64_t chunks = 0;
+  };
+
+  void WorkerLoop();
+  // Runs chunks of `job` until none is left.
+  void RunChunks(const Job& job);
+
+  const int size_;
+  std::vector<std::thread> workers_;
+
+  absl::Mutex run_mu_;  // serialises ParallelFor callers
+  absl::Mutex mu_;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int busy_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+
+  // The current job. A new job is installed only when no worker is busy, so
+  // a worker's copy (taken under mu_) always matches next_chunk_.
+  Job job_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> next_chunk_{0};
+  std::atomic<int> participants_{0};
+  std::atomic<int> last_participants_{0};
+};
+
+}  // namespace moe
+
+#endif  // MOECACHE_KERNELS_THREAD_POOL_H_

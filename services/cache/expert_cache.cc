@@ -1,0 +1,481 @@
+#include "services/cache/expert_cache.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "services/cache/eamc_store.h"
+
+namespace moe::cache {
+namespace {
+
+int PhaseIndex(Phase p) { return p == Phase::kPrefill ? 0 : 1; }
+
+PrefetcherOptions MakePrefetcherOptions(const ExpertCacheOptions& o) {
+  PrefetcherOptions p;
+  p.num_layers = o.num_layers;
+  p.num_experts = o.num_experts;
+  p.transfer_seconds = o.link_bytes_per_sec > 0 ? o.expert_bytes / o.link_bytes_per_sec : 1.0;
+  p.layer_seconds = o.layer_seconds > 0 ? o.layer_seconds : 1.0;
+  p.gate = o.prefetch_gate;
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
+    const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy, CopyEngine* engine,
+    HostBlockFn host_block) {
+  if (options.num_layers <= 0 || options.num_experts <= 0 || options.top_k <= 0) {
+    return absl::InvalidArgumentError("cache needs positive num_layers, num_experts, top_k");
+  }
+  if (options.capacity < options.num_experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "capacity ", options.capacity, " is below one layer's experts (", options.num_experts,
+        "): a layer could need more slots than exist"));
+  }
+  if (options.expert_bytes == 0) return absl::InvalidArgumentError("expert_bytes must be > 0");
+  if (policy == nullptr || engine == nullptr) {
+    return absl::InvalidArgumentError("cache needs a policy and a copy engine");
+  }
+  return std::unique_ptr<ExpertCache>(
+      new ExpertCache(options, std::move(policy), engine, std::move(host_block)));
+}
+
+ExpertCache::ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy,
+                         CopyEngine* engine, HostBlockFn host_block)
+    : options_(options),
+      engine_(engine),
+      host_block_(std::move(host_block)),
+      policy_(std::move(policy)),
+      prefetcher_(MakePrefetcherOptions(options)),
+      slots_(options.capacity),
+      meta_(options.capacity),
+      issued_for_layer_(options.num_layers, 0) {}
+
+void ExpertCache::BeginRequest(OwnerId owner) {
+  absl::MutexLock lock(&mu_);
+  owners_[owner] = OwnerState{};
+  policy_->OnBeginRequest();
+}
+
+void ExpertCache::EndRequest(OwnerId owner) {
+  absl::MutexLock lock(&mu_);
+  owners_[owner].last_layer = -1;
+  policy_->OnEndRequest();
+}
+
+void ExpertCache::AddHints(OwnerId owner, absl::Span<const Hint> hints) {
+  absl::MutexLock lock(&mu_);
+  for (const Hint& h : hints) {
+    if (h.layer < 0 || h.layer >= options_.num_layers || h.expert < 0 ||
+        h.expert >= options_.num_experts) {
+      continue;  // hints are advisory: drop bad ones
+    }
+    prefetcher_.AddHint(h);
+    policy_->OnHint(h);
+  }
+}
+
+absl::Status ExpertCache::ValidateDemands(int layer,
+                                          absl::Span<const ExpertDemand> demands) const {
+  if (layer < 0 || layer >= options_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " out of range"));
+  }
+  for (size_t i = 0; i < demands.size(); ++i) {
+    if (demands[i].expert < 0 || demands[i].expert >= options_.num_experts) {
+      return absl::InvalidArgumentError(absl::StrCat("expert ", demands[i].expert, " out of range"));
+    }
+    if (demands[i].tokens <= 0) return absl::InvalidArgumentError("token counts must be > 0");
+    for (size_t j = 0; j < i; ++j) {
+      if (demands[j].expert == demands[i].expert) {
+        return absl::InvalidArgumentError(absl::StrCat("duplicate expert ", demands[i].expert));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ExpertCache::MaybeBeginIteration(OwnerId owner, int layer, Phase phase) {
+  OwnerState& o = owners_[owner];
+  if (o.last_layer < 0 || layer <= o.last_layer || phase != o.phase) {
+    policy_->OnBeginIteration(phase);
+    prefetcher_.BeginIteration(phase);
+    std::fill(issued_for_layer_.begin(), issued_for_layer_.end(), 0);
+    ++stats_[PhaseIndex(phase)].iterations;
+  }
+  o.last_layer = layer;
+  o.phase = phase;
+}
+
+void ExpertCache::NotePrefetchOutcome(SlotMeta& meta, bool used) {
+  if (!meta.prefetched) return;
+  meta.prefetched = false;
+  if (used) {
+    ++stats_[PhaseIndex(meta.phase)].prefetches_used;
+  } else {
+    ++stats_[PhaseIndex(meta.phase)].prefetches_wasted;
+  }
+  prefetcher_.OnOutcome(used);
+  policy_->OnPrefetchOutcome(used);
+}
+
+void ExpertCache::CancelUnneededPrefetches(int layer, absl::Span<const ExpertDemand> demands) {
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+    SlotMeta& m = meta_[s];
+    if (m.transfer == kNoTransfer || m.demand || m.cancelling) continue;
+    const SlotInfo& info = slots_.Get(s);
+    if (info.state != SlotState::kLoading || info.key.layer != layer) continue;
+    bool needed = false;
+    for (const auto& d : demands) needed |= d.expert == info.key.expert;
+    if (needed) continue;
+    if (auto q = engine_->Query(m.transfer); q.has_value()) {
+      uint64_t moved = q->bytes_done;
+      if (q->on_link) moved = std::min(q->bytes, moved + engine_->chunk_bytes());
+      stats_[PhaseIndex(m.phase)].bytes_moved += moved;
+    }
+    if (engine_->Cancel(m.transfer).ok()) m.cancelling = true;
+  }
+}
+
+SlotId ExpertCache::ChooseSlot(const VictimContext& context,
+                               const std::function<bool(const ExpertKey&)>& may_evict) {
+  if (auto empty = slots_.FindEmpty(); empty.has_value()) return *empty;
+  std::vector<ExpertKey> keys;
+  std::vector<SlotId> ids;
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+    const SlotInfo& info = slots_.Get(s);
+    if (info.state != SlotState::kReady || info.leases > 0 || meta_[s].pins > 0) continue;
+    if (!may_evict(info.key)) continue;
+    keys.push_back(info.key);
+    ids.push_back(s);
+  }
+  if (keys.empty()) return -1;
+  const size_t pick = policy_->ChooseVictim(keys, context);
+  MOE_CHECK(pick < keys.size()) << "policy " << policy_->name() << " chose a non-candidate";
+  return ids[pick];
+}
+
+void ExpertCache::EvictSlot(SlotId slot) {
+  const SlotInfo& info = slots_.Get(slot);
+  if (info.state == SlotState::kEmpty) return;
+  MOE_CHECK(info.state == SlotState::kReady && info.leases == 0 && meta_[slot].pins == 0)
+      << "evicting a busy slot " << slot;
+  NotePrefetchOutcome(meta_[slot], /*used=*/false);
+  policy_->OnEvict(info.key);
+  slots_.Evict(slot);
+  meta_[slot] = SlotMeta{};
+}
+
+absl::Status ExpertCache::StartLoad(SlotId slot, const ExpertKey& key, TransferPriority priority,
+                                    Phase phase) {
+  const uint64_t gen = slots_.BeginLoad(slot, key);
+  TransferRequest req;
+  req.src = host_block_ ? host_block_(key) : nullptr;
+  req.dst_offset = static_cast<uint64_t>(slot) * options_.expert_bytes;
+  req.bytes = options_.expert_bytes;
+  req.priority = priority;
+  auto id = engine_->Submit(req, [this, slot, gen](TransferId, absl::Status status) {
+    OnTransferDone(slot, gen, std::move(status));
+  });
+  if (!id.ok()) {
+    slots_.AbortLoad(slot, gen).IgnoreError();
+    return id.status();
+  }
+  SlotMeta& m = meta_[slot];
+  m = SlotMeta{};
+  m.transfer = *id;
+  m.demand = priority == TransferPriority::kDemand;
+  m.prefetched = !m.demand;
+  m.phase = phase;
+  m.counted = !m.demand;
+  if (m.counted) ++inflight_prefetches_;
+  return absl::OkStatus();
+}
+
+void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  const SlotInfo& info = slots_.Get(slot);
+  if (info.state != SlotState::kLoading || info.generation != generation) return;
+  SlotMeta& m = meta_[slot];
+  if (m.counted) --inflight_prefetches_;
+  m.counted = false;
+  m.cancelling = false;
+  m.transfer = kNoTransfer;
+  if (status.ok()) {
+    stats_[PhaseIndex(m.phase)].bytes_moved += options_.expert_bytes;
+    slots_.CompleteLoad(slot, generation).IgnoreError();
+    m.demand = false;
+  } else {
+    const ExpertKey key = info.key;
+    const Phase phase = m.phase;
+    const int pins = m.pins;
+    NotePrefetchOutcome(m, /*used=*/false);
+    slots_.AbortLoad(slot, generation).IgnoreError();
+    m = SlotMeta{};
+    // A cancelled prefetch that an acquire started to need meanwhile: load
+    // it again, as a demand, into the same slot.
+    absl::Status again = absl::CancelledError();
+    if (pins > 0) again = StartLoad(slot, key, TransferPriority::kDemand, phase);
+    const uint64_t new_gen = slots_.Get(slot).generation;
+    if (again.ok()) {
+      meta_[slot].pins = pins;
+    } else {
+      policy_->OnEvict(key);
+    }
+    for (auto& [ticket, p] : pending_) {
+      for (Lease& l : p.entries) {
+        if (l.slot != slot || l.generation != generation) continue;
+        if (again.ok()) {
+          l.generation = new_gen;
+        } else {
+          p.failed = true;
+        }
+      }
+    }
+  }
+  ready_cv_.SignalAll();
+}
+
+absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
+    OwnerId owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase) {
+  RETURN_IF_ERROR(ValidateDemands(layer, demands));
+  absl::MutexLock lock(&mu_);
+  MaybeBeginIteration(owner, layer, phase);
+  CancelUnneededPrefetches(layer, demands);
+  policy_->OnRoute(layer, phase, demands);
+  prefetcher_.OnRoute(layer, phase, demands);
+  CachePhaseStats& st = stats_[PhaseIndex(phase)];
+  Pending p;
+  p.owner = owner;
+  auto needed = [&](const ExpertKey& k) {
+    if (k.layer != layer) return false;
+    for (const auto& d : demands) {
+      if (d.expert == k.expert) return true;
+    }
+    return false;
+  };
+  for (const auto& d : demands) {
+    const ExpertKey key{layer, d.expert};
+    bool hit = false;
+    SlotId slot;
+    if (auto found = slots_.Lookup(key); found.has_value()) {
+      slot = *found;
+      SlotMeta& m = meta_[slot];
+      hit = slots_.Get(slot).state == SlotState::kReady;
+      NotePrefetchOutcome(m, /*used=*/true);
+      if (!hit && !m.demand && m.transfer != kNoTransfer) {
+        if (engine_->Promote(m.transfer).ok()) {
+          m.demand = true;
+          if (m.counted) --inflight_prefetches_;
+          m.counted = false;
+        }
+      }
+    } else {
+      slot = ChooseSlot(VictimContext{layer, phase, false},
+                        [&](const ExpertKey& k) { return !needed(k); });
+      if (slot < 0) {
+        for (const Lease& l : p.entries) --meta_[l.slot].pins;
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "no free slot for ", key.ToString(), ": all slots leased, loading or needed"));
+      }
+      EvictSlot(slot);
+      absl::Status s = StartLoad(slot, key, TransferPriority::kDemand, phase);
+      if (!s.ok()) {
+        for (const Lease& l : p.entries) --meta_[l.slot].pins;
+        return s;
+      }
+      policy_->OnInsert(key, /*prefetch=*/false);
+    }
+    ++meta_[slot].pins;
+    policy_->OnAccess(key, phase, hit);
+    ++(hit ? st.hits : st.misses);
+    p.entries.push_back(Lease{key, slot, slots_.Get(slot).generation});
+  }
+  if (options_.prefetch) IssuePrefetches(layer, phase);
+  const Ticket t = next_ticket_++;
+  pending_.emplace(t, std::move(p));
+  return t;
+}
+
+void ExpertCache::IssuePrefetches(int layer, Phase phase) {
+  if (phase != Phase::kDecode) return;
+  // Targets: the next `distance` layers (expertflow's stride), each at most
+  // max_prefetch_per_layer times per iteration.
+  const int last = std::min(options_.num_layers - 1, layer + std::max(1, policy_->PrefetchDistance()));
+  std::vector<Hint> proposals;
+  policy_->ProposePrefetch(layer, &proposals);
+  for (int target = layer + 1; target <= last; ++target) {
+    int& issued = issued_for_layer_[target];
+    if (issued >= options_.max_prefetch_per_layer) continue;
+    const std::vector<Hint> cands = prefetcher_.Candidates(target, proposals);
+    for (const Hint& c : cands) {
+      if (issued >= options_.max_prefetch_per_layer) break;
+      const ExpertKey key{target, c.expert};
+      if (slots_.Lookup(key).has_value()) continue;
+      // Keep enough slots free-able for a whole layer's demand.
+      int busy = inflight_prefetches_;
+      for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+        busy += slots_.Get(s).leases > 0 || meta_[s].pins > 0 || meta_[s].demand ||
+                meta_[s].cancelling;
+      }
+      if (busy + options_.num_experts >= options_.capacity) return;
+      const SlotId slot = ChooseSlot(VictimContext{target, phase, true},
+                                     [&](const ExpertKey& k) { return k.layer <= layer; });
+      if (slot < 0) return;
+      const SlotInfo& info = slots_.Get(slot);
+      const double value =
+          info.state == SlotState::kReady ? policy_->RetentionValue(info.key) : 0.0;
+      if (!prefetcher_.Gate(c.probability, value)) break;  // the best did not pay
+      EvictSlot(slot);
+      if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return;
+      policy_->OnInsert(key, /*prefetch=*/true);
+      prefetcher_.OnIssued(prefetcher_.Calibrated(c.probability));
+      ++stats_[PhaseIndex(phase)].prefetches_issued;
+      ++issued;
+    }
+  }
+}
+
+bool ExpertCache::IsReadyLocked(const Pending& p) const {
+  for (const Lease& l : p.entries) {
+    const SlotInfo& info = slots_.Get(l.slot);
+    if (info.state != SlotState::kReady || info.generation != l.generation) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<bool> ExpertCache::IsReady(Ticket ticket) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(ticket);
+  if (it == pending_.end()) return absl::NotFoundError("unknown ticket");
+  return it->second.failed || IsReadyLocked(it->second);
+}
+
+absl::StatusOr<std::vector<Lease>> ExpertCache::FinishAcquire(Ticket ticket) {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(ticket);
+  if (it == pending_.end()) return absl::NotFoundError("unknown ticket");
+  Pending& p = it->second;
+  if (p.failed) {
+    for (const Lease& l : p.entries) --meta_[l.slot].pins;
+    pending_.erase(it);
+    return absl::AbortedError("a load for this acquire failed");
+  }
+  if (!IsReadyLocked(p)) return absl::FailedPreconditionError("acquire not ready yet");
+  std::vector<Lease> out = std::move(p.entries);
+  pending_.erase(it);
+  for (Lease& l : out) {
+    --meta_[l.slot].pins;
+    auto gen = slots_.Lease(l.slot, p.owner);
+    MOE_CHECK(gen.ok()) << gen.status();
+    l.generation = *gen;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Lease>> ExpertCache::Acquire(OwnerId owner, int layer,
+                                                        absl::Span<const ExpertDemand> demands,
+                                                        Phase phase) {
+  ASSIGN_OR_RETURN(Ticket t, StartAcquire(owner, layer, demands, phase));
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      auto it = pending_.find(t);
+      if (it == pending_.end() || it->second.failed || IsReadyLocked(it->second)) break;
+      ready_cv_.Wait(&mu_);
+    }
+  }
+  return FinishAcquire(t);
+}
+
+absl::Status ExpertCache::Release(OwnerId owner, absl::Span<const Lease> leases) {
+  absl::MutexLock lock(&mu_);
+  absl::Status first;
+  for (const Lease& l : leases) {
+    absl::Status s = slots_.Release(l.slot, l.generation, owner);
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+int64_t ExpertCache::ReleaseOwner(OwnerId owner) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.owner == owner) {
+      for (const Lease& l : it->second.entries) --meta_[l.slot].pins;
+      pending_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  owners_.erase(owner);
+  return slots_.ReleaseAllForOwner(owner);
+}
+
+absl::Status ExpertCache::SaveState(const std::string& path) const {
+  LearnedState state;
+  state.num_layers = options_.num_layers;
+  state.num_experts = options_.num_experts;
+  {
+    absl::MutexLock lock(&mu_);
+    policy_->ExportLearned(&state);
+    prefetcher_.ExportLearned(&state);
+  }
+  return SaveLearnedState(path, state);  // outside the lock: it fsyncs
+}
+
+absl::Status ExpertCache::LoadState(const std::string& path) {
+  auto state = LoadLearnedState(path, options_.num_layers, options_.num_experts);
+  if (absl::IsNotFound(state.status())) {
+    MOE_LOG(INFO) << "no saved cache state at " << path << "; starting empty";
+    return absl::OkStatus();
+  }
+  if (!state.ok()) {
+    MOE_LOG(WARNING) << "ignoring saved cache state: " << state.status().message()
+                     << "; the EAMC starts empty";
+    return state.status();
+  }
+  absl::MutexLock lock(&mu_);
+  policy_->ImportLearned(*state);
+  prefetcher_.ImportLearned(*state);
+  MOE_LOG(INFO) << "loaded cache state from " << path << ": " << state->records.size()
+                << " EAMC records";
+  return absl::OkStatus();
+}
+
+void ExpertCache::ReportStall(int64_t stall_ns) {
+  absl::MutexLock lock(&mu_);
+  policy_->OnStall(stall_ns);
+}
+
+CachePhaseStats ExpertCache::GetStats(Phase phase) const {
+  absl::MutexLock lock(&mu_);
+  return stats_[PhaseIndex(phase)];
+}
+
+void ExpertCache::ResetStats() {
+  absl::MutexLock lock(&mu_);
+  stats_[0] = stats_[1] = CachePhaseStats{};
+}
+
+std::string ExpertCache::policy_name() const {
+  absl::MutexLock lock(&mu_);
+  return policy_->name();
+}
+
+std::vector<SlotInfo> ExpertCache::SlotsForTest() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<SlotInfo> out;
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) out.push_back(slots_.Get(s));
+  return out;
+}
+
+void ExpertCache::CheckInvariantsForTest() const {
+  absl::MutexLock lock(&mu_);
+  slots_.CheckInvariantsForTest();
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) MOE_CHECK(meta_[s].pins >= 0);
+}
+
+}  // namespace moe::cache

@@ -1,0 +1,210 @@
+// ExpertCache: the core of the expert-cache daemon, also driven by the
+// simulator. It decides residency of experts in a fixed arena of slots:
+// serves per-layer demands (hits, misses, victims), issues prefetches, and
+// hands out leases on ready slots.
+//
+//   cache.BeginRequest(owner);
+//   for each iteration, for each MoE layer l:
+//     cache.AddHints(owner, hints for l + 1);          // optional
+//     leases = cache.Acquire(owner, l, demands, phase);  // blocks until ready
+//     ... compute on the slots ...
+//     cache.Release(owner, leases);
+//   cache.EndRequest(owner);
+//
+// Virtual-time use (simulator, tests): StartAcquire returns a ticket at once;
+// the caller advances its FakeCopyEngine until IsReady(ticket), then calls
+// FinishAcquire. No thread ever blocks.
+//
+// Guarantees: a slot that is leased, or that a started acquire needs, is never
+// chosen as a victim (invariant 1 of the design); a lease is only granted on a
+// slot whose copy completed (invariant 2); an owner's leases can be dropped at
+// once (ReleaseOwner, invariant 3). An iteration starts when an owner acquires
+// a layer not above its previous one.
+//
+// Policy state (EAMs, frequencies) follows the most recently begun request;
+// per-owner prediction state is future work.
+//
+// Thread-safety: all public methods are thread-safe (one mutex). Copy-engine
+// callbacks take the same mutex; the engine never calls back from inside
+// Submit/Promote/Cancel, so the cache may call the engine with it held.
+#ifndef MOECACHE_SERVICES_CACHE_EXPERT_CACHE_H_
+#define MOECACHE_SERVICES_CACHE_EXPERT_CACHE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "services/cache/copy_engine.h"
+#include "services/cache/policy.h"
+#include "services/cache/prefetcher.h"
+#include "services/cache/slot_table.h"
+
+namespace moe::cache {
+
+struct ExpertCacheOptions {
+  int num_layers = 0;
+  int num_experts = 0;
+  int top_k = 1;
+  int capacity = 0;           // slots; REQUIRES >= num_experts
+  uint64_t expert_bytes = 0;  // one expert's block; slot i at i * expert_bytes
+  bool prefetch = false;
+  bool prefetch_gate = true;
+  int max_prefetch_per_layer = 1;
+  double link_bytes_per_sec = 0;  // for the prefetch gate and stride
+  double layer_seconds = 0;
+};
+
+struct Lease {
+  ExpertKey key;
+  SlotId slot = -1;
+  uint64_t generation = 0;
+};
+
+struct CachePhaseStats {
+  uint64_t hits = 0;      // demanded and ready when the layer routed
+  uint64_t misses = 0;    // everything else (incl. prefetches still in flight)
+  uint64_t prefetches_issued = 0;
+  uint64_t prefetches_used = 0;    // demanded before eviction
+  uint64_t prefetches_wasted = 0;  // evicted or cancelled unused
+  uint64_t bytes_moved = 0;        // demand and prefetch, cancelled parts too
+  uint64_t iterations = 0;
+};
+
+class ExpertCache {
+ public:
+  using Ticket = uint64_t;
+  // Host block of an expert for the copy engine (may return null for engines
+  // that only model time).
+  using HostBlockFn = std::function<const void*(const ExpertKey&)>;
+
+  // INVALID_ARGUMENT on bad options (capacity below one layer's experts:
+  // invariant 5). `engine` is not owned and must outlive the cache.
+  static absl::StatusOr<std::unique_ptr<ExpertCache>> Create(
+      const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy,
+      CopyEngine* engine, HostBlockFn host_block = nullptr);
+
+  ExpertCache(const ExpertCache&) = delete;
+  ExpertCache& operator=(const ExpertCache&) = delete;
+
+  void BeginRequest(OwnerId owner);
+  void EndRequest(OwnerId owner);
+
+  // Hints for later layers of the current iteration (worker pre-gating or a
+  // trace's "hints").
+  void AddHints(OwnerId owner, absl::Span<const Hint> hints);
+
+  // Routes `layer`: serves hits, starts fetches for misses (victims chosen by
+  // the policy), cancels prefetches for this layer that it does not need and
+  // issues prefetches for later layers. INVALID_ARGUMENT for a bad layer or
+  // expert, or duplicate experts; RESOURCE_EXHAUSTED when no slot can be
+  // freed (every slot leased, loading or needed).
+  absl::StatusOr<Ticket> StartAcquire(OwnerId owner, int layer,
+                                      absl::Span<const ExpertDemand> demands, Phase phase);
+  // True once every expert of the ticket is ready. NOT_FOUND: unknown ticket.
+  absl::StatusOr<bool> IsReady(Ticket ticket) const;
+  // Leases the ticket's slots (in demand order). FAILED_PRECONDITION if not
+  // ready yet; ABORTED if a load failed.
+  absl::StatusOr<std::vector<Lease>> FinishAcquire(Ticket ticket);
+  // StartAcquire, wait until ready (engine callbacks from another thread),
+  // FinishAcquire. Not for FakeCopyEngine (nobody would advance it).
+  absl::StatusOr<std::vector<Lease>> Acquire(OwnerId owner, int layer,
+                                             absl::Span<const ExpertDemand> demands, Phase phase);
+
+  absl::Status Release(OwnerId owner, absl::Span<const Lease> leases);
+  // Drops every lease and pending ticket of a departed owner.
+  int64_t ReleaseOwner(OwnerId owner);
+
+  // Persists what the policy and the prefetcher learned (EAMC, next-visit and
+  // inter-layer affinity statistics) to `path`, atomically, mode 0600
+  // (format in eamc_store.h). Errors name the path.
+  absl::Status SaveState(const std::string& path) const;
+  // Loads what SaveState wrote, typically once at start. A missing file
+  // leaves the learned state empty and returns OK. A truncated, corrupt,
+  // wrong-version or other-shape file logs a WARNING, leaves the learned state
+  // as it was (empty at start) and returns the error (DATA_LOSS or
+  // FAILED_PRECONDITION) for the caller to report; it never crashes.
+  absl::Status LoadState(const std::string& path);
+
+  // Time the caller waited at a layer (feeds stall-driven policies).
+  void ReportStall(int64_t stall_ns);
+
+  CachePhaseStats GetStats(Phase phase) const;
+  void ResetStats();
+  std::string policy_name() const;
+  int capacity() const { return options_.capacity; }
+
+  // Slots and their states, for tests.
+  std::vector<SlotInfo> SlotsForTest() const;
+  void CheckInvariantsForTest() const;
+
+ private:
+  struct Pending {  // a started acquire
+    OwnerId owner = 0;
+    std::vector<Lease> entries;
+    bool failed = false;
+  };
+  struct SlotMeta {
+    TransferId transfer = kNoTransfer;  // while loading
+    bool prefetched = false;            // inserted by a prefetch, not yet used
+    bool demand = false;                // the load is (now) a demand
+    bool counted = false;               // counted in inflight_prefetches_
+    bool cancelling = false;
+    int pins = 0;                       // started acquires that need it
+    Phase phase = Phase::kDecode;       // phase whose stats pay its bytes
+  };
+  struct OwnerState {
+    int last_layer = -1;
+    Phase phase = Phase::kDecode;
+  };
+
+  ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy,
+              CopyEngine* engine, HostBlockFn host_block);
+
+  absl::Status ValidateDemands(int layer, absl::Span<const ExpertDemand> demands) const;
+  void MaybeBeginIteration(OwnerId owner, int layer, Phase phase)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CancelUnneededPrefetches(int layer, absl::Span<const ExpertDemand> demands)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finds a slot for a new load: empty, else the policy's victim among
+  // evictable slots (filter: which keys may go). -1 if none.
+  // Not evicted yet; the caller calls EvictSlot.
+  SlotId ChooseSlot(const VictimContext& context,
+                    const std::function<bool(const ExpertKey&)>& may_evict)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictSlot(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartLoad(SlotId slot, const ExpertKey& key, TransferPriority priority, Phase phase)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void IssuePrefetches(int layer, Phase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnTransferDone(SlotId slot, uint64_t generation, absl::Status status);
+  bool IsReadyLocked(const Pending& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotePrefetchOutcome(SlotMeta& meta, bool used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ExpertCacheOptions options_;
+  CopyEngine* const engine_;
+  const HostBlockFn host_block_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar ready_cv_;
+  std::unique_ptr<CachePolicy> policy_ ABSL_GUARDED_BY(mu_);
+  Prefetcher prefetcher_ ABSL_GUARDED_BY(mu_);
+  SlotTable slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<SlotMeta> meta_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Ticket, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<OwnerId, OwnerState> owners_ ABSL_GUARDED_BY(mu_);
+  Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  int inflight_prefetches_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> issued_for_layer_ ABSL_GUARDED_BY(mu_);  // this iteration
+  CachePhaseStats stats_[2] ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace moe::cache
+
+#endif  // MOECACHE_SERVICES_CACHE_EXPERT_CACHE_H_

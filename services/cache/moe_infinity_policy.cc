@@ -1,0 +1,244 @@
+#include "services/cache/moe_infinity_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "services/cache/eamc_store.h"
+
+namespace moe::cache {
+
+MoeInfinityOptions MoeInfinityOptions::Improved() {
+  MoeInfinityOptions o;
+  o.fair_share = true;
+  o.lrfu = true;
+  o.next_visit = true;
+  o.unused_first = true;
+  o.confidence = true;
+  o.layer_factor = false;
+  return o;
+}
+
+absl::Status ParseMoeInfinityOptions(const std::string& text, MoeInfinityOptions* o) {
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const std::string& k = kv.first;
+    const std::string& v = kv.second;
+    bool* flag = k == "fair_share"     ? &o->fair_share
+                 : k == "lrfu"         ? &o->lrfu
+                 : k == "next_visit"   ? &o->next_visit
+                 : k == "unused_first" ? &o->unused_first
+                 : k == "confidence"   ? &o->confidence
+                 : k == "layer_factor" ? &o->layer_factor
+                                       : nullptr;
+    if (flag != nullptr) {
+      if (v == "1" || v == "on" || v == "true") {
+        *flag = true;
+      } else if (v == "0" || v == "off" || v == "false") {
+        *flag = false;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("bad boolean for ", k, ": \"", v, "\""));
+      }
+      continue;
+    }
+    int* num = k == "match_top_k"             ? &o->match_top_k
+               : k == "eamc_capacity"         ? &o->eamc_capacity
+               : k == "max_experts_per_layer" ? &o->max_experts_per_layer
+               : k == "prefetch_layers"       ? &o->prefetch_layers
+                                              : nullptr;
+    if (num != nullptr) {
+      if (!absl::SimpleAtoi(v, num) || *num < 0 || (*num == 0 && k != "max_experts_per_layer") ||
+          (k == "eamc_capacity" && *num > Eamc::kMaxCapacity)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad value for ", k, ": \"", v, "\""));
+      }
+      continue;
+    }
+    if (k == "half_life") {
+      if (!absl::SimpleAtod(v, &o->half_life) || !(o->half_life > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad half_life: \"", v, "\""));
+      }
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown moe-infinity option \"", k, "\""));
+  }
+  return absl::OkStatus();
+}
+
+MoeInfinityPolicy::MoeInfinityPolicy(const MoeInfinityOptions& options, std::string name)
+    : options_(options), name_(std::move(name)) {}
+
+void MoeInfinityPolicy::Configure(const PolicyConfig& config) {
+  TrackingPolicy::Configure(config);
+  PredictorOptions po;
+  po.num_layers = config.num_layers;
+  po.num_experts = config.num_experts;
+  po.eamc_capacity = options_.eamc_capacity;
+  po.match_top_k = options_.match_top_k;
+  po.max_experts_per_layer = options_.max_experts_per_layer > 0 ? options_.max_experts_per_layer
+                             : config.num_experts <= 16         ? 0
+                                                                : 2 * config.top_k;
+  predictor_ = std::make_unique<Predictor>(po);
+  decay_per_token_ = std::pow(0.5, 1.0 / options_.half_life);
+  lrfu_.assign(cells(), 0);
+  lrfu_token_.assign(cells(), 0);
+  lrfu_request_.assign(cells(), -1);
+  decode_used_request_.assign(cells(), -1);
+  last_decode_token_.assign(cells(), -10);
+  reuse_hits_.assign(config.num_layers, 0);
+  reuse_total_.assign(config.num_layers, 0);
+  prev_decode_.assign(config.num_layers, {});
+}
+
+void MoeInfinityPolicy::OnBeginRequest() {
+  ++request_;
+  decode_tokens_ = 0;
+  predictor_->BeginRequest();
+  for (auto& p : prev_decode_) p.clear();
+}
+
+void MoeInfinityPolicy::OnEndRequest() { predictor_->EndRequest(); }
+
+void MoeInfinityPolicy::OnBeginIteration(Phase phase) {
+  ++token_;
+  phase_ = phase;
+  if (phase == Phase::kDecode) ++decode_tokens_;
+  predictor_->Refresh(phase);
+}
+
+void MoeInfinityPolicy::OnRoute(int layer, Phase phase,
+                                absl::Span<const ExpertDemand> demands) {
+  double total_tokens = 0;
+  for (const auto& d : demands) total_tokens += d.tokens;
+  const double tokens_in_pass = std::max(1.0, total_tokens / config_.top_k);
+  for (const auto& d : demands) {
+    const int cell = layer * config_.num_experts + d.expert;
+    predictor_->Record(layer, d.expert, static_cast<float>(d.tokens), phase);
+    const double w = phase == Phase::kDecode ? 1.0 : d.tokens / tokens_in_pass;
+    lrfu_[cell] = Lrfu(cell) + w;
+    lrfu_token_[cell] = token_;
+    lrfu_request_[cell] = request_;
+    if (phase == Phase::kDecode) {
+      decode_used_request_[cell] = request_;
+      last_decode_token_[cell] = token_;
+    }
+  }
+  if (phase != Phase::kDecode) return;
+  auto& prev = prev_decode_[layer];
+  for (int32_t e : prev) {
+    reuse_total_[layer] += 1;
+    for (const auto& d : demands) {
+      if (d.expert == e) {
+        reuse_hits_[layer] += 1;
+        break;
+      }
+    }
+  }
+  prev.clear();
+  for (const auto& d : demands) prev.push_back(d.expert);
+}
+
+double MoeInfinityPolicy::Lrfu(int cell) const {
+  if (lrfu_request_[cell] != request_) return 0;
+  return lrfu_[cell] * std::pow(decay_per_token_, static_cast<double>(token_ - lrfu_token_[cell]));
+}
+
+double MoeInfinityPolicy::Value(const ExpertKey& key) const {
+  const int cell = Index(key);
+  double f = 0;
+  if (options_.lrfu) f = std::min(1.0, Lrfu(cell) * (1.0 - decay_per_token_));
+  double c = 0, pred = 0;
+  if (predictor_->has_prediction()) {
+    c = options_.confidence ? predictor_->confidence() : 1.0;
+    pred = std::min(1.0, static_cast<double>(predictor_->Predicted(key.layer, key.expert)) *
+                             config_.top_k);
+  }
+  double v = (1.0 - c) * f + c * pred;
+  if (options_.next_visit && last_decode_token_[cell] >= token_ - 1) {
+    // A small bonus: the learned chance of reuse at this layer's next token.
+    const double p = (reuse_hits_[key.layer] + 1.0) / (reuse_total_[key.layer] + 2.0);
+    v += 0.25 * p;
+  }
+  if (options_.layer_factor) v *= 1.0 - static_cast<double>(key.layer) / config_.num_layers;
+  return v;
+}
+
+double MoeInfinityPolicy::PaperPriority(const ExpertKey& key) const {
+  double p;
+  if (predictor_->has_prediction()) {
+    p = predictor_->Predicted(key.layer, key.expert);  // rows sum to 1
+  } else {
+    // Nothing matched yet: the request's own activations stand in.
+    const Eam& a = predictor_->decode_eam().empty() ? predictor_->prefill_eam()
+                                                    : predictor_->decode_eam();
+    p = a.at(key.layer, key.expert);
+  }
+  return (p + options_.eps) * (1.0 - static_cast<double>(key.layer) / config_.num_layers);
+}
+
+size_t MoeInfinityPolicy::ChooseVictim(absl::Span<const ExpertKey> candidates,
+                                       const VictimContext& context) {
+  const int layer = options_.fair_share ? FairShareLayer(candidates, context.layer) : -1;
+  const bool paper = !options_.fair_share && !options_.lrfu && !options_.next_visit &&
+                     !options_.unused_first && !options_.confidence;
+  if (paper) {
+    return ArgMin(candidates, layer, [&](const ExpertKey& k) { return PaperPriority(k); });
+  }
+  const bool tiers = options_.unused_first && phase_ == Phase::kDecode;
+  size_t pick = ArgMin(candidates, layer, [&](const ExpertKey& k) {
+    double v = Value(k);
+    if (tiers && decode_used_request_[Index(k)] == request_) v += 2.0;
+    return v;
+  });
+  return pick < candidates.size() ? pick : 0;
+}
+
+double MoeInfinityPolicy::RetentionValue(const ExpertKey& key) const {
+  return std::clamp(Value(key), 0.0, 1.0);
+}
+
+void MoeInfinityPolicy::ProposePrefetch(int routed_layer, std::vector<Hint>* out) {
+  if (!predictor_->has_prediction()) return;
+  const int L = config_.num_layers;
+  const double c = options_.confidence ? predictor_->confidence() : 1.0;
+  for (int d = 1; d <= options_.prefetch_layers && routed_layer + d < L; ++d) {
+    const int layer = routed_layer + d;
+    const double w = 1.0 - static_cast<double>(d) / L;
+    int best[2] = {-1, -1};
+    for (int e = 0; e < config_.num_experts; ++e) {
+      const float p = predictor_->Predicted(layer, e);
+      if (p <= 0) continue;
+      if (best[0] < 0 || p > predictor_->Predicted(layer, best[0])) {
+        best[1] = best[0];
+        best[0] = e;
+      } else if (best[1] < 0 || p > predictor_->Predicted(layer, best[1])) {
+        best[1] = e;
+      }
+    }
+    for (int e : best) {
+      if (e < 0) continue;
+      const double p = std::min(1.0, static_cast<double>(predictor_->Predicted(layer, e)) * config_.top_k);
+      out->push_back({layer, e, static_cast<float>(p * w * c)});
+    }
+  }
+}
+
+void MoeInfinityPolicy::ExportLearned(LearnedState* state) const {
+  state->records = predictor_->eamc().records();
+  state->reuse_hits = reuse_hits_;
+  state->reuse_total = reuse_total_;
+}
+
+void MoeInfinityPolicy::ImportLearned(const LearnedState& state) {
+  Eamc& eamc = predictor_->eamc();
+  eamc.Clear();
+  for (const EamcRecord& r : state.records) eamc.AddRecord(r);
+  if (state.reuse_hits.size() == reuse_hits_.size() &&
+      state.reuse_total.size() == reuse_total_.size()) {
+    reuse_hits_ = state.reuse_hits;
+    reuse_total_ = state.reuse_total;
+  }
+}
+
+}  // namespace moe::cache

@@ -1,0 +1,118 @@
+#include "services/cache/prefetcher.h"
+
+#include <algorithm>
+
+namespace moe::cache {
+
+Prefetcher::Prefetcher(const PrefetcherOptions& o)
+    : options_(o),
+      max_lag_(std::max(1, std::min(o.num_experts > 64 ? 1 : o.max_lag, o.num_layers - 1))),
+      routed_(o.num_layers),
+      hints_(o.num_layers) {
+  const size_t e = o.num_experts;
+  aff_.assign(static_cast<size_t>(max_lag_) * o.num_layers * e * e, 0.0f);
+  aff_from_.assign(static_cast<size_t>(max_lag_) * o.num_layers * e, 0.0f);
+}
+
+size_t Prefetcher::AffIndex(int lag, int layer, int a, int b) const {
+  const size_t e = options_.num_experts;
+  return ((static_cast<size_t>(lag - 1) * options_.num_layers + layer) * e + a) * e + b;
+}
+
+void Prefetcher::BeginIteration(Phase phase) {
+  phase_ = phase;
+  for (auto& r : routed_) r.clear();
+}
+
+void Prefetcher::OnRoute(int layer, Phase phase, absl::Span<const ExpertDemand> demands) {
+  auto& routed = routed_[layer];
+  routed.clear();
+  for (const auto& d : demands) routed.push_back(d.expert);
+  for (int32_t h : hints_[layer]) {
+    hint_total_ += 1;
+    if (std::find(routed.begin(), routed.end(), h) != routed.end()) hint_hits_ += 1;
+  }
+  hints_[layer].clear();  // consumed
+  if (phase != Phase::kDecode) return;
+  const size_t e = options_.num_experts;
+  for (int lag = 1; lag <= max_lag_ && layer - lag >= 0; ++lag) {
+    const int from = layer - lag;
+    for (int32_t a : routed_[from]) {
+      aff_from_[(static_cast<size_t>(lag - 1) * options_.num_layers + from) * e + a] += 1;
+      for (int32_t b : routed) aff_[AffIndex(lag, from, a, b)] += 1;
+    }
+  }
+}
+
+void Prefetcher::AddHint(const Hint& hint) {
+  if (hint.layer < 0 || hint.layer >= options_.num_layers) return;
+  hints_[hint.layer].push_back(hint.expert);
+}
+
+std::vector<Hint> Prefetcher::Candidates(int target, const std::vector<Hint>& proposals) const {
+  std::vector<float> p(options_.num_experts, 0.0f);
+  const float hp = static_cast<float>(hint_precision());
+  for (int32_t h : hints_[target]) p[h] = std::max(p[h], hp);
+  const size_t e = options_.num_experts;
+  for (int lag = 1; lag <= max_lag_ && target - lag >= 0; ++lag) {
+    const int from = target - lag;
+    for (int32_t a : routed_[from]) {
+      const float n = aff_from_[(static_cast<size_t>(lag - 1) * options_.num_layers + from) * e + a];
+      if (n < 4) continue;  // too little evidence
+      for (size_t b = 0; b < e; ++b) {
+        p[b] = std::max(p[b], Affinity(lag, from, a, static_cast<int>(b)) / n);
+      }
+    }
+    if (!routed_[from].empty()) break;  // the closest routed layer only
+  }
+  for (const Hint& h : proposals) {
+    if (h.layer == target) p[h.expert] = std::max(p[h.expert], h.probability);
+  }
+  std::vector<Hint> out;
+  for (size_t b = 0; b < e; ++b) {
+    if (p[b] > 0) out.push_back({target, static_cast<int32_t>(b), p[b]});
+  }
+  std::sort(out.begin(), out.end(), [](const Hint& x, const Hint& y) {
+    return x.probability != y.probability ? x.probability > y.probability : x.expert < y.expert;
+  });
+  return out;
+}
+
+double Prefetcher::accuracy_scale() const {
+  return std::clamp((used_ + 1.0) / (predicted_sum_ + 1.0), 0.25, 2.0);
+}
+
+double Prefetcher::Calibrated(double p) const { return std::clamp(p * accuracy_scale(), 0.0, 1.0); }
+
+bool Prefetcher::Gate(double probability, double victim_value) const {
+  if (!options_.gate) return probability > 0;
+  const double p = Calibrated(probability);
+  const double x = options_.transfer_seconds;
+  const double t = options_.layer_seconds;
+  return p * std::min(x, t) > (1.0 - p) * victim_value * x;
+}
+
+void Prefetcher::OnIssued(double probability) { predicted_sum_ += probability; }
+
+void Prefetcher::OnOutcome(bool used) { used_ += used ? 1 : 0; }
+
+void Prefetcher::ExportLearned(LearnedState* state) const {
+  state->affinity_lags = max_lag_;
+  state->affinity = aff_;
+  state->affinity_from = aff_from_;
+}
+
+void Prefetcher::ImportLearned(const LearnedState& state) {
+  if (state.affinity.empty()) return;
+  const int lags = std::min(max_lag_, state.affinity_lags);
+  // Layout [lag-1][...]: the first `lags` lags are a prefix of both arrays.
+  const size_t from = static_cast<size_t>(lags) * options_.num_layers * options_.num_experts;
+  if (state.affinity_from.size() < from || state.affinity.size() < from * options_.num_experts) {
+    return;
+  }
+  std::copy(state.affinity.begin(), state.affinity.begin() + from * options_.num_experts,
+            aff_.begin());
+  std::copy(state.affinity_from.begin(), state.affinity_from.begin() + from, aff_from_.begin());
+}
+
+}  // namespace moe::cache

@@ -1,0 +1,86 @@
+// Prefetcher: where prefetch candidates come from and whether one pays.
+//
+// Candidate sources for a target layer, merged by the highest probability:
+//  - hints (e.g. the worker applying the next layer's router early), with the
+//    probability set to the hints' measured precision;
+//  - inter-layer affinity learned online from decode tokens: P(b at layer
+//    l+d | a at layer l), for the experts routed at l this iteration;
+//  - the policy's own proposals (moe-infinity's predicted EAM).
+//
+// Gate (../shared/notes/cache-findings.md): issue only if
+//   p * min(X, T) > (1 - p) * value(victim) * X
+// with X the transfer time of one expert, T the layer compute time, value the
+// victim's retention value in [0, 1], and p the candidate's probability scaled
+// by the measured accuracy of past prefetches (used / sum of predicted p).
+//
+// Thread-safety: none (used under the cache's mutex).
+#ifndef MOECACHE_SERVICES_CACHE_PREFETCHER_H_
+#define MOECACHE_SERVICES_CACHE_PREFETCHER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "services/cache/eamc_store.h"
+#include "services/cache/policy.h"
+
+namespace moe::cache {
+
+struct PrefetcherOptions {
+  int num_layers = 0;
+  int num_experts = 0;
+  double transfer_seconds = 0;  // X: one expert over the link
+  double layer_seconds = 0;     // T
+  bool gate = true;
+  int max_lag = 3;  // affinity lags learned (1 only when E > 64)
+};
+
+class Prefetcher {
+ public:
+  explicit Prefetcher(const PrefetcherOptions& options);
+
+  void BeginIteration(Phase phase);
+  // Layer routed: learns affinity (decode) and hint precision.
+  void OnRoute(int layer, Phase phase, absl::Span<const ExpertDemand> demands);
+  // A hint for a later layer; kept until that layer routes.
+  void AddHint(const Hint& hint);
+
+  // Candidates for `target_layer`, best first; `proposals` may hold any
+  // layers (others are ignored).
+  std::vector<Hint> Candidates(int target_layer, const std::vector<Hint>& proposals) const;
+
+  bool Gate(double probability, double victim_value) const;
+  double Calibrated(double probability) const;
+
+  void OnIssued(double probability);
+  void OnOutcome(bool used);
+
+  // Inter-layer affinity counts, for persistence (eamc_store.h). Import takes
+  // the lags both sides have.
+  void ExportLearned(LearnedState* state) const;
+  void ImportLearned(const LearnedState& state);
+
+  double accuracy_scale() const;
+  double hint_precision() const { return (hint_hits_ + 1.0) / (hint_total_ + 2.0); }
+  int max_lag() const { return max_lag_; }
+
+ private:
+  size_t AffIndex(int lag, int layer, int a, int b) const;
+  float Affinity(int lag, int layer, int a, int b) const { return aff_[AffIndex(lag, layer, a, b)]; }
+
+  PrefetcherOptions options_;
+  int max_lag_;
+  Phase phase_ = Phase::kDecode;
+  std::vector<float> aff_;      // [lag-1][layer][a][b] counts
+  std::vector<float> aff_from_; // [lag-1][layer][a] counts
+  std::vector<std::vector<int32_t>> routed_;  // this iteration, per layer
+  std::vector<std::vector<int32_t>> hints_;   // per layer, until it routes
+  double hint_hits_ = 0;
+  double hint_total_ = 0;
+  double predicted_sum_ = 0;
+  double used_ = 0;
+};
+
+}  // namespace moe::cache
+
+#endif  // MOECACHE_SERVICES_CACHE_PREFETCHER_H_

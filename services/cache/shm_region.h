@@ -1,0 +1,86 @@
+// ShmRegion: a POSIX shared-memory mapping for the CPU expert arena.
+//
+// The daemon Create()s the region (read-write); a worker maps the same memory
+// read-only with OpenReadOnly (from a file descriptor passed over a Unix
+// socket, or inherited) or OpenReadOnlyByName (a shm_open name).
+//
+//  - Anonymous regions (empty name) use memfd_create(MFD_CLOEXEC |
+//    MFD_ALLOW_SEALING); the size is then sealed (F_SEAL_GROW|F_SEAL_SHRINK)
+//    so no process can truncate the region under another one's mapping.
+//  - Named regions ("/moecache-arena") use shm_open(O_CREAT|O_EXCL, 0600)
+//    and are shm_unlink'ed when the creating ShmRegion is destroyed.
+//  - The file mode is set to 0600 explicitly (not left to the umask).
+//  - A size above MemAvailable (or, for named regions, the free space of
+//    /dev/shm) is refused at once with RESOURCE_EXHAUSTED; then the memory is
+//    reserved up front (posix_fallocate), so a shortage fails at Create
+//    instead of as SIGBUS on first touch.
+//
+// Errors: INVALID_ARGUMENT (bad name, zero size, size larger than the
+// object), ALREADY_EXISTS (named region exists), NOT_FOUND (no such name),
+// PERMISSION_DENIED (EACCES/EPERM), RESOURCE_EXHAUSTED (ENOMEM/ENOSPC/EMFILE/
+// EFBIG), INTERNAL otherwise; messages carry the name and strerror.
+//
+// Thread-safety: a const ShmRegion may be used from any thread; the memory
+// itself is unsynchronized (the residency protocol orders access).
+#ifndef MOECACHE_SERVICES_CACHE_SHM_REGION_H_
+#define MOECACHE_SERVICES_CACHE_SHM_REGION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace moe::cache {
+
+class ShmRegion {
+ public:
+  // An empty, unmapped region.
+  ShmRegion() = default;
+  ~ShmRegion();
+
+  ShmRegion(ShmRegion&& other) noexcept;
+  ShmRegion& operator=(ShmRegion&& other) noexcept;
+  ShmRegion(const ShmRegion&) = delete;
+  ShmRegion& operator=(const ShmRegion&) = delete;
+
+  // Creates and maps read-write a zero-filled region of `bytes` (> 0).
+  // `name`: empty for an anonymous memfd, else a shm_open name ("/x", one
+  // slash, at most 255 characters).
+  static absl::StatusOr<ShmRegion> Create(absl::string_view name,
+                                          uint64_t bytes);
+
+  // Maps the first `bytes` (> 0) of the object behind `fd` read-only. The fd
+  // is duplicated (the caller keeps ownership of `fd`).
+  // INVALID_ARGUMENT if the object is smaller than `bytes`.
+  static absl::StatusOr<ShmRegion> OpenReadOnly(int fd, uint64_t bytes);
+
+  // Same for a named region created by another ShmRegion.
+  static absl::StatusOr<ShmRegion> OpenReadOnlyByName(absl::string_view name,
+                                                      uint64_t bytes);
+
+  bool valid() const { return data_ != nullptr; }
+  // REQUIRES: writable() for mutable_data().
+  uint8_t* mutable_data() const { return writable_ ? data_ : nullptr; }
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool writable() const { return writable_; }
+  // The descriptor (owned by this object; CLOEXEC), e.g. to pass to a worker.
+  int fd() const { return fd_; }
+  // The shm_open name, empty for anonymous regions.
+  const std::string& name() const { return name_; }
+
+ private:
+  void Reset();
+
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  int fd_ = -1;
+  bool writable_ = false;
+  bool unlink_on_destroy_ = false;
+  std::string name_;
+};
+
+}  // namespace moe::cache
+
+#endif  // MOECACHE_SERVICES_CACHE_SHM_REGION_H_

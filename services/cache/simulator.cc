@@ -1,0 +1,215 @@
+#include "services/cache/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "services/cache/expert_cache.h"
+#include "services/cache/fake_copy_engine.h"
+#include "services/cache/policy.h"
+
+namespace moe::cache {
+namespace {
+
+using trace::Phase;
+using trace::Trace;
+using trace::TraceRequest;
+
+// One iteration: per layer, the demanded experts with token counts.
+struct Iteration {
+  Phase phase;
+  int token;  // first token of the iteration in the request
+  std::vector<std::vector<ExpertDemand>> layers;
+};
+
+std::vector<Iteration> Iterations(const TraceRequest& r, int num_layers) {
+  std::vector<Iteration> out;
+  const int prefill = r.num_prefill_tokens();
+  if (prefill > 0) {
+    Iteration it{Phase::kPrefill, 0, std::vector<std::vector<ExpertDemand>>(num_layers)};
+    for (int l = 0; l < num_layers; ++l) {
+      std::map<int32_t, int32_t> counts;
+      for (int t = 0; t < prefill; ++t) {
+        for (int32_t e : r.experts[t][l]) ++counts[e];
+      }
+      for (auto [e, n] : counts) it.layers[l].push_back({e, n});
+    }
+    out.push_back(std::move(it));
+  }
+  for (int t = prefill; t < r.num_tokens(); ++t) {
+    Iteration it{Phase::kDecode, t, std::vector<std::vector<ExpertDemand>>(num_layers)};
+    for (int l = 0; l < num_layers; ++l) {
+      for (int32_t e : r.experts[t][l]) it.layers[l].push_back({e, 1});
+      std::sort(it.layers[l].begin(), it.layers[l].end(),
+                [](const ExpertDemand& a, const ExpertDemand& b) { return a.expert < b.expert; });
+    }
+    out.push_back(std::move(it));
+  }
+  return out;
+}
+
+PhaseResult ToPhase(const CachePhaseStats& s, double stall_ms, double time_ms) {
+  PhaseResult p;
+  p.iterations = s.iterations;
+  p.hits = s.hits;
+  p.misses = s.misses;
+  p.prefetches_issued = s.prefetches_issued;
+  p.prefetches_used = s.prefetches_used;
+  p.bytes_moved = s.bytes_moved;
+  p.stall_ms = stall_ms;
+  p.time_ms = time_ms;
+  return p;
+}
+
+nlohmann::json PhaseJson(const trace::TraceHeader& h, const SimOptions& o, const PhaseResult& r,
+                         const PhaseResult& belady) {
+  const double tokens = std::max<double>(1, r.iterations);
+  const double accesses = std::max<double>(1, r.hits + r.misses);
+  const double compute = h.num_layers * o.link.layer_ms;
+  const double floor = std::max(compute, belady.misses / tokens * o.link.transfer_ms());
+  const double tpot = r.time_ms / tokens;
+  nlohmann::json j;
+  j["tokens"] = r.iterations;
+  j["hit_rate"] = r.hits / accesses;
+  j["misses"] = r.misses;
+  j["prefetches_issued"] = r.prefetches_issued;
+  j["prefetches_used"] = r.prefetches_used;
+  j["bytes_moved"] = r.bytes_moved;
+  j["stall_ms_per_token"] = r.stall_ms / tokens;
+  j["tpot_ms"] = tpot;
+  j["floor_tpot_ms"] = floor;
+  j["tpot_over_floor"] = floor > 0 ? tpot / floor : 0.0;
+  return j;
+}
+
+}  // namespace
+
+absl::StatusOr<int> CapacityFromFraction(const trace::TraceHeader& h, double frac) {
+  if (!(frac > 0 && frac <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("capacity fraction must be in (0, 1], got ", frac));
+  }
+  return std::max(1, static_cast<int>(std::lround(frac * h.num_layers * h.num_experts)));
+}
+
+std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const Trace& trace, int passes) {
+  std::vector<std::vector<ExpertKey>> groups;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (const auto& r : trace.requests) {
+      for (const auto& it : Iterations(r, trace.header.num_layers)) {
+        for (int l = 0; l < trace.header.num_layers; ++l) {
+          std::vector<ExpertKey> g;
+          for (const auto& d : it.layers[l]) g.push_back({l, d.expert});
+          groups.push_back(std::move(g));
+        }
+      }
+    }
+  }
+  return groups;
+}
+
+absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy_spec,
+                                   const SimOptions& o) {
+  const auto& h = trace.header;
+  if (o.capacity < h.num_experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "capacity ", o.capacity, " is below one layer's experts (", h.num_experts, ")"));
+  }
+  if (!(o.link.expert_mb > 0 && o.link.link_gbps > 0 && o.link.layer_ms >= 0 &&
+        o.link.chunk_mb > 0)) {
+    return absl::InvalidArgumentError("link model needs expert_mb, link_gbps, chunk_mb > 0");
+  }
+  if (o.passes < 1) return absl::InvalidArgumentError("passes must be >= 1");
+  PolicyConfig pc;
+  pc.num_layers = h.num_layers;
+  pc.num_experts = h.num_experts;
+  pc.top_k = h.top_k;
+  pc.capacity = o.capacity;
+  pc.expert_bytes = static_cast<double>(o.link.expert_bytes());
+  pc.link_bytes_per_sec = o.link.link_gbps * 1e9;
+  pc.layer_seconds = o.link.layer_ms * 1e-3;
+  std::unique_ptr<CachePolicy> policy;
+  const bool belady = policy_spec == "belady";
+  if (belady) {
+    policy = MakeBeladyPolicy(FlattenAccessGroups(trace, o.passes), pc);
+  } else {
+    ASSIGN_OR_RETURN(policy, MakePolicy(policy_spec, pc));
+  }
+  FakeCopyEngineOptions eo;
+  eo.bandwidth_bytes_per_sec = static_cast<uint64_t>(o.link.link_gbps * 1e9);
+  eo.chunk_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(o.link.chunk_mb * 1e6));
+  ASSIGN_OR_RETURN(auto engine, FakeCopyEngine::Create(eo));
+  ExpertCacheOptions co;
+  co.num_layers = h.num_layers;
+  co.num_experts = h.num_experts;
+  co.top_k = h.top_k;
+  co.capacity = o.capacity;
+  co.expert_bytes = o.link.expert_bytes();
+  co.prefetch = o.prefetch && !belady;
+  co.link_bytes_per_sec = pc.link_bytes_per_sec;
+  co.layer_seconds = pc.layer_seconds;
+  ASSIGN_OR_RETURN(auto cache, ExpertCache::Create(co, std::move(policy), engine.get()));
+
+  const OwnerId owner = 1;
+  const int64_t layer_ns = static_cast<int64_t>(std::llround(o.link.layer_ms * 1e6));
+  double stall_ms[2] = {0, 0}, time_ms[2] = {0, 0};
+  std::vector<Hint> hints;
+  for (int pass = 0; pass < o.passes; ++pass) {
+    if (pass == o.passes - 1) {
+      cache->ResetStats();
+      stall_ms[0] = stall_ms[1] = time_ms[0] = time_ms[1] = 0;
+    }
+    for (const auto& r : trace.requests) {
+      cache->BeginRequest(owner);
+      for (const Iteration& it : Iterations(r, h.num_layers)) {
+        const int pi = it.phase == Phase::kPrefill ? 0 : 1;
+        for (int l = 0; l < h.num_layers; ++l) {
+          if (!r.hints.empty() && l + 1 < h.num_layers && it.phase == Phase::kDecode) {
+            hints.clear();
+            for (int32_t e : r.hints[it.token][l + 1]) hints.push_back({l + 1, e, 0.0f});
+            cache->AddHints(owner, hints);
+          }
+          const int64_t t0 = engine->now_ns();
+          ASSIGN_OR_RETURN(auto ticket, cache->StartAcquire(owner, l, it.layers[l], it.phase));
+          while (true) {
+            ASSIGN_OR_RETURN(bool ready, cache->IsReady(ticket));
+            if (ready) break;
+            auto next = engine->NextCompletionTime();
+            if (!next.has_value()) return absl::InternalError("acquire waits on an idle link");
+            engine->AdvanceTo(std::max(*next, engine->now_ns()));
+          }
+          const int64_t stall = engine->now_ns() - t0;
+          ASSIGN_OR_RETURN(auto leases, cache->FinishAcquire(ticket));
+          cache->ReportStall(stall);
+          engine->AdvanceTo(engine->now_ns() + layer_ns);
+          RETURN_IF_ERROR(cache->Release(owner, leases));
+          stall_ms[pi] += stall * 1e-6;
+          time_ms[pi] += (stall + layer_ns) * 1e-6;
+        }
+      }
+      cache->EndRequest(owner);
+    }
+  }
+  SimResult res;
+  res.policy = belady ? "belady" : policy_spec;
+  res.capacity = o.capacity;
+  res.prefetch = co.prefetch;
+  res.prefill = ToPhase(cache->GetStats(Phase::kPrefill), stall_ms[0], time_ms[0]);
+  res.decode = ToPhase(cache->GetStats(Phase::kDecode), stall_ms[1], time_ms[1]);
+  return res;
+}
+
+nlohmann::json ReportJson(const trace::TraceHeader& h, const SimOptions& o, const SimResult& r,
+                          const SimResult& belady) {
+  nlohmann::json j = PhaseJson(h, o, r.decode, belady.decode);
+  nlohmann::json out;
+  out["policy"] = r.policy;
+  out["capacity"] = r.capacity;
+  out["prefetch"] = r.prefetch;
+  for (auto& [k, v] : j.items()) out[k] = v;
+  out["prefill"] = PhaseJson(h, o, r.prefill, belady.prefill);
+  return out;
+}
+
+}  // namespace moe::cache

@@ -1,0 +1,83 @@
+// The trace simulator: replays a `moe-trace/1` trace through the cache
+// library itself (ExpertCache + policy + prefetcher) on a virtual clock with
+// one modelled link (FakeCopyEngine).
+//
+// Model: all prefill tokens of a request are one iteration (each layer needs
+// the union of their experts), each decode token is one iteration. At each MoE
+// layer the needed experts must be ready before that layer's compute (T ms)
+// starts; the link keeps working (prefetches) during compute. A "token" in the
+// prefill figures is one prefill iteration.
+//
+// floor_tpot_ms = max(L x T, Belady misses per token x S / B), Belady being
+// the offline optimum (demand fetch only) at the same capacity.
+#ifndef MOECACHE_SERVICES_CACHE_SIMULATOR_H_
+#define MOECACHE_SERVICES_CACHE_SIMULATOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "services/cache/slot_table.h"
+#include "services/cache/trace.h"
+
+namespace moe::cache {
+
+struct LinkModel {
+  double expert_mb = 17;   // bytes per expert / 1e6
+  double link_gbps = 25;   // GB/s (1e9 bytes per second)
+  double layer_ms = 0.3;   // compute per MoE layer per iteration
+  double chunk_mb = 1;     // transfer chunk (preemption granularity)
+
+  uint64_t expert_bytes() const { return static_cast<uint64_t>(expert_mb * 1e6); }
+  // Transfer time of one expert.
+  double transfer_ms() const { return expert_mb / link_gbps; }
+};
+
+struct SimOptions {
+  int capacity = 0;  // slots
+  bool prefetch = false;
+  LinkModel link;
+  int passes = 1;  // replay the trace this many times; report the last pass
+};
+
+struct PhaseResult {
+  uint64_t iterations = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t prefetches_issued = 0;
+  uint64_t prefetches_used = 0;
+  uint64_t bytes_moved = 0;
+  double stall_ms = 0;  // total
+  double time_ms = 0;   // total (compute + stall)
+};
+
+struct SimResult {
+  std::string policy;
+  int capacity = 0;
+  bool prefetch = false;
+  PhaseResult decode;
+  PhaseResult prefill;
+};
+
+// Rounds frac x L x E; INVALID_ARGUMENT unless in (0, 1].
+absl::StatusOr<int> CapacityFromFraction(const trace::TraceHeader& header, double frac);
+
+// The sequence of per-layer expert sets the simulator serves, in order
+// (passes x requests x iterations x layers); each set sorted by expert.
+std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const trace::Trace& trace, int passes);
+
+// Runs one policy ("belady" or any MakePolicy spec).
+absl::StatusOr<SimResult> Simulate(const trace::Trace& trace, const std::string& policy,
+                                   const SimOptions& options);
+
+// The report of issue 4: decode figures at top level, prefill under
+// "prefill", plus policy and capacity. `belady` is the Belady run at the same
+// capacity (for the floor).
+nlohmann::json ReportJson(const trace::TraceHeader& header, const SimOptions& options,
+                          const SimResult& result, const SimResult& belady);
+
+}  // namespace moe::cache
+
+#endif  // MOECACHE_SERVICES_CACHE_SIMULATOR_H_

@@ -1,0 +1,66 @@
+#include "services/engine/in_memory_provider.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace moe {
+
+absl::StatusOr<std::unique_ptr<InMemoryExpertProvider>>
+InMemoryExpertProvider::Create(const MoeModel& model) {
+  std::unique_ptr<InMemoryExpertProvider> p(new InMemoryExpertProvider(model));
+  const ModelConfig& c = model.config();
+  const ModelDescription& d = model.description();
+  Backend& be = model.backend();
+  const bool device = be.Info().is_device;
+  for (int l = 0; l < c.num_moe_layers(); ++l) {
+    for (int e = 0; e < c.num_experts; ++e) {
+      const void* ptrs[3];
+      const TensorRole roles[3] = {TensorRole::kExpertGate,
+                                   TensorRole::kExpertUp,
+                                   TensorRole::kExpertDown};
+      for (int r = 0; r < 3; ++r) {
+        ASSIGN_OR_RETURN(TensorView v, d.Expert(l, e, roles[r]));
+        ptrs[r] = v.data;
+        if (device) {
+          ASSIGN_OR_RETURN(void* dst, be.Alloc(v.nbytes));
+          p->owned_.push_back(dst);
+          RETURN_IF_ERROR(be.CopyToDevice(dst, v.data, v.nbytes));
+          ptrs[r] = dst;
+        }
+      }
+      p->views_.push_back({e, ptrs[0], ptrs[1], ptrs[2], d.expert_dtype()});
+    }
+  }
+  return p;
+}
+
+InMemoryExpertProvider::~InMemoryExpertProvider() {
+  for (void* ptr : owned_) model_.backend().Free(ptr);
+}
+
+absl::StatusOr<ExpertLease> InMemoryExpertProvider::Acquire(
+    int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
+  const ModelConfig& c = model_.config();
+  if (moe_layer < 0 || moe_layer >= c.num_moe_layers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE layer ", moe_layer, " out of range"));
+  }
+  ExpertLease lease;
+  lease.moe_layer = moe_layer;
+  for (const ExpertDemand& d : demands) {
+    if (d.expert < 0 || d.expert >= c.num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", d.expert, " out of range"));
+    }
+    lease.views.push_back(views_[moe_layer * c.num_experts + d.expert]);
+  }
+  lease.hits = static_cast<int32_t>(demands.size());
+  ++acquires_;
+  return lease;
+}
+
+void InMemoryExpertProvider::Release(ExpertLease& lease) {
+  lease.views.clear();
+}
+
+}  // namespace moe

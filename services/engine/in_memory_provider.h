@@ -1,0 +1,42 @@
+// An ExpertProvider with every expert already in backend memory: the whole
+// checkpoint mapped (CPU) or uploaded once (device). Every acquire is a hit.
+// Used by `moectl run` and as the reference the daemon-backed provider must
+// match bit for bit.
+//
+// Thread-compatible.
+#ifndef MOECACHE_SERVICES_ENGINE_IN_MEMORY_PROVIDER_H_
+#define MOECACHE_SERVICES_ENGINE_IN_MEMORY_PROVIDER_H_
+
+#include <memory>
+#include <vector>
+
+#include "services/engine/expert_provider.h"
+#include "services/engine/moe_model.h"
+
+namespace moe {
+
+class InMemoryExpertProvider : public ExpertProvider {
+ public:
+  // `model` must outlive the provider.
+  static absl::StatusOr<std::unique_ptr<InMemoryExpertProvider>> Create(
+      const MoeModel& model);
+  ~InMemoryExpertProvider() override;
+
+  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+                                      absl::Span<const ExpertDemand> demands,
+                                      bool prefill) override;
+  void Release(ExpertLease& lease) override;
+
+  int64_t acquires() const { return acquires_; }
+
+ private:
+  explicit InMemoryExpertProvider(const MoeModel& model) : model_(model) {}
+  const MoeModel& model_;
+  std::vector<ExpertView> views_;  // [moe_layer * experts + expert]
+  std::vector<void*> owned_;
+  int64_t acquires_ = 0;
+};
+
+}  // namespace moe
+
+#endif  // MOECACHE_SERVICES_ENGINE_IN_MEMORY_PROVIDER_H_

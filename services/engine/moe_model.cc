@@ -1,0 +1,123 @@
+#include "services/engine/moe_model.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace moe {
+
+absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Load(
+    const std::string& dir, Backend* backend) {
+  ASSIGN_OR_RETURN(ModelDescription desc, ModelDescription::Open(dir));
+  const ModelConfig& c = desc.config();
+  if (!c.rope_scaling_type.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        dir, ": rope scaling '", c.rope_scaling_type, "' is not supported"));
+  }
+  if (c.clip_qkv.has_value()) {
+    return absl::UnimplementedError(
+        absl::StrCat(dir, ": clip_qkv is not supported"));
+  }
+  if (c.o_bias) {
+    return absl::UnimplementedError(
+        absl::StrCat(dir, ": o_proj bias is not supported"));
+  }
+  std::unique_ptr<MoeModel> model(new MoeModel());
+  model->desc_ = std::make_unique<ModelDescription>(std::move(desc));
+  model->backend_ = backend;
+  model->device_ = backend->Info().is_device;
+  RETURN_IF_ERROR(model->Prepare());
+  return model;
+}
+
+MoeModel::~MoeModel() {
+  for (void* p : owned_) backend_->Free(p);
+}
+
+int64_t MoeModel::max_context() const {
+  const ModelConfig& c = config();
+  int64_t n = c.max_position_embeddings > 0 ? c.max_position_embeddings
+                                            : int64_t{1} << 20;
+  if (c.sliding_window > 0) n = std::min(n, c.sliding_window);
+  return n;
+}
+
+absl::StatusOr<const void*> MoeModel::Place(const TensorView& view) {
+  if (!device_) return static_cast<const void*>(view.data);
+  ASSIGN_OR_RETURN(void* p, backend_->Alloc(view.nbytes));
+  owned_.push_back(p);
+  RETURN_IF_ERROR(backend_->CopyToDevice(p, view.data, view.nbytes));
+  return static_cast<const void*>(p);
+}
+
+absl::StatusOr<Weight> MoeModel::Matrix(TensorRole role, int layer) {
+  ASSIGN_OR_RETURN(TensorView view, desc_->Dense(role, layer));
+  Weight w;
+  w.dtype = view.dtype;
+  w.rows = view.shape[0];
+  w.cols = view.shape.size() > 1 ? view.shape[1] : 1;
+  ASSIGN_OR_RETURN(w.data, Place(view));
+  return w;
+}
+
+absl::StatusOr<const float*> MoeModel::Vector(TensorRole role, int layer) {
+  if (!desc_->HasDense(role, layer)) return nullptr;
+  ASSIGN_OR_RETURN(TensorView view, desc_->Dense(role, layer));
+  const int64_t n = view.numel();
+  ASSIGN_OR_RETURN(const void* src, Place(view));
+  ASSIGN_OR_RETURN(void* dst, backend_->Alloc(sizeof(float) * n));
+  owned_.push_back(dst);
+  RETURN_IF_ERROR(backend_->ConvertToF32(src, view.dtype,
+                                         static_cast<float*>(dst), n));
+  return static_cast<const float*>(dst);
+}
+
+absl::Status MoeModel::Prepare() {
+  const ModelConfig& c = config();
+  ASSIGN_OR_RETURN(embed_, Matrix(TensorRole::kEmbed, -1));
+  ASSIGN_OR_RETURN(lm_head_, Matrix(TensorRole::kLmHead, -1));
+  ASSIGN_OR_RETURN(final_norm_, Vector(TensorRole::kFinalNorm, -1));
+  layers_.resize(c.num_hidden_layers);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    LayerWeights& w = layers_[l];
+    ASSIGN_OR_RETURN(w.input_norm, Vector(TensorRole::kInputNorm, l));
+    ASSIGN_OR_RETURN(w.post_norm, Vector(TensorRole::kPostAttnNorm, l));
+    ASSIGN_OR_RETURN(w.q, Matrix(TensorRole::kQProj, l));
+    ASSIGN_OR_RETURN(w.k, Matrix(TensorRole::kKProj, l));
+    ASSIGN_OR_RETURN(w.v, Matrix(TensorRole::kVProj, l));
+    ASSIGN_OR_RETURN(w.o, Matrix(TensorRole::kOProj, l));
+    ASSIGN_OR_RETURN(w.q_bias, Vector(TensorRole::kQBias, l));
+    ASSIGN_OR_RETURN(w.k_bias, Vector(TensorRole::kKBias, l));
+    ASSIGN_OR_RETURN(w.v_bias, Vector(TensorRole::kVBias, l));
+    ASSIGN_OR_RETURN(w.q_norm, Vector(TensorRole::kQNorm, l));
+    ASSIGN_OR_RETURN(w.k_norm, Vector(TensorRole::kKNorm, l));
+    w.moe_index = c.MoeLayerIndex(l);
+    if (w.moe_index >= 0) {
+      ASSIGN_OR_RETURN(w.router, Matrix(TensorRole::kRouter, l));
+      if (c.has_shared_expert()) {
+        ASSIGN_OR_RETURN(w.shared_gate, Matrix(TensorRole::kSharedGate, l));
+        ASSIGN_OR_RETURN(w.shared_up, Matrix(TensorRole::kSharedUp, l));
+        ASSIGN_OR_RETURN(w.shared_down, Matrix(TensorRole::kSharedDown, l));
+        ASSIGN_OR_RETURN(w.shared_expert_gate,
+                         Matrix(TensorRole::kSharedExpertGate, l));
+        if (w.shared_gate.dtype != w.shared_up.dtype ||
+            w.shared_gate.dtype != w.shared_down.dtype) {
+          return absl::UnimplementedError(absl::StrCat(
+              "layer ", l, ": shared expert tensors of mixed dtypes"));
+        }
+      }
+    } else {
+      ASSIGN_OR_RETURN(w.dense_gate, Matrix(TensorRole::kMlpGate, l));
+      ASSIGN_OR_RETURN(w.dense_up, Matrix(TensorRole::kMlpUp, l));
+      ASSIGN_OR_RETURN(w.dense_down, Matrix(TensorRole::kMlpDown, l));
+      if (w.dense_gate.dtype != w.dense_up.dtype ||
+          w.dense_gate.dtype != w.dense_down.dtype) {
+        return absl::UnimplementedError(
+            absl::StrCat("layer ", l, ": MLP tensors of mixed dtypes"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moe

@@ -1,0 +1,86 @@
+// A Mixture-of-Experts decoder loaded for one compute backend: every tensor
+// except the routed experts (embeddings, attention, norms, routers, shared
+// experts, dense MLPs, lm_head). Routed experts come from an ExpertProvider.
+//
+// On the CPU backend the weights are used in place from the mmap'ed
+// checkpoint (zero copy); on a device backend they are uploaded once. Norm
+// weights and biases are widened to f32 at load time.
+//
+// Thread-safe after Load(): read-only.
+#ifndef MOECACHE_SERVICES_ENGINE_MOE_MODEL_H_
+#define MOECACHE_SERVICES_ENGINE_MOE_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+#include "common/model_desc.h"
+#include "kernels/backend.h"
+
+namespace moe {
+
+// A matrix in backend memory, [rows, cols] row-major (HF Linear layout).
+struct Weight {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+struct LayerWeights {
+  const float* input_norm = nullptr;  // [hidden]
+  const float* post_norm = nullptr;   // [hidden]
+  Weight q, k, v, o;
+  const float* q_bias = nullptr;  // [heads*head_dim] or null
+  const float* k_bias = nullptr;  // [kv_heads*head_dim] or null
+  const float* v_bias = nullptr;  // [kv_heads*head_dim] or null
+  const float* q_norm = nullptr;  // [head_dim] or [heads*head_dim] or null
+  const float* k_norm = nullptr;
+  int moe_index = -1;  // index among MoE layers, -1 for a dense layer
+  Weight router;       // [experts, hidden]
+  Weight shared_gate, shared_up, shared_down;  // qwen2_moe shared expert
+  Weight shared_expert_gate;                   // [1, hidden]
+  Weight dense_gate, dense_up, dense_down;     // dense layers
+};
+
+class MoeModel {
+ public:
+  // Opens and validates the checkpoint in `dir` and prepares the dense
+  // weights on `backend` (not owned; must outlive the model). Models with
+  // features we do not implement (rope scaling, clip_qkv) are refused with
+  // UNIMPLEMENTED naming the feature.
+  static absl::StatusOr<std::unique_ptr<MoeModel>> Load(const std::string& dir,
+                                                        Backend* backend);
+  ~MoeModel();
+
+  const ModelConfig& config() const { return desc_->config(); }
+  const ModelDescription& description() const { return *desc_; }
+  Backend& backend() const { return *backend_; }
+  const LayerWeights& layer(int i) const { return layers_[i]; }
+  const Weight& embed() const { return embed_; }
+  const Weight& lm_head() const { return lm_head_; }
+  const float* final_norm() const { return final_norm_; }
+  // Longest sequence a session may hold (sliding window or max positions).
+  int64_t max_context() const;
+
+ private:
+  MoeModel() = default;
+  absl::Status Prepare();
+  absl::StatusOr<Weight> Matrix(TensorRole role, int layer);
+  absl::StatusOr<const float*> Vector(TensorRole role, int layer);
+  absl::StatusOr<const void*> Place(const TensorView& view);
+
+  std::unique_ptr<ModelDescription> desc_;
+  Backend* backend_ = nullptr;
+  bool device_ = false;
+  std::vector<void*> owned_;  // backend buffers we allocated
+  std::vector<LayerWeights> layers_;
+  Weight embed_, lm_head_;
+  const float* final_norm_ = nullptr;
+};
+
+}  // namespace moe
+
+#endif  // MOECACHE_SERVICES_ENGINE_MOE_MODEL_H_

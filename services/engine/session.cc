@@ -1,0 +1,284 @@
+#include "services/engine/session.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace moe {
+namespace {
+
+// Scratch buffers, each sized for `capacity_` tokens.
+enum Buf : size_t {
+  kX,          // [T, hidden] residual stream
+  kH,          // [T, hidden] normed
+  kQ,          // [T, heads*head_dim]
+  kK,          // [T, kv_heads*head_dim]
+  kV,          // [T, kv_heads*head_dim]
+  kAttn,       // [T, heads*head_dim]
+  kOut,        // [T, hidden] block output
+  kRouter,     // [T, experts]
+  kTopIds,     // [T, top_k] int32
+  kTopW,       // [T, top_k]
+  kRows,       // [T] int32
+  kRowW,       // [T]
+  kPositions,  // [T] int32
+  kIds,        // [T] int32
+  kLogits,     // [vocab]
+  kGate,       // [T]
+  kLast,       // [hidden]
+  kNumBufs
+};
+
+}  // namespace
+
+Session::Session(const MoeModel& model, ExpertProvider* experts,
+                 int64_t max_seq)
+    : model_(model),
+      be_(model.backend()),
+      experts_(experts),
+      max_seq_(std::min(max_seq, model.max_context())) {}
+
+Session::~Session() {
+  for (void* p : kv_) be_.Free(p);
+  for (void* p : bufs_) be_.Free(p);
+}
+
+absl::Status Session::Reserve(int64_t tokens) {
+  const ModelConfig& c = model_.config();
+  if (kv_.empty()) {
+    size_t kv_bytes = sizeof(float) * max_seq_ * c.num_key_value_heads * c.head_dim;
+    for (int64_t l = 0; l < 2 * c.num_hidden_layers; ++l) {
+      ASSIGN_OR_RETURN(void* p, be_.Alloc(kv_bytes));
+      kv_.push_back(p);
+    }
+  }
+  if (tokens <= capacity_) return absl::OkStatus();
+  for (void* p : bufs_) be_.Free(p);
+  bufs_.assign(kNumBufs, nullptr);
+  const int64_t t = tokens;
+  const int64_t q_width = c.num_attention_heads * c.head_dim;
+  const int64_t kv_width = c.num_key_value_heads * c.head_dim;
+  const int64_t sizes[kNumBufs] = {
+      t * c.hidden_size, t * c.hidden_size, t * q_width, t * kv_width,
+      t * kv_width,      t * q_width,       t * c.hidden_size,
+      t * c.num_experts, t * c.top_k,       t * c.top_k,
+      t,                 t,                 t,
+      t,                 c.vocab_size,      t,
+      c.hidden_size};
+  for (size_t i = 0; i < kNumBufs; ++i) {
+    ASSIGN_OR_RETURN(bufs_[i], be_.Alloc(4 * sizes[i]));  // f32 or int32
+  }
+  capacity_ = tokens;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> Session::Forward(
+    absl::Span<const int32_t> tokens, bool prefill) {
+  const ModelConfig& c = model_.config();
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  if (t == 0) return absl::InvalidArgumentError("no tokens to process");
+  for (int32_t id : tokens) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", id, " outside the vocabulary [0, ", c.vocab_size, ")"));
+    }
+  }
+  if (pos_ + t > max_seq_) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "sequence of ", pos_ + t, " tokens exceeds the context of ",
+        max_seq_));
+  }
+  RETURN_IF_ERROR(Reserve(t));
+  std::vector<int32_t> positions(t);
+  for (int64_t i = 0; i < t; ++i) positions[i] = static_cast<int32_t>(pos_ + i);
+  RETURN_IF_ERROR(be_.CopyToDevice(Buf(kIds), tokens.data(), 4 * t));
+  RETURN_IF_ERROR(be_.CopyToDevice(Buf(kPositions), positions.data(), 4 * t));
+  const Weight& embed = model_.embed();
+  RETURN_IF_ERROR(be_.Embedding(embed.data, embed.dtype,
+                                reinterpret_cast<int32_t*>(Buf(kIds)), Buf(kX),
+                                t, embed.rows, c.hidden_size));
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t n = t * c.hidden_size;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& w = model_.layer(l);
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kX), w.input_norm, Buf(kH), t,
+                                c.hidden_size, eps));
+    RETURN_IF_ERROR(Attention(w, l, t));
+    RETURN_IF_ERROR(be_.Add(Buf(kX), Buf(kOut), Buf(kX), n));
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kX), w.post_norm, Buf(kH), t,
+                                c.hidden_size, eps));
+    if (w.moe_index >= 0) {
+      RETURN_IF_ERROR(MoeBlock(w, t, prefill));
+    } else {
+      RETURN_IF_ERROR(DenseMlp(w, t));
+    }
+    RETURN_IF_ERROR(be_.Add(Buf(kX), Buf(kOut), Buf(kX), n));
+    if (pregate_ && !prefill && l + 1 < c.num_hidden_layers &&
+        model_.layer(l + 1).moe_index >= 0) {
+      RETURN_IF_ERROR(PregateHints(l + 1, t));
+    }
+  }
+  RETURN_IF_ERROR(be_.RmsNorm(Buf(kX) + (t - 1) * c.hidden_size,
+                              model_.final_norm(), Buf(kLast), 1,
+                              c.hidden_size, eps));
+  const Weight& head = model_.lm_head();
+  RETURN_IF_ERROR(be_.MatMul(Buf(kLast), head.data, head.dtype, nullptr,
+                             Buf(kLogits), 1, head.rows, c.hidden_size));
+  host_logits_.resize(head.rows);
+  RETURN_IF_ERROR(be_.CopyToHost(host_logits_.data(), Buf(kLogits),
+                                 4 * head.rows));
+  pos_ += t;
+  return absl::Span<const float>(host_logits_);
+}
+
+absl::Status Session::Attention(const LayerWeights& w, int layer, int64_t t) {
+  const ModelConfig& c = model_.config();
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads,
+                nkv = c.num_key_value_heads, hidden = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.q.data, w.q.dtype, w.q_bias, Buf(kQ),
+                             t, nh * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.k.data, w.k.dtype, w.k_bias, Buf(kK),
+                             t, nkv * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.v.data, w.v.dtype, w.v_bias, Buf(kV),
+                             t, nkv * hd, hidden));
+  if (c.qk_norm == QkNorm::kPerHead) {
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kQ), w.q_norm, Buf(kQ), t * nh, hd, eps));
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kK), w.k_norm, Buf(kK), t * nkv, hd, eps));
+  } else if (c.qk_norm == QkNorm::kFull) {
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kQ), w.q_norm, Buf(kQ), t, nh * hd, eps));
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kK), w.k_norm, Buf(kK), t, nkv * hd, eps));
+  }
+  RETURN_IF_ERROR(be_.Rope(Buf(kQ), Buf(kK),
+                           reinterpret_cast<int32_t*>(Buf(kPositions)), t, nh,
+                           nkv, hd, static_cast<float>(c.rope_theta)));
+  AttentionShape shape;
+  shape.tokens = t;
+  shape.heads = nh;
+  shape.kv_heads = nkv;
+  shape.head_dim = hd;
+  shape.max_seq = max_seq_;
+  shape.start_pos = pos_;
+  float* kc = static_cast<float*>(kv_[2 * layer]);
+  float* vc = static_cast<float*>(kv_[2 * layer + 1]);
+  RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK), Buf(kV), kc, vc, shape));
+  RETURN_IF_ERROR(be_.Attention(Buf(kQ), kc, vc, Buf(kAttn), shape,
+                                1.0f / std::sqrt(static_cast<float>(hd))));
+  return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, nullptr, Buf(kOut), t,
+                    hidden, nh * hd);
+}
+
+absl::Status Session::MoeBlock(const LayerWeights& w, int64_t t,
+                               bool prefill) {
+  const ModelConfig& c = model_.config();
+  const int64_t e = c.num_experts, k = c.top_k, hidden = c.hidden_size;
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.router.data, w.router.dtype, nullptr,
+                             Buf(kRouter), t, e, hidden));
+  int32_t* top_ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
+  RETURN_IF_ERROR(be_.RouterTopK(Buf(kRouter), top_ids, Buf(kTopW), t, e, k,
+                                 c.norm_topk_prob));
+  host_ids_.resize(t * k);
+  host_weights_.resize(t * k);
+  RETURN_IF_ERROR(be_.CopyToHost(host_ids_.data(), top_ids, 4 * t * k));
+  RETURN_IF_ERROR(be_.CopyToHost(host_weights_.data(), Buf(kTopW), 4 * t * k));
+  if (observer_) observer_(w.moe_index, t, host_ids_, host_weights_);
+
+  // Group tokens by expert; ascending expert order keeps the sum's order
+  // (and so the bits) independent of what the cache holds.
+  std::vector<std::vector<int32_t>> rows(e);
+  std::vector<std::vector<float>> row_w(e);
+  for (int64_t i = 0; i < t * k; ++i) {
+    rows[host_ids_[i]].push_back(static_cast<int32_t>(i / k));
+    row_w[host_ids_[i]].push_back(host_weights_[i]);
+  }
+  std::vector<ExpertDemand> demands;
+  for (int32_t x = 0; x < e; ++x) {
+    if (!rows[x].empty()) {
+      demands.push_back({x, static_cast<int32_t>(rows[x].size())});
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(ExpertLease lease,
+                   experts_->Acquire(w.moe_index, demands, prefill));
+  stats_.expert_wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  stats_.expert_hits += lease.hits;
+  stats_.expert_misses += lease.misses;
+  stats_.expert_stall_seconds += lease.stall_seconds;
+  absl::Status status = be_.MemsetZero(Buf(kOut), 4 * t * hidden);
+  for (size_t i = 0; status.ok() && i < demands.size(); ++i) {
+    const int32_t x = demands[i].expert;
+    const ExpertView& view = lease.views[i];
+    const int64_t count = demands[i].tokens;
+    status = be_.CopyToDevice(Buf(kRows), rows[x].data(), 4 * count);
+    if (status.ok()) {
+      status = be_.CopyToDevice(Buf(kRowW), row_w[x].data(), 4 * count);
+    }
+    if (status.ok()) {
+      status = be_.ExpertFfn(Buf(kH), reinterpret_cast<int32_t*>(Buf(kRows)),
+                             Buf(kRowW), view.gate, view.up, view.down,
+                             view.dtype, Buf(kOut), t, count, hidden,
+                             c.moe_intermediate_size);
+    }
+  }
+  // The slots may be reused once released: finish reading them first.
+  if (status.ok()) status = be_.Synchronize();
+  experts_->Release(lease);
+  RETURN_IF_ERROR(status);
+  if (c.has_shared_expert()) RETURN_IF_ERROR(SharedExpert(w, t));
+  return absl::OkStatus();
+}
+
+absl::Status Session::SharedExpert(const LayerWeights& w, int64_t t) {
+  const ModelConfig& c = model_.config();
+  // out += sigmoid(x . shared_expert_gate) * shared_expert(x), per token.
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.shared_expert_gate.data,
+                             w.shared_expert_gate.dtype, nullptr, Buf(kGate),
+                             t, 1, c.hidden_size));
+  RETURN_IF_ERROR(be_.Sigmoid(Buf(kGate), Buf(kGate), t));
+  return be_.ExpertFfn(Buf(kH), nullptr, Buf(kGate), w.shared_gate.data,
+                       w.shared_up.data, w.shared_down.data,
+                       w.shared_gate.dtype, Buf(kOut), t, t, c.hidden_size,
+                       w.shared_gate.rows);
+}
+
+absl::Status Session::DenseMlp(const LayerWeights& w, int64_t t) {
+  const ModelConfig& c = model_.config();
+  RETURN_IF_ERROR(be_.MemsetZero(Buf(kOut), 4 * t * c.hidden_size));
+  return be_.ExpertFfn(Buf(kH), nullptr, nullptr, w.dense_gate.data,
+                       w.dense_up.data, w.dense_down.data, w.dense_gate.dtype,
+                       Buf(kOut), t, t, c.hidden_size, w.dense_gate.rows);
+}
+
+absl::Status Session::PregateHints(int next_layer, int64_t t) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& next = model_.layer(next_layer);
+  const int64_t e = c.num_experts, k = c.top_k;
+  // The next layer's router applied to this layer's output, normed as the
+  // next layer would norm its MLP input: cheap (one [experts, hidden]
+  // matvec) and far more accurate than history alone.
+  RETURN_IF_ERROR(be_.RmsNorm(Buf(kX) + (t - 1) * c.hidden_size,
+                              next.post_norm, Buf(kLast), 1, c.hidden_size,
+                              static_cast<float>(c.rms_norm_eps)));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kLast), next.router.data, next.router.dtype,
+                             nullptr, Buf(kRouter), 1, e, c.hidden_size));
+  int32_t* ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
+  RETURN_IF_ERROR(be_.RouterTopK(Buf(kRouter), ids, Buf(kTopW), 1, e, k,
+                                 /*renormalize=*/false));
+  std::vector<int32_t> hid(k);
+  std::vector<float> hw(k);
+  RETURN_IF_ERROR(be_.CopyToHost(hid.data(), ids, 4 * k));
+  RETURN_IF_ERROR(be_.CopyToHost(hw.data(), Buf(kTopW), 4 * k));
+  std::vector<ExpertHint> hints;
+  for (int64_t i = 0; i < k; ++i) {
+    hints.push_back({next.moe_index, hid[i], hw[i]});
+  }
+  experts_->Hint(hints);
+  return absl::OkStatus();
+}
+
+}  // namespace moe

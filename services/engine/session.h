@@ -1,0 +1,92 @@
+// One sequence being generated: its KV cache, its position, and the forward
+// pass over a MoeModel, with routed experts from an ExpertProvider.
+//
+// Results do not depend on the provider's cache state: experts are applied
+// in ascending id order and every kernel is deterministic, so the same
+// tokens give bit-identical logits for any cache capacity or policy
+// (design invariant 4).
+//
+// Thread-compatible: one thread drives a session at a time.
+#ifndef MOECACHE_SERVICES_ENGINE_SESSION_H_
+#define MOECACHE_SERVICES_ENGINE_SESSION_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "services/engine/expert_provider.h"
+#include "services/engine/moe_model.h"
+
+namespace moe {
+
+// Called after each MoE layer's router with that iteration's routing:
+// experts and weights are [tokens, top_k] row-major.
+using RoutingObserver =
+    std::function<void(int moe_layer, int64_t tokens,
+                       absl::Span<const int32_t> experts,
+                       absl::Span<const float> weights)>;
+
+struct SessionStats {
+  int64_t expert_hits = 0;
+  int64_t expert_misses = 0;
+  double expert_stall_seconds = 0.0;
+  double expert_wait_seconds = 0.0;  // wall time inside Acquire
+};
+
+class Session {
+ public:
+  // `model` and `experts` are not owned and must outlive the session.
+  // `max_seq` <= model.max_context().
+  Session(const MoeModel& model, ExpertProvider* experts, int64_t max_seq);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Runs `tokens` at the next positions (the whole prompt in one call for
+  // prefill; one token per call for decode) and returns the logits of the
+  // last one, on the host, valid until the next call. Ids are validated
+  // (INVALID_ARGUMENT), as is the room left in the context
+  // (OUT_OF_RANGE).
+  absl::StatusOr<absl::Span<const float>> Forward(
+      absl::Span<const int32_t> tokens, bool prefill);
+
+  int64_t position() const { return pos_; }
+  int64_t max_seq() const { return max_seq_; }
+  const SessionStats& stats() const { return stats_; }
+  void set_routing_observer(RoutingObserver observer) {
+    observer_ = std::move(observer);
+  }
+  // Pre-gating: after layer l, apply the next MoE layer's router to the
+  // current hidden state and pass its top experts to the provider as hints.
+  void set_pregate_hints(bool on) { pregate_ = on; }
+
+ private:
+  absl::Status Reserve(int64_t tokens);
+  absl::Status Attention(const LayerWeights& w, int layer, int64_t t);
+  absl::Status MoeBlock(const LayerWeights& w, int64_t t, bool prefill);
+  absl::Status DenseMlp(const LayerWeights& w, int64_t t);
+  absl::Status SharedExpert(const LayerWeights& w, int64_t t);
+  absl::Status PregateHints(int next_layer, int64_t t);
+  float* Buf(size_t i) { return static_cast<float*>(bufs_[i]); }
+
+  const MoeModel& model_;
+  Backend& be_;
+  ExpertProvider* experts_;
+  const int64_t max_seq_;
+  int64_t pos_ = 0;
+  int64_t capacity_ = 0;  // tokens the scratch buffers hold
+  std::vector<void*> kv_;    // per layer: k_cache, v_cache
+  std::vector<void*> bufs_;  // scratch, see session.cc
+  std::vector<float> host_logits_;
+  std::vector<int32_t> host_ids_;
+  std::vector<float> host_weights_;
+  SessionStats stats_;
+  RoutingObserver observer_;
+  bool pregate_ = false;
+};
+
+}  // namespace moe
+
+#endif  // MOECACHE_SERVICES_ENGINE_SESSION_H_

@@ -1,0 +1,120 @@
+// moectl inspect DIR: validates a Hugging Face MoE model directory and prints
+// its summary; any invalid model is one line on stderr and exit code 1.
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/model_desc.h"
+#include "nlohmann/json.hpp"
+#include "services/moectl/commands.h"
+#include "services/moectl/flags.h"
+
+namespace moe::moectl {
+namespace {
+
+std::string Human(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+void PrintText(const std::string& dir, const ModelDescription& d) {
+  const ModelConfig& c = d.config();
+  const char* qk = c.qk_norm == QkNorm::kPerHead ? "per-head"
+                   : c.qk_norm == QkNorm::kFull  ? "whole projection"
+                                                 : "none";
+  std::printf("model: %s\n", dir.c_str());
+  std::printf("family: %s\n", std::string(ModelFamilyName(c.family)).c_str());
+  std::printf("layers: %lld\n", static_cast<long long>(c.num_hidden_layers));
+  std::printf("moe layers: %d\n", c.num_moe_layers());
+  std::printf("experts: %lld\n", static_cast<long long>(c.num_experts));
+  std::printf("top-k: %lld\n", static_cast<long long>(c.top_k));
+  std::printf("norm top-k prob: %s\n", c.norm_topk_prob ? "yes" : "no");
+  std::printf("hidden: %lld, heads: %lld, kv heads: %lld, head dim: %lld\n",
+              static_cast<long long>(c.hidden_size),
+              static_cast<long long>(c.num_attention_heads),
+              static_cast<long long>(c.num_key_value_heads),
+              static_cast<long long>(c.head_dim));
+  std::printf(
+      "expert width: %lld, vocab: %lld, qk norm: %s, qkv bias: %s, shared "
+      "expert: %s\n",
+      static_cast<long long>(c.moe_intermediate_size),
+      static_cast<long long>(c.vocab_size), qk, c.qkv_bias ? "yes" : "no",
+      c.has_shared_expert() ? "yes" : "no");
+  std::printf("expert dtype: %s\n",
+              std::string(DTypeName(d.expert_dtype())).c_str());
+  std::printf("bytes per expert: %llu (%s)\n",
+              static_cast<unsigned long long>(d.bytes_per_expert()),
+              Human(d.bytes_per_expert()).c_str());
+  std::printf("dense bytes: %llu (%s)\n",
+              static_cast<unsigned long long>(d.dense_bytes()),
+              Human(d.dense_bytes()).c_str());
+  std::printf("total bytes: %llu (%s)\n",
+              static_cast<unsigned long long>(d.total_bytes()),
+              Human(d.total_bytes()).c_str());
+  std::printf("files: %zu\n", d.checkpoint().files().size());
+}
+
+void PrintJson(const std::string& dir, const ModelDescription& d) {
+  const ModelConfig& c = d.config();
+  nlohmann::ordered_json j;
+  j["model"] = dir;
+  j["family"] = std::string(ModelFamilyName(c.family));
+  j["layers"] = c.num_hidden_layers;
+  j["moe_layers"] = c.num_moe_layers();
+  j["experts"] = c.num_experts;
+  j["top_k"] = c.top_k;
+  j["hidden_size"] = c.hidden_size;
+  j["expert_dtype"] = std::string(DTypeName(d.expert_dtype()));
+  j["bytes_per_expert"] = d.bytes_per_expert();
+  j["dense_bytes"] = d.dense_bytes();
+  j["total_bytes"] = d.total_bytes();
+  j["files"] = d.checkpoint().files().size();
+  std::printf("%s\n", j.dump().c_str());
+}
+
+int RunInspect(const Args& args) {
+  FlagSet flags("inspect", "DIR [--json]");
+  flags.Bool("json", false, "print one JSON object instead of text");
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  if (parsed.ok() && flags.positional().size() != 1) {
+    parsed = absl::InvalidArgumentError("expects exactly one model directory");
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "moectl inspect: %s\n",
+                 std::string(parsed.message()).c_str());
+    return 2;
+  }
+  const std::string& dir = flags.positional()[0];
+  auto desc = ModelDescription::Open(dir);
+  if (!desc.ok()) {
+    std::string msg =
+        absl::StrReplaceAll(desc.status().message(), {{"\n", " "}});
+    std::fprintf(stderr, "moectl inspect: %s\n", msg.c_str());
+    return 1;
+  }
+  if (flags.GetBool("json")) {
+    PrintJson(dir, *desc);
+  } else {
+    PrintText(dir, *desc);
+  }
+  return 0;
+}
+
+const bool kRegistered = RegisterCommand(
+    {"inspect", "validate a model directory and print its summary",
+     &RunInspect});
+
+}  // namespace
+}  // namespace moe::moectl

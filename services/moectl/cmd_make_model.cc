@@ -1,0 +1,149 @@
+// moectl make-model: writes a Hugging Face-layout MoE checkpoint with random
+// weights (see common/model_maker.h).
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_desc.h"
+#include "common/model_maker.h"
+#include "common/status_macros.h"
+#include "services/moectl/commands.h"
+#include "services/moectl/flags.h"
+
+namespace moe::moectl {
+namespace {
+
+void DeclareFlags(FlagSet& f) {
+  f.String("arch", "mixtral",
+           "model family: mixtral, qwen2_moe, qwen3_moe, olmoe");
+  f.String("out", "", "output directory (created if missing; required)");
+  f.String("preset", "", "start from a preset: tiny");
+  f.Int("layers", 0, "decoder layers");
+  f.Int("hidden", 0, "hidden size");
+  f.Int("heads", 0, "attention heads");
+  f.Int("kv-heads", 0, "key/value heads (GQA when fewer than heads)");
+  f.Int("head-dim", 0, "head dimension (default hidden/heads)");
+  f.Int("experts", 0, "experts per MoE layer");
+  f.Int("top-k", 0, "experts per token");
+  f.Int("intermediate", 0, "dense MLP width (mixtral/olmoe: expert width)");
+  f.Int("moe-intermediate", 0, "expert width");
+  f.Int("shared-intermediate", 0, "qwen2_moe shared expert width");
+  f.Int("vocab", 0, "vocabulary size (>= 259)");
+  f.Int("seed", 0, "random seed");
+  f.String("dtype", "bf16", "weight dtype: bf16, f16 or f32");
+  f.Int("shards", 1, "number of safetensors files (> 1 writes an index)");
+  f.Bool("norm-topk-prob", false,
+         "renormalise the top-k weights (qwen, olmoe)");
+  f.Int("decoder-sparse-step", 1, "qwen: every n-th layer is MoE");
+  f.String("mlp-only-layers", "", "qwen: comma-separated dense layers");
+  f.Bool("qkv-bias", false, "biases on q/k/v (qwen2_moe default true)");
+  f.Double("clip-qkv", 0, "olmoe: clamp q/k/v to [-c, c]");
+  f.Bool("tie-word-embeddings", false, "share embedding and lm_head");
+}
+
+absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
+  ASSIGN_OR_RETURN(ModelFamily family, ParseModelFamily(f.GetString("arch")));
+  const std::string& preset = f.GetString("preset");
+  if (!preset.empty() && preset != "tiny") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown preset '", preset, "' (known: tiny)"));
+  }
+  MakeModelOptions o = TinyPreset(family);
+  if (preset.empty()) {
+    o = MakeModelOptions();
+    o.arch = family;
+  }
+  struct IntFlag {
+    const char* name;
+    int64_t* field;
+  };
+  for (const IntFlag& i : {IntFlag{"layers", &o.layers},
+                           {"hidden", &o.hidden},
+                           {"heads", &o.heads},
+                           {"kv-heads", &o.kv_heads},
+                           {"head-dim", &o.head_dim},
+                           {"experts", &o.experts},
+                           {"top-k", &o.top_k},
+                           {"intermediate", &o.intermediate},
+                           {"moe-intermediate", &o.moe_intermediate},
+                           {"shared-intermediate", &o.shared_intermediate},
+                           {"vocab", &o.vocab},
+                           {"decoder-sparse-step", &o.decoder_sparse_step}}) {
+    if (f.IsSet(i.name)) *i.field = f.GetInt(i.name);
+  }
+  if (f.IsSet("seed")) o.seed = static_cast<uint64_t>(f.GetInt("seed"));
+  o.shards = static_cast<int>(f.GetInt("shards"));
+  const std::string& dtype = f.GetString("dtype");
+  if (dtype == "bf16") {
+    o.dtype = DType::kBF16;
+  } else if (dtype == "f16") {
+    o.dtype = DType::kF16;
+  } else if (dtype == "f32") {
+    o.dtype = DType::kF32;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype must be bf16, f16 or f32, got '", dtype, "'"));
+  }
+  if (f.IsSet("mlp-only-layers")) {
+    ASSIGN_OR_RETURN(o.mlp_only_layers,
+                     ParseIntList(f.GetString("mlp-only-layers")));
+  }
+  if (f.IsSet("norm-topk-prob")) o.norm_topk_prob = f.GetBool("norm-topk-prob");
+  if (f.IsSet("qkv-bias")) o.qkv_bias = f.GetBool("qkv-bias");
+  if (f.IsSet("clip-qkv")) o.clip_qkv = f.GetDouble("clip-qkv");
+  if (f.IsSet("tie-word-embeddings"))
+    o.tie_word_embeddings = f.GetBool("tie-word-embeddings");
+  return o;
+}
+
+int RunMakeModel(const Args& args) {
+  FlagSet flags("make-model",
+                "--out DIR [--arch A] [--preset tiny] [size flags]");
+  DeclareFlags(flags);
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  if (parsed.ok()) parsed = flags.Require("out");
+  if (parsed.ok() && !flags.positional().empty()) {
+    parsed = absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", flags.positional()[0], "'"));
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "moectl make-model: %s\n",
+                 std::string(parsed.message()).c_str());
+    return 2;
+  }
+  auto options = OptionsFromFlags(flags);
+  const std::string& out = flags.GetString("out");
+  absl::Status s = options.status();
+  if (s.ok()) s = MakeModel(*options, out);
+  // Read back what was written: the same checks `inspect` applies.
+  absl::StatusOr<ModelDescription> desc =
+      s.ok() ? ModelDescription::Open(out) : s;
+  if (!desc.ok()) {
+    std::fprintf(stderr, "moectl make-model: %s\n",
+                 std::string(desc.status().message()).c_str());
+    return 1;
+  }
+  const ModelConfig& c = desc->config();
+  std::printf(
+      "wrote %s: %s, %lld layers (%d MoE), %lld experts, top-%lld, %s, %llu "
+      "bytes in %zu file(s)\n",
+      out.c_str(), std::string(ModelFamilyName(c.family)).c_str(),
+      static_cast<long long>(c.num_hidden_layers), c.num_moe_layers(),
+      static_cast<long long>(c.num_experts), static_cast<long long>(c.top_k),
+      std::string(DTypeName(desc->expert_dtype())).c_str(),
+      static_cast<unsigned long long>(desc->total_bytes()),
+      desc->checkpoint().files().size());
+  return 0;
+}
+
+const bool kRegistered = RegisterCommand(
+    {"make-model",
+     "write a tiny Hugging Face-layout MoE model with random weights",
+     &RunMakeModel});
+
+}  // namespace
+}  // namespace moe::moectl

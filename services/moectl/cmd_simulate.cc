@@ -1,0 +1,271 @@
+// moectl simulate: replays a moe-trace/1 trace through the cache library on a
+// virtual clock (services/cache/simulator.h) and reports per policy.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "services/cache/policy.h"
+#include "services/cache/simulator.h"
+#include "services/moectl/commands.h"
+
+namespace moe::moectl {
+namespace {
+
+constexpr char kHelp[] =
+    "usage: moectl simulate --trace FILE.jsonl --policy NAME|all|A,B,...\n"
+    "                       (--capacity N | --capacity-frac F) [--prefetch on|off]\n"
+    "                       [--expert-mb S] [--link-gbps B] [--layer-ms T] [--chunk-mb C]\n"
+    "                       [--passes K] [--json]\n"
+    "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
+    "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
+    "          (moe-infinity options: moe-infinity:fair_share=0,lrfu=1,...)\n"
+    "link model defaults: 17 MB experts, 25 GB/s, 0.3 ms per layer, 1 MB chunks.\n"
+    "--passes K replays the trace K times and reports the last pass (warm EAMC).\n"
+    "--sweep writes PREFIX.csv and, when gnuplot is installed, PREFIX.png.\n";
+
+struct Flags {
+  std::map<std::string, std::string> values;
+  bool json = false;
+};
+
+bool ParseFlags(const Args& args, Flags* f, std::string* error) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--json") {
+      f->json = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) {
+      *error = "unexpected argument '" + a + "'";
+      return false;
+    }
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos) {
+      f->values[a.substr(2, eq - 2)] = a.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      f->values[a.substr(2)] = args[++i];
+    } else {
+      *error = a + " needs a value";
+      return false;
+    }
+  }
+  static const char* kKnown[] = {"trace",     "policy",    "capacity", "capacity-frac",
+                                 "prefetch",  "expert-mb", "link-gbps", "layer-ms",
+                                 "chunk-mb",  "passes",    "sweep",     "out"};
+  for (const auto& [k, v] : f->values) {
+    bool known = false;
+    for (const char* n : kKnown) known |= k == n;
+    if (!known) {
+      *error = "unknown flag --" + k;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool GetDouble(const Flags& f, const char* k, double* v) {
+  auto it = f.values.find(k);
+  return it == f.values.end() || absl::SimpleAtod(it->second, v);
+}
+
+std::vector<std::string> PolicyList(const std::string& spec) {
+  if (spec != "all") {
+    // "a,b:x=1,y=0" -> {"a", "b:x=1,y=0"}: option items stay with their policy.
+    std::vector<std::string> out;
+    for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+      const bool option = item.find('=') != absl::string_view::npos &&
+                          item.find(':') == absl::string_view::npos;
+      if (option && !out.empty()) {
+        out.back() += "," + std::string(item);
+      } else {
+        out.emplace_back(item);
+      }
+    }
+    return out;
+  }
+  std::vector<std::string> out = {"belady"};
+  for (const auto& n : cache::OnlinePolicyNames()) out.push_back(n);
+  return out;
+}
+
+void PrintTableHeader() {
+  std::printf("%-22s %8s %8s %9s %8s %8s %10s %9s %9s %9s %7s\n", "policy", "capacity",
+              "hit_rate", "misses", "pf_iss", "pf_used", "stall/tok", "tpot_ms", "floor_ms",
+              "tpot/flr", "pf_hit");
+}
+
+void PrintRow(const nlohmann::json& j) {
+  std::printf("%-22s %8d %8.4f %9llu %8llu %8llu %10.3f %9.3f %9.3f %9.3f %7.4f\n",
+              j["policy"].get<std::string>().c_str(), j["capacity"].get<int>(),
+              j["hit_rate"].get<double>(), (unsigned long long)j["misses"].get<uint64_t>(),
+              (unsigned long long)j["prefetches_issued"].get<uint64_t>(),
+              (unsigned long long)j["prefetches_used"].get<uint64_t>(),
+              j["stall_ms_per_token"].get<double>(), j["tpot_ms"].get<double>(),
+              j["floor_tpot_ms"].get<double>(), j["tpot_over_floor"].get<double>(),
+              j["prefill"]["hit_rate"].get<double>());
+}
+
+// Runs every policy at one capacity; returns the reports.
+int RunAt(const trace::Trace& t, const std::vector<std::string>& policies,
+          cache::SimOptions o, bool json, bool print, std::vector<nlohmann::json>* out) {
+  auto belady = cache::Simulate(t, "belady", o);
+  if (!belady.ok()) {
+    std::fprintf(stderr, "simulate: %s\n", std::string(belady.status().message()).c_str());
+    return 2;
+  }
+  for (const auto& p : policies) {
+    absl::StatusOr<cache::SimResult> r = p == "belady" ? belady : cache::Simulate(t, p, o);
+    if (!r.ok()) {
+      std::fprintf(stderr, "simulate: %s\n", std::string(r.status().message()).c_str());
+      return 2;
+    }
+    nlohmann::json j = cache::ReportJson(t.header, o, *r, *belady);
+    if (print) {
+      if (json) {
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        PrintRow(j);
+      }
+      std::fflush(stdout);
+    }
+    out->push_back(std::move(j));
+  }
+  return 0;
+}
+
+int WriteSweep(const std::string& prefix, const std::vector<nlohmann::json>& rows) {
+  const std::string csv = prefix + ".csv";
+  std::ofstream f(csv);
+  f << "policy,capacity,hit_rate,tpot_ms,floor_tpot_ms,tpot_over_floor,stall_ms_per_token\n";
+  for (const auto& j : rows) {
+    f << j["policy"].get<std::string>() << ',' << j["capacity"].get<int>() << ','
+      << j["hit_rate"].get<double>() << ',' << j["tpot_ms"].get<double>() << ','
+      << j["floor_tpot_ms"].get<double>() << ',' << j["tpot_over_floor"].get<double>() << ','
+      << j["stall_ms_per_token"].get<double>() << '\n';
+  }
+  f.close();
+  if (!f) {
+    std::fprintf(stderr, "simulate: cannot write %s\n", csv.c_str());
+    return 1;
+  }
+  std::printf("wrote %s\n", csv.c_str());
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::printf("note: gnuplot is not installed; no PNG written (plot %s yourself, e.g. with\n"
+                "      scripts or `apt-get install gnuplot-nox` and rerun).\n",
+                csv.c_str());
+    return 0;
+  }
+  const std::string gp = prefix + ".gp";
+  std::ofstream g(gp);
+  g << "set datafile separator ','\nset terminal png size 1200,500\nset output '" << prefix
+    << ".png'\nset multiplot layout 1,2\nset key left top\nset xlabel 'capacity (slots)'\n"
+    << "set ylabel 'decode hit rate'\nplot for [p in system(\"tail -n +2 " << csv
+    << " | cut -d, -f1 | sort -u | tr '\\n' ' '\")] '" << csv
+    << "' using 2:(strcol(1) eq p ? $3 : 1/0) with linespoints title p\n"
+    << "set ylabel 'decode TPOT (ms)'\nplot for [p in system(\"tail -n +2 " << csv
+    << " | cut -d, -f1 | sort -u | tr '\\n' ' '\")] '" << csv
+    << "' using 2:(strcol(1) eq p ? $4 : 1/0) with linespoints title p\n";
+  g.close();
+  if (std::system(("gnuplot " + gp).c_str()) == 0) std::printf("wrote %s.png\n", prefix.c_str());
+  return 0;
+}
+
+int RunSimulate(const Args& args) {
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+  }
+  Flags f;
+  std::string err;
+  if (!ParseFlags(args, &f, &err)) {
+    std::fprintf(stderr, "simulate: %s\n%s", err.c_str(), kHelp);
+    return 2;
+  }
+  auto get = [&](const char* k) {
+    auto it = f.values.find(k);
+    return it == f.values.end() ? std::string() : it->second;
+  };
+  if (get("trace").empty() || get("policy").empty()) {
+    std::fprintf(stderr, "simulate: --trace and --policy are required\n%s", kHelp);
+    return 2;
+  }
+  auto t = trace::ReadTraceFile(get("trace"));
+  if (!t.ok()) {
+    std::fprintf(stderr, "simulate: %s\n", std::string(t.status().message()).c_str());
+    return 2;
+  }
+  cache::SimOptions o;
+  const std::string pf = get("prefetch");
+  if (!pf.empty() && pf != "on" && pf != "off") {
+    std::fprintf(stderr, "simulate: --prefetch takes on or off\n");
+    return 2;
+  }
+  o.prefetch = pf == "on";
+  if (!GetDouble(f, "expert-mb", &o.link.expert_mb) ||
+      !GetDouble(f, "link-gbps", &o.link.link_gbps) ||
+      !GetDouble(f, "layer-ms", &o.link.layer_ms) || !GetDouble(f, "chunk-mb", &o.link.chunk_mb)) {
+    std::fprintf(stderr, "simulate: link flags take numbers\n");
+    return 2;
+  }
+  if (!get("passes").empty() && !absl::SimpleAtoi(get("passes"), &o.passes)) {
+    std::fprintf(stderr, "simulate: --passes takes an integer\n");
+    return 2;
+  }
+  const std::vector<std::string> policies = PolicyList(get("policy"));
+  std::vector<double> fracs;
+  if (!get("sweep").empty()) {
+    for (absl::string_view s : absl::StrSplit(get("sweep"), ',', absl::SkipEmpty())) {
+      double v;
+      if (!absl::SimpleAtod(s, &v)) {
+        std::fprintf(stderr, "simulate: --sweep takes fractions, e.g. 0.1,0.25,0.5\n");
+        return 2;
+      }
+      fracs.push_back(v);
+    }
+    if (get("out").empty()) {
+      std::fprintf(stderr, "simulate: --sweep needs --out PREFIX\n");
+      return 2;
+    }
+  } else if (!get("capacity").empty()) {
+    if (!absl::SimpleAtoi(get("capacity"), &o.capacity)) {
+      std::fprintf(stderr, "simulate: --capacity takes an integer\n");
+      return 2;
+    }
+  } else if (!get("capacity-frac").empty()) {
+    double frac;
+    if (!absl::SimpleAtod(get("capacity-frac"), &frac)) {
+      std::fprintf(stderr, "simulate: --capacity-frac takes a number\n");
+      return 2;
+    }
+    fracs.push_back(frac);
+  } else {
+    std::fprintf(stderr, "simulate: give --capacity N or --capacity-frac F\n");
+    return 2;
+  }
+  std::vector<nlohmann::json> rows;
+  if (!f.json) PrintTableHeader();
+  if (fracs.empty()) return RunAt(*t, policies, o, f.json, true, &rows);
+  for (double frac : fracs) {
+    auto c = cache::CapacityFromFraction(t->header, frac);
+    if (!c.ok()) {
+      std::fprintf(stderr, "simulate: %s\n", std::string(c.status().message()).c_str());
+      return 2;
+    }
+    o.capacity = *c;
+    if (int rc = RunAt(*t, policies, o, f.json, true, &rows); rc != 0) return rc;
+  }
+  return get("sweep").empty() ? 0 : WriteSweep(get("out"), rows);
+}
+
+const bool kRegistered = RegisterCommand(
+    {"simulate", "replay a routing trace through the cache policies", &RunSimulate});
+
+}  // namespace
+}  // namespace moe::moectl

@@ -1,0 +1,321 @@
+#include "services/cache/eamc_store.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+#include "services/cache/expert_cache.h"
+#include "services/cache/fake_copy_engine.h"
+#include "services/cache/moe_infinity_policy.h"
+#include "services/cache/synth_trace.h"
+
+namespace moe::cache {
+namespace {
+
+constexpr int kLayers = 4;
+constexpr int kExperts = 6;
+
+PolicyConfig Config(int layers, int experts, int top_k) {
+  PolicyConfig pc;
+  pc.num_layers = layers;
+  pc.num_experts = experts;
+  pc.top_k = top_k;
+  pc.capacity = layers * experts / 2;
+  pc.expert_bytes = 1e6;
+  pc.link_bytes_per_sec = 1e9;
+  pc.layer_seconds = 1e-3;
+  return pc;
+}
+
+std::string TempPath(const std::string& name) {
+  const std::string dir = JoinPath(::testing::TempDir(), "eamc_store_test." + std::to_string(::getpid()));
+  ::mkdir(dir.c_str(), 0700);
+  const std::string p = JoinPath(dir, name);
+  ::unlink(p.c_str());
+  return p;
+}
+
+void WriteRaw(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << bytes;
+}
+
+// Feeds `tokens` iterations of request `r` (prefill as one iteration).
+void Feed(CachePolicy& p, const trace::TraceRequest& r, int layers, int tokens) {
+  const int prefill = r.num_prefill_tokens();
+  if (prefill > 0) {
+    p.OnBeginIteration(Phase::kPrefill);
+    for (int l = 0; l < layers; ++l) {
+      std::map<int32_t, int32_t> counts;
+      for (int t = 0; t < prefill; ++t) {
+        for (int32_t e : r.experts[t][l]) ++counts[e];
+      }
+      std::vector<ExpertDemand> d;
+      for (auto [e, n] : counts) d.push_back({e, n});
+      p.OnRoute(l, Phase::kPrefill, d);
+    }
+  }
+  for (int t = prefill; t < std::min(r.num_tokens(), prefill + tokens); ++t) {
+    p.OnBeginIteration(Phase::kDecode);
+    for (int l = 0; l < layers; ++l) {
+      std::vector<ExpertDemand> d;
+      for (int32_t e : r.experts[t][l]) d.push_back({e, 1});
+      p.OnRoute(l, Phase::kDecode, d);
+    }
+  }
+}
+
+trace::Trace SmallTrace(int layers, int experts, int requests, uint64_t seed) {
+  trace::SynthOptions o;
+  o.num_layers = layers;
+  o.num_experts = experts;
+  o.top_k = 2;
+  o.requests = requests;
+  o.prefill_tokens = 8;
+  o.decode_tokens = 12;
+  o.groups = 3;
+  o.seed = seed;
+  auto t = trace::GenerateSyntheticTrace(o);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+std::unique_ptr<CachePolicy> Trained(const trace::Trace& t, int requests) {
+  const auto& h = t.header;
+  auto p = *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
+  for (int i = 0; i < requests; ++i) {
+    p->OnBeginRequest();
+    Feed(*p, t.requests[i], h.num_layers, 1000);
+    p->OnEndRequest();
+  }
+  return p;
+}
+
+LearnedState Export(const CachePolicy& p, int layers, int experts) {
+  LearnedState s;
+  s.num_layers = layers;
+  s.num_experts = experts;
+  p.ExportLearned(&s);
+  return s;
+}
+
+// A small valid file's bytes (EAMC + reuse + affinity sections).
+std::string SmallFileBytes() {
+  trace::Trace t = SmallTrace(kLayers, kExperts, 4, 11);
+  auto p = Trained(t, 4);
+  LearnedState s = Export(*p, kLayers, kExperts);
+  s.affinity_lags = 1;
+  s.affinity.assign(kLayers * kExperts * kExperts, 1.0f);
+  s.affinity_from.assign(kLayers * kExperts, 2.0f);
+  auto bytes = EncodeLearnedState(s);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return *bytes;
+}
+
+TEST(EamcStoreTest, RoundTripPredictsTheSame) {
+  trace::Trace t = SmallTrace(8, 16, 30, 5);
+  const auto& h = t.header;
+  auto trained = Trained(t, 25);
+  const std::string path = TempPath("state.eamc");
+  ASSERT_TRUE(SaveLearnedState(path, Export(*trained, h.num_layers, h.num_experts)).ok());
+  auto loaded = LoadLearnedState(path, h.num_layers, h.num_experts);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->records.size(), 25u);
+  auto fresh = *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
+  auto cold = *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
+  fresh->ImportLearned(*loaded);
+  // The same unseen request prefix on all three.
+  int differ_cold = 0;
+  for (auto* p : {trained.get(), fresh.get(), cold.get()}) {
+    p->OnBeginRequest();
+    Feed(*p, t.requests[27], h.num_layers, 5);
+  }
+  auto& a = static_cast<MoeInfinityPolicy&>(*trained).predictor();
+  auto& b = static_cast<MoeInfinityPolicy&>(*fresh).predictor();
+  auto& c = static_cast<MoeInfinityPolicy&>(*cold).predictor();
+  ASSERT_TRUE(a.has_prediction());
+  ASSERT_TRUE(b.has_prediction());
+  EXPECT_FALSE(c.has_prediction());  // the test can tell a load from no load
+  EXPECT_DOUBLE_EQ(a.confidence(), b.confidence());
+  for (int l = 0; l < h.num_layers; ++l) {
+    for (int e = 0; e < h.num_experts; ++e) {
+      EXPECT_EQ(a.Predicted(l, e), b.Predicted(l, e)) << l << "," << e;
+      EXPECT_DOUBLE_EQ(trained->RetentionValue({l, e}), fresh->RetentionValue({l, e}));
+      differ_cold += trained->RetentionValue({l, e}) != cold->RetentionValue({l, e});
+    }
+  }
+  EXPECT_GT(differ_cold, 0);
+}
+
+TEST(EamcStoreTest, EveryTruncationIsRejected) {
+  const std::string bytes = SmallFileBytes();
+  ASSERT_TRUE(DecodeLearnedState(bytes, kLayers, kExperts).ok());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto s = DecodeLearnedState(bytes.substr(0, n), kLayers, kExperts);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << "length " << n;
+  }
+  // And through the file system for a few lengths.
+  const std::string path = TempPath("trunc.eamc");
+  for (size_t n : {size_t{0}, size_t{7}, size_t{39}, size_t{40}, bytes.size() / 2, bytes.size() - 1}) {
+    WriteRaw(path, bytes.substr(0, n));
+    EXPECT_EQ(LoadLearnedState(path, kLayers, kExperts).status().code(),
+              absl::StatusCode::kDataLoss);
+  }
+}
+
+TEST(EamcStoreTest, EveryBitFlipIsRejected) {
+  const std::string bytes = SmallFileBytes();
+  std::mt19937 rng(3);
+  for (int i = 0; i < 3000; ++i) {
+    std::string b = bytes;
+    const size_t at = i < 320 ? i / 8 : rng() % b.size();  // all header bits, then random
+    b[at] ^= static_cast<char>(1 << (i < 320 ? i % 8 : rng() % 8));
+    auto s = DecodeLearnedState(b, kLayers, kExperts);
+    EXPECT_FALSE(s.ok()) << "flip at byte " << at;
+  }
+  // Several flips at once, and garbage.
+  for (int i = 0; i < 200; ++i) {
+    std::string b = bytes;
+    for (int j = 0; j < 1 + i % 7; ++j) b[rng() % b.size()] ^= static_cast<char>(1 + rng() % 255);
+    if (b == bytes) continue;
+    EXPECT_FALSE(DecodeLearnedState(b, kLayers, kExperts).ok());
+  }
+  std::string garbage(500, '\0');
+  for (char& c : garbage) c = static_cast<char>(rng());
+  EXPECT_EQ(DecodeLearnedState(garbage, kLayers, kExperts).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(EamcStoreTest, WrongShapeAndVersionAreRefusedWithClearErrors) {
+  const std::string bytes = SmallFileBytes();
+  auto s = DecodeLearnedState(bytes, kLayers, kExperts + 1);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("4x6"), std::string::npos) << s.status();
+  EXPECT_EQ(DecodeLearnedState(bytes, kLayers + 1, kExperts).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::string v2 = bytes;
+  v2[8] = 2;  // version, little-endian u32 after the magic
+  s = DecodeLearnedState(v2, kLayers, kExperts);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("version 2"), std::string::npos) << s.status();
+}
+
+TEST(EamcStoreTest, SavedFileIsPrivateAndReplacesAtomically) {
+  const std::string path = TempPath("mode.eamc");
+  WriteRaw(path, "old");
+  ::chmod(path.c_str(), 0644);
+  LearnedState s;
+  s.num_layers = kLayers;
+  s.num_experts = kExperts;
+  ASSERT_TRUE(SaveLearnedState(path, s).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto back = LoadLearnedState(path, kLayers, kExperts);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->empty());
+  // A 0600 file written elsewhere loads too.
+  const std::string other = TempPath("other.eamc");
+  WriteRaw(other, SmallFileBytes());
+  ::chmod(other.c_str(), 0600);
+  EXPECT_TRUE(LoadLearnedState(other, kLayers, kExperts).ok());
+  // Saving into a missing directory fails cleanly.
+  EXPECT_FALSE(SaveLearnedState(path + ".d/x", s).ok());
+}
+
+TEST(EamcStoreTest, StaleTemporaryFromACrashIsIgnoredAndRemoved) {
+  const std::string path = TempPath("crash.eamc");
+  const std::string good = SmallFileBytes();
+  WriteRaw(path, good);
+  // A writer that died: its pid no longer exists.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string stale = path + ".tmp." + std::to_string(child) + ".0";
+  WriteRaw(stale, good.substr(0, 17));
+  const std::string mine = path + ".tmp." + std::to_string(::getpid()) + ".99";
+  WriteRaw(mine, "in progress");
+  auto s = LoadLearnedState(path, kLayers, kExperts);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->records.empty());
+  EXPECT_FALSE(IsRegularFile(stale));
+  EXPECT_TRUE(IsRegularFile(mine));  // a live writer's temporary is left alone
+  ::unlink(mine.c_str());
+  // A temporary without the file itself: still "no file".
+  ::unlink(path.c_str());
+  WriteRaw(stale, good);
+  EXPECT_EQ(LoadLearnedState(path, kLayers, kExperts).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Drives a cache through a few decode requests.
+void Drive(ExpertCache& cache, FakeCopyEngine& engine, const trace::Trace& t, int from, int to) {
+  for (int r = from; r < to; ++r) {
+    cache.BeginRequest(1);
+    const auto& req = t.requests[r];
+    for (int tok = req.num_prefill_tokens(); tok < req.num_tokens(); ++tok) {
+      for (int l = 0; l < t.header.num_layers; ++l) {
+        std::vector<ExpertDemand> d;
+        for (int32_t e : req.experts[tok][l]) d.push_back({e, 1});
+        auto tk = cache.StartAcquire(1, l, d, Phase::kDecode);
+        ASSERT_TRUE(tk.ok()) << tk.status();
+        while (!*cache.IsReady(*tk)) engine.AdvanceTo(*engine.NextCompletionTime());
+        auto leases = cache.FinishAcquire(*tk);
+        ASSERT_TRUE(leases.ok());
+        engine.AdvanceTo(engine.now_ns() + 1000000);
+        ASSERT_TRUE(cache.Release(1, *leases).ok());
+      }
+    }
+    cache.EndRequest(1);
+  }
+}
+
+std::unique_ptr<ExpertCache> MakeCache(FakeCopyEngine* engine) {
+  ExpertCacheOptions o;
+  o.num_layers = kLayers;
+  o.num_experts = kExperts;
+  o.top_k = 2;
+  o.capacity = 12;
+  o.expert_bytes = 1000000;
+  o.prefetch = true;
+  o.link_bytes_per_sec = 1e9;
+  o.layer_seconds = 1e-3;
+  return *ExpertCache::Create(o, *MakePolicy("moe-infinity", Config(kLayers, kExperts, 2)),
+                              engine);
+}
+
+TEST(EamcStoreTest, ExpertCacheSaveLoadState) {
+  trace::Trace t = SmallTrace(kLayers, kExperts, 8, 21);
+  auto e1 = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  auto e2 = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  auto a = MakeCache(e1.get());
+  auto b = MakeCache(e2.get());
+  const std::string pa = TempPath("a.eamc"), pb = TempPath("b.eamc");
+  EXPECT_TRUE(b->LoadState(pa).ok());  // missing: OK, empty
+  Drive(*a, *e1, t, 0, 6);
+  ASSERT_TRUE(a->SaveState(pa).ok());
+  ASSERT_TRUE(b->LoadState(pa).ok());
+  ASSERT_TRUE(b->SaveState(pb).ok());
+  // Everything learned came back: saving again gives the same bytes.
+  auto ba = ReadFileToString(pa), bb = ReadFileToString(pb);
+  ASSERT_TRUE(ba.ok() && bb.ok());
+  EXPECT_GT(ba->size(), 200u);
+  EXPECT_EQ(*ba, *bb);
+  // A corrupt file: an error to report, and the cache keeps working.
+  std::string bad = *ba;
+  bad[bad.size() / 2] ^= 0x40;
+  WriteRaw(pb, bad);
+  EXPECT_EQ(b->LoadState(pb).code(), absl::StatusCode::kDataLoss);
+  Drive(*b, *e2, t, 6, 8);
+  b->CheckInvariantsForTest();
+}
+
+}  // namespace
+}  // namespace moe::cache

@@ -1,0 +1,204 @@
+#include "services/cache/expert_cache.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+#include "services/cache/eamc.h"
+#include "services/cache/expertflow_policy.h"
+#include "services/cache/fake_copy_engine.h"
+#include "services/cache/moe_infinity_policy.h"
+
+namespace moe::cache {
+namespace {
+
+constexpr int kLayers = 4;
+constexpr int kExperts = 6;
+
+PolicyConfig Config(int capacity) {
+  PolicyConfig pc;
+  pc.num_layers = kLayers;
+  pc.num_experts = kExperts;
+  pc.top_k = 2;
+  pc.capacity = capacity;
+  pc.expert_bytes = 1e6;
+  pc.link_bytes_per_sec = 1e9;
+  pc.layer_seconds = 1e-3;
+  return pc;
+}
+
+// Drives one acquire on the virtual clock.
+std::vector<Lease> AcquireNow(ExpertCache& cache, FakeCopyEngine& engine, OwnerId owner,
+                              int layer, std::vector<ExpertDemand> demands) {
+  auto t = cache.StartAcquire(owner, layer, demands, Phase::kDecode);
+  EXPECT_TRUE(t.ok()) << t.status();
+  while (!*cache.IsReady(*t)) engine.AdvanceTo(*engine.NextCompletionTime());
+  auto leases = cache.FinishAcquire(*t);
+  EXPECT_TRUE(leases.ok()) << leases.status();
+  return *leases;
+}
+
+TEST(ExpertCacheTest, NoPolicyEvictsLeasedOrNeededSlots) {
+  std::vector<std::string> names = OnlinePolicyNames();
+  for (const std::string& name : names) {
+    for (bool prefetch : {false, true}) {
+      const int capacity = 8;
+      auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+      ExpertCacheOptions o;
+      o.num_layers = kLayers;
+      o.num_experts = kExperts;
+      o.top_k = 2;
+      o.capacity = capacity;
+      o.expert_bytes = 1000000;
+      o.prefetch = prefetch;
+      o.link_bytes_per_sec = 1e9;
+      o.layer_seconds = 1e-3;
+      auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
+      // Owner 1 holds two leases for the whole test.
+      cache->BeginRequest(1);
+      std::vector<Lease> held = AcquireNow(*cache, *engine, 1, 0, {{0, 1}, {1, 1}});
+      std::mt19937 rng(7);
+      cache->BeginRequest(2);
+      for (int step = 0; step < 300; ++step) {
+        const int layer = step % kLayers;
+        std::vector<ExpertDemand> d;
+        int a = rng() % kExperts, b = (a + 1 + rng() % (kExperts - 1)) % kExperts;
+        d.push_back({a, 1});
+        d.push_back({b, 1});
+        auto leases = AcquireNow(*cache, *engine, 2, layer, d);
+        ASSERT_EQ(leases.size(), 2u);
+        auto slots = cache->SlotsForTest();
+        for (const Lease& l : held) {
+          EXPECT_EQ(slots[l.slot].state, SlotState::kReady) << name;
+          EXPECT_EQ(slots[l.slot].key, l.key) << name;
+          EXPECT_EQ(slots[l.slot].generation, l.generation) << name;
+        }
+        for (const Lease& l : leases) {
+          EXPECT_EQ(slots[l.slot].key, l.key) << name;
+          EXPECT_EQ(slots[l.slot].state, SlotState::kReady) << name;
+        }
+        engine->AdvanceTo(engine->now_ns() + 1000000);
+        ASSERT_TRUE(cache->Release(2, leases).ok());
+        cache->CheckInvariantsForTest();
+      }
+      EXPECT_TRUE(cache->Release(1, held).ok());
+      EXPECT_FALSE(cache->Release(1, held).ok());  // double release is refused
+    }
+  }
+}
+
+TEST(ExpertCacheTest, RejectsBadInputWithStatus) {
+  auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  ExpertCacheOptions o;
+  o.num_layers = kLayers;
+  o.num_experts = kExperts;
+  o.capacity = kExperts - 1;
+  o.expert_bytes = 1;
+  EXPECT_FALSE(ExpertCache::Create(o, *MakePolicy("lru", Config(8)), engine.get()).ok());
+  o.capacity = kExperts;
+  auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(kExperts)), engine.get());
+  std::vector<ExpertDemand> dup = {{1, 1}, {1, 1}};
+  EXPECT_EQ(cache->StartAcquire(1, 0, dup, Phase::kDecode).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<ExpertDemand> bad = {{kExperts, 1}};
+  EXPECT_FALSE(cache->StartAcquire(1, 0, bad, Phase::kDecode).ok());
+  EXPECT_FALSE(cache->StartAcquire(1, kLayers, {}, Phase::kDecode).ok());
+  EXPECT_FALSE(MakePolicy("moe-infinity:bogus=1", Config(8)).ok());
+  EXPECT_FALSE(MakePolicy("lru:x=1", Config(8)).ok());
+  EXPECT_FALSE(MakePolicy("belady", Config(8)).ok());
+}
+
+TEST(EamcTest, MatchesByCosineOnHandMadeMatrices) {
+  for (bool inverted : {false, true}) {
+    Eamc eamc({2, 3, 10, 0, inverted});
+    auto make = [](std::vector<float> v) {
+      Eam e(2, 3);
+      for (int i = 0; i < 6; ++i) {
+        if (v[i] != 0) e.Add(i / 3, i % 3, v[i]);
+      }
+      return e;
+    };
+    Eam empty(2, 3);
+    eamc.Add(empty, make({3, 0, 0, 0, 2, 0}));  // A
+    eamc.Add(empty, make({0, 3, 0, 0, 0, 2}));  // B
+    eamc.Add(empty, make({1, 1, 0, 0, 1, 1}));  // C
+    auto m = eamc.FindBest(make({2, 0, 0, 0, 1, 0}), EamPhase::kDecode, 3);
+    ASSERT_EQ(m.size(), 2u);  // B shares nothing with the query
+    EXPECT_EQ(m[0].index, 0);
+    // cos(q, A) = (6 + 2) / (sqrt(5) * sqrt(13))
+    EXPECT_NEAR(m[0].cosine, 8.0 / (std::sqrt(5.0) * std::sqrt(13.0)), 1e-6);
+    EXPECT_EQ(m[1].index, 2);
+    EXPECT_NEAR(m[1].cosine, 3.0 / (std::sqrt(5.0) * 2.0), 1e-6);
+    EXPECT_TRUE(eamc.FindBest(make({0, 0, 1, 0, 0, 0}), EamPhase::kDecode, 3).empty());
+  }
+}
+
+TEST(EamcTest, FullCollectionReplacesTheMostSimilarRecord) {
+  Eamc eamc({2, 3, 2, 0, false});
+  Eam empty(2, 3), a(2, 3), b(2, 3), c(2, 3);
+  a.Add(0, 0, 3);
+  b.Add(0, 1, 3);
+  c.Add(0, 1, 2);
+  c.Add(1, 2, 1);
+  EXPECT_EQ(eamc.Add(empty, a), 0);
+  EXPECT_EQ(eamc.Add(empty, b), 1);
+  EXPECT_EQ(eamc.Add(empty, c), 1);  // c is closest to b
+  EXPECT_EQ(eamc.size(), 2);
+  auto m = eamc.FindBest(c, EamPhase::kDecode, 1);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_NEAR(m[0].cosine, 1.0, 1e-6);
+  EXPECT_EQ(eamc.Add(empty, empty), -1);
+}
+
+TEST(EamcTest, PruningKeepsTheLargestCountsPerLayer) {
+  Eamc eamc({1, 4, 4, 2, true});
+  Eam e(1, 4);
+  e.Add(0, 0, 1);
+  e.Add(0, 1, 5);
+  e.Add(0, 2, 3);
+  e.Add(0, 3, 2);
+  SparseEam s = eamc.Prune(e);
+  ASSERT_EQ(s.entries().size(), 2u);
+  EXPECT_EQ(s.entries()[0].index, 1u);
+  EXPECT_EQ(s.entries()[1].index, 2u);
+}
+
+TEST(ExpertFlowTest, StrideStartsFromTheFormulaAndFollowsStallsAndWaste) {
+  ExpertFlowPolicy p;
+  PolicyConfig pc = Config(12);
+  pc.num_layers = 32;
+  pc.expert_bytes = 17e6;  // 2 x 17 MB / (25 GB/s x 0.3 ms) = 4.53 -> 5
+  pc.link_bytes_per_sec = 25e9;
+  pc.layer_seconds = 0.3e-3;
+  p.Configure(pc);
+  EXPECT_EQ(p.PrefetchDistance(), 5);
+  for (int i = 0; i < ExpertFlowPolicy::kStallsPerStep * 2; ++i) p.OnStall(1000);
+  EXPECT_EQ(p.PrefetchDistance(), 7);
+  for (int i = 0; i < 10; ++i) p.OnStall(0);  // no stall, no change
+  EXPECT_EQ(p.PrefetchDistance(), 7);
+  for (int i = 0; i < ExpertFlowPolicy::kWastePerStep * 3; ++i) p.OnPrefetchOutcome(false);
+  EXPECT_EQ(p.PrefetchDistance(), 4);
+  for (int i = 0; i < 100; ++i) p.OnPrefetchOutcome(true);  // used: no change
+  EXPECT_EQ(p.PrefetchDistance(), 4);
+  for (int i = 0; i < 1000; ++i) p.OnPrefetchOutcome(false);
+  EXPECT_EQ(p.PrefetchDistance(), 1);  // never below 1
+}
+
+TEST(MoeInfinityTest, FairShareEvictsFromTheLayerOverItsShare) {
+  MoeInfinityPolicy p(MoeInfinityOptions::Improved(), "moe-infinity");
+  p.Configure(Config(8));  // share 2 per layer
+  p.OnBeginRequest();
+  p.OnBeginIteration(Phase::kDecode);
+  // Layer 0 holds 4 experts, layer 1 holds 2, layer 2 holds 2.
+  for (int e = 0; e < 4; ++e) p.OnInsert({0, e}, false);
+  for (int e = 0; e < 2; ++e) p.OnInsert({1, e}, false);
+  for (int e = 0; e < 2; ++e) p.OnInsert({2, e}, false);
+  std::vector<ExpertKey> cands = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {2, 0}, {2, 1}};
+  const size_t v = p.ChooseVictim(cands, {3, Phase::kDecode, false});
+  EXPECT_EQ(cands[v].layer, 0);
+  // The routed layer may borrow: routing layer 0 takes from another layer.
+  const size_t w = p.ChooseVictim(cands, {0, Phase::kDecode, false});
+  EXPECT_NE(cands[w].layer, 0);
+}
+
+}  // namespace
+}  // namespace moe::cache

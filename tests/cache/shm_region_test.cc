@@ -1,0 +1,160 @@
+#include "services/cache/shm_region.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace moe::cache {
+namespace {
+
+using ::absl::StatusCode;
+
+std::string UniqueName(const char* tag) {
+  return absl::StrCat("/moecache-test-", tag, "-", getpid());
+}
+
+TEST(ShmRegionTest, AnonymousRegionIsZeroedWritableAnd0600) {
+  auto r = ShmRegion::Create("", 1 << 20);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->valid());
+  EXPECT_TRUE(r->writable());
+  EXPECT_EQ(r->size(), 1u << 20);
+  EXPECT_TRUE(r->name().empty());
+  for (uint64_t i = 0; i < r->size(); i += 4096) ASSERT_EQ(r->data()[i], 0);
+  struct stat st;
+  ASSERT_EQ(fstat(r->fd(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 1u << 20);
+  // Sealed: the size cannot change under another process's mapping.
+  EXPECT_NE(ftruncate(r->fd(), 4096), 0);
+  EXPECT_NE(ftruncate(r->fd(), 2 << 20), 0);
+  EXPECT_NE(fcntl(r->fd(), F_GETFD) & FD_CLOEXEC, 0);
+}
+
+TEST(ShmRegionTest, SecondMappingOfFdSeesWritesReadOnly) {
+  auto w = ShmRegion::Create("", 8192);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto ro = ShmRegion::OpenReadOnly(w->fd(), 8192);
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  EXPECT_FALSE(ro->writable());
+  EXPECT_EQ(ro->mutable_data(), nullptr);
+  EXPECT_NE(ro->fd(), w->fd());  // duplicated
+  std::memcpy(w->mutable_data() + 100, "expert", 6);
+  EXPECT_EQ(std::memcmp(ro->data() + 100, "expert", 6), 0);
+  // The read-only mapping survives the creator going away.
+  w = absl::InternalError("dropped");
+  EXPECT_EQ(std::memcmp(ro->data() + 100, "expert", 6), 0);
+}
+
+TEST(ShmRegionTest, ForkedChildSeesParentWrites) {
+  auto w = ShmRegion::Create("", 4096);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::memcpy(w->mutable_data(), "before", 6);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Child: map the inherited fd read-only and check the bytes.
+    auto ro = ShmRegion::OpenReadOnly(w->fd(), 4096);
+    if (!ro.ok()) _exit(2);
+    _exit(std::memcmp(ro->data(), "before", 6) == 0 ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(ShmRegionTest, ChildWritesAreSeenByParent) {
+  auto w = ShmRegion::Create("", 4096);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::memcpy(w->mutable_data() + 10, "from child", 10);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(std::memcmp(w->data() + 10, "from child", 10), 0);
+}
+
+TEST(ShmRegionTest, NamedRegionOpenByNameAndUnlinkOnDestroy) {
+  const std::string name = UniqueName("named");
+  {
+    auto w = ShmRegion::Create(name, 65536);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->name(), name);
+    struct stat st;
+    ASSERT_EQ(stat(absl::StrCat("/dev/shm", name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    // Exclusive create: a second daemon cannot take over the name.
+    EXPECT_EQ(ShmRegion::Create(name, 65536).status().code(),
+              StatusCode::kAlreadyExists);
+    auto ro = ShmRegion::OpenReadOnlyByName(name, 65536);
+    ASSERT_TRUE(ro.ok()) << ro.status();
+    w->mutable_data()[65535] = 0x5a;
+    EXPECT_EQ(ro->data()[65535], 0x5a);
+    // Asking for more than the object holds is refused, not a SIGBUS later.
+    EXPECT_EQ(ShmRegion::OpenReadOnlyByName(name, 65537).status().code(),
+              StatusCode::kInvalidArgument);
+    // Moving keeps ownership (and the unlink) with the new object.
+    ShmRegion moved = std::move(*w);
+    EXPECT_FALSE(w->valid());
+    EXPECT_EQ(moved.name(), name);
+  }
+  EXPECT_EQ(ShmRegion::OpenReadOnlyByName(name, 1).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(ShmRegionTest, ClearErrors) {
+  EXPECT_EQ(ShmRegion::Create("", 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmRegion::Create("no-slash", 10).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmRegion::Create("/a/b", 10).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmRegion::Create(std::string(300, 'x').insert(0, "/"), 10)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmRegion::OpenReadOnly(-1, 10).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmRegion::OpenReadOnly(987654, 10).status().code(),
+            StatusCode::kInvalidArgument);  // EBADF
+  // Far more than any tmpfs holds: refused at Create, not a SIGBUS on touch.
+  auto huge = ShmRegion::Create("", uint64_t{1} << 50);
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted)
+      << huge.status();
+  const std::string name = UniqueName("huge");
+  EXPECT_EQ(ShmRegion::Create(name, uint64_t{1} << 50).status().code(),
+            StatusCode::kResourceExhausted);
+  // The failed named create left nothing behind.
+  EXPECT_EQ(ShmRegion::OpenReadOnlyByName(name, 1).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST(ShmRegionTest, WriteOnlyDescriptorIsPermissionDenied) {
+  char path[] = "/tmp/moecache-shm-test-XXXXXX";
+  const int tmp = mkstemp(path);
+  ASSERT_GE(tmp, 0);
+  ASSERT_EQ(ftruncate(tmp, 4096), 0);
+  const int wo = open(path, O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(wo, 0);
+  auto r = ShmRegion::OpenReadOnly(wo, 4096);
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << r.status();
+  EXPECT_NE(r.status().message().find("Permission denied"), std::string::npos);
+  close(wo);
+  close(tmp);
+  unlink(path);
+}
+
+}  // namespace
+}  // namespace moe::cache

@@ -1,0 +1,218 @@
+#include "services/cache/simulator.h"
+
+#include <algorithm>
+#include <limits>
+#include <list>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "services/cache/policy.h"
+#include "services/cache/synth_trace.h"
+
+namespace moe::cache {
+namespace {
+
+using trace::Phase;
+using trace::Trace;
+
+Trace RandomTrace(uint64_t seed, int layers, int experts, int top_k, int requests) {
+  std::mt19937_64 rng(seed);
+  Trace t;
+  t.header = {"random", layers, experts, top_k};
+  for (int r = 0; r < requests; ++r) {
+    trace::TraceRequest req;
+    req.id = std::to_string(r);
+    const int prefill = static_cast<int>(rng() % 3);
+    const int decode = 1 + static_cast<int>(rng() % 6);
+    for (int tok = 0; tok < prefill + decode; ++tok) {
+      req.phase.push_back(tok < prefill ? Phase::kPrefill : Phase::kDecode);
+      std::vector<std::vector<int32_t>> ls(layers);
+      for (int l = 0; l < layers; ++l) {
+        // Skewed towards low ids so that there is reuse to exploit.
+        while (static_cast<int>(ls[l].size()) < top_k) {
+          int e = static_cast<int>((rng() % experts) * (rng() % experts) / experts);
+          if (std::find(ls[l].begin(), ls[l].end(), e) == ls[l].end()) ls[l].push_back(e);
+        }
+      }
+      req.experts.push_back(ls);
+    }
+    t.requests.push_back(req);
+  }
+  return t;
+}
+
+int KeyId(const ExpertKey& k) { return k.layer * 1000 + k.expert; }
+
+// Timing-free LRU on the flattened sequence; the current group is pinned.
+uint64_t BruteLruMisses(const std::vector<std::vector<ExpertKey>>& groups, int capacity) {
+  std::list<int> lru;  // front = most recent
+  uint64_t misses = 0;
+  for (const auto& g : groups) {
+    std::set<int> cur;
+    for (const auto& k : g) cur.insert(KeyId(k));
+    for (const auto& k : g) {
+      const int id = KeyId(k);
+      auto it = std::find(lru.begin(), lru.end(), id);
+      if (it != lru.end()) {
+        lru.erase(it);
+      } else {
+        ++misses;
+        if (static_cast<int>(lru.size()) >= capacity) {
+          for (auto v = lru.rbegin(); v != lru.rend(); ++v) {
+            if (!cur.count(*v)) {
+              lru.erase(std::next(v).base());
+              break;
+            }
+          }
+        }
+      }
+      lru.push_front(id);
+    }
+  }
+  return misses;
+}
+
+// Timing-free Belady: evict the resident key (not in the current group)
+// whose next use is farthest.
+uint64_t BruteBeladyMisses(const std::vector<std::vector<ExpertKey>>& groups, int capacity) {
+  std::set<int> resident;
+  uint64_t misses = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::set<int> cur;
+    for (const auto& k : groups[g]) cur.insert(KeyId(k));
+    for (const auto& k : groups[g]) {
+      const int id = KeyId(k);
+      if (resident.count(id)) continue;
+      ++misses;
+      if (static_cast<int>(resident.size()) >= capacity) {
+        int victim = -1;
+        size_t far = 0;
+        for (int r : resident) {
+          if (cur.count(r)) continue;
+          size_t next = std::numeric_limits<size_t>::max();
+          for (size_t h = g + 1; h < groups.size(); ++h) {
+            bool used = false;
+            for (const auto& x : groups[h]) used |= KeyId(x) == r;
+            if (used) {
+              next = h;
+              break;
+            }
+          }
+          if (victim < 0 || next > far) victim = r, far = next;
+        }
+        resident.erase(victim);
+      }
+      resident.insert(id);
+    }
+  }
+  return misses;
+}
+
+TEST(SimulatorTest, LruAndBeladyMatchBruteForce) {
+  for (uint64_t seed : {1, 2, 3}) {
+    Trace t = RandomTrace(seed, 3, 6, 2, 6);
+    const auto groups = FlattenAccessGroups(t, 1);
+    for (int capacity : {6, 8, 11}) {
+      SimOptions o;
+      o.capacity = capacity;
+      auto lru = Simulate(t, "lru", o);
+      auto bel = Simulate(t, "belady", o);
+      ASSERT_TRUE(lru.ok() && bel.ok());
+      EXPECT_EQ(lru->decode.misses + lru->prefill.misses, BruteLruMisses(groups, capacity))
+          << "seed " << seed << " capacity " << capacity;
+      EXPECT_EQ(bel->decode.misses + bel->prefill.misses, BruteBeladyMisses(groups, capacity))
+          << "seed " << seed << " capacity " << capacity;
+    }
+  }
+}
+
+TEST(SimulatorTest, BeladyNeverMissesMoreThanDemandPolicies) {
+  for (uint64_t seed = 10; seed < 16; ++seed) {
+    Trace t = RandomTrace(seed, 4, 8, 2, 5);
+    for (int capacity : {8, 12, 20}) {
+      SimOptions o;
+      o.capacity = capacity;
+      auto bel = Simulate(t, "belady", o);
+      ASSERT_TRUE(bel.ok());
+      const uint64_t bm = bel->decode.misses + bel->prefill.misses;
+      for (const auto& p : OnlinePolicyNames()) {
+        auto r = Simulate(t, p, o);
+        ASSERT_TRUE(r.ok()) << p << ": " << r.status();
+        EXPECT_LE(bm, r->decode.misses + r->prefill.misses) << p << " seed " << seed;
+      }
+    }
+  }
+}
+
+// One request, three decode tokens, L=2, E=2, top-1, capacity 2, 1 ms per
+// expert transfer, 0.5 ms per layer (worked out in the comments).
+TEST(SimulatorTest, ClockArithmeticOnAThreeTokenTrace) {
+  Trace t;
+  t.header = {"hand", 2, 2, 1};
+  trace::TraceRequest r;
+  r.phase = {Phase::kDecode, Phase::kDecode, Phase::kDecode};
+  r.experts = {{{0}, {0}}, {{1}, {0}}, {{1}, {1}}};
+  t.requests.push_back(r);
+  SimOptions o;
+  o.capacity = 2;
+  o.link = LinkModel{1.0, 1.0, 0.5, 1.0};  // 1 MB, 1 GB/s -> 1 ms; 0.5 ms/layer
+  auto lru = Simulate(t, "lru", o);
+  auto bel = Simulate(t, "belady", o);
+  ASSERT_TRUE(lru.ok() && bel.ok());
+  // tok0: L0 miss [0,1] compute ->1.5; L1 miss [1.5,2.5] ->3.0
+  // tok1: L0 miss (evict L0/E0) [3,4] ->4.5; L1 hit ->5.0
+  // tok2: L0 hit ->5.5; L1 miss [5.5,6.5] ->7.0
+  EXPECT_EQ(lru->decode.misses, 4u);
+  EXPECT_EQ(lru->decode.hits, 2u);
+  EXPECT_NEAR(lru->decode.time_ms, 7.0, 1e-9);
+  EXPECT_NEAR(lru->decode.stall_ms, 4.0, 1e-9);
+  EXPECT_EQ(lru->decode.bytes_moved, 4000000u);
+  auto j = ReportJson(t.header, o, *lru, *bel);
+  EXPECT_NEAR(j["tpot_ms"].get<double>(), 7.0 / 3, 1e-9);
+  EXPECT_NEAR(j["stall_ms_per_token"].get<double>(), 4.0 / 3, 1e-9);
+  EXPECT_NEAR(j["hit_rate"].get<double>(), 2.0 / 6, 1e-9);
+  // floor = max(2 x 0.5, 4 Belady misses / 3 tokens x 1 ms)
+  EXPECT_NEAR(j["floor_tpot_ms"].get<double>(), 4.0 / 3, 1e-9);
+  EXPECT_NEAR(j["tpot_over_floor"].get<double>(), 1.75, 1e-9);
+  EXPECT_EQ(j["policy"], "lru");
+  EXPECT_EQ(j["capacity"], 2);
+  EXPECT_TRUE(j["prefill"].contains("hit_rate"));
+}
+
+TEST(SimulatorTest, PrefetchRunsForEveryPolicyAndAccountsConsistently) {
+  trace::SynthOptions so;
+  so.num_layers = 8;
+  so.num_experts = 8;
+  so.requests = 6;
+  so.decode_tokens = 24;
+  so.prefill_tokens = 8;
+  so.hint_accuracy = 0.7;
+  auto t = trace::GenerateSyntheticTrace(so);
+  ASSERT_TRUE(t.ok());
+  for (const auto& p : OnlinePolicyNames()) {
+    SimOptions o;
+    o.capacity = 16;
+    o.prefetch = true;
+    auto r = Simulate(*t, p, o);
+    ASSERT_TRUE(r.ok()) << p << ": " << r.status();
+    EXPECT_LE(r->decode.prefetches_used, r->decode.prefetches_issued) << p;
+    EXPECT_EQ(r->decode.hits + r->decode.misses,
+              static_cast<uint64_t>(r->decode.iterations) * so.num_layers * so.top_k);
+    EXPECT_GT(r->decode.prefetches_issued, 0u) << p;  // hints make candidates
+  }
+}
+
+TEST(SimulatorTest, RejectsBadOptions) {
+  Trace t = RandomTrace(1, 2, 4, 1, 1);
+  SimOptions o;
+  o.capacity = 3;  // below one layer's experts
+  EXPECT_EQ(Simulate(t, "lru", o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.capacity = 4;
+  EXPECT_EQ(Simulate(t, "nope", o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(CapacityFromFraction(t.header, 0).ok());
+  EXPECT_EQ(*CapacityFromFraction(t.header, 0.5), 4);
+}
+
+}  // namespace
+}  // namespace moe::cache

@@ -1,0 +1,137 @@
+#include "services/cache/trace.h"
+
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "services/cache/synth_trace.h"
+
+namespace moe::trace {
+namespace {
+
+constexpr char kHeader[] =
+    R"({"format":"moe-trace/1","model":"m","num_layers":2,"num_experts":4,"top_k":2})";
+
+absl::StatusOr<Trace> Parse(const std::string& text) {
+  std::istringstream in(text);
+  return ReadTrace(in, "t.jsonl");
+}
+
+TEST(TraceTest, ParsesHeaderAndRequestsAndIgnoresUnknownFields) {
+  std::string text = std::string(kHeader) + "\n" +
+      R"({"id":"a","extra":{"x":1},"phase":["prefill","decode"],)"
+      R"("experts":[[[0,1],[2,3]],[[1,2],[0,3]]],"weights":[[[0.5,0.5],[0.7,0.3]],[[1,0],[0.2,0.8]]]})"
+      "\n\n" R"({"id":7,"phase":["decode"],"experts":[[[3,0],[1,2]]],"hints":[[[3],[1,2,0]]]})" "\n";
+  auto t = Parse(text);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->header.model, "m");
+  EXPECT_EQ(t->header.num_layers, 2);
+  ASSERT_EQ(t->requests.size(), 2u);
+  EXPECT_EQ(t->requests[0].num_prefill_tokens(), 1);
+  EXPECT_EQ(t->requests[0].experts[1][1], (std::vector<int32_t>{0, 3}));
+  EXPECT_FLOAT_EQ(t->requests[0].weights[0][1][0], 0.7f);
+  EXPECT_EQ(t->requests[1].id, "7");
+  EXPECT_EQ(t->requests[1].hints[0][1].size(), 3u);
+}
+
+struct BadCase {
+  std::string line;
+  std::string expect;  // substring of the error
+};
+
+TEST(TraceTest, RejectsBadRequestsWithLineNumbers) {
+  const BadCase cases[] = {
+      {R"({"phase":["decode"],"experts":[[[0,4],[1,2]]]})", "not in [0, 4)"},
+      {R"({"phase":["decode"],"experts":[[[0,0],[1,2]]]})", "duplicate expert 0"},
+      {R"({"phase":["decode"],"experts":[[[0],[1,2]]]})", "expected 2"},
+      {R"({"phase":["decode"],"experts":[[[0,1]]]})", "must list 2 layers"},
+      {R"({"phase":["decode","prefill"],"experts":[[[0,1],[1,2]],[[0,1],[1,2]]]})",
+       "after a decode token"},
+      {R"({"phase":["decode"],"experts":[[[0,1],[1,2]]],"weights":[[[1],[1,1]]]})", "expected 2"},
+      {R"({"phase":["sample"],"experts":[[[0,1],[1,2]]]})", "unknown phase"},
+      {R"({"phase":["decode"]})", "missing \"experts\""},
+      {R"({"phase":["decode"],"experts":[[["a",1],[1,2]]]})", "integers"},
+      {R"({"phase":[],"experts":[]})", "no tokens"},
+      {R"({"phase":["decode"],"experts":[[[0,1],[1,2]]],"hints":[[[9],[1]]]})", "not in [0, 4)"},
+      {R"({"phase":["decode"],"experts":)", "not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    auto t = Parse(std::string(kHeader) + "\n" + c.line + "\n");
+    ASSERT_FALSE(t.ok()) << c.line;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find("t.jsonl:2:"), std::string::npos) << t.status();
+    EXPECT_NE(t.status().message().find(c.expect), std::string::npos)
+        << c.line << " -> " << t.status();
+  }
+}
+
+TEST(TraceTest, RejectsBadHeaders) {
+  EXPECT_FALSE(Parse("").ok());
+  EXPECT_FALSE(Parse(R"({"format":"moe-trace/2","num_layers":1,"num_experts":2,"top_k":1})").ok());
+  EXPECT_FALSE(Parse(R"({"format":"moe-trace/1","num_layers":1,"num_experts":2,"top_k":3})").ok());
+  EXPECT_FALSE(Parse(R"({"format":"moe-trace/1","num_layers":0,"num_experts":2,"top_k":1})").ok());
+  EXPECT_FALSE(Parse(R"({"format":"moe-trace/1","num_experts":2,"top_k":1})").ok());
+  EXPECT_FALSE(Parse("[1,2]").ok());
+}
+
+TEST(TraceTest, WriterRoundTripsASyntheticTrace) {
+  SynthOptions o;
+  o.num_layers = 3;
+  o.num_experts = 16;
+  o.top_k = 2;
+  o.requests = 5;
+  o.prefill_tokens = 4;
+  o.decode_tokens = 6;
+  o.hint_accuracy = 0.5;
+  auto t = GenerateSyntheticTrace(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::ostringstream out;
+  TraceWriter w(&out, t->header);
+  for (const auto& r : t->requests) ASSERT_TRUE(w.Write(r).ok());
+  auto back = Parse(out.str());
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->requests.size(), t->requests.size());
+  for (size_t i = 0; i < t->requests.size(); ++i) {
+    EXPECT_EQ(back->requests[i].id, t->requests[i].id);
+    EXPECT_EQ(back->requests[i].phase, t->requests[i].phase);
+    EXPECT_EQ(back->requests[i].experts, t->requests[i].experts);
+    EXPECT_EQ(back->requests[i].hints, t->requests[i].hints);
+  }
+  // The writer validates too.
+  TraceRequest bad = t->requests[0];
+  bad.experts[0][0][0] = 99;
+  EXPECT_FALSE(w.Write(bad).ok());
+}
+
+TEST(SynthTraceTest, IsDeterministicAndShaped) {
+  SynthOptions o;
+  o.requests = 6;
+  auto a = GenerateSyntheticTrace(o);
+  auto b = GenerateSyntheticTrace(o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->requests.size(), 6u);
+  for (size_t i = 0; i < a->requests.size(); ++i) {
+    EXPECT_EQ(a->requests[i].experts, b->requests[i].experts);
+  }
+  o.seed = 2;
+  auto c = GenerateSyntheticTrace(o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(a->requests[0].experts, c->requests[0].experts);
+  // Decode reuse: the most used expert at a layer covers far more than
+  // 1/E of the request's decode choices.
+  const auto& r = a->requests[0];
+  std::vector<int> counts(o.num_experts, 0);
+  int total = 0;
+  for (int t = r.num_prefill_tokens(); t < r.num_tokens(); ++t) {
+    for (int32_t e : r.experts[t][5]) ++counts[e], ++total;
+  }
+  int top = *std::max_element(counts.begin(), counts.end());
+  EXPECT_GT(top, 2 * total / o.num_experts);
+  o.requests = 0;
+  EXPECT_FALSE(GenerateSyntheticTrace(o).ok());
+  o.requests = 1;
+  o.repeat = 1.5;
+  EXPECT_FALSE(GenerateSyntheticTrace(o).ok());
+}
+
+}  // namespace
+}  // namespace moe::trace

@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+"""Independent Hugging Face checkpoint writer and checker (numpy + json only).
+
+Used by hf_checkpoint_test.cc to check that our reader handles checkpoints it
+did not write, and that what `moectl make-model` writes is readable without
+our code.
+
+  hf_checkpoint.py write --family F --out DIR [--break KIND]
+      Writes config.json and weights the way transformers/safetensors lay them
+      out, prints {"total_bytes", "dense_bytes", "bytes_per_expert",
+      "moe_layers", "files"} computed here.
+      Tensor values: element i of tensor `name` is
+      ((7 * i + sum(name.encode()) % 101) % 13 - 6) / 8, exact in every dtype.
+  hf_checkpoint.py check DIR
+      Reads DIR with numpy only, checks the layout, prints
+      {"tensors", "total_bytes", "files", "merges"}.
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (None, 2),
+          "F64": (np.float64, 8), "I64": (np.int64, 8), "I32": (np.int32, 4),
+          "I16": (np.int16, 2), "I8": (np.int8, 1), "U8": (np.uint8, 1),
+          "BOOL": (np.bool_, 1), "U16": (np.uint16, 2), "U32": (np.uint32, 4),
+          "U64": (np.uint64, 8)}
+
+CONFIGS = {
+    # Mixtral-style, BF16, one file.
+    "mixtral": dict(
+        dtype="BF16", shards=1,
+        config={"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "vocab_size": 300, "rms_norm_eps": 1e-05,
+                "rope_theta": 1000000.0, "sliding_window": None, "bos_token_id": 1,
+                "eos_token_id": 2, "tie_word_embeddings": False, "hidden_act": "silu",
+                "max_position_embeddings": 32768, "router_aux_loss_coef": 0.02,
+                "torch_dtype": "bfloat16", "transformers_version": "4.36.0"}),
+    # Qwen1.5-MoE-style: qkv bias, shared expert, one dense layer, F16, 2 shards.
+    "qwen2_moe": dict(
+        dtype="F16", shards=2,
+        config={"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
+                "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16,
+                "shared_expert_intermediate_size": 40, "num_hidden_layers": 3,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 6,
+                "num_experts_per_tok": 3, "decoder_sparse_step": 1, "mlp_only_layers": [1],
+                "norm_topk_prob": False, "vocab_size": 300, "rms_norm_eps": 1e-06,
+                "rope_theta": 1000000.0, "use_sliding_window": False, "sliding_window": 32768,
+                "max_window_layers": 21, "bos_token_id": 299, "eos_token_id": 299,
+                "tie_word_embeddings": False, "torch_dtype": "float16"}),
+    # Qwen3-MoE-style: explicit head_dim != hidden/heads, q/k norm, F32.
+    "qwen3_moe": dict(
+        dtype="F32", shards=1,
+        config={"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                "hidden_size": 32, "head_dim": 16, "intermediate_size": 64,
+                "moe_intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
+                "norm_topk_prob": True, "mlp_only_layers": [], "decoder_sparse_step": 1,
+                "attention_bias": False, "vocab_size": 300, "rms_norm_eps": 1e-06,
+                "rope_scaling": None, "rope_theta": 1000000.0, "eos_token_id": [298, 299],
+                "tie_word_embeddings": False, "torch_dtype": "float32"}),
+    # OLMoE-style, BF16, tied embeddings, an extra non-model tensor.
+    "olmoe": dict(
+        dtype="BF16", shards=1,
+        config={"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe",
+                "hidden_size": 32, "intermediate_size": 24, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 4,
+                "num_experts_per_tok": 2, "norm_topk_prob": False, "clip_qkv": None,
+                "attention_bias": False, "vocab_size": 300, "rms_norm_eps": 1e-05,
+                "rope_theta": 10000.0, "pad_token_id": 1, "eos_token_id": 299,
+                "tie_word_embeddings": True}),
+}
+
+
+def values(name, n):
+    seed = sum(name.encode()) % 101
+    i = np.arange(n, dtype=np.int64)
+    return (((7 * i + seed) % 13) - 6).astype(np.float32) / 8.0
+
+
+def encode(arr, dtype):
+    if dtype == "BF16":
+        u = arr.astype(np.float32).view(np.uint32)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        return u.astype("<u2").tobytes()
+    return arr.astype(np.dtype(DTYPES[dtype][0]).newbyteorder("<")).tobytes()
+
+
+def tensors_for(family, c):
+    """(name, shape, is_expert) for every tensor, as transformers names them."""
+    h, v, L = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or h // heads
+    experts = c.get("num_local_experts") or c.get("num_experts")
+    inter = c["intermediate_size"]
+    moe_inter = c.get("moe_intermediate_size", inter) if family.startswith("qwen") else inter
+    out = [("model.embed_tokens.weight", [v, h], False), ("model.norm.weight", [h], False)]
+    if not c.get("tie_word_embeddings"):
+        out.append(("lm_head.weight", [v, h], False))
+    for i in range(L):
+        p = "model.layers.%d." % i
+        out += [(p + "input_layernorm.weight", [h], False),
+                (p + "post_attention_layernorm.weight", [h], False),
+                (p + "self_attn.q_proj.weight", [heads * hd, h], False),
+                (p + "self_attn.k_proj.weight", [kv * hd, h], False),
+                (p + "self_attn.v_proj.weight", [kv * hd, h], False),
+                (p + "self_attn.o_proj.weight", [h, heads * hd], False)]
+        if family == "qwen2_moe":
+            out += [(p + "self_attn.q_proj.bias", [heads * hd], False),
+                    (p + "self_attn.k_proj.bias", [kv * hd], False),
+                    (p + "self_attn.v_proj.bias", [kv * hd], False)]
+        if family == "qwen3_moe":
+            out += [(p + "self_attn.q_norm.weight", [hd], False),
+                    (p + "self_attn.k_norm.weight", [hd], False)]
+        if family == "olmoe":
+            out += [(p + "self_attn.q_norm.weight", [heads * hd], False),
+                    (p + "self_attn.k_norm.weight", [kv * hd], False)]
+        sparse = i not in c.get("mlp_only_layers", []) and \
+            (i + 1) % c.get("decoder_sparse_step", 1) == 0
+        if not sparse:
+            out += [(p + "mlp.gate_proj.weight", [inter, h], False),
+                    (p + "mlp.up_proj.weight", [inter, h], False),
+                    (p + "mlp.down_proj.weight", [h, inter], False)]
+            continue
+        if family == "mixtral":
+            m = p + "block_sparse_moe."
+            names = ("w1", "w3", "w2")
+        else:
+            m = p + "mlp."
+            names = ("gate_proj", "up_proj", "down_proj")
+        out.append((m + "gate.weight", [experts, h], False))
+        for j in range(experts):
+            e = "%sexperts.%d." % (m, j)
+            out += [(e + names[0] + ".weight", [moe_inter, h], True),
+                    (e + names[1] + ".weight", [moe_inter, h], True),
+                    (e + names[2] + ".weight", [h, moe_inter], True)]
+        if family == "qwen2_moe":
+            s = c["shared_expert_intermediate_size"]
+            out += [(m + "shared_expert.gate_proj.weight", [s, h], False),
+                    (m + "shared_expert.up_proj.weight", [s, h], False),
+                    (m + "shared_expert.down_proj.weight", [h, s], False),
+                    (m + "shared_expert_gate.weight", [1, h], False)]
+    return out
+
+
+def write_safetensors(path, entries):
+    """entries: list of (name, dtype, shape, bytes); laid out as safetensors does
+    (sorted by name), header padded with spaces to a multiple of 8."""
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    blobs = []
+    for name, dtype, shape, data in sorted(entries, key=lambda e: e[0]):
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def cmd_write(args):
+    spec = CONFIGS[args.family]
+    cfg, dtype, shards = dict(spec["config"]), spec["dtype"], spec["shards"]
+    os.makedirs(args.out, exist_ok=True)
+    specs = tensors_for(args.family, cfg)
+    size = DTYPES[dtype][1]
+    total = sum(int(np.prod(s)) * size for _, s, _ in specs)
+    expert_bytes = sum(int(np.prod(s)) * size for _, s, e in specs if e)
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+    entries = []
+    for name, shape, _ in specs:
+        if args.break_kind == "missing-expert" and name.endswith(
+                ("experts.1.up_proj.weight", "experts.1.w3.weight")):
+            continue
+        if args.break_kind == "bad-shape" and name == "model.layers.0.self_attn.q_proj.weight":
+            shape = shape[::-1]
+        n = int(np.prod(shape))
+        entries.append((name, dtype, shape, encode(values(name, n), dtype)))
+    if args.family == "olmoe":  # older checkpoints carry rotary buffers
+        entries.append(("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", [4],
+                        encode(np.ones(4, np.float32), "F32")))
+    if args.break_kind == "bad-config":
+        cfg["num_experts_per_tok"] = experts + 1
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    if shards == 1:
+        write_safetensors(os.path.join(args.out, "model.safetensors"), entries)
+    else:
+        entries.sort(key=lambda e: e[0])
+        per = (len(entries) + shards - 1) // shards
+        weight_map = {}
+        for k in range(shards):
+            fname = "model-%05d-of-%05d.safetensors" % (k + 1, shards)
+            part = entries[k * per:(k + 1) * per]
+            write_safetensors(os.path.join(args.out, fname), part)
+            for e in part:
+                weight_map[e[0]] = fname
+        with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    moe_layers = sum(1 for n, _, _ in specs if n.endswith(".gate.weight") and "shared" not in n)
+    print(json.dumps({"total_bytes": total, "dense_bytes": total - expert_bytes,
+                      "bytes_per_expert": expert_bytes // (moe_layers * experts),
+                      "moe_layers": moe_layers, "files": shards}))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    assert n % 8 == 0, "%s: header length %d not padded to 8" % (path, n)
+    header = json.loads(blob[8:8 + n].decode())
+    data = blob[8 + n:]
+    meta = header.pop("__metadata__", {})
+    assert all(isinstance(v, str) for v in meta.values()), "metadata must map str->str"
+    spans = []
+    for name, t in header.items():
+        assert set(t) == {"dtype", "shape", "data_offsets"}, name
+        begin, end = t["data_offsets"]
+        count = int(np.prod(t["shape"])) if t["shape"] else 1
+        assert end - begin == count * DTYPES[t["dtype"]][1], name
+        spans.append((begin, end))
+        if t["dtype"] in ("F32", "F16"):
+            arr = np.frombuffer(data[begin:end], dtype=DTYPES[t["dtype"]][0])
+            assert np.all(np.isfinite(arr)), name
+    spans.sort()
+    pos = 0
+    for begin, end in spans:  # contiguous from 0, as the reference writer does
+        assert begin == pos, "%s: gap or overlap at %d" % (path, begin)
+        pos = end
+    assert pos == len(data), "%s: trailing bytes" % path
+    return header, pos
+
+
+def cmd_check(args):
+    d = args.dir
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    for key in ("model_type", "architectures", "hidden_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "vocab_size"):
+        assert key in cfg, "config.json lacks " + key
+    index_path = os.path.join(d, "model.safetensors.index.json")
+    names, total, files = set(), 0, 0
+    if os.path.exists(index_path):
+        index = json.load(open(index_path))
+        shards = sorted(set(index["weight_map"].values()))
+        for s in shards:
+            header, size = read_safetensors(os.path.join(d, s))
+            for name in header:
+                assert index["weight_map"][name] == s, name
+            names |= set(header)
+            total += size
+        assert names == set(index["weight_map"]), "index and shards disagree"
+        assert index["metadata"]["total_size"] == total, "total_size is wrong"
+        files = len(shards)
+    else:
+        header, total = read_safetensors(os.path.join(d, "model.safetensors"))
+        names, files = set(header), 1
+    tok = json.load(open(os.path.join(d, "tokenizer.json")))
+    vocab = tok["model"]["vocab"]
+    assert tok["model"]["type"] == "BPE" and len(vocab) >= 256
+    for m in tok["model"]["merges"]:
+        a, b = m.split(" ")
+        assert a in vocab and b in vocab and a + b in vocab, m
+    print(json.dumps({"tensors": len(names), "total_bytes": total, "files": files,
+                      "merges": len(tok["model"]["merges"])}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("write")
+    w.add_argument("--family", required=True, choices=sorted(CONFIGS))
+    w.add_argument("--out", required=True)
+    w.add_argument("--break", dest="break_kind", default="",
+                   choices=["", "missing-expert", "bad-shape", "bad-config"])
+    c = sub.add_parser("check")
+    c.add_argument("dir")
+    args = p.parse_args()
+    (cmd_write if args.cmd == "write" else cmd_check)(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

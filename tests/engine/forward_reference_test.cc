@@ -1,0 +1,179 @@
+// The C++ engine against the independent float64 numpy reference
+// (tests/reference/moe_reference.py) on tiny models of every family.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/model_maker.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "services/engine/generator.h"
+#include "services/engine/in_memory_provider.h"
+
+namespace moe {
+namespace {
+
+struct Case {
+  std::string name;
+  MakeModelOptions options;
+};
+
+std::string RunCommand(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  if (rc != 0) ADD_FAILURE() << cmd << " exited with " << rc << "\n" << out;
+  return out;
+}
+
+MakeModelOptions Tiny(ModelFamily family, uint64_t seed) {
+  MakeModelOptions o = TinyPreset(family);
+  o.seed = seed;
+  o.kv_heads = o.heads / 2;  // GQA ratio 2
+  return o;
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  cases.push_back({"mixtral", Tiny(ModelFamily::kMixtral, 11)});
+  Case q2{"qwen2_moe_dense_layer", Tiny(ModelFamily::kQwen2Moe, 12)};
+  q2.options.mlp_only_layers = {1};  // a dense layer among MoE layers
+  q2.options.norm_topk_prob = false;
+  cases.push_back(q2);
+  Case q2n{"qwen2_moe_norm_topk", Tiny(ModelFamily::kQwen2Moe, 13)};
+  q2n.options.norm_topk_prob = true;
+  cases.push_back(q2n);
+  Case q3{"qwen3_moe", Tiny(ModelFamily::kQwen3Moe, 14)};
+  q3.options.norm_topk_prob = true;
+  cases.push_back(q3);
+  cases.push_back({"olmoe", Tiny(ModelFamily::kOlmoe, 15)});
+  return cases;
+}
+
+class ForwardReferenceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ForwardReferenceTest, GreedyTokensAndLogprobsMatchFloat64Reference) {
+  const Case& c = GetParam();
+  std::string dir = absl::StrCat(::testing::TempDir(), "/ref_", c.name);
+  ASSERT_TRUE(MakeModel(c.options, dir).ok());
+  auto backend = CreateBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  auto model = MoeModel::Load(dir, backend->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto experts = InMemoryExpertProvider::Create(**model);
+  ASSERT_TRUE(experts.ok()) << experts.status();
+
+  const std::vector<int32_t> prompt = {1, 7, 42, 99, 3, 250, 17};
+  const int kNew = 12;
+  GenerateOptions opts;
+  opts.prompt = prompt;
+  opts.max_new_tokens = kNew;
+  opts.stop_at_eos = false;
+  opts.sampling.top_logprobs = 5;
+  std::vector<SampledToken> got;
+  auto summary = Generate(**model, experts->get(), opts,
+                          [&](const SampledToken& t) {
+                            got.push_back(t);
+                            return true;
+                          });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kNew));
+
+  std::string out = RunCommand(absl::StrCat(
+      "/usr/bin/python3 ", MOE_SOURCE_DIR,
+      "/tests/reference/moe_reference.py --model ", dir, " --prompt-ids ",
+      absl::StrJoin(prompt, ","), " --max-new-tokens ", kNew,
+      " --top-logprobs 5"));
+  auto ref = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(ref.is_discarded()) << out;
+  double max_diff = 0.0;
+  for (int i = 0; i < kNew; ++i) {
+    int ref_token = ref["tokens"][i].get<int>();
+    ASSERT_EQ(got[i].token, ref_token) << "token " << i;
+    max_diff = std::max(
+        max_diff, std::abs(got[i].logprob - ref["logprobs"][i].get<double>()));
+    for (int j = 0; j < 5; ++j) {
+      const auto& alt = ref["top_logprobs"][i][j];
+      EXPECT_EQ(got[i].top_logprobs[j].first, alt[0].get<int>())
+          << "step " << i << " alternative " << j;
+      max_diff = std::max(
+          max_diff,
+          std::abs(got[i].top_logprobs[j].second - alt[1].get<double>()));
+    }
+  }
+  std::printf("[%s] max |logprob - reference| = %.3g\n", c.name.c_str(),
+              max_diff);
+  EXPECT_LE(max_diff, 2e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ForwardReferenceTest,
+                         ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The KV cache path (prefill, then one token at a time) gives the logits of
+// a full recompute of the same sequence.
+TEST(SessionTest, IncrementalDecodeMatchesFullRecompute) {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/kv_mixtral");
+  ASSERT_TRUE(MakeModel(Tiny(ModelFamily::kMixtral, 21), dir).ok());
+  auto backend = CreateBackend("cpu");
+  auto model = MoeModel::Load(dir, backend->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto experts = InMemoryExpertProvider::Create(**model);
+  std::vector<int32_t> seq = {5, 9, 13, 200, 77, 31};
+  Session inc(**model, experts->get(), 64);
+  ASSERT_TRUE(inc.Forward(absl::MakeSpan(seq).subspan(0, 3), true).ok());
+  absl::Span<const float> last;
+  for (size_t i = 3; i < seq.size(); ++i) {
+    auto l = inc.Forward(absl::MakeSpan(seq).subspan(i, 1), false);
+    ASSERT_TRUE(l.ok());
+    last = *l;
+  }
+  std::vector<float> inc_logits(last.begin(), last.end());
+  Session full(**model, experts->get(), 64);
+  auto all = full.Forward(seq, true);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), inc_logits.size());
+  for (size_t i = 0; i < inc_logits.size(); ++i) {
+    EXPECT_NEAR((*all)[i], inc_logits[i], 1e-4) << i;
+  }
+  EXPECT_EQ(inc.position(), 6);
+}
+
+TEST(SessionTest, RejectsBadTokensAndOverflow) {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/bad_mixtral");
+  ASSERT_TRUE(MakeModel(Tiny(ModelFamily::kMixtral, 22), dir).ok());
+  auto backend = CreateBackend("cpu");
+  auto model = MoeModel::Load(dir, backend->get());
+  ASSERT_TRUE(model.ok());
+  auto experts = InMemoryExpertProvider::Create(**model);
+  Session s(**model, experts->get(), 4);
+  std::vector<int32_t> bad = {1, -3};
+  EXPECT_EQ(s.Forward(bad, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> huge = {1, 1 << 30};
+  EXPECT_EQ(s.Forward(huge, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> five = {1, 2, 3, 4, 5};
+  EXPECT_EQ(s.Forward(five, true).status().code(),
+            absl::StatusCode::kOutOfRange);
+  GenerateOptions o;
+  o.prompt = {};
+  EXPECT_EQ(ValidateGenerateOptions(**model, o).code(),
+            absl::StatusCode::kInvalidArgument);
+  o.prompt = {1};
+  o.max_new_tokens = 0;
+  EXPECT_FALSE(ValidateGenerateOptions(**model, o).ok());
+  o.max_new_tokens = 1 << 30;
+  EXPECT_FALSE(ValidateGenerateOptions(**model, o).ok());
+}
+
+}  // namespace
+}  // namespace moe

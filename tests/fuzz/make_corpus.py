@@ -1,0 +1,234 @@
+#!/usr/bin/python3
+"""Regenerates tests/fuzz/corpus/ (committed; run again after changing it).
+
+The corpus holds malformed inputs, each with the error it must produce
+(corpus/expected.txt, read by corpus_test.cc), plus a few valid seeds that
+the fuzz drivers mutate. Layout:
+  safetensors/*.safetensors   SafetensorsFile::Open
+  config/*.json               ParseModelConfig
+  model/<name>/               ModelDescription::Open (a model directory)
+expected.txt: one line per entry, "<path>\t<substring of the error>" or
+"<path>\tOK" for valid seeds.
+"""
+import json
+import os
+import shutil
+import struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+expected = []
+
+
+def st_bytes(header, data=b"", length=None, pad=True):
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
+    if pad:
+        text += b" " * (-len(text) % 8)
+    n = len(text) if length is None else length
+    return struct.pack("<Q", n) + text + data
+
+
+def put(rel, blob, expect):
+    path = os.path.join(ROOT, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(blob if isinstance(blob, bytes) else blob.encode())
+    if expect is not None:
+        expected.append((rel, expect))
+
+
+def f32(n, start=0.0):
+    return struct.pack("<%df" % n, *[start + 0.25 * i for i in range(n)])
+
+
+def safetensors_cases():
+    ok = {"__metadata__": {"format": "pt"},
+          "a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+          "b": {"dtype": "BF16", "shape": [4], "data_offsets": [16, 24]},
+          "c": {"dtype": "I64", "shape": [], "data_offsets": [24, 32]}}
+    put("safetensors/valid_small.safetensors", st_bytes(ok, f32(8)), "OK")
+    put("safetensors/valid_empty_header.safetensors", st_bytes({}), "OK")
+    t = lambda **kw: {"x": dict({"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, **kw)}
+    cases = [
+        ("empty", b"", "too small"),
+        ("truncated_length", b"\x10\x00\x00", "too small"),
+        ("header_past_eof", st_bytes(t(), f32(2), length=4096), "runs past the end"),
+        ("header_too_large", st_bytes(t(), f32(2), length=1 << 40), "exceeds the limit"),
+        ("not_json", st_bytes(b"{\"x\": {\"dtype\": \"F32\",", f32(2)), "not valid JSON"),
+        ("not_object", st_bytes(b"[1, 2, 3]"), "not a JSON object"),
+        ("unknown_dtype", st_bytes(t(dtype="F8_E9M9"), f32(2)), "unknown dtype 'F8_E9M9'"),
+        ("shape_size_mismatch", st_bytes(t(shape=[3]), f32(2)), "needs 12 bytes"),
+        ("offsets_out_of_range", st_bytes(t(data_offsets=[0, 64]), f32(2)), "out of range"),
+        ("offsets_reversed", st_bytes(t(shape=[0], data_offsets=[8, 0]), f32(2)), "begin > end"),
+        ("offsets_overlap", st_bytes({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                                      "y": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}},
+                                     f32(3)), "overlap"),
+        ("negative_dim", st_bytes(t(shape=[-2]), f32(2)), "not a non-negative integer"),
+        ("shape_overflow", st_bytes(t(shape=[1 << 40, 1 << 40]), f32(2)), "too many elements"),
+        ("missing_offsets", st_bytes({"x": {"dtype": "F32", "shape": [2]}}, f32(2)),
+         "data_offsets"),
+        ("metadata_not_strings", st_bytes({"__metadata__": {"n": 3}}), "not a string"),
+        ("truncated_data", st_bytes(t(), f32(1)), "out of range"),
+        ("entry_not_object", st_bytes({"x": [1, 2]}), "entry is not a JSON object"),
+    ]
+    for name, blob, msg in cases:
+        put("safetensors/bad_%s.safetensors" % name, blob, msg)
+
+
+def config_cases():
+    base = {
+        "mixtral": {"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+                    "num_experts_per_tok": 2, "intermediate_size": 96, "vocab_size": 300},
+        "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 4,
+                      "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 8,
+                      "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                      "shared_expert_intermediate_size": 64, "intermediate_size": 128,
+                      "decoder_sparse_step": 2, "mlp_only_layers": [3], "vocab_size": 300,
+                      "eos_token_id": 299},
+        "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 64, "head_dim": 32,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                      "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                      "norm_topk_prob": True, "vocab_size": 300, "eos_token_id": [1, 2],
+                      "rope_scaling": None},
+        "olmoe": {"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "num_experts": 8, "num_experts_per_tok": 2,
+                  "intermediate_size": 32, "vocab_size": 300, "clip_qkv": 8.0,
+                  "eos_token_id": 299, "pad_token_id": 1},
+    }
+    for fam, cfg in base.items():
+        put("config/valid_%s.json" % fam, json.dumps(cfg, indent=1), "OK")
+    m = base["mixtral"]
+    cases = [
+        ("zero_hidden", dict(m, hidden_size=0), "hidden_size must be positive"),
+        ("negative_layers", dict(m, num_hidden_layers=-1), "num_hidden_layers must be positive"),
+        ("zero_experts", dict(m, num_local_experts=0), "num_experts must be positive"),
+        ("topk_gt_experts", dict(m, num_experts_per_tok=5), "exceeds the number of experts"),
+        ("kv_not_divisor", dict(m, num_key_value_heads=3), "not a multiple"),
+        ("float_size", dict(m, vocab_size=300.5), "vocab_size must be an integer"),
+        ("string_size", dict(m, hidden_size="64"), "hidden_size must be an integer"),
+        ("unknown_model_type", dict(m, model_type="llama"), "unsupported model_type 'llama'"),
+        ("no_model_type", {k: v for k, v in m.items() if k != "model_type"}, "model_type"),
+        ("eos_outside_vocab", dict(m, eos_token_id=[2, 300]), "eos_token_id 300 is outside"),
+        ("mlp_only_out_of_range", dict(base["qwen2_moe"], mlp_only_layers=[4]),
+         "mlp_only_layers names layer 4"),
+        ("zero_sparse_step", dict(base["qwen2_moe"], decoder_sparse_step=0),
+         "decoder_sparse_step must be positive"),
+        ("no_moe_layers", dict(base["qwen2_moe"], decoder_sparse_step=5),
+         "no MoE layers"),
+        ("zero_moe_intermediate", dict(base["qwen3_moe"], moe_intermediate_size=0),
+         "moe_intermediate_size must be positive"),
+        ("huge_hidden", dict(m, hidden_size=1 << 40), "more than the supported"),
+        ("gelu", dict(m, hidden_act="gelu"), "hidden_act 'gelu'"),
+    ]
+    for name, cfg, msg in cases:
+        put("config/bad_%s.json" % name, json.dumps(cfg, indent=1), msg)
+    put("config/bad_not_json.json", '{"model_type": "mixtral", "hidden_size": 64,',
+        "not valid JSON")
+    put("config/bad_array.json", "[1, 2]", "not a JSON object")
+
+
+def micro_model():
+    """A 1-layer mixtral small enough to store: (config, {name: (shape, dtype)})."""
+    cfg = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": 8,
+           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "num_local_experts": 2, "num_experts_per_tok": 1, "intermediate_size": 4,
+           "vocab_size": 16, "bos_token_id": 1, "eos_token_id": 2}
+    h, v, e, i, kv = 8, 16, 2, 4, 4
+    shapes = {"model.embed_tokens.weight": [v, h], "lm_head.weight": [v, h],
+              "model.norm.weight": [h],
+              "model.layers.0.input_layernorm.weight": [h],
+              "model.layers.0.post_attention_layernorm.weight": [h],
+              "model.layers.0.self_attn.q_proj.weight": [h, h],
+              "model.layers.0.self_attn.k_proj.weight": [kv, h],
+              "model.layers.0.self_attn.v_proj.weight": [kv, h],
+              "model.layers.0.self_attn.o_proj.weight": [h, h],
+              "model.layers.0.block_sparse_moe.gate.weight": [e, h]}
+    for j in range(e):
+        p = "model.layers.0.block_sparse_moe.experts.%d." % j
+        shapes[p + "w1.weight"] = [i, h]
+        shapes[p + "w3.weight"] = [i, h]
+        shapes[p + "w2.weight"] = [h, i]
+    return cfg, {k: (s, "F32") for k, s in shapes.items()}
+
+
+def write_model_file(path, tensors):
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name in sorted(tensors):
+        shape, dtype = tensors[name]
+        n = 1
+        for d in shape:
+            n *= d
+        size = {"F32": 4, "I32": 4, "BF16": 2}[dtype]
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + n * size]}
+        data += (f32(n) if dtype == "F32" else bytes(n * size))
+    put(os.path.relpath(path, ROOT), st_bytes(header, data), None)
+
+
+def model_cases():
+    cfg, tensors = micro_model()
+
+    def model(name, cfg, tensors, msg, index=None):
+        d = os.path.join(ROOT, "model", name)
+        put(os.path.join("model", name, "config.json"), json.dumps(cfg, indent=1), None)
+        if index is None:
+            write_model_file(os.path.join(d, "model.safetensors"), tensors)
+        else:
+            for shard, names in index.items():
+                if shard is not None:
+                    write_model_file(os.path.join(d, shard), {n: tensors[n] for n in names})
+        expected.append(("model/" + name, msg))
+
+    model("valid_micro", cfg, tensors, "OK")
+    missing = dict(tensors)
+    del missing["model.layers.0.block_sparse_moe.experts.1.w2.weight"]
+    model("bad_missing_tensor", cfg, missing,
+          "lacks tensor 'model.layers.0.block_sparse_moe.experts.1.w2.weight'")
+    wrong = dict(tensors, **{"lm_head.weight": ([8, 16], "F32")})
+    model("bad_wrong_shape", cfg, wrong, "has shape [8, 16], expected [16, 8]")
+    ints = dict(tensors, **{"model.norm.weight": ([8], "I32")})
+    model("bad_int_dtype", cfg, ints, "has dtype I32")
+    model("bad_config_topk", dict(cfg, num_experts_per_tok=3), tensors,
+          "num_experts_per_tok (3) exceeds")
+    # Sharded: the index names a shard that is not there.
+    names = sorted(tensors)
+    d = "model/bad_index_missing_shard"
+    put(d + "/config.json", json.dumps(cfg, indent=1), None)
+    write_model_file(os.path.join(ROOT, d, "model-00001-of-00002.safetensors"),
+                     {n: tensors[n] for n in names[:5]})
+    wm = {n: "model-00001-of-00002.safetensors" for n in names[:5]}
+    wm.update({n: "model-00002-of-00002.safetensors" for n in names[5:]})
+    put(d + "/model.safetensors.index.json",
+        json.dumps({"metadata": {"total_size": 0}, "weight_map": wm}, indent=1), None)
+    expected.append((d, "model-00002-of-00002.safetensors"))
+    # Sharded: the index maps a tensor to a shard that lacks it.
+    d = "model/bad_index_wrong_shard"
+    put(d + "/config.json", json.dumps(cfg, indent=1), None)
+    write_model_file(os.path.join(ROOT, d, "model-00001-of-00002.safetensors"),
+                     {n: tensors[n] for n in names[:5]})
+    write_model_file(os.path.join(ROOT, d, "model-00002-of-00002.safetensors"),
+                     {n: tensors[n] for n in names[5:]})
+    wm = {n: "model-00001-of-00002.safetensors" for n in names}
+    put(d + "/model.safetensors.index.json", json.dumps({"weight_map": wm}, indent=1), None)
+    expected.append((d, "which does not contain it"))
+    # No weights at all.
+    put("model/bad_no_weights/config.json", json.dumps(cfg, indent=1), None)
+    expected.append(("model/bad_no_weights", "no model.safetensors"))
+
+
+def main():
+    if os.path.isdir(ROOT):
+        shutil.rmtree(ROOT)
+    safetensors_cases()
+    config_cases()
+    model_cases()
+    with open(os.path.join(ROOT, "expected.txt"), "w") as f:
+        f.write("# path<TAB>expected error substring, or OK (see make_corpus.py)\n")
+        for rel, msg in sorted(expected):
+            f.write("%s\t%s\n" % (rel, msg))
+    print("%d entries (%d malformed)" % (len(expected),
+                                          sum(1 for _, m in expected if m != "OK")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+#include "kernels/thread_pool.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace moe {
+namespace {
+
+// Every index is visited exactly once, in chunks of the requested grain.
+TEST(ThreadPoolTest, CoversEveryIndexOnce) {
+  for (int threads : {1, 2, 5}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 7, 1000}) {
+      for (int64_t grain : {0, 1, 3, 64, 5000}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> bad_chunks{0};
+        pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
+          if (grain > 0 && e - b > grain) bad_chunks++;
+          if (grain > 0 && b % grain != 0) bad_chunks++;
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        });
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " grain=" << grain;
+        }
+        EXPECT_EQ(bad_chunks.load(), 0);
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, DefaultSizeIsHardwareConcurrency) {
+  ThreadPool pool(0);
+  EXPECT_EQ(pool.size(),
+            std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+}
+
+TEST(ThreadPoolTest, SingleThreadPoolRunsInline) {
+  ThreadPool pool(1);
+  const std::thread::id caller = std::this_thread::get_id();
+  bool other_thread = false;
+  pool.ParallelFor(10, 1, [&](int64_t, int64_t) {
+    other_thread |= std::this_thread::get_id() != caller;
+  });
+  EXPECT_FALSE(other_thread);
+  EXPECT_EQ(pool.LastParticipantsForTest(), 1);
+}
+
+// A ParallelFor inside a chunk must not deadlock; it runs inline.
+TEST(ThreadPoolTest, NestedParallelForRunsInline) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> sum{0};
+  pool.ParallelFor(6, 1, [&](int64_t b, int64_t e) {
+    pool.ParallelFor(10, 2, [&](int64_t b2, int64_t e2) {
+      for (int64_t i = b2; i < e2; ++i) sum += i;
+    });
+  });
+  EXPECT_EQ(sum.load(), 6 * 45);
+}
+
+// Callers on several threads are serialised, each sees its own job done.
+TEST(ThreadPoolTest, ConcurrentCallersEachCompleteTheirJob) {
+  ThreadPool pool(3);
+  constexpr int kCallers = 4, kRounds = 50;
+  std::vector<int64_t> totals(kCallers, 0);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int r = 0; r < kRounds; ++r) {
+        std::atomic<int64_t> sum{0};
+        pool.ParallelFor(100, 7, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) sum += i;
+        });
+        totals[c] += sum.load();
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) EXPECT_EQ(totals[c], kRounds * 4950);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,432 @@
+#!/usr/bin/python3
+"""Self-test of moe_reference.py (run with /usr/bin/python3; exits non-zero on
+failure). Writes random tiny models of each family by hand (config.json and
+safetensors) and checks properties that can fail."""
+
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import moe_reference as ref  # noqa: E402
+
+
+# ---------------------------------------------------------------- writing
+
+def to_bf16_bits(a):
+    """float64 -> bfloat16 bit patterns, rounding to nearest even."""
+    u32 = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u32 + 0x7FFF + ((u32 >> 16) & 1)) >> 16).astype("<u2")
+
+
+def round_bf16(a):
+    return (to_bf16_bits(a).astype("<u4") << 16).view("<f4").astype(np.float64)
+
+
+def write_safetensors(path, tensors, dtype="BF16"):
+    """tensors: {name: float64 array}; dtype: one for all, or {name: dtype}."""
+    header, chunks, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        a = np.asarray(tensors[name], dtype=np.float64)
+        dt = dtype if isinstance(dtype, str) else dtype[name]
+        raw = (to_bf16_bits(a) if dt == "BF16"
+               else a.astype({"F16": "<f2", "F32": "<f4", "F64": "<f8"}[dt])).tobytes()
+        header[name] = {"dtype": dt, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    hbytes = json.dumps(header).encode()
+    hbytes += b" " * (-len(hbytes) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hbytes)) + hbytes + b"".join(chunks))
+
+
+def write_model(d, config, tensors, shards=1):
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    if shards == 1:
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+        return
+    names = sorted(tensors)
+    weight_map = {}
+    for s in range(shards):
+        fname = "model-%05d-of-%05d.safetensors" % (s + 1, shards)
+        part = {n: tensors[n] for n in names[s::shards]}
+        write_safetensors(os.path.join(d, fname), part)
+        weight_map.update({n: fname for n in part})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+# ------------------------------------------------------------ tiny models
+
+BASE = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False}
+
+CONFIGS = {
+    "mixtral": dict(BASE, model_type="mixtral", num_key_value_heads=2, intermediate_size=24,
+                    num_local_experts=4, num_experts_per_tok=2, rope_theta=1e6),
+    "qwen2_moe": dict(BASE, model_type="qwen2_moe", num_hidden_layers=3, num_key_value_heads=1,
+                      intermediate_size=20, moe_intermediate_size=8,
+                      shared_expert_intermediate_size=12, num_experts=6,
+                      num_experts_per_tok=3, norm_topk_prob=False, decoder_sparse_step=1,
+                      mlp_only_layers=[1], rope_theta=10000.0),
+    "qwen3_moe": dict(BASE, model_type="qwen3_moe", num_key_value_heads=2, head_dim=8,
+                      intermediate_size=20, moe_intermediate_size=8, num_experts=8,
+                      num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=2,
+                      rope_theta=1e6),
+    "olmoe": dict(BASE, model_type="olmoe", num_key_value_heads=4, intermediate_size=12,
+                  num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, clip_qkv=2.0,
+                  tie_word_embeddings=True, rms_norm_eps=1e-5),
+}
+
+
+def make_tensors(config, seed):
+    rng = np.random.default_rng(seed)
+    c = ref.Config(config)
+    t = {}
+
+    def mat(name, rows, cols, scale=0.35):
+        t[name] = round_bf16(rng.normal(0.0, scale, size=(rows, cols)))
+
+    def vec(name, n, center=1.0, scale=0.1):
+        t[name] = round_bf16(center + scale * rng.normal(size=n))
+
+    h, hd = c.hidden, c.head_dim
+    mat("model.embed_tokens.weight", c.vocab, h, 1.0)
+    if not c.tie:
+        mat("lm_head.weight", c.vocab, h)
+    vec("model.norm.weight", h)
+    for i in range(c.layers):
+        p = "model.layers.%d." % i
+        vec(p + "input_layernorm.weight", h)
+        vec(p + "post_attention_layernorm.weight", h)
+        mat(p + "self_attn.q_proj.weight", c.heads * hd, h)
+        mat(p + "self_attn.k_proj.weight", c.kv_heads * hd, h)
+        mat(p + "self_attn.v_proj.weight", c.kv_heads * hd, h)
+        mat(p + "self_attn.o_proj.weight", h, c.heads * hd)
+        if c.qkv_bias:
+            vec(p + "self_attn.q_proj.bias", c.heads * hd, 0.0, 0.3)
+            vec(p + "self_attn.k_proj.bias", c.kv_heads * hd, 0.0, 0.3)
+            vec(p + "self_attn.v_proj.bias", c.kv_heads * hd, 0.0, 0.3)
+        if c.family == "qwen3_moe":
+            vec(p + "self_attn.q_norm.weight", hd)
+            vec(p + "self_attn.k_norm.weight", hd)
+        if c.family == "olmoe":
+            vec(p + "self_attn.q_norm.weight", c.heads * hd)
+            vec(p + "self_attn.k_norm.weight", c.kv_heads * hd)
+        if not c.is_sparse(i):
+            inter = config["intermediate_size"]
+            mat(p + "mlp.gate_proj.weight", inter, h)
+            mat(p + "mlp.up_proj.weight", inter, h)
+            mat(p + "mlp.down_proj.weight", h, inter)
+            continue
+        if c.family == "mixtral":
+            inter = config["intermediate_size"]
+            mp = p + "block_sparse_moe."
+            mat(mp + "gate.weight", c.num_experts, h, 1.0)
+            for e in range(c.num_experts):
+                mat(mp + "experts.%d.w1.weight" % e, inter, h)
+                mat(mp + "experts.%d.w3.weight" % e, inter, h)
+                mat(mp + "experts.%d.w2.weight" % e, h, inter)
+            continue
+        inter = config.get("moe_intermediate_size", config["intermediate_size"])
+        if c.family == "olmoe":
+            inter = config["intermediate_size"]
+        mp = p + "mlp."
+        mat(mp + "gate.weight", c.num_experts, h, 1.0)
+        for e in range(c.num_experts):
+            mat(mp + "experts.%d.gate_proj.weight" % e, inter, h)
+            mat(mp + "experts.%d.up_proj.weight" % e, inter, h)
+            mat(mp + "experts.%d.down_proj.weight" % e, h, inter)
+        if c.family == "qwen2_moe":
+            s = config["shared_expert_intermediate_size"]
+            mat(mp + "shared_expert.gate_proj.weight", s, h)
+            mat(mp + "shared_expert.up_proj.weight", s, h)
+            mat(mp + "shared_expert.down_proj.weight", h, s)
+            mat(mp + "shared_expert_gate.weight", 1, h)
+    return t
+
+
+# ------------------------------------------------------------------ tests
+
+FAILURES = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
+        FAILURES.append(what)
+
+
+def test_safetensors_roundtrip(tmp):
+    rng = np.random.default_rng(1)
+    tensors = {"a.bf16": round_bf16(rng.normal(size=(3, 5))),
+               "b.f16": rng.normal(size=(7,)).astype(np.float16).astype(np.float64),
+               "c.f32": rng.normal(size=(2, 2, 2)).astype(np.float32).astype(np.float64),
+               "d.f64": rng.normal(size=(4,))}
+    dtypes = {"a.bf16": "BF16", "b.f16": "F16", "c.f32": "F32", "d.f64": "F64"}
+    path = os.path.join(tmp, "rt.safetensors")
+    write_safetensors(path, tensors, dtypes)
+    back = ref.read_safetensors(path)
+    check(sorted(back) == sorted(tensors), "safetensors: names round-trip")
+    check(all(back[n].shape == tensors[n].shape and np.array_equal(back[n], tensors[n])
+              for n in tensors), "safetensors: BF16/F16/F32/F64 values round-trip exactly")
+    # bf16 of 1.0 is 0x3F80; of -2.5 is 0xC020.
+    check(list(to_bf16_bits(np.array([1.0, -2.5]))) == [0x3F80, 0xC020], "bf16 bit patterns")
+    with open(path, "rb") as f:
+        blob = f.read()
+    with open(path, "wb") as f:
+        f.write(blob[:-3])
+    try:
+        ref.read_safetensors(path)
+        check(False, "safetensors: truncated file is rejected")
+    except ValueError:
+        check(True, "safetensors: truncated file is rejected")
+    one = os.path.join(tmp, "one")
+    three = os.path.join(tmp, "three")
+    cfg = CONFIGS["mixtral"]
+    t = make_tensors(cfg, 5)
+    write_model(one, cfg, t)
+    write_model(three, cfg, t, shards=3)
+    a, b = ref.load_weights(one), ref.load_weights(three)
+    check(sorted(a) == sorted(b) and all(np.array_equal(a[n], b[n]) for n in a),
+          "safetensors: sharded checkpoint (index.json) loads the same tensors")
+
+
+def logits_incremental_and_full(model, prompt, steps):
+    cache = model.new_cache()
+    logits, _ = model.forward(prompt, cache)
+    seq, rows = list(prompt), [logits[-1]]
+    for _ in range(steps):
+        tok = int(np.argmax(rows[-1]))
+        seq.append(tok)
+        logits, _ = model.forward([tok], cache)
+        rows.append(logits[-1])
+    full, _ = model.forward(seq, model.new_cache())
+    return np.array(rows), full[len(prompt) - 1:]
+
+
+def test_incremental_matches_recompute(tmp):
+    for fam, cfg in CONFIGS.items():
+        d = os.path.join(tmp, fam)
+        write_model(d, cfg, make_tensors(cfg, 11))
+        model = ref.Model(d)
+        inc, full = logits_incremental_and_full(model, [3, 17, 5, 60, 9], 6)
+        err = float(np.max(np.abs(inc - full)))
+        spread = float(np.max(np.abs(full)))
+        check(err < 1e-10 and spread > 0.1,
+              "%s: incremental decode logits == full recompute (max diff %.1e)" % (fam, err))
+
+
+def test_topk_renormalisation_switch(tmp):
+    cfg = dict(CONFIGS["qwen3_moe"])
+    weights = make_tensors(cfg, 21)
+    prompt = [1, 2, 3, 4]
+    on = ref.Model(None, dict(cfg, norm_topk_prob=True), weights)
+    off = ref.Model(None, dict(cfg, norm_topk_prob=False), weights)
+    diff = float(np.max(np.abs(on.forward(prompt, on.new_cache())[0] -
+                                off.forward(prompt, off.new_cache())[0])))
+    check(diff > 1e-4, "norm_topk_prob changes the logits (max diff %.3g)" % diff)
+    # With k = all experts the top-k already sums to one: the switch is a no-op.
+    all_k = dict(cfg, num_experts_per_tok=cfg["num_experts"])
+    a = ref.Model(None, dict(all_k, norm_topk_prob=True), weights)
+    b = ref.Model(None, dict(all_k, norm_topk_prob=False), weights)
+    same = float(np.max(np.abs(a.forward(prompt, a.new_cache())[0] -
+                                b.forward(prompt, b.new_cache())[0])))
+    check(same < 1e-12, "norm_topk_prob is a no-op when k == num_experts (%.1e)" % same)
+    # Mixtral renormalises whatever the config says.
+    m = dict(CONFIGS["mixtral"])
+    mw = make_tensors(m, 22)
+    x = ref.Model(None, dict(m, norm_topk_prob=False), mw)
+    y = ref.Model(None, dict(m, norm_topk_prob=True), mw)
+    check(np.array_equal(x.forward(prompt, x.new_cache())[0], y.forward(prompt, y.new_cache())[0]),
+          "mixtral always renormalises the top-k weights")
+
+
+def test_dense_layers(tmp):
+    cfg = CONFIGS["qwen2_moe"]
+    weights = make_tensors(cfg, 31)
+    model = ref.Model(None, cfg, weights)
+    check(model.moe_layers == [0, 2], "qwen2_moe: mlp_only_layers=[1] leaves MoE layers [0, 2]")
+    logits, routing = model.forward([5, 6, 7], model.new_cache())
+    check(all(len(r) == 2 and all(len(e) == 3 for e in r) for r in routing),
+          "qwen2_moe: routing has top-3 experts for the two MoE layers only")
+    bumped = dict(weights)
+    bumped["model.layers.1.mlp.gate_proj.weight"] = weights["model.layers.1.mlp.gate_proj.weight"] * 1.5
+    other = ref.Model(None, cfg, bumped)
+    diff = float(np.max(np.abs(other.forward([5, 6, 7], other.new_cache())[0] - logits)))
+    check(diff > 1e-4, "qwen2_moe: layer 1 runs the dense MLP (changing it moves logits %.3g)" % diff)
+    try:
+        ref.Model(None, dict(cfg, mlp_only_layers=[]), weights)
+        check(False, "qwen2_moe: without mlp_only_layers, layer 1 wants expert weights")
+    except KeyError:
+        check(True, "qwen2_moe: without mlp_only_layers, layer 1 wants expert weights")
+    q3 = ref.Model(None, CONFIGS["qwen3_moe"], make_tensors(CONFIGS["qwen3_moe"], 32))
+    check(q3.moe_layers == [1], "qwen3_moe: decoder_sparse_step=2 makes only layer 1 sparse")
+    # The shared expert matters: silence its gate weight and the logits move.
+    quiet = dict(weights)
+    quiet["model.layers.0.mlp.shared_expert_gate.weight"] = np.full((1, 16), -50.0)
+    q = ref.Model(None, cfg, quiet)
+    diff = float(np.max(np.abs(q.forward([5, 6, 7], q.new_cache())[0] - logits)))
+    check(diff > 1e-4, "qwen2_moe: shared expert output is added (gate off moves logits %.3g)" % diff)
+
+
+def hand_mixtral(w, ids, top_k, eps, theta, heads, kv_heads):
+    """Mixtral, 1 layer, hidden 4, 2 experts, written out with scalar loops."""
+    hd = 4 // heads
+    half = hd // 2
+
+    def matvec(m, v):
+        return [sum(m[r][c] * v[c] for c in range(len(v))) for r in range(len(m))]
+
+    def rms(v, g):
+        ms = sum(x * x for x in v) / len(v)
+        return [v[i] / math.sqrt(ms + eps) * g[i] for i in range(len(v))]
+
+    def silu(x):
+        return x / (1.0 + math.exp(-x))
+
+    def rope(a, pos):  # pairs (i, i + hd/2) rotate by pos * theta^(-2i/hd)
+        out = list(a)
+        for i in range(half):
+            f = pos * theta ** (-(2.0 * i) / hd)
+            out[i] = a[i] * math.cos(f) - a[i + half] * math.sin(f)
+            out[i + half] = a[i + half] * math.cos(f) + a[i] * math.sin(f)
+        return out
+
+    L = "model.layers.0."
+    ks, vs, logits = [], [], []
+    for pos, tok in enumerate(ids):
+        x = list(w["model.embed_tokens.weight"][tok])
+        h = rms(x, w[L + "input_layernorm.weight"])
+        q = matvec(w[L + "self_attn.q_proj.weight"], h)
+        k = matvec(w[L + "self_attn.k_proj.weight"], h)
+        v = matvec(w[L + "self_attn.v_proj.weight"], h)
+        q = sum((rope(q[n * hd:(n + 1) * hd], pos) for n in range(heads)), [])
+        k = sum((rope(k[n * hd:(n + 1) * hd], pos) for n in range(kv_heads)), [])
+        ks.append(k)
+        vs.append(v)
+        attn = []
+        for head in range(heads):
+            g = head // (heads // kv_heads)  # the kv head this query head reads
+            qh = q[head * hd:(head + 1) * hd]
+            sc = [sum(qh[d] * kk[g * hd + d] for d in range(hd)) / math.sqrt(hd) for kk in ks]
+            m = max(sc)
+            ex = [math.exp(z - m) for z in sc]
+            tot = sum(ex)
+            attn += [sum(ex[j] / tot * vs[j][g * hd + d] for j in range(len(ks)))
+                     for d in range(hd)]
+        o = matvec(w[L + "self_attn.o_proj.weight"], attn)
+        x = [x[i] + o[i] for i in range(4)]
+        h = rms(x, w[L + "post_attention_layernorm.weight"])
+        r = matvec(w[L + "block_sparse_moe.gate.weight"], h)
+        m = max(r)
+        p = [math.exp(z - m) for z in r]
+        p = [z / sum(p) for z in p]
+        order = sorted(range(2), key=lambda e: (-p[e], e))[:top_k]
+        total = sum(p[e] for e in order)
+        y = [0.0] * 4
+        for e in order:
+            E = L + "block_sparse_moe.experts.%d." % e
+            g1 = matvec(w[E + "w1.weight"], h)
+            u = matvec(w[E + "w3.weight"], h)
+            a = [silu(g1[i]) * u[i] for i in range(len(g1))]
+            d = matvec(w[E + "w2.weight"], a)
+            y = [y[i] + p[e] / total * d[i] for i in range(4)]
+        x = [x[i] + y[i] for i in range(4)]
+        x = rms(x, w["model.norm.weight"])
+        logits.append(matvec(w["lm_head.weight"], x))
+    return np.array(logits)
+
+
+def test_hand_computed_mixtral(tmp):
+    # (heads, kv heads): GQA with head_dim 2, and one head of dim 4 (two
+    # rotary frequencies, so the rotate_half pairing is checked).
+    for top_k, heads, kv_heads in ((1, 2, 1), (2, 2, 1), (2, 1, 1)):
+        cfg = {"model_type": "mixtral", "vocab_size": 6, "hidden_size": 4,
+               "num_hidden_layers": 1, "num_attention_heads": heads,
+               "num_key_value_heads": kv_heads, "intermediate_size": 3,
+               "num_local_experts": 2, "num_experts_per_tok": top_k,
+               "rope_theta": 100.0}  # rms_norm_eps left to its default, 1e-5
+        tensors = make_tensors(cfg, 41 + top_k + 10 * heads)
+        d = os.path.join(tmp, "hand%d%d" % (top_k, heads))
+        write_model(d, cfg, tensors)
+        model = ref.Model(d)
+        ids = [3, 1, 4, 1, 5]
+        got, _ = model.forward(ids, model.new_cache())
+        want = hand_mixtral(tensors, ids, top_k, 1e-5, 100.0, heads, kv_heads)
+        err = float(np.max(np.abs(got - want)))
+        check(err < 1e-12, "mixtral 1-layer hand computation, top-%d, %d head(s) "
+              "(max diff %.1e)" % (top_k, heads, err))
+
+
+def test_cli(tmp):
+    d = os.path.join(tmp, "qwen2_moe")
+    out = subprocess.run([sys.executable, os.path.join(HERE, "moe_reference.py"), "--model", d,
+                          "--prompt-ids", "1,2,3", "--max-new-tokens", "5",
+                          "--top-logprobs", "3", "--dump-routing"],
+                         capture_output=True, text=True, check=False)
+    check(out.returncode == 0, "cli: exits 0 (%s)" % out.stderr.strip()[-200:])
+    if out.returncode != 0:
+        return
+    r = json.loads(out.stdout)
+    check(len(r["tokens"]) == 5 and len(r["logprobs"]) == 5 and len(r["top_logprobs"]) == 5,
+          "cli: 5 tokens, logprobs, top_logprobs")
+    check(all(t[0][0] == tok and abs(t[0][1] - lp) < 1e-12 and len(t) == 3
+              and t[0][1] >= t[1][1] >= t[2][1]
+              for t, tok, lp in zip(r["top_logprobs"], r["tokens"], r["logprobs"])),
+          "cli: greedy token is the best top_logprob")
+    check(all(lp <= 0 for lp in r["logprobs"]), "cli: log-probs are <= 0")
+    check(len(r["routing"]) == 3 + 4 and r["moe_layers"] == [0, 2]
+          and all(len(x) == 2 for x in r["routing"]),
+          "cli: routing for 7 fed positions x 2 MoE layers")
+    model = ref.Model(d)
+    seq = [1, 2, 3] + r["tokens"][:-1]
+    full, _ = model.forward(seq, model.new_cache())
+    lps = [ref.log_softmax(full[2 + i])[t] for i, t in enumerate(r["tokens"])]
+    check(np.allclose(lps, r["logprobs"], atol=1e-10, rtol=0),
+          "cli: log-probs equal a full recompute's log-softmax")
+
+
+def test_speed(tmp):
+    cfg = {"model_type": "qwen2_moe", "vocab_size": 2048, "hidden_size": 128,
+           "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+           "intermediate_size": 256, "moe_intermediate_size": 128,
+           "shared_expert_intermediate_size": 256, "num_experts": 16, "num_experts_per_tok": 4}
+    d = os.path.join(tmp, "speed")
+    write_model(d, cfg, make_tensors(cfg, 51))
+    size = os.path.getsize(os.path.join(d, "model.safetensors"))
+    start = time.time()
+    model = ref.Model(d)
+    r = ref.generate(model, list(range(1, 9)), 16)
+    took = time.time() - start
+    check(len(r["tokens"]) == 16 and took < 15.0,
+          "speed: load + 16 tokens of a %.1f MB model in %.2f s" % (size / 1e6, took))
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        for test in (test_safetensors_roundtrip, test_incremental_matches_recompute,
+                     test_topk_renormalisation_switch, test_dense_layers,
+                     test_hand_computed_mixtral, test_cli, test_speed):
+            try:
+                test(tmp)
+            except Exception as e:  # a crash is a failure, with its reason
+                check(False, "%s raised %s: %s" % (test.__name__, type(e).__name__, e))
+    print("%d failure(s)" % len(FAILURES))
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
