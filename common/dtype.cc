@@ -37,27 +37,6 @@ const DTypeEntry& Entry(DType dtype) {
   return kDTypes[static_cast<size_t>(dtype)];
 }
 
-uint32_t FloatBits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
-  return x;
-}
-
-float BitsFloat(uint32_t x) {
-  float f;
-  std::memcpy(&f, &x, sizeof(f));
-  return f;
-}
-
-// Rounds `value >> shift` to nearest, ties to even. REQUIRES: 1 <= shift < 32.
-uint32_t ShiftRoundEven(uint32_t value, int shift) {
-  uint32_t r = value >> shift;
-  uint32_t rem = value & ((1u << shift) - 1);
-  uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (r & 1u))) ++r;
-  return r;
-}
-
 }  // namespace
 
 size_t DTypeSize(DType dtype) { return Entry(dtype).size; }
@@ -76,57 +55,9 @@ bool IsFloatDType(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
 }
 
-float BF16ToFloat(uint16_t bits) {
-  return BitsFloat(static_cast<uint32_t>(bits) << 16);
-}
 
-uint16_t FloatToBF16(float value) {
-  uint32_t x = FloatBits(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {
-    // NaN: keep sign and top payload bits, force the quiet bit so the
-    // truncated payload can never become zero (which would read as inf).
-    return static_cast<uint16_t>((x >> 16) | 0x40u);
-  }
-  uint32_t bias = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>((x + bias) >> 16);
-}
 
-float HalfToFloat(uint16_t bits) {
-  uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  uint32_t exp = (bits >> 10) & 0x1fu;
-  uint32_t mant = bits & 0x3ffu;
-  if (exp == 0) {
-    // Zero or subnormal: mant * 2^-24, exact in float.
-    float v = static_cast<float>(mant) * BitsFloat(0x33800000u);  // 2^-24
-    return BitsFloat(FloatBits(v) | sign);
-  }
-  if (exp == 31) return BitsFloat(sign | 0x7f800000u | (mant << 13));
-  return BitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
-}
 
-uint16_t FloatToHalf(float value) {
-  uint32_t x = FloatBits(value);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) {  // inf or NaN
-    uint32_t nan = absx > 0x7f800000u ? (0x200u | ((absx >> 13) & 0x3ffu)) : 0;
-    return static_cast<uint16_t>(sign | 0x7c00u | nan);
-  }
-  // 65520 is halfway between the largest half (65504) and 2^16; ties-to-even
-  // sends it (and everything above) to infinity.
-  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (absx < 0x38800000u) {  // below 2^-14: half subnormal or zero
-    uint32_t exp = absx >> 23;
-    if (exp < 102) return static_cast<uint16_t>(sign);  // below 2^-25
-    uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
-    // Result in units of 2^-24; may round up to 0x400, the smallest normal.
-    return static_cast<uint16_t>(
-        sign | ShiftRoundEven(mant, static_cast<int>(126 - exp)));
-  }
-  // Normal: rebias the exponent; a rounding carry correctly bumps it.
-  uint32_t rebased = absx - (112u << 23);
-  return static_cast<uint16_t>(sign | ShiftRoundEven(rebased, 13));
-}
 
 absl::Status ConvertToFloat(const void* src, DType dtype, size_t n,
                             float* dst) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -45,15 +46,87 @@ absl::StatusOr<DType> ParseDType(absl::string_view name);
 // True for F16, BF16, F32 (the dtypes ConvertToFloat accepts).
 bool IsFloatDType(DType dtype);
 
+namespace dtype_internal {
+
+inline uint32_t FloatBits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  return x;
+}
+
+inline float BitsFloat(uint32_t x) {
+  float f;
+  std::memcpy(&f, &x, sizeof(f));
+  return f;
+}
+
+// Rounds `value >> shift` to nearest, ties to even. REQUIRES: 1 <= shift < 32.
+inline uint32_t ShiftRoundEven(uint32_t value, int shift) {
+  uint32_t r = value >> shift;
+  uint32_t rem = value & ((1u << shift) - 1);
+  uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (r & 1u))) ++r;
+  return r;
+}
+
+}  // namespace dtype_internal
+
 // bfloat16 <-> float. FloatToBF16 rounds to nearest, ties to even; a NaN stays
 // a (quiet) NaN, infinities stay infinities.
-float BF16ToFloat(uint16_t bits);
-uint16_t FloatToBF16(float value);
+// (Inline: the CPU kernels call these in their inner loops.)
+inline float BF16ToFloat(uint16_t bits) {
+  return dtype_internal::BitsFloat(static_cast<uint32_t>(bits) << 16);
+}
+
+inline uint16_t FloatToBF16(float value) {
+  uint32_t x = dtype_internal::FloatBits(value);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    // NaN: keep sign and top payload bits, force the quiet bit so the
+    // truncated payload can never become zero (which would read as inf).
+    return static_cast<uint16_t>((x >> 16) | 0x40u);
+  }
+  uint32_t bias = 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>((x + bias) >> 16);
+}
 
 // IEEE 754 binary16 <-> float. HalfToFloat is exact (subnormals included).
 // FloatToHalf rounds to nearest even; overflow gives +-inf, NaN stays NaN.
-float HalfToFloat(uint16_t bits);
-uint16_t FloatToHalf(float value);
+inline float HalfToFloat(uint16_t bits) {
+  uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  uint32_t exp = (bits >> 10) & 0x1fu;
+  uint32_t mant = bits & 0x3ffu;
+  if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24, exact in float.
+    float v = static_cast<float>(mant) * dtype_internal::BitsFloat(0x33800000u);  // 2^-24
+    return dtype_internal::BitsFloat(dtype_internal::FloatBits(v) | sign);
+  }
+  if (exp == 31) return dtype_internal::BitsFloat(sign | 0x7f800000u | (mant << 13));
+  return dtype_internal::BitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+inline uint16_t FloatToHalf(float value) {
+  uint32_t x = dtype_internal::FloatBits(value);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) {  // inf or NaN
+    uint32_t nan = absx > 0x7f800000u ? (0x200u | ((absx >> 13) & 0x3ffu)) : 0;
+    return static_cast<uint16_t>(sign | 0x7c00u | nan);
+  }
+  // 65520 is halfway between the largest half (65504) and 2^16; ties-to-even
+  // sends it (and everything above) to infinity.
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (absx < 0x38800000u) {  // below 2^-14: half subnormal or zero
+    uint32_t exp = absx >> 23;
+    if (exp < 102) return static_cast<uint16_t>(sign);  // below 2^-25
+    uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
+    // Result in units of 2^-24; may round up to 0x400, the smallest normal.
+    return static_cast<uint16_t>(
+        sign | dtype_internal::ShiftRoundEven(mant, static_cast<int>(126 - exp)));
+  }
+  // Normal: rebias the exponent; a rounding carry correctly bumps it.
+  uint32_t rebased = absx - (112u << 23);
+  return static_cast<uint16_t>(sign | dtype_internal::ShiftRoundEven(rebased, 13));
+}
 
 // Converts `n` elements at `src` (any alignment) of type `dtype` to floats.
 // Returns INVALID_ARGUMENT for dtypes other than F32, F16 and BF16.

@@ -193,9 +193,9 @@ void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n) {
   }
   const uint16_t* h = static_cast<const uint16_t*>(src);
   if (dtype == DType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(h[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToFloat(h[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(h[i]);
   }
 }
 

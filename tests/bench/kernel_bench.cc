@@ -101,7 +101,7 @@ std::vector<uint16_t> RandomBf16(size_t n, uint32_t seed) {
     s ^= s << 13;
     s ^= s >> 17;
     s ^= s << 5;
-    v = F32ToBf16(static_cast<float>(s >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    v = FloatToBF16(static_cast<float>(s >> 8) * (2.0f / 16777216.0f) - 1.0f);
   }
   return w;
 }
@@ -212,7 +212,7 @@ void RunCpu(const Flags& f) {
   const double flops = 2.0 * m * pn * k / prefill_s;
   // The same product with f32 weights: the cost of widening bf16 in-loop.
   std::vector<float> wf(size_t(pn) * k);
-  for (size_t i = 0; i < wf.size(); ++i) wf[i] = Bf16ToF32(w[i]);
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = BF16ToFloat(w[i]);
   double prefill_f32_s = MedianSeconds(f.reps, [&] {
     absl::Status s = backend.MatMul(x.data(), wf.data(), DType::kF32, nullptr,
                                     y.data(), m, pn, k);

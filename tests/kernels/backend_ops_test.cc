@@ -36,7 +36,7 @@ std::vector<uint8_t> RandomWeights(size_t n, DType dt, uint32_t seed,
     if (dt == DType::kF32) {
       std::memcpy(bytes.data() + 4 * i, &f[i], 4);
     } else {
-      uint16_t h = dt == DType::kBF16 ? F32ToBf16(f[i]) : F32ToF16(f[i]);
+      uint16_t h = dt == DType::kBF16 ? FloatToBF16(f[i]) : FloatToHalf(f[i]);
       std::memcpy(bytes.data() + 2 * i, &h, 2);
     }
   }

@@ -26,7 +26,7 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 std::vector<uint16_t> ToHalf(const std::vector<float>& f, DType dt) {
   std::vector<uint16_t> h(f.size());
   for (size_t i = 0; i < f.size(); ++i) {
-    h[i] = dt == DType::kBF16 ? F32ToBf16(f[i]) : F32ToF16(f[i]);
+    h[i] = dt == DType::kBF16 ? FloatToBF16(f[i]) : FloatToHalf(f[i]);
   }
   return h;
 }
