@@ -14,4 +14,6 @@ model=${MOE_DEMO_MODEL:-build/demo/tiny-mixtral}
 if [ -x $bin/moectl ] && $bin/moectl make-model --help >/dev/null 2>&1; then
   $bin/moectl make-model --preset tiny --arch mixtral --out "$model"
   $bin/moectl inspect "$model"
+  echo "== moectl run: greedy generation on the tiny model (random weights, so the text is noise)"
+  $bin/moectl run --model "$model" --prompt "The expert cache keeps" --max-new-tokens 24 --ignore-eos
 fi

@@ -49,8 +49,11 @@ void AxpyBf16(float a, const uint16_t* __restrict x, float* __restrict y, size_t
     const U32x8 u1 = __builtin_convertvector(h1, U32x8) << 16;
     std::memcpy(&y0, y + i, 32);
     std::memcpy(&y1, y + i + 8, 32);
-    y0 += av * reinterpret_cast<const Float8&>(u0);
-    y1 += av * reinterpret_cast<const Float8&>(u1);
+    Float8 x0, x1;
+    std::memcpy(&x0, &u0, 32);
+    std::memcpy(&x1, &u1, 32);
+    y0 += av * x0;
+    y1 += av * x1;
     std::memcpy(y + i, &y0, 32);
     std::memcpy(y + i + 8, &y1, 32);
   }
@@ -59,33 +62,6 @@ void AxpyBf16(float a, const uint16_t* __restrict x, float* __restrict y, size_t
 
 bool Better(const EamcMatch& a, const EamcMatch& b) {
   return a.cosine != b.cosine ? a.cosine > b.cosine : a.index < b.index;
-}
-
-// Keeps, per layer, the `keep` largest counts of `v` (ties by lower cell);
-// leaves `v` sorted by cell. No allocation.
-void PruneInPlace(std::vector<SparseEntry>* v, int num_experts, int keep) {
-  auto by_cell = [](const SparseEntry& a, const SparseEntry& b) { return a.index < b.index; };
-  std::sort(v->begin(), v->end(), by_cell);
-  if (keep <= 0) return;
-  size_t w = 0, i = 0;
-  while (i < v->size()) {
-    const uint32_t layer = (*v)[i].index / num_experts;
-    size_t j = i;
-    while (j < v->size() && (*v)[j].index / num_experts == layer) ++j;
-    size_t n = j - i;
-    if (static_cast<int>(n) > keep) {
-      std::partial_sort(v->begin() + i, v->begin() + i + keep, v->begin() + j,
-                        [](const SparseEntry& a, const SparseEntry& b) {
-                          return a.value != b.value ? a.value > b.value : a.index < b.index;
-                        });
-      std::sort(v->begin() + i, v->begin() + i + keep, by_cell);
-      n = keep;
-    }
-    std::move(v->begin() + i, v->begin() + i + n, v->begin() + w);
-    w += n;
-    i = j;
-  }
-  v->resize(w);
 }
 
 std::vector<SparseEntry> PruneEntries(std::vector<SparseEntry> entries, int num_experts,
@@ -196,13 +172,57 @@ int Eamc::AddRecord(EamcRecord record) {
 }
 
 double Eamc::BuildQuery(const Eam& eam) const {
-  query_.clear();
-  for (uint32_t i : eam.nonzeros()) {
-    if (eam.values()[i] != 0.0f) query_.push_back({i, eam.values()[i]});
+  // Bucket the non-zeros by layer (counting sort, no comparison sort), then
+  // keep each layer's largest `max_experts_per_layer` counts.
+  const int L = options_.num_layers, E = options_.num_experts;
+  const int keep = options_.max_experts_per_layer;
+  layer_start_.assign(L + 1, 0);
+  for (uint32_t i : eam.nonzeros()) ++layer_start_[i / E + 1];
+  for (int l = 0; l < L; ++l) layer_start_[l + 1] += layer_start_[l];
+  query_.resize(layer_start_[L]);
+  layer_fill_.assign(layer_start_.begin(), layer_start_.end() - 1);
+  for (uint32_t i : eam.nonzeros()) query_[layer_fill_[i / E]++] = {i, eam.values()[i]};
+  size_t w = 0;
+  for (int l = 0; l < L; ++l) {
+    auto first = query_.begin() + layer_start_[l];
+    auto last = query_.begin() + layer_start_[l + 1];
+    if (keep > 0 && last - first > keep) {
+      std::nth_element(first, first + keep - 1, last,
+                       [](const SparseEntry& a, const SparseEntry& b) {
+                         return a.value != b.value ? a.value > b.value : a.index < b.index;
+                       });
+      last = first + keep;
+    }
+    std::sort(first, last, [](const SparseEntry& a, const SparseEntry& b) { return a.index < b.index; });
+    for (auto it = first; it != last; ++it) {
+      if (it->value != 0.0f) query_[w++] = *it;
+    }
   }
-  PruneInPlace(&query_, options_.num_experts, options_.max_experts_per_layer);
+  query_.resize(w);
   double sq = 0;
   for (const auto& e : query_) sq += static_cast<double>(e.value) * e.value;
+  if (options_.query_mass < 1.0 && query_.size() > 1) {
+    // Keep the largest cells holding `query_mass` of the squared norm: the
+    // rest (stray tokens) barely moves a cosine but costs a column each.
+    values_.clear();
+    for (const auto& e : query_) values_.push_back(e.value);
+    std::sort(values_.begin(), values_.end(), std::greater<float>());
+    double kept = 0;
+    float cut = values_.back();
+    for (float v : values_) {
+      kept += static_cast<double>(v) * v;
+      cut = v;
+      if (kept >= options_.query_mass * sq) break;
+    }
+    size_t w = 0;
+    sq = 0;
+    for (const auto& e : query_) {
+      if (e.value < cut) continue;
+      query_[w++] = e;
+      sq += static_cast<double>(e.value) * e.value;
+    }
+    query_.resize(w);
+  }
   return std::sqrt(sq);
 }
 

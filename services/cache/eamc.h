@@ -34,6 +34,11 @@ struct EamcOptions {
   int max_experts_per_layer = 0;  // 0 = keep every non-zero
   // Force the inverted index even for small models (tests compare both).
   bool force_inverted = false;
+  // A query (after per-layer pruning) keeps its largest cells holding this
+  // fraction of its squared norm (1 = all). Each cell dropped saves a column
+  // or posting list; a cell with fraction f of the mass moves a cosine by at
+  // most about sqrt(f).
+  double query_mass = 1.0;
 };
 
 struct EamcRecord {
@@ -74,6 +79,10 @@ class Eamc {
   // Same, into `out` (cleared first; reuse it to avoid allocating).
   void FindBest(const Eam& query, EamPhase phase, int k, std::vector<EamcMatch>* out) const;
 
+  // The query cells the last match visited (after pruning), for benchmarks
+  // and tests.
+  const std::vector<SparseEntry>& last_query() const { return query_; }
+
   // Prunes to the options' per-layer limit.
   SparseEam Prune(const Eam& eam) const;
 
@@ -106,6 +115,9 @@ class Eamc {
   // Scratch, reused across matches.
   mutable std::vector<SparseEntry> query_;
   mutable std::vector<float> acc_;
+  mutable std::vector<float> values_;
+  mutable std::vector<int> layer_start_;
+  mutable std::vector<int> layer_fill_;
 };
 
 }  // namespace moe::cache

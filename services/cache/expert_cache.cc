@@ -19,6 +19,7 @@ PrefetcherOptions MakePrefetcherOptions(const ExpertCacheOptions& o) {
   p.transfer_seconds = o.link_bytes_per_sec > 0 ? o.expert_bytes / o.link_bytes_per_sec : 1.0;
   p.layer_seconds = o.layer_seconds > 0 ? o.layer_seconds : 1.0;
   p.gate = o.prefetch_gate;
+  p.chunk_seconds = o.link_bytes_per_sec > 0 ? o.chunk_bytes / o.link_bytes_per_sec : 0.0;
   return p;
 }
 
@@ -117,7 +118,7 @@ void ExpertCache::NotePrefetchOutcome(SlotMeta& meta, bool used) {
   } else {
     ++stats_[PhaseIndex(meta.phase)].prefetches_wasted;
   }
-  prefetcher_.OnOutcome(used);
+  prefetcher_.OnOutcome(meta.source, used);
   policy_->OnPrefetchOutcome(used);
 }
 
@@ -327,11 +328,12 @@ void ExpertCache::IssuePrefetches(int layer, Phase phase) {
       const SlotInfo& info = slots_.Get(slot);
       const double value =
           info.state == SlotState::kReady ? policy_->RetentionValue(info.key) : 0.0;
-      if (!prefetcher_.Gate(c.probability, value)) break;  // the best did not pay
+      if (!prefetcher_.Gate(c, value)) break;  // the best did not pay
       EvictSlot(slot);
       if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return;
+      meta_[slot].source = c.source;
       policy_->OnInsert(key, /*prefetch=*/true);
-      prefetcher_.OnIssued(prefetcher_.Calibrated(c.probability));
+      prefetcher_.OnIssued(c);
       ++stats_[PhaseIndex(phase)].prefetches_issued;
       ++issued;
     }

@@ -59,6 +59,7 @@ struct ExpertCacheOptions {
   bool prefetch_gate = true;
   int max_prefetch_per_layer = 1;
   double link_bytes_per_sec = 0;  // for the prefetch gate and stride
+  uint64_t chunk_bytes = 0;       // transfer chunk, for the prefetch gate
   double layer_seconds = 0;
 };
 
@@ -154,6 +155,7 @@ class ExpertCache {
   struct SlotMeta {
     TransferId transfer = kNoTransfer;  // while loading
     bool prefetched = false;            // inserted by a prefetch, not yet used
+    HintSource source = HintSource::kPolicy;  // of that prefetch
     bool demand = false;                // the load is (now) a demand
     bool counted = false;               // counted in inflight_prefetches_
     bool cancelling = false;

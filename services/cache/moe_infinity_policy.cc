@@ -55,6 +55,12 @@ absl::Status ParseMoeInfinityOptions(const std::string& text, MoeInfinityOptions
       }
       continue;
     }
+    if (k == "query_mass") {
+      if (!absl::SimpleAtod(v, &o->query_mass) || !(o->query_mass > 0 && o->query_mass <= 1)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad query_mass (0, 1]: \"", v, "\""));
+      }
+      continue;
+    }
     if (k == "half_life") {
       if (!absl::SimpleAtod(v, &o->half_life) || !(o->half_life > 0)) {
         return absl::InvalidArgumentError(absl::StrCat("bad half_life: \"", v, "\""));
@@ -76,6 +82,7 @@ void MoeInfinityPolicy::Configure(const PolicyConfig& config) {
   po.num_experts = config.num_experts;
   po.eamc_capacity = options_.eamc_capacity;
   po.match_top_k = options_.match_top_k;
+  po.query_mass = options_.query_mass;
   po.max_experts_per_layer = options_.max_experts_per_layer > 0 ? options_.max_experts_per_layer
                              : config.num_experts <= 16         ? 0
                                                                 : 2 * config.top_k;

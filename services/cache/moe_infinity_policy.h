@@ -48,6 +48,9 @@ struct MoeInfinityOptions {
   int match_top_k = 4;
   int eamc_capacity = 1000;
   int max_experts_per_layer = 0;  // 0 = automatic (all for E <= 16, else 2*top_k)
+  // Matching speed: a query keeps the cells holding this fraction of its
+  // squared norm (EamcOptions::query_mass).
+  double query_mass = 0.99;
   int prefetch_layers = 1;        // how many next layers prefetch proposals cover
   float eps = 1e-3f;
 

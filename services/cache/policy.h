@@ -40,11 +40,16 @@ struct ExpertDemand {
   int32_t tokens = 1;  // tokens of this iteration routed to the expert
 };
 
+// Where a prefetch candidate came from (the prefetcher calibrates each).
+enum class HintSource : uint8_t { kPolicy = 0, kHint = 1, kAffinity = 2 };
+inline constexpr int kNumHintSources = 3;
+
 // A prediction: `expert` at `layer` will be needed with `probability`.
 struct Hint {
   int32_t layer = 0;
   int32_t expert = 0;
   float probability = 0;
+  HintSource source = HintSource::kPolicy;
 };
 
 struct VictimContext {

@@ -7,7 +7,7 @@ namespace moe::cache {
 Predictor::Predictor(const PredictorOptions& o)
     : options_(o),
       eamc_(EamcOptions{o.num_layers, o.num_experts, o.eamc_capacity,
-                        o.max_experts_per_layer, false}),
+                        o.max_experts_per_layer, false, o.query_mass}),
       prefill_(o.num_layers, o.num_experts),
       decode_(o.num_layers, o.num_experts),
       predicted_(static_cast<size_t>(o.num_layers) * o.num_experts, 0.0f) {}

@@ -24,6 +24,7 @@ struct PredictorOptions {
   int eamc_capacity = 1000;
   int match_top_k = 4;
   int max_experts_per_layer = 0;  // EAMC pruning; 0 = all
+  double query_mass = 1.0;        // EamcOptions::query_mass
 };
 
 class Predictor {

@@ -50,27 +50,35 @@ void Prefetcher::AddHint(const Hint& hint) {
 }
 
 std::vector<Hint> Prefetcher::Candidates(int target, const std::vector<Hint>& proposals) const {
-  std::vector<float> p(options_.num_experts, 0.0f);
-  const float hp = static_cast<float>(hint_precision());
-  for (int32_t h : hints_[target]) p[h] = std::max(p[h], hp);
   const size_t e = options_.num_experts;
+  std::vector<Hint> best(e);
+  for (size_t b = 0; b < e; ++b) best[b] = {target, static_cast<int32_t>(b), 0.0f, HintSource::kPolicy};
+  auto offer = [&](int32_t b, float p, HintSource src) {
+    if (p > best[b].probability) {
+      best[b].probability = p;
+      best[b].source = src;
+    }
+  };
+  const float hp = static_cast<float>(hint_precision());
+  for (int32_t h : hints_[target]) offer(h, hp, HintSource::kHint);
   for (int lag = 1; lag <= max_lag_ && target - lag >= 0; ++lag) {
     const int from = target - lag;
     for (int32_t a : routed_[from]) {
       const float n = aff_from_[(static_cast<size_t>(lag - 1) * options_.num_layers + from) * e + a];
       if (n < 4) continue;  // too little evidence
       for (size_t b = 0; b < e; ++b) {
-        p[b] = std::max(p[b], Affinity(lag, from, a, static_cast<int>(b)) / n);
+        offer(static_cast<int32_t>(b), Affinity(lag, from, a, static_cast<int>(b)) / n,
+              HintSource::kAffinity);
       }
     }
     if (!routed_[from].empty()) break;  // the closest routed layer only
   }
   for (const Hint& h : proposals) {
-    if (h.layer == target) p[h.expert] = std::max(p[h.expert], h.probability);
+    if (h.layer == target) offer(h.expert, h.probability, HintSource::kPolicy);
   }
   std::vector<Hint> out;
-  for (size_t b = 0; b < e; ++b) {
-    if (p[b] > 0) out.push_back({target, static_cast<int32_t>(b), p[b]});
+  for (const Hint& h : best) {
+    if (h.probability > 0) out.push_back(h);
   }
   std::sort(out.begin(), out.end(), [](const Hint& x, const Hint& y) {
     return x.probability != y.probability ? x.probability > y.probability : x.expert < y.expert;
@@ -78,23 +86,33 @@ std::vector<Hint> Prefetcher::Candidates(int target, const std::vector<Hint>& pr
   return out;
 }
 
-double Prefetcher::accuracy_scale() const {
-  return std::clamp((used_ + 1.0) / (predicted_sum_ + 1.0), 0.25, 2.0);
+double Prefetcher::accuracy_scale(HintSource source) const {
+  // Hints carry their measured precision already (hint_precision()).
+  if (source == HintSource::kHint) return 1.0;
+  const int s = static_cast<int>(source);
+  // Prior: one unit of predicted probability, used.
+  return std::clamp((used_[s] + 1.0) / (predicted_sum_[s] + 1.0), 0.0, 1.5);
 }
 
-double Prefetcher::Calibrated(double p) const { return std::clamp(p * accuracy_scale(), 0.0, 1.0); }
+double Prefetcher::Calibrated(const Hint& c) const {
+  return std::clamp(c.probability * accuracy_scale(c.source), 0.0, 1.0);
+}
 
-bool Prefetcher::Gate(double probability, double victim_value) const {
-  if (!options_.gate) return probability > 0;
-  const double p = Calibrated(probability);
+bool Prefetcher::Gate(const Hint& candidate, double victim_value) const {
+  if (!options_.gate) return candidate.probability > 0;
+  const double p = Calibrated(candidate);
   const double x = options_.transfer_seconds;
   const double t = options_.layer_seconds;
-  return p * std::min(x, t) > (1.0 - p) * victim_value * x;
+  return p * std::min(x, t) > (1.0 - p) * victim_value * x + options_.chunk_seconds;
 }
 
-void Prefetcher::OnIssued(double probability) { predicted_sum_ += probability; }
+void Prefetcher::OnIssued(const Hint& c) {
+  predicted_sum_[static_cast<int>(c.source)] += c.probability;
+}
 
-void Prefetcher::OnOutcome(bool used) { used_ += used ? 1 : 0; }
+void Prefetcher::OnOutcome(HintSource source, bool used) {
+  used_[static_cast<int>(source)] += used ? 1 : 0;
+}
 
 void Prefetcher::ExportLearned(LearnedState* state) const {
   state->affinity_lags = max_lag_;

@@ -7,11 +7,17 @@
 //    l+d | a at layer l), for the experts routed at l this iteration;
 //  - the policy's own proposals (moe-infinity's predicted EAM).
 //
-// Gate (../shared/notes/cache-findings.md): issue only if
-//   p * min(X, T) > (1 - p) * value(victim) * X
-// with X the transfer time of one expert, T the layer compute time, value the
-// victim's retention value in [0, 1], and p the candidate's probability scaled
-// by the measured accuracy of past prefetches (used / sum of predicted p).
+// Gate (../shared/notes/cache-findings.md), "when in doubt, do not": issue
+// only if
+//   p * min(X, T) > (1 - p) * value(victim) * X + C
+// with X the transfer time of one expert, T the layer compute time, value
+// the victim's retention value in [0, 1], C the time one transfer chunk
+// holds the link (a demand fetch may wait that long behind a prefetch), and
+// p the candidate's probability calibrated per source: hints carry their
+// measured precision; affinity and policy proposals are multiplied by that
+// source's (used + 1) / (sum of predicted p + 1), free to fall towards 0
+// when its prefetches go unused (no floor: a floor let useless prefetches
+// through whenever the victim looked worthless).
 //
 // Thread-safety: none (used under the cache's mutex).
 #ifndef MOECACHE_SERVICES_CACHE_PREFETCHER_H_
@@ -31,6 +37,7 @@ struct PrefetcherOptions {
   int num_experts = 0;
   double transfer_seconds = 0;  // X: one expert over the link
   double layer_seconds = 0;     // T
+  double chunk_seconds = 0;     // C
   bool gate = true;
   int max_lag = 3;  // affinity lags learned (1 only when E > 64)
 };
@@ -49,18 +56,18 @@ class Prefetcher {
   // layers (others are ignored).
   std::vector<Hint> Candidates(int target_layer, const std::vector<Hint>& proposals) const;
 
-  bool Gate(double probability, double victim_value) const;
-  double Calibrated(double probability) const;
+  bool Gate(const Hint& candidate, double victim_value) const;
+  double Calibrated(const Hint& candidate) const;
 
-  void OnIssued(double probability);
-  void OnOutcome(bool used);
+  void OnIssued(const Hint& candidate);
+  void OnOutcome(HintSource source, bool used);
 
   // Inter-layer affinity counts, for persistence (eamc_store.h). Import takes
   // the lags both sides have.
   void ExportLearned(LearnedState* state) const;
   void ImportLearned(const LearnedState& state);
 
-  double accuracy_scale() const;
+  double accuracy_scale(HintSource source) const;
   double hint_precision() const { return (hint_hits_ + 1.0) / (hint_total_ + 2.0); }
   int max_lag() const { return max_lag_; }
 
@@ -77,8 +84,8 @@ class Prefetcher {
   std::vector<std::vector<int32_t>> hints_;   // per layer, until it routes
   double hint_hits_ = 0;
   double hint_total_ = 0;
-  double predicted_sum_ = 0;
-  double used_ = 0;
+  double predicted_sum_[kNumHintSources] = {0, 0, 0};
+  double used_[kNumHintSources] = {0, 0, 0};
 };
 
 }  // namespace moe::cache

@@ -148,6 +148,7 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   co.expert_bytes = o.link.expert_bytes();
   co.prefetch = o.prefetch && !belady;
   co.link_bytes_per_sec = pc.link_bytes_per_sec;
+  co.chunk_bytes = eo.chunk_bytes;
   co.layer_seconds = pc.layer_seconds;
   ASSIGN_OR_RETURN(auto cache, ExpertCache::Create(co, std::move(policy), engine.get()));
 

@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <climits>
@@ -62,9 +63,12 @@ inline void CpuRelax() {
 #endif
 }
 
-// Spinning before sleeping keeps a hit round trip in the microseconds; the
-// futex keeps an idle side off the CPU.
-constexpr int kSpinIterations = 4000;
+// Spinning briefly before sleeping keeps a hit round trip in the
+// microseconds; the futex keeps an idle side off the CPU. The spin is bounded
+// in time and yields, so that when both sides share one core the spinner
+// hands the core to its peer instead of holding it for the whole spin.
+constexpr absl::Duration kSpinFor = absl::Microseconds(20);
+constexpr int kYieldEvery = 32;
 constexpr absl::Duration kPollSlice = absl::Milliseconds(5);
 
 // Waits until `word` differs from `value`, the deadline passes, `stop`
@@ -72,11 +76,16 @@ constexpr absl::Duration kPollSlice = absl::Milliseconds(5);
 template <typename Stop>
 absl::Status WaitChange(Word& word, Word& asleep, uint32_t value,
                         absl::Time deadline, const Stop& stop) {
-  for (int i = 0; i < kSpinIterations; ++i) {
+  const absl::Time spin_end = absl::Now() + kSpinFor;
+  for (int i = 1;; ++i) {
     if (word.value.load(std::memory_order_acquire) != value) {
       return absl::OkStatus();
     }
     CpuRelax();
+    if (i % kYieldEvery == 0) {
+      if (absl::Now() >= spin_end) break;
+      sched_yield();
+    }
   }
   while (true) {
     asleep.value.store(1, std::memory_order_seq_cst);

@@ -1,5 +1,6 @@
 // moectl simulate: replays a moe-trace/1 trace through the cache library on a
 // virtual clock (services/cache/simulator.h) and reports per policy.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -160,18 +161,43 @@ int WriteSweep(const std::string& prefix, const std::vector<nlohmann::json>& row
                 csv.c_str());
     return 0;
   }
+  // One inline data block per policy (in report order), so each policy is
+  // one connected line.
+  std::vector<std::string> names;
+  for (const auto& j : rows) {
+    const std::string n = j["policy"].get<std::string>();
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
   const std::string gp = prefix + ".gp";
   std::ofstream g(gp);
-  g << "set datafile separator ','\nset terminal png size 1200,500\nset output '" << prefix
-    << ".png'\nset multiplot layout 1,2\nset key left top\nset xlabel 'capacity (slots)'\n"
-    << "set ylabel 'decode hit rate'\nplot for [p in system(\"tail -n +2 " << csv
-    << " | cut -d, -f1 | sort -u | tr '\\n' ' '\")] '" << csv
-    << "' using 2:(strcol(1) eq p ? $3 : 1/0) with linespoints title p\n"
-    << "set ylabel 'decode TPOT (ms)'\nplot for [p in system(\"tail -n +2 " << csv
-    << " | cut -d, -f1 | sort -u | tr '\\n' ' '\")] '" << csv
-    << "' using 2:(strcol(1) eq p ? $4 : 1/0) with linespoints title p\n";
+  for (size_t i = 0; i < names.size(); ++i) {
+    g << "$P" << i << " << EOD\n";
+    for (const auto& j : rows) {
+      if (j["policy"].get<std::string>() != names[i]) continue;
+      g << j["capacity"].get<int>() << ' ' << j["hit_rate"].get<double>() << ' '
+        << j["tpot_ms"].get<double>() << '\n';
+    }
+    g << "EOD\n";
+  }
+  g << "set terminal png size 1000,400\nset output '" << prefix << ".png'\n"
+    << "set multiplot layout 1,2\nset grid\nset xlabel 'capacity (slots)'\n";
+  for (int col : {2, 3}) {
+    g << (col == 2 ? "set key bottom right\nset ylabel 'decode hit rate'\n"
+                   : "set key top right\nset ylabel 'decode TPOT (ms)'\n")
+      << "plot ";
+    for (size_t i = 0; i < names.size(); ++i) {
+      g << (i ? ", " : "") << "$P" << i << " using 1:" << col << " with linespoints title '"
+        << names[i] << "'";
+    }
+    g << "\n";
+  }
   g.close();
-  if (std::system(("gnuplot " + gp).c_str()) == 0) std::printf("wrote %s.png\n", prefix.c_str());
+  if (std::system(("gnuplot " + gp).c_str()) == 0) {
+    std::printf("wrote %s.png\n", prefix.c_str());
+    std::remove(gp.c_str());
+  } else {
+    std::fprintf(stderr, "simulate: gnuplot failed on %s\n", gp.c_str());
+  }
   return 0;
 }
 

@@ -202,3 +202,38 @@ TEST(MoeInfinityTest, FairShareEvictsFromTheLayerOverItsShare) {
 
 }  // namespace
 }  // namespace moe::cache
+
+namespace moe::cache {
+namespace {
+
+TEST(PrefetcherTest, GateClosesForASourceWhosePrefetchesGoUnused) {
+  PrefetcherOptions o;
+  o.num_layers = 4;
+  o.num_experts = 8;
+  o.transfer_seconds = 0.68e-3;  // 17 MB at 25 GB/s
+  o.layer_seconds = 0.3e-3;
+  o.chunk_seconds = 0.04e-3;
+  Prefetcher pf(o);
+  const Hint policy{1, 3, 0.9f, HintSource::kPolicy};
+  const Hint hint{1, 3, 0.9f, HintSource::kHint};
+  EXPECT_TRUE(pf.Gate(policy, 0.0));
+  EXPECT_FALSE(pf.Gate({1, 3, 0.5f, HintSource::kPolicy}, 1.0));  // the victim is worth more
+  // Below the cost of holding the link for one chunk: never, even for free.
+  EXPECT_FALSE(pf.Gate({1, 3, 0.1f, HintSource::kAffinity}, 0.0));
+  for (int i = 0; i < 20; ++i) {
+    pf.OnIssued(policy);
+    pf.OnOutcome(HintSource::kPolicy, false);
+  }
+  EXPECT_LT(pf.accuracy_scale(HintSource::kPolicy), 0.1);
+  EXPECT_FALSE(pf.Gate(policy, 0.0));  // no floor lets it through
+  EXPECT_TRUE(pf.Gate(hint, 0.0));     // other sources keep their own record
+  EXPECT_TRUE(pf.Gate({1, 3, 0.9f, HintSource::kAffinity}, 0.0));
+  for (int i = 0; i < 20; ++i) {
+    pf.OnIssued(policy);
+    pf.OnOutcome(HintSource::kPolicy, true);
+  }
+  EXPECT_TRUE(pf.Gate(policy, 0.0));  // recovers when they start paying
+}
+
+}  // namespace
+}  // namespace moe::cache

@@ -1,0 +1,335 @@
+#include "services/moe_cached/cache_client.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "moe/v1/expert_cache.grpc.pb.h"
+#include "services/cache/shm_region.h"
+#include "services/channel/shm_channel.h"
+#include "services/moe_cached/pid_watch.h"
+#include "services/rpc/rpc_util.h"
+
+namespace moe::cached {
+namespace {
+
+// The channel must be writable by the worker, so it is not a read-only
+// ShmRegion: map it read-write here.
+class ChannelMapping {
+ public:
+  static absl::StatusOr<std::unique_ptr<ChannelMapping>> Open(const std::string& name) {
+    int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
+    }
+    const size_t bytes = channel::ChannelBytes();
+    void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    ::close(fd);
+    if (mem == MAP_FAILED) {
+      return absl::UnavailableError(absl::StrCat("mmap(", name, "): ", std::strerror(err)));
+    }
+    auto m = std::unique_ptr<ChannelMapping>(new ChannelMapping(mem, bytes));
+    RETURN_IF_ERROR(channel::ValidateChannel(mem, bytes));
+    return m;
+  }
+  ~ChannelMapping() { ::munmap(mem_, bytes_); }
+  void* mem() const { return mem_; }
+
+ private:
+  ChannelMapping(void* mem, size_t bytes) : mem_(mem), bytes_(bytes) {}
+  void* mem_;
+  size_t bytes_;
+};
+
+}  // namespace
+
+struct CacheClient::Impl {
+  CacheClientOptions options;
+  std::unique_ptr<moe::v1::ExpertCache::Stub> stub;
+  uint64_t session_id = 0;
+  cache::ShmRegion arena;
+  PidWatch daemon;
+  std::unique_ptr<ChannelMapping> channel_mem;
+  absl::Mutex mu;
+  std::unique_ptr<channel::ChannelClient> channel ABSL_GUARDED_BY(mu);
+  std::unique_ptr<channel::RequestMsg> req ABSL_GUARDED_BY(mu);
+  std::unique_ptr<channel::ResponseMsg> reply ABSL_GUARDED_BY(mu);
+  bool detached ABSL_GUARDED_BY(mu) = false;
+
+  bool UseShm(Transport t) const {
+    if (t == Transport::kGrpc) return false;
+    return channel_mem != nullptr && (t == Transport::kShm || options.use_shm);
+  }
+
+  void SetDeadline(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
+  }
+
+  absl::Status PeerAlive() const {
+    if (daemon.Exited()) {
+      return absl::UnavailableError(absl::StrCat("moe-cached (pid ", daemon.pid(), ") exited"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ShmCall(channel::MsgType type, uint64_t request_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    req->type = static_cast<uint32_t>(type);
+    req->count = 0;
+    req->flags = 0;
+    req->request_id = request_id;
+    return channel->Call(*req, reply.get(), options.timeout, [this] { return PeerAlive(); });
+  }
+};
+
+CacheClient::CacheClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CacheClient::~CacheClient() {
+  absl::Status s = Detach();
+  if (!s.ok() && !absl::IsFailedPrecondition(s)) {
+    MOE_LOG(DEBUG) << "cache client: detach on destruction: " << s;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
+    const CacheClientOptions& options) {
+  ASSIGN_OR_RETURN(rpc::ListenAddress address, rpc::ParseListenAddress(options.address));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->stub = moe::v1::ExpertCache::NewStub(rpc::MakeChannel(address));
+  impl->req = std::make_unique<channel::RequestMsg>();
+  impl->reply = std::make_unique<channel::ResponseMsg>();
+
+  moe::v1::AttachRequest areq;
+  areq.set_model(options.model);
+  areq.set_worker_id(options.worker_id);
+  areq.set_pid(::getpid());
+  moe::v1::AttachResponse aresp;
+  grpc::ClientContext ctx;
+  impl->SetDeadline(&ctx);
+  ctx.set_wait_for_ready(false);
+  RETURN_IF_ERROR(rpc::FromGrpcStatus(impl->stub->Attach(&ctx, areq, &aresp)));
+  impl->session_id = aresp.session_id();
+
+  std::unique_ptr<CacheClient> client(new CacheClient(std::move(impl)));
+  Impl& im = *client->impl_;
+  if (aresp.arena_kind() != moe::v1::ARENA_KIND_HOST_SHM) {
+    return absl::UnimplementedError("only host shared-memory arenas are supported here");
+  }
+  ASSIGN_OR_RETURN(im.arena,
+                   cache::ShmRegion::OpenReadOnlyByName(aresp.shm_name(), aresp.arena_bytes()));
+  if (aresp.slot_bytes() == 0 ||
+      aresp.arena_bytes() < uint64_t{aresp.slot_bytes()} * aresp.slot_count()) {
+    return absl::InternalError("daemon reported an arena smaller than its slots");
+  }
+  client->model_ = aresp.model().empty() ? options.model : aresp.model();
+  client->num_layers_ = aresp.num_layers();
+  client->num_experts_ = aresp.num_experts();
+  client->top_k_ = aresp.top_k();
+  client->slot_bytes_ = aresp.slot_bytes();
+  client->slot_count_ = aresp.slot_count();
+  for (const auto& t : aresp.expert_layout()) {
+    ASSIGN_OR_RETURN(DType dtype, ParseDType(t.dtype()));
+    client->layout_.push_back({t.role(), dtype, {t.shape().begin(), t.shape().end()},
+                               t.offset(), t.nbytes()});
+  }
+  absl::StatusOr<PidWatch> watch = PidWatch::Open(aresp.daemon_pid());
+  if (watch.ok()) im.daemon = std::move(*watch);
+  if (options.use_shm && !aresp.channel_name().empty()) {
+    absl::StatusOr<std::unique_ptr<ChannelMapping>> ch = ChannelMapping::Open(aresp.channel_name());
+    if (ch.ok()) {
+      im.channel_mem = std::move(*ch);
+      absl::MutexLock lock(&im.mu);
+      im.channel = std::make_unique<channel::ChannelClient>(im.channel_mem->mem());
+    } else {
+      MOE_LOG(WARNING) << "cache client: shared-memory channel unavailable, using gRPC: "
+                       << ch.status();
+    }
+  }
+  return client;
+}
+
+bool CacheClient::shm_enabled() const { return impl_->channel_mem != nullptr; }
+
+const uint8_t* CacheClient::SlotData(uint32_t slot) const {
+  MOE_CHECK(slot < slot_count_) << "slot " << slot << " out of range";
+  return impl_->arena.data() + uint64_t{slot} * slot_bytes_;
+}
+
+absl::StatusOr<AcquireReply> CacheClient::Acquire(int layer,
+                                                  absl::Span<const ExpertRequest> experts,
+                                                  bool prefill, absl::Span<const ExpertHint> hints,
+                                                  Transport transport) {
+  Impl& im = *impl_;
+  AcquireReply out;
+  auto add_lease = [&](int32_t expert, uint32_t slot, uint64_t generation) -> absl::Status {
+    if (slot >= slot_count_) {
+      return absl::InternalError(absl::StrCat("daemon leased slot ", slot, " of ", slot_count_));
+    }
+    out.leases.push_back({expert, slot, generation, SlotData(slot)});
+    return absl::OkStatus();
+  };
+  if (im.UseShm(transport)) {
+    if (experts.size() > channel::kMaxItems || hints.size() > channel::kMaxItems) {
+      return absl::InvalidArgumentError("too many experts or hints for one message");
+    }
+    // Hints are posted without a reply, so check them here to report errors
+    // as gRPC does.
+    for (const ExpertHint& h : hints) {
+      if (h.layer < 0 || h.layer >= num_layers_ || h.expert < 0 || h.expert >= num_experts_ ||
+          !(h.probability >= 0 && h.probability <= 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("hint for L", h.layer, "/E", h.expert, " out of range"));
+      }
+    }
+    absl::MutexLock lock(&im.mu);
+    if (im.detached) return absl::FailedPreconditionError("client detached");
+    if (!hints.empty()) {
+      im.req->type = static_cast<uint32_t>(channel::MsgType::kHints);
+      im.req->count = static_cast<uint32_t>(hints.size());
+      for (size_t i = 0; i < hints.size(); ++i) {
+        im.req->hints[i] = {hints[i].layer, hints[i].expert, hints[i].probability, 0};
+      }
+      RETURN_IF_ERROR(im.channel->Post(*im.req, im.options.timeout));
+    }
+    im.req->type = static_cast<uint32_t>(channel::MsgType::kAcquire);
+    im.req->layer = layer;
+    im.req->flags = prefill ? channel::kFlagPrefill : 0;
+    im.req->count = static_cast<uint32_t>(experts.size());
+    for (size_t i = 0; i < experts.size(); ++i) {
+      im.req->demands[i] = {experts[i].expert, experts[i].tokens};
+    }
+    RETURN_IF_ERROR(im.channel->Call(*im.req, im.reply.get(), im.options.timeout,
+                                     [&im] { return im.PeerAlive(); }));
+    out.leases.reserve(im.reply->count);
+    for (uint32_t i = 0; i < im.reply->count; ++i) {
+      const channel::LeaseWire& l = im.reply->leases[i];
+      RETURN_IF_ERROR(add_lease(l.expert, l.slot, l.generation));
+    }
+    out.hits = im.reply->hits;
+    out.misses = im.reply->misses;
+    out.stall_seconds = static_cast<double>(im.reply->stall_ns) * 1e-9;
+    return out;
+  }
+  moe::v1::AcquireRequest req;
+  req.set_session_id(im.session_id);
+  req.set_layer(layer);
+  req.set_prefill(prefill);
+  for (const ExpertRequest& e : experts) {
+    auto* d = req.add_experts();
+    d->set_expert(e.expert);
+    d->set_tokens(e.tokens);
+  }
+  for (const ExpertHint& h : hints) {
+    auto* o = req.add_hints();
+    o->set_layer(h.layer);
+    o->set_expert(h.expert);
+    o->set_probability(h.probability);
+  }
+  moe::v1::AcquireResponse resp;
+  grpc::ClientContext ctx;
+  im.SetDeadline(&ctx);
+  RETURN_IF_ERROR(rpc::FromGrpcStatus(im.stub->Acquire(&ctx, req, &resp)));
+  for (const auto& l : resp.leases()) RETURN_IF_ERROR(add_lease(l.expert(), l.slot(), l.generation()));
+  out.hits = resp.hits();
+  out.misses = resp.misses();
+  out.stall_seconds = resp.stall_seconds();
+  return out;
+}
+
+absl::Status CacheClient::Release(absl::Span<const ExpertLease> leases, Transport transport) {
+  Impl& im = *impl_;
+  if (leases.empty()) return absl::OkStatus();
+  if (im.UseShm(transport) && leases.size() <= channel::kMaxItems) {
+    absl::MutexLock lock(&im.mu);
+    if (im.detached) return absl::FailedPreconditionError("client detached");
+    im.req->type = static_cast<uint32_t>(channel::MsgType::kRelease);
+    im.req->count = static_cast<uint32_t>(leases.size());
+    for (size_t i = 0; i < leases.size(); ++i) {
+      im.req->leases[i] = {leases[i].expert, leases[i].slot, leases[i].generation};
+    }
+    return im.channel->Post(*im.req, im.options.timeout);
+  }
+  moe::v1::ReleaseRequest req;
+  req.set_session_id(im.session_id);
+  for (const ExpertLease& l : leases) {
+    auto* o = req.add_leases();
+    o->set_expert(l.expert);
+    o->set_slot(l.slot);
+    o->set_generation(l.generation);
+  }
+  moe::v1::ReleaseResponse resp;
+  grpc::ClientContext ctx;
+  im.SetDeadline(&ctx);
+  return rpc::FromGrpcStatus(im.stub->Release(&ctx, req, &resp));
+}
+
+absl::Status CacheClient::BeginRequest(const std::string& request_id, Transport transport) {
+  Impl& im = *impl_;
+  if (im.UseShm(transport)) {
+    absl::MutexLock lock(&im.mu);
+    if (im.detached) return absl::FailedPreconditionError("client detached");
+    return im.ShmCall(channel::MsgType::kBeginRequest, absl::Hash<std::string>()(request_id));
+  }
+  moe::v1::BeginRequestRequest req;
+  req.set_session_id(im.session_id);
+  req.set_request_id(request_id);
+  moe::v1::BeginRequestResponse resp;
+  grpc::ClientContext ctx;
+  im.SetDeadline(&ctx);
+  return rpc::FromGrpcStatus(im.stub->BeginRequest(&ctx, req, &resp));
+}
+
+absl::Status CacheClient::EndRequest(const std::string& request_id, Transport transport) {
+  Impl& im = *impl_;
+  if (im.UseShm(transport)) {
+    absl::MutexLock lock(&im.mu);
+    if (im.detached) return absl::FailedPreconditionError("client detached");
+    return im.ShmCall(channel::MsgType::kEndRequest, absl::Hash<std::string>()(request_id));
+  }
+  moe::v1::EndRequestRequest req;
+  req.set_session_id(im.session_id);
+  req.set_request_id(request_id);
+  moe::v1::EndRequestResponse resp;
+  grpc::ClientContext ctx;
+  im.SetDeadline(&ctx);
+  return rpc::FromGrpcStatus(im.stub->EndRequest(&ctx, req, &resp));
+}
+
+absl::Status CacheClient::Detach() {
+  Impl& im = *impl_;
+  {
+    absl::MutexLock lock(&im.mu);
+    if (im.detached) return absl::FailedPreconditionError("client already detached");
+    im.detached = true;
+  }
+  if (im.daemon.Exited()) return absl::UnavailableError("moe-cached exited");
+  moe::v1::DetachRequest req;
+  req.set_session_id(im.session_id);
+  moe::v1::DetachResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  return rpc::FromGrpcStatus(im.stub->Detach(&ctx, req, &resp));
+}
+
+absl::StatusOr<moe::v1::GetStatsResponse> CacheClient::GetStats(const std::string& model) {
+  moe::v1::GetStatsRequest req;
+  req.set_model(model);
+  moe::v1::GetStatsResponse resp;
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx);
+  RETURN_IF_ERROR(rpc::FromGrpcStatus(impl_->stub->GetStats(&ctx, req, &resp)));
+  return resp;
+}
+
+}  // namespace moe::cached

@@ -1,0 +1,58 @@
+// Prometheus metrics of one cached model (`model` label), owned by its
+// CachedModel. Counters that the ExpertCache already counts (hits, misses,
+// prefetches, bytes) are pulled from it by Sync(), which adds the difference
+// since the previous Sync, so /metrics shows exact totals right after a call
+// returns; acquire latency and stall time are recorded as they happen.
+//
+// Thread-safety: all methods are thread-safe.
+#ifndef MOECACHE_SERVICES_MOE_CACHED_CACHE_METRICS_H_
+#define MOECACHE_SERVICES_MOE_CACHED_CACHE_METRICS_H_
+
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "services/cache/expert_cache.h"
+
+namespace moe::cached {
+
+class CacheMetrics {
+ public:
+  CacheMetrics(prometheus::Registry& registry, const std::string& model, int capacity);
+
+  // One acquire that took `seconds` of which `stall_seconds` waiting for
+  // copies (0 on an all-hit acquire).
+  void RecordAcquire(double seconds, double stall_seconds);
+  // Adds what `stats` (the cache's totals over both phases) counted since
+  // the previous call; sets the resident gauge.
+  void Sync(const cache::CachePhaseStats& stats, int resident);
+  void SetEamcEntries(int entries);
+  double stall_seconds() const { return stall_seconds_.Value(); }
+
+ private:
+  prometheus::Counter& hits_;
+  prometheus::Counter& misses_;
+  prometheus::Counter& prefetch_issued_;
+  prometheus::Counter& prefetch_used_;
+  prometheus::Counter& prefetch_wasted_;
+  prometheus::Counter& stall_seconds_;
+  prometheus::Counter& bytes_copied_;
+  prometheus::Histogram& acquire_seconds_;
+  prometheus::Gauge& resident_;
+  prometheus::Gauge& capacity_;
+  prometheus::Gauge& eamc_entries_;
+
+  absl::Mutex mu_;
+  cache::CachePhaseStats last_ ABSL_GUARDED_BY(mu_);
+};
+
+// Sum of the two phases' statistics.
+cache::CachePhaseStats TotalStats(const cache::ExpertCache& cache);
+
+}  // namespace moe::cached
+
+#endif  // MOECACHE_SERVICES_MOE_CACHED_CACHE_METRICS_H_

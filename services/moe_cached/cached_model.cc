@@ -1,0 +1,129 @@
+#include "services/moe_cached/cached_model.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "services/cache/eamc_store.h"
+#include "services/cache/policy.h"
+
+namespace moe::cached {
+
+std::string UnguessableShmName(const std::string& prefix) {
+  char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    MOE_CHECK(n > 0) << "getrandom failed";
+    got += static_cast<size_t>(n);
+  }
+  return absl::StrCat("/", prefix, "-", ::getpid(), "-",
+                      absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes))));
+}
+
+absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
+    std::unique_ptr<ExpertStore> store, const CachedModelOptions& options,
+    prometheus::Registry& registry) {
+  std::unique_ptr<CachedModel> m(new CachedModel());
+  m->options_ = options;
+  const uint64_t block = store->block_bytes();
+  ASSIGN_OR_RETURN(m->arena_, cache::ShmRegion::Create(UnguessableShmName("moecache-arena"),
+                                                       block * options.capacity));
+  cache::CpuCopyEngineOptions eo;
+  eo.arena = m->arena_.mutable_data();
+  eo.arena_bytes = m->arena_.size();
+  eo.link_bytes_per_sec = static_cast<uint64_t>(options.link_bytes_per_sec);
+  m->engine_ = std::make_unique<cache::CpuCopyEngine>(eo);
+
+  cache::PolicyConfig pc;
+  pc.num_layers = store->num_layers();
+  pc.num_experts = store->num_experts();
+  pc.top_k = store->top_k();
+  pc.capacity = options.capacity;
+  pc.expert_bytes = static_cast<double>(block);
+  pc.link_bytes_per_sec = options.link_bytes_per_sec;
+  ASSIGN_OR_RETURN(auto policy, cache::MakePolicy(options.policy, pc));
+
+  cache::ExpertCacheOptions co;
+  co.num_layers = store->num_layers();
+  co.num_experts = store->num_experts();
+  co.top_k = store->top_k();
+  co.capacity = options.capacity;
+  co.expert_bytes = block;
+  co.prefetch = options.prefetch;
+  co.link_bytes_per_sec = options.link_bytes_per_sec;
+  const ExpertStore* raw_store = store.get();
+  ASSIGN_OR_RETURN(m->cache_,
+                   cache::ExpertCache::Create(co, std::move(policy), m->engine_.get(),
+                                              [raw_store](const cache::ExpertKey& k) {
+                                                return static_cast<const void*>(
+                                                    raw_store->Block(k.layer, k.expert));
+                                              }));
+  m->store_ = std::move(store);
+  m->metrics_ = std::make_unique<CacheMetrics>(registry, options.name, options.capacity);
+  return m;
+}
+
+CachedModel::~CachedModel() { Stop(); }
+
+absl::Status CachedModel::Start() {
+  if (!options_.state_path.empty()) {
+    absl::Status loaded = cache_->LoadState(options_.state_path);
+    if (!loaded.ok()) {
+      // A bad file must not keep the daemon down: start cold, say why.
+      MOE_LOG(WARNING) << "model " << name() << ": starting without learned state: " << loaded;
+    } else {
+      auto state = cache::LoadLearnedState(options_.state_path, store_->num_layers(),
+                                           store_->num_experts());
+      if (state.ok()) {
+        eamc_entries_ = static_cast<int>(state->records.size());
+        MOE_LOG(INFO) << "model " << name() << ": loaded " << state->records.size()
+                      << " EAMC entries from " << options_.state_path;
+      }
+    }
+    metrics_->SetEamcEntries(eamc_entries_);
+  }
+  RETURN_IF_ERROR(engine_->Start());
+  started_ = true;
+  MOE_LOG(INFO) << "model " << name() << ": " << options_.capacity << " slots of "
+                << store_->block_bytes() << " bytes, policy " << cache_->policy_name()
+                << ", prefetch " << (options_.prefetch ? "on" : "off");
+  return absl::OkStatus();
+}
+
+void CachedModel::Stop() {
+  if (stopped_.exchange(true)) return;
+  if (started_) {
+    absl::Status s = Persist();
+    if (!s.ok()) MOE_LOG(ERROR) << "model " << name() << ": " << s;
+  }
+  if (engine_ != nullptr) engine_->Stop();
+}
+
+absl::Status CachedModel::Persist() {
+  if (options_.state_path.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(cache_->SaveState(options_.state_path));
+  ASSIGN_OR_RETURN(cache::LearnedState state,
+                   cache::LoadLearnedState(options_.state_path, store_->num_layers(),
+                                           store_->num_experts()));
+  eamc_entries_ = static_cast<int>(state.records.size());
+  metrics_->SetEamcEntries(eamc_entries_);
+  return absl::OkStatus();
+}
+
+int CachedModel::ResidentExperts() const {
+  // The cache has no residency counter; its slot snapshot is O(slots) and
+  // only taken by SyncMetrics / GetStats, never on the hot path.
+  int n = 0;
+  for (const cache::SlotInfo& s : cache_->SlotsForTest()) {
+    if (s.state == cache::SlotState::kReady) ++n;
+  }
+  return n;
+}
+
+void CachedModel::SyncMetrics() { metrics_->Sync(TotalStats(*cache_), ResidentExperts()); }
+
+}  // namespace moe::cached

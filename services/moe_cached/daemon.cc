@@ -1,0 +1,150 @@
+#include "services/moe_cached/daemon.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/model_desc.h"
+#include "common/status_macros.h"
+
+namespace moe::cached {
+
+Daemon::Daemon(DaemonOptions options)
+    : options_(std::move(options)), registry_(std::make_shared<prometheus::Registry>()) {}
+
+Daemon::~Daemon() { Stop(); }
+
+absl::Status Daemon::StartModel(const ModelSpec& spec) {
+  ASSIGN_OR_RETURN(ModelDescription desc, ModelDescription::Open(spec.dir));
+  // Size the arena before loading anything: a refusal should be immediate.
+  uint64_t block_bytes = 0;
+  {
+    ASSIGN_OR_RETURN(TensorView g, desc.Expert(0, 0, TensorRole::kExpertGate));
+    ASSIGN_OR_RETURN(TensorView u, desc.Expert(0, 0, TensorRole::kExpertUp));
+    ASSIGN_OR_RETURN(TensorView d, desc.Expert(0, 0, TensorRole::kExpertDown));
+    RETURN_IF_ERROR(ExpertStore::ComputeLayout(g, u, d, &block_bytes).status());
+  }
+  const ModelConfig& config = desc.config();
+  ASSIGN_OR_RETURN(int capacity,
+                   ComputeCapacity(options_.capacity, spec.name, config.num_moe_layers(),
+                                   static_cast<int>(config.num_experts), block_bytes));
+  ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, ExpertStore::Load(spec.name, desc));
+  CachedModelOptions mo;
+  mo.name = spec.name;
+  mo.capacity = capacity;
+  mo.policy = options_.policy;
+  mo.prefetch = options_.prefetch;
+  mo.link_bytes_per_sec = options_.link_gbps * 1e9;
+  if (!options_.state_dir.empty()) {
+    mo.state_path = absl::StrCat(options_.state_dir, "/", spec.name, ".eamc");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<CachedModel> model,
+                   CachedModel::Create(std::move(store), mo, *registry_));
+  RETURN_IF_ERROR(model->Start());
+  models_.push_back(std::move(model));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A daemon killed with SIGKILL leaves its named arena and channel objects in
+// /dev/shm. Names carry the creator's pid: remove those whose creator is gone.
+void RemoveStaleShmObjects() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0;
+    for (const char* prefix : {"moecache-arena-", "moecache-chan-"}) {
+      if (!absl::StartsWith(name, prefix)) continue;
+      std::string rest = name.substr(std::strlen(prefix));
+      if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid)) pid = 0;
+    }
+    if (pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    if (::shm_unlink(("/" + name).c_str()) == 0) {
+      MOE_LOG(INFO) << "removed stale shared memory /" << name << " of dead pid " << pid;
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status Daemon::Start() {
+  RemoveStaleShmObjects();
+  if (!options_.state_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.state_dir, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--state-dir ", options_.state_dir, ": ", ec.message()));
+    }
+  }
+  for (const ModelSpec& spec : options_.models) RETURN_IF_ERROR(StartModel(spec));
+  std::vector<CachedModel*> models;
+  for (auto& m : models_) models.push_back(m.get());
+  sessions_ = std::make_unique<SessionManager>(models);
+  service_ = std::make_unique<ExpertCacheService>(sessions_.get(), models);
+
+  rpc::ServerOptions so;
+  ASSIGN_OR_RETURN(rpc::ListenAddress address, rpc::ParseListenAddress(options_.listen));
+  so.listen.push_back(address);
+  so.services.push_back(service_.get());
+  ASSIGN_OR_RETURN(server_, rpc::Server::Start(so));
+  if (!options_.metrics_addr.empty()) {
+    ASSIGN_OR_RETURN(metrics_, rpc::MetricsServer::Start(options_.metrics_addr, registry_));
+    MOE_LOG(INFO) << "metrics on port " << metrics_->port();
+  }
+  housekeeper_ = std::thread([this] { Housekeep(); });
+  server_->SetServing(true);
+  MOE_LOG(INFO) << "moe-cached serving " << models_.size() << " model(s) on "
+                << options_.listen;
+  return absl::OkStatus();
+}
+
+void Daemon::Housekeep() {
+  absl::Time next_persist = absl::Now() + absl::Seconds(options_.persist_interval_seconds);
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1));
+    if (stopping_) break;
+    mu_.Unlock();
+    sessions_->Reap();
+    for (auto& m : models_) m->SyncMetrics();
+    if (absl::Now() >= next_persist) {
+      for (auto& m : models_) {
+        absl::Status s = m->Persist();
+        if (!s.ok()) MOE_LOG(ERROR) << "model " << m->name() << ": persist: " << s;
+      }
+      next_persist = absl::Now() + absl::Seconds(options_.persist_interval_seconds);
+    }
+    mu_.Lock();
+  }
+}
+
+void Daemon::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_ != nullptr) server_->SetServing(false);
+  if (sessions_ != nullptr) sessions_->Stop();
+  if (server_ != nullptr) server_->Shutdown(absl::Seconds(options_.drain_seconds));
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (housekeeper_.joinable()) housekeeper_.join();
+  for (auto it = models_.rbegin(); it != models_.rend(); ++it) (*it)->Stop();  // persists
+  metrics_.reset();
+  MOE_LOG(INFO) << "moe-cached stopped";
+}
+
+int Daemon::metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
+
+}  // namespace moe::cached

@@ -1,0 +1,64 @@
+// Daemon: moe-cached's components wired together, with one Start/Stop.
+//
+//   Start: per --model, open the checkpoint, size the arena (refusing fewer
+//          slots than one layer's experts), load the ExpertStore, create and
+//          start its CachedModel (loading learned state from --state-dir);
+//          then the session manager, the gRPC server (health SERVING), the
+//          /metrics server and a housekeeping thread (reaps ended sessions,
+//          refreshes metrics every second, persists every persist interval).
+//   Stop:  health NOT_SERVING, close every worker channel and drop leases,
+//          drain gRPC calls (up to drain_seconds), stop housekeeping,
+//          persist and stop each model, close /metrics.
+//
+// Thread-safety: Start and Stop from one thread; Stop is idempotent.
+#ifndef MOECACHE_SERVICES_MOE_CACHED_DAEMON_H_
+#define MOECACHE_SERVICES_MOE_CACHED_DAEMON_H_
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/registry.h"
+#include "services/moe_cached/cached_model.h"
+#include "services/moe_cached/daemon_options.h"
+#include "services/moe_cached/service.h"
+#include "services/moe_cached/sessions.h"
+#include "services/rpc/metrics_server.h"
+#include "services/rpc/rpc_util.h"
+
+namespace moe::cached {
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options);
+  ~Daemon();
+
+  absl::Status Start();
+  void Stop();
+
+  // 0 when /metrics is disabled.
+  int metrics_port() const;
+
+ private:
+  absl::Status StartModel(const ModelSpec& spec);
+  void Housekeep();
+
+  const DaemonOptions options_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<std::unique_ptr<CachedModel>> models_;
+  std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<ExpertCacheService> service_;
+  std::unique_ptr<rpc::Server> server_;
+  std::unique_ptr<rpc::MetricsServer> metrics_;
+  std::thread housekeeper_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ = false;
+};
+
+}  // namespace moe::cached
+
+#endif  // MOECACHE_SERVICES_MOE_CACHED_DAEMON_H_

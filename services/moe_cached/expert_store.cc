@@ -1,0 +1,138 @@
+#include "services/moe_cached/expert_store.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace moe::cached {
+namespace {
+
+uint64_t AlignUp(uint64_t n, uint64_t align) { return (n + align - 1) / align * align; }
+
+double GiB(uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 30); }
+
+// Logs "loaded X of Y GiB (p%), R GB/s, ETA s" at most every interval.
+class Progress {
+ public:
+  Progress(std::string name, uint64_t total, double interval)
+      : name_(std::move(name)), total_(total), interval_(absl::Seconds(interval)) {}
+
+  void Add(uint64_t bytes) {
+    done_ += bytes;
+    absl::Time now = absl::Now();
+    if (now - last_ < interval_ || done_ == total_) return;
+    last_ = now;
+    Log(now, "loading");
+  }
+  void Finish() { Log(absl::Now(), "loaded"); }
+
+ private:
+  void Log(absl::Time now, const char* verb) {
+    double secs = std::max(absl::ToDoubleSeconds(now - start_), 1e-9);
+    double rate = static_cast<double>(done_) / secs;
+    double eta = rate > 0 ? static_cast<double>(total_ - done_) / rate : 0;
+    MOE_LOG(INFO) << absl::StrFormat(
+        "model %s: %s experts %.3f of %.3f GiB (%.0f%%), %.2f GB/s, ETA %.0f s", name_, verb,
+        GiB(done_), GiB(total_), total_ ? 100.0 * done_ / total_ : 100.0, rate / 1e9, eta);
+  }
+
+  const std::string name_;
+  const uint64_t total_;
+  const absl::Duration interval_;
+  uint64_t done_ = 0;
+  absl::Time start_ = absl::Now();
+  absl::Time last_ = absl::Now();
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
+    const TensorView& gate, const TensorView& up, const TensorView& down,
+    uint64_t* block_bytes) {
+  if (gate.dtype != up.dtype || gate.dtype != down.dtype) {
+    return absl::InvalidArgumentError("expert tensors have different dtypes");
+  }
+  std::vector<ExpertTensorLayout> layout;
+  uint64_t offset = 0;
+  const char* roles[3] = {"gate", "up", "down"};
+  const TensorView* views[3] = {&gate, &up, &down};
+  for (int i = 0; i < 3; ++i) {
+    offset = AlignUp(offset, kTensorAlign);
+    layout.push_back({roles[i], views[i]->dtype, views[i]->shape, offset, views[i]->nbytes});
+    offset += views[i]->nbytes;
+  }
+  *block_bytes = AlignUp(offset, kBlockAlign);
+  return layout;
+}
+
+absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
+    const std::string& name, const ModelDescription& model, const ExpertStoreOptions& options) {
+  const ModelConfig& config = model.config();
+  std::unique_ptr<ExpertStore> store(new ExpertStore());
+  store->num_layers_ = config.num_moe_layers();
+  store->num_experts_ = static_cast<int>(config.num_experts);
+  store->top_k_ = static_cast<int>(config.top_k);
+  if (store->num_layers_ <= 0 || store->num_experts_ <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", name, " has no routed experts"));
+  }
+  ASSIGN_OR_RETURN(TensorView g0, model.Expert(0, 0, TensorRole::kExpertGate));
+  ASSIGN_OR_RETURN(TensorView u0, model.Expert(0, 0, TensorRole::kExpertUp));
+  ASSIGN_OR_RETURN(TensorView d0, model.Expert(0, 0, TensorRole::kExpertDown));
+  ASSIGN_OR_RETURN(store->layout_, ComputeLayout(g0, u0, d0, &store->block_bytes_));
+  const uint64_t blocks = static_cast<uint64_t>(store->num_layers_) * store->num_experts_;
+  store->total_bytes_ = blocks * store->block_bytes_;
+
+  void* mem = ::mmap(nullptr, store->total_bytes_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("model ", name, ": cannot allocate ",
+                                                     store->total_bytes_, " bytes for experts: ",
+                                                     std::strerror(errno)));
+  }
+  store->data_ = static_cast<uint8_t*>(mem);
+  ::madvise(mem, store->total_bytes_, MADV_HUGEPAGE);  // best effort
+  if (options.pin) RETURN_IF_ERROR(options.pin(mem, store->total_bytes_));
+
+  static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                                           TensorRole::kExpertDown};
+  Progress progress(name, store->total_bytes_, options.progress_interval_seconds);
+  for (int l = 0; l < store->num_layers_; ++l) {
+    for (int e = 0; e < store->num_experts_; ++e) {
+      uint8_t* block = store->data_ + (static_cast<uint64_t>(l) * store->num_experts_ + e) *
+                                          store->block_bytes_;
+      for (int r = 0; r < 3; ++r) {
+        ASSIGN_OR_RETURN(TensorView view, model.Expert(l, e, kRoles[r]));
+        const ExpertTensorLayout& slot = store->layout_[r];
+        if (view.nbytes != slot.nbytes || view.dtype != slot.dtype || view.shape != slot.shape) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "model ", name, ": expert L", l, "/E", e, " ", slot.role,
+              " differs in shape or dtype from expert L0/E0"));
+        }
+        std::memcpy(block + slot.offset, view.data, view.nbytes);
+      }
+      progress.Add(store->block_bytes_);
+    }
+  }
+  progress.Finish();
+  return store;
+}
+
+ExpertStore::~ExpertStore() {
+  if (data_ != nullptr) ::munmap(data_, total_bytes_);
+}
+
+const uint8_t* ExpertStore::Block(int layer, int expert) const {
+  MOE_CHECK(layer >= 0 && layer < num_layers_ && expert >= 0 && expert < num_experts_)
+      << "expert L" << layer << "/E" << expert << " out of range";
+  return data_ + (static_cast<uint64_t>(layer) * num_experts_ + expert) * block_bytes_;
+}
+
+}  // namespace moe::cached

@@ -1,0 +1,98 @@
+// ExpertStore: the daemon's host copy of every routed expert of one model.
+//
+// Each expert (moe_layer, expert) gets one contiguous block, so that one copy
+// moves one expert into an arena slot:
+//
+//   block (l, e) at (l * num_experts + e) * block_bytes()
+//   inside a block: gate | up | down, each at a kTensorAlign-aligned offset,
+//   the block padded to kBlockAlign (a page), the same layout for all experts.
+//
+// The layout (role, dtype, shape, offset, nbytes) is what Attach reports to
+// workers: an arena slot holds exactly one block.
+//
+// Host memory: an anonymous private mapping, with transparent huge pages
+// requested where the kernel offers them. Pinning (cudaHostRegister) is the
+// CUDA backend's job: `ExpertStoreOptions::pin` is the seam it fills in; the
+// CPU build leaves it empty.
+//
+// Thread-safety: immutable after Load; concurrent reads are safe.
+#ifndef MOECACHE_SERVICES_MOE_CACHED_EXPERT_STORE_H_
+#define MOECACHE_SERVICES_MOE_CACHED_EXPERT_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+#include "common/model_desc.h"
+
+namespace moe::cached {
+
+inline constexpr uint64_t kTensorAlign = 256;
+inline constexpr uint64_t kBlockAlign = 4096;
+
+// Where one tensor of an expert lives inside its block (and inside a slot).
+struct ExpertTensorLayout {
+  std::string role;  // "gate", "up" or "down"
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;  // bytes from the block start
+  uint64_t nbytes = 0;
+};
+
+struct ExpertStoreOptions {
+  // Called once on the whole buffer after allocation, before it is filled
+  // (CUDA: register it as pinned memory). A failure aborts the load with
+  // that status (e.g. RESOURCE_EXHAUSTED naming the memlock limit).
+  std::function<absl::Status(void* data, uint64_t bytes)> pin;
+  // Progress is logged at most this often (and once at the end).
+  double progress_interval_seconds = 2.0;
+};
+
+class ExpertStore {
+ public:
+  // Copies every routed expert of `model` into host memory. `name` is used in
+  // log lines. RESOURCE_EXHAUSTED when the memory cannot be allocated.
+  static absl::StatusOr<std::unique_ptr<ExpertStore>> Load(
+      const std::string& name, const ModelDescription& model,
+      const ExpertStoreOptions& options = {});
+
+  ~ExpertStore();
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  // The layout of one block, for the given gate/up/down views (exposed for
+  // tests). INVALID_ARGUMENT if the three dtypes differ.
+  static absl::StatusOr<std::vector<ExpertTensorLayout>> ComputeLayout(
+      const TensorView& gate, const TensorView& up, const TensorView& down,
+      uint64_t* block_bytes);
+
+  // REQUIRES: 0 <= layer < num_layers(), 0 <= expert < num_experts().
+  const uint8_t* Block(int layer, int expert) const;
+
+  int num_layers() const { return num_layers_; }
+  int num_experts() const { return num_experts_; }
+  int top_k() const { return top_k_; }
+  uint64_t block_bytes() const { return block_bytes_; }
+  uint64_t total_bytes() const { return total_bytes_; }
+  const std::vector<ExpertTensorLayout>& layout() const { return layout_; }
+
+ private:
+  ExpertStore() = default;
+
+  int num_layers_ = 0;
+  int num_experts_ = 0;
+  int top_k_ = 0;
+  uint64_t block_bytes_ = 0;
+  uint64_t total_bytes_ = 0;
+  uint8_t* data_ = nullptr;  // mmap'ed, total_bytes_
+  std::vector<ExpertTensorLayout> layout_;
+};
+
+}  // namespace moe::cached
+
+#endif  // MOECACHE_SERVICES_MOE_CACHED_EXPERT_STORE_H_

@@ -1,0 +1,40 @@
+// moe-cached: the expert-cache daemon. Parses flags and wires components;
+// everything else lives in moe_cached_lib (see daemon.h).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "services/moe_cached/daemon.h"
+#include "services/moe_cached/daemon_options.h"
+#include "services/rpc/rpc_util.h"
+
+int main(int argc, char** argv) {
+  // Before any thread starts, so every thread inherits the blocked mask.
+  moe::rpc::TerminationSignals signals;
+
+  std::vector<std::string> args(argv + 1, argv + argc);
+  absl::StatusOr<moe::cached::DaemonOptions> options = moe::cached::ParseDaemonFlags(args);
+  if (!options.ok()) {
+    std::fprintf(stderr, "moe-cached: %s\n%s", std::string(options.status().message()).c_str(),
+                 moe::cached::DaemonUsage().c_str());
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(moe::cached::DaemonUsage().c_str(), stdout);
+    return 0;
+  }
+
+  moe::cached::Daemon daemon(*options);
+  if (absl::Status s = daemon.Start(); !s.ok()) {
+    MOE_LOG(ERROR) << "moe-cached: " << s;
+    daemon.Stop();
+    return 1;
+  }
+  moe::rpc::NotifyReady();
+  int sig = signals.Wait();
+  MOE_LOG(INFO) << "signal " << sig << ": shutting down";
+  moe::rpc::NotifyStopping();
+  daemon.Stop();
+  return 0;
+}

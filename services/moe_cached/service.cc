@@ -1,0 +1,143 @@
+#include "services/moe_cached/service.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "services/rpc/rpc_util.h"
+
+namespace moe::cached {
+namespace {
+
+using rpc::ToGrpcStatus;
+
+absl::Status CheckLength(int n, const char* what) {
+  if (n > kMaxWireItems) {
+    return absl::InvalidArgumentError(absl::StrCat("too many ", what, " (", n, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::AttachRequest* req,
+                                        moe::v1::AttachResponse* resp) {
+  absl::StatusOr<AttachResult> r = sessions_->Attach(req->model(), req->worker_id(), req->pid());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  const CachedModel& m = *r->model;
+  const ExpertStore& store = m.store();
+  resp->set_session_id(r->session_id);
+  resp->set_arena_kind(moe::v1::ARENA_KIND_HOST_SHM);
+  resp->set_shm_name(m.arena().name());
+  resp->set_arena_bytes(m.arena().size());
+  resp->set_slot_bytes(store.block_bytes());
+  resp->set_slot_count(static_cast<uint32_t>(m.options().capacity));
+  for (const ExpertTensorLayout& t : store.layout()) {
+    moe::v1::TensorLayout* l = resp->add_expert_layout();
+    l->set_role(t.role);
+    l->set_dtype(std::string(DTypeName(t.dtype)));
+    for (int64_t d : t.shape) l->add_shape(d);
+    l->set_offset(t.offset);
+    l->set_nbytes(t.nbytes);
+  }
+  resp->set_channel_name(r->channel_name);
+  resp->set_num_layers(store.num_layers());
+  resp->set_num_experts(store.num_experts());
+  resp->set_top_k(store.top_k());
+  resp->set_daemon_pid(::getpid());
+  resp->set_model(m.name());
+  return grpc::Status::OK;
+}
+
+grpc::Status ExpertCacheService::Detach(grpc::ServerContext*, const moe::v1::DetachRequest* req,
+                                        moe::v1::DetachResponse*) {
+  return ToGrpcStatus(sessions_->Detach(req->session_id()));
+}
+
+grpc::Status ExpertCacheService::BeginRequest(grpc::ServerContext*,
+                                              const moe::v1::BeginRequestRequest* req,
+                                              moe::v1::BeginRequestResponse*) {
+  return ToGrpcStatus(sessions_->BeginRequest(req->session_id()));
+}
+
+grpc::Status ExpertCacheService::EndRequest(grpc::ServerContext*,
+                                            const moe::v1::EndRequestRequest* req,
+                                            moe::v1::EndRequestResponse*) {
+  return ToGrpcStatus(sessions_->EndRequest(req->session_id()));
+}
+
+grpc::Status ExpertCacheService::Acquire(grpc::ServerContext*, const moe::v1::AcquireRequest* req,
+                                         moe::v1::AcquireResponse* resp) {
+  absl::Status len = CheckLength(req->experts_size(), "experts");
+  if (len.ok()) len = CheckLength(req->hints_size(), "hints");
+  if (!len.ok()) return ToGrpcStatus(len);
+  std::vector<cache::ExpertDemand> demands;
+  demands.reserve(req->experts_size());
+  for (const auto& d : req->experts()) demands.push_back({d.expert(), d.tokens()});
+  std::vector<cache::Hint> hints;
+  hints.reserve(req->hints_size());
+  for (const auto& h : req->hints()) hints.push_back({h.layer(), h.expert(), h.probability()});
+  absl::StatusOr<AcquireResult> r =
+      sessions_->Acquire(req->session_id(), req->layer(), demands, req->prefill(), hints);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  for (const cache::Lease& l : r->leases) {
+    moe::v1::Lease* out = resp->add_leases();
+    out->set_expert(l.key.expert);
+    out->set_slot(static_cast<uint32_t>(l.slot));
+    out->set_generation(l.generation);
+  }
+  resp->set_hits(r->hits);
+  resp->set_misses(r->misses);
+  resp->set_stall_seconds(r->stall_seconds);
+  return grpc::Status::OK;
+}
+
+grpc::Status ExpertCacheService::Release(grpc::ServerContext*, const moe::v1::ReleaseRequest* req,
+                                         moe::v1::ReleaseResponse*) {
+  absl::Status len = CheckLength(req->leases_size(), "leases");
+  if (!len.ok()) return ToGrpcStatus(len);
+  std::vector<cache::Lease> leases;
+  leases.reserve(req->leases_size());
+  for (const auto& l : req->leases()) {
+    cache::Lease lease;
+    lease.key.expert = l.expert();
+    // Slot ids beyond int32 are invalid; SlotTable rejects negative ones.
+    lease.slot = l.slot() > 0x7fffffffu ? -1 : static_cast<cache::SlotId>(l.slot());
+    lease.generation = l.generation();
+    leases.push_back(lease);
+  }
+  return ToGrpcStatus(sessions_->Release(req->session_id(), leases));
+}
+
+grpc::Status ExpertCacheService::GetStats(grpc::ServerContext*,
+                                          const moe::v1::GetStatsRequest* req,
+                                          moe::v1::GetStatsResponse* resp) {
+  bool found = false;
+  for (CachedModel* m : models_) {
+    if (!req->model().empty() && req->model() != m->name()) continue;
+    found = true;
+    m->SyncMetrics();
+    const cache::CachePhaseStats s = TotalStats(m->cache());
+    const SessionCounts c = sessions_->Counts(m);
+    moe::v1::ModelStats* out = resp->add_models();
+    out->set_model(m->name());
+    out->set_hits(s.hits);
+    out->set_misses(s.misses);
+    out->set_prefetch_issued(s.prefetches_issued);
+    out->set_prefetch_used(s.prefetches_used);
+    out->set_prefetch_wasted(s.prefetches_wasted);
+    out->set_bytes_copied(s.bytes_moved);
+    out->set_stall_seconds(m->metrics().stall_seconds());
+    out->set_resident_experts(static_cast<uint32_t>(m->ResidentExperts()));
+    out->set_capacity_experts(static_cast<uint32_t>(m->options().capacity));
+    out->set_eamc_entries(static_cast<uint32_t>(m->eamc_entries()));
+    out->set_policy(m->cache().policy_name());
+    out->set_sessions(c.sessions);
+    out->set_leases_held(c.leases_held);
+  }
+  if (!found) {
+    return ToGrpcStatus(absl::NotFoundError(absl::StrCat("no model '", req->model(), "'")));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace moe::cached

@@ -1,0 +1,377 @@
+#include "services/moe_cached/sessions.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "services/channel/shm_channel.h"
+
+namespace moe::cached {
+
+struct SessionManager::Session {
+  uint64_t id = 0;
+  CachedModel* model = nullptr;
+  std::string worker_id;
+  PidWatch pid;
+  cache::ShmRegion channel;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ended{false};  // leases dropped; only Reap/Stop remain
+  std::atomic<int64_t> leases{0};
+};
+
+namespace {
+
+constexpr int kMaxTokens = 1 << 24;
+
+uint64_t RandomId() {
+  uint64_t id = 0;
+  while (id == 0) {
+    MOE_CHECK(::getrandom(&id, sizeof(id), 0) == sizeof(id)) << "getrandom failed";
+  }
+  return id;
+}
+
+void FillError(const absl::Status& s, channel::ResponseMsg* reply) {
+  reply->status_code = static_cast<int32_t>(s.code());
+  std::string msg(s.message());
+  size_t n = std::min(msg.size(), sizeof(reply->error) - 1);
+  std::memcpy(reply->error, msg.data(), n);
+  reply->error[n] = '\0';
+}
+
+}  // namespace
+
+absl::Status ValidateAcquire(int num_layers, int num_experts, int layer,
+                             absl::Span<const cache::ExpertDemand> demands) {
+  if (layer < 0 || layer >= num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer, " out of range [0, ", num_layers, ")"));
+  }
+  if (demands.empty() || demands.size() > static_cast<size_t>(num_experts)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an acquire names 1 to ", num_experts, " experts, got ", demands.size()));
+  }
+  absl::flat_hash_set<int32_t> seen;
+  for (const cache::ExpertDemand& d : demands) {
+    if (d.expert < 0 || d.expert >= num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", d.expert, " out of range [0, ", num_experts, ")"));
+    }
+    if (!seen.insert(d.expert).second) {
+      return absl::InvalidArgumentError(absl::StrCat("expert ", d.expert, " demanded twice"));
+    }
+    if (d.tokens < 1 || d.tokens > kMaxTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", d.expert, ": token count ", d.tokens, " not in [1, 2^24]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHints(int num_layers, int num_experts, absl::Span<const cache::Hint> hints) {
+  if (hints.size() > static_cast<size_t>(kMaxWireItems)) {
+    return absl::InvalidArgumentError(absl::StrCat("too many hints (", hints.size(), ")"));
+  }
+  for (const cache::Hint& h : hints) {
+    if (h.layer < 0 || h.layer >= num_layers || h.expert < 0 || h.expert >= num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hint for L", h.layer, "/E", h.expert, " out of range"));
+    }
+    if (!std::isfinite(h.probability) || h.probability < 0 || h.probability > 1) {
+      return absl::InvalidArgumentError("hint probability not in [0, 1]");
+    }
+  }
+  return absl::OkStatus();
+}
+
+SessionManager::SessionManager(std::vector<CachedModel*> models) {
+  for (CachedModel* m : models) models_[m->name()] = m;
+}
+
+SessionManager::~SessionManager() { Stop(); }
+
+absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
+                                                    const std::string& worker_id, int pid) {
+  auto it = models_.find(model);
+  if (it == models_.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, m] : models_) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    return absl::NotFoundError(absl::StrCat("no model '", model, "' (serving: ",
+                                            absl::StrJoin(names, ", "), ")"));
+  }
+  auto session = std::make_shared<Session>();
+  session->id = RandomId();
+  session->model = it->second;
+  session->worker_id = worker_id;
+  absl::StatusOr<PidWatch> watch = PidWatch::Open(pid);
+  if (!watch.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attach: cannot watch worker pid ", pid, ": ", watch.status().message()));
+  }
+  session->pid = std::move(*watch);
+  ASSIGN_OR_RETURN(session->channel, cache::ShmRegion::Create(
+                                         UnguessableShmName("moecache-chan"),
+                                         channel::ChannelBytes()));
+  channel::InitChannel(session->channel.mutable_data());
+  AttachResult result{session->id, session->model, session->channel.name()};
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::FailedPreconditionError("daemon is shutting down");
+    sessions_[session->id] = session;
+    session->thread = std::thread([this, session] { Serve(session); });
+  }
+  MOE_LOG(INFO) << "worker '" << worker_id << "' (pid " << pid << ") attached to model "
+                << model;
+  return result;
+}
+
+absl::StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second->ended) {
+    return absl::NotFoundError(absl::StrCat("no session ", id, " (detached or ended)"));
+  }
+  return it->second;
+}
+
+void SessionManager::EndSession(Session& s, const std::string& why) {
+  if (s.ended.exchange(true)) return;
+  int64_t dropped = s.model->cache().ReleaseOwner(s.id);
+  s.leases = 0;
+  MOE_LOG(INFO) << "session of worker '" << s.worker_id << "' (pid " << s.pid.pid()
+                << ") ended: " << why << "; reclaimed " << dropped << " leases";
+}
+
+absl::Status SessionManager::Detach(uint64_t session_id) {
+  std::shared_ptr<Session> s;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return absl::NotFoundError("no such session");
+    s = it->second;
+    sessions_.erase(it);
+  }
+  s->stop = true;
+  channel::ChannelServer(s->channel.mutable_data()).Close();
+  if (s->thread.joinable() && s->thread.get_id() != std::this_thread::get_id()) s->thread.join();
+  EndSession(*s, "detached");
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::BeginRequest(uint64_t session_id) {
+  ASSIGN_OR_RETURN(auto s, Find(session_id));
+  s->model->cache().BeginRequest(s->id);
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::EndRequest(uint64_t session_id) {
+  ASSIGN_OR_RETURN(auto s, Find(session_id));
+  s->model->cache().EndRequest(s->id);
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::AddHints(uint64_t session_id, absl::Span<const cache::Hint> hints) {
+  ASSIGN_OR_RETURN(auto s, Find(session_id));
+  const ExpertStore& st = s->model->store();
+  RETURN_IF_ERROR(ValidateHints(st.num_layers(), st.num_experts(), hints));
+  s->model->cache().AddHints(s->id, hints);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AcquireResult> SessionManager::Acquire(
+    uint64_t session_id, int layer, absl::Span<const cache::ExpertDemand> demands, bool prefill,
+    absl::Span<const cache::Hint> hints) {
+  ASSIGN_OR_RETURN(auto s, Find(session_id));
+  CachedModel& m = *s->model;
+  const ExpertStore& st = m.store();
+  RETURN_IF_ERROR(ValidateAcquire(st.num_layers(), st.num_experts(), layer, demands));
+  RETURN_IF_ERROR(ValidateHints(st.num_layers(), st.num_experts(), hints));
+  if (!hints.empty()) m.cache().AddHints(s->id, hints);
+  const cache::Phase phase = prefill ? cache::Phase::kPrefill : cache::Phase::kDecode;
+  const absl::Time start = absl::Now();
+  const cache::CachePhaseStats before = m.cache().GetStats(phase);
+  ASSIGN_OR_RETURN(std::vector<cache::Lease> leases,
+                   m.cache().Acquire(s->id, layer, demands, phase));
+  const cache::CachePhaseStats after = m.cache().GetStats(phase);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  s->leases += static_cast<int64_t>(leases.size());
+  AcquireResult r;
+  r.leases = std::move(leases);
+  r.hits = static_cast<int>(after.hits - before.hits);
+  r.misses = static_cast<int>(after.misses - before.misses);
+  if (r.misses > 0) {
+    r.stall_seconds = seconds;
+    m.cache().ReportStall(static_cast<int64_t>(seconds * 1e9));
+  }
+  m.metrics().RecordAcquire(seconds, r.stall_seconds);
+  return r;
+}
+
+absl::Status SessionManager::Release(uint64_t session_id, absl::Span<const cache::Lease> leases) {
+  ASSIGN_OR_RETURN(auto s, Find(session_id));
+  if (leases.size() > static_cast<size_t>(kMaxWireItems)) {
+    return absl::InvalidArgumentError("too many leases in one release");
+  }
+  absl::Status first;
+  for (const cache::Lease& l : leases) {
+    absl::Status r = s->model->cache().Release(s->id, {l});
+    if (r.ok()) {
+      --s->leases;
+    } else if (first.ok()) {
+      first = r;
+    }
+  }
+  return first;
+}
+
+void SessionManager::Serve(std::shared_ptr<Session> session) {
+  Session& s = *session;
+  channel::ChannelServer server(s.channel.mutable_data());
+  auto request = std::make_unique<channel::RequestMsg>();
+  while (!s.stop) {
+    absl::StatusOr<bool> got = server.Receive(request.get(), kPeerPollInterval);
+    if (!got.ok() && absl::IsDataLoss(got.status())) {
+      server.Close();
+      EndSession(s, absl::StrCat("channel broken: ", got.status().message()));
+      return;
+    }
+    if (!got.ok()) {  // a malformed message: its header is valid enough to answer
+      auto reply = std::make_unique<channel::ResponseMsg>();
+      std::memset(reply.get(), 0, offsetof(channel::ResponseMsg, leases));
+      reply->seq = request->seq;
+      FillError(got.status(), reply.get());
+      (void)server.Reply(*reply);
+      continue;
+    }
+    if (!*got) {
+      if (s.pid.Exited()) {
+        server.Close();
+        EndSession(s, "worker exited");
+        return;
+      }
+      continue;
+    }
+    HandleMessage(s, server, *request);
+  }
+}
+
+void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
+                                   const channel::RequestMsg& req) {
+  thread_local std::unique_ptr<channel::ResponseMsg> reply_buf(new channel::ResponseMsg());
+  channel::ResponseMsg& reply = *reply_buf;
+  std::memset(&reply, 0, offsetof(channel::ResponseMsg, leases));
+  reply.seq = req.seq;
+  absl::Status status;
+  switch (static_cast<channel::MsgType>(req.type)) {
+    case channel::MsgType::kAcquire: {
+      cache::ExpertDemand demands[channel::kMaxItems];
+      for (uint32_t i = 0; i < req.count; ++i) {
+        demands[i] = {req.demands[i].expert, req.demands[i].tokens};
+      }
+      absl::StatusOr<AcquireResult> r =
+          Acquire(s.id, req.layer, absl::MakeConstSpan(demands, req.count),
+                  (req.flags & channel::kFlagPrefill) != 0, {});
+      status = r.status();
+      if (r.ok()) {
+        reply.count = static_cast<uint32_t>(r->leases.size());
+        for (size_t i = 0; i < r->leases.size(); ++i) {
+          reply.leases[i] = {r->leases[i].key.expert, static_cast<uint32_t>(r->leases[i].slot),
+                             r->leases[i].generation};
+        }
+        reply.hits = r->hits;
+        reply.misses = r->misses;
+        reply.stall_ns = static_cast<uint64_t>(r->stall_seconds * 1e9);
+      }
+      break;
+    }
+    case channel::MsgType::kRelease: {
+      cache::Lease leases[channel::kMaxItems];
+      for (uint32_t i = 0; i < req.count; ++i) {
+        leases[i].key.expert = req.leases[i].expert;
+        leases[i].slot = static_cast<cache::SlotId>(req.leases[i].slot);
+        leases[i].generation = req.leases[i].generation;
+      }
+      absl::Status r = Release(s.id, absl::MakeConstSpan(leases, req.count));
+      if (!r.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': release: " << r;
+      return;  // no reply
+    }
+    case channel::MsgType::kHints: {
+      cache::Hint hints[channel::kMaxItems];
+      for (uint32_t i = 0; i < req.count; ++i) {
+        hints[i] = {req.hints[i].layer, req.hints[i].expert, req.hints[i].probability};
+      }
+      absl::Status r = AddHints(s.id, absl::MakeConstSpan(hints, req.count));
+      if (!r.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': hints: " << r;
+      return;  // no reply
+    }
+    case channel::MsgType::kBeginRequest:
+      status = BeginRequest(s.id);
+      break;
+    case channel::MsgType::kEndRequest:
+      status = EndRequest(s.id);
+      break;
+    case channel::MsgType::kPing:
+      break;
+  }
+  if (!status.ok()) FillError(status, &reply);
+  absl::Status sent = server.Reply(reply);
+  if (!sent.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': " << sent;
+}
+
+void SessionManager::Reap() {
+  std::vector<std::shared_ptr<Session>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second->ended) {
+        done.push_back(it->second);
+        sessions_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& s : done) {
+    if (s->thread.joinable()) s->thread.join();
+  }
+}
+
+SessionCounts SessionManager::Counts(const CachedModel* model) {
+  SessionCounts c;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : sessions_) {
+    if (s->model != model || s->ended) continue;
+    ++c.sessions;
+    c.leases_held += static_cast<uint64_t>(std::max<int64_t>(0, s->leases.load()));
+  }
+  return c;
+}
+
+void SessionManager::Stop() {
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Session>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    all.swap(sessions_);
+  }
+  for (auto& [id, s] : all) {
+    s->stop = true;
+    channel::ChannelServer(s->channel.mutable_data()).Close();
+  }
+  for (auto& [id, s] : all) {
+    if (s->thread.joinable()) s->thread.join();
+    EndSession(*s, "daemon stopping");
+  }
+}
+
+}  // namespace moe::cached

@@ -1,0 +1,118 @@
+// SessionManager: the attached workers of moe-cached and every operation they
+// may perform, whichever transport carried it (the gRPC service and the
+// per-worker shared-memory channel both call in here; neither holds logic).
+//
+// A session is one Attach: a model, the worker's pid (watched with a pidfd),
+// an owner id for its leases (the session id, 64 random bits), and a
+// shared-memory channel (mode 0600, unguessable name) served by one thread.
+// That thread also notices the worker's death (within kPeerPollInterval),
+// or a corrupt channel, and then drops every lease the session held
+// (ExpertCache::ReleaseOwner: design invariant 3).
+//
+// Everything from the wire is validated here: layer and expert ranges,
+// duplicates, token counts, hint values, list lengths -> INVALID_ARGUMENT;
+// unknown or ended sessions -> NOT_FOUND.
+//
+// Thread-safety: all public methods are thread-safe.
+#ifndef MOECACHE_SERVICES_MOE_CACHED_SESSIONS_H_
+#define MOECACHE_SERVICES_MOE_CACHED_SESSIONS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "services/cache/expert_cache.h"
+#include "services/cache/shm_region.h"
+#include "services/channel/shm_channel.h"
+#include "services/moe_cached/cached_model.h"
+#include "services/moe_cached/pid_watch.h"
+
+namespace moe::cached {
+
+inline constexpr absl::Duration kPeerPollInterval = absl::Milliseconds(50);
+// Bound on list lengths accepted from the wire (gRPC; the channel has its own).
+inline constexpr int kMaxWireItems = 4096;
+
+struct AttachResult {
+  uint64_t session_id = 0;
+  CachedModel* model = nullptr;
+  std::string channel_name;
+};
+
+struct AcquireResult {
+  std::vector<cache::Lease> leases;  // in demand order
+  // Demanded experts ready / not ready when the layer was routed. Exact when
+  // one worker at a time acquires on a model (the daemon derives them from
+  // the cache's counters around the call).
+  int hits = 0;
+  int misses = 0;
+  double stall_seconds = 0;  // time waited for copies (0 when all hit)
+};
+
+struct SessionCounts {
+  uint32_t sessions = 0;
+  uint64_t leases_held = 0;
+};
+
+class SessionManager {
+ public:
+  // `models` are not owned and must outlive the manager.
+  explicit SessionManager(std::vector<CachedModel*> models);
+  ~SessionManager();  // Stop()
+
+  // NOT_FOUND for an unknown model (naming the known ones); INVALID_ARGUMENT
+  // for a bad pid; FAILED_PRECONDITION after Stop.
+  absl::StatusOr<AttachResult> Attach(const std::string& model, const std::string& worker_id,
+                                      int pid);
+  absl::Status Detach(uint64_t session_id);
+
+  absl::Status BeginRequest(uint64_t session_id);
+  absl::Status EndRequest(uint64_t session_id);
+  // Blocks until every demanded expert is ready; the leases pin their slots
+  // until Release. `hints` (may be empty) go to the cache first.
+  absl::StatusOr<AcquireResult> Acquire(uint64_t session_id, int layer,
+                                        absl::Span<const cache::ExpertDemand> demands,
+                                        bool prefill, absl::Span<const cache::Hint> hints);
+  absl::Status Release(uint64_t session_id, absl::Span<const cache::Lease> leases);
+  absl::Status AddHints(uint64_t session_id, absl::Span<const cache::Hint> hints);
+
+  // Joins the threads of sessions that ended (worker died, channel broke).
+  void Reap();
+  SessionCounts Counts(const CachedModel* model);
+
+  // Closes every channel (waiting workers wake with UNAVAILABLE), joins the
+  // threads and drops all leases. Idempotent.
+  void Stop();
+
+ private:
+  struct Session;
+  absl::StatusOr<std::shared_ptr<Session>> Find(uint64_t session_id);
+  void Serve(std::shared_ptr<Session> session);
+  void HandleMessage(Session& session, channel::ChannelServer& server,
+                     const channel::RequestMsg& req);
+  void EndSession(Session& session, const std::string& why);
+
+  absl::flat_hash_map<std::string, CachedModel*> models_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Checks an acquire from the wire against a model's shape.
+absl::Status ValidateAcquire(int num_layers, int num_experts, int layer,
+                             absl::Span<const cache::ExpertDemand> demands);
+absl::Status ValidateHints(int num_layers, int num_experts, absl::Span<const cache::Hint> hints);
+
+}  // namespace moe::cached
+
+#endif  // MOECACHE_SERVICES_MOE_CACHED_SESSIONS_H_

@@ -1,0 +1,152 @@
+#include "services/moe_worker/daemon_provider.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace moe::worker {
+namespace {
+
+std::string RequestName(uint64_t id) { return absl::StrCat("req-", id); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DaemonExpertProvider>>
+DaemonExpertProvider::Connect(const MoeModel& model,
+                              const cached::CacheClientOptions& options) {
+  if (model.backend().Info().is_device) {
+    return absl::UnimplementedError(
+        "--cache with moe-cached needs --backend cpu for now (the device "
+        "arena is not mapped by the worker yet)");
+  }
+  std::unique_ptr<DaemonExpertProvider> p(
+      new DaemonExpertProvider(model, options));
+  RETURN_IF_ERROR(p->Attach());
+  return p;
+}
+
+absl::Status DaemonExpertProvider::Attach() {
+  ASSIGN_OR_RETURN(std::unique_ptr<cached::CacheClient> client,
+                   cached::CacheClient::Connect(options_));
+  const ModelConfig& c = model_.config();
+  if (client->num_layers() != c.num_moe_layers() ||
+      client->num_experts() != c.num_experts) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "moe-cached's model '", client->model(), "' has ",
+        client->num_layers(), " MoE layers x ", client->num_experts(),
+        " experts; this worker's model has ", c.num_moe_layers(), " x ",
+        c.num_experts));
+  }
+  const ModelDescription& d = model_.description();
+  const std::pair<const char*, TensorRole> roles[] = {
+      {"gate", TensorRole::kExpertGate},
+      {"up", TensorRole::kExpertUp},
+      {"down", TensorRole::kExpertDown}};
+  uint64_t* offsets[] = {&offsets_.gate, &offsets_.up, &offsets_.down};
+  for (int r = 0; r < 3; ++r) {
+    ASSIGN_OR_RETURN(TensorView mine, d.Expert(0, 0, roles[r].second));
+    const cached::SlotTensor* found = nullptr;
+    for (const cached::SlotTensor& t : client->layout()) {
+      if (t.role == roles[r].first) found = &t;
+    }
+    if (found == nullptr || found->dtype != mine.dtype ||
+        found->nbytes != mine.nbytes ||
+        found->offset + found->nbytes > client->slot_bytes()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "moe-cached's expert layout does not match this model for the ",
+          roles[r].first, " tensor (dtype or size differ, or missing)"));
+    }
+    *offsets[r] = found->offset;
+  }
+  MOE_LOG(INFO) << "attached to moe-cached at " << options_.address
+                << " for model '" << client->model() << "': "
+                << client->slot_count() << " slots, hot path over "
+                << (client->shm_enabled() ? "shared memory" : "gRPC");
+  client_ = std::move(client);
+  return absl::OkStatus();
+}
+
+absl::Status DaemonExpertProvider::EnsureAttached() {
+  if (client_ != nullptr) return absl::OkStatus();
+  absl::Status s = Attach();
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("moe-cached is not reachable: ", s.message()));
+  }
+  ++reattaches_;
+  MOE_LOG(INFO) << "reattached to moe-cached at " << options_.address;
+  return absl::OkStatus();
+}
+
+absl::Status DaemonExpertProvider::Check(absl::Status status) {
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    MOE_LOG(WARNING) << "moe-cached went away: " << status;
+    client_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("moe-cached went away: ", status.message()));
+  }
+  return status;
+}
+
+absl::Status DaemonExpertProvider::BeginRequest(uint64_t request_id) {
+  RETURN_IF_ERROR(EnsureAttached());
+  return Check(client_->BeginRequest(RequestName(request_id)));
+}
+
+absl::Status DaemonExpertProvider::EndRequest(uint64_t request_id) {
+  hints_.clear();
+  if (client_ == nullptr) return absl::OkStatus();  // nothing to end
+  return Check(client_->EndRequest(RequestName(request_id)));
+}
+
+void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
+  for (const ExpertHint& h : hints) {
+    hints_.push_back({h.moe_layer, h.expert, h.probability});
+  }
+}
+
+absl::StatusOr<ExpertLease> DaemonExpertProvider::Acquire(
+    int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
+  RETURN_IF_ERROR(EnsureAttached());
+  std::vector<cached::ExpertRequest> want;
+  want.reserve(demands.size());
+  for (const ExpertDemand& d : demands) want.push_back({d.expert, d.tokens});
+  absl::StatusOr<cached::AcquireReply> reply =
+      client_->Acquire(moe_layer, want, prefill, hints_);
+  hints_.clear();
+  if (!reply.ok()) return Check(reply.status());
+  if (reply->leases.size() != demands.size()) {
+    client_->Release(reply->leases).IgnoreError();
+    return absl::InternalError("moe-cached answered a different expert count");
+  }
+  ExpertLease lease;
+  lease.moe_layer = moe_layer;
+  lease.hits = reply->hits;
+  lease.misses = reply->misses;
+  lease.stall_seconds = reply->stall_seconds;
+  const DType dtype = model_.description().expert_dtype();
+  for (const cached::ExpertLease& l : reply->leases) {
+    lease.views.push_back({l.expert, l.data + offsets_.gate,
+                           l.data + offsets_.up, l.data + offsets_.down,
+                           dtype});
+    lease.handles.push_back(l.slot);
+    lease.handles.push_back(l.generation);
+  }
+  return lease;
+}
+
+void DaemonExpertProvider::Release(ExpertLease& lease) {
+  if (client_ == nullptr || lease.views.empty()) return;  // daemon gone
+  std::vector<cached::ExpertLease> leases;
+  for (size_t i = 0; i < lease.views.size(); ++i) {
+    leases.push_back({lease.views[i].expert,
+                      static_cast<uint32_t>(lease.handles[2 * i]),
+                      lease.handles[2 * i + 1], nullptr});
+  }
+  absl::Status s = client_->Release(leases);
+  if (!s.ok()) MOE_LOG(WARNING) << "releasing experts: " << s;
+  lease.views.clear();
+  lease.handles.clear();
+}
+
+}  // namespace moe::worker

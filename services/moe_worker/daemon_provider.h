@@ -1,0 +1,68 @@
+// The ExpertProvider of moe-worker with --cache unix:PATH: routed experts
+// come from moe-cached's arena. Each Acquire goes to the daemon (over the
+// shared-memory channel, gRPC as fallback) with the layer's demands and
+// token counts (the iEAM row) plus any pending pre-gating hints, and returns
+// views into the leased slots; Release hands the leases back. Request
+// boundaries are passed on as BeginRequest/EndRequest.
+//
+// The daemon going away fails the call in progress with UNAVAILABLE; the
+// next request attaches again (and fails with UNAVAILABLE while the daemon
+// is still gone).
+//
+// CPU backend only for now: slots are read in place from the shared-memory
+// arena (a CUDA IPC arena would need the device backend to open it).
+//
+// Thread-compatible: driven by the engine thread.
+#ifndef MOECACHE_SERVICES_MOE_WORKER_DAEMON_PROVIDER_H_
+#define MOECACHE_SERVICES_MOE_WORKER_DAEMON_PROVIDER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "services/engine/expert_provider.h"
+#include "services/engine/moe_model.h"
+#include "services/moe_cached/cache_client.h"
+
+namespace moe::worker {
+
+class DaemonExpertProvider : public ExpertProvider {
+ public:
+  // Attaches to the daemon and checks that its expert layout matches
+  // `model` (same experts, dtype and tensor sizes): FAILED_PRECONDITION
+  // naming the difference. `model` must outlive the provider.
+  static absl::StatusOr<std::unique_ptr<DaemonExpertProvider>> Connect(
+      const MoeModel& model, const cached::CacheClientOptions& options);
+
+  absl::Status BeginRequest(uint64_t request_id) override;
+  absl::Status EndRequest(uint64_t request_id) override;
+  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+                                      absl::Span<const ExpertDemand> demands,
+                                      bool prefill) override;
+  void Release(ExpertLease& lease) override;
+  void Hint(absl::Span<const ExpertHint> hints) override;
+
+  int64_t reattaches() const { return reattaches_; }
+
+ private:
+  struct RoleOffsets {
+    uint64_t gate = 0, up = 0, down = 0;
+  };
+  DaemonExpertProvider(const MoeModel& model, cached::CacheClientOptions o)
+      : model_(model), options_(std::move(o)) {}
+  absl::Status Attach();
+  absl::Status EnsureAttached();
+  // Drops the client after UNAVAILABLE so that the next call reattaches.
+  absl::Status Check(absl::Status status);
+
+  const MoeModel& model_;
+  const cached::CacheClientOptions options_;
+  std::unique_ptr<cached::CacheClient> client_;
+  RoleOffsets offsets_;
+  std::vector<cached::ExpertHint> hints_;  // sent with the next Acquire
+  int64_t reattaches_ = 0;
+};
+
+}  // namespace moe::worker
+
+#endif  // MOECACHE_SERVICES_MOE_WORKER_DAEMON_PROVIDER_H_

@@ -1,0 +1,282 @@
+#include "services/moe_worker/generation_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace moe::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+v1::GenerateResponse TokenResponse(const SampledToken& t) {
+  v1::GenerateResponse r;
+  r.set_token_id(t.token);
+  r.set_logprob(t.logprob);
+  for (const auto& [id, lp] : t.top_logprobs) {
+    v1::TokenLogprob* alt = r.add_top_logprobs();
+    alt->set_token_id(id);
+    alt->set_logprob(lp);
+  }
+  return r;
+}
+
+void FillUsage(int prompt, int generated, double ttft, double tpot,
+               const ExpertCounters& experts, v1::Usage* u) {
+  u->set_prompt_tokens(prompt);
+  u->set_generated_tokens(generated);
+  u->set_time_to_first_token_seconds(ttft);
+  u->set_time_per_output_token_seconds(tpot);
+  u->set_expert_hits(experts.hits);
+  u->set_expert_misses(experts.misses);
+  u->set_expert_stall_seconds(experts.stall_seconds);
+}
+
+}  // namespace
+
+GenerationRunner::GenerationRunner(const MoeModel& model,
+                                   ExpertProvider* experts,
+                                   const Tokenizer* tokenizer,
+                                   WorkerMetrics* metrics,
+                                   RunnerOptions options)
+    : model_(model),
+      experts_(experts),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      options_(options),
+      cancel_after_ns_(kNever) {}
+
+GenerationRunner::~GenerationRunner() { Stop(absl::ZeroDuration()); }
+
+absl::Status GenerationRunner::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (accepting_ || stopping_) {
+    return absl::FailedPreconditionError("runner already started");
+  }
+  accepting_ = true;
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerateOptions> GenerationRunner::BuildOptions(
+    const v1::GenerateRequest& r) const {
+  GenerateOptions o;
+  if (r.prompt_token_ids_size() > 0) {
+    o.prompt.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
+  } else if (!r.prompt().empty()) {
+    if (tokenizer_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "this model has no tokenizer.json: send prompt_token_ids");
+    }
+    o.prompt = tokenizer_->Encode(r.prompt(), /*add_special=*/true);
+  }
+  if (o.prompt.empty()) {
+    return absl::InvalidArgumentError(
+        "empty prompt: set prompt or prompt_token_ids");
+  }
+  if (options_.max_prompt_tokens > 0 &&
+      static_cast<int64_t>(o.prompt.size()) > options_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", o.prompt.size(), " tokens exceeds --max-prompt-tokens ",
+        options_.max_prompt_tokens));
+  }
+  o.max_new_tokens = r.max_new_tokens();
+  o.sampling.temperature = r.temperature();
+  o.sampling.top_p = r.top_p();
+  o.sampling.seed = r.seed();
+  o.sampling.top_logprobs = r.top_logprobs();
+  o.stop_at_eos = !r.ignore_eos();
+  const int64_t vocab = model_.config().vocab_size;
+  for (int32_t id : r.stop_token_ids()) {
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop token id ", id, " outside the vocabulary [0, ", vocab, ")"));
+    }
+    o.stop_token_ids.push_back(id);
+  }
+  RETURN_IF_ERROR(ValidateGenerateOptions(model_, o));
+  return o;
+}
+
+absl::Status GenerationRunner::Submit(const v1::GenerateRequest& request,
+                                      absl::Time deadline,
+                                      std::shared_ptr<ResponseSink> sink) {
+  absl::StatusOr<GenerateOptions> options = BuildOptions(request);
+  absl::Status status = options.status();
+  if (status.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) {
+      status = absl::UnavailableError("worker is not serving");
+    } else if (static_cast<int>(queue_.size()) + (busy_ ? 1 : 0) >
+               options_.max_queue) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "request queue full (", options_.max_queue,
+          " waiting); retry later"));
+    } else {
+      options->request_id = next_request_id_++;
+      queue_.push_back(
+          Job{*std::move(options), deadline, absl::Now(), std::move(sink)});
+      if (metrics_ != nullptr) metrics_->SetQueueDepth(queue_.size());
+      cv_.notify_all();
+      return absl::OkStatus();
+    }
+  }
+  Record(status, 0, 0, 0);
+  return status;
+}
+
+void GenerationRunner::Stop(absl::Duration grace) {
+  std::deque<Job> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepting_ = false;
+    if (!stopping_) {
+      stopping_ = true;
+      cancel_after_ns_ = absl::ToUnixNanos(absl::Now() + grace);
+    }
+    dropped.swap(queue_);
+    if (metrics_ != nullptr) metrics_->SetQueueDepth(0);
+    cv_.notify_all();
+  }
+  for (Job& job : dropped) {
+    absl::Status status = absl::UnavailableError("worker is shutting down");
+    job.sink->Finish(status);
+    Record(status, 0, 0, 0);
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+int GenerationRunner::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(queue_.size());
+}
+
+void GenerationRunner::Loop() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping with nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      if (metrics_ != nullptr) metrics_->SetQueueDepth(queue_.size());
+    }
+    Run(job);
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+}
+
+void GenerationRunner::Run(Job& job) {
+  int generated = 0;
+  double ttft = 0, tpot = 0;
+  absl::Status status;
+  if (job.sink->Cancelled()) {
+    status = absl::CancelledError("cancelled by the client while queued");
+  } else if (absl::Now() >= job.deadline) {
+    status = absl::DeadlineExceededError("deadline passed while queued");
+  } else {
+    status = RunGenerate(job, &generated, &ttft, &tpot);
+  }
+  job.sink->Finish(status);
+  Record(status, generated, ttft, tpot);
+}
+
+absl::Status GenerationRunner::RunGenerate(Job& job, int* generated,
+                                           double* ttft, double* tpot) {
+  const GenerateOptions& o = job.options;
+  std::vector<int32_t> stops = o.stop_token_ids;
+  if (o.stop_at_eos) {
+    for (int64_t id : model_.config().eos_token_ids) {
+      stops.push_back(static_cast<int32_t>(id));
+    }
+  }
+  const Clock::time_point start =
+      Clock::now() - absl::ToChronoNanoseconds(absl::Now() - job.submitted);
+  Clock::time_point first;
+  std::unique_ptr<StreamDecoder> decoder;
+  if (tokenizer_ != nullptr) {
+    decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special=*/true);
+  }
+  absl::Status stop_reason;  // why we cancelled, when we did
+  auto on_token = [&](const SampledToken& t) {
+    const Clock::time_point now = Clock::now();
+    if (*generated == 0) first = now;
+    ++*generated;
+    *ttft = Seconds(first - start);
+    if (*generated > 1) *tpot = Seconds(now - first) / (*generated - 1);
+    v1::GenerateResponse r = TokenResponse(t);
+    // The engine stops after this token exactly when one of these holds, so
+    // the last message can carry the summary as it streams.
+    const bool stop_token =
+        std::find(stops.begin(), stops.end(), t.token) != stops.end();
+    const bool last = stop_token || *generated == o.max_new_tokens;
+    if (decoder != nullptr) {
+      std::string text = decoder->Push(t.token);
+      if (last) text += decoder->Flush();
+      r.set_text(std::move(text));
+    }
+    if (last) {
+      r.set_finish_reason(stop_token ? "stop" : "length");
+      FillUsage(static_cast<int>(o.prompt.size()), *generated, *ttft, *tpot,
+                experts_.request(), r.mutable_usage());
+    }
+    job.sink->Write(std::move(r));
+    if (job.sink->Cancelled()) {
+      stop_reason = absl::CancelledError("cancelled by the client");
+    } else if (absl::Now() >= job.deadline) {
+      stop_reason = absl::DeadlineExceededError("deadline exceeded");
+    } else if (absl::ToUnixNanos(absl::Now()) >= cancel_after_ns_.load()) {
+      stop_reason = absl::UnavailableError(
+          "worker is shutting down; request cancelled");
+    }
+    return stop_reason.ok();
+  };
+  std::optional<RequestRecording> recording;
+  RoutingObserver observer;
+  if (options_.recorder != nullptr) {
+    recording.emplace(options_.recorder->header(),
+                      absl::StrCat("req-", o.request_id));
+    observer = recording->Observer();
+  }
+  absl::StatusOr<GenerateSummary> summary =
+      Generate(model_, &experts_, o, on_token, std::move(observer));
+  if (recording.has_value() && summary.ok() && recording->iterations() > 0) {
+    if (absl::Status s = options_.recorder->Append(*recording); !s.ok()) {
+      MOE_LOG(WARNING) << "trace not recorded: " << s;
+    }
+  }
+  if (metrics_ != nullptr) {
+    const ExpertCounters& c = experts_.request();
+    metrics_->AddExpertOutcome(c.hits, c.misses, c.wait_seconds,
+                               c.stall_seconds);
+  }
+  if (!summary.ok()) return summary.status();
+  if (!stop_reason.ok()) return stop_reason;
+  return absl::OkStatus();
+}
+
+void GenerationRunner::Record(const absl::Status& status, int generated,
+                              double ttft, double tpot) {
+  if (metrics_ == nullptr) return;
+  metrics_->RecordRequest(status);
+  metrics_->AddTokens(generated);
+  if (generated >= 1) metrics_->ObserveTtft(ttft);
+  if (generated >= 2) metrics_->ObserveTpot(tpot);
+}
+
+}  // namespace moe::worker

@@ -1,0 +1,44 @@
+// moe-worker: serves moe.v1.Inference for one model. Parses flags, starts
+// the Worker, waits for SIGTERM/SIGINT, stops it.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "services/moe_worker/worker.h"
+#include "services/moe_worker/worker_flags.h"
+#include "services/rpc/rpc_util.h"
+
+int main(int argc, char** argv) {
+  // Before any thread starts, so that every thread inherits the mask.
+  moe::rpc::TerminationSignals signals;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto flags = moe::worker::ParseWorkerFlags(args);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "moe-worker: %s\n%s",
+                 std::string(flags.status().message()).c_str(),
+                 moe::worker::WorkerUsage().c_str());
+    return 2;
+  }
+  if (flags->help) {
+    std::printf("%s", moe::worker::WorkerUsage().c_str());
+    return 0;
+  }
+  auto worker = moe::worker::Worker::Start(flags->options);
+  if (!worker.ok()) {
+    std::fprintf(stderr, "moe-worker: %s\n",
+                 worker.status().ToString().c_str());
+    return 1;
+  }
+  MOE_LOG(INFO) << "moe-worker serving " << flags->options.model_dir
+                << " (grpc port " << (*worker)->grpc_port() << ", metrics port "
+                << (*worker)->metrics_port() << ")";
+  moe::rpc::NotifyReady();
+  const int sig = signals.Wait();
+  MOE_LOG(INFO) << "signal " << sig << ": shutting down";
+  moe::rpc::NotifyStopping();
+  (*worker)->Stop();
+  worker->reset();
+  MOE_LOG(INFO) << "moe-worker stopped";
+  return 0;
+}

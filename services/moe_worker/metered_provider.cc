@@ -1,0 +1,32 @@
+#include "services/moe_worker/metered_provider.h"
+
+#include <chrono>
+
+namespace moe::worker {
+
+absl::Status MeteredProvider::BeginRequest(uint64_t request_id) {
+  request_ = ExpertCounters();
+  return inner_->BeginRequest(request_id);
+}
+
+absl::Status MeteredProvider::EndRequest(uint64_t request_id) {
+  return inner_->EndRequest(request_id);
+}
+
+absl::StatusOr<ExpertLease> MeteredProvider::Acquire(
+    int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<ExpertLease> lease =
+      inner_->Acquire(moe_layer, demands, prefill);
+  request_.wait_seconds += std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+  if (lease.ok()) {
+    request_.hits += lease->hits;
+    request_.misses += lease->misses;
+    request_.stall_seconds += lease->stall_seconds;
+  }
+  return lease;
+}
+
+}  // namespace moe::worker

@@ -1,0 +1,49 @@
+// An ExpertProvider decorator that counts what the wrapped provider reports
+// (hits, misses, stall) and the wall time spent inside Acquire, so the worker
+// can read a request's expert outcome while the request is still running
+// (the usage of the last streamed token) and export it as metrics.
+//
+// Thread-compatible, like the providers it wraps: the engine thread drives
+// it; counters are read by that same thread.
+#ifndef MOECACHE_SERVICES_MOE_WORKER_METERED_PROVIDER_H_
+#define MOECACHE_SERVICES_MOE_WORKER_METERED_PROVIDER_H_
+
+#include <cstdint>
+
+#include "services/engine/expert_provider.h"
+
+namespace moe::worker {
+
+struct ExpertCounters {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  double stall_seconds = 0.0;
+  double wait_seconds = 0.0;  // wall time inside Acquire
+};
+
+class MeteredProvider : public ExpertProvider {
+ public:
+  // `inner` is not owned and must outlive this object.
+  explicit MeteredProvider(ExpertProvider* inner) : inner_(inner) {}
+
+  absl::Status BeginRequest(uint64_t request_id) override;
+  absl::Status EndRequest(uint64_t request_id) override;
+  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+                                      absl::Span<const ExpertDemand> demands,
+                                      bool prefill) override;
+  void Release(ExpertLease& lease) override { inner_->Release(lease); }
+  void Hint(absl::Span<const ExpertHint> hints) override {
+    inner_->Hint(hints);
+  }
+
+  // Since the last BeginRequest.
+  const ExpertCounters& request() const { return request_; }
+
+ private:
+  ExpertProvider* inner_;
+  ExpertCounters request_;
+};
+
+}  // namespace moe::worker
+
+#endif  // MOECACHE_SERVICES_MOE_WORKER_METERED_PROVIDER_H_

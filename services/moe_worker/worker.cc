@@ -1,0 +1,144 @@
+#include "services/moe_worker/worker.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "services/engine/in_memory_provider.h"
+#include "services/moe_worker/daemon_provider.h"
+
+namespace moe::worker {
+
+absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
+    const std::string& cache, const std::string& model_name,
+    const MoeModel& model) {
+  if (cache == "none") {
+    ASSIGN_OR_RETURN(std::unique_ptr<InMemoryExpertProvider> p,
+                     InMemoryExpertProvider::Create(model));
+    return std::unique_ptr<ExpertProvider>(std::move(p));
+  }
+  if (absl::StartsWith(cache, "unix:")) {
+    cached::CacheClientOptions o;
+    o.address = cache;
+    o.model = model_name;
+    o.worker_id = absl::StrCat("moe-worker-", ::getpid());
+    absl::StatusOr<std::unique_ptr<DaemonExpertProvider>> p =
+        DaemonExpertProvider::Connect(model, o);
+    if (!p.ok()) {
+      return absl::Status(p.status().code(),
+                          absl::StrCat("--cache ", cache, " (model '",
+                                       model_name, "'): ", p.status().message()));
+    }
+    return std::unique_ptr<ExpertProvider>(*std::move(p));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad --cache '", cache, "': want none or unix:PATH"));
+}
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(
+    const WorkerOptions& options) {
+  std::unique_ptr<Worker> worker(new Worker(options));
+  RETURN_IF_ERROR(worker->Init());
+  return worker;
+}
+
+absl::Status Worker::Init() {
+  if (options_.model_dir.empty()) {
+    return absl::InvalidArgumentError("--model DIR is required");
+  }
+  if (options_.runner.max_queue < 0 || options_.runner.max_prompt_tokens < 0) {
+    return absl::InvalidArgumentError(
+        "--max-queue and --max-prompt-tokens must be >= 0");
+  }
+  std::vector<rpc::ListenAddress> listen;
+  std::vector<std::string> addrs = options_.listen;
+  if (addrs.empty()) addrs.push_back(kDefaultListen);
+  for (const std::string& a : addrs) {
+    ASSIGN_OR_RETURN(rpc::ListenAddress parsed, rpc::ParseListenAddress(a));
+    listen.push_back(parsed);
+  }
+  ASSIGN_OR_RETURN(backend_, CreateBackend(options_.backend));
+  ASSIGN_OR_RETURN(model_, MoeModel::Load(options_.model_dir, backend_.get()));
+  const std::string tok_path = options_.model_dir + "/tokenizer.json";
+  if (std::filesystem::exists(tok_path)) {
+    ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(tok_path));
+  } else {
+    MOE_LOG(WARNING) << "no tokenizer.json in " << options_.model_dir
+                     << ": only prompt_token_ids are accepted";
+  }
+  const std::string cache_model =
+      options_.cache_model.empty() ? ModelName() : options_.cache_model;
+  ASSIGN_OR_RETURN(provider_,
+                   MakeExpertProvider(options_.cache, cache_model, *model_));
+  RunnerOptions runner_options = options_.runner;
+  if (!options_.record_trace.empty()) {
+    ASSIGN_OR_RETURN(recorder_,
+                     TraceRecorder::Open(options_.record_trace,
+                                         TraceHeaderFor(*model_, ModelName())));
+    runner_options.recorder = recorder_.get();
+  }
+  runner_ = std::make_unique<GenerationRunner>(
+      *model_, provider_.get(), tokenizer_.get(), &metrics_, runner_options);
+  RETURN_IF_ERROR(runner_->Start());
+  if (!options_.metrics_addr.empty()) {
+    ASSIGN_OR_RETURN(metrics_server_,
+                     rpc::MetricsServer::Start(options_.metrics_addr,
+                                               metrics_.registry()));
+  }
+  service_ = std::make_unique<InferenceService>(runner_.get());
+  rpc::ServerOptions server_options;
+  server_options.listen = listen;
+  server_options.services.push_back(service_.get());
+  ASSIGN_OR_RETURN(server_, rpc::Server::Start(server_options));
+  if (!options_.port_file.empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(
+        options_.port_file,
+        absl::StrCat("{\"grpc_port\":", grpc_port(),
+                     ",\"metrics_port\":", metrics_port(), "}\n")));
+  }
+  server_->SetServing(true);
+  return absl::OkStatus();
+}
+
+Worker::~Worker() { Stop(); }
+
+void Worker::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (server_ != nullptr) server_->SetServing(false);
+  // The runner finishes every call it accepted, so the server's own
+  // shutdown below has nothing left to wait for.
+  if (runner_ != nullptr) runner_->Stop(options_.shutdown_grace);
+  MOE_LOG(INFO) << "requests drained";
+  if (server_ != nullptr) server_->Shutdown(absl::Seconds(1));
+  MOE_LOG(INFO) << "gRPC server stopped";
+  metrics_server_.reset();
+  MOE_LOG(INFO) << "metrics server stopped";
+  if (recorder_ != nullptr) {
+    if (absl::Status s = recorder_->Close(); !s.ok()) {
+      MOE_LOG(WARNING) << "closing the trace: " << s;
+    }
+  }
+}
+
+std::string Worker::ModelName() const {
+  std::string dir = options_.model_dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.rfind('/');
+  return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+int Worker::grpc_port() const {
+  return server_ != nullptr ? server_->bound_port() : 0;
+}
+
+int Worker::metrics_port() const {
+  return metrics_server_ != nullptr ? metrics_server_->port() : 0;
+}
+
+}  // namespace moe::worker

@@ -1,0 +1,95 @@
+// moe-worker as one component: loads the model on a backend, builds the
+// expert provider named by --cache, and serves moe.v1.Inference (with health
+// and reflection) plus /metrics.
+//
+//   ASSIGN_OR_RETURN(auto worker, Worker::Start(options));  // SERVING
+//   signals.Wait();
+//   worker->Stop();  // NOT_SERVING, drain with options.shutdown_grace
+//
+// Thread-compatible: Start and Stop from one thread (main).
+#ifndef MOECACHE_SERVICES_MOE_WORKER_WORKER_H_
+#define MOECACHE_SERVICES_MOE_WORKER_WORKER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "services/engine/expert_provider.h"
+#include "services/engine/moe_model.h"
+#include "services/engine/tokenizer.h"
+#include "services/engine/trace_recorder.h"
+#include "services/moe_worker/generation_runner.h"
+#include "services/moe_worker/inference_service.h"
+#include "services/moe_worker/worker_metrics.h"
+#include "services/rpc/metrics_server.h"
+#include "services/rpc/rpc_util.h"
+
+namespace moe::worker {
+
+inline constexpr char kDefaultListen[] = "unix:/tmp/moe-worker.sock";
+inline constexpr char kDefaultMetricsAddr[] = "127.0.0.1:9465";
+
+struct WorkerOptions {
+  std::string model_dir;
+  std::vector<std::string> listen;  // empty: kDefaultListen
+  std::string backend = "auto";     // cpu, cuda or auto
+  std::string cache = "none";       // none or unix:PATH (moe-cached)
+  // The model's name at moe-cached; "": the model directory's basename
+  // (the daemon's default name too).
+  std::string cache_model;
+  RunnerOptions runner;
+  std::string metrics_addr = kDefaultMetricsAddr;  // "" disables
+  std::string record_trace;                        // "" disables
+  // When set, {"grpc_port":N,"metrics_port":M} is written here (atomically)
+  // before health turns SERVING: how tests and scripts learn the ports of
+  // HOST:0 addresses.
+  std::string port_file;
+  absl::Duration shutdown_grace = absl::Seconds(10);
+};
+
+// The expert provider for `cache`: "none" keeps every expert in backend
+// memory; "unix:PATH" attaches to moe-cached there for its model
+// `model_name` (DaemonExpertProvider). INVALID_ARGUMENT for anything else.
+absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
+    const std::string& cache, const std::string& model_name,
+    const MoeModel& model);
+
+class Worker {
+ public:
+  static absl::StatusOr<std::unique_ptr<Worker>> Start(
+      const WorkerOptions& options);
+  ~Worker();
+
+  // Health NOT_SERVING, refuse new requests, let the running one finish
+  // within shutdown_grace (then cancel it), stop the server and /metrics.
+  void Stop();
+
+  int grpc_port() const;     // first TCP listen address, 0 if none
+  int metrics_port() const;  // 0 when metrics are disabled
+  const MoeModel& model() const { return *model_; }
+
+ private:
+  explicit Worker(WorkerOptions options) : options_(std::move(options)) {}
+  absl::Status Init();
+  std::string ModelName() const;  // last component of the model directory
+
+  WorkerOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<MoeModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ExpertProvider> provider_;
+  std::unique_ptr<TraceRecorder> recorder_;
+  WorkerMetrics metrics_;
+  std::unique_ptr<GenerationRunner> runner_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<rpc::Server> server_;
+  std::unique_ptr<rpc::MetricsServer> metrics_server_;
+  bool stopped_ = false;
+};
+
+}  // namespace moe::worker
+
+#endif  // MOECACHE_SERVICES_MOE_WORKER_WORKER_H_

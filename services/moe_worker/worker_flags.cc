@@ -1,0 +1,120 @@
+#include "services/moe_worker/worker_flags.h"
+
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace moe::worker {
+namespace {
+
+absl::Status ParseInt(const std::string& flag, const std::string& value,
+                      int* out) {
+  if (!absl::SimpleAtoi(value, out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": not an integer: '", value, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Apply(const std::string& name, const std::string& value,
+                   WorkerFlags& flags) {
+  WorkerOptions& o = flags.options;
+  if (name == "port-file") {
+    o.port_file = value;
+  } else if (name == "model") {
+    o.model_dir = value;
+  } else if (name == "listen") {
+    o.listen.push_back(value);
+  } else if (name == "backend") {
+    if (value != "cpu" && value != "cuda" && value != "auto") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--backend: want cpu, cuda or auto, got '", value, "'"));
+    }
+    o.backend = value;
+  } else if (name == "cache") {
+    o.cache = value;
+  } else if (name == "cache-model") {
+    o.cache_model = value;
+  } else if (name == "max-queue") {
+    return ParseInt(name, value, &o.runner.max_queue);
+  } else if (name == "max-prompt-tokens") {
+    return ParseInt(name, value, &o.runner.max_prompt_tokens);
+  } else if (name == "metrics-addr") {
+    o.metrics_addr = value;
+  } else if (name == "record-trace") {
+    o.record_trace = value;
+  } else if (name == "shutdown-grace-s") {
+    int s = 0;
+    if (!absl::SimpleAtoi(value, &s) || s < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shutdown-grace-s: want seconds >= 0, got '", value,
+                       "'"));
+    }
+    o.shutdown_grace = absl::Seconds(s);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerFlags> ParseWorkerFlags(
+    const std::vector<std::string>& args) {
+  WorkerFlags flags;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      flags.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    std::string name = arg.substr(2), value;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " needs a value"));
+    }
+    if (name != "listen" && !seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " given more than once"));
+    }
+    if (absl::Status s = Apply(name, value, flags); !s.ok()) return s;
+  }
+  return flags;
+}
+
+std::string WorkerUsage() {
+  return absl::StrCat(
+      "usage: moe-worker --model DIR [flags]\n"
+      "  --model DIR             Hugging Face checkpoint directory (required)\n"
+      "  --listen ADDR           unix:PATH or HOST:PORT, repeatable (default ",
+      kDefaultListen,
+      ")\n"
+      "  --backend B             cpu, cuda or auto (default auto)\n"
+      "  --cache C               none (all experts in memory) or unix:PATH of "
+      "moe-cached\n"
+      "  --cache-model NAME      the model's name at moe-cached (default: "
+      "the model directory's basename)\n"
+      "  --max-queue N           requests waiting beyond the running one "
+      "(default 16)\n"
+      "  --max-prompt-tokens N   longest prompt accepted (0: context window)\n"
+      "  --metrics-addr A        /metrics HOST:PORT (default ",
+      kDefaultMetricsAddr,
+      "; \"\" disables)\n"
+      "  --record-trace FILE     record routing as moe-trace/1\n"
+      "  --shutdown-grace-s S    time in-flight requests get on SIGTERM "
+      "(default 10)\n"
+      "  --port-file FILE        write the bound ports as JSON once serving\n");
+}
+
+}  // namespace moe::worker

@@ -1,0 +1,28 @@
+// Command-line flags of moe-worker. `--listen` may be repeated; every other
+// flag once. Forms: `--name value` and `--name=value`.
+#ifndef MOECACHE_SERVICES_MOE_WORKER_WORKER_FLAGS_H_
+#define MOECACHE_SERVICES_MOE_WORKER_WORKER_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/moe_worker/worker.h"
+
+namespace moe::worker {
+
+struct WorkerFlags {
+  WorkerOptions options;
+  bool help = false;
+};
+
+// INVALID_ARGUMENT naming the flag for unknown or repeated flags, missing
+// values and malformed numbers.
+absl::StatusOr<WorkerFlags> ParseWorkerFlags(
+    const std::vector<std::string>& args);
+
+std::string WorkerUsage();
+
+}  // namespace moe::worker
+
+#endif  // MOECACHE_SERVICES_MOE_WORKER_WORKER_FLAGS_H_

@@ -1,0 +1,84 @@
+#include "services/moe_worker/worker_metrics.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace moe::worker {
+namespace {
+
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  // 100 us .. ~100 s, roughly x2.5 apart: tiny CPU models decode in
+  // milliseconds, huge offloaded ones in seconds.
+  return {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
+          0.1,  0.25,   0.5,  1.0,  2.5,    5.0,  10.0, 25.0,   100.0};
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("moe_worker_requests_total")
+                   .Help("Generate requests finished, by gRPC status")
+                   .Register(*registry_);
+  tokens_ = &prometheus::BuildCounter()
+                 .Name("moe_worker_tokens_generated_total")
+                 .Help("Tokens generated and streamed")
+                 .Register(*registry_)
+                 .Add({});
+  ttft_ = &prometheus::BuildHistogram()
+               .Name("moe_worker_ttft_seconds")
+               .Help("Time from the start of a request to its first token")
+               .Register(*registry_)
+               .Add({}, LatencyBuckets());
+  tpot_ = &prometheus::BuildHistogram()
+               .Name("moe_worker_tpot_seconds")
+               .Help("Mean time per output token after the first, per request")
+               .Register(*registry_)
+               .Add({}, LatencyBuckets());
+  expert_wait_ = &prometheus::BuildCounter()
+                      .Name("moe_worker_expert_wait_seconds_total")
+                      .Help("Wall time spent waiting inside expert Acquire")
+                      .Register(*registry_)
+                      .Add({});
+  expert_stall_ = &prometheus::BuildCounter()
+                       .Name("moe_worker_expert_stall_seconds_total")
+                       .Help("Stall time reported by the expert provider")
+                       .Register(*registry_)
+                       .Add({});
+  expert_hits_ = &prometheus::BuildCounter()
+                      .Name("moe_worker_expert_hits_total")
+                      .Help("Experts that were resident when acquired")
+                      .Register(*registry_)
+                      .Add({});
+  expert_misses_ = &prometheus::BuildCounter()
+                        .Name("moe_worker_expert_misses_total")
+                        .Help("Experts that had to be loaded when acquired")
+                        .Register(*registry_)
+                        .Add({});
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("moe_worker_queue_depth")
+                      .Help("Requests waiting for the engine")
+                      .Register(*registry_)
+                      .Add({});
+}
+
+std::string WorkerMetrics::CodeLabel(absl::StatusCode code) {
+  if (code == absl::StatusCode::kOk) return "ok";
+  return absl::AsciiStrToLower(absl::StatusCodeToString(code));
+}
+
+void WorkerMetrics::RecordRequest(const absl::Status& status) {
+  requests_->Add({{"status", CodeLabel(status.code())}}).Increment();
+}
+
+void WorkerMetrics::AddExpertOutcome(int64_t hits, int64_t misses,
+                                     double wait_seconds,
+                                     double stall_seconds) {
+  expert_hits_->Increment(static_cast<double>(hits));
+  expert_misses_->Increment(static_cast<double>(misses));
+  expert_wait_->Increment(wait_seconds);
+  expert_stall_->Increment(stall_seconds);
+}
+
+}  // namespace moe::worker

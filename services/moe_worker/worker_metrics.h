@@ -1,0 +1,54 @@
+// moe-worker's Prometheus metrics, built once and owned by the worker. Safe
+// to update from any thread (prometheus-cpp metrics are atomic).
+#ifndef MOECACHE_SERVICES_MOE_WORKER_WORKER_METRICS_H_
+#define MOECACHE_SERVICES_MOE_WORKER_WORKER_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace moe::worker {
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics();
+
+  const std::shared_ptr<prometheus::Registry>& registry() const {
+    return registry_;
+  }
+
+  // Counts one finished request under status="ok", "cancelled",
+  // "invalid_argument", ... (the lower-case gRPC code name).
+  void RecordRequest(const absl::Status& status);
+  void AddTokens(int64_t n) { tokens_->Increment(static_cast<double>(n)); }
+  void ObserveTtft(double seconds) { ttft_->Observe(seconds); }
+  void ObserveTpot(double seconds) { tpot_->Observe(seconds); }
+  void AddExpertOutcome(int64_t hits, int64_t misses, double wait_seconds,
+                        double stall_seconds);
+  void SetQueueDepth(int64_t n) { queue_depth_->Set(static_cast<double>(n)); }
+
+  // The lower-case name of a status code ("ok", "resource_exhausted").
+  static std::string CodeLabel(absl::StatusCode code);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  prometheus::Counter* tokens_ = nullptr;
+  prometheus::Histogram* ttft_ = nullptr;
+  prometheus::Histogram* tpot_ = nullptr;
+  prometheus::Counter* expert_wait_ = nullptr;
+  prometheus::Counter* expert_stall_ = nullptr;
+  prometheus::Counter* expert_hits_ = nullptr;
+  prometheus::Counter* expert_misses_ = nullptr;
+  prometheus::Gauge* queue_depth_ = nullptr;
+};
+
+}  // namespace moe::worker
+
+#endif  // MOECACHE_SERVICES_MOE_WORKER_WORKER_METRICS_H_

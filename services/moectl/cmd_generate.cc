@@ -1,0 +1,209 @@
+// moectl generate: streams one Generate request from a running moe-worker.
+// Output matches `moectl run`: text mode writes the text to stdout as tokens
+// arrive and a one-line summary to stderr; --json prints one object per
+// token
+//   {"token_id":..,"text":..,"logprob":..,"top_logprobs":[{"token_id":..,"logprob":..}]}
+// then {"finish_reason":..,"text":"","usage":{..moe.v1.Usage's fields..}}
+// (the worker puts any held-back text into the last token's "text", so the
+// summary's "text" is always empty; the concatenated text is the same).
+//
+// Exit codes: 0 success, 2 bad flags or a request the worker refused as
+// INVALID_ARGUMENT, 1 anything else (unreachable worker, busy, cancelled).
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
+#include "moe/v1/inference.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "services/moectl/commands.h"
+#include "services/moectl/flags.h"
+#include "services/rpc/rpc_util.h"
+
+namespace moe::moectl {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+void DeclareFlags(FlagSet& f) {
+  f.String("target", "", "moe-worker address: unix:PATH or HOST:PORT (required)");
+  f.String("prompt", "", "prompt text (the worker tokenizes it)");
+  f.String("prompt-ids", "", "prompt as comma-separated token ids");
+  f.Int("max-new-tokens", 16, "tokens to generate at most");
+  f.Double("temperature", 0.0, "0 = greedy");
+  f.Double("top-p", 1.0, "nucleus sampling threshold (1 = off)");
+  f.Int("seed", 0, "sampling seed");
+  f.Int("top-logprobs", 0, "alternatives per token with their log-probs");
+  f.String("stop-ids", "", "comma-separated token ids that end generation");
+  f.Bool("ignore-eos", false, "do not stop at the model's eos tokens");
+  f.Bool("json", false, "one JSON object per token, then a summary object");
+  f.Double("timeout-s", 300, "deadline for the whole request, seconds");
+}
+
+absl::Status AddIds(const std::string& text, const char* what,
+                    google::protobuf::RepeatedField<int32_t>* out) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> ids, ParseIntList(text));
+  for (int64_t id : ids) {
+    if (id < INT32_MIN || id > INT32_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " id ", id, " out of range"));
+    }
+    out->Add(static_cast<int32_t>(id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GenerateRequest> RequestFromFlags(const FlagSet& f) {
+  RETURN_IF_ERROR(f.Require("target"));
+  if (f.IsSet("prompt") == f.IsSet("prompt-ids")) {
+    return absl::InvalidArgumentError(
+        "exactly one of --prompt and --prompt-ids is required");
+  }
+  if (!f.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", f.positional()[0], "'"));
+  }
+  if (f.GetDouble("timeout-s") <= 0) {
+    return absl::InvalidArgumentError("--timeout-s must be > 0");
+  }
+  // Ranges are the worker's to check: one source of truth.
+  v1::GenerateRequest r;
+  r.set_prompt(f.GetString("prompt"));
+  if (f.IsSet("prompt-ids")) {
+    RETURN_IF_ERROR(AddIds(f.GetString("prompt-ids"), "prompt token",
+                           r.mutable_prompt_token_ids()));
+    if (r.prompt_token_ids().empty()) {
+      return absl::InvalidArgumentError("empty --prompt-ids");
+    }
+  }
+  RETURN_IF_ERROR(
+      AddIds(f.GetString("stop-ids"), "stop", r.mutable_stop_token_ids()));
+  const int64_t n = f.GetInt("max-new-tokens");
+  const int64_t top = f.GetInt("top-logprobs");
+  if (n < INT32_MIN || n > INT32_MAX || top < INT32_MIN || top > INT32_MAX ||
+      f.GetInt("seed") < 0) {
+    return absl::InvalidArgumentError(
+        "--max-new-tokens, --top-logprobs or --seed out of range");
+  }
+  r.set_max_new_tokens(static_cast<int32_t>(n));
+  r.set_top_logprobs(static_cast<int32_t>(top));
+  r.set_temperature(static_cast<float>(f.GetDouble("temperature")));
+  r.set_top_p(static_cast<float>(f.GetDouble("top-p")));
+  r.set_seed(static_cast<uint64_t>(f.GetInt("seed")));
+  r.set_ignore_eos(f.GetBool("ignore-eos"));
+  return r;
+}
+
+void PrintJsonLine(const json& j) {
+  std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void PrintToken(const v1::GenerateResponse& r, bool as_json) {
+  if (!as_json) {
+    std::fwrite(r.text().data(), 1, r.text().size(), stdout);
+    std::fflush(stdout);
+    return;
+  }
+  json j;
+  j["token_id"] = r.token_id();
+  j["text"] = r.text();
+  j["logprob"] = r.logprob();
+  json alts = json::array();
+  for (const v1::TokenLogprob& t : r.top_logprobs()) {
+    alts.push_back(json{{"token_id", t.token_id()}, {"logprob", t.logprob()}});
+  }
+  j["top_logprobs"] = std::move(alts);
+  PrintJsonLine(j);
+}
+
+void PrintSummary(const v1::GenerateResponse& last, bool as_json) {
+  const v1::Usage& u = last.usage();
+  if (as_json) {
+    json usage;
+    usage["prompt_tokens"] = u.prompt_tokens();
+    usage["generated_tokens"] = u.generated_tokens();
+    usage["time_to_first_token_seconds"] = u.time_to_first_token_seconds();
+    usage["time_per_output_token_seconds"] = u.time_per_output_token_seconds();
+    usage["expert_hits"] = u.expert_hits();
+    usage["expert_misses"] = u.expert_misses();
+    usage["expert_stall_seconds"] = u.expert_stall_seconds();
+    json j;
+    j["finish_reason"] = last.finish_reason();
+    j["text"] = "";
+    j["usage"] = std::move(usage);
+    PrintJsonLine(j);
+    return;
+  }
+  std::fprintf(stdout, "\n");
+  std::fflush(stdout);
+  const double tpot = u.time_per_output_token_seconds();
+  std::fprintf(stderr,
+               "moectl generate: %d tokens (prompt %d), finish %s, TTFT %.1f "
+               "ms, TPOT %.2f ms (%.1f tokens/s), experts %lld hit / %lld "
+               "miss, stall %.1f ms\n",
+               u.generated_tokens(), u.prompt_tokens(),
+               last.finish_reason().c_str(),
+               u.time_to_first_token_seconds() * 1e3, tpot * 1e3,
+               tpot > 0 ? 1.0 / tpot : 0.0,
+               static_cast<long long>(u.expert_hits()),
+               static_cast<long long>(u.expert_misses()),
+               u.expert_stall_seconds() * 1e3);
+}
+
+// Streams the request; the status the worker ended the call with.
+absl::Status Stream(const FlagSet& f, const v1::GenerateRequest& request) {
+  ASSIGN_OR_RETURN(rpc::ListenAddress target,
+                   rpc::ParseListenAddress(f.GetString("target")));
+  auto stub = v1::Inference::NewStub(rpc::MakeChannel(target));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(
+                       f.GetDouble("timeout-s") * 1e3)));
+  const bool as_json = f.GetBool("json");
+  auto reader = stub->Generate(&ctx, request);
+  v1::GenerateResponse r;
+  bool summarized = false;
+  while (reader->Read(&r)) {
+    PrintToken(r, as_json);
+    if (!r.finish_reason().empty()) {
+      PrintSummary(r, as_json);
+      summarized = true;
+    }
+  }
+  RETURN_IF_ERROR(rpc::FromGrpcStatus(reader->Finish()));
+  if (!summarized) {
+    return absl::InternalError("the stream ended without a summary");
+  }
+  return absl::OkStatus();
+}
+
+int RunGenerate(const Args& args) {
+  FlagSet flags("generate",
+                "--target ADDR (--prompt TEXT | --prompt-ids 1,2,3) "
+                "[--max-new-tokens N] [sampling flags] [--json]");
+  DeclareFlags(flags);
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  absl::StatusOr<v1::GenerateRequest> request =
+      parsed.ok() ? RequestFromFlags(flags) : parsed;
+  absl::Status status = request.status();
+  if (status.ok()) status = Stream(flags, *request);
+  if (status.ok()) return 0;
+  std::string msg = absl::StrReplaceAll(status.ToString(), {{"\n", " "}});
+  std::fprintf(stderr, "moectl generate: %s\n", msg.c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+const bool kRegistered = RegisterCommand(
+    {"generate", "stream a generation from a running moe-worker",
+     &RunGenerate});
+
+}  // namespace
+}  // namespace moe::moectl

@@ -1,0 +1,261 @@
+// moectl run: one generation request in one process, every expert in memory
+// (InMemoryExpertProvider). Text mode streams the decoded text to stdout as
+// tokens arrive and prints a one-line summary to stderr. --json prints one
+// object per token with moe.v1.GenerateResponse's field names
+//   {"token_id":..,"text":..,"logprob":..,"top_logprobs":[{"token_id":..,"logprob":..}]}
+// then a summary object
+//   {"finish_reason":..,"text":..,"usage":{..moe.v1.Usage's fields..}}
+// whose "text" holds what the streaming decoder still held back (usually "").
+//
+// Exit codes: 0 success, 2 bad flags or request (ids, sizes, sampling),
+// 1 anything else (model, backend, tokenizer, trace file, generation).
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "services/engine/generator.h"
+#include "services/engine/in_memory_provider.h"
+#include "services/engine/moe_model.h"
+#include "services/engine/tokenizer.h"
+#include "services/engine/trace_recorder.h"
+#include "services/moectl/commands.h"
+#include "services/moectl/flags.h"
+
+namespace moe::moectl {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// A failure with the exit code it maps to.
+struct Failure {
+  int code;
+  absl::Status status;
+};
+
+void DeclareFlags(FlagSet& f) {
+  f.String("model", "", "model directory (required)");
+  f.String("prompt", "", "prompt text (encoded with the model's tokenizer)");
+  f.String("prompt-ids", "", "prompt as comma-separated token ids");
+  f.Int("max-new-tokens", 16, "tokens to generate at most");
+  f.Double("temperature", 0.0, "0 = greedy");
+  f.Double("top-p", 1.0, "nucleus sampling threshold (1 = off)");
+  f.Int("seed", 0, "sampling seed");
+  f.Int("top-logprobs", 0, "alternatives per token with their log-probs");
+  f.Bool("ignore-eos", false, "do not stop at the model's eos tokens");
+  f.String("backend", "auto", "compute backend: cpu, cuda or auto");
+  f.String("record-trace", "", "append the routing to this moe-trace/1 file");
+  f.Bool("json", false, "one JSON object per token, then a summary object");
+  f.Bool("verbose", false,
+         "keep INFO logs on stderr (default: warnings and errors only, "
+         "unless MOE_LOG_LEVEL is set)");
+}
+
+// Flag values that need no model: ranges, exclusive choices.
+absl::StatusOr<GenerateOptions> OptionsFromFlags(const FlagSet& f) {
+  RETURN_IF_ERROR(f.Require("model"));
+  if (f.IsSet("prompt") == f.IsSet("prompt-ids")) {
+    return absl::InvalidArgumentError(
+        "exactly one of --prompt and --prompt-ids is required");
+  }
+  if (!f.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", f.positional()[0], "'"));
+  }
+  GenerateOptions o;
+  const int64_t n = f.GetInt("max-new-tokens");
+  if (n < 1 || n > kMaxNewTokensLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-new-tokens must be in [1, ", kMaxNewTokensLimit, "], got ", n));
+  }
+  o.max_new_tokens = static_cast<int>(n);
+  const int64_t top = f.GetInt("top-logprobs");
+  if (top < 0 || top > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--top-logprobs must be in [0, ", kMaxTopLogprobs, "], got ", top));
+  }
+  if (f.GetInt("seed") < 0) {
+    return absl::InvalidArgumentError("--seed must be >= 0");
+  }
+  o.sampling.top_logprobs = static_cast<int>(top);
+  o.sampling.temperature = static_cast<float>(f.GetDouble("temperature"));
+  o.sampling.top_p = static_cast<float>(f.GetDouble("top-p"));
+  o.sampling.seed = static_cast<uint64_t>(f.GetInt("seed"));
+  RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
+  o.stop_at_eos = !f.GetBool("ignore-eos");
+  if (f.IsSet("prompt-ids")) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                     ParseIntList(f.GetString("prompt-ids")));
+    for (int64_t id : ids) {
+      if (id < 0 || id > INT32_MAX) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt token id ", id, " out of range"));
+      }
+      o.prompt.push_back(static_cast<int32_t>(id));
+    }
+    if (o.prompt.empty())
+      return absl::InvalidArgumentError("empty --prompt-ids");
+  }
+  return o;
+}
+
+std::string ModelName(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.rfind('/');
+  return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+json TokenJson(const SampledToken& t, const std::string& text) {
+  json j;
+  j["token_id"] = t.token;
+  j["text"] = text;
+  j["logprob"] = t.logprob;
+  json alts = json::array();
+  for (const auto& [id, lp] : t.top_logprobs) {
+    alts.push_back(json{{"token_id", id}, {"logprob", lp}});
+  }
+  j["top_logprobs"] = std::move(alts);
+  return j;
+}
+
+void PrintJsonLine(const json& j) {
+  std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void PrintSummary(const GenerateSummary& s, const std::string& rest,
+                  const std::string& backend, bool as_json) {
+  if (as_json) {
+    json usage;
+    usage["prompt_tokens"] = s.prompt_tokens;
+    usage["generated_tokens"] = s.generated_tokens;
+    usage["time_to_first_token_seconds"] = s.ttft_seconds;
+    usage["time_per_output_token_seconds"] = s.tpot_seconds;
+    usage["expert_hits"] = s.stats.expert_hits;
+    usage["expert_misses"] = s.stats.expert_misses;
+    usage["expert_stall_seconds"] = s.stats.expert_stall_seconds;
+    json j;
+    j["finish_reason"] = s.finish_reason;
+    j["text"] = rest;
+    j["usage"] = std::move(usage);
+    PrintJsonLine(j);
+    return;
+  }
+  std::fprintf(stdout, "%s\n", rest.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "moectl run: %d tokens (prompt %d), finish %s, backend %s, "
+               "TTFT %.1f ms, TPOT %.2f ms (%.1f tokens/s)\n",
+               s.generated_tokens, s.prompt_tokens, s.finish_reason.c_str(),
+               backend.c_str(), s.ttft_seconds * 1e3, s.tpot_seconds * 1e3,
+               s.tpot_seconds > 0 ? 1.0 / s.tpot_seconds : 0.0);
+}
+
+// Loads everything, runs the request, prints as it goes.
+std::optional<Failure> Run(const FlagSet& f, GenerateOptions opts) {
+  const std::string& dir = f.GetString("model");
+  const bool as_json = f.GetBool("json");
+  auto backend = CreateBackend(f.GetString("backend"));
+  if (!backend.ok()) return Failure{1, backend.status()};
+  auto model = MoeModel::Load(dir, backend->get());
+  if (!model.ok()) return Failure{1, model.status()};
+  std::unique_ptr<Tokenizer> tokenizer;
+  const std::string tok_path = JoinPath(dir, "tokenizer.json");
+  if (f.IsSet("prompt") || IsRegularFile(tok_path)) {
+    auto t = Tokenizer::FromFile(tok_path);
+    if (!t.ok()) return Failure{1, t.status()};
+    tokenizer = std::move(*t);
+  }
+  if (f.IsSet("prompt")) {
+    std::vector<int32_t> ids =
+        tokenizer->Encode(f.GetString("prompt"), /*add_special=*/true);
+    opts.prompt = std::move(ids);
+  }
+  if (absl::Status s = ValidateGenerateOptions(**model, opts); !s.ok()) {
+    return Failure{2, s};
+  }
+  auto experts = InMemoryExpertProvider::Create(**model);
+  if (!experts.ok()) return Failure{1, experts.status()};
+
+  std::unique_ptr<TraceRecorder> recorder;
+  std::optional<RequestRecording> recording;
+  RoutingObserver observer;
+  if (f.IsSet("record-trace")) {
+    auto r = TraceRecorder::Open(f.GetString("record-trace"),
+                                 TraceHeaderFor(**model, ModelName(dir)));
+    if (!r.ok()) return Failure{1, r.status()};
+    recorder = std::move(*r);
+    recording.emplace(recorder->header(), "run-0");
+    observer = recording->Observer();
+  }
+
+  std::optional<StreamDecoder> decoder;
+  if (tokenizer) decoder.emplace(*tokenizer, /*skip_special=*/true);
+  auto on_token = [&](const SampledToken& t) {
+    std::string text = decoder ? decoder->Push(t.token) : std::string();
+    if (as_json) {
+      PrintJsonLine(TokenJson(t, text));
+    } else {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  auto summary =
+      Generate(**model, experts->get(), opts, on_token, std::move(observer));
+  if (!summary.ok()) return Failure{1, summary.status()};
+  PrintSummary(*summary, decoder ? decoder->Flush() : std::string(),
+               (*backend)->Info().name, as_json);
+  if (recorder) {
+    absl::Status s = recorder->Append(*recording);
+    if (s.ok()) s = recorder->Close();
+    if (!s.ok()) return Failure{1, s};
+  }
+  return std::nullopt;
+}
+
+int RunRun(const Args& args) {
+  FlagSet flags("run",
+                "--model DIR (--prompt TEXT | --prompt-ids 1,2,3) "
+                "[--max-new-tokens N] [sampling flags] [--json]");
+  DeclareFlags(flags);
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  if (!flags.GetBool("verbose") && std::getenv("MOE_LOG_LEVEL") == nullptr) {
+    SetMinLogLevel(LogLevel::kWARNING);
+  }
+  absl::StatusOr<GenerateOptions> opts =
+      parsed.ok() ? OptionsFromFlags(flags) : parsed;
+  std::optional<Failure> failure;
+  if (!opts.ok()) {
+    failure = Failure{2, opts.status()};
+  } else {
+    failure = Run(flags, *std::move(opts));
+  }
+  if (!failure) return 0;
+  std::string msg =
+      absl::StrReplaceAll(failure->status.message(), {{"\n", " "}});
+  std::fprintf(stderr, "moectl run: %s\n", msg.c_str());
+  return failure->code;
+}
+
+const bool kRegistered = RegisterCommand(
+    {"run", "generate from a prompt in one process (experts in memory)",
+     &RunRun});
+
+}  // namespace
+}  // namespace moe::moectl

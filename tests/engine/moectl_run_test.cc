@@ -1,0 +1,241 @@
+// `moectl run` end to end: the real binary on tiny models.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "common/model_maker.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "services/cache/trace.h"
+#include "services/engine/generator.h"
+#include "services/engine/in_memory_provider.h"
+
+namespace moe {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+Result RunMoectl(const std::string& args) {
+  static int counter = 0;
+  const std::string base =
+      absl::StrCat(::testing::TempDir(), "/moectl_run_", ++counter);
+  const std::string cmd = absl::StrCat(MOE_BINARY_DIR, "/bin/moectl run ", args,
+                                       " >", base, ".out 2>", base, ".err");
+  Result r;
+  const int status = std::system(cmd.c_str());
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadFileToString(base + ".out").value_or("");
+  r.err = ReadFileToString(base + ".err").value_or("");
+  return r;
+}
+
+std::vector<json> JsonLines(const std::string& text) {
+  std::vector<json> lines;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(j.is_discarded()) << line;
+    lines.push_back(j);
+  }
+  return lines;
+}
+
+std::vector<int> TokenIds(const std::vector<json>& lines) {
+  std::vector<int> ids;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    ids.push_back(lines[i]["token_id"].get<int>());
+  }
+  return ids;
+}
+
+class MoectlRunTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    MakeModelOptions o = TinyPreset(ModelFamily::kQwen2Moe);
+    o.seed = 5;
+    dir_ = new std::string(absl::StrCat(::testing::TempDir(), "/run_qwen2"));
+    ASSERT_TRUE(MakeModel(o, *dir_).ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Model() { return absl::StrCat("--model ", *dir_); }
+  static std::string* dir_;
+};
+std::string* MoectlRunTest::dir_ = nullptr;
+
+TEST_F(MoectlRunTest, JsonShapeAndGreedyMatchesEngine) {
+  Result r = RunMoectl(absl::StrCat(
+      Model(), " --prompt-ids 3,17,250,9 --max-new-tokens 6 --ignore-eos",
+      " --top-logprobs 3 --backend cpu --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<json> lines = JsonLines(r.out);
+  ASSERT_EQ(lines.size(), 7u) << r.out;
+  for (int i = 0; i < 6; ++i) {
+    const json& t = lines[i];
+    ASSERT_TRUE(t["token_id"].is_number_integer()) << t;
+    ASSERT_TRUE(t["text"].is_string()) << t;
+    ASSERT_TRUE(t["logprob"].is_number()) << t;
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(t["top_logprobs"].size(), 3u) << t;
+    // Greedy: the chosen token is the most likely alternative.
+    EXPECT_EQ(t["top_logprobs"][0]["token_id"], t["token_id"]);
+    EXPECT_DOUBLE_EQ(t["top_logprobs"][0]["logprob"].get<double>(),
+                     t["logprob"].get<double>());
+    EXPECT_GE(t["top_logprobs"][1]["logprob"].get<double>(),
+              t["top_logprobs"][2]["logprob"].get<double>());
+  }
+  const json& s = lines.back();
+  EXPECT_EQ(s["finish_reason"], "length");
+  const json& u = s["usage"];
+  EXPECT_EQ(u["prompt_tokens"], 4);
+  EXPECT_EQ(u["generated_tokens"], 6);
+  EXPECT_GT(u["time_to_first_token_seconds"].get<double>(), 0.0);
+  EXPECT_GT(u["time_per_output_token_seconds"].get<double>(), 0.0);
+  EXPECT_GT(u["expert_hits"].get<int64_t>(), 0);
+  EXPECT_EQ(u["expert_misses"], 0);
+  EXPECT_EQ(u["expert_stall_seconds"], 0.0);
+
+  // The same request in process gives the same tokens and log-probs.
+  auto backend = CreateBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  auto model = MoeModel::Load(*dir_, backend->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto experts = InMemoryExpertProvider::Create(**model);
+  ASSERT_TRUE(experts.ok());
+  GenerateOptions opts;
+  opts.prompt = {3, 17, 250, 9};
+  opts.max_new_tokens = 6;
+  opts.stop_at_eos = false;
+  std::vector<SampledToken> want;
+  auto summary =
+      Generate(**model, experts->get(), opts, [&](const SampledToken& t) {
+        want.push_back(t);
+        return true;
+      });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(want.size(), 6u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(lines[i]["token_id"].get<int>(), want[i].token) << i;
+    EXPECT_FLOAT_EQ(lines[i]["logprob"].get<float>(), want[i].logprob) << i;
+  }
+}
+
+TEST_F(MoectlRunTest, GreedyIsDeterministic) {
+  const std::string args = absl::StrCat(
+      Model(),
+      " --prompt-ids 1,2,3,4,5 --max-new-tokens 10 --ignore-eos --json");
+  Result a = RunMoectl(args);
+  Result b = RunMoectl(args);
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  std::vector<int> ta = TokenIds(JsonLines(a.out));
+  EXPECT_EQ(ta.size(), 10u);
+  EXPECT_EQ(ta, TokenIds(JsonLines(b.out)));
+}
+
+TEST_F(MoectlRunTest, SeededSamplingIsReproducible) {
+  auto args = [](int seed) {
+    return absl::StrCat(Model(),
+                        " --prompt-ids 7,8,9 --max-new-tokens 16 --ignore-eos"
+                        " --temperature 1.5 --top-p 0.95 --json --seed ",
+                        seed);
+  };
+  Result a = RunMoectl(args(7));
+  Result b = RunMoectl(args(7));
+  Result c = RunMoectl(args(8));
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  ASSERT_EQ(c.code, 0) << c.err;
+  std::vector<int> ta = TokenIds(JsonLines(a.out));
+  ASSERT_EQ(ta.size(), 16u);
+  EXPECT_EQ(ta, TokenIds(JsonLines(b.out)));
+  EXPECT_NE(ta, TokenIds(JsonLines(c.out)));
+}
+
+TEST_F(MoectlRunTest, TextModeStreamsTheSameTextAsJson) {
+  const std::string common = absl::StrCat(
+      Model(), " --prompt 'hello world' --max-new-tokens 8 --ignore-eos");
+  Result text = RunMoectl(common);
+  Result js = RunMoectl(common + " --json");
+  ASSERT_EQ(text.code, 0) << text.err;
+  ASSERT_EQ(js.code, 0) << js.err;
+  std::string joined;
+  for (const json& j : JsonLines(js.out))
+    joined += j["text"].get<std::string>();
+  EXPECT_FALSE(joined.empty());
+  EXPECT_EQ(text.out, joined + "\n");
+  // One summary line on stderr.
+  EXPECT_THAT(text.err, HasSubstr("8 tokens"));
+  EXPECT_THAT(text.err, HasSubstr("TTFT"));
+  EXPECT_EQ(std::count(text.err.begin(), text.err.end(), '\n'), 1) << text.err;
+}
+
+TEST_F(MoectlRunTest, RecordsTrace) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/run.jsonl");
+  Result r = RunMoectl(absl::StrCat(Model(),
+                                    " --prompt-ids 4,5,6 --max-new-tokens 5 "
+                                    "--ignore-eos --json --record-trace ",
+                                    path));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto trace = trace::ReadTraceFile(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->header.model, "run_qwen2");
+  EXPECT_EQ(trace->header.num_layers, 4);
+  EXPECT_EQ(trace->header.num_experts, 8);
+  EXPECT_EQ(trace->header.top_k, 2);
+  ASSERT_EQ(trace->requests.size(), 1u);
+  EXPECT_EQ(trace->requests[0].num_prefill_tokens(), 3);
+  EXPECT_EQ(trace->requests[0].num_decode_tokens(), 4);
+}
+
+struct ErrorCase {
+  std::string args;  // after the model flag ("" model flag when no_model)
+  bool with_model;
+  int code;
+  std::string message;
+};
+
+TEST_F(MoectlRunTest, ErrorsAreOneLineWithNonZeroExit) {
+  const std::vector<ErrorCase> cases = {
+      {"--prompt-ids 1,2", false, 2, "--model is required"},
+      {"--max-new-tokens 3", true, 2, "exactly one of --prompt"},
+      {"--prompt hi --prompt-ids 1", true, 2, "exactly one of --prompt"},
+      {"--prompt-ids 1,x", true, 2, "x"},
+      {"--prompt-ids 1,100000", true, 2, "outside the vocabulary"},
+      {"--prompt-ids -5", true, 2, "out of range"},
+      {"--prompt-ids 1 --max-new-tokens 0", true, 2, "--max-new-tokens"},
+      {"--prompt-ids 1 --top-p 2", true, 2, "top_p"},
+      {"--prompt-ids 1 --top-logprobs 50", true, 2, "--top-logprobs"},
+      {"--prompt-ids 1 --bogus", true, 2, "bogus"},
+      {"--prompt-ids 1 --backend tpu", true, 1, "tpu"},
+      {"--prompt-ids 1 --model /nonexistent/model", false, 1, "nonexistent"},
+      {"--prompt-ids 1 --record-trace /nonexistent/dir/t.jsonl", true, 1,
+       "nonexistent"},
+  };
+  for (const ErrorCase& c : cases) {
+    Result r =
+        RunMoectl(c.with_model ? absl::StrCat(Model(), " ", c.args) : c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("moectl run: ")) << c.args;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << "\n"
+                                                               << r.err;
+    EXPECT_EQ(r.out, "") << c.args;
+  }
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,288 @@
+// TraceRecorder: live routing -> moe-trace/1, read back with the trace reader.
+#include "services/engine/trace_recorder.h"
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_maker.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "services/cache/trace.h"
+#include "services/engine/generator.h"
+#include "services/engine/in_memory_provider.h"
+
+namespace moe {
+
+// Readable test names in ctest output.
+void PrintTo(ModelFamily family, std::ostream* os) {
+  *os << ModelFamilyName(family);
+}
+
+namespace {
+
+using ::testing::HasSubstr;
+
+// What the observer saw, per call.
+struct Call {
+  int moe_layer;
+  int64_t tokens;
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+};
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<MoeModel> model;
+  std::unique_ptr<InMemoryExpertProvider> experts;
+};
+
+Loaded LoadTiny(ModelFamily family, const std::string& name) {
+  Loaded l;
+  MakeModelOptions o = TinyPreset(family);
+  o.seed = 21;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/trace_", name);
+  absl::Status made = MakeModel(o, dir);
+  EXPECT_TRUE(made.ok()) << made;
+  auto backend = CreateBackend("cpu");
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  l.backend = std::move(*backend);
+  auto model = MoeModel::Load(dir, l.backend.get());
+  EXPECT_TRUE(model.ok()) << model.status();
+  l.model = std::move(*model);
+  auto experts = InMemoryExpertProvider::Create(*l.model);
+  EXPECT_TRUE(experts.ok()) << experts.status();
+  l.experts = std::move(*experts);
+  return l;
+}
+
+class TraceRecorderGenerateTest : public ::testing::TestWithParam<ModelFamily> {
+};
+
+TEST_P(TraceRecorderGenerateTest, RecordsObserverRoutingAsTrace) {
+  const ModelFamily family = GetParam();
+  const std::string name(ModelFamilyName(family));
+  Loaded l = LoadTiny(family, name);
+  ASSERT_NE(l.model, nullptr);
+  const ModelConfig& c = l.model->config();
+  const int L = c.num_moe_layers();
+  const int k = static_cast<int>(c.top_k);
+
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/rec_", name, ".jsonl");
+  auto recorder = TraceRecorder::Open(path, TraceHeaderFor(*l.model, name));
+  ASSERT_TRUE(recorder.ok()) << recorder.status();
+
+  GenerateOptions opts;
+  opts.prompt = {5, 9, 200, 31, 77};
+  opts.max_new_tokens = 6;
+  opts.stop_at_eos = false;
+  RequestRecording rec((*recorder)->header(), "req-a");
+  std::vector<Call> calls;
+  RoutingObserver record = rec.Observer();
+  auto both = [&](int layer, int64_t t, absl::Span<const int32_t> e,
+                  absl::Span<const float> w) {
+    calls.push_back({layer, t, {e.begin(), e.end()}, {w.begin(), w.end()}});
+    record(layer, t, e, w);
+  };
+  int generated = 0;
+  auto summary = Generate(
+      *l.model, l.experts.get(), opts,
+      [&](const SampledToken&) { return ++generated > 0; }, both);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(summary->generated_tokens, 6);
+  EXPECT_EQ(rec.iterations(), 6);  // prefill + 5 decode steps
+  ASSERT_TRUE((*recorder)->Append(rec).ok());
+  ASSERT_TRUE((*recorder)->Close().ok());
+
+  auto trace = trace::ReadTraceFile(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->header.model, name);
+  EXPECT_EQ(trace->header.num_layers, L);
+  EXPECT_EQ(trace->header.num_experts, c.num_experts);
+  EXPECT_EQ(trace->header.top_k, k);
+  ASSERT_EQ(trace->requests.size(), 1u);
+  const trace::TraceRequest& r = trace->requests[0];
+  EXPECT_EQ(r.id, "req-a");
+  // The last sampled token never goes through the model.
+  const int tokens = 5 + 6 - 1;
+  ASSERT_EQ(r.num_tokens(), tokens);
+  EXPECT_EQ(r.num_prefill_tokens(), 5);
+  ASSERT_EQ(r.experts.size(), static_cast<size_t>(tokens));
+  ASSERT_EQ(r.weights.size(), static_cast<size_t>(tokens));
+
+  // Replay the observer's calls against the trace: iteration i starts at
+  // layer 0; its tokens are the next `tokens` rows.
+  ASSERT_EQ(calls.size(), static_cast<size_t>(6 * L));
+  int row = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Call& call = calls[i];
+    ASSERT_EQ(call.moe_layer, static_cast<int>(i % L));
+    if (call.moe_layer == 0 && i > 0)
+      row += static_cast<int>(calls[i - 1].tokens);
+    for (int64_t t = 0; t < call.tokens; ++t) {
+      const auto& ids = r.experts[row + t][call.moe_layer];
+      const auto& ws = r.weights[row + t][call.moe_layer];
+      std::vector<int32_t> want(call.experts.begin() + t * k,
+                                call.experts.begin() + (t + 1) * k);
+      EXPECT_EQ(ids, want) << "token " << row + t << " layer "
+                           << call.moe_layer;
+      ASSERT_EQ(ws.size(), static_cast<size_t>(k));
+      for (int j = 0; j < k; ++j) {
+        EXPECT_NEAR(ws[j], call.weights[t * k + j], 1e-6);
+      }
+    }
+  }
+  EXPECT_EQ(row + calls.back().tokens, tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, TraceRecorderGenerateTest,
+                         ::testing::Values(ModelFamily::kMixtral,
+                                           ModelFamily::kQwen3Moe),
+                         [](const auto& info) {
+                           return std::string(ModelFamilyName(info.param));
+                         });
+
+trace::TraceHeader SmallHeader() {
+  trace::TraceHeader h;
+  h.model = "synthetic";
+  h.num_layers = 2;
+  h.num_experts = 4;
+  h.top_k = 2;
+  return h;
+}
+
+// Feeds one iteration of `tokens` tokens through both layers.
+void Iterate(RequestRecording& rec, int64_t tokens, int32_t base) {
+  for (int layer = 0; layer < 2; ++layer) {
+    std::vector<int32_t> ids;
+    std::vector<float> ws;
+    for (int64_t t = 0; t < tokens; ++t) {
+      ids.push_back((base + layer) % 4);
+      ids.push_back((base + layer + 1) % 4);
+      ws.push_back(0.75f);
+      ws.push_back(0.25f);
+    }
+    rec.Observe(layer, tokens, ids, ws);
+  }
+}
+
+TEST(RequestRecordingTest, PhasesFollowIterations) {
+  RequestRecording rec(SmallHeader(), "r");
+  Iterate(rec, 3, 0);
+  Iterate(rec, 1, 1);
+  Iterate(rec, 1, 2);
+  auto r = rec.Finish();
+  ASSERT_TRUE(r.ok()) << r.status();
+  using trace::Phase;
+  EXPECT_EQ(r->phase, (std::vector<Phase>{Phase::kPrefill, Phase::kPrefill,
+                                          Phase::kPrefill, Phase::kDecode,
+                                          Phase::kDecode}));
+  EXPECT_EQ(r->experts[4][1], (std::vector<int32_t>{3, 0}));
+  EXPECT_TRUE(trace::ValidateRequest(SmallHeader(), *r).ok());
+}
+
+TEST(RequestRecordingTest, RejectsBadRouting) {
+  {
+    RequestRecording rec(SmallHeader(), "empty");
+    EXPECT_EQ(rec.Finish().status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    RequestRecording rec(SmallHeader(), "partial");
+    rec.Observe(0, 1, std::vector<int32_t>{0, 1}, std::vector<float>{1, 0});
+    EXPECT_EQ(rec.Finish().status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    RequestRecording rec(SmallHeader(), "order");
+    rec.Observe(1, 1, std::vector<int32_t>{0, 1}, std::vector<float>{1, 0});
+    EXPECT_THAT(rec.Finish().status().message(), HasSubstr("expected"));
+  }
+  {
+    RequestRecording rec(SmallHeader(), "decode2");
+    Iterate(rec, 2, 0);
+    Iterate(rec, 2, 0);
+    EXPECT_THAT(rec.Finish().status().message(), HasSubstr("decode iteration"));
+  }
+  {
+    RequestRecording rec(SmallHeader(), "shape");
+    rec.Observe(0, 2, std::vector<int32_t>{0, 1}, std::vector<float>{1, 0});
+    EXPECT_EQ(rec.Finish().status().code(), absl::StatusCode::kInternal);
+  }
+}
+
+TEST(TraceRecorderTest, ConcurrentAppendsKeepLinesWhole) {
+  std::ostringstream out;
+  auto recorder = TraceRecorder::ToStream(&out, SmallHeader());
+  ASSERT_TRUE(recorder.ok()) << recorder.status();
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 25;
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      for (int i = 0; i < kPerThread; ++i) {
+        RequestRecording rec(SmallHeader(), absl::StrCat("t", th, "-", i));
+        Iterate(rec, 2 + i % 3, th);
+        for (int d = 0; d < i % 5; ++d) Iterate(rec, 1, th + d);
+        EXPECT_TRUE((*recorder)->Append(rec).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ((*recorder)->requests(), kThreads * kPerThread);
+
+  std::istringstream in(out.str());
+  auto trace = trace::ReadTrace(in, "concurrent");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->requests.size(), static_cast<size_t>(kThreads * kPerThread));
+  std::vector<std::string> ids;
+  for (const auto& r : trace->requests) {
+    ids.push_back(r.id);
+    const int i = std::stoi(r.id.substr(r.id.find('-') + 1));
+    EXPECT_EQ(r.num_prefill_tokens(), 2 + i % 3) << r.id;
+    EXPECT_EQ(r.num_decode_tokens(), i % 5) << r.id;
+  }
+  std::vector<std::string> want;
+  for (int th = 0; th < kThreads; ++th) {
+    for (int i = 0; i < kPerThread; ++i)
+      want.push_back(absl::StrCat("t", th, "-", i));
+  }
+  EXPECT_THAT(ids, ::testing::UnorderedElementsAreArray(want));
+}
+
+TEST(TraceRecorderTest, ErrorsAreStatuses) {
+  trace::TraceHeader bad = SmallHeader();
+  bad.top_k = 9;
+  EXPECT_FALSE(
+      TraceRecorder::Open(absl::StrCat(::testing::TempDir(), "/bad.jsonl"), bad)
+          .ok());
+  EXPECT_FALSE(
+      TraceRecorder::Open("/nonexistent-dir/x/trace.jsonl", SmallHeader())
+          .ok());
+
+  std::ostringstream out;
+  auto recorder = TraceRecorder::ToStream(&out, SmallHeader());
+  ASSERT_TRUE(recorder.ok());
+  RequestRecording empty(SmallHeader(), "none");
+  EXPECT_FALSE((*recorder)->Append(empty).ok());
+  trace::TraceRequest out_of_range;
+  out_of_range.id = "x";
+  out_of_range.phase = {trace::Phase::kPrefill};
+  out_of_range.experts = {{{0, 7}, {1, 2}}};
+  EXPECT_EQ((*recorder)->Append(out_of_range).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*recorder)->Close().ok());
+  RequestRecording one(SmallHeader(), "late");
+  Iterate(one, 1, 0);
+  EXPECT_EQ((*recorder)->Append(one).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*recorder)->requests(), 0);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,80 @@
+#include "services/moe_cached/daemon_options.h"
+
+#include <cstdlib>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moe::cached {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseDaemonFlagsTest, ModelsNamesAndDefaults) {
+  ::unsetenv("RUNTIME_DIRECTORY");
+  auto o = ParseDaemonFlags({"--model", "/m/mixtral-8x7b/", "--model=small=/m/x", "--policy",
+                             "lru", "--prefetch=off", "--link-gbps", "12.5"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_EQ(o->models.size(), 2u);
+  EXPECT_EQ(o->models[0].name, "mixtral-8x7b");
+  EXPECT_EQ(o->models[0].dir, "/m/mixtral-8x7b/");
+  EXPECT_EQ(o->models[1].name, "small");
+  EXPECT_EQ(o->models[1].dir, "/m/x");
+  EXPECT_EQ(o->policy, "lru");
+  EXPECT_FALSE(o->prefetch);
+  EXPECT_DOUBLE_EQ(o->link_gbps, 12.5);
+  EXPECT_EQ(o->listen, "unix:/tmp/moe-cached.sock");
+  EXPECT_EQ(o->metrics_addr, "127.0.0.1:9464");
+}
+
+TEST(ParseDaemonFlagsTest, RuntimeDirectoryAndEmptyMetrics) {
+  ::setenv("RUNTIME_DIRECTORY", "/run/moe-cached", 1);
+  auto o = ParseDaemonFlags({"--model", "/m/a", "--metrics-addr", ""});
+  ::unsetenv("RUNTIME_DIRECTORY");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->listen, "unix:/run/moe-cached/moe-cached.sock");
+  EXPECT_EQ(o->metrics_addr, "");
+}
+
+TEST(ParseDaemonFlagsTest, RejectsBadInput) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{}, "--model is required"},
+      {{"--model", "/a", "--model", "/b/a"}, "given twice"},
+      {{"--model", "/a", "--cache-experts", "0"}, "--cache-experts"},
+      {{"--model", "/a", "--cache-experts", "x"}, "--cache-experts"},
+      {{"--model", "/a", "--cache-fraction", "1.5"}, "--cache-fraction"},
+      {{"--model", "/a", "--cache-experts", "8", "--cache-bytes", "100"}, "only one of"},
+      {{"--model", "/a", "--prefetch", "maybe"}, "on or off"},
+      {{"--model", "/a", "--link-gbps", "-1"}, "--link-gbps"},
+      {{"--model", "/a", "--bogus", "1"}, "unknown flag --bogus"},
+      {{"--model"}, "needs a value"},
+      {{"--model", "/a", "stray"}, "unexpected argument"},
+  };
+  for (const Case& c : cases) {
+    auto o = ParseDaemonFlags(c.args);
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(o.status().message(), HasSubstr(c.message));
+  }
+}
+
+TEST(ComputeCapacityTest, EachWayAndTheFloor) {
+  // 4 layers x 8 experts of 1000 bytes.
+  EXPECT_EQ(ComputeCapacity({.experts = 12}, "m", 4, 8, 1000).value(), 12);
+  EXPECT_EQ(ComputeCapacity({.experts = 99}, "m", 4, 8, 1000).value(), 32);  // capped
+  EXPECT_EQ(ComputeCapacity({.bytes = 10999}, "m", 4, 8, 1000).value(), 10);
+  EXPECT_EQ(ComputeCapacity({.fraction = 0.25}, "m", 4, 8, 1000).value(), 8);
+  EXPECT_EQ(ComputeCapacity({}, "m", 4, 8, 1000).value(), 16);  // default: half
+  for (CapacitySpec small : {CapacitySpec{.experts = 7}, CapacitySpec{.bytes = 7999},
+                             CapacitySpec{.fraction = 0.2}}) {
+    auto c = ComputeCapacity(small, "mixtral", 4, 8, 1000);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(c.status().message(), HasSubstr("mixtral"));
+    EXPECT_THAT(c.status().message(), HasSubstr("fewer than one layer's 8 experts"));
+  }
+}
+
+}  // namespace
+}  // namespace moe::cached

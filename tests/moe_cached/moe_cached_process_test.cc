@@ -1,0 +1,436 @@
+// moe-cached as a real process: the binary is started on a tiny model in a
+// temp dir and driven through CacheClient (and, for the SIGKILL case, a
+// separate client process).
+#include <signal.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/model_desc.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/cache/synth_trace.h"
+#include "services/moe_cached/cache_client.h"
+#include "moe/v1/expert_cache.grpc.pb.h"
+#include "services/channel/shm_channel.h"
+#include "services/rpc/rpc_util.h"
+#include "tests/moe_cached/daemon_process.h"
+
+namespace moe::cached {
+namespace {
+
+using ::moe::testing::DaemonConfig;
+using ::moe::testing::DaemonProcess;
+using ::moe::testing::ScratchDir;
+using ::testing::HasSubstr;
+
+constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                                  TensorRole::kExpertDown};
+
+class MoeCachedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_dir_ = dir_.Sub("tiny");
+    ASSERT_TRUE(moe::testing::MakeTinyModel(model_dir_).ok());
+    auto desc = ModelDescription::Open(model_dir_);
+    ASSERT_TRUE(desc.ok()) << desc.status();
+    desc_ = std::make_unique<ModelDescription>(std::move(*desc));
+  }
+
+  void StartDaemon(std::vector<std::string> extra, bool metrics = false) {
+    DaemonConfig c;
+    c.models = {model_dir_};
+    c.extra_args = std::move(extra);
+    c.metrics = metrics;
+    absl::Status s = daemon_.Start(c);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+
+  std::unique_ptr<CacheClient> Connect(bool use_shm = true) {
+    CacheClientOptions o;
+    o.address = daemon_.address();
+    o.model = "tiny";
+    o.worker_id = "test";
+    o.use_shm = use_shm;
+    o.timeout = absl::Seconds(20);
+    auto c = CacheClient::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  // Every tensor of the leased expert equals the checkpoint, byte for byte.
+  void ExpectSlotMatches(const CacheClient& client, int layer, const ExpertLease& lease) {
+    ASSERT_EQ(client.layout().size(), 3u);
+    for (int r = 0; r < 3; ++r) {
+      auto view = desc_->Expert(layer, lease.expert, kRoles[r]);
+      ASSERT_TRUE(view.ok());
+      const SlotTensor& t = client.layout()[r];
+      ASSERT_EQ(t.nbytes, view->nbytes);
+      EXPECT_EQ(std::memcmp(lease.data + t.offset, view->data, view->nbytes), 0)
+          << "L" << layer << "/E" << lease.expert << " " << t.role << " in slot " << lease.slot;
+    }
+  }
+
+  int ExitCode(absl::Duration timeout = absl::Seconds(20)) {
+    auto st = daemon_.process().Wait(timeout);
+    if (!st.ok()) return -1000;
+    return WIFEXITED(*st) ? WEXITSTATUS(*st) : -WTERMSIG(*st);
+  }
+
+  ScratchDir dir_;
+  std::string model_dir_;
+  std::unique_ptr<ModelDescription> desc_;
+  DaemonProcess daemon_{dir_};
+};
+
+// Follows a synthetic trace; every leased slot matches the checkpoint when
+// leased and still matches after later layers evicted other experts while
+// it stayed leased (invariants 1 and 2).
+void FollowTrace(CacheClient& client, Transport transport,
+                 const std::function<void(int, const ExpertLease&)>& check, uint64_t* demanded) {
+  trace::SynthOptions so;
+  so.num_layers = client.num_layers();
+  so.num_experts = client.num_experts();
+  so.top_k = client.top_k();
+  so.requests = 3;
+  so.prefill_tokens = 6;
+  so.decode_tokens = 8;
+  so.seed = 5;
+  auto tr = trace::GenerateSyntheticTrace(so);
+  ASSERT_TRUE(tr.ok()) << tr.status();
+  for (const trace::TraceRequest& req : tr->requests) {
+    ASSERT_TRUE(client.BeginRequest(req.id, transport).ok());
+    // Iterations: all prefill tokens together, then one per decode token.
+    std::vector<std::vector<int>> iterations;
+    std::vector<int> prefill;
+    for (int tok = 0; tok < req.num_tokens(); ++tok) {
+      if (req.phase[tok] == trace::Phase::kPrefill) {
+        prefill.push_back(tok);
+      } else {
+        iterations.push_back({tok});
+      }
+    }
+    if (!prefill.empty()) iterations.insert(iterations.begin(), prefill);
+    for (size_t it = 0; it < iterations.size(); ++it) {
+      const bool is_prefill = !prefill.empty() && it == 0;
+      std::vector<ExpertLease> held;  // layer 0's leases, kept over the iteration
+      for (int layer = 0; layer < client.num_layers(); ++layer) {
+        std::map<int, int> counts;
+        for (int tok : iterations[it]) {
+          for (int e : req.experts[tok][layer]) ++counts[e];
+        }
+        std::vector<ExpertRequest> demands;
+        for (auto [e, n] : counts) demands.push_back({e, n});
+        *demanded += demands.size();
+        auto r = client.Acquire(layer, demands, is_prefill, {}, transport);
+        ASSERT_TRUE(r.ok()) << r.status();
+        ASSERT_EQ(r->leases.size(), demands.size());
+        EXPECT_EQ(r->hits + r->misses, static_cast<int>(demands.size()));
+        for (size_t i = 0; i < demands.size(); ++i) {
+          EXPECT_EQ(r->leases[i].expert, demands[i].expert);
+          check(layer, r->leases[i]);
+        }
+        if (layer == 0 && !is_prefill) {
+          held = r->leases;
+        } else {
+          ASSERT_TRUE(client.Release(r->leases, transport).ok());
+        }
+      }
+      for (const ExpertLease& l : held) check(0, l);
+      ASSERT_TRUE(client.Release(held, transport).ok());
+    }
+    ASSERT_TRUE(client.EndRequest(req.id, transport).ok());
+  }
+}
+
+class TraceTest : public MoeCachedTest, public ::testing::WithParamInterface<Transport> {};
+
+TEST_P(TraceTest, SlotsMatchCheckpointByteForByte) {
+  StartDaemon({"--cache-experts", "12", "--policy", "lru", "--prefetch", "on"});
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->num_layers(), 4);
+  EXPECT_EQ(client->num_experts(), 8);
+  EXPECT_EQ(client->slot_count(), 12u);
+  EXPECT_TRUE(client->shm_enabled());
+  uint64_t demanded = 0;
+  FollowTrace(
+      *client, GetParam(),
+      [&](int layer, const ExpertLease& l) { ExpectSlotMatches(*client, layer, l); }, &demanded);
+  auto stats = client->GetStats("tiny");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->models_size(), 1);
+  const auto& m = stats->models(0);
+  EXPECT_EQ(m.hits() + m.misses(), demanded);
+  EXPECT_GT(m.misses(), 0u);
+  EXPECT_GT(m.hits(), 0u);
+  EXPECT_EQ(m.leases_held(), 0u);
+  EXPECT_EQ(m.sessions(), 1u);
+  EXPECT_LE(m.resident_experts(), 12u);
+  EXPECT_EQ(m.capacity_experts(), 12u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TraceTest,
+                         ::testing::Values(Transport::kShm, Transport::kGrpc));
+
+TEST_F(MoeCachedTest, BadInputFromTheWireIsInvalidArgument) {
+  StartDaemon({"--cache-experts", "8"});
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (Transport t : {Transport::kShm, Transport::kGrpc}) {
+    using V = std::vector<ExpertRequest>;
+    std::vector<std::pair<int, V>> bad = {
+        {-1, V{{0, 1}}}, {4, V{{0, 1}}},          {0, V{{8, 1}}}, {0, V{{-1, 1}}},
+        {0, V{{1, 1}, {1, 2}}}, {0, V{{0, 0}}}, {0, V{}}};
+    for (const auto& [layer, demands] : bad) {
+      auto r = client->Acquire(layer, demands, false, {}, t);
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+          << "layer " << layer << ": " << r.status();
+    }
+    auto hint = client->Acquire(0, V{{0, 1}}, false, {{9, 0, 0.5f}}, t);
+    EXPECT_EQ(hint.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // A lease that was never granted.
+  ExpertLease bogus{0, 1000, 1, nullptr};
+  EXPECT_EQ(client->Release({bogus}, Transport::kGrpc).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Still serving, and good calls work on both transports.
+  for (Transport t : {Transport::kShm, Transport::kGrpc}) {
+    auto r = client->Acquire(2, std::vector<ExpertRequest>{{3, 2}}, false, {}, t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectSlotMatches(*client, 2, r->leases[0]);
+    EXPECT_TRUE(client->Release(r->leases, t).ok());
+  }
+  CacheClientOptions o;
+  o.address = daemon_.address();
+  o.model = "no-such-model";
+  auto other = CacheClient::Connect(o);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(other.status().message(), HasSubstr("tiny"));
+}
+
+TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
+  // Exactly one layer's experts: while the holder leases all 8 slots, no
+  // other expert can be loaded.
+  StartDaemon({"--cache-experts", "8"});
+  moe::testing::ChildProcess holder;
+  ASSERT_TRUE(holder
+                  .Spawn(moe::testing::LeaseHolderBinary(), {daemon_.address(), "tiny", "0"},
+                         dir_.Sub("holder.stderr"))
+                  .ok());
+  auto line = holder.ReadLine(absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_EQ(*line, "HELD 8");
+
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::vector<ExpertRequest> layer1;
+  for (int e = 0; e < 8; ++e) layer1.push_back({e, 1});
+  auto blocked = client->Acquire(1, layer1, false);
+  EXPECT_EQ(blocked.status().code(), absl::StatusCode::kResourceExhausted) << blocked.status();
+  auto stats = client->GetStats("tiny");
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->models(0).sessions(), 2u);
+  EXPECT_EQ(stats->models(0).leases_held(), 8u);
+
+  ASSERT_TRUE(holder.Signal(SIGKILL).ok());
+  ASSERT_TRUE(holder.Wait(absl::Seconds(10)).ok());
+  // The daemon notices within its peer poll interval; wait for it.
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  uint32_t sessions = 2;
+  while (absl::Now() < deadline) {
+    auto s = client->GetStats("tiny");
+    ASSERT_TRUE(s.ok());
+    sessions = s->models(0).sessions();
+    if (sessions == 1) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(sessions, 1u);
+  auto r = client->Acquire(1, layer1, false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const ExpertLease& l : r->leases) ExpectSlotMatches(*client, 1, l);
+  EXPECT_THAT(daemon_.stderr_text(), HasSubstr("reclaimed 8 leases"));
+}
+
+TEST_F(MoeCachedTest, TooSmallCapacityIsRefused) {
+  for (std::vector<std::string> flags :
+       {std::vector<std::string>{"--cache-experts", "7"},
+        std::vector<std::string>{"--cache-fraction", "0.1"}}) {
+    DaemonProcess d(dir_);
+    DaemonConfig c;
+    c.models = {"tiny=" + model_dir_};
+    c.extra_args = flags;
+    absl::Status s = d.Start(c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    auto st = d.process().Wait(absl::Seconds(10));
+    ASSERT_TRUE(st.ok());
+    EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) != 0);
+    EXPECT_THAT(d.stderr_text(), HasSubstr("fewer than one layer's 8 experts")) << flags[0];
+  }
+}
+
+TEST_F(MoeCachedTest, MetricsSeenThroughARealScrape) {
+  StartDaemon({"--cache-experts", "16", "--prefetch", "off"}, /*metrics=*/true);
+  auto port = daemon_.MetricsPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::vector<ExpertRequest> two = {{0, 3}, {5, 1}};
+  for (int round = 0; round < 2; ++round) {  // two misses, then two hits
+    auto r = client->Acquire(0, two, false);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->misses, round == 0 ? 2 : 0);
+    EXPECT_EQ(r->hits, round == 0 ? 0 : 2);
+    ASSERT_TRUE(client->Release(r->leases).ok());
+  }
+  // GetStats syncs the counters (a release over shm is posted, not awaited).
+  ASSERT_TRUE(client->GetStats().ok());
+  auto body = moe::testing::HttpGet(*port, "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  const std::string l = "{model=\"tiny\"}";
+  EXPECT_EQ(moe::testing::MetricValue(*body, "moe_cache_hits_total" + l).value_or(-1), 2);
+  EXPECT_EQ(moe::testing::MetricValue(*body, "moe_cache_misses_total" + l).value_or(-1), 2);
+  EXPECT_EQ(moe::testing::MetricValue(*body, "moe_cache_capacity_experts" + l).value_or(-1), 16);
+  EXPECT_EQ(moe::testing::MetricValue(*body, "moe_cache_resident_experts" + l).value_or(-1), 2);
+  EXPECT_EQ(moe::testing::MetricValue(*body, "moe_cache_bytes_copied_total" + l).value_or(-1),
+            2.0 * client->slot_bytes());
+  EXPECT_EQ(moe::testing::MetricValue(*body, "moe_cache_acquire_seconds_count" + l).value_or(-1),
+            2);
+  for (const char* name : {"moe_cache_prefetch_issued_total", "moe_cache_prefetch_used_total",
+                           "moe_cache_prefetch_wasted_total", "moe_cache_stall_seconds_total",
+                           "moe_eamc_entries"}) {
+    EXPECT_TRUE(moe::testing::MetricValue(*body, name + l).ok()) << name;
+  }
+}
+
+TEST_F(MoeCachedTest, SigtermDrainsPersistsAndExitsZero) {
+  const std::string state = dir_.Sub("state");
+  StartDaemon({"--cache-experts", "8", "--state-dir", state, "--policy", "moe-infinity"});
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->BeginRequest("r1").ok());
+  for (int layer = 0; layer < 4; ++layer) {
+    auto r = client->Acquire(layer, std::vector<ExpertRequest>{{layer, 1}, {7, 2}}, false);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(client->Release(r->leases).ok());
+  }
+  ASSERT_TRUE(client->EndRequest("r1").ok());
+  ASSERT_TRUE(std::filesystem::exists(daemon_.socket_path()));
+  ASSERT_TRUE(daemon_.process().Signal(SIGTERM).ok());
+  EXPECT_EQ(ExitCode(), 0) << daemon_.stderr_text();
+  EXPECT_FALSE(std::filesystem::exists(daemon_.socket_path()));
+  EXPECT_TRUE(std::filesystem::exists(state + "/tiny.eamc")) << daemon_.stderr_text();
+  // The client's channel was closed: UNAVAILABLE, not a hang.
+  auto after = client->Acquire(0, std::vector<ExpertRequest>{{0, 1}}, false);
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
+
+  // A restart loads the persisted state.
+  DaemonProcess again(dir_);
+  DaemonConfig c;
+  c.models = {model_dir_};
+  c.extra_args = {"--cache-experts", "8", "--state-dir", state, "--policy", "moe-infinity"};
+  ASSERT_TRUE(again.Start(c).ok()) << again.stderr_text();
+  EXPECT_THAT(again.stderr_text(), HasSubstr("EAMC entries from"));
+  ASSERT_TRUE(again.process().Signal(SIGTERM).ok());
+  auto st = again.process().Wait(absl::Seconds(20));
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0);
+}
+
+TEST_F(MoeCachedTest, DaemonDeathIsUnavailableNotAHang) {
+  StartDaemon({"--cache-experts", "8"});
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Acquire(0, std::vector<ExpertRequest>{{1, 1}}, false).ok());
+  ASSERT_TRUE(daemon_.process().Signal(SIGKILL).ok());
+  ASSERT_TRUE(daemon_.process().Wait(absl::Seconds(10)).ok());
+  absl::Time start = absl::Now();
+  auto r = client->Acquire(1, std::vector<ExpertRequest>{{1, 1}}, false);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+
+// A hostile or buggy worker writing the channel directly: malformed messages
+// get error replies, a corrupt ring ends the session (leases reclaimed), and
+// the shared-memory objects are private to the user (mode 0600).
+TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
+  StartDaemon({"--cache-experts", "8"});
+  auto stub = moe::v1::ExpertCache::NewStub(
+      rpc::MakeChannel(*rpc::ParseListenAddress(daemon_.address())));
+  moe::v1::AttachRequest areq;
+  areq.set_model("tiny");
+  areq.set_pid(::getpid());
+  moe::v1::AttachResponse aresp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Attach(&ctx, areq, &aresp).ok());
+  }
+  for (const std::string& name : {aresp.shm_name(), aresp.channel_name()}) {
+    struct stat st;
+    ASSERT_EQ(::stat(("/dev/shm" + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
+    EXPECT_GE(name.size(), 32u) << name;  // carries 128 random bits
+  }
+  int fd = ::shm_open(aresp.channel_name().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  const size_t bytes = channel::ChannelBytes();
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(mem, MAP_FAILED);
+  channel::ChannelClient ch(mem);
+  auto req = std::make_unique<channel::RequestMsg>();
+  auto reply = std::make_unique<channel::ResponseMsg>();
+  std::memset(req.get(), 0, sizeof(*req));
+  req->type = static_cast<uint32_t>(channel::MsgType::kAcquire);
+  req->layer = 9;
+  req->count = 1;
+  EXPECT_EQ(ch.Call(*req, reply.get(), absl::Seconds(10)).code(),
+            absl::StatusCode::kInvalidArgument);
+  req->layer = 0;
+  req->count = 2;
+  req->demands[0] = {3, 1};
+  req->demands[1] = {3, 1};  // duplicate
+  EXPECT_EQ(ch.Call(*req, reply.get(), absl::Seconds(10)).code(),
+            absl::StatusCode::kInvalidArgument);
+  req->type = 77;  // unknown
+  EXPECT_EQ(ch.Call(*req, reply.get(), absl::Seconds(10)).code(),
+            absl::StatusCode::kInvalidArgument);
+  req->type = static_cast<uint32_t>(channel::MsgType::kAcquire);
+  req->count = 1;
+  ASSERT_TRUE(ch.Call(*req, reply.get(), absl::Seconds(10)).ok());  // holds one lease
+  // Scribble over the cache lines after the header (the request ring's
+  // head, tail and wait flags) with values far apart.
+  auto* words = static_cast<uint32_t*>(mem);
+  for (uint32_t i = 16; i < 64; ++i) words[i] = 0x9e3779b9u * i;
+  auto stats = [&]() {
+    moe::v1::GetStatsRequest r;
+    moe::v1::GetStatsResponse out;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub->GetStats(&ctx, r, &out).ok());
+    return out.models(0);
+  };
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (stats().sessions() != 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(stats().sessions(), 0u);
+  EXPECT_THAT(daemon_.stderr_text(), HasSubstr("reclaimed 1 leases"));
+  ::munmap(mem, bytes);
+  // The daemon still serves others.
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_TRUE(client->Acquire(0, std::vector<ExpertRequest>{{3, 1}}, false).ok());
+}
+
+}  // namespace
+}  // namespace moe::cached

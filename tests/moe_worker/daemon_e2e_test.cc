@@ -1,0 +1,174 @@
+// moe-worker serving through the real moe-cached (--cache unix:PATH): the
+// same tokens as with every expert in memory for any cache capacity
+// (design invariant 4), misses reported in usage, UNAVAILABLE while the
+// daemon is gone and service again once it is back.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/moe_worker/worker_process.h"
+#include "tests/moe_worker/worker_test_util.h"
+
+namespace moe::worker {
+namespace {
+
+using testing::CachedBinary;
+using testing::WorkerProcess;
+
+class DaemonE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::MakeTinyModel(dir_.Sub("tiny"));
+    cache_sock_ = "unix:" + dir_.Sub("c.sock");
+    worker_sock_ = "unix:" + dir_.Sub("w.sock");
+  }
+
+  void StartDaemon(WorkerProcess& p, int experts, const std::string& policy,
+                   const std::string& log) {
+    ASSERT_TRUE(p.Spawn({"--model", dir_.Sub("tiny"), "--listen", cache_sock_,
+                         "--metrics-addr", "", "--cache-experts",
+                         std::to_string(experts), "--policy", policy},
+                        dir_.Sub(log), CachedBinary()));
+    ASSERT_TRUE(p.WaitServing(cache_sock_)) << p.Log();
+  }
+
+  void StartWorker() {
+    ASSERT_TRUE(worker_.Spawn({"--model", dir_.Sub("tiny"), "--listen",
+                               worker_sock_, "--backend", "cpu",
+                               "--metrics-addr", "", "--cache", cache_sock_},
+                              dir_.Sub("worker.log")));
+    ASSERT_TRUE(worker_.WaitServing(worker_sock_)) << worker_.Log();
+    auto a = rpc::ParseListenAddress(worker_sock_);
+    stub_ = v1::Inference::NewStub(rpc::MakeChannel(*a));
+  }
+
+  grpc::Status Call(std::vector<v1::GenerateResponse>* out, int n = 12) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(60));
+    v1::GenerateRequest r;
+    for (int32_t id : {11, 22, 33, 44, 55}) r.add_prompt_token_ids(id);
+    r.set_max_new_tokens(n);
+    r.set_ignore_eos(true);
+    auto reader = stub_->Generate(&ctx, r);
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) out->push_back(resp);
+    return reader->Finish();
+  }
+
+  std::vector<int32_t> Reference(int n = 12) {
+    auto backend = CreateBackend("cpu");
+    auto model = MoeModel::Load(dir_.Sub("tiny"), backend->get());
+    EXPECT_TRUE(model.ok());
+    GenerateOptions o;
+    o.prompt = {11, 22, 33, 44, 55};
+    o.max_new_tokens = n;
+    o.stop_at_eos = false;
+    return testing::ReferenceTokens(**model, o);
+  }
+
+  moe::testing::TempDir dir_;
+  std::string cache_sock_, worker_sock_;
+  WorkerProcess worker_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+TEST_F(DaemonE2eTest, MinimumCapacityGivesTheInMemoryTokens) {
+  WorkerProcess daemon;
+  StartDaemon(daemon, /*experts=*/8, "lru", "cached.log");  // one layer
+  StartWorker();
+  std::vector<v1::GenerateResponse> rs;
+  grpc::Status s = Call(&rs);
+  ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
+  std::vector<int32_t> tokens;
+  for (const auto& r : rs) tokens.push_back(r.token_id());
+  EXPECT_EQ(tokens, Reference());
+  ASSERT_FALSE(rs.empty());
+  const v1::Usage& usage = rs.back().usage();
+  EXPECT_GT(usage.expert_misses(), 0);
+
+  // moectl stats sees the daemon's side of the same request.
+  const std::string cmd = std::string(MOE_BINARY_DIR) +
+                          "/bin/moectl stats --json --cache " + cache_sock_;
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0) << out;
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  ASSERT_EQ(j["cache"].size(), 1u) << out;
+  const auto& m = j["cache"][0];
+  EXPECT_EQ(m["policy"], "lru");
+  EXPECT_EQ(m["capacity_experts"], 8);
+  EXPECT_EQ(m["hits"].get<int64_t>() + m["misses"].get<int64_t>(),
+            usage.expert_hits() + usage.expert_misses());
+}
+
+TEST_F(DaemonE2eTest, DaemonGoneIsUnavailableAndWorkerReattaches) {
+  auto daemon = std::make_unique<WorkerProcess>();
+  StartDaemon(*daemon, 32, "lru", "cached1.log");
+  StartWorker();
+  std::vector<v1::GenerateResponse> rs;
+  ASSERT_TRUE(Call(&rs, 4).ok()) << worker_.Log();
+  daemon->Signal(SIGKILL);
+  daemon->Wait();
+  rs.clear();
+  grpc::Status gone = Call(&rs, 4);
+  EXPECT_EQ(gone.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << gone.error_message();
+  daemon = std::make_unique<WorkerProcess>();
+  StartDaemon(*daemon, 32, "lru", "cached2.log");
+  rs.clear();
+  grpc::Status back = Call(&rs, 12);
+  ASSERT_TRUE(back.ok()) << back.error_message() << "\n" << worker_.Log();
+  std::vector<int32_t> tokens;
+  for (const auto& r : rs) tokens.push_back(r.token_id());
+  EXPECT_EQ(tokens, Reference());
+}
+
+}  // namespace
+}  // namespace moe::worker
+
+namespace moe::worker {
+namespace {
+
+// Design invariant 4 end to end: for every policy and a minimum, a middle
+// and an everything-fits capacity, the worker streams the in-memory tokens.
+class PolicyCapacityTest : public DaemonE2eTest,
+                           public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(PolicyCapacityTest, TokensDoNotDependOnTheCache) {
+  const std::vector<int32_t> expected = Reference(16);
+  for (int experts : {8, 20, 32}) {  // tiny mixtral: 4 layers x 8 experts
+    SCOPED_TRACE(::testing::Message() << GetParam() << " capacity " << experts);
+    WorkerProcess daemon;
+    StartDaemon(daemon, experts, GetParam(),
+                std::string("cached-") + std::to_string(experts) + ".log");
+    StartWorker();
+    std::vector<v1::GenerateResponse> rs;
+    grpc::Status s = Call(&rs, 16);
+    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
+    std::vector<int32_t> tokens;
+    for (const auto& r : rs) tokens.push_back(r.token_id());
+    EXPECT_EQ(tokens, expected);
+    worker_.Signal(SIGTERM);
+    EXPECT_EQ(worker_.Wait(), 0);
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyCapacityTest,
+                         ::testing::Values("lru", "lfu", "lru-layer",
+                                           "minvisit", "expertflow",
+                                           "moe-infinity",
+                                           "moe-infinity-paper"));
+
+}  // namespace
+}  // namespace moe::worker

@@ -1,0 +1,318 @@
+#include "services/moe_worker/generation_runner.h"
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/engine/tokenizer.h"
+#include "tests/moe_worker/worker_test_util.h"
+
+namespace moe::worker {
+namespace {
+
+using testing::MakeTinyModel;
+using testing::RecordingSink;
+using testing::ReferenceTokens;
+
+// Blocks every Acquire until Open(); lets a test hold a request inside the
+// engine deterministically.
+class GatedProvider : public ExpertProvider {
+ public:
+  explicit GatedProvider(ExpertProvider* inner) : inner_(inner) {}
+  absl::StatusOr<ExpertLease> Acquire(int layer,
+                                      absl::Span<const ExpertDemand> demands,
+                                      bool prefill) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return open_; });
+    lock.unlock();
+    return inner_->Acquire(layer, demands, prefill);
+  }
+  void Release(ExpertLease& lease) override { inner_->Release(lease); }
+  void WaitEntered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return entered_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  ExpertProvider* inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool open_ = false;
+};
+
+// The daemon went away.
+class GoneProvider : public ExpertProvider {
+ public:
+  absl::StatusOr<ExpertLease> Acquire(int, absl::Span<const ExpertDemand>,
+                                      bool) override {
+    return absl::UnavailableError("moe-cached went away");
+  }
+  void Release(ExpertLease&) override {}
+};
+
+class GenerationRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeTinyModel(dir_.path());
+    auto backend = CreateBackend("cpu");
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = std::move(*backend);
+    auto model = MoeModel::Load(dir_.path(), backend_.get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    auto tok = Tokenizer::FromFile(dir_.path() + "/tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = std::move(*tok);
+    auto provider = InMemoryExpertProvider::Create(*model_);
+    ASSERT_TRUE(provider.ok());
+    provider_ = std::move(*provider);
+  }
+
+  std::unique_ptr<GenerationRunner> MakeRunner(ExpertProvider* provider,
+                                               RunnerOptions options = {}) {
+    auto runner = std::make_unique<GenerationRunner>(
+        *model_, provider, tokenizer_.get(), &metrics_, options);
+    EXPECT_TRUE(runner->Start().ok());
+    return runner;
+  }
+
+  static v1::GenerateRequest IdsRequest(std::vector<int32_t> ids, int n) {
+    v1::GenerateRequest r;
+    for (int32_t id : ids) r.add_prompt_token_ids(id);
+    r.set_max_new_tokens(n);
+    r.set_ignore_eos(true);
+    return r;
+  }
+
+  moe::testing::TempDir dir_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<MoeModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<InMemoryExpertProvider> provider_;
+  WorkerMetrics metrics_;
+};
+
+TEST_F(GenerationRunnerTest, GreedyTokensEqualInProcessGenerate) {
+  auto runner = MakeRunner(provider_.get());
+  v1::GenerateRequest request = IdsRequest({5, 17, 300, 42}, 12);
+  request.set_top_logprobs(3);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(request, absl::InfiniteFuture(), sink).ok());
+  ASSERT_TRUE(sink->Wait().ok());
+
+  GenerateOptions ref;
+  ref.prompt = {5, 17, 300, 42};
+  ref.max_new_tokens = 12;
+  ref.stop_at_eos = false;
+  EXPECT_EQ(sink->tokens(), ReferenceTokens(*model_, ref));
+  std::vector<v1::GenerateResponse> rs = sink->responses();
+  ASSERT_EQ(rs.size(), 12u);
+  for (size_t i = 0; i + 1 < rs.size(); ++i) {
+    EXPECT_EQ(rs[i].finish_reason(), "");
+    EXPECT_FALSE(rs[i].has_usage());
+    EXPECT_EQ(rs[i].top_logprobs_size(), 3);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(rs[i].top_logprobs(0).token_id(), rs[i].token_id());
+  }
+  const v1::GenerateResponse& last = rs.back();
+  EXPECT_EQ(last.finish_reason(), "length");
+  EXPECT_EQ(last.usage().prompt_tokens(), 4);
+  EXPECT_EQ(last.usage().generated_tokens(), 12);
+  EXPECT_GT(last.usage().time_to_first_token_seconds(), 0);
+  EXPECT_GT(last.usage().time_per_output_token_seconds(), 0);
+  // Every MoE layer of every iteration acquired top_k experts or fewer.
+  EXPECT_GT(last.usage().expert_hits(), 0);
+  EXPECT_EQ(last.usage().expert_misses(), 0);
+}
+
+TEST_F(GenerationRunnerTest, TextPromptStreamsValidTextMatchingDecode) {
+  auto runner = MakeRunner(provider_.get());
+  v1::GenerateRequest request;
+  request.set_prompt("hello world");
+  request.set_max_new_tokens(10);
+  request.set_ignore_eos(true);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(request, absl::InfiniteFuture(), sink).ok());
+  ASSERT_TRUE(sink->Wait().ok());
+  std::string streamed;
+  for (const auto& r : sink->responses()) streamed += r.text();
+  StreamDecoder whole(*tokenizer_, /*skip_special=*/true);
+  std::string expected;
+  for (int32_t id : sink->tokens()) expected += whole.Push(id);
+  expected += whole.Flush();
+  EXPECT_EQ(streamed, expected);
+  EXPECT_EQ(sink->responses().back().usage().prompt_tokens(),
+            static_cast<int>(tokenizer_->Encode("hello world", true).size()));
+}
+
+TEST_F(GenerationRunnerTest, StopTokenEndsWithStopReason) {
+  auto runner = MakeRunner(provider_.get());
+  GenerateOptions ref;
+  ref.prompt = {1, 2, 3};
+  ref.max_new_tokens = 8;
+  ref.stop_at_eos = false;
+  std::vector<int32_t> expected = ReferenceTokens(*model_, ref);
+  v1::GenerateRequest request = IdsRequest({1, 2, 3}, 8);
+  request.add_stop_token_ids(expected[2]);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(request, absl::InfiniteFuture(), sink).ok());
+  ASSERT_TRUE(sink->Wait().ok());
+  std::vector<int32_t> got = sink->tokens();
+  const size_t first_stop =
+      std::find(expected.begin(), expected.end(), expected[2]) -
+      expected.begin();
+  EXPECT_EQ(got, std::vector<int32_t>(expected.begin(),
+                                      expected.begin() + first_stop + 1));
+  EXPECT_EQ(sink->responses().back().finish_reason(), "stop");
+  EXPECT_EQ(sink->responses().back().usage().generated_tokens(),
+            static_cast<int>(got.size()));
+}
+
+TEST_F(GenerationRunnerTest, BadRequestsAreInvalidArgument) {
+  RunnerOptions options;
+  options.max_prompt_tokens = 8;
+  auto runner = MakeRunner(provider_.get(), options);
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<std::pair<std::string, v1::GenerateRequest>> cases;
+  cases.push_back({"empty", IdsRequest({}, 4)});
+  cases.push_back({"id too big", IdsRequest({1, static_cast<int32_t>(vocab)}, 4)});
+  cases.push_back({"negative id", IdsRequest({-1}, 4)});
+  cases.push_back({"zero tokens", IdsRequest({1}, 0)});
+  cases.push_back({"negative tokens", IdsRequest({1}, -3)});
+  cases.push_back({"absurd tokens", IdsRequest({1}, 1 << 30)});
+  cases.push_back({"over context", IdsRequest({1}, 4096)});
+  cases.push_back({"over max prompt", IdsRequest({1, 2, 3, 4, 5, 6, 7, 8, 9}, 4)});
+  v1::GenerateRequest r = IdsRequest({1}, 4);
+  r.set_temperature(-1);
+  cases.push_back({"temperature", r});
+  r = IdsRequest({1}, 4);
+  r.set_top_p(1.5);
+  cases.push_back({"top_p", r});
+  r = IdsRequest({1}, 4);
+  r.set_top_logprobs(21);
+  cases.push_back({"top_logprobs", r});
+  r = IdsRequest({1}, 4);
+  r.add_stop_token_ids(-2);
+  cases.push_back({"stop id", r});
+  for (const auto& [name, request] : cases) {
+    auto sink = std::make_shared<RecordingSink>();
+    absl::Status s = runner->Submit(request, absl::InfiniteFuture(), sink);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name << ": " << s;
+    EXPECT_EQ(sink->finishes(), 0) << name;
+  }
+}
+
+TEST_F(GenerationRunnerTest, QueueOverflowIsResourceExhausted) {
+  GatedProvider gated(provider_.get());
+  RunnerOptions options;
+  options.max_queue = 1;
+  auto runner = MakeRunner(&gated, options);
+  auto running = std::make_shared<RecordingSink>();
+  auto queued = std::make_shared<RecordingSink>();
+  auto refused = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 3), absl::InfiniteFuture(),
+                             running).ok());
+  gated.WaitEntered();  // the first request holds the engine
+  ASSERT_TRUE(runner->Submit(IdsRequest({3, 4}, 3), absl::InfiniteFuture(),
+                             queued).ok());
+  EXPECT_EQ(runner->queued(), 1);
+  absl::Status s =
+      runner->Submit(IdsRequest({5}, 3), absl::InfiniteFuture(), refused);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  gated.Open();
+  EXPECT_TRUE(running->Wait().ok());
+  EXPECT_TRUE(queued->Wait().ok());
+  EXPECT_EQ(running->tokens().size(), 3u);
+  EXPECT_EQ(queued->tokens().size(), 3u);
+  EXPECT_EQ(refused->finishes(), 0);
+}
+
+TEST_F(GenerationRunnerTest, ZeroQueueRunsOneAndRefusesTheNext) {
+  GatedProvider gated(provider_.get());
+  RunnerOptions options;
+  options.max_queue = 0;
+  auto runner = MakeRunner(&gated, options);
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 2), absl::InfiniteFuture(),
+                             running).ok());
+  gated.WaitEntered();
+  auto refused = std::make_shared<RecordingSink>();
+  EXPECT_EQ(runner->Submit(IdsRequest({3}, 2), absl::InfiniteFuture(), refused)
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  gated.Open();
+  EXPECT_TRUE(running->Wait().ok());
+}
+
+TEST_F(GenerationRunnerTest, CancelledClientStopsGeneration) {
+  auto runner = MakeRunner(provider_.get());
+  auto sink = std::make_shared<RecordingSink>(/*cancel_after=*/2);
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 50), absl::InfiniteFuture(),
+                             sink).ok());
+  EXPECT_EQ(sink->Wait().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(sink->tokens().size(), 2u);
+  // The engine is free again.
+  auto next = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 2), absl::InfiniteFuture(),
+                             next).ok());
+  EXPECT_TRUE(next->Wait().ok());
+}
+
+TEST_F(GenerationRunnerTest, PassedDeadlineIsDeadlineExceeded) {
+  auto runner = MakeRunner(provider_.get());
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 5),
+                             absl::Now() - absl::Seconds(1), sink).ok());
+  EXPECT_EQ(sink->Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(sink->tokens().empty());
+}
+
+TEST_F(GenerationRunnerTest, ProviderGoneIsUnavailable) {
+  GoneProvider gone;
+  auto runner = MakeRunner(&gone);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 5), absl::InfiniteFuture(),
+                             sink).ok());
+  absl::Status s = sink->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("went away"));
+}
+
+TEST_F(GenerationRunnerTest, StopFailsQueuedAndCancelsRunning) {
+  GatedProvider gated(provider_.get());
+  auto runner = MakeRunner(&gated);
+  auto running = std::make_shared<RecordingSink>();
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 40), absl::InfiniteFuture(),
+                             running).ok());
+  gated.WaitEntered();
+  ASSERT_TRUE(runner->Submit(IdsRequest({3}, 3), absl::InfiniteFuture(),
+                             queued).ok());
+  std::thread stopper([&] { runner->Stop(absl::ZeroDuration()); });
+  EXPECT_EQ(queued->Wait().code(), absl::StatusCode::kUnavailable);
+  gated.Open();
+  stopper.join();
+  // Zero grace: cancelled after its first token.
+  EXPECT_EQ(running->Wait().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(running->tokens().size(), 1u);
+  auto late = std::make_shared<RecordingSink>();
+  EXPECT_EQ(runner->Submit(IdsRequest({1}, 1), absl::InfiniteFuture(), late)
+                .code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace moe::worker

@@ -1,0 +1,74 @@
+#include "services/moe_worker/worker_flags.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moe::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(WorkerFlagsTest, DefaultsAreSafe) {
+  auto f = ParseWorkerFlags({"--model", "/m"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.model_dir, "/m");
+  EXPECT_TRUE(f->options.listen.empty());  // the worker uses kDefaultListen
+  EXPECT_EQ(std::string(kDefaultListen).rfind("unix:", 0), 0u);
+  EXPECT_EQ(f->options.cache, "none");
+  EXPECT_EQ(f->options.metrics_addr, kDefaultMetricsAddr);
+  EXPECT_EQ(f->options.backend, "auto");
+  EXPECT_FALSE(f->help);
+}
+
+TEST(WorkerFlagsTest, ListenRepeatsAndValuesParse) {
+  auto f = ParseWorkerFlags(
+      {"--model=/m", "--listen", "unix:/tmp/a.sock", "--listen=127.0.0.1:0",
+       "--backend", "cpu", "--max-queue", "3", "--max-prompt-tokens=100",
+       "--metrics-addr=", "--cache", "unix:/tmp/c.sock", "--cache-model", "x",
+       "--record-trace", "/tmp/t", "--shutdown-grace-s", "2", "--port-file",
+       "/tmp/p"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_THAT(f->options.listen,
+              ElementsAre("unix:/tmp/a.sock", "127.0.0.1:0"));
+  EXPECT_EQ(f->options.backend, "cpu");
+  EXPECT_EQ(f->options.runner.max_queue, 3);
+  EXPECT_EQ(f->options.runner.max_prompt_tokens, 100);
+  EXPECT_EQ(f->options.metrics_addr, "");
+  EXPECT_EQ(f->options.cache, "unix:/tmp/c.sock");
+  EXPECT_EQ(f->options.cache_model, "x");
+  EXPECT_EQ(f->options.record_trace, "/tmp/t");
+  EXPECT_EQ(f->options.shutdown_grace, absl::Seconds(2));
+  EXPECT_EQ(f->options.port_file, "/tmp/p");
+}
+
+TEST(WorkerFlagsTest, BadFlagsAreNamed) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"--bogus", "1"}, "unknown flag --bogus"},
+      {{"--model", "/a", "--model", "/b"}, "--model given more than once"},
+      {{"--max-queue", "many"}, "--max-queue"},
+      {{"--backend", "tpu"}, "--backend"},
+      {{"--model"}, "--model needs a value"},
+      {{"stray"}, "unexpected argument 'stray'"},
+      {{"--shutdown-grace-s", "-1"}, "--shutdown-grace-s"},
+  };
+  for (const Case& c : cases) {
+    auto f = ParseWorkerFlags(c.args);
+    ASSERT_FALSE(f.ok()) << c.message;
+    EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(f.status().message()), HasSubstr(c.message));
+  }
+}
+
+TEST(WorkerFlagsTest, HelpIsRecognised) {
+  auto f = ParseWorkerFlags({"--help"});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(f->help);
+  EXPECT_THAT(WorkerUsage(), HasSubstr("--max-queue"));
+}
+
+}  // namespace
+}  // namespace moe::worker

@@ -1,0 +1,99 @@
+// Helpers for the moe-worker tests: a tiny model on disk, the in-process
+// reference generation, and a ResponseSink that records what it gets.
+#ifndef MOECACHE_TESTS_MOE_WORKER_WORKER_TEST_UTIL_H_
+#define MOECACHE_TESTS_MOE_WORKER_WORKER_TEST_UTIL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/model_maker.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "services/engine/generator.h"
+#include "services/engine/in_memory_provider.h"
+#include "services/engine/moe_model.h"
+#include "services/moe_worker/generation_runner.h"
+#include "tests/common/test_util.h"
+
+namespace moe::worker::testing {
+
+// Writes the tiny mixtral preset (seed 11) into `dir`.
+inline void MakeTinyModel(const std::string& dir) {
+  MakeModelOptions o = TinyPreset(ModelFamily::kMixtral);
+  o.seed = 11;
+  absl::Status s = MakeModel(o, dir);
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+// Tokens Generate() gives in-process with every expert in memory.
+inline std::vector<int32_t> ReferenceTokens(const MoeModel& model,
+                                            const GenerateOptions& options) {
+  auto provider = InMemoryExpertProvider::Create(model);
+  EXPECT_TRUE(provider.ok());
+  std::vector<int32_t> tokens;
+  auto summary = Generate(model, provider->get(), options,
+                          [&](const SampledToken& t) {
+                            tokens.push_back(t.token);
+                            return true;
+                          });
+  EXPECT_TRUE(summary.ok()) << summary.status();
+  return tokens;
+}
+
+// Records responses; Wait() blocks until Finish. Can cancel itself after
+// `cancel_after` responses.
+class RecordingSink : public ResponseSink {
+ public:
+  explicit RecordingSink(int cancel_after = -1) : cancel_after_(cancel_after) {}
+
+  void Write(v1::GenerateResponse response) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    responses_.push_back(std::move(response));
+    if (cancel_after_ >= 0 &&
+        static_cast<int>(responses_.size()) >= cancel_after_) {
+      cancelled_ = true;
+    }
+  }
+  void Finish(const absl::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++finishes_;
+    status_ = status;
+    cv_.notify_all();
+  }
+  bool Cancelled() const override { return cancelled_.load(); }
+
+  absl::Status Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return finishes_ > 0; });
+    return status_;
+  }
+  std::vector<v1::GenerateResponse> responses() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return responses_;
+  }
+  std::vector<int32_t> tokens() {
+    std::vector<int32_t> out;
+    for (const auto& r : responses()) out.push_back(r.token_id());
+    return out;
+  }
+  int finishes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finishes_;
+  }
+
+ private:
+  const int cancel_after_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<v1::GenerateResponse> responses_;
+  int finishes_ = 0;
+  absl::Status status_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace moe::worker::testing
+
+#endif  // MOECACHE_TESTS_MOE_WORKER_WORKER_TEST_UTIL_H_
