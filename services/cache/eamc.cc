@@ -64,11 +64,13 @@ bool Better(const EamcMatch& a, const EamcMatch& b) {
   return a.cosine != b.cosine ? a.cosine > b.cosine : a.index < b.index;
 }
 
-std::vector<SparseEntry> PruneEntries(std::vector<SparseEntry> entries, int num_experts,
-                                      int keep) {
+std::vector<SparseEntry> PruneEntries(std::vector<SparseEntry> entries,
+                                      int num_experts, int keep) {
   if (keep <= 0 || entries.empty()) return entries;
   std::sort(entries.begin(), entries.end(),
-            [](const SparseEntry& a, const SparseEntry& b) { return a.index < b.index; });
+            [](const SparseEntry& a, const SparseEntry& b) {
+              return a.index < b.index;
+            });
   std::vector<SparseEntry> out;
   out.reserve(entries.size());
   size_t i = 0;
@@ -78,10 +80,11 @@ std::vector<SparseEntry> PruneEntries(std::vector<SparseEntry> entries, int num_
     while (j < entries.size() && entries[j].index / num_experts == layer) ++j;
     if (static_cast<int>(j - i) > keep) {
       // Largest `keep` counts; ties by lower expert id (deterministic).
-      std::partial_sort(entries.begin() + i, entries.begin() + i + keep, entries.begin() + j,
-                        [](const SparseEntry& a, const SparseEntry& b) {
-                          return a.value != b.value ? a.value > b.value : a.index < b.index;
-                        });
+      std::partial_sort(
+          entries.begin() + i, entries.begin() + i + keep, entries.begin() + j,
+          [](const SparseEntry& a, const SparseEntry& b) {
+            return a.value != b.value ? a.value > b.value : a.index < b.index;
+          });
       out.insert(out.end(), entries.begin() + i, entries.begin() + i + keep);
     } else {
       out.insert(out.end(), entries.begin() + i, entries.begin() + j);
@@ -95,8 +98,8 @@ std::vector<SparseEntry> PruneEntries(std::vector<SparseEntry> entries, int num_
 
 Eamc::Eamc(const EamcOptions& options)
     : options_(options), cells_(options.num_layers * options.num_experts) {
-  MOE_CHECK(options.num_layers > 0 && options.num_experts > 0 && options.capacity > 0 &&
-            options.capacity <= kMaxCapacity);
+  MOE_CHECK(options.num_layers > 0 && options.num_experts > 0 &&
+            options.capacity > 0 && options.capacity <= kMaxCapacity);
   for (Index& index : index_) {
     index.dense = !options.force_inverted && cells_ <= kDenseCells;
     if (index.dense) {
@@ -112,18 +115,20 @@ Eamc::Eamc(const EamcOptions& options)
 SparseEam Eamc::Prune(const Eam& eam) const {
   SparseEam full = SparseEam::FromDense(eam);
   if (options_.max_experts_per_layer <= 0) return full;
-  return SparseEam::FromEntries(
-      eam.num_layers(), eam.num_experts(),
-      PruneEntries(full.entries(), eam.num_experts(), options_.max_experts_per_layer));
+  return SparseEam::FromEntries(eam.num_layers(), eam.num_experts(),
+                                PruneEntries(full.entries(), eam.num_experts(),
+                                             options_.max_experts_per_layer));
 }
 
 void Eamc::IndexSet(Index& index, int slot, const SparseEam& eam) {
   index.norms[slot] = eam.norm();
   for (const auto& e : eam.entries()) {
     if (index.dense) {
-      index.cols[static_cast<size_t>(e.index) * options_.capacity + slot] = ToBf16(e.value);
+      index.cols[static_cast<size_t>(e.index) * options_.capacity + slot] =
+          ToBf16(e.value);
     } else {
-      index.posts[e.index].push_back({static_cast<uint16_t>(slot), ToBf16(e.value)});
+      index.posts[e.index].push_back(
+          {static_cast<uint16_t>(slot), ToBf16(e.value)});
     }
   }
 }
@@ -181,7 +186,8 @@ double Eamc::BuildQuery(const Eam& eam) const {
   for (int l = 0; l < L; ++l) layer_start_[l + 1] += layer_start_[l];
   query_.resize(layer_start_[L]);
   layer_fill_.assign(layer_start_.begin(), layer_start_.end() - 1);
-  for (uint32_t i : eam.nonzeros()) query_[layer_fill_[i / E]++] = {i, eam.values()[i]};
+  for (uint32_t i : eam.nonzeros())
+    query_[layer_fill_[i / E]++] = {i, eam.values()[i]};
   size_t w = 0;
   for (int l = 0; l < L; ++l) {
     auto first = query_.begin() + layer_start_[l];
@@ -189,11 +195,14 @@ double Eamc::BuildQuery(const Eam& eam) const {
     if (keep > 0 && last - first > keep) {
       std::nth_element(first, first + keep - 1, last,
                        [](const SparseEntry& a, const SparseEntry& b) {
-                         return a.value != b.value ? a.value > b.value : a.index < b.index;
+                         return a.value != b.value ? a.value > b.value
+                                                   : a.index < b.index;
                        });
       last = first + keep;
     }
-    std::sort(first, last, [](const SparseEntry& a, const SparseEntry& b) { return a.index < b.index; });
+    std::sort(first, last, [](const SparseEntry& a, const SparseEntry& b) {
+      return a.index < b.index;
+    });
     for (auto it = first; it != last; ++it) {
       if (it->value != 0.0f) query_[w++] = *it;
     }
@@ -226,7 +235,8 @@ double Eamc::BuildQuery(const Eam& eam) const {
   return std::sqrt(sq);
 }
 
-void Eamc::Match(EamPhase phase, double query_norm, int k, std::vector<EamcMatch>* out) const {
+void Eamc::Match(EamPhase phase, double query_norm, int k,
+                 std::vector<EamcMatch>* out) const {
   out->clear();
   if (query_.empty() || records_.empty() || k <= 0 || query_norm == 0) return;
   const Index& index = index_[static_cast<int>(phase)];
@@ -235,15 +245,19 @@ void Eamc::Match(EamPhase phase, double query_norm, int k, std::vector<EamcMatch
   float* acc = acc_.data();
   for (const auto& q : query_) {
     if (index.dense) {
-      AxpyBf16(q.value, &index.cols[static_cast<size_t>(q.index) * options_.capacity], acc, n);
+      AxpyBf16(q.value,
+               &index.cols[static_cast<size_t>(q.index) * options_.capacity],
+               acc, n);
     } else {
-      for (const Posting& p : index.posts[q.index]) acc[p.record] += q.value * FromBf16(p.value);
+      for (const Posting& p : index.posts[q.index])
+        acc[p.record] += q.value * FromBf16(p.value);
     }
   }
   // The k best, kept sorted in `out` (insertion: k is small).
   for (size_t r = 0; r < n; ++r) {
     if (acc[r] <= 0 || index.norms[r] == 0) continue;
-    const EamcMatch m{static_cast<int>(r), acc[r] / (query_norm * index.norms[r])};
+    const EamcMatch m{static_cast<int>(r),
+                      acc[r] / (query_norm * index.norms[r])};
     if (static_cast<int>(out->size()) == k && !Better(m, out->back())) continue;
     if (static_cast<int>(out->size()) == k) out->pop_back();
     auto pos = std::upper_bound(out->begin(), out->end(), m, Better);
@@ -251,18 +265,21 @@ void Eamc::Match(EamPhase phase, double query_norm, int k, std::vector<EamcMatch
   }
 }
 
-std::vector<EamcMatch> Eamc::FindBest(const Eam& query, EamPhase phase, int k) const {
+std::vector<EamcMatch> Eamc::FindBest(const Eam& query, EamPhase phase,
+                                      int k) const {
   std::vector<EamcMatch> out;
   FindBest(query, phase, k, &out);
   return out;
 }
 
-void Eamc::FindBest(const Eam& query, EamPhase phase, int k, std::vector<EamcMatch>* out) const {
+void Eamc::FindBest(const Eam& query, EamPhase phase, int k,
+                    std::vector<EamcMatch>* out) const {
   if (k > 0) out->reserve(k + 1);
   Match(phase, BuildQuery(query), k, out);
 }
 
-std::vector<EamcMatch> Eamc::FindBest(const SparseEam& query, EamPhase phase, int k) const {
+std::vector<EamcMatch> Eamc::FindBest(const SparseEam& query, EamPhase phase,
+                                      int k) const {
   query_.assign(query.entries().begin(), query.entries().end());
   std::vector<EamcMatch> out;
   if (k > 0) out.reserve(k + 1);

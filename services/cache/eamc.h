@@ -74,10 +74,13 @@ class Eamc {
 
   // The `k` records most similar to `query` in `phase`, best first, cosine
   // > 0 only.
-  std::vector<EamcMatch> FindBest(const Eam& query, EamPhase phase, int k) const;
-  std::vector<EamcMatch> FindBest(const SparseEam& query, EamPhase phase, int k) const;
+  std::vector<EamcMatch> FindBest(const Eam& query, EamPhase phase,
+                                  int k) const;
+  std::vector<EamcMatch> FindBest(const SparseEam& query, EamPhase phase,
+                                  int k) const;
   // Same, into `out` (cleared first; reuse it to avoid allocating).
-  void FindBest(const Eam& query, EamPhase phase, int k, std::vector<EamcMatch>* out) const;
+  void FindBest(const Eam& query, EamPhase phase, int k,
+                std::vector<EamcMatch>* out) const;
 
   // The query cells the last match visited (after pruning), for benchmarks
   // and tests.
@@ -106,7 +109,8 @@ class Eamc {
   // The pruned query into query_ (sorted by cell); returns its norm.
   double BuildQuery(const Eam& eam) const;
   // Dot products of query_ with every record into acc_, then the top k.
-  void Match(EamPhase phase, double query_norm, int k, std::vector<EamcMatch>* out) const;
+  void Match(EamPhase phase, double query_norm, int k,
+             std::vector<EamcMatch>* out) const;
 
   EamcOptions options_;
   int cells_;

@@ -31,10 +31,12 @@ constexpr uint64_t kMaxFileBytes = 1ull << 30;
 // --- little-endian writer / reader ---
 
 void PutU32(std::string* s, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  for (int i = 0; i < 4; ++i)
+    s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 void PutU64(std::string* s, uint64_t v) {
-  for (int i = 0; i < 8; ++i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  for (int i = 0; i < 8; ++i)
+    s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 void PutF32(std::string* s, float f) {
   uint32_t v;
@@ -54,14 +56,18 @@ class Reader {
   bool U32(uint32_t* v) {
     if (left() < 4) return false;
     *v = 0;
-    for (int i = 0; i < 4; ++i) *v |= static_cast<uint32_t>(static_cast<uint8_t>(b_[pos_ + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      *v |= static_cast<uint32_t>(static_cast<uint8_t>(b_[pos_ + i]))
+            << (8 * i);
     pos_ += 4;
     return true;
   }
   bool U64(uint64_t* v) {
     if (left() < 8) return false;
     *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= static_cast<uint64_t>(static_cast<uint8_t>(b_[pos_ + i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      *v |= static_cast<uint64_t>(static_cast<uint8_t>(b_[pos_ + i]))
+            << (8 * i);
     pos_ += 8;
     return true;
   }
@@ -90,7 +96,8 @@ class Reader {
 };
 
 absl::Status Corrupt(absl::string_view what) {
-  return absl::DataLossError(absl::StrCat("EAMC state file is corrupt: ", what));
+  return absl::DataLossError(
+      absl::StrCat("EAMC state file is corrupt: ", what));
 }
 
 void PutPart(std::string* s, const SparseEam& part) {
@@ -105,12 +112,15 @@ absl::StatusOr<SparseEam> ReadPart(Reader& r, int L, int E) {
   uint32_t n;
   if (!r.U32(&n)) return Corrupt("truncated record");
   const uint64_t cells = static_cast<uint64_t>(L) * E;
-  if (n > cells || static_cast<uint64_t>(n) * 8 > r.left()) return Corrupt("bad entry count");
+  if (n > cells || static_cast<uint64_t>(n) * 8 > r.left())
+    return Corrupt("bad entry count");
   std::vector<SparseEntry> entries(n);
   for (uint32_t i = 0; i < n; ++i) {
-    if (!r.U32(&entries[i].index) || !r.F32(&entries[i].value)) return Corrupt("truncated entry");
+    if (!r.U32(&entries[i].index) || !r.F32(&entries[i].value))
+      return Corrupt("truncated entry");
     if (entries[i].index >= cells) return Corrupt("cell out of range");
-    if (i > 0 && entries[i].index <= entries[i - 1].index) return Corrupt("cells not increasing");
+    if (i > 0 && entries[i].index <= entries[i - 1].index)
+      return Corrupt("cells not increasing");
     if (!std::isfinite(entries[i].value) || !(entries[i].value > 0)) {
       return Corrupt("count not finite and positive");
     }
@@ -122,7 +132,8 @@ absl::Status ReadEamc(absl::string_view body, LearnedState* s) {
   Reader r(body);
   uint32_t count;
   if (!r.U32(&count)) return Corrupt("truncated EAMC section");
-  if (static_cast<uint64_t>(count) * 8 > body.size()) return Corrupt("bad record count");
+  if (static_cast<uint64_t>(count) * 8 > body.size())
+    return Corrupt("bad record count");
   s->records.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
     EamcRecord rec;
@@ -157,12 +168,15 @@ absl::Status ReadReuse(absl::string_view body, LearnedState* s) {
 absl::Status ReadAffinity(absl::string_view body, LearnedState* s) {
   Reader r(body);
   uint32_t lags;
-  if (!r.U32(&lags) || lags == 0 || lags > static_cast<uint32_t>(s->num_layers)) {
+  if (!r.U32(&lags) || lags == 0 ||
+      lags > static_cast<uint32_t>(s->num_layers)) {
     return Corrupt("bad affinity lags");
   }
-  const uint64_t from = static_cast<uint64_t>(lags) * s->num_layers * s->num_experts;
+  const uint64_t from =
+      static_cast<uint64_t>(lags) * s->num_layers * s->num_experts;
   const uint64_t pairs = from * s->num_experts;
-  if (r.left() != (pairs + from) * 4) return Corrupt("bad affinity section size");
+  if (r.left() != (pairs + from) * 4)
+    return Corrupt("bad affinity section size");
   s->affinity_lags = static_cast<int>(lags);
   s->affinity.resize(pairs);
   s->affinity_from.resize(from);
@@ -209,14 +223,15 @@ void RemoveStaleTemps(const std::string& path) {
     absl::string_view rest = name.substr(prefix.size());
     const size_t dot = rest.find('.');
     int pid = 0;
-    if (dot == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, dot), &pid) ||
-        pid <= 0) {
+    if (dot == absl::string_view::npos ||
+        !absl::SimpleAtoi(rest.substr(0, dot), &pid) || pid <= 0) {
       continue;
     }
     if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
     const std::string full = JoinPath(dir, std::string(name));
     if (::unlink(full.c_str()) == 0) {
-      MOE_LOG(INFO) << "removed stale temporary " << full << " (a save was interrupted)";
+      MOE_LOG(INFO) << "removed stale temporary " << full
+                    << " (a save was interrupted)";
     }
   }
   ::closedir(d);
@@ -253,7 +268,8 @@ absl::StatusOr<std::string> EncodeLearnedState(const LearnedState& s) {
   AddSection(&payload, kTagEamc, body);
   if (!s.reuse_hits.empty()) {
     if (s.reuse_hits.size() != L || s.reuse_total.size() != L) {
-      return absl::InvalidArgumentError("reuse statistics need one entry per layer");
+      return absl::InvalidArgumentError(
+          "reuse statistics need one entry per layer");
     }
     body.clear();
     PutU32(&body, s.num_layers);
@@ -265,8 +281,10 @@ absl::StatusOr<std::string> EncodeLearnedState(const LearnedState& s) {
   }
   if (!s.affinity.empty()) {
     const size_t from = static_cast<size_t>(s.affinity_lags) * L * E;
-    if (s.affinity_lags <= 0 || s.affinity.size() != from * E || s.affinity_from.size() != from) {
-      return absl::InvalidArgumentError("affinity arrays do not match their shape");
+    if (s.affinity_lags <= 0 || s.affinity.size() != from * E ||
+        s.affinity_from.size() != from) {
+      return absl::InvalidArgumentError(
+          "affinity arrays do not match their shape");
     }
     body.clear();
     PutU32(&body, s.affinity_lags);
@@ -285,7 +303,8 @@ absl::StatusOr<std::string> EncodeLearnedState(const LearnedState& s) {
   return out;
 }
 
-absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes, int num_layers,
+absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes,
+                                                int num_layers,
                                                 int num_experts) {
   if (bytes.size() < kHeaderBytes) return Corrupt("shorter than its header");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
@@ -294,18 +313,22 @@ absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes, int num
   Reader h(bytes.substr(sizeof(kMagic), kHeaderBytes - sizeof(kMagic)));
   uint32_t version, layers, experts, flags;
   uint64_t size, checksum;
-  h.U32(&version), h.U32(&layers), h.U32(&experts), h.U32(&flags), h.U64(&size), h.U64(&checksum);
+  h.U32(&version), h.U32(&layers), h.U32(&experts), h.U32(&flags), h.U64(&size),
+      h.U64(&checksum);
   if (version != kEamcFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "EAMC state file has format version ", version, "; this build reads ", kEamcFormatVersion));
+    return absl::FailedPreconditionError(
+        absl::StrCat("EAMC state file has format version ", version,
+                     "; this build reads ", kEamcFormatVersion));
   }
-  if (layers != static_cast<uint32_t>(num_layers) || experts != static_cast<uint32_t>(num_experts)) {
+  if (layers != static_cast<uint32_t>(num_layers) ||
+      experts != static_cast<uint32_t>(num_experts)) {
     return absl::FailedPreconditionError(
         absl::StrCat("EAMC state file was learned on a ", layers, "x", experts,
                      " model; this model is ", num_layers, "x", num_experts));
   }
   if (flags != 0) return Corrupt("unknown flags");
-  if (size != bytes.size() - kHeaderBytes) return Corrupt("payload size does not match the file");
+  if (size != bytes.size() - kHeaderBytes)
+    return Corrupt("payload size does not match the file");
   const absl::string_view payload = bytes.substr(kHeaderBytes);
   if (Fnv1a64(payload) != checksum) return Corrupt("checksum mismatch");
   LearnedState s;
@@ -316,7 +339,8 @@ absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes, int num
     uint32_t tag;
     uint64_t len;
     absl::string_view body;
-    if (!r.U32(&tag) || !r.U64(&len) || !r.Bytes(len, &body)) return Corrupt("truncated section");
+    if (!r.U32(&tag) || !r.U64(&len) || !r.Bytes(len, &body))
+      return Corrupt("truncated section");
     if (tag == kTagEamc) {
       RETURN_IF_ERROR(ReadEamc(body, &s));
     } else if (tag == kTagReuse) {
@@ -328,15 +352,19 @@ absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes, int num
   return s;
 }
 
-absl::Status WriteFileDurably(const std::string& path, absl::string_view contents) {
+absl::Status WriteFileDurably(const std::string& path,
+                              absl::string_view contents) {
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const std::string tmp =
+      absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoToStatus(errno, "cannot create", tmp);
   size_t done = 0;
   absl::Status status;
   while (done < contents.size()) {
-    const ssize_t w = ::write(fd, contents.data() + done, contents.size() - done);
+    const ssize_t w =
+        ::write(fd, contents.data() + done, contents.size() - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       status = ErrnoToStatus(w < 0 ? errno : EIO, "write failed", tmp);
@@ -344,8 +372,10 @@ absl::Status WriteFileDurably(const std::string& path, absl::string_view content
     }
     done += static_cast<size_t>(w);
   }
-  if (status.ok() && ::fsync(fd) != 0) status = ErrnoToStatus(errno, "fsync failed", tmp);
-  if (::close(fd) != 0 && status.ok()) status = ErrnoToStatus(errno, "close failed", tmp);
+  if (status.ok() && ::fsync(fd) != 0)
+    status = ErrnoToStatus(errno, "fsync failed", tmp);
+  if (::close(fd) != 0 && status.ok())
+    status = ErrnoToStatus(errno, "close failed", tmp);
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     status = ErrnoToStatus(errno, "cannot rename into place", path);
   }
@@ -356,17 +386,20 @@ absl::Status WriteFileDurably(const std::string& path, absl::string_view content
   return FsyncDir(SplitDir(path).first);
 }
 
-absl::Status SaveLearnedState(const std::string& path, const LearnedState& state) {
+absl::Status SaveLearnedState(const std::string& path,
+                              const LearnedState& state) {
   ASSIGN_OR_RETURN(std::string bytes, EncodeLearnedState(state));
   return WriteFileDurably(path, bytes);
 }
 
-absl::StatusOr<LearnedState> LoadLearnedState(const std::string& path, int num_layers,
-                                              int num_experts) {
+absl::StatusOr<LearnedState> LoadLearnedState(const std::string& path,
+                                              int num_layers, int num_experts) {
   RemoveStaleTemps(path);
   ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path, kMaxFileBytes));
   auto s = DecodeLearnedState(bytes, num_layers, num_experts);
-  if (!s.ok()) return absl::Status(s.status().code(), absl::StrCat(path, ": ", s.status().message()));
+  if (!s.ok())
+    return absl::Status(s.status().code(),
+                        absl::StrCat(path, ": ", s.status().message()));
   return s;
 }
 

@@ -53,7 +53,8 @@ struct LearnedState {
   // Per layer (moe-infinity next-visit statistics); empty or L entries each.
   std::vector<double> reuse_hits;
   std::vector<double> reuse_total;
-  // Prefetcher inter-layer affinity: [lag-1][layer][a][b] and [lag-1][layer][a].
+  // Prefetcher inter-layer affinity: [lag-1][layer][a][b] and
+  // [lag-1][layer][a].
   int affinity_lags = 0;
   std::vector<float> affinity;
   std::vector<float> affinity_from;
@@ -71,15 +72,18 @@ uint64_t Fnv1a64(absl::string_view bytes);
 absl::StatusOr<std::string> EncodeLearnedState(const LearnedState& state);
 
 // Parses and validates a file's bytes against the expected shape.
-absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes, int num_layers,
+absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes,
+                                                int num_layers,
                                                 int num_experts);
 
 // Writes `contents` to `path` atomically (see above), mode 0600.
-absl::Status WriteFileDurably(const std::string& path, absl::string_view contents);
+absl::Status WriteFileDurably(const std::string& path,
+                              absl::string_view contents);
 
-absl::Status SaveLearnedState(const std::string& path, const LearnedState& state);
-absl::StatusOr<LearnedState> LoadLearnedState(const std::string& path, int num_layers,
-                                              int num_experts);
+absl::Status SaveLearnedState(const std::string& path,
+                              const LearnedState& state);
+absl::StatusOr<LearnedState> LoadLearnedState(const std::string& path,
+                                              int num_layers, int num_experts);
 
 }  // namespace moe::cache
 

@@ -462,6 +462,16 @@ void ExpertCache::ResetStats() {
   stats_[0] = stats_[1] = CachePhaseStats{};
 }
 
+ExpertCache::Gauges ExpertCache::GetGauges() const {
+  absl::MutexLock lock(&mu_);
+  Gauges g;
+  g.resident = slots_.CountInState(SlotState::kReady);
+  g.loading = slots_.CountInState(SlotState::kLoading);
+  g.prefetch_stride = options_.prefetch ? policy_->PrefetchDistance() : 0;
+  g.eamc_entries = policy_->EamcEntries();
+  return g;
+}
+
 std::string ExpertCache::policy_name() const {
   absl::MutexLock lock(&mu_);
   return policy_->name();

@@ -142,6 +142,15 @@ class ExpertCache {
   std::string policy_name() const;
   int capacity() const { return options_.capacity; }
 
+  // Point-in-time figures for monitoring; cheap (no per-slot copies).
+  struct Gauges {
+    int resident = 0;         // slots holding a ready expert
+    int loading = 0;          // slots being filled
+    int prefetch_stride = 0;  // layers ahead the policy prefetches
+    int eamc_entries = 0;     // learned activation matrices
+  };
+  Gauges GetGauges() const;
+
   // Slots and their states, for tests.
   std::vector<SlotInfo> SlotsForTest() const;
   void CheckInvariantsForTest() const;

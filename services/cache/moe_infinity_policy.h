@@ -80,6 +80,7 @@ class MoeInfinityPolicy : public TrackingPolicy {
   void ImportLearned(const LearnedState& state) override;
 
   Predictor& predictor() { return *predictor_; }
+  int EamcEntries() const override { return predictor_->eamc().size(); }
   const MoeInfinityOptions& options() const { return options_; }
 
  private:

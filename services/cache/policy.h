@@ -101,6 +101,9 @@ class CachePolicy {
 
   // How many layers ahead prefetches should target (>= 1).
   virtual int PrefetchDistance() const { return 1; }
+  // Entries of the policy's expert activation matrix collection (0 when it
+  // keeps none), for monitoring.
+  virtual int EamcEntries() const { return 0; }
 
   // Feedback from the cache: a prefetched expert was used (true) or left
   // unused (evicted or cancelled); time the model waited at a layer.

@@ -6,7 +6,8 @@ namespace moe::cache {
 
 Prefetcher::Prefetcher(const PrefetcherOptions& o)
     : options_(o),
-      max_lag_(std::max(1, std::min(o.num_experts > 64 ? 1 : o.max_lag, o.num_layers - 1))),
+      max_lag_(std::max(
+          1, std::min(o.num_experts > 64 ? 1 : o.max_lag, o.num_layers - 1))),
       routed_(o.num_layers),
       hints_(o.num_layers) {
   const size_t e = o.num_experts;
@@ -16,7 +17,10 @@ Prefetcher::Prefetcher(const PrefetcherOptions& o)
 
 size_t Prefetcher::AffIndex(int lag, int layer, int a, int b) const {
   const size_t e = options_.num_experts;
-  return ((static_cast<size_t>(lag - 1) * options_.num_layers + layer) * e + a) * e + b;
+  return ((static_cast<size_t>(lag - 1) * options_.num_layers + layer) * e +
+          a) *
+             e +
+         b;
 }
 
 void Prefetcher::BeginIteration(Phase phase) {
@@ -24,13 +28,15 @@ void Prefetcher::BeginIteration(Phase phase) {
   for (auto& r : routed_) r.clear();
 }
 
-void Prefetcher::OnRoute(int layer, Phase phase, absl::Span<const ExpertDemand> demands) {
+void Prefetcher::OnRoute(int layer, Phase phase,
+                         absl::Span<const ExpertDemand> demands) {
   auto& routed = routed_[layer];
   routed.clear();
   for (const auto& d : demands) routed.push_back(d.expert);
   for (int32_t h : hints_[layer]) {
     hint_total_ += 1;
-    if (std::find(routed.begin(), routed.end(), h) != routed.end()) hint_hits_ += 1;
+    if (std::find(routed.begin(), routed.end(), h) != routed.end())
+      hint_hits_ += 1;
   }
   hints_[layer].clear();  // consumed
   if (phase != Phase::kDecode) return;
@@ -38,7 +44,9 @@ void Prefetcher::OnRoute(int layer, Phase phase, absl::Span<const ExpertDemand> 
   for (int lag = 1; lag <= max_lag_ && layer - lag >= 0; ++lag) {
     const int from = layer - lag;
     for (int32_t a : routed_[from]) {
-      aff_from_[(static_cast<size_t>(lag - 1) * options_.num_layers + from) * e + a] += 1;
+      aff_from_[(static_cast<size_t>(lag - 1) * options_.num_layers + from) *
+                    e +
+                a] += 1;
       for (int32_t b : routed) aff_[AffIndex(lag, from, a, b)] += 1;
     }
   }
@@ -49,10 +57,12 @@ void Prefetcher::AddHint(const Hint& hint) {
   hints_[hint.layer].push_back(hint.expert);
 }
 
-std::vector<Hint> Prefetcher::Candidates(int target, const std::vector<Hint>& proposals) const {
+std::vector<Hint> Prefetcher::Candidates(
+    int target, const std::vector<Hint>& proposals) const {
   const size_t e = options_.num_experts;
   std::vector<Hint> best(e);
-  for (size_t b = 0; b < e; ++b) best[b] = {target, static_cast<int32_t>(b), 0.0f, HintSource::kPolicy};
+  for (size_t b = 0; b < e; ++b)
+    best[b] = {target, static_cast<int32_t>(b), 0.0f, HintSource::kPolicy};
   auto offer = [&](int32_t b, float p, HintSource src) {
     if (p > best[b].probability) {
       best[b].probability = p;
@@ -64,10 +74,12 @@ std::vector<Hint> Prefetcher::Candidates(int target, const std::vector<Hint>& pr
   for (int lag = 1; lag <= max_lag_ && target - lag >= 0; ++lag) {
     const int from = target - lag;
     for (int32_t a : routed_[from]) {
-      const float n = aff_from_[(static_cast<size_t>(lag - 1) * options_.num_layers + from) * e + a];
+      const float n = aff_from_
+          [(static_cast<size_t>(lag - 1) * options_.num_layers + from) * e + a];
       if (n < 4) continue;  // too little evidence
       for (size_t b = 0; b < e; ++b) {
-        offer(static_cast<int32_t>(b), Affinity(lag, from, a, static_cast<int>(b)) / n,
+        offer(static_cast<int32_t>(b),
+              Affinity(lag, from, a, static_cast<int>(b)) / n,
               HintSource::kAffinity);
       }
     }
@@ -81,7 +93,8 @@ std::vector<Hint> Prefetcher::Candidates(int target, const std::vector<Hint>& pr
     if (h.probability > 0) out.push_back(h);
   }
   std::sort(out.begin(), out.end(), [](const Hint& x, const Hint& y) {
-    return x.probability != y.probability ? x.probability > y.probability : x.expert < y.expert;
+    return x.probability != y.probability ? x.probability > y.probability
+                                          : x.expert < y.expert;
   });
   return out;
 }
@@ -103,7 +116,8 @@ bool Prefetcher::Gate(const Hint& candidate, double victim_value) const {
   const double p = Calibrated(candidate);
   const double x = options_.transfer_seconds;
   const double t = options_.layer_seconds;
-  return p * std::min(x, t) > (1.0 - p) * victim_value * x + options_.chunk_seconds;
+  return p * std::min(x, t) >
+         (1.0 - p) * victim_value * x + options_.chunk_seconds;
 }
 
 void Prefetcher::OnIssued(const Hint& c) {
@@ -124,13 +138,16 @@ void Prefetcher::ImportLearned(const LearnedState& state) {
   if (state.affinity.empty()) return;
   const int lags = std::min(max_lag_, state.affinity_lags);
   // Layout [lag-1][...]: the first `lags` lags are a prefix of both arrays.
-  const size_t from = static_cast<size_t>(lags) * options_.num_layers * options_.num_experts;
-  if (state.affinity_from.size() < from || state.affinity.size() < from * options_.num_experts) {
+  const size_t from =
+      static_cast<size_t>(lags) * options_.num_layers * options_.num_experts;
+  if (state.affinity_from.size() < from ||
+      state.affinity.size() < from * options_.num_experts) {
     return;
   }
-  std::copy(state.affinity.begin(), state.affinity.begin() + from * options_.num_experts,
-            aff_.begin());
-  std::copy(state.affinity_from.begin(), state.affinity_from.begin() + from, aff_from_.begin());
+  std::copy(state.affinity.begin(),
+            state.affinity.begin() + from * options_.num_experts, aff_.begin());
+  std::copy(state.affinity_from.begin(), state.affinity_from.begin() + from,
+            aff_from_.begin());
 }
 
 }  // namespace moe::cache

@@ -54,7 +54,8 @@ class Prefetcher {
 
   // Candidates for `target_layer`, best first; `proposals` may hold any
   // layers (others are ignored).
-  std::vector<Hint> Candidates(int target_layer, const std::vector<Hint>& proposals) const;
+  std::vector<Hint> Candidates(int target_layer,
+                               const std::vector<Hint>& proposals) const;
 
   bool Gate(const Hint& candidate, double victim_value) const;
   double Calibrated(const Hint& candidate) const;
@@ -68,18 +69,22 @@ class Prefetcher {
   void ImportLearned(const LearnedState& state);
 
   double accuracy_scale(HintSource source) const;
-  double hint_precision() const { return (hint_hits_ + 1.0) / (hint_total_ + 2.0); }
+  double hint_precision() const {
+    return (hint_hits_ + 1.0) / (hint_total_ + 2.0);
+  }
   int max_lag() const { return max_lag_; }
 
  private:
   size_t AffIndex(int lag, int layer, int a, int b) const;
-  float Affinity(int lag, int layer, int a, int b) const { return aff_[AffIndex(lag, layer, a, b)]; }
+  float Affinity(int lag, int layer, int a, int b) const {
+    return aff_[AffIndex(lag, layer, a, b)];
+  }
 
   PrefetcherOptions options_;
   int max_lag_;
   Phase phase_ = Phase::kDecode;
-  std::vector<float> aff_;      // [lag-1][layer][a][b] counts
-  std::vector<float> aff_from_; // [lag-1][layer][a] counts
+  std::vector<float> aff_;                    // [lag-1][layer][a][b] counts
+  std::vector<float> aff_from_;               // [lag-1][layer][a] counts
   std::vector<std::vector<int32_t>> routed_;  // this iteration, per layer
   std::vector<std::vector<int32_t>> hints_;   // per layer, until it routes
   double hint_hits_ = 0;

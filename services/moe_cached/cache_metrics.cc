@@ -53,8 +53,11 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const std::string& model, in
       resident_(Gauge(r, "moe_cache_resident_experts", "Experts ready in the arena",
                       {{"model", model}})),
       capacity_(Gauge(r, "moe_cache_capacity_experts", "Arena slots", {{"model", model}})),
-      eamc_entries_(Gauge(r, "moe_eamc_entries", "Entries of the persisted EAMC",
-                          {{"model", model}})) {
+      eamc_entries_(Gauge(r, "moe_eamc_entries", "Expert activation matrices learned",
+                          {{"model", model}})),
+      prefetch_stride_(Gauge(r, "moe_prefetch_stride",
+                             "Layers ahead that prefetch looks (0 with prefetch off)",
+                             {{"model", model}})) {
   capacity_.Set(capacity);
 }
 
@@ -63,7 +66,8 @@ void CacheMetrics::RecordAcquire(double seconds, double stall_seconds) {
   if (stall_seconds > 0) stall_seconds_.Increment(stall_seconds);
 }
 
-void CacheMetrics::Sync(const cache::CachePhaseStats& s, int resident) {
+void CacheMetrics::Sync(const cache::CachePhaseStats& s,
+                        const cache::ExpertCache::Gauges& gauges) {
   absl::MutexLock lock(&mu_);
   auto add = [](prometheus::Counter& c, uint64_t now, uint64_t& last) {
     if (now > last) c.Increment(static_cast<double>(now - last));
@@ -75,10 +79,10 @@ void CacheMetrics::Sync(const cache::CachePhaseStats& s, int resident) {
   add(prefetch_used_, s.prefetches_used, last_.prefetches_used);
   add(prefetch_wasted_, s.prefetches_wasted, last_.prefetches_wasted);
   add(bytes_copied_, s.bytes_moved, last_.bytes_moved);
-  resident_.Set(resident);
+  resident_.Set(gauges.resident);
+  eamc_entries_.Set(gauges.eamc_entries);
+  prefetch_stride_.Set(gauges.prefetch_stride);
 }
-
-void CacheMetrics::SetEamcEntries(int entries) { eamc_entries_.Set(entries); }
 
 cache::CachePhaseStats TotalStats(const cache::ExpertCache& cache) {
   cache::CachePhaseStats a = cache.GetStats(cache::Phase::kPrefill);

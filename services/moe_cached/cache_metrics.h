@@ -28,9 +28,8 @@ class CacheMetrics {
   // copies (0 on an all-hit acquire).
   void RecordAcquire(double seconds, double stall_seconds);
   // Adds what `stats` (the cache's totals over both phases) counted since
-  // the previous call; sets the resident gauge.
-  void Sync(const cache::CachePhaseStats& stats, int resident);
-  void SetEamcEntries(int entries);
+  // the previous call; sets the gauges.
+  void Sync(const cache::CachePhaseStats& stats, const cache::ExpertCache::Gauges& gauges);
   double stall_seconds() const { return stall_seconds_.Value(); }
 
  private:
@@ -45,6 +44,7 @@ class CacheMetrics {
   prometheus::Gauge& resident_;
   prometheus::Gauge& capacity_;
   prometheus::Gauge& eamc_entries_;
+  prometheus::Gauge& prefetch_stride_;
 
   absl::Mutex mu_;
   cache::CachePhaseStats last_ ABSL_GUARDED_BY(mu_);

@@ -76,15 +76,9 @@ absl::Status CachedModel::Start() {
       // A bad file must not keep the daemon down: start cold, say why.
       MOE_LOG(WARNING) << "model " << name() << ": starting without learned state: " << loaded;
     } else {
-      auto state = cache::LoadLearnedState(options_.state_path, store_->num_layers(),
-                                           store_->num_experts());
-      if (state.ok()) {
-        eamc_entries_ = static_cast<int>(state->records.size());
-        MOE_LOG(INFO) << "model " << name() << ": loaded " << state->records.size()
-                      << " EAMC entries from " << options_.state_path;
-      }
+      MOE_LOG(INFO) << "model " << name() << ": loaded " << cache_->GetGauges().eamc_entries
+                    << " EAMC entries from " << options_.state_path;
     }
-    metrics_->SetEamcEntries(eamc_entries_);
   }
   RETURN_IF_ERROR(engine_->Start());
   started_ = true;
@@ -105,25 +99,15 @@ void CachedModel::Stop() {
 
 absl::Status CachedModel::Persist() {
   if (options_.state_path.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(cache_->SaveState(options_.state_path));
-  ASSIGN_OR_RETURN(cache::LearnedState state,
-                   cache::LoadLearnedState(options_.state_path, store_->num_layers(),
-                                           store_->num_experts()));
-  eamc_entries_ = static_cast<int>(state.records.size());
-  metrics_->SetEamcEntries(eamc_entries_);
-  return absl::OkStatus();
+  return cache_->SaveState(options_.state_path);
 }
 
-int CachedModel::ResidentExperts() const {
-  // The cache has no residency counter; its slot snapshot is O(slots) and
-  // only taken by SyncMetrics / GetStats, never on the hot path.
-  int n = 0;
-  for (const cache::SlotInfo& s : cache_->SlotsForTest()) {
-    if (s.state == cache::SlotState::kReady) ++n;
-  }
-  return n;
-}
+int CachedModel::ResidentExperts() const { return cache_->GetGauges().resident; }
 
-void CachedModel::SyncMetrics() { metrics_->Sync(TotalStats(*cache_), ResidentExperts()); }
+int CachedModel::eamc_entries() const { return cache_->GetGauges().eamc_entries; }
+
+double CachedModel::prefetch_stride() const { return cache_->GetGauges().prefetch_stride; }
+
+void CachedModel::SyncMetrics() { metrics_->Sync(TotalStats(*cache_), cache_->GetGauges()); }
 
 }  // namespace moe::cached

@@ -66,7 +66,8 @@ class CachedModel {
   const cache::ShmRegion& arena() const { return arena_; }
   CacheMetrics& metrics() { return *metrics_; }
   int ResidentExperts() const;
-  int eamc_entries() const { return eamc_entries_.load(); }
+  int eamc_entries() const;
+  double prefetch_stride() const;
 
  private:
   CachedModel() = default;
@@ -77,7 +78,6 @@ class CachedModel {
   std::unique_ptr<cache::CpuCopyEngine> engine_;
   std::unique_ptr<cache::ExpertCache> cache_;
   std::unique_ptr<CacheMetrics> metrics_;
-  std::atomic<int> eamc_entries_{0};
   std::atomic<bool> started_{false};
   std::atomic<bool> stopped_{false};
 };

@@ -130,6 +130,7 @@ grpc::Status ExpertCacheService::GetStats(grpc::ServerContext*,
     out->set_resident_experts(static_cast<uint32_t>(m->ResidentExperts()));
     out->set_capacity_experts(static_cast<uint32_t>(m->options().capacity));
     out->set_eamc_entries(static_cast<uint32_t>(m->eamc_entries()));
+    out->set_prefetch_stride(m->prefetch_stride());
     out->set_policy(m->cache().policy_name());
     out->set_sessions(c.sessions);
     out->set_leases_held(c.leases_held);

@@ -8,9 +8,8 @@
 // CPU time per match, which other processes on a loaded machine inflate
 // least), target_us, ratio = cpu_us / target_us (<= 1 meets the target),
 // query_cells and postings (stored entries in the visited cells).
-#include <time.h>
-
 #include <benchmark/benchmark.h>
+#include <time.h>
 
 #include "services/cache/eamc.h"
 #include "services/cache/synth_trace.h"
@@ -44,7 +43,8 @@ void BM_EamcMatch(benchmark::State& state) {
   o.decode_tokens = 64;
   auto t = trace::GenerateSyntheticTrace(o);
   // Same pruning the moe-infinity policy uses (all for E <= 16, else 2*top_k).
-  Eamc eamc({o.num_layers, o.num_experts, 1000, o.num_experts <= 16 ? 0 : 2 * o.top_k, false,
+  Eamc eamc({o.num_layers, o.num_experts, 1000,
+             o.num_experts <= 16 ? 0 : 2 * o.top_k, false,
              state.range(3) / 100.0});
   Eam empty(o.num_layers, o.num_experts);
   for (int i = 0; i < 1000; ++i) eamc.Add(empty, DecodeEam(*t, t->requests[i]));
@@ -57,7 +57,8 @@ void BM_EamcMatch(benchmark::State& state) {
     benchmark::DoNotOptimize(m);
     ++n;
   }
-  const double cpu_us = (ThreadCpuSeconds() - cpu0) / std::max<int64_t>(1, n) * 1e6;
+  const double cpu_us =
+      (ThreadCpuSeconds() - cpu0) / std::max<int64_t>(1, n) * 1e6;
   const double target_us = o.num_experts <= 16 ? 20 : 200;
   std::vector<int> in_cell(o.num_layers * o.num_experts, 0);
   for (const auto& r : eamc.records()) {

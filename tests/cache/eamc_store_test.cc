@@ -34,7 +34,8 @@ PolicyConfig Config(int layers, int experts, int top_k) {
 }
 
 std::string TempPath(const std::string& name) {
-  const std::string dir = JoinPath(::testing::TempDir(), "eamc_store_test." + std::to_string(::getpid()));
+  const std::string dir = JoinPath(
+      ::testing::TempDir(), "eamc_store_test." + std::to_string(::getpid()));
   ::mkdir(dir.c_str(), 0700);
   const std::string p = JoinPath(dir, name);
   ::unlink(p.c_str());
@@ -47,7 +48,8 @@ void WriteRaw(const std::string& path, const std::string& bytes) {
 }
 
 // Feeds `tokens` iterations of request `r` (prefill as one iteration).
-void Feed(CachePolicy& p, const trace::TraceRequest& r, int layers, int tokens) {
+void Feed(CachePolicy& p, const trace::TraceRequest& r, int layers,
+          int tokens) {
   const int prefill = r.num_prefill_tokens();
   if (prefill > 0) {
     p.OnBeginIteration(Phase::kPrefill);
@@ -88,7 +90,8 @@ trace::Trace SmallTrace(int layers, int experts, int requests, uint64_t seed) {
 
 std::unique_ptr<CachePolicy> Trained(const trace::Trace& t, int requests) {
   const auto& h = t.header;
-  auto p = *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
+  auto p =
+      *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
   for (int i = 0; i < requests; ++i) {
     p->OnBeginRequest();
     Feed(*p, t.requests[i], h.num_layers, 1000);
@@ -123,12 +126,16 @@ TEST(EamcStoreTest, RoundTripPredictsTheSame) {
   const auto& h = t.header;
   auto trained = Trained(t, 25);
   const std::string path = TempPath("state.eamc");
-  ASSERT_TRUE(SaveLearnedState(path, Export(*trained, h.num_layers, h.num_experts)).ok());
+  ASSERT_TRUE(
+      SaveLearnedState(path, Export(*trained, h.num_layers, h.num_experts))
+          .ok());
   auto loaded = LoadLearnedState(path, h.num_layers, h.num_experts);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->records.size(), 25u);
-  auto fresh = *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
-  auto cold = *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
+  auto fresh =
+      *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
+  auto cold =
+      *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
   fresh->ImportLearned(*loaded);
   // The same unseen request prefix on all three.
   int differ_cold = 0;
@@ -146,8 +153,10 @@ TEST(EamcStoreTest, RoundTripPredictsTheSame) {
   for (int l = 0; l < h.num_layers; ++l) {
     for (int e = 0; e < h.num_experts; ++e) {
       EXPECT_EQ(a.Predicted(l, e), b.Predicted(l, e)) << l << "," << e;
-      EXPECT_DOUBLE_EQ(trained->RetentionValue({l, e}), fresh->RetentionValue({l, e}));
-      differ_cold += trained->RetentionValue({l, e}) != cold->RetentionValue({l, e});
+      EXPECT_DOUBLE_EQ(trained->RetentionValue({l, e}),
+                       fresh->RetentionValue({l, e}));
+      differ_cold +=
+          trained->RetentionValue({l, e}) != cold->RetentionValue({l, e});
     }
   }
   EXPECT_GT(differ_cold, 0);
@@ -162,7 +171,8 @@ TEST(EamcStoreTest, EveryTruncationIsRejected) {
   }
   // And through the file system for a few lengths.
   const std::string path = TempPath("trunc.eamc");
-  for (size_t n : {size_t{0}, size_t{7}, size_t{39}, size_t{40}, bytes.size() / 2, bytes.size() - 1}) {
+  for (size_t n : {size_t{0}, size_t{7}, size_t{39}, size_t{40},
+                   bytes.size() / 2, bytes.size() - 1}) {
     WriteRaw(path, bytes.substr(0, n));
     EXPECT_EQ(LoadLearnedState(path, kLayers, kExperts).status().code(),
               absl::StatusCode::kDataLoss);
@@ -174,7 +184,8 @@ TEST(EamcStoreTest, EveryBitFlipIsRejected) {
   std::mt19937 rng(3);
   for (int i = 0; i < 3000; ++i) {
     std::string b = bytes;
-    const size_t at = i < 320 ? i / 8 : rng() % b.size();  // all header bits, then random
+    const size_t at =
+        i < 320 ? i / 8 : rng() % b.size();  // all header bits, then random
     b[at] ^= static_cast<char>(1 << (i < 320 ? i % 8 : rng() % 8));
     auto s = DecodeLearnedState(b, kLayers, kExperts);
     EXPECT_FALSE(s.ok()) << "flip at byte " << at;
@@ -182,7 +193,8 @@ TEST(EamcStoreTest, EveryBitFlipIsRejected) {
   // Several flips at once, and garbage.
   for (int i = 0; i < 200; ++i) {
     std::string b = bytes;
-    for (int j = 0; j < 1 + i % 7; ++j) b[rng() % b.size()] ^= static_cast<char>(1 + rng() % 255);
+    for (int j = 0; j < 1 + i % 7; ++j)
+      b[rng() % b.size()] ^= static_cast<char>(1 + rng() % 255);
     if (b == bytes) continue;
     EXPECT_FALSE(DecodeLearnedState(b, kLayers, kExperts).ok());
   }
@@ -203,7 +215,8 @@ TEST(EamcStoreTest, WrongShapeAndVersionAreRefusedWithClearErrors) {
   v2[8] = 2;  // version, little-endian u32 after the magic
   s = DecodeLearnedState(v2, kLayers, kExperts);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.status().message().find("version 2"), std::string::npos) << s.status();
+  EXPECT_NE(s.status().message().find("version 2"), std::string::npos)
+      << s.status();
 }
 
 TEST(EamcStoreTest, SavedFileIsPrivateAndReplacesAtomically) {
@@ -256,7 +269,8 @@ TEST(EamcStoreTest, StaleTemporaryFromACrashIsIgnoredAndRemoved) {
 }
 
 // Drives a cache through a few decode requests.
-void Drive(ExpertCache& cache, FakeCopyEngine& engine, const trace::Trace& t, int from, int to) {
+void Drive(ExpertCache& cache, FakeCopyEngine& engine, const trace::Trace& t,
+           int from, int to) {
   for (int r = from; r < to; ++r) {
     cache.BeginRequest(1);
     const auto& req = t.requests[r];
@@ -266,7 +280,8 @@ void Drive(ExpertCache& cache, FakeCopyEngine& engine, const trace::Trace& t, in
         for (int32_t e : req.experts[tok][l]) d.push_back({e, 1});
         auto tk = cache.StartAcquire(1, l, d, Phase::kDecode);
         ASSERT_TRUE(tk.ok()) << tk.status();
-        while (!*cache.IsReady(*tk)) engine.AdvanceTo(*engine.NextCompletionTime());
+        while (!*cache.IsReady(*tk))
+          engine.AdvanceTo(*engine.NextCompletionTime());
         auto leases = cache.FinishAcquire(*tk);
         ASSERT_TRUE(leases.ok());
         engine.AdvanceTo(engine.now_ns() + 1000000);
@@ -287,8 +302,8 @@ std::unique_ptr<ExpertCache> MakeCache(FakeCopyEngine* engine) {
   o.prefetch = true;
   o.link_bytes_per_sec = 1e9;
   o.layer_seconds = 1e-3;
-  return *ExpertCache::Create(o, *MakePolicy("moe-infinity", Config(kLayers, kExperts, 2)),
-                              engine);
+  return *ExpertCache::Create(
+      o, *MakePolicy("moe-infinity", Config(kLayers, kExperts, 2)), engine);
 }
 
 TEST(EamcStoreTest, ExpertCacheSaveLoadState) {

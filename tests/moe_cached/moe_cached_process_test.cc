@@ -310,6 +310,8 @@ TEST_F(MoeCachedTest, MetricsSeenThroughARealScrape) {
                            "moe_eamc_entries"}) {
     EXPECT_TRUE(moe::testing::MetricValue(*body, name + l).ok()) << name;
   }
+  // Prefetch is off: the stride gauge says so.
+  EXPECT_EQ(moe::testing::MetricValue(*body, "moe_prefetch_stride" + l).value_or(-1), 0);
 }
 
 TEST_F(MoeCachedTest, SigtermDrainsPersistsAndExitsZero) {
