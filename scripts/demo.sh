@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The main job on the built-in tiny model: set up, build, make the model and
-# describe it. (Serving through moe-cached and moe-worker joins as it lands.)
+# The main job on the built-in tiny model: set up, build, make the model,
+# start the expert-cache daemon (moe-cached) and an inference worker
+# (moe-worker) on the CPU backend with an emulated host->device link and a
+# cache smaller than the model, generate from a few prompts through the
+# worker's gRPC API, print the cache statistics, and stop both cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,9 +14,68 @@ cmake --build build -j"$(nproc)"
 bin=build/bin
 $bin/moectl info
 model=${MOE_DEMO_MODEL:-build/demo/tiny-mixtral}
-if [ -x $bin/moectl ] && $bin/moectl make-model --help >/dev/null 2>&1; then
-  $bin/moectl make-model --preset tiny --arch mixtral --out "$model"
-  $bin/moectl inspect "$model"
-  echo "== moectl run: greedy generation on the tiny model (random weights, so the text is noise)"
-  $bin/moectl run --model "$model" --prompt "The expert cache keeps" --max-new-tokens 24 --ignore-eos
-fi
+$bin/moectl make-model --preset tiny --arch mixtral --out "$model"
+$bin/moectl inspect "$model"
+
+work=$(mktemp -d /tmp/moe-demo.XXXXXX)
+cached_pid=""
+worker_pid=""
+cleanup() {
+  for pid in $worker_pid $cached_pid; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+wait_for_socket() {  # PATH PID NAME
+  for _ in $(seq 1 300); do
+    [ -S "$1" ] && return 0
+    kill -0 "$2" 2>/dev/null || { echo "demo: $3 exited during start-up" >&2; return 1; }
+    sleep 0.1
+  done
+  echo "demo: $3 did not start within 30 s" >&2
+  return 1
+}
+
+# 4 MoE layers x 8 experts = 32 experts; the cache holds 12 (1.5 layers), and
+# copies are paced to 1 GB/s so that misses cost time, as over PCIe.
+echo "== starting moe-cached (12 of 32 experts cached, policy moe-infinity, link 1 GB/s)"
+$bin/moe-cached --model "tiny=$model" --listen "unix:$work/cached.sock" \
+  --metrics-addr "" --cache-experts 12 --policy moe-infinity --prefetch on \
+  --link-gbps 1 --state-dir "$work/state" 2>"$work/cached.log" &
+cached_pid=$!
+wait_for_socket "$work/cached.sock" "$cached_pid" moe-cached || { cat "$work/cached.log"; exit 1; }
+
+# A free loopback port for the worker's /metrics (moectl stats reads it).
+metrics_port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+echo "== starting moe-worker (CPU backend, experts from the daemon, metrics on 127.0.0.1:$metrics_port)"
+$bin/moe-worker --model "$model" --listen "unix:$work/worker.sock" \
+  --cache "unix:$work/cached.sock" --cache-model tiny --backend cpu \
+  --metrics-addr "127.0.0.1:$metrics_port" 2>"$work/worker.log" &
+worker_pid=$!
+wait_for_socket "$work/worker.sock" "$worker_pid" moe-worker || { cat "$work/worker.log"; exit 1; }
+
+# Random weights: the text is noise, but it is the same noise for every cache
+# size and policy (see tests/integration).
+for prompt in "The expert cache keeps" "Mixture of experts models route each token" \
+              "The expert cache keeps"; do
+  echo "== moectl generate: \"$prompt\""
+  $bin/moectl generate --target "unix:$work/worker.sock" --prompt "$prompt" \
+    --max-new-tokens 24 --ignore-eos
+  echo
+done
+
+echo "== cache statistics"
+$bin/moectl stats --cache "unix:$work/cached.sock" --worker "127.0.0.1:$metrics_port"
+
+echo "== stopping"
+kill -TERM "$worker_pid"
+worker_rc=0; wait "$worker_pid" || worker_rc=$?
+kill -TERM "$cached_pid"
+cached_rc=0; wait "$cached_pid" || cached_rc=$?
+worker_pid=""
+cached_pid=""
+echo "moe-worker exited $worker_rc, moe-cached exited $cached_rc"
+[ "$worker_rc" = 0 ] && [ "$cached_rc" = 0 ]
