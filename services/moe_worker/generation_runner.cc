@@ -98,6 +98,7 @@ absl::StatusOr<GenerateOptions> GenerationRunner::BuildOptions(
   o.sampling.seed = r.seed();
   o.sampling.top_logprobs = r.top_logprobs();
   o.stop_at_eos = !r.ignore_eos();
+  o.pregate_hints = options_.pregate_hints;
   const int64_t vocab = model_.config().vocab_size;
   for (int32_t id : r.stop_token_ids()) {
     if (id < 0 || id >= vocab) {

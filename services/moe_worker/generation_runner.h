@@ -54,6 +54,10 @@ struct RunnerOptions {
   int max_prompt_tokens = 0;
   // When set (not owned), every completed request's routing is appended.
   TraceRecorder* recorder = nullptr;
+  // Pre-gating: after each layer, the next MoE layer's router is applied to
+  // the hidden state and its top experts go to the provider as prefetch
+  // hints (decode iterations).
+  bool pregate_hints = false;
 };
 
 class GenerationRunner {

@@ -44,6 +44,12 @@ absl::Status Apply(const std::string& name, const std::string& value,
     o.metrics_addr = value;
   } else if (name == "record-trace") {
     o.record_trace = value;
+  } else if (name == "pregate-hints") {
+    if (value != "on" && value != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--pregate-hints: want on or off, got '", value, "'"));
+    }
+    o.runner.pregate_hints = value == "on";
   } else if (name == "shutdown-grace-s") {
     int s = 0;
     if (!absl::SimpleAtoi(value, &s) || s < 0) {
@@ -112,6 +118,8 @@ std::string WorkerUsage() {
       kDefaultMetricsAddr,
       "; \"\" disables)\n"
       "  --record-trace FILE     record routing as moe-trace/1\n"
+      "  --pregate-hints on|off  send the next layer's router top-k to the\n"
+      "                          daemon as prefetch hints (default off)\n"
       "  --shutdown-grace-s S    time in-flight requests get on SIGTERM "
       "(default 10)\n"
       "  --port-file FILE        write the bound ports as JSON once serving\n");

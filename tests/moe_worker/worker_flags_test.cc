@@ -27,8 +27,10 @@ TEST(WorkerFlagsTest, ListenRepeatsAndValuesParse) {
        "--backend", "cpu", "--max-queue", "3", "--max-prompt-tokens=100",
        "--metrics-addr=", "--cache", "unix:/tmp/c.sock", "--cache-model", "x",
        "--record-trace", "/tmp/t", "--shutdown-grace-s", "2", "--port-file",
-       "/tmp/p"});
+       "/tmp/p", "--pregate-hints", "on"});
   ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->options.runner.pregate_hints);
+  EXPECT_FALSE(ParseWorkerFlags({"--model=/m", "--pregate-hints", "yes"}).ok());
   EXPECT_THAT(f->options.listen,
               ElementsAre("unix:/tmp/a.sock", "127.0.0.1:0"));
   EXPECT_EQ(f->options.backend, "cpu");
