@@ -367,10 +367,11 @@ absl::StatusOr<std::vector<Lease>> ExpertCache::FinishAcquire(Ticket ticket) {
   }
   if (!IsReadyLocked(p)) return absl::FailedPreconditionError("acquire not ready yet");
   std::vector<Lease> out = std::move(p.entries);
-  pending_.erase(it);
+  const OwnerId owner = p.owner;
+  pending_.erase(it);  // `p` dangles from here on
   for (Lease& l : out) {
     --meta_[l.slot].pins;
-    auto gen = slots_.Lease(l.slot, p.owner);
+    auto gen = slots_.Lease(l.slot, owner);
     MOE_CHECK(gen.ok()) << gen.status();
     l.generation = *gen;
   }
