@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace moe {
 
@@ -21,46 +22,44 @@ absl::Status ErrnoToStatus(int err, absl::string_view what,
   return absl::InternalError(msg);
 }
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path,
-                                             uint64_t max_bytes) {
+OpenedFile::~OpenedFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, "cannot open", path);
+  OpenedFile file(fd, 0);
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    absl::Status s = ErrnoToStatus(errno, "cannot stat", path);
-    ::close(fd);
-    return s;
-  }
+  if (::fstat(fd, &st) != 0) return ErrnoToStatus(errno, "cannot stat", path);
   if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a regular file"));
   }
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    ::close(fd);
+  return OpenedFile(file.Release(), static_cast<uint64_t>(st.st_size));
+}
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path,
+                                             uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(OpenedFile file, OpenRegularFile(path));
+  if (file.size() > max_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": file is ", st.st_size,
+        absl::StrCat(path, ": file is ", file.size(),
                      " bytes, more than the limit of ", max_bytes));
   }
   std::string out;
   char buf[1 << 16];
   while (true) {
-    ssize_t r = ::read(fd, buf, sizeof(buf));
+    ssize_t r = ::read(file.fd(), buf, sizeof(buf));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      absl::Status s = ErrnoToStatus(errno, "read failed", path);
-      ::close(fd);
-      return s;
-    }
+    if (r < 0) return ErrnoToStatus(errno, "read failed", path);
     if (r == 0) break;
     out.append(buf, static_cast<size_t>(r));
     if (out.size() > max_bytes) {
-      ::close(fd);
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": file grew past the limit"));
     }
   }
-  ::close(fd);
   return out;
 }
 

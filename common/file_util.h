@@ -11,6 +11,34 @@
 
 namespace moe {
 
+// A read-only descriptor of a regular file, closed on destruction.
+class OpenedFile {
+ public:
+  OpenedFile(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  OpenedFile(OpenedFile&& other) noexcept : fd_(other.fd_), size_(other.size_) {
+    other.fd_ = -1;
+  }
+  OpenedFile& operator=(OpenedFile&&) = delete;
+  OpenedFile(const OpenedFile&) = delete;
+  ~OpenedFile();
+  int fd() const { return fd_; }
+  uint64_t size() const { return size_; }  // at open time
+  // Gives up ownership of the descriptor.
+  int Release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+  uint64_t size_;
+};
+
+// Opens `path` for reading. NOT_FOUND when it does not exist,
+// INVALID_ARGUMENT when it is not a regular file.
+absl::StatusOr<OpenedFile> OpenRegularFile(const std::string& path);
+
 // Reads a whole regular file. NOT_FOUND when it does not exist;
 // INVALID_ARGUMENT when it is not a regular file or exceeds `max_bytes`.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path,

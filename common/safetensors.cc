@@ -161,29 +161,15 @@ SafetensorsFile::~SafetensorsFile() {
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "cannot open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    absl::Status s = ErrnoToStatus(errno, "cannot stat", path);
-    ::close(fd);
-    return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
-  }
-  size_t size = static_cast<size_t>(st.st_size);
+  ASSIGN_OR_RETURN(OpenedFile opened, OpenRegularFile(path));
+  size_t size = static_cast<size_t>(opened.size());
   if (size < 8) {
-    ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": file is ", size,
                      " bytes, too small for the 8-byte header length"));
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, opened.fd(), 0);
   int mmap_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
   if (map == MAP_FAILED) return ErrnoToStatus(mmap_errno, "cannot mmap", path);
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->source_ = path;
