@@ -30,15 +30,8 @@ using json = nlohmann::ordered_json;
 void DeclareFlags(FlagSet& f) {
   f.String("target", "", "moe-worker address: unix:PATH or HOST:PORT (required)");
   f.String("prompt", "", "prompt text (the worker tokenizes it)");
-  f.String("prompt-ids", "", "prompt as comma-separated token ids");
-  f.Int("max-new-tokens", 16, "tokens to generate at most");
-  f.Double("temperature", 0.0, "0 = greedy");
-  f.Double("top-p", 1.0, "nucleus sampling threshold (1 = off)");
-  f.Int("seed", 0, "sampling seed");
-  f.Int("top-logprobs", 0, "alternatives per token with their log-probs");
+  DeclareGenerationFlags(f);
   f.String("stop-ids", "", "comma-separated token ids that end generation");
-  f.Bool("ignore-eos", false, "do not stop at the model's eos tokens");
-  f.Bool("json", false, "one JSON object per token, then a summary object");
   f.Double("timeout-s", 300, "deadline for the whole request, seconds");
 }
 

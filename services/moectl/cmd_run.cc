@@ -46,16 +46,9 @@ struct Failure {
 void DeclareFlags(FlagSet& f) {
   f.String("model", "", "model directory (required)");
   f.String("prompt", "", "prompt text (encoded with the model's tokenizer)");
-  f.String("prompt-ids", "", "prompt as comma-separated token ids");
-  f.Int("max-new-tokens", 16, "tokens to generate at most");
-  f.Double("temperature", 0.0, "0 = greedy");
-  f.Double("top-p", 1.0, "nucleus sampling threshold (1 = off)");
-  f.Int("seed", 0, "sampling seed");
-  f.Int("top-logprobs", 0, "alternatives per token with their log-probs");
-  f.Bool("ignore-eos", false, "do not stop at the model's eos tokens");
+  DeclareGenerationFlags(f);
   f.String("backend", "auto", "compute backend: cpu, cuda or auto");
   f.String("record-trace", "", "append the routing to this moe-trace/1 file");
-  f.Bool("json", false, "one JSON object per token, then a summary object");
   f.Bool("verbose", false,
          "keep INFO logs on stderr (default: warnings and errors only, "
          "unless MOE_LOG_LEVEL is set)");

@@ -85,6 +85,11 @@ class FlagSet {
 // Parses "1,2,3" (empty string: empty list).
 absl::StatusOr<std::vector<int64_t>> ParseIntList(absl::string_view text);
 
+// The generation flags shared by `moectl run` and `moectl generate`:
+// --prompt-ids, --max-new-tokens, --temperature, --top-p, --seed,
+// --top-logprobs, --ignore-eos and --json.
+void DeclareGenerationFlags(FlagSet& f);
+
 }  // namespace moe::moectl
 
 #endif  // MOECACHE_SERVICES_MOECTL_FLAGS_H_
