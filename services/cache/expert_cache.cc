@@ -53,7 +53,9 @@ ExpertCache::ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<Cach
       prefetcher_(MakePrefetcherOptions(options)),
       slots_(options.capacity),
       meta_(options.capacity),
-      issued_for_layer_(options.num_layers, 0) {}
+      issued_for_layer_(options.num_layers, 0),
+      layer_hits_(options.num_layers, 0),
+      layer_misses_(options.num_layers, 0) {}
 
 void ExpertCache::BeginRequest(OwnerId owner) {
   absl::MutexLock lock(&mu_);
@@ -292,6 +294,7 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     ++meta_[slot].pins;
     policy_->OnAccess(key, phase, hit);
     ++(hit ? st.hits : st.misses);
+    ++(hit ? layer_hits_ : layer_misses_)[layer];
     p.entries.push_back(Lease{key, slot, slots_.Get(slot).generation});
   }
   if (options_.prefetch) IssuePrefetches(layer, phase);
@@ -470,6 +473,13 @@ ExpertCache::Gauges ExpertCache::GetGauges() const {
   g.loading = slots_.CountInState(SlotState::kLoading);
   g.prefetch_stride = options_.prefetch ? policy_->PrefetchDistance() : 0;
   g.eamc_entries = policy_->EamcEntries();
+  g.layer_resident.assign(options_.num_layers, 0);
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+    const SlotInfo& info = slots_.Get(s);
+    if (info.state == SlotState::kReady) ++g.layer_resident[info.key.layer];
+  }
+  g.layer_hits = layer_hits_;
+  g.layer_misses = layer_misses_;
   return g;
 }
 

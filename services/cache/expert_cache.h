@@ -142,12 +142,19 @@ class ExpertCache {
   std::string policy_name() const;
   int capacity() const { return options_.capacity; }
 
-  // Point-in-time figures for monitoring; cheap (no per-slot copies).
+  // Point-in-time figures for monitoring: one pass over the slots, no
+  // copies (O(capacity + layers)).
   struct Gauges {
     int resident = 0;         // slots holding a ready expert
     int loading = 0;          // slots being filled
     int prefetch_stride = 0;  // layers ahead the policy prefetches
     int eamc_entries = 0;     // learned activation matrices
+    // Per MoE layer (num_layers entries): ready experts, and demanded
+    // experts that were hits / misses since creation (both phases; not
+    // cleared by ResetStats, so monitoring counters never go down).
+    std::vector<int> layer_resident;
+    std::vector<uint64_t> layer_hits;
+    std::vector<uint64_t> layer_misses;
   };
   Gauges GetGauges() const;
 
@@ -214,6 +221,8 @@ class ExpertCache {
   int inflight_prefetches_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> issued_for_layer_ ABSL_GUARDED_BY(mu_);  // this iteration
   CachePhaseStats stats_[2] ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> layer_hits_ ABSL_GUARDED_BY(mu_);    // num_layers
+  std::vector<uint64_t> layer_misses_ ABSL_GUARDED_BY(mu_);  // num_layers
 };
 
 }  // namespace moe::cache

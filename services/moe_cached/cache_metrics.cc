@@ -57,7 +57,20 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const std::string& model, in
                           {{"model", model}})),
       prefetch_stride_(Gauge(r, "moe_prefetch_stride",
                              "Layers ahead that prefetch looks (0 with prefetch off)",
-                             {{"model", model}})) {
+                             {{"model", model}})),
+      model_(model),
+      layer_hits_family_(BuildCounter()
+                             .Name("moe_cache_layer_hits_total")
+                             .Help("Demanded experts ready when routed, per MoE layer")
+                             .Register(r)),
+      layer_misses_family_(BuildCounter()
+                               .Name("moe_cache_layer_misses_total")
+                               .Help("Demanded experts not ready when routed, per MoE layer")
+                               .Register(r)),
+      layer_resident_family_(BuildGauge()
+                                 .Name("moe_cache_layer_resident_experts")
+                                 .Help("Experts ready in the arena, per MoE layer")
+                                 .Register(r)) {
   capacity_.Set(capacity);
 }
 
@@ -82,6 +95,19 @@ void CacheMetrics::Sync(const cache::CachePhaseStats& s,
   resident_.Set(gauges.resident);
   eamc_entries_.Set(gauges.eamc_entries);
   prefetch_stride_.Set(gauges.prefetch_stride);
+  const size_t num_layers = gauges.layer_resident.size();
+  while (layers_.size() < num_layers) {
+    const Labels labels{{"model", model_}, {"layer", std::to_string(layers_.size())}};
+    layers_.push_back(LayerSeries{&layer_hits_family_.Add(labels),
+                                  &layer_misses_family_.Add(labels),
+                                  &layer_resident_family_.Add(labels)});
+  }
+  for (size_t l = 0; l < num_layers; ++l) {
+    LayerSeries& ls = layers_[l];
+    ls.resident->Set(gauges.layer_resident[l]);
+    if (l < gauges.layer_hits.size()) add(*ls.hits, gauges.layer_hits[l], ls.last_hits);
+    if (l < gauges.layer_misses.size()) add(*ls.misses, gauges.layer_misses[l], ls.last_misses);
+  }
 }
 
 cache::CachePhaseStats TotalStats(const cache::ExpertCache& cache) {

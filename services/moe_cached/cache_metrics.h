@@ -9,6 +9,7 @@
 #define MOECACHE_SERVICES_MOE_CACHED_CACHE_METRICS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -27,8 +28,8 @@ class CacheMetrics {
   // One acquire that took `seconds` of which `stall_seconds` waiting for
   // copies (0 on an all-hit acquire).
   void RecordAcquire(double seconds, double stall_seconds);
-  // Adds what `stats` (the cache's totals over both phases) counted since
-  // the previous call; sets the gauges.
+  // Adds what `stats` (the cache's totals over both phases) and the gauges'
+  // per-layer counters counted since the previous call; sets the gauges.
   void Sync(const cache::CachePhaseStats& stats, const cache::ExpertCache::Gauges& gauges);
   double stall_seconds() const { return stall_seconds_.Value(); }
 
@@ -45,9 +46,23 @@ class CacheMetrics {
   prometheus::Gauge& capacity_;
   prometheus::Gauge& eamc_entries_;
   prometheus::Gauge& prefetch_stride_;
+  // Per-layer series ({model, layer}), created by the first Sync that sees
+  // the layer count.
+  const std::string model_;
+  prometheus::Family<prometheus::Counter>& layer_hits_family_;
+  prometheus::Family<prometheus::Counter>& layer_misses_family_;
+  prometheus::Family<prometheus::Gauge>& layer_resident_family_;
 
   absl::Mutex mu_;
   cache::CachePhaseStats last_ ABSL_GUARDED_BY(mu_);
+  struct LayerSeries {
+    prometheus::Counter* hits;
+    prometheus::Counter* misses;
+    prometheus::Gauge* resident;
+    uint64_t last_hits = 0;
+    uint64_t last_misses = 0;
+  };
+  std::vector<LayerSeries> layers_ ABSL_GUARDED_BY(mu_);
 };
 
 // Sum of the two phases' statistics.

@@ -79,6 +79,24 @@ TEST(ExpertCacheTest, NoPolicyEvictsLeasedOrNeededSlots) {
         engine->AdvanceTo(engine->now_ns() + 1000000);
         ASSERT_TRUE(cache->Release(2, leases).ok());
         cache->CheckInvariantsForTest();
+        // Per-layer monitoring figures add up to the totals and agree with
+        // the slots.
+        const ExpertCache::Gauges g = cache->GetGauges();
+        ASSERT_EQ(g.layer_resident.size(), static_cast<size_t>(kLayers));
+        std::vector<int> resident(kLayers, 0);
+        for (const SlotInfo& s : cache->SlotsForTest()) {
+          if (s.state == SlotState::kReady) ++resident[s.key.layer];
+        }
+        EXPECT_EQ(g.layer_resident, resident) << name;
+        const CachePhaseStats st = cache->GetStats(Phase::kDecode);
+        uint64_t hits = 0, misses = 0;
+        for (int l = 0; l < kLayers; ++l) {
+          hits += g.layer_hits[l];
+          misses += g.layer_misses[l];
+        }
+        EXPECT_EQ(hits, st.hits) << name;
+        EXPECT_EQ(misses, st.misses) << name;
+        EXPECT_EQ(hits + misses, 2u * (step + 2)) << name;  // + owner 1's acquire
       }
       EXPECT_TRUE(cache->Release(1, held).ok());
       EXPECT_FALSE(cache->Release(1, held).ok());  // double release is refused

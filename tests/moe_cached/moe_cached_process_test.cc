@@ -312,6 +312,20 @@ TEST_F(MoeCachedTest, MetricsSeenThroughARealScrape) {
   }
   // Prefetch is off: the stride gauge says so.
   EXPECT_EQ(moe::testing::MetricValue(*body, "moe_prefetch_stride" + l).value_or(-1), 0);
+  // Per-layer series: everything happened in layer 0; layer 1 exists, empty.
+  for (int layer : {0, 1}) {
+    const std::string ll = absl::StrCat("{layer=\"", layer, "\",model=\"tiny\"}");
+    EXPECT_EQ(moe::testing::MetricValue(*body, "moe_cache_layer_hits_total" + ll).value_or(-1),
+              layer == 0 ? 2 : 0)
+        << ll;
+    EXPECT_EQ(moe::testing::MetricValue(*body, "moe_cache_layer_misses_total" + ll).value_or(-1),
+              layer == 0 ? 2 : 0)
+        << ll;
+    EXPECT_EQ(
+        moe::testing::MetricValue(*body, "moe_cache_layer_resident_experts" + ll).value_or(-1),
+        layer == 0 ? 2 : 0)
+        << ll;
+  }
 }
 
 TEST_F(MoeCachedTest, SigtermDrainsPersistsAndExitsZero) {
