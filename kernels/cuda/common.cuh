@@ -112,6 +112,17 @@ int LogSoftmax(const float* x, float* out, int64_t rows, int64_t n,
 int TopK(const float* x, int32_t* ids, float* values, int64_t rows, int64_t n,
          int64_t k, void* stream);
 
+// arena.cu (ABI v3).
+int HostRegister(void* ptr, size_t bytes);
+int HostUnregister(void* ptr);
+int IpcGetMemHandle(const void* dev_ptr, void* handle);
+int IpcOpenMemHandle(const void* handle, void** dev_ptr);
+int IpcCloseMemHandle(void* dev_ptr);
+int MemcpyAsyncH2D(void* dst, const void* src, size_t bytes, void* stream);
+int StreamCreateWithPriority(void** stream, int priority);
+int StreamPriorityRange(int* least, int* greatest);
+int EventQuery(void* event);
+
 }  // namespace moe::cuda
 
 #endif  // MOECACHE_KERNELS_CUDA_COMMON_CUH_

@@ -51,6 +51,8 @@ const char* ErrorString(int code) {
         return "unsupported weight dtype";
       case MOE_CUDA_ERR_HEAD_DIM:
         return "head_dim exceeds the attention kernel's limit (512)";
+      case MOE_CUDA_ERR_NOT_READY:
+        return "not ready (work before the event is still running)";
       default:
         return "unsupported argument";
     }
@@ -169,6 +171,15 @@ const MoeCudaModuleApi kApi = {
     &Argmax,
     &LogSoftmax,
     &TopK,
+    &HostRegister,
+    &HostUnregister,
+    &IpcGetMemHandle,
+    &IpcOpenMemHandle,
+    &IpcCloseMemHandle,
+    &MemcpyAsyncH2D,
+    &StreamCreateWithPriority,
+    &StreamPriorityRange,
+    &EventQuery,
 };
 
 }  // namespace

@@ -21,13 +21,18 @@
 extern "C" {
 #endif
 
-#define MOE_CUDA_MODULE_ABI_VERSION 2
+#define MOE_CUDA_MODULE_ABI_VERSION 3
 
 #define MOE_CUDA_CUBLAS_BASE 10000
 #define MOE_CUDA_MODULE_BASE 20000
 #define MOE_CUDA_ERR_BAD_DTYPE 1       // unknown weight dtype
 #define MOE_CUDA_ERR_HEAD_DIM 2        // head_dim above the kernels' limit
 #define MOE_CUDA_ERR_BAD_ARGUMENT 3    // other unsupported argument
+// event_query: the work before the event has not finished yet (not an error).
+#define MOE_CUDA_ERR_NOT_READY 4
+#define MOE_CUDA_NOT_READY (MOE_CUDA_MODULE_BASE + MOE_CUDA_ERR_NOT_READY)
+// Size of a cudaIpcMemHandle_t.
+#define MOE_CUDA_IPC_HANDLE_BYTES 64
 #define MOE_CUDA_MAX_HEAD_DIM 512
 
 // Same values as moe::DType.
@@ -110,6 +115,32 @@ typedef struct MoeCudaModuleApi {
                      void* stream);
   int (*topk)(const float* x, int32_t* ids, float* values, int64_t rows,
               int64_t n, int64_t k, void* stream);
+
+  // ---- v3: pinned host memory, IPC, asynchronous copies (arena.cu) ----
+  // cudaHostRegister(ptr, bytes, cudaHostRegisterPortable): pins an existing
+  // host range (page-aligned) so copies from it run by DMA.
+  int (*host_register)(void* ptr, size_t bytes);
+  int (*host_unregister)(void* ptr);
+  // cudaIpcGetMemHandle of a cudaMalloc'ed pointer: writes
+  // MOE_CUDA_IPC_HANDLE_BYTES bytes to `handle`.
+  int (*ipc_get_mem_handle)(const void* dev_ptr, void* handle);
+  // Maps another process's allocation (cudaIpcMemLazyEnablePeerAccess);
+  // close it with ipc_close_mem_handle.
+  int (*ipc_open_mem_handle)(const void* handle, void** dev_ptr);
+  int (*ipc_close_mem_handle)(void* dev_ptr);
+  // cudaMemcpyAsync host -> device on `stream`; returns once queued.
+  int (*memcpy_async_h2d)(void* dst, const void* src, size_t bytes,
+                          void* stream);
+  // A non-blocking stream with the given priority (clamped to the device's
+  // range; lower numbers are higher priority, as in CUDA).
+  int (*stream_create_with_priority)(void** stream, int priority);
+  // The device's stream priorities: *least (lowest priority, usually 0) and
+  // *greatest (highest, e.g. -5).
+  int (*stream_priority_range)(int* least, int* greatest);
+  // 0 when all work before the event is done, MOE_CUDA_NOT_READY when not
+  // yet, else an error code. (event_create makes events with
+  // cudaEventDisableTiming, so polling them is cheap.)
+  int (*event_query)(void* event);
 } MoeCudaModuleApi;
 
 // The module's single exported symbol.

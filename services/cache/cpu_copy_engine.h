@@ -25,25 +25,21 @@
 // caller does not hold a lock in Stop() (or the destructor) that a callback
 // takes, or Stop deadlocks waiting for the callback.
 //
+// The scheduling (copy thread, queues, preemption, callbacks) is
+// ChunkScheduler's, shared with CudaCopyEngine; this engine adds the mover.
+//
 // Thread-safety: all public methods are thread-safe.
 #ifndef MOECACHE_SERVICES_CACHE_CPU_COPY_ENGINE_H_
 #define MOECACHE_SERVICES_CACHE_CPU_COPY_ENGINE_H_
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <functional>
-#include <mutex>
 #include <optional>
-#include <thread>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/cache/chunk_scheduler.h"
 #include "services/cache/clock.h"
 #include "services/cache/copy_engine.h"
-#include "services/cache/transfer_scheduler.h"
 
 namespace moe::cache {
 
@@ -57,68 +53,35 @@ struct CpuCopyEngineOptions {
   Clock* clock = nullptr;             // not owned; null: RealClock::Get()
 };
 
-// Called on the copy thread after each chunk is copied (and paced), before
-// the next chunk is picked, with no engine lock held. Test seam.
-using ChunkObserverFn = std::function<void(const internal::Chunk&)>;
+// The CPU link: memcpy plus the optional pacing described above. Runs on the
+// copy thread only. Exposed so that it can be tested on its own.
+class MemcpyChunkMover final : public ChunkMover {
+ public:
+  explicit MemcpyChunkMover(const CpuCopyEngineOptions& options);
+  absl::StatusOr<int64_t> Move(const internal::Chunk& chunk,
+                               bool after_idle) override;
 
-class CpuCopyEngine final : public CopyEngine {
+ private:
+  uint8_t* const arena_;
+  const uint64_t rate_;
+  Clock* const clock_;
+  int64_t link_free_ns_ = 0;  // when the emulated link frees up
+};
+
+// Start(): INVALID_ARGUMENT on bad options (null arena with arena_bytes > 0,
+// chunk_bytes == 0); FAILED_PRECONDITION if already started or stopped.
+// Submit: INVALID_ARGUMENT for bytes == 0, a null src, or a destination
+// outside the arena; FAILED_PRECONDITION after Stop.
+class CpuCopyEngine final : public ChunkScheduler {
  public:
   explicit CpuCopyEngine(const CpuCopyEngineOptions& options);
-  ~CpuCopyEngine() override;
+  ~CpuCopyEngine() override;  // Stop(): the copy thread ends before mover_
 
   CpuCopyEngine(const CpuCopyEngine&) = delete;
   CpuCopyEngine& operator=(const CpuCopyEngine&) = delete;
 
-  // INVALID_ARGUMENT on bad options (null arena with arena_bytes > 0,
-  // chunk_bytes == 0); FAILED_PRECONDITION if already started or stopped.
-  absl::Status Start();
-  void Stop();
-
-  // CopyEngine. Submit: INVALID_ARGUMENT for bytes == 0, a null src, or a
-  // destination outside the arena; FAILED_PRECONDITION after Stop.
-  absl::StatusOr<TransferId> Submit(const TransferRequest& request,
-                                    TransferDoneFn on_done) override;
-  absl::Status Promote(TransferId id) override;
-  absl::Status Cancel(TransferId id) override;
-  std::optional<TransferInfo> Query(TransferId id) const override;
-  CopyStats GetStats() const override;
-  uint64_t chunk_bytes() const override { return options_.chunk_bytes; }
-
-  // Must be set before Start.
-  void SetChunkObserverForTest(ChunkObserverFn observer);
-
  private:
-  void Run();
-  // Copies and paces one chunk; returns the link time it accounted for.
-  int64_t CopyChunk(const internal::Chunk& chunk);
-  // Runs callbacks with `lock` (on mu_) released.
-  static void Deliver(std::unique_lock<std::mutex>& lock,
-                      std::vector<internal::Finished> finished);
-  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !scheduler_.idle();
-  }
-
-  const CpuCopyEngineOptions options_;
-  Clock* const clock_;
-  const absl::Status options_status_;
-  ChunkObserverFn observer_;  // set before Start; read by the copy thread
-  // Copy thread only: when the emulated link frees up, and whether the
-  // thread ran out of work since the last chunk.
-  int64_t link_free_ns_ = 0;
-  bool link_idle_ = true;
-
-  // std::mutex rather than absl::Mutex so that ThreadSanitizer understands
-  // it with the uninstrumented Debian abseil.
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // signalled when HasWork() may be true
-  internal::TransferScheduler scheduler_ ABSL_GUARDED_BY(mu_);
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // Lock order: join_mu_ before mu_. join_mu_ serializes starting and
-  // joining thread_ (Stop may run on several threads at once).
-  std::mutex join_mu_;
-  std::thread thread_ ABSL_GUARDED_BY(join_mu_);
-  std::atomic<std::thread::id> copy_thread_id_{};
+  MemcpyChunkMover mover_;  // used by the copy thread only after Start
 };
 
 }  // namespace moe::cache

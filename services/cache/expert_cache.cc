@@ -79,6 +79,14 @@ void ExpertCache::AddHints(OwnerId owner, absl::Span<const Hint> hints) {
     prefetcher_.AddHint(h);
     policy_->OnHint(h);
   }
+  // A hint for a layer ahead of where the owner is (pre-gating predicts layer
+  // l+1 right after layer l) can only help if its copy starts now, not at the
+  // owner's next acquire: issue for the layers after its last one.
+  auto it = owners_.find(owner);
+  if (options_.prefetch && !hints.empty() && it != owners_.end() && it->second.last_layer >= 0 &&
+      it->second.phase == Phase::kDecode) {
+    IssuePrefetches(it->second.last_layer, Phase::kDecode);
+  }
 }
 
 absl::Status ExpertCache::ValidateDemands(int layer,

@@ -278,6 +278,7 @@ absl::Status Session::PregateHints(int next_layer, int64_t t) {
     hints.push_back({next.moe_index, hid[i], hw[i]});
   }
   experts_->Hint(hints);
+  observer_.Hints(hints);
   return absl::OkStatus();
 }
 

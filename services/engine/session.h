@@ -10,8 +10,11 @@
 #ifndef MOECACHE_SERVICES_ENGINE_SESSION_H_
 #define MOECACHE_SERVICES_ENGINE_SESSION_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,12 +24,47 @@
 
 namespace moe {
 
-// Called after each MoE layer's router with that iteration's routing:
-// experts and weights are [tokens, top_k] row-major.
-using RoutingObserver =
-    std::function<void(int moe_layer, int64_t tokens,
-                       absl::Span<const int32_t> experts,
-                       absl::Span<const float> weights)>;
+// Sees each MoE layer's routing and, with pre-gating on, the hints the
+// session gives the provider. Built from a routing callable alone (hints are
+// then not observed) or from both callbacks.
+class RoutingObserver {
+ public:
+  // Called after each MoE layer's router with that iteration's routing:
+  // experts and weights are [tokens, top_k] row-major.
+  using RoutingFn =
+      std::function<void(int moe_layer, int64_t tokens,
+                         absl::Span<const int32_t> experts,
+                         absl::Span<const float> weights)>;
+  // Called with the hints passed to ExpertProvider::Hint, all for one MoE
+  // layer, predicted for the iteration's last token before that layer runs.
+  using HintFn = std::function<void(absl::Span<const ExpertHint> hints)>;
+
+  RoutingObserver() = default;
+  RoutingObserver(std::nullptr_t) {}  // NOLINT: like std::function
+  template <typename F,
+            typename = std::enable_if_t<
+                !std::is_same_v<std::decay_t<F>, RoutingObserver> &&
+                std::is_constructible_v<RoutingFn, F>>>
+  RoutingObserver(F routing)  // NOLINT: a plain routing callable converts
+      : routing_(std::move(routing)) {}
+  RoutingObserver(RoutingFn routing, HintFn hints)
+      : routing_(std::move(routing)), hints_(std::move(hints)) {}
+
+  explicit operator bool() const { return routing_ || hints_; }
+  void operator()(int moe_layer, int64_t tokens,
+                  absl::Span<const int32_t> experts,
+                  absl::Span<const float> weights) const {
+    if (routing_) routing_(moe_layer, tokens, experts, weights);
+  }
+  bool wants_hints() const { return static_cast<bool>(hints_); }
+  void Hints(absl::Span<const ExpertHint> hints) const {
+    if (hints_) hints_(hints);
+  }
+
+ private:
+  RoutingFn routing_;
+  HintFn hints_;
+};
 
 struct SessionStats {
   int64_t expert_hits = 0;

@@ -25,11 +25,36 @@ RequestRecording::RequestRecording(const trace::TraceHeader& header,
 }
 
 RoutingObserver RequestRecording::Observer() {
-  return
+  return RoutingObserver(
       [this](int moe_layer, int64_t tokens, absl::Span<const int32_t> experts,
              absl::Span<const float> weights) {
         Observe(moe_layer, tokens, experts, weights);
-      };
+      },
+      [this](absl::Span<const ExpertHint> hints) { ObserveHints(hints); });
+}
+
+void RequestRecording::ObserveHints(absl::Span<const ExpertHint> hints) {
+  if (!error_.ok() || hints.empty()) return;
+  const int layer = hints[0].moe_layer;
+  if (layer != next_layer_ || pending_hint_layer_ >= 0) {
+    error_ = absl::InternalError(absl::StrCat(
+        "iteration ", iterations_, ": hints for MoE layer ", layer,
+        " where layer ", next_layer_, " is routed next",
+        pending_hint_layer_ >= 0 ? " (and hints are already pending)" : ""));
+    return;
+  }
+  for (const ExpertHint& h : hints) {
+    if (h.moe_layer != layer || h.expert < 0 ||
+        h.expert >= header_.num_experts) {
+      error_ = absl::InternalError(absl::StrCat(
+          "hint (MoE layer ", h.moe_layer, ", expert ", h.expert,
+          ") among hints for layer ", layer, " of ", header_.num_experts,
+          " experts"));
+      return;
+    }
+    pending_hints_.push_back(h.expert);
+  }
+  pending_hint_layer_ = layer;
 }
 
 void RequestRecording::Observe(int moe_layer, int64_t tokens,
@@ -67,6 +92,7 @@ void RequestRecording::Observe(int moe_layer, int64_t tokens,
       request_.phase.push_back(phase);
       request_.experts.emplace_back(L);
       request_.weights.emplace_back(L);
+      hints_.emplace_back(L);
     }
     ++iterations_;
   } else if (tokens != iter_tokens_) {
@@ -80,6 +106,12 @@ void RequestRecording::Observe(int moe_layer, int64_t tokens,
     auto& ws = request_.weights[iter_start_ + t][moe_layer];
     ids.assign(experts.begin() + t * k, experts.begin() + (t + 1) * k);
     ws.assign(weights.begin() + t * k, weights.begin() + (t + 1) * k);
+  }
+  if (pending_hint_layer_ == moe_layer) {
+    hints_[iter_start_ + tokens - 1][moe_layer] = std::move(pending_hints_);
+    pending_hints_.clear();
+    pending_hint_layer_ = -1;
+    any_hints_ = true;
   }
   next_layer_ = (moe_layer + 1) % L;
 }
@@ -95,7 +127,14 @@ absl::StatusOr<trace::TraceRequest> RequestRecording::Finish() const {
         "request ", request_.id, ": last iteration stopped after MoE layer ",
         next_layer_ - 1, " of ", header_.num_layers));
   }
-  return request_;
+  if (pending_hint_layer_ >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "request ", request_.id, ": hints for MoE layer ", pending_hint_layer_,
+        " were not followed by its routing"));
+  }
+  trace::TraceRequest request = request_;
+  if (any_hints_) request.hints = hints_;
+  return request;
 }
 
 absl::StatusOr<std::unique_ptr<TraceRecorder>> TraceRecorder::Open(

@@ -15,6 +15,14 @@
 // the tokens that went through the model: the prompt and every generated
 // token but the last (which is sampled and never fed back).
 //
+// With pre-gating on (GenerateOptions::pregate_hints), the observer also
+// sees the hints the session gives the provider: the experts predicted for
+// MoE layer l+1 from layer l's output, for the iteration's last token. They
+// are recorded as the trace's "hints" ([token][layer][experts]): empty lists
+// where nothing was predicted (prefill tokens, which the session does not
+// hint, and MoE layer 0 unless a dense layer precedes it). A request without
+// any hint has no "hints" field.
+//
 // Thread-safety: TraceRecorder::Append may be called concurrently (a worker
 // records concurrent requests); requests are written whole, one line each,
 // in the order Append is called. A RequestRecording is thread-compatible:
@@ -26,12 +34,15 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "services/cache/trace.h"
+#include "services/engine/expert_provider.h"
 #include "services/engine/moe_model.h"
 #include "services/engine/session.h"
 
@@ -45,7 +56,8 @@ class RequestRecording {
  public:
   RequestRecording(const trace::TraceHeader& header, std::string id);
 
-  // An observer that appends to this recording; valid while it lives.
+  // An observer that appends to this recording (routing and hints); valid
+  // while it lives.
   RoutingObserver Observer();
 
   // Records one MoE layer's routing of the current iteration: experts and
@@ -54,8 +66,14 @@ class RequestRecording {
   void Observe(int moe_layer, int64_t tokens, absl::Span<const int32_t> experts,
                absl::Span<const float> weights);
 
-  // The request as recorded. FAILED_PRECONDITION when nothing was recorded
-  // or the last iteration is incomplete; INTERNAL for routing that did not
+  // Records the pre-gating hints for the MoE layer about to be routed (all
+  // for one layer; attached to the last token of that layer's iteration).
+  // Errors are remembered like Observe's.
+  void ObserveHints(absl::Span<const ExpertHint> hints);
+
+  // The request as recorded. FAILED_PRECONDITION when nothing was recorded,
+  // the last iteration is incomplete, or hints were not followed by their
+  // layer's routing; INTERNAL for routing that did not
   // fit the header (the first such error).
   absl::StatusOr<trace::TraceRequest> Finish() const;
 
@@ -68,6 +86,10 @@ class RequestRecording {
   int next_layer_ = 0;       // MoE layer expected next in this iteration
   int64_t iter_tokens_ = 0;  // tokens of the current iteration
   size_t iter_start_ = 0;    // first token index of the current iteration
+  trace::TokenLayerLists<int32_t> hints_;  // [token][layer], kept in step
+  bool any_hints_ = false;
+  int pending_hint_layer_ = -1;  // hints seen for a layer not yet routed
+  std::vector<int32_t> pending_hints_;
   absl::Status error_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,7 @@
 #include "services/cache/shm_region.h"
 #include "services/channel/shm_channel.h"
 #include "services/moe_cached/pid_watch.h"
+#include "services/moe_cached/fd_broker.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::cached {
@@ -31,10 +33,19 @@ class ChannelMapping {
     if (fd < 0) {
       return absl::UnavailableError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
     }
+    UniqueFd owned(fd);
+    return FromFd(fd, name);
+  }
+  // Maps the channel behind `fd` (the caller keeps the descriptor).
+  static absl::StatusOr<std::unique_ptr<ChannelMapping>> FromFd(int fd, const std::string& name) {
     const size_t bytes = channel::ChannelBytes();
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("channel ", name, " is smaller than ", bytes, " bytes"));
+    }
     void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;
-    ::close(fd);
     if (mem == MAP_FAILED) {
       return absl::UnavailableError(absl::StrCat("mmap(", name, "): ", std::strerror(err)));
     }
@@ -82,6 +93,17 @@ struct CacheClient::Impl {
     return absl::OkStatus();
   }
 
+  // REQUIRES: hints checked (CheckHints), at most kMaxItems, not empty.
+  absl::Status PostHintsLocked(absl::Span<const ExpertHint> hints)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    req->type = static_cast<uint32_t>(channel::MsgType::kHints);
+    req->count = static_cast<uint32_t>(hints.size());
+    for (size_t i = 0; i < hints.size(); ++i) {
+      req->hints[i] = {hints[i].layer, hints[i].expert, hints[i].probability, 0};
+    }
+    return channel->Post(*req, options.timeout);
+  }
+
   absl::Status ShmCall(channel::MsgType type, uint64_t request_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     req->type = static_cast<uint32_t>(type);
@@ -106,7 +128,9 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
   ASSIGN_OR_RETURN(rpc::ListenAddress address, rpc::ParseListenAddress(options.address));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->stub = moe::v1::ExpertCache::NewStub(rpc::MakeChannel(address));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   rpc::MakeChannel(address, options.security));
+  impl->stub = moe::v1::ExpertCache::NewStub(std::move(channel));
   impl->req = std::make_unique<channel::RequestMsg>();
   impl->reply = std::make_unique<channel::ResponseMsg>();
 
@@ -126,8 +150,23 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
   if (aresp.arena_kind() != moe::v1::ARENA_KIND_HOST_SHM) {
     return absl::UnimplementedError("only host shared-memory arenas are supported here");
   }
-  ASSIGN_OR_RETURN(im.arena,
-                   cache::ShmRegion::OpenReadOnlyByName(aresp.shm_name(), aresp.arena_bytes()));
+  std::vector<UniqueFd> fds;  // [arena, channel] when the daemon passes descriptors
+  if (!aresp.fd_socket().empty()) {
+    absl::StatusOr<std::vector<UniqueFd>> got = FetchFds(aresp.fd_socket(), aresp.fd_token());
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat("attach: collecting the arena: ", got.status().message()));
+    }
+    if (got->size() != 2) {
+      return absl::InternalError(
+          absl::StrCat("attach: daemon passed ", got->size(), " descriptors, expected 2"));
+    }
+    fds = std::move(*got);
+    ASSIGN_OR_RETURN(im.arena, cache::ShmRegion::OpenReadOnly(fds[0].get(), aresp.arena_bytes()));
+  } else {
+    ASSIGN_OR_RETURN(im.arena,
+                     cache::ShmRegion::OpenReadOnlyByName(aresp.shm_name(), aresp.arena_bytes()));
+  }
   if (aresp.slot_bytes() == 0 ||
       aresp.arena_bytes() < uint64_t{aresp.slot_bytes()} * aresp.slot_count()) {
     return absl::InternalError("daemon reported an arena smaller than its slots");
@@ -145,8 +184,10 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
   }
   absl::StatusOr<PidWatch> watch = PidWatch::Open(aresp.daemon_pid());
   if (watch.ok()) im.daemon = std::move(*watch);
-  if (options.use_shm && !aresp.channel_name().empty()) {
-    absl::StatusOr<std::unique_ptr<ChannelMapping>> ch = ChannelMapping::Open(aresp.channel_name());
+  if (options.use_shm && (!aresp.channel_name().empty() || !fds.empty())) {
+    absl::StatusOr<std::unique_ptr<ChannelMapping>> ch =
+        fds.empty() ? ChannelMapping::Open(aresp.channel_name())
+                    : ChannelMapping::FromFd(fds[1].get(), "(memfd)");
     if (ch.ok()) {
       im.channel_mem = std::move(*ch);
       absl::MutexLock lock(&im.mu);
@@ -166,6 +207,34 @@ const uint8_t* CacheClient::SlotData(uint32_t slot) const {
   return impl_->arena.data() + uint64_t{slot} * slot_bytes_;
 }
 
+absl::Status CacheClient::CheckHints(absl::Span<const ExpertHint> hints) const {
+  // Hints over shm are posted without a reply, so check them here to report
+  // errors as gRPC does.
+  if (hints.size() > channel::kMaxItems) {
+    return absl::InvalidArgumentError("too many hints for one message");
+  }
+  for (const ExpertHint& h : hints) {
+    if (h.layer < 0 || h.layer >= num_layers_ || h.expert < 0 || h.expert >= num_experts_ ||
+        !(h.probability >= 0 && h.probability <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hint for L", h.layer, "/E", h.expert, " out of range"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CacheClient::Hint(absl::Span<const ExpertHint> hints) {
+  if (hints.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckHints(hints));
+  Impl& im = *impl_;
+  if (!im.UseShm(Transport::kDefault)) {
+    return absl::FailedPreconditionError("hints on their own need the shared-memory channel");
+  }
+  absl::MutexLock lock(&im.mu);
+  if (im.detached) return absl::FailedPreconditionError("client detached");
+  return im.PostHintsLocked(hints);
+}
+
 absl::StatusOr<AcquireReply> CacheClient::Acquire(int layer,
                                                   absl::Span<const ExpertRequest> experts,
                                                   bool prefill, absl::Span<const ExpertHint> hints,
@@ -180,28 +249,13 @@ absl::StatusOr<AcquireReply> CacheClient::Acquire(int layer,
     return absl::OkStatus();
   };
   if (im.UseShm(transport)) {
-    if (experts.size() > channel::kMaxItems || hints.size() > channel::kMaxItems) {
-      return absl::InvalidArgumentError("too many experts or hints for one message");
+    if (experts.size() > channel::kMaxItems) {
+      return absl::InvalidArgumentError("too many experts for one message");
     }
-    // Hints are posted without a reply, so check them here to report errors
-    // as gRPC does.
-    for (const ExpertHint& h : hints) {
-      if (h.layer < 0 || h.layer >= num_layers_ || h.expert < 0 || h.expert >= num_experts_ ||
-          !(h.probability >= 0 && h.probability <= 1)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("hint for L", h.layer, "/E", h.expert, " out of range"));
-      }
-    }
+    RETURN_IF_ERROR(CheckHints(hints));
     absl::MutexLock lock(&im.mu);
     if (im.detached) return absl::FailedPreconditionError("client detached");
-    if (!hints.empty()) {
-      im.req->type = static_cast<uint32_t>(channel::MsgType::kHints);
-      im.req->count = static_cast<uint32_t>(hints.size());
-      for (size_t i = 0; i < hints.size(); ++i) {
-        im.req->hints[i] = {hints[i].layer, hints[i].expert, hints[i].probability, 0};
-      }
-      RETURN_IF_ERROR(im.channel->Post(*im.req, im.options.timeout));
-    }
+    if (!hints.empty()) RETURN_IF_ERROR(im.PostHintsLocked(hints));
     im.req->type = static_cast<uint32_t>(channel::MsgType::kAcquire);
     im.req->layer = layer;
     im.req->flags = prefill ? channel::kFlagPrefill : 0;

@@ -49,6 +49,7 @@
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "moe/v1/expert_cache.pb.h"
+#include "services/rpc/security.h"
 
 namespace moe::cached {
 
@@ -57,6 +58,7 @@ struct CacheClientOptions {
   std::string model;
   std::string worker_id;
   bool use_shm = true;  // false: every call over gRPC
+  rpc::ClientSecurity security;  // bearer token (and TLS for TCP addresses)
   absl::Duration timeout = absl::Seconds(60);  // per call
 };
 
@@ -108,6 +110,11 @@ class CacheClient {
   absl::StatusOr<AcquireReply> Acquire(int layer, absl::Span<const ExpertRequest> experts,
                                        bool prefill, absl::Span<const ExpertHint> hints = {},
                                        Transport transport = Transport::kDefault);
+  // Prefetch hints on their own, as soon as the worker has them (pre-gating
+  // predicts layer l+1 while layer l finishes). Over shm they are posted
+  // without a reply; without shm they are kept and sent with the next
+  // Acquire. INVALID_ARGUMENT for out-of-range hints.
+  absl::Status Hint(absl::Span<const ExpertHint> hints);
   // Over shm a release is posted without waiting for an answer; the daemon
   // logs bad leases. Over gRPC errors come back.
   absl::Status Release(absl::Span<const ExpertLease> leases,
@@ -135,6 +142,7 @@ class CacheClient {
  private:
   struct Impl;
   explicit CacheClient(std::unique_ptr<Impl> impl);
+  absl::Status CheckHints(absl::Span<const ExpertHint> hints) const;
 
   std::unique_ptr<Impl> impl_;
   std::string model_;

@@ -30,13 +30,7 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   std::unique_ptr<CachedModel> m(new CachedModel());
   m->options_ = options;
   const uint64_t block = store->block_bytes();
-  ASSIGN_OR_RETURN(m->arena_, cache::ShmRegion::Create(UnguessableShmName("moecache-arena"),
-                                                       block * options.capacity));
-  cache::CpuCopyEngineOptions eo;
-  eo.arena = m->arena_.mutable_data();
-  eo.arena_bytes = m->arena_.size();
-  eo.link_bytes_per_sec = static_cast<uint64_t>(options.link_bytes_per_sec);
-  m->engine_ = std::make_unique<cache::CpuCopyEngine>(eo);
+  RETURN_IF_ERROR(m->CreateArenaAndEngine(block * options.capacity));
 
   cache::PolicyConfig pc;
   pc.num_layers = store->num_layers();
@@ -57,7 +51,7 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   co.link_bytes_per_sec = options.link_bytes_per_sec;
   const ExpertStore* raw_store = store.get();
   ASSIGN_OR_RETURN(m->cache_,
-                   cache::ExpertCache::Create(co, std::move(policy), m->engine_.get(),
+                   cache::ExpertCache::Create(co, std::move(policy), m->engine_,
                                               [raw_store](const cache::ExpertKey& k) {
                                                 return static_cast<const void*>(
                                                     raw_store->Block(k.layer, k.expert));
@@ -65,6 +59,33 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   m->store_ = std::move(store);
   m->metrics_ = std::make_unique<CacheMetrics>(registry, options.name, options.capacity);
   return m;
+}
+
+absl::Status CachedModel::CreateArenaAndEngine(uint64_t bytes) {
+  if (options_.cuda != nullptr) {
+    ASSIGN_OR_RETURN(cuda_arena_, CudaArena::Create(options_.cuda, options_.cuda_device, bytes));
+    cache::CudaCopyEngineOptions eo;
+    eo.api = options_.cuda;
+    eo.arena = cuda_arena_->device_ptr();
+    eo.arena_bytes = cuda_arena_->size();
+    cuda_engine_ = std::make_unique<cache::CudaCopyEngine>(eo);
+    engine_ = cuda_engine_.get();
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(arena_, cache::ShmRegion::Create(
+                               options_.anonymous_arena ? "" : UnguessableShmName("moecache-arena"),
+                               bytes));
+  cache::CpuCopyEngineOptions eo;
+  eo.arena = arena_.mutable_data();
+  eo.arena_bytes = arena_.size();
+  eo.link_bytes_per_sec = static_cast<uint64_t>(options_.link_bytes_per_sec);
+  cpu_engine_ = std::make_unique<cache::CpuCopyEngine>(eo);
+  engine_ = cpu_engine_.get();
+  return absl::OkStatus();
+}
+
+uint64_t CachedModel::arena_bytes() const {
+  return cuda_arena_ != nullptr ? cuda_arena_->size() : arena_.size();
 }
 
 CachedModel::~CachedModel() { Stop(); }
@@ -80,10 +101,12 @@ absl::Status CachedModel::Start() {
                     << " EAMC entries from " << options_.state_path;
     }
   }
-  RETURN_IF_ERROR(engine_->Start());
+  RETURN_IF_ERROR(cuda_engine_ != nullptr ? cuda_engine_->Start() : cpu_engine_->Start());
   started_ = true;
   MOE_LOG(INFO) << "model " << name() << ": " << options_.capacity << " slots of "
-                << store_->block_bytes() << " bytes, policy " << cache_->policy_name()
+                << store_->block_bytes() << " bytes "
+                << (cuda_arena_ != nullptr ? "in CUDA device memory" : "in host shared memory")
+                << ", policy " << cache_->policy_name()
                 << ", prefetch " << (options_.prefetch ? "on" : "off");
   return absl::OkStatus();
 }
@@ -94,7 +117,8 @@ void CachedModel::Stop() {
     absl::Status s = Persist();
     if (!s.ok()) MOE_LOG(ERROR) << "model " << name() << ": " << s;
   }
-  if (engine_ != nullptr) engine_->Stop();
+  if (cpu_engine_ != nullptr) cpu_engine_->Stop();
+  if (cuda_engine_ != nullptr) cuda_engine_->Stop();
 }
 
 absl::Status CachedModel::Persist() {

@@ -1,8 +1,13 @@
 // CachedModel: everything moe-cached holds for one model — its ExpertStore
-// (host copy), its arena (a shared-memory region of capacity x block_bytes,
-// mode 0600, under an unguessable name that only Attach reveals), a
-// CpuCopyEngine that copies experts into the arena (optionally paced to a
-// link rate), the ExpertCache deciding residency, and its metrics.
+// (host copy), its arena of capacity x block_bytes, a copy engine that
+// copies experts into the arena, the ExpertCache deciding residency, and its
+// metrics. The arena is either
+//  - CPU (options.cuda == null): a shared-memory region (mode 0600, under an
+//    unguessable name that only Attach reveals), filled by a CpuCopyEngine
+//    (optionally paced to a link rate); or
+//  - CUDA: device memory (CudaArena, exported to workers by CUDA IPC),
+//    filled by a CudaCopyEngine; the store should then be pinned
+//    (PinnedStoreOptions).
 //
 // Lifecycle: Create (allocates, validates) -> Start (starts the copy thread;
 // loads the learned state when a path is set) -> ... -> Stop (persists,
@@ -20,10 +25,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "prometheus/registry.h"
+#include "kernels/cuda/module_abi.h"
 #include "services/cache/cpu_copy_engine.h"
+#include "services/cache/cuda_copy_engine.h"
 #include "services/cache/expert_cache.h"
 #include "services/cache/shm_region.h"
 #include "services/moe_cached/cache_metrics.h"
+#include "services/moe_cached/cuda_arena.h"
 #include "services/moe_cached/expert_store.h"
 
 namespace moe::cached {
@@ -36,6 +44,12 @@ struct CachedModelOptions {
   double link_bytes_per_sec = 0;  // 0: unpaced copies
   // EAMC persistence file; empty: none.
   std::string state_path;
+  // Host arena as an unnamed memfd (handed to workers by the FdBroker)
+  // instead of a /dev/shm name.
+  bool anonymous_arena = false;
+  // Non-null: the arena lives on this CUDA device (see DeviceChoice).
+  const MoeCudaModuleApi* cuda = nullptr;
+  int cuda_device = 0;
 };
 
 // "/<prefix>-<pid>-<32 hex digits from getrandom>": a shm_open name nobody
@@ -63,7 +77,12 @@ class CachedModel {
   cache::ExpertCache& cache() { return *cache_; }
   const cache::ExpertCache& cache() const { return *cache_; }
   const ExpertStore& store() const { return *store_; }
+  // The CPU arena (empty, size 0, on CUDA).
   const cache::ShmRegion& arena() const { return arena_; }
+  // The CUDA arena; null on the CPU.
+  const CudaArena* cuda_arena() const { return cuda_arena_.get(); }
+  // Bytes of whichever arena is in use.
+  uint64_t arena_bytes() const;
   CacheMetrics& metrics() { return *metrics_; }
   int ResidentExperts() const;
   int eamc_entries() const;
@@ -71,11 +90,17 @@ class CachedModel {
 
  private:
   CachedModel() = default;
+  // The arena and copy engine of `bytes`, on options_.cuda or the CPU.
+  absl::Status CreateArenaAndEngine(uint64_t bytes);
 
   CachedModelOptions options_;
   std::unique_ptr<ExpertStore> store_;
   cache::ShmRegion arena_;
-  std::unique_ptr<cache::CpuCopyEngine> engine_;
+  std::unique_ptr<CudaArena> cuda_arena_;
+  // Exactly one engine exists; engine_ points at it.
+  std::unique_ptr<cache::CpuCopyEngine> cpu_engine_;
+  std::unique_ptr<cache::CudaCopyEngine> cuda_engine_;
+  cache::CopyEngine* engine_ = nullptr;
   std::unique_ptr<cache::ExpertCache> cache_;
   std::unique_ptr<CacheMetrics> metrics_;
   std::atomic<bool> started_{false};

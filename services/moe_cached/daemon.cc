@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -33,16 +34,29 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
     RETURN_IF_ERROR(ExpertStore::ComputeLayout(g, u, d, &block_bytes).status());
   }
   const ModelConfig& config = desc.config();
+  // Per model: the free device memory shrinks with every arena.
+  ASSIGN_OR_RETURN(DeviceChoice device, ResolveDevice(options_.device));
   ASSIGN_OR_RETURN(int capacity,
                    ComputeCapacity(options_.capacity, spec.name, config.num_moe_layers(),
-                                   static_cast<int>(config.num_experts), block_bytes));
-  ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store, ExpertStore::Load(spec.name, desc));
+                                   static_cast<int>(config.num_experts), block_bytes,
+                                   device.is_cuda() ? device.free_bytes : 0));
+  MOE_LOG(INFO) << "model " << spec.name << ": arena on " << device.description;
+  ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store,
+                   ExpertStore::Load(spec.name, desc,
+                                     device.is_cuda() ? PinnedStoreOptions(device.cuda)
+                                                      : ExpertStoreOptions{}));
   CachedModelOptions mo;
   mo.name = spec.name;
   mo.capacity = capacity;
   mo.policy = options_.policy;
   mo.prefetch = options_.prefetch;
   mo.link_bytes_per_sec = options_.link_gbps * 1e9;
+  // Listening on a Unix socket, the arena is an unnamed memfd and workers
+  // collect it from the FdBroker beside the socket.
+  absl::StatusOr<rpc::ListenAddress> listen = rpc::ParseListenAddress(options_.listen);
+  mo.anonymous_arena = listen.ok() && listen->is_unix;
+  mo.cuda = device.cuda;
+  mo.cuda_device = device.device;
   if (!options_.state_dir.empty()) {
     mo.state_path = absl::StrCat(options_.state_dir, "/", spec.name, ".eamc");
   }
@@ -91,13 +105,28 @@ absl::Status Daemon::Start() {
   std::vector<CachedModel*> models;
   for (auto& m : models_) models.push_back(m.get());
   sessions_ = std::make_unique<SessionManager>(models);
+  ASSIGN_OR_RETURN(rpc::ListenAddress listen, rpc::ParseListenAddress(options_.listen));
+  if (listen.is_unix) {
+    // Arenas and channels are memfds handed out by pid (SO_PEERCRED). The
+    // socket gets the gRPC socket's mode and group.
+    gid_t group = static_cast<gid_t>(-1);
+    if (!options_.security.socket_group.empty()) {
+      ASSIGN_OR_RETURN(group, rpc::LookupGroup(options_.security.socket_group));
+    }
+    ASSIGN_OR_RETURN(fd_broker_,
+                     FdBroker::Start(listen.unix_path + ".fds",
+                                     options_.security.socket_group.empty() ? 0600 : 0660, group));
+    sessions_->set_fd_broker(fd_broker_.get());
+  }
   service_ = std::make_unique<ExpertCacheService>(sessions_.get(), models);
 
   rpc::ServerOptions so;
   ASSIGN_OR_RETURN(rpc::ListenAddress address, rpc::ParseListenAddress(options_.listen));
   so.listen.push_back(address);
   so.services.push_back(service_.get());
+  so.security = options_.security;
   ASSIGN_OR_RETURN(server_, rpc::Server::Start(so));
+  if (server_->bound_port() != 0) MOE_LOG(INFO) << "gRPC on port " << server_->bound_port();
   if (!options_.metrics_addr.empty()) {
     ASSIGN_OR_RETURN(metrics_, rpc::MetricsServer::Start(options_.metrics_addr, registry_));
     MOE_LOG(INFO) << "metrics on port " << metrics_->port();
@@ -113,7 +142,9 @@ void Daemon::Housekeep() {
   absl::Time next_persist = absl::Now() + absl::Seconds(options_.persist_interval_seconds);
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1));
+    // Wake at least as often as persisting is due (--persist-seconds may be < 1).
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                         absl::Seconds(std::min(1.0, options_.persist_interval_seconds)));
     if (stopping_) break;
     mu_.Unlock();
     sessions_->Reap();

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "prometheus/registry.h"
 #include "services/moe_cached/cached_model.h"
+#include "services/moe_cached/fd_broker.h"
 #include "services/moe_cached/daemon_options.h"
 #include "services/moe_cached/service.h"
 #include "services/moe_cached/sessions.h"
@@ -49,6 +50,7 @@ class Daemon {
   const DaemonOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::vector<std::unique_ptr<CachedModel>> models_;
+  std::unique_ptr<FdBroker> fd_broker_;  // outlives sessions_ (declared first)
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<ExpertCacheService> service_;
   std::unique_ptr<rpc::Server> server_;

@@ -56,6 +56,7 @@ absl::Status SetFlag(const std::string& flag, const std::string& value, DaemonOp
     return absl::OkStatus();
   };
   if (flag == "model") return ParseModel(value, o);
+  if (absl::Status s; rpc::ParseSecurityFlag(flag, value, &o->security, &s)) return s;
   if (flag == "listen") {
     o->listen = value;
   } else if (flag == "metrics-addr") {
@@ -75,6 +76,11 @@ absl::Status SetFlag(const std::string& flag, const std::string& value, DaemonOp
     }
   } else if (flag == "policy") {
     o->policy = value;
+  } else if (flag == "device") {
+    if (value != "auto" && value != "cpu" && value != "cuda") {
+      return BadValue(flag, value, "auto, cpu or cuda");
+    }
+    o->device = value;
   } else if (flag == "prefetch") {
     if (value != "on" && value != "off") return BadValue(flag, value, "on or off");
     o->prefetch = value == "on";
@@ -109,8 +115,10 @@ std::string DaemonUsage() {
          "  [--listen unix:PATH|HOST:PORT]  (default " + DefaultListenAddress() + ")\n"
          "  [--metrics-addr HOST:PORT|\"\"]    (default 127.0.0.1:9464; empty disables)\n"
          "  [--cache-experts N | --cache-bytes B | --cache-fraction F]  (default F=0.5)\n"
+         "  [--device auto|cpu|cuda]  (default cpu; on cuda F is of free device memory)\n"
          "  [--policy NAME] [--prefetch on|off] [--link-gbps G]\n"
-         "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n";
+         "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n" +
+         rpc::SecurityFlagsUsage();
 }
 
 absl::StatusOr<DaemonOptions> ParseDaemonFlags(const std::vector<std::string>& args) {
@@ -146,11 +154,13 @@ absl::StatusOr<DaemonOptions> ParseDaemonFlags(const std::vector<std::string>& a
   }
   if (o.models.empty()) return absl::InvalidArgumentError("at least one --model is required");
   if (o.listen.empty()) o.listen = DefaultListenAddress();
+  if (absl::Status s = rpc::ValidateSecurityOptions(o.security); !s.ok()) return s;
   return o;
 }
 
 absl::StatusOr<int> ComputeCapacity(const CapacitySpec& spec, const std::string& model,
-                                    int num_layers, int num_experts, uint64_t block_bytes) {
+                                    int num_layers, int num_experts, uint64_t block_bytes,
+                                    uint64_t device_free_bytes) {
   const int64_t total = static_cast<int64_t>(num_layers) * num_experts;
   int64_t slots;
   std::string how;
@@ -160,6 +170,12 @@ absl::StatusOr<int> ComputeCapacity(const CapacitySpec& spec, const std::string&
   } else if (spec.bytes > 0) {
     slots = block_bytes > 0 ? static_cast<int64_t>(spec.bytes / block_bytes) : 0;
     how = absl::StrCat("--cache-bytes ", spec.bytes, " (", block_bytes, " bytes per expert)");
+  } else if (device_free_bytes > 0) {
+    double f = spec.fraction > 0 ? spec.fraction : 0.5;
+    const double bytes = std::floor(f * static_cast<double>(device_free_bytes));
+    slots = block_bytes > 0 ? static_cast<int64_t>(bytes / static_cast<double>(block_bytes)) : 0;
+    how = absl::StrCat("--cache-fraction ", f, " of ", device_free_bytes,
+                       " free device bytes (", block_bytes, " bytes per expert)");
   } else {
     double f = spec.fraction > 0 ? spec.fraction : 0.5;
     slots = static_cast<int64_t>(std::floor(f * static_cast<double>(total)));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/rpc/security.h"
 
 namespace moe::cached {
 
@@ -20,7 +21,8 @@ struct ModelSpec {
 struct CapacitySpec {
   int64_t experts = 0;   // --cache-experts N
   uint64_t bytes = 0;    // --cache-bytes B
-  double fraction = 0;   // --cache-fraction F (of the model's experts on CPU)
+  double fraction = 0;   // --cache-fraction F (of the model's experts on CPU,
+                         // of the free device memory on CUDA)
 };
 
 struct DaemonOptions {
@@ -29,6 +31,9 @@ struct DaemonOptions {
   std::string metrics_addr = "127.0.0.1:9464";  // empty: no /metrics
   CapacitySpec capacity;
   std::string policy = "moe-infinity";
+  // --device auto|cpu|cuda: where the arena lives (see ResolveDevice in
+  // cuda_arena.h). The default stays cpu until moe-worker maps CUDA arenas.
+  std::string device = "cpu";
   bool prefetch = true;
   double link_gbps = 0;  // GB/s (1e9 bytes/s) pacing CPU copies; 0: unpaced
   std::string state_dir;  // EAMC persistence; empty: none
@@ -36,6 +41,7 @@ struct DaemonOptions {
   // gRPC calls still running get this long to finish; an idle client
   // connection also holds the sync server's Shutdown until then.
   double drain_seconds = 2;
+  rpc::SecurityOptions security;  // --socket-group, --tls-*, --auth-token-file
   bool help = false;
 };
 
@@ -55,8 +61,11 @@ std::string DaemonUsage();
 // each: from whichever of `spec` is set (default: half the experts), capped
 // at all of them. FAILED_PRECONDITION when that is fewer than one layer's
 // experts (design invariant 5), naming the model and both numbers.
+// `device_free_bytes` > 0 (a CUDA arena): the fraction (given or default) is
+// of that free device memory instead of the model's experts.
 absl::StatusOr<int> ComputeCapacity(const CapacitySpec& spec, const std::string& model,
-                                    int num_layers, int num_experts, uint64_t block_bytes);
+                                    int num_layers, int num_experts, uint64_t block_bytes,
+                                    uint64_t device_free_bytes = 0);
 
 }  // namespace moe::cached
 

@@ -99,7 +99,10 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
   }
   store->data_ = static_cast<uint8_t*>(mem);
   ::madvise(mem, store->total_bytes_, MADV_HUGEPAGE);  // best effort
-  if (options.pin) RETURN_IF_ERROR(options.pin(mem, store->total_bytes_));
+  if (options.pin) {
+    RETURN_IF_ERROR(options.pin(mem, store->total_bytes_));
+    store->unpin_ = options.unpin;
+  }
 
   static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                            TensorRole::kExpertDown};
@@ -126,7 +129,9 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
 }
 
 ExpertStore::~ExpertStore() {
-  if (data_ != nullptr) ::munmap(data_, total_bytes_);
+  if (data_ == nullptr) return;
+  if (unpin_) unpin_(data_, total_bytes_);
+  ::munmap(data_, total_bytes_);
 }
 
 const uint8_t* ExpertStore::Block(int layer, int expert) const {

@@ -49,6 +49,9 @@ struct ExpertStoreOptions {
   // (CUDA: register it as pinned memory). A failure aborts the load with
   // that status (e.g. RESOURCE_EXHAUSTED naming the memlock limit).
   std::function<absl::Status(void* data, uint64_t bytes)> pin;
+  // Called with the same arguments before the buffer is unmapped, when pin
+  // succeeded (CUDA: cudaHostUnregister). May be empty.
+  std::function<void(void* data, uint64_t bytes)> unpin;
   // Progress is logged at most this often (and once at the end).
   double progress_interval_seconds = 2.0;
 };
@@ -90,6 +93,7 @@ class ExpertStore {
   uint64_t block_bytes_ = 0;
   uint64_t total_bytes_ = 0;
   uint8_t* data_ = nullptr;  // mmap'ed, total_bytes_
+  std::function<void(void* data, uint64_t bytes)> unpin_;  // set once pinned
   std::vector<ExpertTensorLayout> layout_;
 };
 

@@ -1,5 +1,7 @@
 // moe-cached: the expert-cache daemon. Parses flags and wires components;
 // everything else lives in moe_cached_lib (see daemon.h).
+#include <sys/prctl.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -23,6 +25,13 @@ int main(int argc, char** argv) {
   if (options->help) {
     std::fputs(moe::cached::DaemonUsage().c_str(), stdout);
     return 0;
+  }
+
+  // Not dumpable: processes of the same user cannot ptrace the daemon or
+  // open its descriptors through /proc/PID/fd, so an arena memfd reaches a
+  // worker only through the FdBroker grant made for its pid.
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    MOE_LOG(WARNING) << "moe-cached: prctl(PR_SET_DUMPABLE, 0) failed; /proc/PID/fd stays open";
   }
 
   moe::cached::Daemon daemon(*options);

@@ -26,9 +26,15 @@ grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::Att
   const CachedModel& m = *r->model;
   const ExpertStore& store = m.store();
   resp->set_session_id(r->session_id);
-  resp->set_arena_kind(moe::v1::ARENA_KIND_HOST_SHM);
-  resp->set_shm_name(m.arena().name());
-  resp->set_arena_bytes(m.arena().size());
+  if (const CudaArena* cuda = m.cuda_arena(); cuda != nullptr) {
+    resp->set_arena_kind(moe::v1::ARENA_KIND_CUDA_IPC);
+    resp->set_cuda_ipc_handle(cuda->ipc_handle());
+    resp->set_cuda_device(cuda->device());
+  } else {
+    resp->set_arena_kind(moe::v1::ARENA_KIND_HOST_SHM);
+    resp->set_shm_name(m.arena().name());
+  }
+  resp->set_arena_bytes(m.arena_bytes());
   resp->set_slot_bytes(store.block_bytes());
   resp->set_slot_count(static_cast<uint32_t>(m.options().capacity));
   for (const ExpertTensorLayout& t : store.layout()) {
@@ -40,6 +46,8 @@ grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::Att
     l->set_nbytes(t.nbytes);
   }
   resp->set_channel_name(r->channel_name);
+  resp->set_fd_socket(r->fd_socket);
+  resp->set_fd_token(r->fd_token);
   resp->set_num_layers(store.num_layers());
   resp->set_num_experts(store.num_experts());
   resp->set_top_k(store.top_k());
@@ -136,7 +144,8 @@ grpc::Status ExpertCacheService::GetStats(grpc::ServerContext*,
     out->set_leases_held(c.leases_held);
   }
   if (!found) {
-    return ToGrpcStatus(absl::NotFoundError(absl::StrCat("no model '", req->model(), "'")));
+    return ToGrpcStatus(
+        absl::NotFoundError(absl::StrCat("no model '", ClipName(req->model()), "'")));
   }
   return grpc::Status::OK;
 }

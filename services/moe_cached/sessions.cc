@@ -50,6 +50,12 @@ void FillError(const absl::Status& s, channel::ResponseMsg* reply) {
 
 }  // namespace
 
+std::string ClipName(absl::string_view name) {
+  constexpr size_t kMax = 64;
+  if (name.size() <= kMax) return std::string(name);
+  return absl::StrCat(name.substr(0, kMax), "... (", name.size(), " bytes)");
+}
+
 absl::Status ValidateAcquire(int num_layers, int num_experts, int layer,
                              absl::Span<const cache::ExpertDemand> demands) {
   if (layer < 0 || layer >= num_layers) {
@@ -106,31 +112,41 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
     std::vector<std::string> names;
     for (const auto& [name, m] : models_) names.push_back(name);
     std::sort(names.begin(), names.end());
-    return absl::NotFoundError(absl::StrCat("no model '", model, "' (serving: ",
+    return absl::NotFoundError(absl::StrCat("no model '", ClipName(model), "' (serving: ",
                                             absl::StrJoin(names, ", "), ")"));
   }
   auto session = std::make_shared<Session>();
   session->id = RandomId();
   session->model = it->second;
-  session->worker_id = worker_id;
+  session->worker_id = ClipName(worker_id);
   absl::StatusOr<PidWatch> watch = PidWatch::Open(pid);
   if (!watch.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("attach: cannot watch worker pid ", pid, ": ", watch.status().message()));
   }
   session->pid = std::move(*watch);
-  ASSIGN_OR_RETURN(session->channel, cache::ShmRegion::Create(
-                                         UnguessableShmName("moecache-chan"),
-                                         channel::ChannelBytes()));
+  // Descriptors through the broker when the arena is an unnamed memfd: no
+  // name in /dev/shm that another process could open.
+  const bool pass_fds = broker_ != nullptr && it->second->arena().valid() &&
+                        it->second->arena().name().empty();
+  ASSIGN_OR_RETURN(session->channel,
+                   cache::ShmRegion::Create(pass_fds ? "" : UnguessableShmName("moecache-chan"),
+                                            channel::ChannelBytes()));
   channel::InitChannel(session->channel.mutable_data());
   AttachResult result{session->id, session->model, session->channel.name()};
+  if (pass_fds) {
+    ASSIGN_OR_RETURN(result.fd_token,
+                     broker_->Grant(pid, {it->second->arena().fd(), session->channel.fd()},
+                                    absl::Seconds(30)));
+    result.fd_socket = broker_->path();
+  }
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return absl::FailedPreconditionError("daemon is shutting down");
     sessions_[session->id] = session;
     session->thread = std::thread([this, session] { Serve(session); });
   }
-  MOE_LOG(INFO) << "worker '" << worker_id << "' (pid " << pid << ") attached to model "
+  MOE_LOG(INFO) << "worker '" << session->worker_id << "' (pid " << pid << ") attached to model "
                 << model;
   return result;
 }

@@ -28,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -35,6 +36,7 @@
 #include "services/cache/shm_region.h"
 #include "services/channel/shm_channel.h"
 #include "services/moe_cached/cached_model.h"
+#include "services/moe_cached/fd_broker.h"
 #include "services/moe_cached/pid_watch.h"
 
 namespace moe::cached {
@@ -43,10 +45,19 @@ inline constexpr absl::Duration kPeerPollInterval = absl::Milliseconds(50);
 // Bound on list lengths accepted from the wire (gRPC; the channel has its own).
 inline constexpr int kMaxWireItems = 4096;
 
+// A client-supplied name (model, worker id) as quoted in error messages and
+// logs: cut to 64 bytes, so a huge name cannot blow gRPC's metadata limit
+// (the client would see RESOURCE_EXHAUSTED instead of the real status) or
+// flood the log.
+std::string ClipName(absl::string_view name);
+
 struct AttachResult {
   uint64_t session_id = 0;
   CachedModel* model = nullptr;
-  std::string channel_name;
+  std::string channel_name;  // empty when descriptors are passed
+  // Set when the arena and channel go through the FdBroker.
+  std::string fd_socket;
+  std::string fd_token;
 };
 
 struct AcquireResult {
@@ -69,6 +80,11 @@ class SessionManager {
   // `models` are not owned and must outlive the manager.
   explicit SessionManager(std::vector<CachedModel*> models);
   ~SessionManager();  // Stop()
+
+  // From now on, sessions on models whose arena is an unnamed memfd get an
+  // unnamed channel, and both descriptors are granted to the attaching pid
+  // through `broker` (not owned; must outlive the manager).
+  void set_fd_broker(FdBroker* broker) { broker_ = broker; }
 
   // NOT_FOUND for an unknown model (naming the known ones); INVALID_ARGUMENT
   // for a bad pid; FAILED_PRECONDITION after Stop.
@@ -103,6 +119,7 @@ class SessionManager {
   void EndSession(Session& session, const std::string& why);
 
   absl::flat_hash_map<std::string, CachedModel*> models_;
+  FdBroker* broker_ = nullptr;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -100,9 +100,13 @@ absl::Status DaemonExpertProvider::EndRequest(uint64_t request_id) {
 }
 
 void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
-  for (const ExpertHint& h : hints) {
-    hints_.push_back({h.moe_layer, h.expert, h.probability});
-  }
+  std::vector<cached::ExpertHint> now;
+  now.reserve(hints.size());
+  for (const ExpertHint& h : hints) now.push_back({h.moe_layer, h.expert, h.probability});
+  // Over shm the hints go at once, so the daemon can prefetch while this
+  // layer's attention runs; otherwise they ride on the next Acquire.
+  if (client_ != nullptr && client_->shm_enabled() && client_->Hint(now).ok()) return;
+  hints_.insert(hints_.end(), now.begin(), now.end());
 }
 
 absl::StatusOr<ExpertLease> DaemonExpertProvider::Acquire(

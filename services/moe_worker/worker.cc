@@ -16,7 +16,7 @@ namespace moe::worker {
 
 absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     const std::string& cache, const std::string& model_name,
-    const MoeModel& model) {
+    const MoeModel& model, const rpc::ClientSecurity& cache_security) {
   if (cache == "none") {
     ASSIGN_OR_RETURN(std::unique_ptr<InMemoryExpertProvider> p,
                      InMemoryExpertProvider::Create(model));
@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     o.address = cache;
     o.model = model_name;
     o.worker_id = absl::StrCat("moe-worker-", ::getpid());
+    o.security = cache_security;
     absl::StatusOr<std::unique_ptr<DaemonExpertProvider>> p =
         DaemonExpertProvider::Connect(model, o);
     if (!p.ok()) {
@@ -73,8 +74,10 @@ absl::Status Worker::Init() {
   }
   const std::string cache_model =
       options_.cache_model.empty() ? ModelName() : options_.cache_model;
-  ASSIGN_OR_RETURN(provider_,
-                   MakeExpertProvider(options_.cache, cache_model, *model_));
+  rpc::ClientSecurity cache_security;
+  cache_security.auth_token_file = options_.cache_auth_token_file;
+  ASSIGN_OR_RETURN(provider_, MakeExpertProvider(options_.cache, cache_model,
+                                                 *model_, cache_security));
   RunnerOptions runner_options = options_.runner;
   if (!options_.record_trace.empty()) {
     ASSIGN_OR_RETURN(recorder_,
@@ -94,6 +97,7 @@ absl::Status Worker::Init() {
   rpc::ServerOptions server_options;
   server_options.listen = listen;
   server_options.services.push_back(service_.get());
+  server_options.security = options_.security;
   ASSIGN_OR_RETURN(server_, rpc::Server::Start(server_options));
   if (!options_.port_file.empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(

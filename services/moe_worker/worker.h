@@ -40,6 +40,9 @@ struct WorkerOptions {
   // The model's name at moe-cached; "": the model directory's basename
   // (the daemon's default name too).
   std::string cache_model;
+  // Bearer token for moe-cached (--cache-auth-token-file); "" : none.
+  std::string cache_auth_token_file;
+  rpc::SecurityOptions security;  // this worker's server (see security.h)
   RunnerOptions runner;
   std::string metrics_addr = kDefaultMetricsAddr;  // "" disables
   std::string record_trace;                        // "" disables
@@ -55,7 +58,7 @@ struct WorkerOptions {
 // `model_name` (DaemonExpertProvider). INVALID_ARGUMENT for anything else.
 absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     const std::string& cache, const std::string& model_name,
-    const MoeModel& model);
+    const MoeModel& model, const rpc::ClientSecurity& cache_security = {});
 
 class Worker {
  public:

@@ -20,6 +20,9 @@ absl::Status ParseInt(const std::string& flag, const std::string& value,
 absl::Status Apply(const std::string& name, const std::string& value,
                    WorkerFlags& flags) {
   WorkerOptions& o = flags.options;
+  if (absl::Status s; rpc::ParseSecurityFlag(name, value, &o.security, &s)) {
+    return s;
+  }
   if (name == "port-file") {
     o.port_file = value;
   } else if (name == "model") {
@@ -36,6 +39,8 @@ absl::Status Apply(const std::string& name, const std::string& value,
     o.cache = value;
   } else if (name == "cache-model") {
     o.cache_model = value;
+  } else if (name == "cache-auth-token-file") {
+    o.cache_auth_token_file = value;
   } else if (name == "max-queue") {
     return ParseInt(name, value, &o.runner.max_queue);
   } else if (name == "max-prompt-tokens") {
@@ -96,6 +101,10 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(
     }
     if (absl::Status s = Apply(name, value, flags); !s.ok()) return s;
   }
+  if (absl::Status s = rpc::ValidateSecurityOptions(flags.options.security);
+      !s.ok()) {
+    return s;
+  }
   return flags;
 }
 
@@ -122,7 +131,9 @@ std::string WorkerUsage() {
       "                          daemon as prefetch hints (default off)\n"
       "  --shutdown-grace-s S    time in-flight requests get on SIGTERM "
       "(default 10)\n"
-      "  --port-file FILE        write the bound ports as JSON once serving\n");
+      "  --port-file FILE        write the bound ports as JSON once serving\n"
+      "  --cache-auth-token-file FILE  bearer token for moe-cached\n",
+      rpc::SecurityFlagsUsage());
 }
 
 }  // namespace moe::worker

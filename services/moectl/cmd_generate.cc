@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "moe/v1/inference.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "services/moectl/client_channel.h"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
 #include "services/rpc/rpc_util.h"
@@ -33,6 +34,7 @@ void DeclareFlags(FlagSet& f) {
   DeclareGenerationFlags(f);
   f.String("stop-ids", "", "comma-separated token ids that end generation");
   f.Double("timeout-s", 300, "deadline for the whole request, seconds");
+  DeclareClientSecurityFlags(f);
 }
 
 absl::Status AddIds(const std::string& text, const char* what,
@@ -149,9 +151,8 @@ void PrintSummary(const v1::GenerateResponse& last, bool as_json) {
 
 // Streams the request; the status the worker ended the call with.
 absl::Status Stream(const FlagSet& f, const v1::GenerateRequest& request) {
-  ASSIGN_OR_RETURN(rpc::ListenAddress target,
-                   rpc::ParseListenAddress(f.GetString("target")));
-  auto stub = v1::Inference::NewStub(rpc::MakeChannel(target));
+  ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, f.GetString("target")));
+  auto stub = v1::Inference::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "services/cache/policy.h"
 #include "services/cache/simulator.h"
+#include "services/cache/trace_stats.h"
 #include "services/moectl/commands.h"
 
 namespace moe::moectl {
@@ -21,12 +22,15 @@ constexpr char kHelp[] =
     "usage: moectl simulate --trace FILE.jsonl --policy NAME|all|A,B,...\n"
     "                       (--capacity N | --capacity-frac F) [--prefetch on|off]\n"
     "                       [--expert-mb S] [--link-gbps B] [--layer-ms T] [--chunk-mb C]\n"
-    "                       [--passes K] [--json]\n"
+    "                       [--passes K] [--hints on|off] [--json]\n"
     "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
     "          (moe-infinity options: moe-infinity:fair_share=0,lrfu=1,...)\n"
     "link model defaults: 17 MB experts, 25 GB/s, 0.3 ms per layer, 1 MB chunks.\n"
     "--passes K replays the trace K times and reports the last pass (warm EAMC).\n"
+    "--hints off ignores the trace's pre-gating hints (default on: replayed in\n"
+    "decode). A trace with hints also gets their recall and precision (a line\n"
+    "before the table; \"hints\" in each --json row).\n"
     "--sweep writes PREFIX.csv and, when gnuplot is installed, PREFIX.png.\n";
 
 struct Flags {
@@ -57,7 +61,8 @@ bool ParseFlags(const Args& args, Flags* f, std::string* error) {
   }
   static const char* kKnown[] = {"trace",     "policy",    "capacity", "capacity-frac",
                                  "prefetch",  "expert-mb", "link-gbps", "layer-ms",
-                                 "chunk-mb",  "passes",    "sweep",     "out"};
+                                 "chunk-mb",  "passes",    "sweep",     "out",
+                                 "hints"};
   for (const auto& [k, v] : f->values) {
     bool known = false;
     for (const char* n : kKnown) known |= k == n;
@@ -111,9 +116,25 @@ void PrintRow(const nlohmann::json& j) {
               j["prefill"]["hit_rate"].get<double>());
 }
 
+// The hint figures for the trace (null when it has none): printed once and
+// added to every --json row, with whether the simulation replays them.
+nlohmann::json HintReport(const trace::Trace& t, bool replay, bool json) {
+  auto s = trace::ComputeHintStats(t);
+  if (!s.ok() || s->hinted_pairs == 0) return nullptr;
+  nlohmann::json j = trace::HintStatsJson(*s);
+  j["replayed"] = replay;
+  if (!json) {
+    std::printf("hints: recall %.4f precision %.4f over %lld token-layers of %d requests (%s)\n",
+                s->recall(), s->precision(), static_cast<long long>(s->hinted_pairs),
+                s->requests_with_hints, replay ? "replayed" : "not replayed: --hints off");
+  }
+  return j;
+}
+
 // Runs every policy at one capacity; returns the reports.
 int RunAt(const trace::Trace& t, const std::vector<std::string>& policies,
-          cache::SimOptions o, bool json, bool print, std::vector<nlohmann::json>* out) {
+          cache::SimOptions o, bool json, bool print, std::vector<nlohmann::json>* out,
+          const nlohmann::json& hints) {
   auto belady = cache::Simulate(t, "belady", o);
   if (!belady.ok()) {
     std::fprintf(stderr, "simulate: %s\n", std::string(belady.status().message()).c_str());
@@ -126,6 +147,7 @@ int RunAt(const trace::Trace& t, const std::vector<std::string>& policies,
       return 2;
     }
     nlohmann::json j = cache::ReportJson(t.header, o, *r, *belady);
+    if (!hints.is_null()) j["hints"] = hints;
     if (print) {
       if (json) {
         std::printf("%s\n", j.dump().c_str());
@@ -234,6 +256,16 @@ int RunSimulate(const Args& args) {
     return 2;
   }
   o.prefetch = pf == "on";
+  const std::string hints_flag = get("hints");
+  if (!hints_flag.empty() && hints_flag != "on" && hints_flag != "off") {
+    std::fprintf(stderr, "simulate: --hints takes on or off\n");
+    return 2;
+  }
+  const bool replay_hints = hints_flag != "off";
+  const nlohmann::json hints = HintReport(*t, replay_hints, f.json);
+  if (!replay_hints) {
+    for (trace::TraceRequest& r : t->requests) r.hints.clear();
+  }
   if (!GetDouble(f, "expert-mb", &o.link.expert_mb) ||
       !GetDouble(f, "link-gbps", &o.link.link_gbps) ||
       !GetDouble(f, "layer-ms", &o.link.layer_ms) || !GetDouble(f, "chunk-mb", &o.link.chunk_mb)) {
@@ -277,7 +309,7 @@ int RunSimulate(const Args& args) {
   }
   std::vector<nlohmann::json> rows;
   if (!f.json) PrintTableHeader();
-  if (fracs.empty()) return RunAt(*t, policies, o, f.json, true, &rows);
+  if (fracs.empty()) return RunAt(*t, policies, o, f.json, true, &rows, hints);
   for (double frac : fracs) {
     auto c = cache::CapacityFromFraction(t->header, frac);
     if (!c.ok()) {
@@ -285,7 +317,7 @@ int RunSimulate(const Args& args) {
       return 2;
     }
     o.capacity = *c;
-    if (int rc = RunAt(*t, policies, o, f.json, true, &rows); rc != 0) return rc;
+    if (int rc = RunAt(*t, policies, o, f.json, true, &rows, hints); rc != 0) return rc;
   }
   return get("sweep").empty() ? 0 : WriteSweep(get("out"), rows);
 }

@@ -25,6 +25,7 @@
 #include "common/status_macros.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "services/moectl/client_channel.h"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
 #include "services/rpc/rpc_util.h"
@@ -36,9 +37,9 @@ using json = nlohmann::ordered_json;
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-absl::StatusOr<json> CacheStats(const std::string& address) {
-  ASSIGN_OR_RETURN(rpc::ListenAddress target, rpc::ParseListenAddress(address));
-  auto stub = v1::ExpertCache::NewStub(rpc::MakeChannel(target));
+absl::StatusOr<json> CacheStats(const FlagSet& f, const std::string& address) {
+  ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, address));
+  auto stub = v1::ExpertCache::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::GetStatsResponse resp;
@@ -183,6 +184,7 @@ int RunStats(const Args& args) {
   f.String("cache", "", "moe-cached gRPC address (unix:PATH or HOST:PORT)");
   f.String("worker", "", "moe-worker metrics address HOST:PORT");
   f.Bool("json", false, "print one JSON object");
+  DeclareClientSecurityFlags(f);  // for --cache
   absl::Status parsed = f.Parse(args);
   if (f.help()) {
     std::fputs(f.Usage().c_str(), stdout);
@@ -199,7 +201,7 @@ int RunStats(const Args& args) {
   json cache = json::array(), worker;
   absl::Status status;
   if (f.IsSet("cache")) {
-    absl::StatusOr<json> c = CacheStats(f.GetString("cache"));
+    absl::StatusOr<json> c = CacheStats(f, f.GetString("cache"));
     if (c.ok()) cache = *std::move(c); else status = c.status();
   }
   if (status.ok() && f.IsSet("worker")) {

@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
@@ -14,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "google/protobuf/descriptor.h"
 
 namespace moe::rpc {
 
@@ -62,6 +64,57 @@ absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& text) {
   return a;
 }
 
+namespace {
+
+// gRPC answers a request it cannot parse before any handler runs, with an
+// empty INTERNAL (sync services) or UNIMPLEMENTED (callback services). For a
+// method of ours that can only mean a malformed message: say so, as
+// INVALID_ARGUMENT, so clients get one clear code for bad input.
+class MalformedRequestInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit MalformedRequestInterceptor(std::string method) : method_(std::move(method)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status s = methods->GetSendStatus();
+      if ((s.error_code() == grpc::StatusCode::INTERNAL ||
+           s.error_code() == grpc::StatusCode::UNIMPLEMENTED) &&
+          s.error_message().empty()) {
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("malformed request: not a valid message for ", method_)));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::string method_;
+};
+
+class MalformedRequestInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    // Only methods our protos define ("/pkg.Service/Method"); an unknown
+    // method keeps its UNIMPLEMENTED.
+    const char* m = info->method();
+    if (m == nullptr || m[0] != '/') return nullptr;
+    std::string full(m + 1);
+    const size_t slash = full.find('/');
+    if (slash == std::string::npos) return nullptr;
+    const auto* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(full.substr(0, slash));
+    if (service == nullptr || service->FindMethodByName(full.substr(slash + 1)) == nullptr) {
+      return nullptr;
+    }
+    return new MalformedRequestInterceptor(m);
+  }
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     const ServerOptions& options) {
   if (options.listen.empty()) {
@@ -72,6 +125,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(options.limits.max_receive_bytes);
   builder.SetMaxSendMessageSize(options.limits.max_send_bytes);
+  bool has_unix = false, has_tcp = false;
+  for (const ListenAddress& a : options.listen) (a.is_unix ? has_unix : has_tcp) = true;
+  absl::StatusOr<ServerSecurity> security =
+      LoadServerSecurity(options.security, has_unix, has_tcp);
+  if (!security.ok()) return security.status();
   std::unique_ptr<Server> server(new Server());
   std::vector<int> ports(options.listen.size(), 0);
   for (size_t i = 0; i < options.listen.size(); ++i) {
@@ -82,13 +140,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
             "cannot replace ", a.unix_path, ": ", std::strerror(errno)));
       }
       server->unix_paths_.push_back(a.unix_path);
-      builder.AddListeningPort(a.Uri(), grpc::InsecureServerCredentials());
+      builder.AddListeningPort(a.Uri(), security->unix_credentials);
     } else {
-      builder.AddListeningPort(a.Uri(), grpc::InsecureServerCredentials(),
-                               &ports[i]);
+      builder.AddListeningPort(a.Uri(), security->tcp_credentials, &ports[i]);
     }
   }
   for (grpc::Service* s : options.services) builder.RegisterService(s);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<MalformedRequestInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // The socket file is created while binding: a tight umask closes the
   // window before the chmod below.
   mode_t old_mask = ::umask(0177);
@@ -98,8 +158,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     return absl::UnavailableError(
         "gRPC server failed to start (address in use or not permitted?)");
   }
+  const unsigned mode = security->has_group ? 0660 : options.socket_mode;
   for (const std::string& path : server->unix_paths_) {
-    if (::chmod(path.c_str(), options.socket_mode) != 0) {
+    // Group first: the socket is never group-accessible with the wrong group.
+    if (security->has_group && ::chown(path.c_str(), -1, security->group) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chown ", path, " to group ", options.security.socket_group, ": ",
+                       std::strerror(errno), " (is this user a member of it?)"));
+    }
+    if (::chmod(path.c_str(), mode) != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("chmod ", path, ": ", std::strerror(errno)));
     }
@@ -140,6 +207,21 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ListenAddress& address,
   args.SetMaxSendMessageSize(limits.max_receive_bytes);
   return grpc::CreateCustomChannel(address.Uri(),
                                    grpc::InsecureChannelCredentials(), args);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
+    const ListenAddress& address, const ClientSecurity& security,
+    const RpcLimits& limits) {
+  absl::StatusOr<ClientCredentials> creds =
+      LoadClientCredentials(security, address.is_unix);
+  if (!creds.ok()) return creds.status();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(limits.max_send_bytes);
+  args.SetMaxSendMessageSize(limits.max_receive_bytes);
+  if (!creds->server_name_override.empty()) {
+    args.SetSslTargetNameOverride(creds->server_name_override);
+  }
+  return grpc::CreateCustomChannel(address.Uri(), creds->credentials, args);
 }
 
 void NotifyReady() { sd_notify(0, "READY=1"); }

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "services/rpc/security.h"
 
 namespace moe::rpc {
 
@@ -42,6 +43,9 @@ struct ServerOptions {
   std::vector<ListenAddress> listen;
   // Permissions of Unix sockets (0600 default; 0660 for a shared group).
   unsigned socket_mode = 0600;
+  // Group, TLS and bearer token (see security.h); loaded by Start. With
+  // socket_group set, Unix sockets get that group and mode 0660.
+  SecurityOptions security;
   RpcLimits limits;
   std::vector<grpc::Service*> services;  // not owned
   std::vector<grpc::CallbackGenericService*> generic;  // unused for now
@@ -77,6 +81,11 @@ class Server {
 // must be allowed to open the socket.
 std::shared_ptr<grpc::Channel> MakeChannel(const ListenAddress& address,
                                            const RpcLimits& limits = {});
+// The same with TLS and/or a bearer token (see security.h for how each
+// travels); errors as LoadClientCredentials.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
+    const ListenAddress& address, const ClientSecurity& security,
+    const RpcLimits& limits = {});
 
 // sd_notify(READY=1) / (STOPPING=1) when started by systemd (NOTIFY_SOCKET
 // set); no-ops otherwise.

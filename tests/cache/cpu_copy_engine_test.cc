@@ -440,5 +440,184 @@ TEST_F(CpuCopyEngineTest, ConcurrentStopsAreSafe) {
   engine_.reset();  // destructor after Stop
 }
 
+
+// ---- ChunkScheduler with a fake mover: the scheduling that CudaCopyEngine
+// shares, exercised without a device. ----
+
+// A mover that records each chunk and blocks in Move until the test lets it
+// go (Release), so the test acts while a chunk is "on the link". It can fail
+// one chosen chunk.
+class GatedMover : public ChunkMover {
+ public:
+  struct Call {
+    TransferId id;
+    uint64_t offset;
+    bool after_idle;
+  };
+
+  absl::StatusOr<int64_t> Move(const internal::Chunk& chunk,
+                               bool after_idle) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    calls_.push_back({chunk.id, chunk.offset, after_idle});
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_ >= calls_.size(); });
+    if (chunk.id == fail_id_ && chunk.offset == fail_offset_) {
+      return absl::InternalError("fake DMA fault");
+    }
+    return static_cast<int64_t>(chunk.bytes);
+  }
+  // Blocks until Move has been entered `n` times in all.
+  void WaitForCalls(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(60),
+                             [&] { return calls_.size() >= n; }));
+  }
+  void Release(size_t n = 1000000) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ += n;
+    }
+    cv_.notify_all();
+  }
+  void FailAt(TransferId id, uint64_t offset) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_id_ = id;
+    fail_offset_ = offset;
+  }
+  std::vector<Call> calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Call> calls_;
+  size_t released_ = 0;
+  TransferId fail_id_ = kNoTransfer;
+  uint64_t fail_offset_ = 0;
+};
+
+class ChunkSchedulerTest : public ::testing::Test {
+ protected:
+  ChunkSchedulerTest() {
+    ChunkSchedulerOptions o;
+    o.arena_bytes = 100000;
+    o.chunk_bytes = 1000;
+    o.mover = &mover_;
+    engine_ = std::make_unique<ChunkScheduler>(o);
+  }
+  ~ChunkSchedulerTest() override {
+    mover_.Release();
+    engine_->Stop();
+  }
+  TransferId Submit(uint64_t bytes, uint64_t dst, TransferPriority p) {
+    TransferRequest r;
+    r.src = src_.data();
+    r.bytes = bytes;
+    r.dst_offset = dst;
+    r.priority = p;
+    auto id = engine_->Submit(r, done_.Callback());
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(kNoTransfer);
+  }
+
+  std::vector<uint8_t> src_ = std::vector<uint8_t>(10000, 1);
+  GatedMover mover_;
+  Completions done_;
+  std::unique_ptr<ChunkScheduler> engine_;
+};
+
+TEST_F(ChunkSchedulerTest, RejectsMissingMoverAndBadRequests) {
+  ChunkSchedulerOptions o;
+  o.arena_bytes = 10;
+  ChunkScheduler no_mover(o);
+  EXPECT_EQ(no_mover.Start().code(), StatusCode::kInvalidArgument);
+  TransferRequest r;
+  r.src = src_.data();
+  r.bytes = 5;
+  EXPECT_EQ(no_mover.Submit(r, nullptr).status().code(),
+            StatusCode::kInvalidArgument);
+  r.dst_offset = 99999;
+  r.bytes = 2;
+  EXPECT_EQ(engine_->Submit(r, nullptr).status().code(),
+            StatusCode::kInvalidArgument);
+  ChunkScheduler failed_engine(o, absl::InvalidArgumentError("engine says no"));
+  EXPECT_EQ(failed_engine.Start().message(), "engine says no");
+}
+
+TEST_F(ChunkSchedulerTest, PreemptPromoteAndCancelWhileChunkOnLink) {
+  const TransferId p = Submit(3000, 0, kPrefetch);
+  ASSERT_TRUE(engine_->Start().ok());
+  mover_.WaitForCalls(1);  // P@0 on the link
+  const TransferId d = Submit(2000, 10000, kDemand);
+  const TransferId p2 = Submit(1000, 20000, kPrefetch);
+  const TransferId p3 = Submit(2000, 30000, kPrefetch);
+  ASSERT_TRUE(engine_->Promote(p2).ok());  // queued: joins the demand tail
+  EXPECT_TRUE(done_.Snapshot().empty());   // nothing from Submit/Promote
+  ASSERT_TRUE(engine_->Query(p)->on_link);
+  mover_.Release(1);          // P@0 ends; D preempts P
+  mover_.WaitForCalls(2);     // D@0 on the link
+  ASSERT_TRUE(engine_->Cancel(d).ok());  // stops at this chunk's end
+  EXPECT_TRUE(engine_->Query(d)->cancel_requested);
+  ASSERT_TRUE(engine_->Cancel(p3).ok());  // queued: reported at once
+  EXPECT_TRUE(done_.Snapshot().empty());  // never from inside Cancel
+  mover_.Release();
+  const std::vector<Done> done = done_.WaitFor(4);
+  // D's chunk ends before the copy thread looks at queued cancellations.
+  EXPECT_THAT(done, ElementsAre(Done{d, StatusCode::kCancelled},
+                                Done{p3, StatusCode::kCancelled},
+                                Done{p2, StatusCode::kOk},
+                                Done{p, StatusCode::kOk}));
+  std::vector<std::pair<TransferId, uint64_t>> order;
+  for (const GatedMover::Call& c : mover_.calls()) {
+    order.emplace_back(c.id, c.offset);
+  }
+  EXPECT_THAT(order, ElementsAre(std::pair{p, 0ul}, std::pair{d, 0ul},
+                                 std::pair{p2, 0ul}, std::pair{p, 1000ul},
+                                 std::pair{p, 2000ul}));
+  const CopyStats st = engine_->GetStats();
+  EXPECT_EQ(st.preemptions, 1u);
+  EXPECT_EQ(st.promotions, 1u);
+  EXPECT_EQ(st.transfers_cancelled, 2u);
+  EXPECT_EQ(st.transfers_completed, 2u);
+  EXPECT_EQ(st.bytes_moved, 5000u);
+  EXPECT_EQ(st.busy_ns, 5000);  // the mover's reported link time, summed
+}
+
+TEST_F(ChunkSchedulerTest, MoverFailureEndsTransferWithItsErrorOnce) {
+  mover_.FailAt(2, 1000);  // transfer 2's second (last) chunk
+  const TransferId a = Submit(2000, 0, kDemand);
+  const TransferId b = Submit(2000, 5000, kDemand);
+  const TransferId c = Submit(1500, 9000, kPrefetch);
+  ASSERT_EQ(b, 2u);
+  ASSERT_TRUE(engine_->Start().ok());
+  mover_.Release();
+  const std::vector<Done> done = done_.WaitFor(3);
+  EXPECT_THAT(done, ElementsAre(Done{a, StatusCode::kOk},
+                                Done{b, StatusCode::kInternal},
+                                Done{c, StatusCode::kOk}));
+  const CopyStats st = engine_->GetStats();
+  EXPECT_EQ(st.transfers_completed, 2u);
+  EXPECT_EQ(st.transfers_cancelled, 1u);
+  EXPECT_EQ(st.bytes_moved, 4500u);  // the failed chunk's bytes never arrived
+  EXPECT_EQ(st.demand_bytes, 3000u);
+  EXPECT_EQ(engine_->Query(b), std::nullopt);
+}
+
+TEST_F(ChunkSchedulerTest, AfterIdleMarksFirstChunkAfterTheLinkRanDry) {
+  mover_.Release();
+  Submit(2000, 0, kDemand);
+  ASSERT_TRUE(engine_->Start().ok());
+  done_.WaitFor(1);
+  Submit(1000, 0, kDemand);
+  done_.WaitFor(2);
+  const std::vector<GatedMover::Call> calls = mover_.calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_TRUE(calls[0].after_idle);
+  EXPECT_FALSE(calls[1].after_idle);  // back to back
+  EXPECT_TRUE(calls[2].after_idle);   // the link was idle in between
+}
+
 }  // namespace
 }  // namespace moe::cache

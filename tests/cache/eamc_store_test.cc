@@ -268,6 +268,55 @@ TEST(EamcStoreTest, StaleTemporaryFromACrashIsIgnoredAndRemoved) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(EamcStoreTest, BadFilesGetErrorsNamingTheFileAndTheProblem) {
+  const std::string path = TempPath("named.eamc");
+  const std::string good = SmallFileBytes();
+  struct Case {
+    std::string bytes;
+    const char* says;
+  };
+  std::string flipped = good;
+  flipped[good.size() - 3] ^= 0x10;
+  for (const Case& c : {Case{good.substr(0, good.size() / 3), "payload size"},
+                        Case{good.substr(0, 12), "shorter than its header"},
+                        Case{std::string(200, 'x'), "bad magic"},
+                        Case{flipped, "checksum"}}) {
+    WriteRaw(path, c.bytes);
+    auto s = LoadLearnedState(path, kLayers, kExperts);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << c.says;
+    EXPECT_NE(s.status().message().find(path), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find("corrupt"), std::string::npos) << s.status();
+    EXPECT_NE(s.status().message().find(c.says), std::string::npos) << s.status();
+  }
+}
+
+TEST(EamcStoreTest, TornTemporaryBesideAGoodFileIsNeverRead) {
+  // What a SIGKILL in the middle of a save leaves: the previous file intact
+  // and a half-written temporary of a dead writer. The load gives the
+  // previous file's contents exactly.
+  const std::string path = TempPath("torn.eamc");
+  const std::string old_bytes = SmallFileBytes();
+  ASSERT_TRUE(WriteFileDurably(path, old_bytes).ok());
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  trace::Trace t = SmallTrace(kLayers, kExperts, 9, 4);
+  auto newer = EncodeLearnedState(Export(*Trained(t, 9), kLayers, kExperts));
+  ASSERT_TRUE(newer.ok());
+  const std::string torn = path + ".tmp." + std::to_string(child) + ".3";
+  WriteRaw(torn, newer->substr(0, newer->size() - 5));
+  auto s = LoadLearnedState(path, kLayers, kExperts);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto expected = DecodeLearnedState(old_bytes, kLayers, kExperts);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(s->records.size(), expected->records.size());
+  auto again = EncodeLearnedState(*s);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, old_bytes);
+  EXPECT_FALSE(IsRegularFile(torn));
+}
+
 // Drives a cache through a few decode requests.
 void Drive(ExpertCache& cache, FakeCopyEngine& engine, const trace::Trace& t,
            int from, int to) {

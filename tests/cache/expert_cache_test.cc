@@ -104,6 +104,46 @@ TEST(ExpertCacheTest, NoPolicyEvictsLeasedOrNeededSlots) {
   }
 }
 
+// Pre-gating hints arrive between acquires (after layer l, for layer l+1):
+// the copy must start when the hint arrives, not at the next acquire.
+TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {
+  for (const std::string& name : {std::string("lru"), std::string("moe-infinity")}) {
+    const int capacity = 16;
+    auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+    ExpertCacheOptions o;
+    o.num_layers = kLayers;
+    o.num_experts = kExperts;
+    o.top_k = 2;
+    o.capacity = capacity;
+    o.expert_bytes = 1000000;
+    o.prefetch = true;
+    o.link_bytes_per_sec = 1e9;
+    o.layer_seconds = 1e-3;
+    auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
+    cache->BeginRequest(1);
+    std::vector<Lease> l0 = AcquireNow(*cache, *engine, 1, 0, {{0, 1}, {1, 1}});
+    ASSERT_TRUE(cache->Release(1, l0).ok());
+    const uint64_t before = cache->GetStats(Phase::kDecode).prefetches_issued;
+    auto loading = [&](int layer, int expert) {
+      for (const SlotInfo& s : cache->SlotsForTest()) {
+        if (s.state != SlotState::kEmpty && s.key == ExpertKey{layer, expert}) return true;
+      }
+      return false;
+    };
+    ASSERT_FALSE(loading(1, 5)) << name;
+    std::vector<Hint> hint = {{1, 5, 0.9f}};
+    cache->AddHints(1, hint);
+    EXPECT_TRUE(loading(1, 5)) << name << ": the hinted expert's copy did not start";
+    EXPECT_GT(cache->GetStats(Phase::kDecode).prefetches_issued, before) << name;
+    // The acquire of layer 1 then finds it (ready once the link delivers).
+    engine->AdvanceTo(engine->now_ns() + 5000000);
+    std::vector<Lease> l1 = AcquireNow(*cache, *engine, 1, 1, {{5, 1}, {2, 1}});
+    EXPECT_EQ(cache->GetStats(Phase::kDecode).prefetches_used, 1u) << name;
+    ASSERT_TRUE(cache->Release(1, l1).ok());
+    cache->CheckInvariantsForTest();
+  }
+}
+
 TEST(ExpertCacheTest, RejectsBadInputWithStatus) {
   auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
   ExpertCacheOptions o;

@@ -41,9 +41,8 @@ struct Loaded {
   std::unique_ptr<InMemoryExpertProvider> experts;
 };
 
-Loaded LoadTiny(ModelFamily family, const std::string& name) {
+Loaded LoadModel(MakeModelOptions o, const std::string& name) {
   Loaded l;
-  MakeModelOptions o = TinyPreset(family);
   o.seed = 21;
   const std::string dir = absl::StrCat(::testing::TempDir(), "/trace_", name);
   absl::Status made = MakeModel(o, dir);
@@ -58,6 +57,10 @@ Loaded LoadTiny(ModelFamily family, const std::string& name) {
   EXPECT_TRUE(experts.ok()) << experts.status();
   l.experts = std::move(*experts);
   return l;
+}
+
+Loaded LoadTiny(ModelFamily family, const std::string& name) {
+  return LoadModel(TinyPreset(family), name);
 }
 
 class TraceRecorderGenerateTest : public ::testing::TestWithParam<ModelFamily> {
@@ -147,6 +150,148 @@ INSTANTIATE_TEST_SUITE_P(Families, TraceRecorderGenerateTest,
                            return std::string(ModelFamilyName(info.param));
                          });
 
+// Forwards to an InMemoryExpertProvider and keeps every Hint call.
+class HintSpy : public ExpertProvider {
+ public:
+  explicit HintSpy(ExpertProvider* inner) : inner_(inner) {}
+  absl::Status BeginRequest(uint64_t id) override {
+    return inner_->BeginRequest(id);
+  }
+  absl::Status EndRequest(uint64_t id) override {
+    return inner_->EndRequest(id);
+  }
+  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+                                      absl::Span<const ExpertDemand> demands,
+                                      bool prefill) override {
+    return inner_->Acquire(moe_layer, demands, prefill);
+  }
+  void Release(ExpertLease& lease) override { inner_->Release(lease); }
+  void Hint(absl::Span<const ExpertHint> hints) override {
+    calls.emplace_back(hints.begin(), hints.end());
+  }
+
+  std::vector<std::vector<ExpertHint>> calls;
+
+ private:
+  ExpertProvider* inner_;
+};
+
+struct HintRun {
+  trace::TraceRequest request;  // read back from the recorded file
+  // What the provider was hinted, per [token][moe layer] (the hints for a
+  // layer belong to the iteration whose routing of that layer follows them).
+  trace::TokenLayerLists<int32_t> hinted;
+  size_t hint_calls = 0;
+};
+
+// Generates 3 prompt + 5 new tokens with pre-gating `pregate`, recording
+// both the trace and the provider's Hint calls.
+void RunWithHints(Loaded& l, const std::string& name, bool pregate,
+                  HintRun* out) {
+  const int L = l.model->config().num_moe_layers();
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/hints_", name, pregate, ".jsonl");
+  auto recorder = TraceRecorder::Open(path, TraceHeaderFor(*l.model, name));
+  ASSERT_TRUE(recorder.ok()) << recorder.status();
+  HintSpy spy(l.experts.get());
+  RequestRecording rec((*recorder)->header(), "h");
+  RoutingObserver record = rec.Observer();
+  size_t seen_calls = 0;
+  int64_t next_row = 0;  // first token of the current iteration
+  int64_t iter_tokens = 0;
+  auto routing = [&](int layer, int64_t t, absl::Span<const int32_t> e,
+                     absl::Span<const float> w) {
+    if (layer == 0) {
+      next_row += iter_tokens;
+      iter_tokens = t;
+      for (int64_t i = 0; i < t; ++i) out->hinted.emplace_back(L);
+    }
+    // Hints given since the last routing call are for this layer.
+    for (; seen_calls < spy.calls.size(); ++seen_calls) {
+      for (const ExpertHint& h : spy.calls[seen_calls]) {
+        ASSERT_EQ(h.moe_layer, layer);
+        out->hinted[next_row + t - 1][layer].push_back(h.expert);
+      }
+    }
+    record(layer, t, e, w);
+  };
+  RoutingObserver both(routing, [&](absl::Span<const ExpertHint> h) {
+    record.Hints(h);
+  });
+  GenerateOptions opts;
+  opts.prompt = {5, 9, 200};
+  opts.max_new_tokens = 6;
+  opts.stop_at_eos = false;
+  opts.pregate_hints = pregate;
+  auto summary =
+      Generate(*l.model, &spy, opts, [](const SampledToken&) { return true; },
+               both);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_TRUE((*recorder)->Append(rec).ok());
+  ASSERT_TRUE((*recorder)->Close().ok());
+  auto trace = trace::ReadTraceFile(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->requests.size(), 1u);
+  out->request = trace->requests[0];
+  out->hint_calls = spy.calls.size();
+}
+
+TEST_P(TraceRecorderGenerateTest, RecordsPregateHintsAsGiven) {
+  const ModelFamily family = GetParam();
+  const std::string name(ModelFamilyName(family));
+  Loaded l = LoadTiny(family, absl::StrCat(name, "_hints"));
+  ASSERT_NE(l.model, nullptr);
+  const int L = l.model->config().num_moe_layers();
+  const int k = static_cast<int>(l.model->config().top_k);
+
+  HintRun on;
+  RunWithHints(l, name, /*pregate=*/true, &on);
+  const trace::TraceRequest& r = on.request;
+  const int tokens = 3 + 6 - 1;
+  ASSERT_EQ(r.num_tokens(), tokens);
+  // Every decode iteration hints each MoE layer after the first.
+  EXPECT_EQ(on.hint_calls, static_cast<size_t>(5 * (L - 1)));
+  ASSERT_EQ(r.hints.size(), static_cast<size_t>(tokens));
+  ASSERT_EQ(on.hinted.size(), static_cast<size_t>(tokens));
+  for (int t = 0; t < tokens; ++t) {
+    ASSERT_EQ(r.hints[t].size(), static_cast<size_t>(L));
+    for (int m = 0; m < L; ++m) {
+      EXPECT_EQ(r.hints[t][m], on.hinted[t][m]) << "token " << t << " layer "
+                                                << m;
+      const bool hinted = r.phase[t] == trace::Phase::kDecode && m > 0;
+      EXPECT_EQ(r.hints[t][m].size(), hinted ? static_cast<size_t>(k) : 0u)
+          << "token " << t << " layer " << m;
+    }
+  }
+
+  HintRun off;
+  RunWithHints(l, name, /*pregate=*/false, &off);
+  EXPECT_EQ(off.hint_calls, 0u);
+  EXPECT_TRUE(off.request.hints.empty());
+  // Hints only add a field: the routing is the same.
+  EXPECT_EQ(off.request.experts, r.experts);
+}
+
+// A dense first layer: the session hints MoE layer 0 from its output, and
+// the recorder keeps those hints too.
+TEST(TraceRecorderDenseFirstTest, RecordsHintsForMoeLayerZero) {
+  MakeModelOptions o = TinyPreset(ModelFamily::kQwen3Moe);
+  o.mlp_only_layers = {0};
+  Loaded l = LoadModel(o, "qwen3_dense0");
+  ASSERT_NE(l.model, nullptr);
+  const int L = l.model->config().num_moe_layers();
+  HintRun on;
+  RunWithHints(l, "qwen3_dense0", /*pregate=*/true, &on);
+  EXPECT_EQ(on.hint_calls, static_cast<size_t>(5 * L));
+  const trace::TraceRequest& r = on.request;
+  ASSERT_EQ(r.hints.size(), static_cast<size_t>(r.num_tokens()));
+  EXPECT_EQ(r.hints, on.hinted);
+  for (int t = 0; t < r.num_tokens(); ++t) {
+    const bool decode = r.phase[t] == trace::Phase::kDecode;
+    EXPECT_EQ(r.hints[t][0].empty(), !decode) << "token " << t;
+  }
+}
+
 trace::TraceHeader SmallHeader() {
   trace::TraceHeader h;
   h.model = "synthetic";
@@ -213,6 +358,100 @@ TEST(RequestRecordingTest, RejectsBadRouting) {
     RequestRecording rec(SmallHeader(), "shape");
     rec.Observe(0, 2, std::vector<int32_t>{0, 1}, std::vector<float>{1, 0});
     EXPECT_EQ(rec.Finish().status().code(), absl::StatusCode::kInternal);
+  }
+}
+
+std::vector<ExpertHint> HintsFor(int layer, std::vector<int32_t> experts) {
+  std::vector<ExpertHint> out;
+  for (int32_t e : experts) out.push_back({layer, e, 0.5f});
+  return out;
+}
+
+TEST(RequestRecordingTest, HintsGoToTheLastTokenOfTheLayersIteration) {
+  RequestRecording rec(SmallHeader(), "hinted");
+  RoutingObserver obs = rec.Observer();
+  ASSERT_TRUE(obs.wants_hints());
+  Iterate(rec, 2, 0);  // prefill: no hints
+  // Decode 1: hint layer 1 between the layers' routing.
+  rec.Observe(0, 1, std::vector<int32_t>{0, 1}, std::vector<float>{1, 0});
+  obs.Hints(HintsFor(1, {3, 2}));
+  rec.Observe(1, 1, std::vector<int32_t>{2, 3}, std::vector<float>{1, 0});
+  Iterate(rec, 1, 2);  // decode 2: no hints
+  auto r = rec.Finish();
+  ASSERT_TRUE(r.ok()) << r.status();
+  using Lists = std::vector<std::vector<int32_t>>;
+  ASSERT_EQ(r->hints.size(), 4u);
+  EXPECT_EQ(r->hints[0], (Lists{{}, {}}));
+  EXPECT_EQ(r->hints[1], (Lists{{}, {}}));
+  EXPECT_EQ(r->hints[2], (Lists{{}, {3, 2}}));
+  EXPECT_EQ(r->hints[3], (Lists{{}, {}}));
+
+  // Round trip through the recorder's writer and the trace reader.
+  std::ostringstream out;
+  auto recorder = TraceRecorder::ToStream(&out, SmallHeader());
+  ASSERT_TRUE(recorder.ok());
+  ASSERT_TRUE((*recorder)->Append(rec).ok());
+  EXPECT_THAT(out.str(), HasSubstr("\"hints\":[[[],[]],[[],[]],[[],[3,2]]"));
+  std::istringstream in(out.str());
+  auto back = trace::ReadTrace(in, "hinted");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->requests.size(), 1u);
+  EXPECT_EQ(back->requests[0].hints, r->hints);
+  EXPECT_EQ(back->requests[0].experts, r->experts);
+}
+
+TEST(RequestRecordingTest, NoHintsNoField) {
+  RequestRecording rec(SmallHeader(), "plain");
+  RoutingObserver obs = rec.Observer();
+  Iterate(rec, 2, 0);
+  obs.Hints({});  // an empty call is not a hint
+  Iterate(rec, 1, 1);
+  auto r = rec.Finish();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->hints.empty());
+  EXPECT_EQ(trace::SerializeRequest(*r).find("hints"), std::string::npos);
+}
+
+TEST(RequestRecordingTest, RejectsMisplacedHints) {
+  const std::vector<int32_t> ids{0, 1};
+  const std::vector<float> ws{1, 0};
+  {
+    RequestRecording rec(SmallHeader(), "wrong-layer");
+    rec.Observe(0, 1, ids, ws);
+    rec.ObserveHints(HintsFor(0, {1}));  // layer 1 is next, not 0
+    rec.Observe(1, 1, ids, ws);
+    EXPECT_EQ(rec.Finish().status().code(), absl::StatusCode::kInternal);
+  }
+  {
+    RequestRecording rec(SmallHeader(), "mixed");
+    rec.Observe(0, 1, ids, ws);
+    std::vector<ExpertHint> h = HintsFor(1, {1});
+    h.push_back({0, 2, 0.1f});
+    rec.ObserveHints(h);
+    rec.Observe(1, 1, ids, ws);
+    EXPECT_THAT(rec.Finish().status().message(), HasSubstr("among hints"));
+  }
+  {
+    RequestRecording rec(SmallHeader(), "range");
+    rec.Observe(0, 1, ids, ws);
+    rec.ObserveHints(HintsFor(1, {4}));
+    rec.Observe(1, 1, ids, ws);
+    EXPECT_EQ(rec.Finish().status().code(), absl::StatusCode::kInternal);
+  }
+  {
+    RequestRecording rec(SmallHeader(), "twice");
+    rec.Observe(0, 1, ids, ws);
+    rec.ObserveHints(HintsFor(1, {1}));
+    rec.ObserveHints(HintsFor(1, {2}));
+    rec.Observe(1, 1, ids, ws);
+    EXPECT_THAT(rec.Finish().status().message(), HasSubstr("pending"));
+  }
+  {
+    RequestRecording rec(SmallHeader(), "dangling");
+    Iterate(rec, 1, 0);
+    rec.ObserveHints(HintsFor(0, {1}));  // layer 0 of an iteration never run
+    EXPECT_THAT(rec.Finish().status().message(),
+                HasSubstr("not followed by its routing"));
   }
 }
 

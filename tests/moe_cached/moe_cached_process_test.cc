@@ -2,6 +2,7 @@
 // temp dir and driven through CacheClient (and, for the SIGKILL case, a
 // separate client process).
 #include <signal.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "services/cache/synth_trace.h"
 #include "services/moe_cached/cache_client.h"
+#include "services/moe_cached/fd_broker.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "services/channel/shm_channel.h"
 #include "services/rpc/rpc_util.h"
@@ -379,6 +381,52 @@ TEST_F(MoeCachedTest, DaemonDeathIsUnavailableNotAHang) {
 // A hostile or buggy worker writing the channel directly: malformed messages
 // get error replies, a corrupt ring ends the session (leases reclaimed), and
 // the shared-memory objects are private to the user (mode 0600).
+// Security item 5: a worker maps only the arena of the model it attached to.
+// Arenas and channels are unnamed memfds (nothing in /dev/shm to list or
+// guess); the descriptors go to the pid named in Attach, once; the daemon is
+// not dumpable, so its /proc/PID/fd is closed to other non-root processes.
+TEST_F(MoeCachedTest, WorkerCannotMapAnArenaItDidNotAttachTo) {
+  DaemonConfig c;
+  c.models = {"a=" + model_dir_, "b=" + model_dir_};
+  ASSERT_TRUE(daemon_.Start(c).ok()) << daemon_.stderr_text();
+  const int daemon_pid = daemon_.process().pid();
+  auto stub = moe::v1::ExpertCache::NewStub(
+      rpc::MakeChannel(*rpc::ParseListenAddress(daemon_.address())));
+  auto attach = [&](const std::string& model, int pid) {
+    moe::v1::AttachRequest areq;
+    areq.set_model(model);
+    areq.set_pid(pid);
+    moe::v1::AttachResponse aresp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub->Attach(&ctx, areq, &aresp).ok()) << model;
+    return aresp;
+  };
+  // The lease holder (a child) attaches to "a"; its grant is for its pid.
+  moe::testing::ChildProcess holder;  // any live process of ours will do
+  ASSERT_TRUE(holder.Spawn("/bin/sleep", {"60"}, dir_.Sub("sleep.err")).ok());
+  moe::v1::AttachResponse for_child = attach("a", holder.pid());
+  ASSERT_FALSE(for_child.fd_token().empty());
+  auto stolen = cached::FetchFds(for_child.fd_socket(), for_child.fd_token());
+  EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied) << stolen.status();
+  EXPECT_THAT(stolen.status().message(), HasSubstr("another process"));
+  // Our own attach to "b" maps b's arena, which differs from a's.
+  moe::v1::AttachResponse mine = attach("b", ::getpid());
+  auto fds = cached::FetchFds(mine.fd_socket(), mine.fd_token());
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  struct stat arena_b;
+  ASSERT_EQ(::fstat((*fds)[0].get(), &arena_b), 0);
+  EXPECT_EQ(static_cast<uint64_t>(arena_b.st_size), mine.arena_bytes());
+  // No arena or channel of this daemon has a name another process could open.
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename().string();
+    EXPECT_EQ(name.find(absl::StrCat("-", daemon_pid, "-")), std::string::npos)
+        << "daemon object visible in /dev/shm: " << name;
+  }
+  if (::geteuid() != 0) {  // root may read any /proc/PID/fd
+    EXPECT_EQ(::opendir(absl::StrCat("/proc/", daemon_pid, "/fd").c_str()), nullptr);
+  }
+}
+
 TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
   StartDaemon({"--cache-experts", "8"});
   auto stub = moe::v1::ExpertCache::NewStub(
@@ -391,17 +439,21 @@ TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub->Attach(&ctx, areq, &aresp).ok());
   }
-  for (const std::string& name : {aresp.shm_name(), aresp.channel_name()}) {
-    struct stat st;
-    ASSERT_EQ(::stat(("/dev/shm" + name).c_str(), &st), 0) << name;
-    EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
-    EXPECT_GE(name.size(), 32u) << name;  // carries 128 random bits
-  }
-  int fd = ::shm_open(aresp.channel_name().c_str(), O_RDWR, 0);
-  ASSERT_GE(fd, 0);
+  // Arena and channel are unnamed memfds collected from the broker socket
+  // (mode 0600) with a one-shot token.
+  EXPECT_TRUE(aresp.shm_name().empty());
+  EXPECT_TRUE(aresp.channel_name().empty());
+  struct stat st;
+  ASSERT_EQ(::stat(aresp.fd_socket().c_str(), &st), 0) << aresp.fd_socket();
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto fds = cached::FetchFds(aresp.fd_socket(), aresp.fd_token());
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  ASSERT_EQ(fds->size(), 2u);
+  EXPECT_EQ(cached::FetchFds(aresp.fd_socket(), aresp.fd_token()).status().code(),
+            absl::StatusCode::kPermissionDenied);  // used up
   const size_t bytes = channel::ChannelBytes();
-  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (*fds)[1].get(), 0);
   ASSERT_NE(mem, MAP_FAILED);
   channel::ChannelClient ch(mem);
   auto req = std::make_unique<channel::RequestMsg>();

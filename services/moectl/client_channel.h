@@ -1,0 +1,30 @@
+// How moectl commands that talk to a service (generate, stats) dial it:
+// the same TLS and bearer-token options on every such command.
+//
+//   DeclareClientSecurityFlags(f);  // --tls-ca --tls-cert --tls-key
+//                                   // --tls-server-name --auth-token-file
+//   ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, f.GetString("target")));
+#ifndef MOECACHE_SERVICES_MOECTL_CLIENT_CHANNEL_H_
+#define MOECACHE_SERVICES_MOECTL_CLIENT_CHANNEL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/moectl/flags.h"
+
+namespace moe::moectl {
+
+void DeclareClientSecurityFlags(FlagSet& f);
+
+// A channel to `address` (unix:PATH or HOST:PORT) with the flags' TLS and
+// token settings; INVALID_ARGUMENT for a bad address or flag combination
+// (see rpc::LoadClientCredentials).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> DialFromFlags(
+    const FlagSet& f, const std::string& address);
+
+}  // namespace moe::moectl
+
+#endif  // MOECACHE_SERVICES_MOECTL_CLIENT_CHANNEL_H_

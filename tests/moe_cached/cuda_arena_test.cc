@@ -1,0 +1,298 @@
+// The daemon's CUDA side: device choice, pinning errors, the arena (fake
+// module, always) and, on a GPU, an arena filled by the CudaCopyEngine and
+// mapped through CUDA IPC in a child process (skipped without a device).
+#include "services/moe_cached/cuda_arena.h"
+
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda_module.h"
+#include "services/cache/cuda_copy_engine.h"
+#include "services/moe_cached/daemon_options.h"
+#include "tests/cache/fake_cuda_module.h"
+#include "tests/moe_cached/daemon_process.h"
+
+extern char** environ;
+
+namespace moe::cached {
+namespace {
+
+using ::absl::StatusCode;
+using ::moe::testing::FakeCuda;
+
+bool Contains(const absl::Status& s, const std::string& what) {
+  return s.message().find(what) != absl::string_view::npos;
+}
+
+TEST(CudaArenaTest, ResolveDeviceChoices) {
+  EXPECT_EQ(ResolveDevice("gpu").status().code(), StatusCode::kInvalidArgument);
+  auto cpu = ResolveDevice("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_FALSE(cpu->is_cuda());
+  auto automatic = ResolveDevice("auto");  // never an error
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  auto cuda = ResolveDevice("cuda");
+  EXPECT_EQ(cuda.ok(), automatic->is_cuda());
+  if (!cuda.ok()) {
+    EXPECT_EQ(cuda.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Contains(cuda.status(), "no usable CUDA device")) << cuda.status();
+  } else {
+    EXPECT_GT(cuda->free_bytes, 0u);
+  }
+}
+
+TEST(CudaArenaTest, DeviceFlagAndVramFractionCapacity) {
+  auto o = ParseDaemonFlags({"--model", "/m", "--device", "cuda"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->device, "cuda");
+  EXPECT_EQ(ParseDaemonFlags({"--model", "/m"})->device, "cpu");
+  EXPECT_EQ(ParseDaemonFlags({"--model", "/m", "--device=tpu"}).status().code(),
+            StatusCode::kInvalidArgument);
+  CapacitySpec spec;
+  spec.fraction = 0.25;
+  // 0.25 of 4000 free bytes / 100 bytes per expert = 10 slots.
+  auto slots = ComputeCapacity(spec, "m", 4, 8, 100, 4000);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  EXPECT_EQ(*slots, 10);
+  EXPECT_EQ(*ComputeCapacity(spec, "m", 4, 8, 100), 8);  // CPU: of 32 experts
+  EXPECT_EQ(*ComputeCapacity(spec, "m", 4, 8, 100, 1 << 20), 32);  // capped
+  auto few = ComputeCapacity(spec, "m", 4, 8, 100, 2000);  // 5 < 8 slots
+  EXPECT_EQ(few.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(few.status(), "free device bytes")) << few.status();
+}
+
+TEST(CudaArenaTest, PinFailureNamesBytesLimitAndFix) {
+  FakeCuda::Get().Reset();
+  FakeCuda::Get().host_register_error = 2;
+  std::vector<uint8_t> buf(4096);
+  absl::Status s = PinHostMemory(*FakeCuda::Api(), buf.data(), buf.size());
+  FakeCuda::Get().Reset();
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  struct rlimit lim;
+  ASSERT_EQ(::getrlimit(RLIMIT_MEMLOCK, &lim), 0);
+  const std::string limit = lim.rlim_cur == RLIM_INFINITY
+                                ? "unlimited"
+                                : absl::StrCat(lim.rlim_cur, " bytes");
+  for (const std::string& part :
+       {std::string("4096 bytes"), std::string("fake cuda error 2"),
+        "RLIMIT_MEMLOCK is " + limit, std::string("LimitMEMLOCK=infinity"),
+        std::string("ulimit -l")}) {
+    EXPECT_TRUE(Contains(s, part)) << part << " missing from: " << s;
+  }
+  EXPECT_TRUE(PinHostMemory(*FakeCuda::Api(), buf.data(), buf.size()).ok());
+}
+
+TEST(CudaArenaTest, PinnedStoreIsUnpinnedWhenDestroyed) {
+  FakeCuda& fake = FakeCuda::Get();
+  fake.Reset();
+  moe::testing::ScratchDir dir;
+  ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("m")).ok());
+  auto desc = ModelDescription::Open(dir.Sub("m"));
+  ASSERT_TRUE(desc.ok());
+  {
+    auto store = ExpertStore::Load("m", *desc, PinnedStoreOptions(FakeCuda::Api()));
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(fake.registers.load(), 1);
+    EXPECT_EQ(fake.unregisters.load(), 0);
+  }
+  EXPECT_EQ(fake.unregisters.load(), 1);
+  fake.host_register_error = 1;
+  auto refused = ExpertStore::Load("m", *desc, PinnedStoreOptions(FakeCuda::Api()));
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(fake.unregisters.load(), 1);  // never pinned: nothing to undo
+  fake.Reset();
+}
+
+TEST(CudaArenaTest, ArenaOnFakeModule) {
+  FakeCuda& fake = FakeCuda::Get();
+  fake.Reset();
+  {
+    auto arena = CudaArena::Create(FakeCuda::Api(), 0, 8192);
+    ASSERT_TRUE(arena.ok()) << arena.status();
+    EXPECT_EQ((*arena)->size(), 8192u);
+    ASSERT_EQ((*arena)->ipc_handle().size(), size_t{MOE_CUDA_IPC_HANDLE_BYTES});
+    void* in_handle = nullptr;
+    std::memcpy(&in_handle, (*arena)->ipc_handle().data(), sizeof(in_handle));
+    EXPECT_EQ(in_handle, (*arena)->device_ptr());
+  }
+  EXPECT_EQ(fake.frees.load(), 1);
+  fake.malloc_error = 2;
+  auto oom = CudaArena::Create(FakeCuda::Api(), 0, 1 << 30);
+  EXPECT_EQ(oom.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(oom.status(), "1073741824 bytes")) << oom.status();
+  EXPECT_EQ(CudaArenaMapping::Open(FakeCuda::Api(), "short", 1).status().code(),
+            StatusCode::kInvalidArgument);
+  fake.Reset();
+}
+
+// moe-cached --device: auto always serves (CPU when there is no GPU, saying
+// why); cuda refuses to start without a GPU and serves from device memory
+// with one.
+TEST(CudaArenaTest, DaemonDeviceFlag) {
+  setenv("MOE_CUDA_MODULE",
+         (std::string(MOE_BINARY_DIR) + "/lib/libmoe_cuda.so").c_str(), 0);
+  moe::testing::ScratchDir dir;
+  ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("tiny")).ok());
+  const bool gpu = ResolveDevice("cuda").ok();
+  {
+    moe::testing::DaemonProcess daemon(dir);
+    absl::Status s = daemon.Start({{dir.Sub("tiny")}, {"--device", "auto"}});
+    ASSERT_TRUE(s.ok()) << s;
+    const std::string log = daemon.stderr_text();
+    if (gpu) {
+      EXPECT_NE(log.find("in CUDA device memory"), std::string::npos) << log;
+    } else {
+      EXPECT_NE(log.find("--device auto: using the CPU arena"), std::string::npos) << log;
+      EXPECT_NE(log.find("arena on cpu"), std::string::npos) << log;
+    }
+  }
+  moe::testing::DaemonProcess daemon(dir);
+  absl::Status s = daemon.Start({{dir.Sub("tiny")}, {"--device", "cuda"}});
+  if (gpu) {
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_NE(daemon.stderr_text().find("in CUDA device memory"), std::string::npos);
+  } else {
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(daemon.stderr_text().find("--device cuda: no usable CUDA device"),
+              std::string::npos)
+        << daemon.stderr_text();
+  }
+}
+
+// ---- real device: arena + engine in this process, IPC mapping in a child ----
+
+const MoeCudaModuleApi* GpuOrSkipReason(std::string* why) {
+  setenv("MOE_CUDA_MODULE",
+         (std::string(MOE_BINARY_DIR) + "/lib/libmoe_cuda.so").c_str(), 0);
+  auto api = LoadCudaModule();
+  if (!api.ok()) {
+    *why = std::string(api.status().message());
+    return nullptr;
+  }
+  return (*api)->set_device(0) == 0 ? *api : nullptr;
+}
+
+std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (uint8_t& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+constexpr char kChildEnv[] = "MOE_CUDA_IPC_CHILD";  // "hexhandle:bytes:seed"
+
+// The child of IpcHandleMapsTheSameBytesInAnotherProcess: when the binary is
+// started with kChildEnv set, it maps the handle, compares the bytes and
+// exits (0: equal) before any test is registered or run.
+int RunIpcChild(const char* spec) {
+  std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  uint64_t bytes = 0;
+  uint32_t seed = 0;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &bytes) ||
+      !absl::SimpleAtoi(parts[2], &seed)) {
+    std::fprintf(stderr, "ipc child: bad spec '%s'\n", spec);
+    return 2;
+  }
+  std::string why;
+  const MoeCudaModuleApi* api = GpuOrSkipReason(&why);
+  if (api == nullptr) {
+    std::fprintf(stderr, "ipc child: %s\n", why.c_str());
+    return 3;
+  }
+  auto mapping = CudaArenaMapping::Open(api, absl::HexStringToBytes(parts[0]), bytes);
+  if (!mapping.ok()) {
+    std::fprintf(stderr, "ipc child: %s\n", mapping.status().ToString().c_str());
+    return 4;
+  }
+  std::vector<uint8_t> got(bytes);
+  if (api->memcpy(got.data(), (*mapping)->device_ptr(), bytes, MOE_CUDA_COPY_D2H, nullptr) != 0) {
+    return 5;
+  }
+  return got == Pattern(bytes, seed) ? 0 : 6;
+}
+
+[[maybe_unused]] const bool kIpcChildRan = [] {
+  if (const char* spec = std::getenv(kChildEnv); spec != nullptr) std::_Exit(RunIpcChild(spec));
+  return false;
+}();
+
+TEST(CudaArenaGpuTest, IpcHandleMapsTheSameBytesInAnotherProcess) {
+  std::string why;
+  const MoeCudaModuleApi* api = GpuOrSkipReason(&why);
+  if (api == nullptr) {
+    const char* require = std::getenv("MOE_REQUIRE_CUDA");
+    ASSERT_FALSE(require != nullptr && *require == '1') << why;
+    GTEST_SKIP() << "no CUDA device: " << why;
+  }
+  constexpr uint64_t kBytes = 5 << 20;
+  constexpr uint32_t kSeed = 42;
+  auto arena = CudaArena::Create(api, 0, kBytes);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  std::vector<uint8_t> host = Pattern(kBytes, kSeed);
+  ASSERT_TRUE(PinHostMemory(*api, host.data(), host.size()).ok());
+  {
+    cache::CudaCopyEngineOptions o;
+    o.api = api;
+    o.arena = (*arena)->device_ptr();
+    o.arena_bytes = kBytes;
+    o.chunk_bytes = 1 << 20;
+    cache::CudaCopyEngine engine(o);
+    ASSERT_TRUE(engine.Start().ok());
+    std::mutex mu;
+    std::condition_variable cv;
+    bool finished = false;
+    absl::Status result;
+    cache::TransferRequest r;
+    r.src = host.data();
+    r.bytes = kBytes;
+    ASSERT_TRUE(engine
+                    .Submit(r,
+                            [&](cache::TransferId, absl::Status s) {
+                              std::lock_guard<std::mutex> lock(mu);
+                              result = s;
+                              finished = true;
+                              cv.notify_all();
+                            })
+                    .ok());
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished; }));
+    ASSERT_TRUE(result.ok()) << result;
+  }
+  // CUDA refuses to open a handle in the process that made it.
+  EXPECT_FALSE(CudaArenaMapping::Open(api, (*arena)->ipc_handle(), kBytes).ok());
+  const std::string env = absl::StrCat(kChildEnv, "=",
+                                       absl::BytesToHexString((*arena)->ipc_handle()), ":",
+                                       kBytes, ":", kSeed);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(const_cast<char*>(env.c_str()));
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe";
+  char* argv[] = {self.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_EQ(api->host_unregister(host.data()), 0);
+}
+
+}  // namespace
+}  // namespace moe::cached
