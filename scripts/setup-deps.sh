@@ -10,7 +10,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev libsystemd-dev
   python3 python3-numpy python3-grpcio python3-grpc-tools
-  prometheus curl gnuplot-nox systemd
+  prometheus curl gnuplot-nox systemd openssl
 )
 
 missing=()
