@@ -18,6 +18,7 @@
 #include "services/cache/shm_region.h"
 #include "services/channel/shm_channel.h"
 #include "services/moe_cached/pid_watch.h"
+#include "services/moe_cached/cuda_ipc_mapping.h"
 #include "services/moe_cached/fd_broker.h"
 #include "services/rpc/rpc_util.h"
 
@@ -68,7 +69,8 @@ struct CacheClient::Impl {
   CacheClientOptions options;
   std::unique_ptr<moe::v1::ExpertCache::Stub> stub;
   uint64_t session_id = 0;
-  cache::ShmRegion arena;
+  cache::ShmRegion arena;                          // host shared-memory arena, or
+  std::unique_ptr<CudaArenaMapping> cuda_arena;   // the daemon's CUDA arena
   PidWatch daemon;
   std::unique_ptr<ChannelMapping> channel_mem;
   absl::Mutex mu;
@@ -147,11 +149,25 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
 
   std::unique_ptr<CacheClient> client(new CacheClient(std::move(impl)));
   Impl& im = *client->impl_;
-  if (aresp.arena_kind() != moe::v1::ARENA_KIND_HOST_SHM) {
-    return absl::UnimplementedError("only host shared-memory arenas are supported here");
-  }
   std::vector<UniqueFd> fds;  // [arena, channel] when the daemon passes descriptors
-  if (!aresp.fd_socket().empty()) {
+  if (aresp.arena_kind() == moe::v1::ARENA_KIND_CUDA_IPC) {
+    if (options.cuda == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "moe-cached keeps model '", options.model, "' in CUDA device memory (device ",
+          aresp.cuda_device(), "); this client has no CUDA backend: run the worker with "
+          "--backend cuda, or moe-cached with --device cpu"));
+    }
+    ASSIGN_OR_RETURN(im.cuda_arena, CudaArenaMapping::Open(options.cuda, aresp.cuda_ipc_handle(),
+                                                           aresp.arena_bytes()));
+  } else if (aresp.arena_kind() != moe::v1::ARENA_KIND_HOST_SHM) {
+    return absl::UnimplementedError(
+        absl::StrCat("unknown arena kind ", static_cast<int>(aresp.arena_kind())));
+  } else if (options.cuda != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "moe-cached keeps model '", options.model, "' in host memory but this client computes "
+        "on a CUDA device: start moe-cached with --device cuda, or the worker with "
+        "--backend cpu"));
+  } else if (!aresp.fd_socket().empty()) {
     absl::StatusOr<std::vector<UniqueFd>> got = FetchFds(aresp.fd_socket(), aresp.fd_token());
     if (!got.ok()) {
       return absl::Status(got.status().code(),
@@ -204,7 +220,10 @@ bool CacheClient::shm_enabled() const { return impl_->channel_mem != nullptr; }
 
 const uint8_t* CacheClient::SlotData(uint32_t slot) const {
   MOE_CHECK(slot < slot_count_) << "slot " << slot << " out of range";
-  return impl_->arena.data() + uint64_t{slot} * slot_bytes_;
+  const uint8_t* base = impl_->cuda_arena != nullptr
+                            ? static_cast<const uint8_t*>(impl_->cuda_arena->device_ptr())
+                            : impl_->arena.data();
+  return base + uint64_t{slot} * slot_bytes_;
 }
 
 absl::Status CacheClient::CheckHints(absl::Span<const ExpertHint> hints) const {

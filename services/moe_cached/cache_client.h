@@ -49,6 +49,7 @@
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "moe/v1/expert_cache.pb.h"
+#include "kernels/cuda/module_abi.h"
 #include "services/rpc/security.h"
 
 namespace moe::cached {
@@ -59,6 +60,10 @@ struct CacheClientOptions {
   std::string worker_id;
   bool use_shm = true;  // false: every call over gRPC
   rpc::ClientSecurity security;  // bearer token (and TLS for TCP addresses)
+  // The caller computes on CUDA (its backend's module table): the arena must
+  // then be the daemon's CUDA arena, mapped through CUDA IPC, and SlotData
+  // returns device pointers. Null: a host arena (shared memory) is required.
+  const MoeCudaModuleApi* cuda = nullptr;
   absl::Duration timeout = absl::Seconds(60);  // per call
 };
 
@@ -136,7 +141,8 @@ class CacheClient {
   uint32_t slot_count() const { return slot_count_; }
   const std::vector<SlotTensor>& layout() const { return layout_; }
   bool shm_enabled() const;
-  // REQUIRES: slot < slot_count().
+  // REQUIRES: slot < slot_count(). A device pointer when options.cuda was
+  // set (the CUDA arena), else host memory mapped read-only.
   const uint8_t* SlotData(uint32_t slot) const;
 
  private:

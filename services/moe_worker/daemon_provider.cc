@@ -1,5 +1,7 @@
 #include "services/moe_worker/daemon_provider.h"
 
+#include "kernels/cuda_module.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -14,13 +16,19 @@ std::string RequestName(uint64_t id) { return absl::StrCat("req-", id); }
 absl::StatusOr<std::unique_ptr<DaemonExpertProvider>>
 DaemonExpertProvider::Connect(const MoeModel& model,
                               const cached::CacheClientOptions& options) {
+  cached::CacheClientOptions o = options;
   if (model.backend().Info().is_device) {
-    return absl::UnimplementedError(
-        "--cache with moe-cached needs --backend cpu for now (the device "
-        "arena is not mapped by the worker yet)");
+    // Experts must be in device memory: map the daemon's CUDA arena (IPC)
+    // through the same module the CUDA backend uses.
+    absl::StatusOr<const MoeCudaModuleApi*> api = LoadCudaModule();
+    if (!api.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker computes on a device but the CUDA module is unavailable: ",
+                       api.status().message()));
+    }
+    o.cuda = *api;
   }
-  std::unique_ptr<DaemonExpertProvider> p(
-      new DaemonExpertProvider(model, options));
+  std::unique_ptr<DaemonExpertProvider> p(new DaemonExpertProvider(model, o));
   RETURN_IF_ERROR(p->Attach());
   return p;
 }

@@ -427,6 +427,29 @@ TEST_F(MoeCachedTest, WorkerCannotMapAnArenaItDidNotAttachTo) {
   }
 }
 
+// A client that computes on CUDA needs the daemon's CUDA arena: a host
+// arena is refused with what to change (no table call is made on this path,
+// so an empty table stands in for the CUDA module).
+TEST_F(MoeCachedTest, DeviceClientAgainstAHostArenaIsToldWhatToChange) {
+  StartDaemon({"--cache-experts", "8"});
+  MoeCudaModuleApi table{};
+  CacheClientOptions o;
+  o.address = daemon_.address();
+  o.model = "tiny";
+  o.worker_id = "device-worker";
+  o.cuda = &table;
+  auto c = CacheClient::Connect(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition) << c.status();
+  EXPECT_THAT(c.status().message(), HasSubstr("--device cuda"));
+  // The refused client left no session behind.
+  auto ok = Connect();
+  ASSERT_NE(ok, nullptr);
+  auto stats = ok->GetStats("tiny");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->models_size(), 1);
+  EXPECT_EQ(stats->models(0).sessions(), 1u);
+}
+
 TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
   StartDaemon({"--cache-experts", "8"});
   auto stub = moe::v1::ExpertCache::NewStub(
