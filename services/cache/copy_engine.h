@@ -19,11 +19,14 @@
 //    was the transfer's last, the copy is complete and on_done reports OK.)
 //  - on_done(id, status) is called exactly once for every transfer Submit
 //    accepted: OK once all bytes are in place, CANCELLED after Cancel (or
-//    engine shutdown). It is NEVER called from inside Submit, Promote or
-//    Cancel, and never with an engine lock held, so a callback may call back
-//    into the engine and a caller may hold its own lock around Submit/
-//    Promote/Cancel. Which thread runs it is up to the implementation (see
-//    FakeCopyEngine, CpuCopyEngine).
+//    engine shutdown), or another error (e.g. INTERNAL for a failed CUDA
+//    copy) when the link failed to move a chunk; the destination then holds
+//    a partial copy, and the error may repeat for any later transfer
+//    (ExpertCache retries a bounded number of times). It is NEVER called
+//    from inside Submit, Promote or Cancel, and never with an engine lock
+//    held, so a callback may call back into the engine and a caller may
+//    hold its own lock around Submit/Promote/Cancel. Which thread runs it is
+//    up to the implementation (see FakeCopyEngine, CpuCopyEngine).
 //
 // Thread-safety: implementation-defined (FakeCopyEngine: single-threaded;
 // CpuCopyEngine: all methods thread-safe).

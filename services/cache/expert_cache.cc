@@ -17,13 +17,20 @@ PrefetcherOptions MakePrefetcherOptions(const ExpertCacheOptions& o) {
   p.num_layers = o.num_layers;
   p.num_experts = o.num_experts;
   p.transfer_seconds = o.link_bytes_per_sec > 0 ? o.expert_bytes / o.link_bytes_per_sec : 1.0;
-  p.layer_seconds = o.layer_seconds > 0 ? o.layer_seconds : 1.0;
+  p.layer_seconds = std::max(0.0, o.layer_seconds);  // 0: estimated online
   p.gate = o.prefetch_gate;
-  p.chunk_seconds = o.link_bytes_per_sec > 0 ? o.chunk_bytes / o.link_bytes_per_sec : 0.0;
+  p.chunk_seconds = ChunkWaitSeconds(o.chunk_bytes, o.expert_bytes, o.link_bytes_per_sec);
   return p;
 }
 
 }  // namespace
+
+void SetGateLinkFigures(const CopyEngine& engine, double link_bytes_per_sec,
+                        double layer_seconds, ExpertCacheOptions* options) {
+  options->link_bytes_per_sec = link_bytes_per_sec;
+  options->chunk_bytes = engine.chunk_bytes();
+  options->layer_seconds = layer_seconds;
+}
 
 absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
     const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy, CopyEngine* engine,
@@ -49,6 +56,7 @@ ExpertCache::ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<Cach
     : options_(options),
       engine_(engine),
       host_block_(std::move(host_block)),
+      clock_(options.clock != nullptr ? options.clock : RealClock::Get()),
       policy_(std::move(policy)),
       prefetcher_(MakePrefetcherOptions(options)),
       slots_(options.capacity),
@@ -118,6 +126,17 @@ void ExpertCache::MaybeBeginIteration(OwnerId owner, int layer, Phase phase) {
   }
   o.last_layer = layer;
   o.phase = phase;
+}
+
+void ExpertCache::ObserveComputeGap(OwnerId owner, int layer, Phase phase) {
+  auto it = owners_.find(owner);
+  if (it == owners_.end()) return;
+  OwnerState& o = it->second;
+  const int64_t done = o.finish_ns;
+  o.finish_ns = -1;
+  if (done < 0 || phase != Phase::kDecode || layer <= o.finish_layer) return;
+  const int64_t gap = clock_->NowNanos() - done;
+  prefetcher_.ObserveLayerSeconds(std::max<int64_t>(0, gap) * 1e-9 / (layer - o.finish_layer));
 }
 
 void ExpertCache::NotePrefetchOutcome(SlotMeta& meta, bool used) {
@@ -205,6 +224,19 @@ absl::Status ExpertCache::StartLoad(SlotId slot, const ExpertKey& key, TransferP
   return absl::OkStatus();
 }
 
+namespace {
+
+// What the acquires waiting for a load see when the engine keeps failing it.
+absl::Status LoadFailure(const ExpertKey& key, int attempts, const absl::Status& engine_error) {
+  const absl::StatusCode code = absl::IsUnavailable(engine_error)
+                                    ? absl::StatusCode::kUnavailable
+                                    : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrCat("copying expert ", key.ToString(), " failed (",
+                                         attempts, " attempts): ", engine_error.message()));
+}
+
+}  // namespace
+
 void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status status) {
   absl::MutexLock lock(&mu_);
   const SlotInfo& info = slots_.Get(slot);
@@ -222,26 +254,47 @@ void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status 
     const ExpertKey key = info.key;
     const Phase phase = m.phase;
     const int pins = m.pins;
+    // CANCELLED: Cancel or engine shutdown. Anything else is an engine error
+    // (a failed memcpy or CUDA copy), which may well repeat: retried a
+    // bounded number of times, then the waiting acquires fail with it.
+    const bool engine_error = !absl::IsCancelled(status);
+    const int failures = m.failures + (engine_error ? 1 : 0);
+    absl::Status failure;
+    if (engine_error) {
+      failure = LoadFailure(key, failures, status);
+      MOE_LOG(WARNING) << "copy into slot " << slot << ": " << failure
+                       << (pins > 0 && failures <= kMaxLoadRetries ? "; retrying" : "");
+    }
     NotePrefetchOutcome(m, /*used=*/false);
     slots_.AbortLoad(slot, generation).IgnoreError();
     m = SlotMeta{};
-    // A cancelled prefetch that an acquire started to need meanwhile: load
-    // it again, as a demand, into the same slot.
+    // A cancelled prefetch that an acquire started to need meanwhile, or a
+    // failed load within its retries: load it again, as a demand, into the
+    // same slot.
     absl::Status again = absl::CancelledError();
-    if (pins > 0) again = StartLoad(slot, key, TransferPriority::kDemand, phase);
+    if (pins > 0 && failures <= kMaxLoadRetries) {
+      again = StartLoad(slot, key, TransferPriority::kDemand, phase);
+    }
     const uint64_t new_gen = slots_.Get(slot).generation;
     if (again.ok()) {
       meta_[slot].pins = pins;
+      meta_[slot].failures = failures;
     } else {
-      policy_->OnEvict(key);
+      policy_->OnEvict(key);  // the slot stays empty
     }
     for (auto& [ticket, p] : pending_) {
-      for (Lease& l : p.entries) {
-        if (l.slot != slot || l.generation != generation) continue;
-        if (again.ok()) {
-          l.generation = new_gen;
+      for (auto l = p.entries.begin(); l != p.entries.end();) {
+        if (l->slot != slot || l->generation != generation) {
+          ++l;
+        } else if (again.ok()) {
+          l->generation = new_gen;
+          ++l;
         } else {
+          // Its pin went with the slot's meta: FinishAcquire must not drop
+          // it again.
           p.failed = true;
+          if (p.error.ok()) p.error = failure;
+          l = p.entries.erase(l);
         }
       }
     }
@@ -253,6 +306,7 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     OwnerId owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase) {
   RETURN_IF_ERROR(ValidateDemands(layer, demands));
   absl::MutexLock lock(&mu_);
+  ObserveComputeGap(owner, layer, phase);
   MaybeBeginIteration(owner, layer, phase);
   CancelUnneededPrefetches(layer, demands);
   policy_->OnRoute(layer, phase, demands);
@@ -260,6 +314,8 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
   CachePhaseStats& st = stats_[PhaseIndex(phase)];
   Pending p;
   p.owner = owner;
+  p.layer = layer;
+  p.phase = phase;
   auto needed = [&](const ExpertKey& k) {
     if (k.layer != layer) return false;
     for (const auto& d : demands) {
@@ -373,12 +429,20 @@ absl::StatusOr<std::vector<Lease>> ExpertCache::FinishAcquire(Ticket ticket) {
   Pending& p = it->second;
   if (p.failed) {
     for (const Lease& l : p.entries) --meta_[l.slot].pins;
+    absl::Status error =
+        p.error.ok() ? absl::AbortedError("a load for this acquire was cancelled") : p.error;
     pending_.erase(it);
-    return absl::AbortedError("a load for this acquire failed");
+    return error;
   }
   if (!IsReadyLocked(p)) return absl::FailedPreconditionError("acquire not ready yet");
   std::vector<Lease> out = std::move(p.entries);
   const OwnerId owner = p.owner;
+  if (p.phase == Phase::kDecode) {
+    if (auto o = owners_.find(owner); o != owners_.end()) {
+      o->second.finish_ns = clock_->NowNanos();
+      o->second.finish_layer = p.layer;
+    }
+  }
   pending_.erase(it);  // `p` dangles from here on
   for (Lease& l : out) {
     --meta_[l.slot].pins;
@@ -488,6 +552,7 @@ ExpertCache::Gauges ExpertCache::GetGauges() const {
   }
   g.layer_hits = layer_hits_;
   g.layer_misses = layer_misses_;
+  g.layer_seconds = prefetcher_.layer_seconds();
   return g;
 }
 

@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "services/cache/clock.h"
 #include "services/cache/copy_engine.h"
 #include "services/cache/policy.h"
 #include "services/cache/prefetcher.h"
@@ -58,10 +59,23 @@ struct ExpertCacheOptions {
   bool prefetch = false;
   bool prefetch_gate = true;
   int max_prefetch_per_layer = 1;
+  // The prefetch gate's figures (prefetcher.h); set them with
+  // SetGateLinkFigures. X = expert_bytes / link; C = ChunkWaitSeconds(
+  // chunk_bytes, expert_bytes, link) (0 without a chunk); T = layer_seconds
+  // if > 0, else estimated online: the time from an owner's FinishAcquire to
+  // its next decode StartAcquire of a later layer in the same iteration (the
+  // worker's compute for that layer), as an EWMA on `clock`.
   double link_bytes_per_sec = 0;  // for the prefetch gate and stride
-  uint64_t chunk_bytes = 0;       // transfer chunk, for the prefetch gate
+  uint64_t chunk_bytes = 0;       // the copy engine's chunk
   double layer_seconds = 0;
+  Clock* clock = nullptr;  // not owned; null: RealClock::Get()
 };
+
+// Sets the gate's link figures of `options` for a cache over `engine`: the
+// one place where the simulator and moe-cached derive them (the chunk is the
+// engine's; layer_seconds 0 asks for the online estimate).
+void SetGateLinkFigures(const CopyEngine& engine, double link_bytes_per_sec,
+                        double layer_seconds, ExpertCacheOptions* options);
 
 struct Lease {
   ExpertKey key;
@@ -82,6 +96,9 @@ struct CachePhaseStats {
 class ExpertCache {
  public:
   using Ticket = uint64_t;
+  // A load the copy engine fails (an error other than CANCELLED) is retried,
+  // as a demand, this many times while an acquire needs it.
+  static constexpr int kMaxLoadRetries = 2;
   // Host block of an expert for the copy engine (may return null for engines
   // that only model time).
   using HostBlockFn = std::function<const void*(const ExpertKey&)>;
@@ -112,7 +129,9 @@ class ExpertCache {
   // True once every expert of the ticket is ready. NOT_FOUND: unknown ticket.
   absl::StatusOr<bool> IsReady(Ticket ticket) const;
   // Leases the ticket's slots (in demand order). FAILED_PRECONDITION if not
-  // ready yet; ABORTED if a load failed.
+  // ready yet; ABORTED if a load was cancelled (engine shutdown); UNAVAILABLE
+  // or INTERNAL, with the engine's message, if the copy engine failed a load
+  // 1 + kMaxLoadRetries times (the slot is freed).
   absl::StatusOr<std::vector<Lease>> FinishAcquire(Ticket ticket);
   // StartAcquire, wait until ready (engine callbacks from another thread),
   // FinishAcquire. Not for FakeCopyEngine (nobody would advance it).
@@ -155,6 +174,9 @@ class ExpertCache {
     std::vector<int> layer_resident;
     std::vector<uint64_t> layer_hits;
     std::vector<uint64_t> layer_misses;
+    // T of the prefetch gate: the fixed layer_seconds or the online
+    // estimate (0 before the first decode layer gap was seen).
+    double layer_seconds = 0;
   };
   Gauges GetGauges() const;
 
@@ -165,8 +187,11 @@ class ExpertCache {
  private:
   struct Pending {  // a started acquire
     OwnerId owner = 0;
+    int layer = 0;
+    Phase phase = Phase::kDecode;
     std::vector<Lease> entries;
     bool failed = false;
+    absl::Status error;  // why it failed (OK: a cancelled load, e.g. shutdown)
   };
   struct SlotMeta {
     TransferId transfer = kNoTransfer;  // while loading
@@ -176,11 +201,16 @@ class ExpertCache {
     bool counted = false;               // counted in inflight_prefetches_
     bool cancelling = false;
     int pins = 0;                       // started acquires that need it
+    int failures = 0;                   // engine errors of this load so far
     Phase phase = Phase::kDecode;       // phase whose stats pay its bytes
   };
   struct OwnerState {
     int last_layer = -1;
     Phase phase = Phase::kDecode;
+    // The owner's last FinishAcquire (decode only), until its next
+    // StartAcquire; finish_ns < 0: none.
+    int64_t finish_ns = -1;
+    int finish_layer = -1;
   };
 
   ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy,
@@ -188,6 +218,10 @@ class ExpertCache {
 
   absl::Status ValidateDemands(int layer, absl::Span<const ExpertDemand> demands) const;
   void MaybeBeginIteration(OwnerId owner, int layer, Phase phase)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Feeds the gate's online T: the owner's compute since its last finished
+  // acquire, per layer, when `layer` follows it in the same decode iteration.
+  void ObserveComputeGap(OwnerId owner, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelUnneededPrefetches(int layer, absl::Span<const ExpertDemand> demands)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -208,6 +242,7 @@ class ExpertCache {
   const ExpertCacheOptions options_;
   CopyEngine* const engine_;
   const HostBlockFn host_block_;
+  Clock* const clock_;
 
   mutable absl::Mutex mu_;
   absl::CondVar ready_cv_;

@@ -4,6 +4,13 @@
 
 namespace moe::cache {
 
+double ChunkWaitSeconds(uint64_t chunk_bytes, uint64_t expert_bytes,
+                        double link_bytes_per_sec) {
+  if (!(link_bytes_per_sec > 0)) return 0.0;
+  return static_cast<double>(std::min(chunk_bytes, expert_bytes)) /
+         link_bytes_per_sec;
+}
+
 Prefetcher::Prefetcher(const PrefetcherOptions& o)
     : options_(o),
       max_lag_(std::max(
@@ -115,9 +122,16 @@ bool Prefetcher::Gate(const Hint& candidate, double victim_value) const {
   if (!options_.gate) return candidate.probability > 0;
   const double p = Calibrated(candidate);
   const double x = options_.transfer_seconds;
-  const double t = options_.layer_seconds;
+  const double t = layer_seconds();
   return p * std::min(x, t) >
          (1.0 - p) * victim_value * x + options_.chunk_seconds;
+}
+
+void Prefetcher::ObserveLayerSeconds(double seconds) {
+  if (options_.layer_seconds > 0 || !(seconds >= 0)) return;
+  layer_ewma_ = layer_samples_++ == 0
+                    ? seconds
+                    : layer_ewma_ + kLayerEwmaWeight * (seconds - layer_ewma_);
 }
 
 void Prefetcher::OnIssued(const Hint& c) {

@@ -10,9 +10,10 @@
 // Gate (../shared/notes/cache-findings.md), "when in doubt, do not": issue
 // only if
 //   p * min(X, T) > (1 - p) * value(victim) * X + C
-// with X the transfer time of one expert, T the layer compute time, value
-// the victim's retention value in [0, 1], C the time one transfer chunk
-// holds the link (a demand fetch may wait that long behind a prefetch), and
+// with X the transfer time of one expert, T the layer compute time (fixed,
+// or estimated online: ObserveLayerSeconds), value the victim's retention
+// value in [0, 1], C the link time of the rest of one in-flight prefetch
+// chunk, which a demand fetch may wait behind (ChunkWaitSeconds), and
 // p the candidate's probability calibrated per source: hints carry their
 // measured precision; affinity and policy proposals are multiplied by that
 // source's (used + 1) / (sum of predicted p + 1), free to fall towards 0
@@ -32,12 +33,20 @@
 
 namespace moe::cache {
 
+// C: a demand waits behind at most the rest of ONE in-flight chunk of a
+// prefetch, and a chunk never exceeds the transfer (one expert), so
+// min(chunk_bytes, expert_bytes) / link. 0 without a link rate or a chunk.
+double ChunkWaitSeconds(uint64_t chunk_bytes, uint64_t expert_bytes,
+                        double link_bytes_per_sec);
+
 struct PrefetcherOptions {
   int num_layers = 0;
   int num_experts = 0;
   double transfer_seconds = 0;  // X: one expert over the link
-  double layer_seconds = 0;     // T
-  double chunk_seconds = 0;     // C
+  // T: > 0 fixed; 0 estimated online (ObserveLayerSeconds), and until the
+  // first observation T = 0, which refuses every prefetch.
+  double layer_seconds = 0;
+  double chunk_seconds = 0;     // C (ChunkWaitSeconds)
   bool gate = true;
   int max_lag = 3;  // affinity lags learned (1 only when E > 64)
 };
@@ -58,6 +67,15 @@ class Prefetcher {
                                const std::vector<Hint>& proposals) const;
 
   bool Gate(const Hint& candidate, double victim_value) const;
+  // One observed compute time of a layer (seconds >= 0), folded into an EWMA
+  // (weight kLayerEwmaWeight; the first sets it). Ignored when T is fixed.
+  void ObserveLayerSeconds(double seconds);
+  // T as the gate uses it: the fixed value, else the estimate (0 before any
+  // observation).
+  double layer_seconds() const {
+    return options_.layer_seconds > 0 ? options_.layer_seconds : layer_ewma_;
+  }
+  static constexpr double kLayerEwmaWeight = 0.125;
   double Calibrated(const Hint& candidate) const;
 
   void OnIssued(const Hint& candidate);
@@ -87,6 +105,8 @@ class Prefetcher {
   std::vector<float> aff_from_;               // [lag-1][layer][a] counts
   std::vector<std::vector<int32_t>> routed_;  // this iteration, per layer
   std::vector<std::vector<int32_t>> hints_;   // per layer, until it routes
+  double layer_ewma_ = 0;
+  int64_t layer_samples_ = 0;
   double hint_hits_ = 0;
   double hint_total_ = 0;
   double predicted_sum_[kNumHintSources] = {0, 0, 0};

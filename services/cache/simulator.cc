@@ -136,9 +136,13 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   } else {
     ASSIGN_OR_RETURN(policy, MakePolicy(policy_spec, pc));
   }
+  // The cache reads time (its online estimate of T when layer_ms is 0) from
+  // the engine's virtual clock: runs stay deterministic.
+  ManualClock clock;
   FakeCopyEngineOptions eo;
   eo.bandwidth_bytes_per_sec = static_cast<uint64_t>(o.link.link_gbps * 1e9);
   eo.chunk_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(o.link.chunk_mb * 1e6));
+  eo.clock = &clock;
   ASSIGN_OR_RETURN(auto engine, FakeCopyEngine::Create(eo));
   ExpertCacheOptions co;
   co.num_layers = h.num_layers;
@@ -147,9 +151,8 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   co.capacity = o.capacity;
   co.expert_bytes = o.link.expert_bytes();
   co.prefetch = o.prefetch && !belady;
-  co.link_bytes_per_sec = pc.link_bytes_per_sec;
-  co.chunk_bytes = eo.chunk_bytes;
-  co.layer_seconds = pc.layer_seconds;
+  SetGateLinkFigures(*engine, pc.link_bytes_per_sec, pc.layer_seconds, &co);
+  co.clock = &clock;
   ASSIGN_OR_RETURN(auto cache, ExpertCache::Create(co, std::move(policy), engine.get()));
 
   const OwnerId owner = 1;

@@ -8,7 +8,13 @@
 //    "experts":[[[e,...k],...L],...T],
 //    "weights":[[[w,...k],...L],...T],      (optional, same shape as experts)
 //    "hints":[[[e,...],...L],...T]}         (optional: experts predicted for a
-//                                            layer one layer earlier)
+//                                            layer before it ran; see below)
+// hints[t][l] are the experts pre-gating predicted for layer l in the
+// iteration of token t (stored at that iteration's last token), from the
+// output of an earlier layer: one layer earlier with moe-worker's default
+// --pregate-distance 1, D layers earlier with --pregate-distance D. A trace
+// does not say which distance produced them; where one layer got predictions
+// from several distances, their union.
 // All prefill tokens of a request form one iteration; each decode token is one
 // iteration. Prefill tokens must precede decode tokens.
 //

@@ -58,6 +58,7 @@ absl::StatusOr<GenerateSummary> Generate(
                   static_cast<int64_t>(o.prompt.size()) + o.max_new_tokens);
   session.set_routing_observer(std::move(observer));
   session.set_pregate_hints(o.pregate_hints);
+  RETURN_IF_ERROR(session.set_pregate_distance(o.pregate_distance));
   Sampler sampler(o.sampling);
   GenerateSummary summary;
   summary.prompt_tokens = static_cast<int>(o.prompt.size());

@@ -28,6 +28,7 @@ struct GenerateOptions {
   bool stop_at_eos = true;  // also stop at the config's eos ids
   uint64_t request_id = 0;
   bool pregate_hints = false;
+  int pregate_distance = 1;  // Session::set_pregate_distance
 };
 
 struct GenerateSummary {

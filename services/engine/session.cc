@@ -116,9 +116,12 @@ absl::StatusOr<absl::Span<const float>> Session::Forward(
       RETURN_IF_ERROR(DenseMlp(w, t));
     }
     RETURN_IF_ERROR(be_.Add(Buf(kX), Buf(kOut), Buf(kX), n));
-    if (pregate_ && !prefill && l + 1 < c.num_hidden_layers &&
-        model_.layer(l + 1).moe_index >= 0) {
-      RETURN_IF_ERROR(PregateHints(l + 1, t));
+    // Only layer l+D: also hinting the nearer layers (their hints come too
+    // late to help) measured no better (docs/benchmarks.md, "Distance 2").
+    const int target = l + pregate_distance_;
+    if (pregate_ && !prefill && target < c.num_hidden_layers &&
+        model_.layer(target).moe_index >= 0) {
+      RETURN_IF_ERROR(PregateHints(target, t));
     }
   }
   RETURN_IF_ERROR(be_.RmsNorm(Buf(kX) + (t - 1) * c.hidden_size,
@@ -254,12 +257,22 @@ absl::Status Session::DenseMlp(const LayerWeights& w, int64_t t) {
                        Buf(kOut), t, t, c.hidden_size, w.dense_gate.rows);
 }
 
-absl::Status Session::PregateHints(int next_layer, int64_t t) {
+absl::Status Session::set_pregate_distance(int distance) {
+  if (distance < 1 || distance > kMaxPregateDistance) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pre-gating distance ", distance, " outside [1, ",
+                     kMaxPregateDistance, "]"));
+  }
+  pregate_distance_ = distance;
+  return absl::OkStatus();
+}
+
+absl::Status Session::PregateHints(int target_layer, int64_t t) {
   const ModelConfig& c = model_.config();
-  const LayerWeights& next = model_.layer(next_layer);
+  const LayerWeights& next = model_.layer(target_layer);
   const int64_t e = c.num_experts, k = c.top_k;
-  // The next layer's router applied to this layer's output, normed as the
-  // next layer would norm its MLP input: cheap (one [experts, hidden]
+  // The target layer's router applied to this layer's output, normed as the
+  // target layer would norm its MLP input: cheap (one [experts, hidden]
   // matvec) and far more accurate than history alone.
   RETURN_IF_ERROR(be_.RmsNorm(Buf(kX) + (t - 1) * c.hidden_size,
                               next.post_norm, Buf(kLast), 1, c.hidden_size,

@@ -73,6 +73,9 @@ struct SessionStats {
   double expert_wait_seconds = 0.0;  // wall time inside Acquire
 };
 
+// Largest pre-gating distance a session accepts.
+inline constexpr int kMaxPregateDistance = 8;
+
 class Session {
  public:
   // `model` and `experts` are not owned and must outlive the session.
@@ -96,9 +99,18 @@ class Session {
   void set_routing_observer(RoutingObserver observer) {
     observer_ = std::move(observer);
   }
-  // Pre-gating: after layer l, apply the next MoE layer's router to the
-  // current hidden state and pass its top experts to the provider as hints.
+  // Pre-gating: during decode, after layer l, apply the router of layer
+  // l + distance (when that layer is a MoE layer) to layer l's output,
+  // normed by that layer's post-attention norm, and pass its top_k experts
+  // to the provider as hints for that layer. Distance 1 (the default)
+  // predicts the next layer; 2 predicts a layer further ahead, so the
+  // provider has a whole layer of lead to copy them (hidden states change
+  // slowly across layers, so the prediction stays good). The hints are
+  // advisory: the tokens are bit-identical with or without them.
   void set_pregate_hints(bool on) { pregate_ = on; }
+  // INVALID_ARGUMENT outside [1, kMaxPregateDistance].
+  absl::Status set_pregate_distance(int distance);
+  int pregate_distance() const { return pregate_distance_; }
 
  private:
   absl::Status Reserve(int64_t tokens);
@@ -106,7 +118,8 @@ class Session {
   absl::Status MoeBlock(const LayerWeights& w, int64_t t, bool prefill);
   absl::Status DenseMlp(const LayerWeights& w, int64_t t);
   absl::Status SharedExpert(const LayerWeights& w, int64_t t);
-  absl::Status PregateHints(int next_layer, int64_t t);
+  // Hints for `target_layer` from the current residual stream.
+  absl::Status PregateHints(int target_layer, int64_t t);
   float* Buf(size_t i) { return static_cast<float*>(bufs_[i]); }
 
   const MoeModel& model_;
@@ -123,6 +136,7 @@ class Session {
   SessionStats stats_;
   RoutingObserver observer_;
   bool pregate_ = false;
+  int pregate_distance_ = 1;
 };
 
 }  // namespace moe

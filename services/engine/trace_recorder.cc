@@ -1,5 +1,6 @@
 #include "services/engine/trace_recorder.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,7 +21,7 @@ trace::TraceHeader TraceHeaderFor(const MoeModel& model,
 
 RequestRecording::RequestRecording(const trace::TraceHeader& header,
                                    std::string id)
-    : header_(header) {
+    : header_(header), pending_hints_(std::max(header.num_layers, 0)) {
   request_.id = std::move(id);
 }
 
@@ -36,13 +37,14 @@ RoutingObserver RequestRecording::Observer() {
 void RequestRecording::ObserveHints(absl::Span<const ExpertHint> hints) {
   if (!error_.ok() || hints.empty()) return;
   const int layer = hints[0].moe_layer;
-  if (layer != next_layer_ || pending_hint_layer_ >= 0) {
+  if (layer < next_layer_ || layer >= header_.num_layers) {
     error_ = absl::InternalError(absl::StrCat(
         "iteration ", iterations_, ": hints for MoE layer ", layer,
-        " where layer ", next_layer_, " is routed next",
-        pending_hint_layer_ >= 0 ? " (and hints are already pending)" : ""));
+        " where layers ", next_layer_, "..", header_.num_layers - 1,
+        " are still to be routed"));
     return;
   }
+  std::vector<int32_t>& pending = pending_hints_[layer];
   for (const ExpertHint& h : hints) {
     if (h.moe_layer != layer || h.expert < 0 ||
         h.expert >= header_.num_experts) {
@@ -52,9 +54,11 @@ void RequestRecording::ObserveHints(absl::Span<const ExpertHint> hints) {
           " experts"));
       return;
     }
-    pending_hints_.push_back(h.expert);
+    // Predictions for one layer from several distances: their union.
+    if (std::find(pending.begin(), pending.end(), h.expert) == pending.end()) {
+      pending.push_back(h.expert);
+    }
   }
-  pending_hint_layer_ = layer;
 }
 
 void RequestRecording::Observe(int moe_layer, int64_t tokens,
@@ -107,10 +111,10 @@ void RequestRecording::Observe(int moe_layer, int64_t tokens,
     ids.assign(experts.begin() + t * k, experts.begin() + (t + 1) * k);
     ws.assign(weights.begin() + t * k, weights.begin() + (t + 1) * k);
   }
-  if (pending_hint_layer_ == moe_layer) {
-    hints_[iter_start_ + tokens - 1][moe_layer] = std::move(pending_hints_);
-    pending_hints_.clear();
-    pending_hint_layer_ = -1;
+  if (!pending_hints_[moe_layer].empty()) {
+    hints_[iter_start_ + tokens - 1][moe_layer] =
+        std::move(pending_hints_[moe_layer]);
+    pending_hints_[moe_layer].clear();
     any_hints_ = true;
   }
   next_layer_ = (moe_layer + 1) % L;
@@ -127,10 +131,11 @@ absl::StatusOr<trace::TraceRequest> RequestRecording::Finish() const {
         "request ", request_.id, ": last iteration stopped after MoE layer ",
         next_layer_ - 1, " of ", header_.num_layers));
   }
-  if (pending_hint_layer_ >= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "request ", request_.id, ": hints for MoE layer ", pending_hint_layer_,
-        " were not followed by its routing"));
+  for (size_t m = 0; m < pending_hints_.size(); ++m) {
+    if (pending_hints_[m].empty()) continue;
+    return absl::FailedPreconditionError(
+        absl::StrCat("request ", request_.id, ": hints for MoE layer ", m,
+                     " were not followed by its routing"));
   }
   trace::TraceRequest request = request_;
   if (any_hints_) request.hints = hints_;

@@ -17,11 +17,12 @@
 //
 // With pre-gating on (GenerateOptions::pregate_hints), the observer also
 // sees the hints the session gives the provider: the experts predicted for
-// MoE layer l+1 from layer l's output, for the iteration's last token. They
-// are recorded as the trace's "hints" ([token][layer][experts]): empty lists
-// where nothing was predicted (prefill tokens, which the session does not
-// hint, and MoE layer 0 unless a dense layer precedes it). A request without
-// any hint has no "hints" field.
+// layer l+D from layer l's output (D = GenerateOptions::pregate_distance),
+// for the iteration's last token. They are recorded as the trace's "hints"
+// ([token][layer][experts]) under the layer they predict, whatever the
+// distance: empty lists where nothing was predicted (prefill tokens, which
+// the session does not hint, and the first D layers unless dense layers
+// precede them). A request without any hint has no "hints" field.
 //
 // Thread-safety: TraceRecorder::Append may be called concurrently (a worker
 // records concurrent requests); requests are written whole, one line each,
@@ -66,9 +67,11 @@ class RequestRecording {
   void Observe(int moe_layer, int64_t tokens, absl::Span<const int32_t> experts,
                absl::Span<const float> weights);
 
-  // Records the pre-gating hints for the MoE layer about to be routed (all
-  // for one layer; attached to the last token of that layer's iteration).
-  // Errors are remembered like Observe's.
+  // Records pre-gating hints (all for one MoE layer, one not yet routed in
+  // this iteration; attached to the last token of the iteration when that
+  // layer is routed). Several calls for one layer (predictions from several
+  // distances) record their union, in first-seen order. Errors are
+  // remembered like Observe's.
   void ObserveHints(absl::Span<const ExpertHint> hints);
 
   // The request as recorded. FAILED_PRECONDITION when nothing was recorded,
@@ -88,8 +91,8 @@ class RequestRecording {
   size_t iter_start_ = 0;    // first token index of the current iteration
   trace::TokenLayerLists<int32_t> hints_;  // [token][layer], kept in step
   bool any_hints_ = false;
-  int pending_hint_layer_ = -1;  // hints seen for a layer not yet routed
-  std::vector<int32_t> pending_hints_;
+  // [moe layer]: hints seen in this iteration for a layer not yet routed.
+  std::vector<std::vector<int32_t>> pending_hints_;
   absl::Status error_;
 };
 

@@ -3,6 +3,11 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -11,6 +16,19 @@
 #include "services/cache/policy.h"
 
 namespace moe::cached {
+
+namespace {
+
+// The emulated link's chunk. A demand waits behind at most one chunk of a
+// prefetch, which the prefetch gate charges (C = chunk / link), and the
+// default 4 MiB is more than a whole expert of a small model (C = X: no
+// prefetch can pay). So a small share of one expert: expert / 16 within
+// [64 KiB, 4 MiB] (docs/benchmarks.md, "Prefetch gate in the daemon").
+uint64_t CpuChunkBytes(uint64_t expert_bytes) {
+  return std::clamp<uint64_t>(expert_bytes / 16, 64 << 10, 4 << 20);
+}
+
+}  // namespace
 
 std::string UnguessableShmName(const std::string& prefix) {
   char bytes[16];
@@ -48,7 +66,9 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   co.capacity = options.capacity;
   co.expert_bytes = block;
   co.prefetch = options.prefetch;
-  co.link_bytes_per_sec = options.link_bytes_per_sec;
+  // The prefetch gate as in the simulator: C from the copy engine's chunk,
+  // T (compute per layer) estimated online from the sessions' acquires.
+  cache::SetGateLinkFigures(*m->engine_, options.link_bytes_per_sec, /*layer_seconds=*/0, &co);
   const ExpertStore* raw_store = store.get();
   ASSIGN_OR_RETURN(m->cache_,
                    cache::ExpertCache::Create(co, std::move(policy), m->engine_,
@@ -79,6 +99,7 @@ absl::Status CachedModel::CreateArenaAndEngine(uint64_t bytes) {
   eo.arena = arena_.mutable_data();
   eo.arena_bytes = arena_.size();
   eo.link_bytes_per_sec = static_cast<uint64_t>(options_.link_bytes_per_sec);
+  eo.chunk_bytes = CpuChunkBytes(bytes / std::max(1, options_.capacity));
   cpu_engine_ = std::make_unique<cache::CpuCopyEngine>(eo);
   engine_ = cpu_engine_.get();
   return absl::OkStatus();
@@ -94,8 +115,21 @@ absl::Status CachedModel::Start() {
   if (!options_.state_path.empty()) {
     absl::Status loaded = cache_->LoadState(options_.state_path);
     if (!loaded.ok()) {
-      // A bad file must not keep the daemon down: start cold, say why.
+      // A bad file must not keep the daemon down: start cold, say why. A
+      // corrupt or mismatched file is kept aside for diagnosis (the next save
+      // would overwrite it); an older .corrupt is replaced.
       MOE_LOG(WARNING) << "model " << name() << ": starting without learned state: " << loaded;
+      if (absl::IsDataLoss(loaded) || absl::IsFailedPrecondition(loaded)) {
+        const std::string kept = options_.state_path + ".corrupt";
+        if (::rename(options_.state_path.c_str(), kept.c_str()) == 0) {
+          MOE_LOG(WARNING) << "model " << name() << ": kept the unreadable state file as "
+                           << kept;
+        } else {
+          MOE_LOG(WARNING) << "model " << name() << ": could not keep " << options_.state_path
+                           << " as " << kept << ": " << std::strerror(errno)
+                           << " (the next save replaces it)";
+        }
+      }
     } else {
       MOE_LOG(INFO) << "model " << name() << ": loaded " << cache_->GetGauges().eamc_entries
                     << " EAMC entries from " << options_.state_path;

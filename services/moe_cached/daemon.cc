@@ -104,7 +104,7 @@ absl::Status Daemon::Start() {
   for (const ModelSpec& spec : options_.models) RETURN_IF_ERROR(StartModel(spec));
   std::vector<CachedModel*> models;
   for (auto& m : models_) models.push_back(m.get());
-  sessions_ = std::make_unique<SessionManager>(models);
+  sessions_ = std::make_unique<SessionManager>(models, options_.max_sessions);
   ASSIGN_OR_RETURN(rpc::ListenAddress listen, rpc::ParseListenAddress(options_.listen));
   if (listen.is_unix) {
     // Arenas and channels are memfds handed out by pid (SO_PEERCRED). The

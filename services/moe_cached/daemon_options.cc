@@ -92,6 +92,10 @@ absl::Status SetFlag(const std::string& flag, const std::string& value, DaemonOp
     return positive_double(&o->persist_interval_seconds, false);
   } else if (flag == "drain-seconds") {
     return positive_double(&o->drain_seconds, true);
+  } else if (flag == "max-sessions") {
+    if (!absl::SimpleAtoi(value, &o->max_sessions) || o->max_sessions <= 0) {
+      return BadValue(flag, value, "a positive integer");
+    }
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown flag --", flag));
   }
@@ -117,7 +121,8 @@ std::string DaemonUsage() {
          "  [--cache-experts N | --cache-bytes B | --cache-fraction F]  (default F=0.5)\n"
          "  [--device auto|cpu|cuda]  (default cpu; on cuda F is of free device memory)\n"
          "  [--policy NAME] [--prefetch on|off] [--link-gbps G]\n"
-         "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n" +
+         "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n"
+         "  [--max-sessions N]  (default 64 attached workers)\n" +
          rpc::SecurityFlagsUsage();
 }
 

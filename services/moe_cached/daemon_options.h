@@ -38,9 +38,12 @@ struct DaemonOptions {
   double link_gbps = 0;  // GB/s (1e9 bytes/s) pacing CPU copies; 0: unpaced
   std::string state_dir;  // EAMC persistence; empty: none
   double persist_interval_seconds = 60;
-  // gRPC calls still running get this long to finish; an idle client
-  // connection also holds the sync server's Shutdown until then.
+  // gRPC calls still running get this long to finish (then they are
+  // cancelled); idle client connections are closed as soon as none runs.
   double drain_seconds = 2;
+  // --max-sessions N: attached workers at once (each costs a thread and a
+  // ~135 KB channel); Attach past it gets RESOURCE_EXHAUSTED.
+  int max_sessions = 64;
   rpc::SecurityOptions security;  // --socket-group, --tls-*, --auth-token-file
   bool help = false;
 };

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -99,7 +100,8 @@ absl::Status ValidateHints(int num_layers, int num_experts, absl::Span<const cac
   return absl::OkStatus();
 }
 
-SessionManager::SessionManager(std::vector<CachedModel*> models) {
+SessionManager::SessionManager(std::vector<CachedModel*> models, int max_sessions)
+    : max_sessions_(max_sessions) {
   for (CachedModel* m : models) models_[m->name()] = m;
 }
 
@@ -115,6 +117,23 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
     return absl::NotFoundError(absl::StrCat("no model '", ClipName(model), "' (serving: ",
                                             absl::StrJoin(names, ", "), ")"));
   }
+  // Reserve a place first: a refused attach should cost no channel or grant.
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::FailedPreconditionError("daemon is shutting down");
+    int live = attaching_;
+    for (const auto& [id, s] : sessions_) live += s->ended ? 0 : 1;
+    if (live >= max_sessions_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "moe-cached has ", live, " attached workers, its limit (--max-sessions ",
+          max_sessions_, "); detach one or raise the limit"));
+    }
+    ++attaching_;
+  }
+  absl::Cleanup unreserve = [this] {
+    absl::MutexLock lock(&mu_);
+    --attaching_;
+  };
   auto session = std::make_shared<Session>();
   session->id = RandomId();
   session->model = it->second;
@@ -142,6 +161,8 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
   }
   {
     absl::MutexLock lock(&mu_);
+    --attaching_;  // the reserved place becomes the session's (or is freed)
+    std::move(unreserve).Cancel();
     if (stopped_) return absl::FailedPreconditionError("daemon is shutting down");
     sessions_[session->id] = session;
     session->thread = std::thread([this, session] { Serve(session); });

@@ -44,6 +44,9 @@ namespace moe::cached {
 inline constexpr absl::Duration kPeerPollInterval = absl::Milliseconds(50);
 // Bound on list lengths accepted from the wire (gRPC; the channel has its own).
 inline constexpr int kMaxWireItems = 4096;
+// Live sessions at once unless --max-sessions says otherwise: each costs a
+// thread and a ~135 KB channel.
+inline constexpr int kDefaultMaxSessions = 64;
 
 // A client-supplied name (model, worker id) as quoted in error messages and
 // logs: cut to 64 bytes, so a huge name cannot blow gRPC's metadata limit
@@ -77,8 +80,10 @@ struct SessionCounts {
 
 class SessionManager {
  public:
-  // `models` are not owned and must outlive the manager.
-  explicit SessionManager(std::vector<CachedModel*> models);
+  // `models` are not owned and must outlive the manager. At most
+  // `max_sessions` sessions are live at once (ended ones do not count).
+  explicit SessionManager(std::vector<CachedModel*> models,
+                          int max_sessions = kDefaultMaxSessions);
   ~SessionManager();  // Stop()
 
   // From now on, sessions on models whose arena is an unnamed memfd get an
@@ -87,7 +92,8 @@ class SessionManager {
   void set_fd_broker(FdBroker* broker) { broker_ = broker; }
 
   // NOT_FOUND for an unknown model (naming the known ones); INVALID_ARGUMENT
-  // for a bad pid; FAILED_PRECONDITION after Stop.
+  // for a bad pid; RESOURCE_EXHAUSTED (naming the limit) when max_sessions
+  // sessions are live; FAILED_PRECONDITION after Stop.
   absl::StatusOr<AttachResult> Attach(const std::string& model, const std::string& worker_id,
                                       int pid);
   absl::Status Detach(uint64_t session_id);
@@ -120,9 +126,11 @@ class SessionManager {
 
   absl::flat_hash_map<std::string, CachedModel*> models_;
   FdBroker* broker_ = nullptr;
+  const int max_sessions_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  int attaching_ ABSL_GUARDED_BY(mu_) = 0;  // places reserved by Attach in progress
 };
 
 // Checks an acquire from the wire against a model's shape.

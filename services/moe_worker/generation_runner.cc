@@ -99,6 +99,7 @@ absl::StatusOr<GenerateOptions> GenerationRunner::BuildOptions(
   o.sampling.top_logprobs = r.top_logprobs();
   o.stop_at_eos = !r.ignore_eos();
   o.pregate_hints = options_.pregate_hints;
+  o.pregate_distance = options_.pregate_distance;
   const int64_t vocab = model_.config().vocab_size;
   for (int32_t id : r.stop_token_ids()) {
     if (id < 0 || id >= vocab) {

@@ -58,6 +58,8 @@ struct RunnerOptions {
   // the hidden state and its top experts go to the provider as prefetch
   // hints (decode iterations).
   bool pregate_hints = false;
+  // How many layers ahead the hints predict (Session::set_pregate_distance).
+  int pregate_distance = 1;
 };
 
 class GenerationRunner {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "services/engine/session.h"
 
 namespace moe::worker {
 namespace {
@@ -55,6 +56,14 @@ absl::Status Apply(const std::string& name, const std::string& value,
           absl::StrCat("--pregate-hints: want on or off, got '", value, "'"));
     }
     o.runner.pregate_hints = value == "on";
+  } else if (name == "pregate-distance") {
+    int d = 0;
+    if (!absl::SimpleAtoi(value, &d) || d < 1 || d > kMaxPregateDistance) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--pregate-distance: want an integer in [1, ",
+                       kMaxPregateDistance, "], got '", value, "'"));
+    }
+    o.runner.pregate_distance = d;
   } else if (name == "shutdown-grace-s") {
     int s = 0;
     if (!absl::SimpleAtoi(value, &s) || s < 0) {
@@ -129,6 +138,8 @@ std::string WorkerUsage() {
       "  --record-trace FILE     record routing as moe-trace/1\n"
       "  --pregate-hints on|off  send the next layer's router top-k to the\n"
       "                          daemon as prefetch hints (default off)\n"
+      "  --pregate-distance D    with --pregate-hints on: after layer l, hint\n"
+      "                          layer l+D (1-8, default 1)\n"
       "  --shutdown-grace-s S    time in-flight requests get on SIGTERM "
       "(default 10)\n"
       "  --port-file FILE        write the bound ports as JSON once serving\n"

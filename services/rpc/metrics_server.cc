@@ -1,11 +1,51 @@
 #include "services/rpc/metrics_server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <exception>
+#include <future>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace moe::rpc {
+namespace {
+
+// The host to connect to for a civetweb listening spec ("HOST:PORT",
+// "[V6]:PORT", "PORT", "+PORT"): the wildcard addresses mean loopback.
+std::string ReachableHost(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "0.0.0.0" || host == "+") return "127.0.0.1";
+  if (host == "::") return "::1";
+  return host;
+}
+
+// Opens and at once closes a TCP connection to host:port (best effort).
+void Knock(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+    if (connected) break;
+  }
+  ::freeaddrinfo(found);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address,
@@ -18,7 +58,30 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
         "cannot serve metrics on ", address, ": ", e.what()));
   }
   exposer->RegisterCollectable(registry);
-  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(exposer)));
+  return std::unique_ptr<MetricsServer>(
+      new MetricsServer(std::move(exposer), ReachableHost(address)));
+}
+
+// civetweb's accept thread polls its listening socket in slices of 2 s
+// (SOCKET_TIMEOUT_QUANTUM) and looks at the stop flag only between them, so
+// mg_stop (the Exposer's destructor) took 0 to 2 s (measured on moe-worker:
+// median 0.8 s, up to 1.6 s of 5 SIGTERMs). A connection ends the poll at
+// once: while the Exposer stops on another thread, knock on its port until it
+// is done. A knock that arrives before the stop flag is an empty connection,
+// which civetweb drops.
+MetricsServer::~MetricsServer() {
+  if (exposer_ == nullptr) return;
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  std::promise<void> done;
+  std::future<void> stopped = done.get_future();
+  std::thread stopper([this, &done] {
+    exposer_.reset();
+    done.set_value();
+  });
+  while (stopped.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) {
+    for (int port : ports) Knock(host_, port);
+  }
+  stopper.join();
 }
 
 int MetricsServer::port() const {

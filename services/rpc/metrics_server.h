@@ -20,12 +20,17 @@ class MetricsServer {
       const std::string& address,
       std::shared_ptr<prometheus::Registry> registry);
 
+  // Stops serving; a scrape being answered finishes first. Takes
+  // milliseconds, not civetweb's poll period of up to 2 s (see the .cc).
+  ~MetricsServer();
+
   int port() const;
 
  private:
-  explicit MetricsServer(std::unique_ptr<prometheus::Exposer> exposer)
-      : exposer_(std::move(exposer)) {}
+  MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, std::string host)
+      : exposer_(std::move(exposer)), host_(std::move(host)) {}
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string host_;  // where the listening socket can be reached
 };
 
 }  // namespace moe::rpc

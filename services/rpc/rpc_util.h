@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,7 +64,9 @@ class Server {
   // Health for "" and every registered service name.
   void SetServing(bool serving);
   // Stops accepting, lets in-flight calls finish until `deadline`, then
-  // cancels them. Idempotent.
+  // cancels them. Returns as soon as no call is left: client connections
+  // that stay open (idle clients) are closed then, not waited for until
+  // `deadline`. Idempotent.
   void Shutdown(absl::Duration deadline);
   // Port actually bound for TCP "HOST:0" addresses (first TCP address).
   int bound_port() const { return bound_port_; }
@@ -75,6 +78,9 @@ class Server {
   std::vector<std::string> service_names_;
   int bound_port_ = 0;
   bool shut_down_ = false;
+  // Calls being served (long-lived health watches and reflection streams
+  // not counted), kept by an interceptor.
+  std::shared_ptr<std::atomic<int>> in_flight_ = std::make_shared<std::atomic<int>>(0);
 };
 
 // A client channel with our message limits. For unix: addresses the caller

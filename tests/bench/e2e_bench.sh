@@ -9,11 +9,14 @@
 # fitted on a separate run (see below and docs/benchmarks.md, "End to end").
 # Then (HINTS=on, the default; HINTS=only skips the per-policy table) one
 # policy (HINT_POLICY, lru) at half the experts with prefetch on, run with
-# moe-worker --pregate-hints off and on (HINT_REPS runs each, interleaved):
-# hint recall/precision from the recorded trace, measured TPOT on vs off, and
+# moe-worker --pregate-hints off and on at each --pregate-distance of
+# PREGATE_DISTANCES ("1 2"; HINT_REPS runs each, interleaved): hint
+# recall/precision per distance from the recorded traces, measured TPOT, and
 # the simulator's prediction for that trace replaying its hints or not.
 # usage: tests/bench/e2e_bench.sh [BUILD_DIR]   (env: LINK_GBPS, PREFETCH,
 #        NEW_TOKENS, LAYERS, POLICIES, HINTS, HINT_POLICY, HINT_REPS,
+#        PREGATE_DISTANCES,
+#        PF_AB, PF_POLICIES, PF_CAP, PF_REPS (prefetch off vs on),
 #        KEEP_WORK=1 keeps the models, traces and logs)
 set -euo pipefail
 build=${1:-build}
@@ -26,7 +29,10 @@ policies=${POLICIES:-"lru lru-layer moe-infinity"}
 hints=${HINTS:-on}
 hint_policy=${HINT_POLICY:-lru}
 hint_reps=${HINT_REPS:-2}
+pregate_distances=${PREGATE_DISTANCES:-1 2}  # moe-worker --pregate-distance values
 worker_args=""  # extra moe-worker flags for run()
+pf_ab=${PF_AB:-off}  # prefetch off/on comparison: off | on | only (see pf_ab_section)
+pf_policies=${PF_POLICIES:-$policies}
 py=/usr/bin/python3
 
 work=$(mktemp -d /tmp/moe-e2e.XXXXXX)
@@ -86,6 +92,7 @@ run() {
         >>"$work/$tag.tpot"
     done
   done
+  $bin/moectl stats --cache "unix:$work/c.sock" --json >"$work/$tag.stats" 2>/dev/null || true
   kill -TERM $wpid; wait $wpid || true
   kill -TERM $cpid; wait $cpid || true
   pids=""
@@ -134,6 +141,7 @@ echo "expert: $expert_bytes bytes; link $link GB/s (miss = $($py -c "print(round
      "prefetch $prefetch; per-miss overhead $($py -c "print(round($miss_ms,3))") ms;" \
      "${#prompts[@]} prompts x $new_tokens new tokens"
 [ "$hints" = only ] && policies=""
+[ "$pf_ab" = only ] && policies=""
 [ -n "$policies" ] &&
 printf '%-13s %4s %8s %9s %8s %6s %9s %6s %8s %8s\n' policy cap layer_ms measured sim_raw ratio sim+miss ratio run_miss sim_miss
 for policy in $policies; do
@@ -155,19 +163,61 @@ print(sum(float(x[0]) for x in r)/len(r)*1000, m)")
   done
 done
 
+# Prefetch off vs on (PF_AB=on|only): per policy of PF_POLICIES (default
+# POLICIES) at PF_CAP slots (default half the experts), moe-cached
+# --prefetch off and on interleaved PF_REPS (2) times, alternating which runs
+# first (the CPU drifts): mean
+# TPOT, misses per run, and the daemon's prefetch counters summed over the
+# prefetch-on runs (`moectl stats` before shutdown). Tags: pfoff-P-r, pfon-P-r.
+pf_ab_section() {
+  local cap=${PF_CAP:-$(( experts / 2 ))} reps=${PF_REPS:-2} saved=$prefetch policy r pf
+  echo
+  echo "prefetch off vs on: capacity $cap, $reps runs each (interleaved), worker args '$worker_args'"
+  printf '%-13s %8s %8s %7s %8s %8s %7s %6s %7s %6s\n' policy off_ms on_ms on/off off_miss \
+    on_miss issued used wasted waste
+  for policy in $pf_policies; do
+    for r in $(seq 1 "$reps"); do  # alternate which goes first
+      for pf in $([ $(( r % 2 )) = 1 ] && echo off on || echo on off); do
+        prefetch=$pf; run "$policy" "$cap" "pf$pf-$policy-$r"
+      done
+    done
+    $py -c "
+import glob, json
+def tpot(k):
+    r=[x.split() for f in sorted(glob.glob('$work/pf%s-$policy-*.tpot' % k)) for x in open(f)]
+    return sum(float(x[0]) for x in r)/len(r)*1000, sum(int(x[2]) for x in r)/$reps
+off, off_miss = tpot('off'); on, on_miss = tpot('on')
+c={'prefetch_issued':0,'prefetch_used':0,'prefetch_wasted':0}
+for f in glob.glob('$work/pfon-$policy-*.stats'):
+    try: m=json.load(open(f))['cache'][0]
+    except Exception: continue
+    for k in c: c[k]+=m[k]
+i,u,w=c['prefetch_issued'],c['prefetch_used'],c['prefetch_wasted']
+print('%-13s %8.3f %8.3f %7.3f %8.0f %8.0f %7d %6d %7d %5.0f%%' % ('$policy', off, on, on/off,
+      off_miss, on_miss, i, u, w, 100.0*w/max(1,u+w)))"
+  done
+  prefetch=$saved
+}
+[ "$pf_ab" != off ] && pf_ab_section
+[ "$pf_ab" = only ] && exit 0
+
 [ "$hints" = off ] && exit 0
 
 # Pre-gating hints: the same policy and capacity with moe-worker
-# --pregate-hints off and on, interleaved HINT_REPS times (the CPU drifts).
-# Hints act only through prefetching, so prefetch is on here.
+# --pregate-hints off and on at each --pregate-distance of
+# PREGATE_DISTANCES, interleaved HINT_REPS times (the CPU drifts). Hints act
+# only through prefetching, so prefetch is on here. Tags: hoff<rep>,
+# hd<D>r<rep>.
 prefetch=on
 cap=$(( experts / 2 ))
 calibrate
 for rep in $(seq 1 "$hint_reps"); do
   worker_args=""
   run "$hint_policy" "$cap" "hoff$rep"
-  worker_args="--pregate-hints on"
-  run "$hint_policy" "$cap" "hon$rep"
+  for d in $pregate_distances; do
+    worker_args="--pregate-hints on --pregate-distance $d"
+    run "$hint_policy" "$cap" "hd${d}r$rep"
+  done
 done
 worker_args=""
 mean_tpot() {  # TAG_PREFIX: "mean TPOT ms, misses per run"
@@ -176,37 +226,47 @@ import glob
 r=[x.split() for f in sorted(glob.glob('$work/$1[0-9]*.tpot')) for x in open(f)]
 print(sum(float(x[0]) for x in r)/len(r)*1000, sum(int(x[2]) for x in r)//$hint_reps)"
 }
-set -- $(mean_tpot hoff); off_ms=$1 off_miss=$2
-set -- $(mean_tpot hon); on_ms=$1 on_miss=$2
-set -- $($bin/moectl simulate --trace "$work/hon1.trace" --policy "$hint_policy" \
-  --capacity "$cap" --json | $py -c '
-import json,sys
-h=json.loads(sys.stdin.readline())["hints"]
-print(h["recall"], h["precision"], h["hinted_pairs"])')
-recall=$1 precision=$2 pairs=$3
-set -- $(simulate hon1 "$hint_policy" "$cap" "$link" "$expert_mb" "--hints off")
-sim_off=$1 sim_off_miss=$2
-set -- $(simulate hon1 "$hint_policy" "$cap" "$link" "$expert_mb" "--hints on")
-sim_on=$1 sim_on_miss=$2
 # The simulator's prefetch gate charges each prefetch one chunk of link time
 # (C = 1 MB / link, more than a whole 0.79 MB expert here), which refuses
 # every prefetch; the daemon's cache is built without a chunk size (C = 0).
 # sim_fine is the same simulation with 10 kB chunks, i.e. C ~ 0.
 fine="--chunk-mb 0.01"
-set -- $(simulate hon1 "$hint_policy" "$cap" "$link" "$expert_mb" "--hints off $fine")
-fine_off=$1 fine_off_miss=$2
-set -- $(simulate hon1 "$hint_policy" "$cap" "$link" "$expert_mb" "--hints on $fine")
-fine_on=$1 fine_on_miss=$2
+# hint_row LABEL TAG_PREFIX TRACE_TAG HINTS: one row of the table below.
+hint_row() {
+  set -- "$1" $(mean_tpot "$2") "$3" "$4"
+  local label=$1 ms=$2 miss=$3 tr=$4 h=$5
+  set -- $(simulate "$tr" "$hint_policy" "$cap" "$link" "$expert_mb" "--hints $h")
+  local sim=$1 sim_miss=$2
+  set -- $(simulate "$tr" "$hint_policy" "$cap" "$link" "$expert_mb" "--hints $h $fine")
+  printf '%-10s %9.3f %8d %8.3f %8d %8.3f %9d\n' "$label" "$ms" "$miss" "$sim" "$sim_miss" \
+    "$1" "$2"
+  echo "$ms $sim $1" >"$work/$label.row"
+}
 echo
 echo "pre-gating hints: $hint_policy, capacity $cap, prefetch on, $hint_reps runs each" \
      "(interleaved); layer_ms $($py -c "print(round($layer_ms,3))")"
-echo "hint recall $($py -c "print(round($recall,4))") precision" \
-     "$($py -c "print(round($precision,4))") over $pairs token-layers (trace of hon1)"
+for d in $pregate_distances; do
+  set -- $($bin/moectl simulate --trace "$work/hd${d}r1.trace" --policy "$hint_policy" \
+    --capacity "$cap" --json | $py -c '
+import json,sys
+h=json.loads(sys.stdin.readline())["hints"]
+print(h["recall"], h["precision"], h["hinted_pairs"])')
+  # Hints never change tokens: the greedy requests route exactly as off.
+  same=$($py -c "
+import json
+r=lambda f: [json.loads(l)['experts'] for l in list(open(f))[1:]]
+print('same routing as off' if r('$work/hoff1.trace')==r('$work/hd${d}r1.trace') else 'ROUTING DIFFERS FROM OFF')")
+  echo "distance $d: hint recall $($py -c "print(round($1,4))") precision" \
+       "$($py -c "print(round($2,4))") over $3 token-layers (trace of hd${d}r1); $same"
+done
 printf '%-10s %9s %8s %8s %8s %8s %9s\n' worker measured run_miss sim_raw sim_miss sim_fine \
   fine_miss
-printf '%-10s %9.3f %8d %8.3f %8d %8.3f %9d\n' "hints off" "$off_ms" "$off_miss" "$sim_off" \
-  "$sim_off_miss" "$fine_off" "$fine_off_miss"
-printf '%-10s %9.3f %8d %8.3f %8d %8.3f %9d\n' "hints on" "$on_ms" "$on_miss" "$sim_on" \
-  "$sim_on_miss" "$fine_on" "$fine_on_miss"
-printf '%-10s %9.3f %8s %8.3f %8s %8.3f\n' "on/off" "$($py -c "print($on_ms/$off_ms)")" "" \
-  "$($py -c "print($sim_on/$sim_off)")" "" "$($py -c "print($fine_on/$fine_off)")"
+first=$(echo $pregate_distances | cut -d' ' -f1)
+hint_row off hoff "hd${first}r1" off
+for d in $pregate_distances; do hint_row "D=$d" "hd${d}r" "hd${d}r1" on; done
+for d in $pregate_distances; do
+  $py -c "
+off=[float(x) for x in open('$work/off.row').read().split()]
+on=[float(x) for x in open('$work/D=$d.row').read().split()]
+print('%-10s %9.3f %8s %8.3f %8s %8.3f' % ('D=$d/off', on[0]/off[0], '', on[1]/off[1], '', on[2]/off[2]))"
+done

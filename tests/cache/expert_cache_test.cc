@@ -1,8 +1,12 @@
 #include "services/cache/expert_cache.h"
 
+#include <atomic>
 #include <random>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/cache/chunk_scheduler.h"
 #include "services/cache/eamc.h"
 #include "services/cache/expertflow_policy.h"
 #include "services/cache/fake_copy_engine.h"
@@ -291,6 +295,86 @@ TEST(PrefetcherTest, GateClosesForASourceWhosePrefetchesGoUnused) {
     pf.OnOutcome(HintSource::kPolicy, true);
   }
   EXPECT_TRUE(pf.Gate(policy, 0.0));  // recovers when they start paying
+}
+
+// A link whose first `fail_first` chunks fail, as a CUDA copy does after an
+// illegal address (every later copy fails too), with `code`.
+class FailingMover : public ChunkMover {
+ public:
+  FailingMover(int fail_first, absl::StatusCode code) : fail_first_(fail_first), code_(code) {}
+  absl::StatusOr<int64_t> Move(const internal::Chunk&, bool) override {
+    if (calls_.fetch_add(1) < fail_first_) {
+      return absl::Status(code_, "an illegal memory access was encountered");
+    }
+    return 0;
+  }
+  int calls() const { return calls_.load(); }
+
+ private:
+  const int fail_first_;
+  const absl::StatusCode code_;
+  std::atomic<int> calls_{0};
+};
+
+// Engine errors other than CANCELLED: a load is retried kMaxLoadRetries
+// times, then the acquire fails with the engine's message (INTERNAL, or
+// UNAVAILABLE when the engine said so) and the slot is freed; no hang. A
+// failure that clears up within the retries goes unnoticed by the acquire.
+TEST(ExpertCacheTest, EngineErrorsFailTheAcquireAfterBoundedRetries) {
+  constexpr uint64_t kBytes = 4096;
+  static const std::vector<char> host(kBytes, 'x');
+  struct Case {
+    int fail_first;
+    absl::StatusCode engine_code;
+    absl::StatusCode want;  // kOk: the acquire succeeds
+  };
+  const int tries = 1 + ExpertCache::kMaxLoadRetries;
+  // A mover that failed forever would hang an unbounded retry loop; one that
+  // recovers after 50 failures makes such a loop end in a (wrong) success.
+  for (const Case& c : {Case{50, absl::StatusCode::kInternal, absl::StatusCode::kInternal},
+                        Case{50, absl::StatusCode::kUnavailable, absl::StatusCode::kUnavailable},
+                        Case{50, absl::StatusCode::kDataLoss, absl::StatusCode::kInternal},
+                        Case{tries - 1, absl::StatusCode::kInternal, absl::StatusCode::kOk}}) {
+    SCOPED_TRACE(absl::StrCat("fail_first ", c.fail_first, " code ", c.engine_code));
+    FailingMover mover(c.fail_first, c.engine_code);
+    ChunkSchedulerOptions eo;
+    eo.arena_bytes = kExperts * kBytes;
+    eo.chunk_bytes = kBytes;
+    eo.mover = &mover;
+    ChunkScheduler engine(eo);
+    ASSERT_TRUE(engine.Start().ok());
+    ExpertCacheOptions o;
+    o.num_layers = kLayers;
+    o.num_experts = kExperts;
+    o.top_k = 2;
+    o.capacity = kExperts;
+    o.expert_bytes = kBytes;
+    auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(kExperts)), &engine,
+                                      [](const ExpertKey&) { return host.data(); });
+    cache->BeginRequest(1);
+    auto leases = cache->Acquire(1, 0, std::vector<ExpertDemand>{{2, 1}}, Phase::kDecode);
+    cache->CheckInvariantsForTest();
+    if (c.want == absl::StatusCode::kOk) {
+      ASSERT_TRUE(leases.ok()) << leases.status();
+      EXPECT_EQ(cache->SlotsForTest()[(*leases)[0].slot].state, SlotState::kReady);
+      EXPECT_EQ(mover.calls(), tries);
+      EXPECT_TRUE(cache->Release(1, *leases).ok());
+    } else {
+      EXPECT_EQ(leases.status().code(), c.want) << leases.status();
+      EXPECT_THAT(std::string(leases.status().message()),
+                  ::testing::HasSubstr("illegal memory access"));
+      EXPECT_EQ(mover.calls(), tries);
+      for (const SlotInfo& slot : cache->SlotsForTest()) {
+        EXPECT_EQ(slot.state, SlotState::kEmpty);  // the failed slot was freed
+      }
+      // The next acquire fails the same way, after its own retries.
+      auto again = cache->Acquire(1, 0, std::vector<ExpertDemand>{{2, 1}}, Phase::kDecode);
+      EXPECT_EQ(again.status().code(), c.want) << again.status();
+      EXPECT_EQ(mover.calls(), 2 * tries);
+      cache->CheckInvariantsForTest();
+    }
+    engine.Stop();  // callbacks reach the cache: stop before it goes
+  }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The C++ engine against the independent float64 numpy reference
 // (tests/reference/moe_reference.py) on tiny models of every family.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -196,10 +198,13 @@ class HintRecorder : public ExpertProvider {
   void Release(ExpertLease& lease) override { inner_->Release(lease); }
   void Hint(absl::Span<const ExpertHint> h) override {
     hints.emplace_back(h.begin(), h.end());
+    hint_iteration.push_back(iteration != nullptr ? *iteration : -1);
   }
   ExpertProvider* inner_;
   std::vector<std::pair<int, std::vector<ExpertDemand>>> routed;
   std::vector<std::vector<ExpertHint>> hints;
+  const int* iteration = nullptr;  // when set, tags each Hint call
+  std::vector<int> hint_iteration;
 };
 
 // Pre-gating: during decode, after every layer followed by a MoE layer the
@@ -255,6 +260,148 @@ TEST(SessionTest, PregateHintsPredictTheNextLayerWithoutChangingTokens) {
   std::printf("pre-gating recall on tiny mixtral: %.3f (chance %.3f)\n",
               recall, static_cast<double>(c.top_k) / c.num_experts);
   EXPECT_GT(recall, static_cast<double>(c.top_k) / c.num_experts);
+}
+
+// One greedy generation with pre-gating at `distance` (0: off): tokens,
+// logprobs and, per [iteration][moe layer], the provider's hints and routing.
+struct PregateRun {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::map<std::pair<int, int>, std::vector<int32_t>> hinted;  // sorted ids
+  std::map<std::pair<int, int>, std::vector<int32_t>> routed;  // last token
+  size_t hint_calls = 0;
+};
+
+PregateRun RunPregate(const MoeModel& model, ExpertProvider* experts,
+                      GenerateOptions opts, int distance) {
+  PregateRun out;
+  opts.pregate_hints = distance > 0;
+  opts.pregate_distance = std::max(distance, 1);
+  HintRecorder rec(experts);
+  int iteration = -1;  // 0 = prefill, then one per decode token
+  rec.iteration = &iteration;
+  const int k = static_cast<int>(model.config().top_k);
+  RoutingObserver observer([&](int layer, int64_t tokens,
+                               absl::Span<const int32_t> ids,
+                               absl::Span<const float>) {
+    if (layer == 0) ++iteration;
+    out.routed[{iteration, layer}].assign(ids.end() - k, ids.end());
+  });
+  auto s = Generate(model, &rec, opts,
+                    [&](const SampledToken& t) {
+                      out.tokens.push_back(t.token);
+                      out.logprobs.push_back(t.logprob);
+                      return true;
+                    },
+                    observer);
+  EXPECT_TRUE(s.ok()) << s.status();
+  out.hint_calls = rec.hints.size();
+  for (size_t i = 0; i < rec.hints.size(); ++i) {
+    for (const ExpertHint& h : rec.hints[i]) {
+      auto& ids = out.hinted[{rec.hint_iteration[i], h.moe_layer}];
+      ids.push_back(h.expert);
+      std::sort(ids.begin(), ids.end());
+    }
+  }
+  return out;
+}
+
+// Of the experts each hinted (iteration, layer) routed, the share hinted.
+double Recall(const PregateRun& r) {
+  int hit = 0, total = 0;
+  for (const auto& [key, ids] : r.hinted) {
+    const std::vector<int32_t>& routed = r.routed.at(key);
+    total += static_cast<int>(routed.size());
+    for (int32_t e : routed) {
+      hit += std::count(ids.begin(), ids.end(), e) > 0;
+    }
+  }
+  return total == 0 ? 0.0 : static_cast<double>(hit) / total;
+}
+
+// Distance 2: after layer l the session hints layer l+2 with the top-k of
+// layer l+2's router applied to layer l's output, as the float64 reference
+// computes it independently (tests/engine/pregate_reference.py); the tokens
+// and logprobs are bit-identical to pre-gating off and at distance 1.
+TEST(SessionTest, PregateDistanceTwoHintsTwoLayersAheadLikeTheReference) {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/pregate2_mixtral");
+  ASSERT_TRUE(MakeModel(Tiny(ModelFamily::kMixtral, 24), dir).ok());
+  auto backend = CreateBackend("cpu");
+  auto model = MoeModel::Load(dir, backend->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto experts = InMemoryExpertProvider::Create(**model);
+  ASSERT_TRUE(experts.ok()) << experts.status();
+  const ModelConfig& c = (*model)->config();
+  GenerateOptions opts;
+  opts.prompt = {3, 14, 15, 92, 65};
+  opts.max_new_tokens = 16;
+  opts.stop_at_eos = false;
+  const PregateRun off = RunPregate(**model, experts->get(), opts, 0);
+  const PregateRun d1 = RunPregate(**model, experts->get(), opts, 1);
+  const PregateRun d2 = RunPregate(**model, experts->get(), opts, 2);
+  EXPECT_EQ(off.hint_calls, 0u);
+  EXPECT_EQ(d2.tokens, off.tokens);
+  EXPECT_EQ(d2.logprobs, off.logprobs);  // bit-identical
+  EXPECT_EQ(d1.tokens, off.tokens);
+  EXPECT_EQ(d1.logprobs, off.logprobs);
+  // All MoE layers: each decode iteration hints layers 2.. once each.
+  const int decode_iters = opts.max_new_tokens - 1;
+  EXPECT_EQ(d2.hint_calls,
+            static_cast<size_t>(decode_iters * (c.num_hidden_layers - 2)));
+
+  std::string out = RunCommand(absl::StrCat(
+      "/usr/bin/python3 ", MOE_SOURCE_DIR,
+      "/tests/engine/pregate_reference.py --model ", dir, " --prompt-ids ",
+      absl::StrJoin(opts.prompt, ","), " --max-new-tokens ",
+      opts.max_new_tokens, " --distance 2"));
+  auto ref = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(ref.is_discarded()) << out;
+  EXPECT_EQ(ref["tokens"].get<std::vector<int32_t>>(), off.tokens);
+  ASSERT_EQ(ref["hints"].size(), d2.hinted.size());
+  int compared = 0;
+  for (const auto& h : ref["hints"]) {
+    const std::pair<int, int> key{h["iteration"].get<int>(),
+                                  h["moe_layer"].get<int>()};
+    ASSERT_EQ(d2.hinted.count(key), 1u)
+        << "no hint for iteration " << key.first << " layer " << key.second;
+    if (h["margin"].get<double>() < 1e-3) continue;  // a float32 near tie
+    std::vector<int32_t> want = h["experts"].get<std::vector<int32_t>>();
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(d2.hinted.at(key), want)
+        << "iteration " << key.first << " layer " << key.second;
+    ++compared;
+  }
+  EXPECT_GE(compared, static_cast<int>(ref["hints"].size()) * 3 / 4);
+  const double chance = static_cast<double>(c.top_k) / c.num_experts;
+  std::printf("pre-gating recall on tiny mixtral: distance 1 %.3f, distance "
+              "2 %.3f (chance %.3f)\n",
+              Recall(d1), Recall(d2), chance);
+  EXPECT_GT(Recall(d2), chance);
+}
+
+TEST(SessionTest, PregateDistanceOutsideItsRangeIsRejected) {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/pregate_bad_mixtral");
+  ASSERT_TRUE(MakeModel(Tiny(ModelFamily::kMixtral, 25), dir).ok());
+  auto backend = CreateBackend("cpu");
+  auto model = MoeModel::Load(dir, backend->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto experts = InMemoryExpertProvider::Create(**model);
+  Session s(**model, experts->get(), 8);
+  EXPECT_EQ(s.set_pregate_distance(0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.set_pregate_distance(kMaxPregateDistance + 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.pregate_distance(), 1);
+  EXPECT_TRUE(s.set_pregate_distance(kMaxPregateDistance).ok());
+  EXPECT_EQ(s.pregate_distance(), kMaxPregateDistance);
+  GenerateOptions o;
+  o.prompt = {1, 2};
+  o.max_new_tokens = 2;
+  o.pregate_hints = true;
+  o.pregate_distance = -1;
+  auto r = Generate(**model, experts->get(), o,
+                    [](const SampledToken&) { return true; });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

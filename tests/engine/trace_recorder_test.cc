@@ -1,6 +1,7 @@
 // TraceRecorder: live routing -> moe-trace/1, read back with the trace reader.
 #include "services/engine/trace_recorder.h"
 
+#include <algorithm>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -184,13 +185,13 @@ struct HintRun {
   size_t hint_calls = 0;
 };
 
-// Generates 3 prompt + 5 new tokens with pre-gating `pregate`, recording
-// both the trace and the provider's Hint calls.
+// Generates 3 prompt + 5 new tokens with pre-gating `pregate` at `distance`,
+// recording both the trace and the provider's Hint calls.
 void RunWithHints(Loaded& l, const std::string& name, bool pregate,
-                  HintRun* out) {
+                  HintRun* out, int distance = 1) {
   const int L = l.model->config().num_moe_layers();
-  const std::string path =
-      absl::StrCat(::testing::TempDir(), "/hints_", name, pregate, ".jsonl");
+  const std::string path = absl::StrCat(::testing::TempDir(), "/hints_", name,
+                                        pregate, "_", distance, ".jsonl");
   auto recorder = TraceRecorder::Open(path, TraceHeaderFor(*l.model, name));
   ASSERT_TRUE(recorder.ok()) << recorder.status();
   HintSpy spy(l.experts.get());
@@ -199,6 +200,7 @@ void RunWithHints(Loaded& l, const std::string& name, bool pregate,
   size_t seen_calls = 0;
   int64_t next_row = 0;  // first token of the current iteration
   int64_t iter_tokens = 0;
+  std::vector<std::vector<int32_t>> given(L);  // per layer, not yet routed
   auto routing = [&](int layer, int64_t t, absl::Span<const int32_t> e,
                      absl::Span<const float> w) {
     if (layer == 0) {
@@ -206,13 +208,16 @@ void RunWithHints(Loaded& l, const std::string& name, bool pregate,
       iter_tokens = t;
       for (int64_t i = 0; i < t; ++i) out->hinted.emplace_back(L);
     }
-    // Hints given since the last routing call are for this layer.
+    // Hints given since the last routing call are for this layer or, at a
+    // larger distance, a later one of this iteration.
     for (; seen_calls < spy.calls.size(); ++seen_calls) {
       for (const ExpertHint& h : spy.calls[seen_calls]) {
-        ASSERT_EQ(h.moe_layer, layer);
-        out->hinted[next_row + t - 1][layer].push_back(h.expert);
+        ASSERT_GE(h.moe_layer, layer);
+        given[h.moe_layer].push_back(h.expert);
       }
     }
+    out->hinted[next_row + t - 1][layer] = std::move(given[layer]);
+    given[layer].clear();
     record(layer, t, e, w);
   };
   RoutingObserver both(routing, [&](absl::Span<const ExpertHint> h) {
@@ -223,6 +228,7 @@ void RunWithHints(Loaded& l, const std::string& name, bool pregate,
   opts.max_new_tokens = 6;
   opts.stop_at_eos = false;
   opts.pregate_hints = pregate;
+  opts.pregate_distance = distance;
   auto summary =
       Generate(*l.model, &spy, opts, [](const SampledToken&) { return true; },
                both);
@@ -270,6 +276,46 @@ TEST_P(TraceRecorderGenerateTest, RecordsPregateHintsAsGiven) {
   EXPECT_TRUE(off.request.hints.empty());
   // Hints only add a field: the routing is the same.
   EXPECT_EQ(off.request.experts, r.experts);
+}
+
+// Distance 2: the hints for a MoE layer come from the output of the layer
+// two before it and are recorded under the layer they predict; the first
+// two layers get none.
+TEST_P(TraceRecorderGenerateTest, RecordsDistanceTwoHintsUnderTheirLayer) {
+  const ModelFamily family = GetParam();
+  const std::string name(ModelFamilyName(family));
+  Loaded l = LoadTiny(family, absl::StrCat(name, "_hints2"));
+  ASSERT_NE(l.model, nullptr);
+  const ModelConfig& c = l.model->config();
+  const int L = c.num_moe_layers();
+  const int k = static_cast<int>(c.top_k);
+  std::vector<bool> predicted(L, false);  // MoE layers 2 layers after one
+  for (int h = 2; h < c.num_hidden_layers; ++h) {
+    const int m = l.model->layer(h).moe_index;
+    if (m >= 0) predicted[m] = true;
+  }
+  const int per_iteration =
+      static_cast<int>(std::count(predicted.begin(), predicted.end(), true));
+  ASSERT_GT(per_iteration, 0);
+  ASSERT_LT(per_iteration, L);
+
+  HintRun on;
+  RunWithHints(l, name, /*pregate=*/true, &on, /*distance=*/2);
+  const trace::TraceRequest& r = on.request;
+  EXPECT_EQ(on.hint_calls, static_cast<size_t>(5 * per_iteration));
+  ASSERT_EQ(r.hints.size(), static_cast<size_t>(r.num_tokens()));
+  EXPECT_EQ(r.hints, on.hinted);
+  for (int t = 0; t < r.num_tokens(); ++t) {
+    ASSERT_EQ(r.hints[t].size(), static_cast<size_t>(L));
+    for (int m = 0; m < L; ++m) {
+      const bool hinted = r.phase[t] == trace::Phase::kDecode && predicted[m];
+      EXPECT_EQ(r.hints[t][m].size(), hinted ? static_cast<size_t>(k) : 0u)
+          << "token " << t << " layer " << m;
+    }
+  }
+  HintRun d1;
+  RunWithHints(l, name, /*pregate=*/true, &d1, /*distance=*/1);
+  EXPECT_EQ(d1.request.experts, r.experts);  // hints never change routing
 }
 
 // A dense first layer: the session hints MoE layer 0 from its output, and
@@ -400,6 +446,39 @@ TEST(RequestRecordingTest, HintsGoToTheLastTokenOfTheLayersIteration) {
   EXPECT_EQ(back->requests[0].experts, r->experts);
 }
 
+// Hints from several distances: a layer's hints may come several layers
+// early, and two predictions for one layer are recorded as their union.
+TEST(RequestRecordingTest, HintsFromEarlierLayersAndSeveralDistances) {
+  trace::TraceHeader h = SmallHeader();
+  h.num_layers = 3;
+  RequestRecording rec(h, "far");
+  const std::vector<int32_t> ids{0, 1};
+  const std::vector<float> ws{1, 0};
+  for (int m = 0; m < 3; ++m) rec.Observe(m, 1, ids, ws);  // prefill
+  rec.ObserveHints(HintsFor(1, {2, 3}));  // before layer 0 (dense layer 0)
+  rec.Observe(0, 1, ids, ws);
+  rec.ObserveHints(HintsFor(2, {3, 1}));  // distance 2
+  rec.Observe(1, 1, ids, ws);
+  rec.ObserveHints(HintsFor(2, {1, 0}));  // distance 1 for the same layer
+  rec.Observe(2, 1, ids, ws);
+  auto r = rec.Finish();
+  ASSERT_TRUE(r.ok()) << r.status();
+  using Lists = std::vector<std::vector<int32_t>>;
+  ASSERT_EQ(r->hints.size(), 2u);
+  EXPECT_EQ(r->hints[0], (Lists{{}, {}, {}}));
+  EXPECT_EQ(r->hints[1], (Lists{{}, {2, 3}, {3, 1, 0}}));
+  EXPECT_TRUE(trace::ValidateRequest(h, *r).ok());
+  {
+    RequestRecording late(h, "routed");
+    for (int m = 0; m < 3; ++m) late.Observe(m, 1, ids, ws);
+    late.Observe(0, 1, ids, ws);
+    late.Observe(1, 1, ids, ws);
+    late.ObserveHints(HintsFor(1, {2}));  // layer 1 already routed
+    late.Observe(2, 1, ids, ws);
+    EXPECT_EQ(late.Finish().status().code(), absl::StatusCode::kInternal);
+  }
+}
+
 TEST(RequestRecordingTest, NoHintsNoField) {
   RequestRecording rec(SmallHeader(), "plain");
   RoutingObserver obs = rec.Observer();
@@ -439,12 +518,12 @@ TEST(RequestRecordingTest, RejectsMisplacedHints) {
     EXPECT_EQ(rec.Finish().status().code(), absl::StatusCode::kInternal);
   }
   {
-    RequestRecording rec(SmallHeader(), "twice");
+    RequestRecording rec(SmallHeader(), "beyond");
     rec.Observe(0, 1, ids, ws);
-    rec.ObserveHints(HintsFor(1, {1}));
-    rec.ObserveHints(HintsFor(1, {2}));
+    rec.ObserveHints(HintsFor(2, {1}));  // the header has 2 layers
     rec.Observe(1, 1, ids, ws);
-    EXPECT_THAT(rec.Finish().status().message(), HasSubstr("pending"));
+    EXPECT_THAT(rec.Finish().status().message(),
+                HasSubstr("still to be routed"));
   }
   {
     RequestRecording rec(SmallHeader(), "dangling");

@@ -27,6 +27,7 @@
 #include "services/cache/eamc_store.h"
 #include "services/cache/synth_trace.h"
 #include "services/moe_cached/cache_client.h"
+#include "tests/common/test_util.h"
 #include "tests/moe_cached/daemon_process.h"
 
 namespace moe::cached {
@@ -231,12 +232,19 @@ TEST_F(FaultTest, CorruptStateFileStartsColdWithAWarningAndIsReplaced) {
     std::fputs("MOEEAMC-but-torn", f);
     std::fclose(f);
   }
+  // An older kept file is replaced by this one.
+  moe::testing::WriteText(path + ".corrupt", "older junk");
   DaemonProcess daemon(dir_);
   absl::Status started = daemon.Start(Config(
       {"--cache-experts", "12", "--state-dir", state_dir, "--persist-seconds", "3600"}));
   ASSERT_TRUE(started.ok()) << started;  // never a refusal to start
   EXPECT_TRUE(absl::StrContains(daemon.stderr_text(), "starting without learned state"));
   EXPECT_TRUE(absl::StrContains(daemon.stderr_text(), "corrupt")) << daemon.stderr_text();
+  // Kept aside for diagnosis, byte for byte, before anything could save.
+  EXPECT_TRUE(absl::StrContains(daemon.stderr_text(), "kept the unreadable state file as " +
+                                                          path + ".corrupt"))
+      << daemon.stderr_text();
+  EXPECT_EQ(moe::testing::ReadText(path + ".corrupt"), "MOEEAMC-but-torn");
   auto client = Connect(daemon);
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(EamcEntries(*client), 0u);
@@ -249,6 +257,7 @@ TEST_F(FaultTest, CorruptStateFileStartsColdWithAWarningAndIsReplaced) {
   auto state = cache::LoadLearnedState(path, kLayers, kExperts);
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(state->records.size(), 3u);
+  EXPECT_EQ(moe::testing::ReadText(path + ".corrupt"), "MOEEAMC-but-torn");
 }
 
 TEST_F(FaultTest, KilledLeaseHoldersLeasesAreBackWithinASecond) {

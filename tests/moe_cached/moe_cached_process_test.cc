@@ -523,5 +523,84 @@ TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
   EXPECT_TRUE(client->Acquire(0, std::vector<ExpertRequest>{{3, 1}}, false).ok());
 }
 
+// --max-sessions: attaches past the limit are RESOURCE_EXHAUSTED naming it;
+// a detached session and a dead worker's session free their places.
+TEST_F(MoeCachedTest, SessionLimitRefusesAttachUntilAPlaceFrees) {
+  StartDaemon({"--cache-experts", "8", "--max-sessions", "2"});
+  auto stub = moe::v1::ExpertCache::NewStub(
+      rpc::MakeChannel(*rpc::ParseListenAddress(daemon_.address())));
+  auto attach = [&](int pid, moe::v1::AttachResponse* resp) {
+    moe::v1::AttachRequest req;
+    req.set_model("tiny");
+    req.set_worker_id(absl::StrCat("w", pid));
+    req.set_pid(pid);
+    grpc::ClientContext ctx;
+    return stub->Attach(&ctx, req, resp);
+  };
+  auto live_sessions = [&]() -> uint32_t {
+    moe::v1::GetStatsRequest r;
+    moe::v1::GetStatsResponse out;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub->GetStats(&ctx, r, &out).ok());
+    return out.models_size() > 0 ? out.models(0).sessions() : 0;
+  };
+  // Two live workers (any live process of ours will do) fill the limit.
+  moe::testing::ChildProcess w1, w2;
+  ASSERT_TRUE(w1.Spawn("/bin/sleep", {"60"}, dir_.Sub("w1.err")).ok());
+  ASSERT_TRUE(w2.Spawn("/bin/sleep", {"60"}, dir_.Sub("w2.err")).ok());
+  moe::v1::AttachResponse a1, a2, mine;
+  ASSERT_TRUE(attach(w1.pid(), &a1).ok());
+  ASSERT_TRUE(attach(w2.pid(), &a2).ok());
+  grpc::Status refused = attach(::getpid(), &mine);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max-sessions 2"));
+  EXPECT_EQ(live_sessions(), 2u);
+
+  // A detach frees a place at once.
+  {
+    moe::v1::DetachRequest d;
+    d.set_session_id(a1.session_id());
+    moe::v1::DetachResponse out;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Detach(&ctx, d, &out).ok());
+  }
+  ASSERT_TRUE(attach(::getpid(), &mine).ok());
+  EXPECT_EQ(attach(::getpid(), &mine).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // A dead worker's session frees its place once the daemon notices.
+  ASSERT_TRUE(w2.Signal(SIGKILL).ok());
+  ASSERT_TRUE(w2.Wait(absl::Seconds(10)).ok());
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (live_sessions() != 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(live_sessions(), 1u);
+  moe::v1::AttachResponse again;
+  grpc::Status s = attach(w1.pid(), &again);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(live_sessions(), 2u);
+}
+
+// SIGTERM to exit, with /metrics on and a client idling on its gRPC
+// connection: once no call is in flight, neither the idle connection (which
+// held gRPC's shutdown for --drain-seconds) nor civetweb's 2 s accept poll
+// (restarted by the scrape just before) delays the exit. Both took ~2 s.
+TEST_F(MoeCachedTest, SigtermWithMetricsAndAnIdleClientExitsPromptly) {
+  StartDaemon({"--cache-experts", "8", "--drain-seconds", "10"}, /*metrics=*/true);
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto r = client->Acquire(0, std::vector<ExpertRequest>{{1, 1}}, false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(client->Release(r->leases).ok());
+  auto stats = client->GetStats("tiny");  // over gRPC: the connection is up
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  auto port = daemon_.MetricsPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  ASSERT_TRUE(moe::testing::HttpGet(*port, "/metrics").ok());
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(daemon_.process().Signal(SIGTERM).ok());
+  EXPECT_EQ(ExitCode(), 0) << daemon_.stderr_text();
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1500)) << daemon_.stderr_text();
+}
+
 }  // namespace
 }  // namespace moe::cached

@@ -35,11 +35,12 @@ class DaemonE2eTest : public ::testing::Test {
     ASSERT_TRUE(p.WaitServing(cache_sock_)) << p.Log();
   }
 
-  void StartWorker() {
-    ASSERT_TRUE(worker_.Spawn({"--model", dir_.Sub("tiny"), "--listen",
-                               worker_sock_, "--backend", "cpu",
-                               "--metrics-addr", "", "--cache", cache_sock_},
-                              dir_.Sub("worker.log")));
+  void StartWorker(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {
+        "--model", dir_.Sub("tiny"), "--listen", worker_sock_, "--backend",
+        "cpu", "--metrics-addr", "", "--cache", cache_sock_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(worker_.Spawn(args, dir_.Sub("worker.log")));
     ASSERT_TRUE(worker_.WaitServing(worker_sock_)) << worker_.Log();
     auto a = rpc::ParseListenAddress(worker_sock_);
     stub_ = v1::Inference::NewStub(rpc::MakeChannel(*a));
@@ -108,6 +109,20 @@ TEST_F(DaemonE2eTest, MinimumCapacityGivesTheInMemoryTokens) {
   EXPECT_EQ(m["capacity_experts"], 8);
   EXPECT_EQ(m["hits"].get<int64_t>() + m["misses"].get<int64_t>(),
             usage.expert_hits() + usage.expert_misses());
+}
+
+// Pre-gating two layers ahead, hints posted to the daemon (prefetch on, half
+// the experts cached): the worker streams the in-memory tokens.
+TEST_F(DaemonE2eTest, PregateDistanceTwoKeepsTheTokens) {
+  WorkerProcess daemon;
+  StartDaemon(daemon, 16, "lru", "cached-pregate.log");
+  StartWorker({"--pregate-hints", "on", "--pregate-distance", "2"});
+  std::vector<v1::GenerateResponse> rs;
+  grpc::Status s = Call(&rs, 16);
+  ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
+  std::vector<int32_t> tokens;
+  for (const auto& r : rs) tokens.push_back(r.token_id());
+  EXPECT_EQ(tokens, Reference(16));
 }
 
 TEST_F(DaemonE2eTest, DaemonGoneIsUnavailableAndWorkerReattaches) {

@@ -31,6 +31,15 @@ TEST(WorkerFlagsTest, ListenRepeatsAndValuesParse) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_TRUE(f->options.runner.pregate_hints);
   EXPECT_FALSE(ParseWorkerFlags({"--model=/m", "--pregate-hints", "yes"}).ok());
+  EXPECT_EQ(f->options.runner.pregate_distance, 1);
+  auto d = ParseWorkerFlags({"--model=/m", "--pregate-distance", "2"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->options.runner.pregate_distance, 2);
+  for (const char* bad : {"0", "-1", "9", "two", "2.5", ""}) {
+    auto b = ParseWorkerFlags({"--model=/m", "--pregate-distance", bad});
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(b.status().message(), HasSubstr("--pregate-distance")) << bad;
+  }
   EXPECT_THAT(f->options.listen,
               ElementsAre("unix:/tmp/a.sock", "127.0.0.1:0"));
   EXPECT_EQ(f->options.backend, "cpu");
