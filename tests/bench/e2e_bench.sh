@@ -228,8 +228,9 @@ print(sum(float(x[0]) for x in r)/len(r)*1000, sum(int(x[2]) for x in r)//$hint_
 }
 # The simulator's prefetch gate charges each prefetch one chunk of link time
 # (C = 1 MB / link, more than a whole 0.79 MB expert here), which refuses
-# every prefetch; the daemon's cache is built without a chunk size (C = 0).
-# sim_fine is the same simulation with 10 kB chunks, i.e. C ~ 0.
+# every prefetch (the daemon's gate, SetGateLinkFigures, charges the same C
+# with its own chunk: 64 KiB here). sim_fine is the same simulation with
+# 10 kB chunks, i.e. C ~ 0.
 fine="--chunk-mb 0.01"
 # hint_row LABEL TAG_PREFIX TRACE_TAG HINTS: one row of the table below.
 hint_row() {
