@@ -52,12 +52,25 @@ TEST(ParseDaemonFlagsTest, RejectsBadInput) {
       {{"--model", "/a", "--bogus", "1"}, "unknown flag --bogus"},
       {{"--model"}, "needs a value"},
       {{"--model", "/a", "stray"}, "unexpected argument"},
+      {{"--model", "/a", "--max-sessions", "0"}, "--max-sessions"},
+      {{"--model", "/a", "--max-sessions", "-3"}, "--max-sessions"},
+      {{"--model", "/a", "--max-sessions", "many"}, "--max-sessions"},
+      {{"--model", "/a", "--device", "tpu"}, "--device"},
   };
   for (const Case& c : cases) {
     auto o = ParseDaemonFlags(c.args);
     EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_THAT(o.status().message(), HasSubstr(c.message));
   }
+}
+
+TEST(ParseDaemonFlagsTest, MaxSessionsDefaultsTo64AndParses) {
+  auto d = ParseDaemonFlags({"--model", "/a"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->max_sessions, 64);
+  auto o = ParseDaemonFlags({"--model", "/a", "--max-sessions=3"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->max_sessions, 3);
 }
 
 TEST(ComputeCapacityTest, EachWayAndTheFloor) {
