@@ -38,6 +38,13 @@ void FailFinished(const internal::Chunk& chunk, absl::Status error,
 
 }  // namespace
 
+absl::Status CheckEngineArena(const void* arena, uint64_t arena_bytes) {
+  if (arena == nullptr && arena_bytes > 0) {
+    return absl::InvalidArgumentError("null arena with arena_bytes > 0");
+  }
+  return absl::OkStatus();
+}
+
 ChunkScheduler::ChunkScheduler(const ChunkSchedulerOptions& options,
                                absl::Status options_status)
     : options_(options),

@@ -72,6 +72,10 @@ struct ChunkSchedulerOptions {
   ChunkMover* mover = nullptr;  // not owned; must outlive the scheduler
 };
 
+// The engines' own option check: their arena pointer (which the scheduler
+// never touches: movers own the memory) is non-null whenever arena_bytes > 0.
+absl::Status CheckEngineArena(const void* arena, uint64_t arena_bytes);
+
 // Engines are ChunkSchedulers with their own mover: they derive from it and
 // call Stop() in their destructor, before the mover member dies.
 class ChunkScheduler : public CopyEngine {
@@ -84,6 +88,9 @@ class ChunkScheduler : public CopyEngine {
 
   ChunkScheduler(const ChunkScheduler&) = delete;
   ChunkScheduler& operator=(const ChunkScheduler&) = delete;
+
+  // The engine's and the scheduler's option checks; Start returns it.
+  const absl::Status& options_status() const { return options_status_; }
 
   // INVALID_ARGUMENT on bad options (chunk_bytes == 0, no mover);
   // FAILED_PRECONDITION if already started or stopped.

@@ -4,29 +4,6 @@
 #include <cstring>
 
 namespace moe::cache {
-namespace {
-
-absl::Status ValidateOptions(const CpuCopyEngineOptions& o) {
-  if (o.chunk_bytes == 0) {
-    return absl::InvalidArgumentError("chunk_bytes must be > 0");
-  }
-  if (o.arena == nullptr && o.arena_bytes > 0) {
-    return absl::InvalidArgumentError("null arena with arena_bytes > 0");
-  }
-  return absl::OkStatus();
-}
-
-ChunkSchedulerOptions SchedulerOptions(const CpuCopyEngineOptions& o,
-                                       ChunkMover* mover) {
-  ChunkSchedulerOptions so;
-  so.arena_bytes = o.arena_bytes;
-  so.chunk_bytes = o.chunk_bytes;
-  so.mover = mover;
-  return so;
-}
-
-}  // namespace
-
 MemcpyChunkMover::MemcpyChunkMover(const CpuCopyEngineOptions& options)
     : arena_(static_cast<uint8_t*>(options.arena)),
       rate_(options.link_bytes_per_sec),
@@ -51,7 +28,8 @@ absl::StatusOr<int64_t> MemcpyChunkMover::Move(const internal::Chunk& chunk,
 // The scheduler (base) keeps a pointer to mover_, constructed right after
 // it; the pointer is used only once Start runs the copy thread.
 CpuCopyEngine::CpuCopyEngine(const CpuCopyEngineOptions& options)
-    : ChunkScheduler(SchedulerOptions(options, &mover_), ValidateOptions(options)),
+    : ChunkScheduler({options.arena_bytes, options.chunk_bytes, &mover_},
+                     CheckEngineArena(options.arena, options.arena_bytes)),
       mover_(options) {}
 
 CpuCopyEngine::~CpuCopyEngine() { Stop(); }

@@ -9,28 +9,6 @@ namespace {
 
 constexpr int kCudaErrorMemoryAllocation = 2;
 
-absl::Status ValidateOptions(const CudaCopyEngineOptions& o) {
-  if (o.api == nullptr) {
-    return absl::InvalidArgumentError("CUDA copy engine without a module");
-  }
-  if (o.chunk_bytes == 0) {
-    return absl::InvalidArgumentError("chunk_bytes must be > 0");
-  }
-  if (o.arena == nullptr && o.arena_bytes > 0) {
-    return absl::InvalidArgumentError("null arena with arena_bytes > 0");
-  }
-  return absl::OkStatus();
-}
-
-ChunkSchedulerOptions SchedulerOptions(const CudaCopyEngineOptions& o,
-                                       ChunkMover* mover) {
-  ChunkSchedulerOptions so;
-  so.arena_bytes = o.arena_bytes;
-  so.chunk_bytes = o.chunk_bytes;
-  so.mover = mover;
-  return so;
-}
-
 int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -100,14 +78,16 @@ absl::StatusOr<int64_t> CudaChunkMover::Move(const internal::Chunk& chunk,
 }
 
 CudaCopyEngine::CudaCopyEngine(const CudaCopyEngineOptions& options)
-    : ChunkScheduler(SchedulerOptions(options, &mover_), ValidateOptions(options)),
-      options_status_(ValidateOptions(options)),
+    : ChunkScheduler({options.arena_bytes, options.chunk_bytes, &mover_},
+                     options.api != nullptr
+                         ? CheckEngineArena(options.arena, options.arena_bytes)
+                         : absl::InvalidArgumentError("CUDA copy engine without a module")),
       mover_(options) {}
 
 CudaCopyEngine::~CudaCopyEngine() { Stop(); }
 
 absl::Status CudaCopyEngine::Start() {
-  if (!options_status_.ok()) return options_status_;
+  if (!options_status().ok()) return options_status();  // before Init uses the module
   absl::Status s = mover_.Init();
   if (!s.ok()) return s;
   return ChunkScheduler::Start();

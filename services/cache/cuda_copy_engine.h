@@ -82,7 +82,6 @@ class CudaCopyEngine final : public ChunkScheduler {
   absl::Status Start();
 
  private:
-  const absl::Status options_status_;
   CudaChunkMover mover_;  // used by the copy thread only after Start
 };
 
