@@ -9,6 +9,7 @@
 #include "common/file_util.h"
 #include "common/model_desc.h"
 #include "common/safetensors.h"
+#include "common/splitmix64.h"
 #include "common/status_macros.h"
 #include "common/tiny_tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -21,12 +22,7 @@ namespace {
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t Next() { return SplitMix64(state_); }
   // Uniform in (0, 1].
   double Uniform() {
     return (static_cast<double>(Next() >> 11) + 1.0) * 0x1.0p-53;

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "common/splitmix64.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
@@ -55,12 +57,7 @@ void OnCrash(int sig) {
 class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t Next() { return moe::SplitMix64(state_); }
   size_t Below(size_t n) {
     return n == 0 ? 0 : static_cast<size_t>(Next() % n);
   }
