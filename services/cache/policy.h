@@ -35,10 +35,7 @@ using Phase = trace::Phase;
 
 struct LearnedState;  // eamc_store.h
 
-struct ExpertDemand {
-  int32_t expert = 0;
-  int32_t tokens = 1;  // tokens of this iteration routed to the expert
-};
+using ExpertDemand = trace::ExpertDemand;
 
 // Where a prefetch candidate came from (the prefetcher calibrates each).
 enum class HintSource : uint8_t { kPolicy = 0, kHint = 1, kAffinity = 2 };

@@ -17,38 +17,8 @@ using trace::Phase;
 using trace::Trace;
 using trace::TraceRequest;
 
-// One iteration: per layer, the demanded experts with token counts.
-struct Iteration {
-  Phase phase;
-  int token;  // first token of the iteration in the request
-  std::vector<std::vector<ExpertDemand>> layers;
-};
-
-std::vector<Iteration> Iterations(const TraceRequest& r, int num_layers) {
-  std::vector<Iteration> out;
-  const int prefill = r.num_prefill_tokens();
-  if (prefill > 0) {
-    Iteration it{Phase::kPrefill, 0, std::vector<std::vector<ExpertDemand>>(num_layers)};
-    for (int l = 0; l < num_layers; ++l) {
-      std::map<int32_t, int32_t> counts;
-      for (int t = 0; t < prefill; ++t) {
-        for (int32_t e : r.experts[t][l]) ++counts[e];
-      }
-      for (auto [e, n] : counts) it.layers[l].push_back({e, n});
-    }
-    out.push_back(std::move(it));
-  }
-  for (int t = prefill; t < r.num_tokens(); ++t) {
-    Iteration it{Phase::kDecode, t, std::vector<std::vector<ExpertDemand>>(num_layers)};
-    for (int l = 0; l < num_layers; ++l) {
-      for (int32_t e : r.experts[t][l]) it.layers[l].push_back({e, 1});
-      std::sort(it.layers[l].begin(), it.layers[l].end(),
-                [](const ExpertDemand& a, const ExpertDemand& b) { return a.expert < b.expert; });
-    }
-    out.push_back(std::move(it));
-  }
-  return out;
-}
+using trace::Iteration;
+using trace::SplitIterations;
 
 PhaseResult ToPhase(const CachePhaseStats& s, double stall_ms, double time_ms) {
   PhaseResult p;
@@ -97,7 +67,7 @@ std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const Trace& trace, int 
   std::vector<std::vector<ExpertKey>> groups;
   for (int pass = 0; pass < passes; ++pass) {
     for (const auto& r : trace.requests) {
-      for (const auto& it : Iterations(r, trace.header.num_layers)) {
+      for (const auto& it : SplitIterations(r, trace.header.num_layers)) {
         for (int l = 0; l < trace.header.num_layers; ++l) {
           std::vector<ExpertKey> g;
           for (const auto& d : it.layers[l]) g.push_back({l, d.expert});
@@ -166,7 +136,7 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
     }
     for (const auto& r : trace.requests) {
       cache->BeginRequest(owner);
-      for (const Iteration& it : Iterations(r, h.num_layers)) {
+      for (const Iteration& it : SplitIterations(r, h.num_layers)) {
         const int pi = it.phase == Phase::kPrefill ? 0 : 1;
         for (int l = 0; l < h.num_layers; ++l) {
           if (!r.hints.empty() && l + 1 < h.num_layers && it.phase == Phase::kDecode) {

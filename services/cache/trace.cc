@@ -1,6 +1,8 @@
 #include "services/cache/trace.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -100,6 +102,32 @@ int TraceRequest::num_prefill_tokens() const {
   int n = 0;
   for (Phase p : phase) n += p == Phase::kPrefill;
   return n;
+}
+
+std::vector<Iteration> SplitIterations(const TraceRequest& r, int num_layers) {
+  std::vector<Iteration> out;
+  const int prefill = r.num_prefill_tokens();
+  if (prefill > 0) {
+    Iteration it{Phase::kPrefill, 0, std::vector<std::vector<ExpertDemand>>(num_layers)};
+    for (int l = 0; l < num_layers; ++l) {
+      std::map<int32_t, int32_t> counts;
+      for (int t = 0; t < prefill; ++t) {
+        for (int32_t e : r.experts[t][l]) ++counts[e];
+      }
+      for (auto [e, n] : counts) it.layers[l].push_back({e, n});
+    }
+    out.push_back(std::move(it));
+  }
+  for (int t = prefill; t < r.num_tokens(); ++t) {
+    Iteration it{Phase::kDecode, t, std::vector<std::vector<ExpertDemand>>(num_layers)};
+    for (int l = 0; l < num_layers; ++l) {
+      for (int32_t e : r.experts[t][l]) it.layers[l].push_back({e, 1});
+      std::sort(it.layers[l].begin(), it.layers[l].end(),
+                [](const ExpertDemand& a, const ExpertDemand& b) { return a.expert < b.expert; });
+    }
+    out.push_back(std::move(it));
+  }
+  return out;
 }
 
 absl::Status ValidateHeader(const TraceHeader& h) {

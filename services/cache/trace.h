@@ -72,6 +72,24 @@ struct Trace {
   std::vector<TraceRequest> requests;
 };
 
+// An expert demanded at one layer with the tokens of the iteration routed to
+// it (one entry of the iteration's expert activation matrix).
+struct ExpertDemand {
+  int32_t expert = 0;
+  int32_t tokens = 1;
+};
+
+// What a worker asks for in one forward pass: every prefill token together,
+// then one iteration per decode token.
+struct Iteration {
+  Phase phase = Phase::kDecode;
+  int token = 0;  // first token of the iteration in the request
+  std::vector<std::vector<ExpertDemand>> layers;  // [layer], ascending expert
+};
+
+// REQUIRES: `r` valid for a header with `num_layers` (prefill before decode).
+std::vector<Iteration> SplitIterations(const TraceRequest& r, int num_layers);
+
 // Checks a header's numbers (positive, top_k <= num_experts, sane bounds).
 absl::Status ValidateHeader(const TraceHeader& header);
 

@@ -61,15 +61,10 @@ trace::Trace MakeTrace(int requests, int groups, uint64_t seed) {
   return t.ok() ? *t : trace::Trace{};
 }
 
-// One iteration's demand at one layer: prefill tokens summed per expert.
-std::vector<ExpertRequest> Demand(const trace::TraceRequest& req, const std::vector<int>& tokens,
-                                  int layer) {
-  std::map<int, int> counts;
-  for (int tok : tokens) {
-    for (int e : req.experts[tok][layer]) ++counts[e];
-  }
+// One iteration's demand at one layer, as the cache client takes it.
+std::vector<ExpertRequest> Demand(const trace::Iteration& it, int layer) {
   std::vector<ExpertRequest> d;
-  for (auto [e, n] : counts) d.push_back({e, n});
+  for (const trace::ExpertDemand& e : it.layers[layer]) d.push_back({e.expert, e.tokens});
   return d;
 }
 
@@ -92,21 +87,11 @@ absl::Status FollowTrace(CacheClient& client, const trace::Trace& trace, PassSta
                          int64_t max_acquires = -1) {
   for (const trace::TraceRequest& req : trace.requests) {
     if (absl::Status s = client.BeginRequest(req.id); !s.ok()) return s;
-    std::vector<std::vector<int>> iterations;
-    std::vector<int> prefill;
-    for (int tok = 0; tok < req.num_tokens(); ++tok) {
-      if (req.phase[tok] == trace::Phase::kPrefill) {
-        prefill.push_back(tok);
-      } else {
-        iterations.push_back({tok});
-      }
-    }
-    if (!prefill.empty()) iterations.insert(iterations.begin(), prefill);
-    for (size_t it = 0; it < iterations.size(); ++it) {
-      const bool is_prefill = !prefill.empty() && it == 0;
+    for (const trace::Iteration& it : trace::SplitIterations(req, kLayers)) {
+      const bool is_prefill = it.phase == trace::Phase::kPrefill;
       for (int layer = 0; layer < kLayers; ++layer) {
         if (max_acquires >= 0 && stats->acquires >= max_acquires) return absl::OkStatus();
-        const std::vector<ExpertRequest> d = Demand(req, iterations[it], layer);
+        const std::vector<ExpertRequest> d = Demand(it, layer);
         absl::StatusOr<AcquireReply> r = client.Acquire(layer, d, is_prefill);
         if (!r.ok()) return r.status();
         ++stats->acquires;

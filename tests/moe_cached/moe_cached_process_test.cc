@@ -112,26 +112,14 @@ void FollowTrace(CacheClient& client, Transport transport,
   for (const trace::TraceRequest& req : tr->requests) {
     ASSERT_TRUE(client.BeginRequest(req.id, transport).ok());
     // Iterations: all prefill tokens together, then one per decode token.
-    std::vector<std::vector<int>> iterations;
-    std::vector<int> prefill;
-    for (int tok = 0; tok < req.num_tokens(); ++tok) {
-      if (req.phase[tok] == trace::Phase::kPrefill) {
-        prefill.push_back(tok);
-      } else {
-        iterations.push_back({tok});
-      }
-    }
-    if (!prefill.empty()) iterations.insert(iterations.begin(), prefill);
-    for (size_t it = 0; it < iterations.size(); ++it) {
-      const bool is_prefill = !prefill.empty() && it == 0;
+    for (const trace::Iteration& it : trace::SplitIterations(req, client.num_layers())) {
+      const bool is_prefill = it.phase == trace::Phase::kPrefill;
       std::vector<ExpertLease> held;  // layer 0's leases, kept over the iteration
       for (int layer = 0; layer < client.num_layers(); ++layer) {
-        std::map<int, int> counts;
-        for (int tok : iterations[it]) {
-          for (int e : req.experts[tok][layer]) ++counts[e];
-        }
         std::vector<ExpertRequest> demands;
-        for (auto [e, n] : counts) demands.push_back({e, n});
+        for (const trace::ExpertDemand& d : it.layers[layer]) {
+          demands.push_back({d.expert, d.tokens});
+        }
         *demanded += demands.size();
         auto r = client.Acquire(layer, demands, is_prefill, {}, transport);
         ASSERT_TRUE(r.ok()) << r.status();
