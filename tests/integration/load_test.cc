@@ -230,16 +230,8 @@ class LoadTest : public ::testing::Test {
     for (int c = 0; c < kClients; ++c) stubs_.push_back(v1::Inference::NewStub(channel));
     results_.resize(kClients);
 
-    auto backend = CreateBackend("cpu");
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    auto model = MoeModel::Load(model_dir, backend->get());
-    ASSERT_TRUE(model.ok()) << model.status();
     for (int c = 0; c < kClients; ++c) {
-      GenerateOptions o;
-      o.prompt = PromptFor(c);
-      o.max_new_tokens = kNewTokens;
-      o.stop_at_eos = false;
-      expected_[c] = testing::ReferenceTokens(**model, o);
+      expected_[c] = testing::ReferenceTokensFromDir(model_dir, PromptFor(c), kNewTokens);
       ASSERT_EQ(expected_[c].size(), static_cast<size_t>(kNewTokens));
     }
   }

@@ -43,6 +43,24 @@ inline std::vector<int32_t> ReferenceTokens(const MoeModel& model,
   return tokens;
 }
 
+// Greedy tokens for `prompt` (no stop at eos), computed in-process on the CPU
+// from the checkpoint in `model_dir` with every expert in memory.
+inline std::vector<int32_t> ReferenceTokensFromDir(const std::string& model_dir,
+                                                   const std::vector<int32_t>& prompt,
+                                                   int new_tokens) {
+  auto backend = CreateBackend("cpu");
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (!backend.ok()) return {};
+  auto model = MoeModel::Load(model_dir, backend->get());
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  GenerateOptions o;
+  o.prompt = prompt;
+  o.max_new_tokens = new_tokens;
+  o.stop_at_eos = false;
+  return ReferenceTokens(**model, o);
+}
+
 // Records responses; Wait() blocks until Finish. Can cancel itself after
 // `cancel_after` responses.
 class RecordingSink : public ResponseSink {
