@@ -15,8 +15,8 @@ std::string RequestName(uint64_t id) { return absl::StrCat("req-", id); }
 
 absl::StatusOr<std::unique_ptr<DaemonExpertProvider>>
 DaemonExpertProvider::Connect(const MoeModel& model,
-                              const cached::CacheClientOptions& options) {
-  cached::CacheClientOptions o = options;
+                              const client::CacheClientOptions& options) {
+  client::CacheClientOptions o = options;
   if (model.backend().Info().is_device) {
     // Experts must be in device memory: map the daemon's CUDA arena (IPC)
     // through the same module the CUDA backend uses.
@@ -34,8 +34,8 @@ DaemonExpertProvider::Connect(const MoeModel& model,
 }
 
 absl::Status DaemonExpertProvider::Attach() {
-  ASSIGN_OR_RETURN(std::unique_ptr<cached::CacheClient> client,
-                   cached::CacheClient::Connect(options_));
+  ASSIGN_OR_RETURN(std::unique_ptr<client::CacheClient> client,
+                   client::CacheClient::Connect(options_));
   const ModelConfig& c = model_.config();
   if (client->num_layers() != c.num_moe_layers() ||
       client->num_experts() != c.num_experts) {
@@ -53,8 +53,8 @@ absl::Status DaemonExpertProvider::Attach() {
   uint64_t* offsets[] = {&offsets_.gate, &offsets_.up, &offsets_.down};
   for (int r = 0; r < 3; ++r) {
     ASSIGN_OR_RETURN(TensorView mine, d.Expert(0, 0, roles[r].second));
-    const cached::SlotTensor* found = nullptr;
-    for (const cached::SlotTensor& t : client->layout()) {
+    const client::SlotTensor* found = nullptr;
+    for (const client::SlotTensor& t : client->layout()) {
       if (t.role == roles[r].first) found = &t;
     }
     if (found == nullptr || found->dtype != mine.dtype ||
@@ -108,7 +108,7 @@ absl::Status DaemonExpertProvider::EndRequest(uint64_t request_id) {
 }
 
 void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
-  std::vector<cached::ExpertHint> now;
+  std::vector<client::ExpertHint> now;
   now.reserve(hints.size());
   for (const ExpertHint& h : hints) now.push_back({h.moe_layer, h.expert, h.probability});
   // Over shm the hints go at once, so the daemon can prefetch while this
@@ -120,10 +120,10 @@ void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
 absl::StatusOr<ExpertLease> DaemonExpertProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
   RETURN_IF_ERROR(EnsureAttached());
-  std::vector<cached::ExpertRequest> want;
+  std::vector<client::ExpertRequest> want;
   want.reserve(demands.size());
   for (const ExpertDemand& d : demands) want.push_back({d.expert, d.tokens});
-  absl::StatusOr<cached::AcquireReply> reply =
+  absl::StatusOr<client::AcquireReply> reply =
       client_->Acquire(moe_layer, want, prefill, hints_);
   hints_.clear();
   if (!reply.ok()) return Check(reply.status());
@@ -137,7 +137,7 @@ absl::StatusOr<ExpertLease> DaemonExpertProvider::Acquire(
   lease.misses = reply->misses;
   lease.stall_seconds = reply->stall_seconds;
   const DType dtype = model_.description().expert_dtype();
-  for (const cached::ExpertLease& l : reply->leases) {
+  for (const client::ExpertLease& l : reply->leases) {
     lease.views.push_back({l.expert, l.data + offsets_.gate,
                            l.data + offsets_.up, l.data + offsets_.down,
                            dtype});
@@ -149,7 +149,7 @@ absl::StatusOr<ExpertLease> DaemonExpertProvider::Acquire(
 
 void DaemonExpertProvider::Release(ExpertLease& lease) {
   if (client_ == nullptr || lease.views.empty()) return;  // daemon gone
-  std::vector<cached::ExpertLease> leases;
+  std::vector<client::ExpertLease> leases;
   for (size_t i = 0; i < lease.views.size(); ++i) {
     leases.push_back({lease.views[i].expert,
                       static_cast<uint32_t>(lease.handles[2 * i]),

@@ -22,7 +22,7 @@
 
 #include "services/engine/expert_provider.h"
 #include "services/engine/moe_model.h"
-#include "services/moe_cached/cache_client.h"
+#include "services/client/cache_client.h"
 
 namespace moe::worker {
 
@@ -32,7 +32,7 @@ class DaemonExpertProvider : public ExpertProvider {
   // `model` (same experts, dtype and tensor sizes): FAILED_PRECONDITION
   // naming the difference. `model` must outlive the provider.
   static absl::StatusOr<std::unique_ptr<DaemonExpertProvider>> Connect(
-      const MoeModel& model, const cached::CacheClientOptions& options);
+      const MoeModel& model, const client::CacheClientOptions& options);
 
   absl::Status BeginRequest(uint64_t request_id) override;
   absl::Status EndRequest(uint64_t request_id) override;
@@ -48,7 +48,7 @@ class DaemonExpertProvider : public ExpertProvider {
   struct RoleOffsets {
     uint64_t gate = 0, up = 0, down = 0;
   };
-  DaemonExpertProvider(const MoeModel& model, cached::CacheClientOptions o)
+  DaemonExpertProvider(const MoeModel& model, client::CacheClientOptions o)
       : model_(model), options_(std::move(o)) {}
   absl::Status Attach();
   absl::Status EnsureAttached();
@@ -56,10 +56,10 @@ class DaemonExpertProvider : public ExpertProvider {
   absl::Status Check(absl::Status status);
 
   const MoeModel& model_;
-  const cached::CacheClientOptions options_;
-  std::unique_ptr<cached::CacheClient> client_;
+  const client::CacheClientOptions options_;
+  std::unique_ptr<client::CacheClient> client_;
   RoleOffsets offsets_;
-  std::vector<cached::ExpertHint> hints_;  // sent with the next Acquire
+  std::vector<client::ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;
 };
 

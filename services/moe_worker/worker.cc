@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     return std::unique_ptr<ExpertProvider>(std::move(p));
   }
   if (absl::StartsWith(cache, "unix:")) {
-    cached::CacheClientOptions o;
+    client::CacheClientOptions o;
     o.address = cache;
     o.model = model_name;
     o.worker_id = absl::StrCat("moe-worker-", ::getpid());

@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "services/moe_cached/cache_client.h"
+#include "services/client/cache_client.h"
 #include "tests/moe_cached/daemon_process.h"
 
 namespace {
 
-using moe::cached::CacheClient;
-using moe::cached::ExpertRequest;
-using moe::cached::Transport;
+using moe::client::CacheClient;
+using moe::client::ExpertRequest;
+using moe::client::Transport;
 
 struct Percentiles {
   double p50_us = 0, p99_us = 0;
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;
   }
-  moe::cached::CacheClientOptions o;
+  moe::client::CacheClientOptions o;
   o.address = daemon.address();
   o.model = "tiny";
   o.worker_id = "bench";

@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "moe/v1/inference.grpc.pb.h"
-#include "services/moe_cached/cache_client.h"
+#include "services/client/cache_client.h"
 #include "services/rpc/rpc_util.h"
 #include "tests/moe_cached/daemon_process.h"
 #include "tests/moe_worker/worker_process.h"
@@ -82,12 +82,12 @@ class ServiceFuzzTest : public ::testing::Test {
     world_.vocab = (*model)->config().vocab_size;
     world_.context = (*model)->max_context();
 
-    cached::CacheClientOptions co;
+    client::CacheClientOptions co;
     co.address = daemon_.address();
     co.model = world_.model;
     co.worker_id = "known-good";
     co.timeout = absl::Seconds(20);
-    auto client = cached::CacheClient::Connect(co);
+    auto client = client::CacheClient::Connect(co);
     ASSERT_TRUE(client.ok()) << client.status();
     good_client_ = std::move(*client);
     world_.num_layers = good_client_->num_layers();
@@ -152,8 +152,8 @@ class ServiceFuzzTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << "known-good Generate after " << after << ": " << s.error_code() << " "
                         << s.error_message();
     ASSERT_EQ(tokens, expected_tokens_) << "after " << after;
-    for (auto t : {cached::Transport::kShm, cached::Transport::kGrpc}) {
-      std::vector<cached::ExpertRequest> want = {{4, 1}, {6, 2}};
+    for (auto t : {client::Transport::kShm, client::Transport::kGrpc}) {
+      std::vector<client::ExpertRequest> want = {{4, 1}, {6, 2}};
       auto a = good_client_->Acquire(world_.num_layers - 1, want, false, {}, t);
       ASSERT_TRUE(a.ok()) << "known-good Acquire after " << after << ": " << a.status();
       ASSERT_EQ(a->leases.size(), 2u);
@@ -169,7 +169,7 @@ class ServiceFuzzTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> daemon_channel_, worker_channel_;
   std::unique_ptr<moe::v1::ExpertCache::Stub> cache_stub_;
   std::unique_ptr<moe::v1::Inference::Stub> infer_stub_;
-  std::unique_ptr<cached::CacheClient> good_client_;
+  std::unique_ptr<client::CacheClient> good_client_;
   std::vector<int32_t> expected_tokens_;
   World world_;
   int known_good_checks_ = 0;

@@ -113,7 +113,7 @@ class ShmRingFuzzTest : public ServiceFuzzTest {
   // Another session still gets experts.
   void ExpectOthersServed(const std::string& after) {
     ASSERT_FALSE(daemon_.process().Exited()) << after << "\n" << daemon_.stderr_text();
-    std::vector<cached::ExpertRequest> want = {{1, 1}};
+    std::vector<client::ExpertRequest> want = {{1, 1}};
     auto a = good_client_->Acquire(0, want, false);
     ASSERT_TRUE(a.ok()) << "after " << after << ": " << a.status();
     ASSERT_TRUE(good_client_->Release(a->leases).ok());

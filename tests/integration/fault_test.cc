@@ -26,7 +26,7 @@
 #include "gtest/gtest.h"
 #include "services/cache/eamc_store.h"
 #include "services/cache/synth_trace.h"
-#include "services/moe_cached/cache_client.h"
+#include "services/client/cache_client.h"
 #include "tests/common/test_util.h"
 #include "tests/moe_cached/daemon_process.h"
 

@@ -8,23 +8,23 @@
 #include <cstdlib>
 #include <vector>
 
-#include "services/moe_cached/cache_client.h"
+#include "services/client/cache_client.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s ADDRESS MODEL LAYER\n", argv[0]);
     return 2;
   }
-  moe::cached::CacheClientOptions o;
+  moe::client::CacheClientOptions o;
   o.address = argv[1];
   o.model = argv[2];
   o.worker_id = "lease-holder";
-  auto client = moe::cached::CacheClient::Connect(o);
+  auto client = moe::client::CacheClient::Connect(o);
   if (!client.ok()) {
     std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  std::vector<moe::cached::ExpertRequest> all;
+  std::vector<moe::client::ExpertRequest> all;
   for (int e = 0; e < (*client)->num_experts(); ++e) all.push_back({e, 1});
   auto r = (*client)->Acquire(std::atoi(argv[3]), all, false);
   if (!r.ok()) {

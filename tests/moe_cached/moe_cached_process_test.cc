@@ -20,7 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/cache/synth_trace.h"
-#include "services/moe_cached/cache_client.h"
+#include "services/client/cache_client.h"
 #include "services/moe_cached/fd_broker.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "services/channel/shm_channel.h"

@@ -1,4 +1,4 @@
-#include "services/moe_cached/cache_client.h"
+#include "services/client/cache_client.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -22,7 +22,13 @@
 #include "services/moe_cached/fd_broker.h"
 #include "services/rpc/rpc_util.h"
 
-namespace moe::cached {
+namespace moe::client {
+
+using cached::CudaArenaMapping;
+using cached::FetchFds;
+using cached::PidWatch;
+using cached::UniqueFd;
+
 namespace {
 
 // The channel must be writable by the worker, so it is not a read-only
@@ -405,4 +411,4 @@ absl::StatusOr<moe::v1::GetStatsResponse> CacheClient::GetStats(const std::strin
   return resp;
 }
 
-}  // namespace moe::cached
+}  // namespace moe::client

@@ -35,8 +35,8 @@
 //
 // Thread-safety: all methods are thread-safe; calls are serialized (one
 // channel per client). Use one client per thread for parallel acquires.
-#ifndef MOECACHE_SERVICES_MOE_CACHED_CACHE_CLIENT_H_
-#define MOECACHE_SERVICES_MOE_CACHED_CACHE_CLIENT_H_
+#ifndef MOECACHE_SERVICES_CLIENT_CACHE_CLIENT_H_
+#define MOECACHE_SERVICES_CLIENT_CACHE_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -52,7 +52,7 @@
 #include "kernels/cuda/module_abi.h"
 #include "services/rpc/security.h"
 
-namespace moe::cached {
+namespace moe::client {
 
 struct CacheClientOptions {
   std::string address = "unix:/tmp/moe-cached.sock";  // as rpc::ParseListenAddress
@@ -160,6 +160,6 @@ class CacheClient {
   std::vector<SlotTensor> layout_;
 };
 
-}  // namespace moe::cached
+}  // namespace moe::client
 
-#endif  // MOECACHE_SERVICES_MOE_CACHED_CACHE_CLIENT_H_
+#endif  // MOECACHE_SERVICES_CLIENT_CACHE_CLIENT_H_
