@@ -61,31 +61,42 @@ ExpertCache::ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<Cach
       prefetcher_(MakePrefetcherOptions(options)),
       slots_(options.capacity),
       meta_(options.capacity),
-      issued_for_layer_(options.num_layers, 0),
       layer_hits_(options.num_layers, 0),
       layer_misses_(options.num_layers, 0) {}
 
-void ExpertCache::BeginRequest(OwnerId owner) {
-  absl::MutexLock lock(&mu_);
-  owners_[owner] = OwnerState{};
-  policy_->OnBeginRequest();
+ExpertCache::OwnerState& ExpertCache::Owner(const RequestOwner& owner) {
+  OwnerState& o = owners_[owner];
+  if (o.issued_for_layer.empty()) o.issued_for_layer.assign(options_.num_layers, 0);
+  return o;
 }
 
-void ExpertCache::EndRequest(OwnerId owner) {
-  absl::MutexLock lock(&mu_);
-  owners_[owner].last_layer = -1;
-  policy_->OnEndRequest();
+void ExpertCache::DropOwner(const RequestOwner& owner) {
+  policy_->OnEndRequest(owner);
+  prefetcher_.EndRequest(owner);
+  owners_.erase(owner);
 }
 
-void ExpertCache::AddHints(OwnerId owner, absl::Span<const Hint> hints) {
+void ExpertCache::BeginRequest(const RequestOwner& owner) {
   absl::MutexLock lock(&mu_);
-  for (const Hint& h : hints) {
-    if (h.layer < 0 || h.layer >= options_.num_layers || h.expert < 0 ||
-        h.expert >= options_.num_experts) {
-      continue;  // hints are advisory: drop bad ones
-    }
-    prefetcher_.AddHint(h);
-    policy_->OnHint(h);
+  owners_.erase(owner);
+  Owner(owner);
+  prefetcher_.EndRequest(owner);
+  policy_->OnBeginRequest(owner);
+}
+
+void ExpertCache::EndRequest(const RequestOwner& owner) {
+  absl::MutexLock lock(&mu_);
+  DropOwner(owner);
+}
+
+void ExpertCache::AddHints(const RequestOwner& owner, absl::Span<const ExpertHint> hints) {
+  absl::MutexLock lock(&mu_);
+  for (const ExpertHint& h : hints) {
+    MOE_CHECK(h.layer >= 0 && h.layer < options_.num_layers && h.expert >= 0 &&
+              h.expert < options_.num_experts)
+        << "hint for " << ExpertKey{h.layer, h.expert}.ToString() << " out of range";
+    prefetcher_.AddHint(owner, h);
+    policy_->OnHint(owner, h);
   }
   // A hint for a layer ahead of where the owner is (pre-gating predicts layer
   // l+1 right after layer l) can only help if its copy starts now, not at the
@@ -93,42 +104,36 @@ void ExpertCache::AddHints(OwnerId owner, absl::Span<const Hint> hints) {
   auto it = owners_.find(owner);
   if (options_.prefetch && !hints.empty() && it != owners_.end() && it->second.last_layer >= 0 &&
       it->second.phase == Phase::kDecode) {
-    IssuePrefetches(it->second.last_layer, Phase::kDecode);
+    IssuePrefetches(owner, it->second.last_layer, Phase::kDecode);
   }
 }
 
-absl::Status ExpertCache::ValidateDemands(int layer,
-                                          absl::Span<const ExpertDemand> demands) const {
-  if (layer < 0 || layer >= options_.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " out of range"));
-  }
+void ExpertCache::CheckDemands(int layer, absl::Span<const ExpertDemand> demands) const {
+  MOE_CHECK(layer >= 0 && layer < options_.num_layers) << "layer " << layer << " out of range";
   for (size_t i = 0; i < demands.size(); ++i) {
-    if (demands[i].expert < 0 || demands[i].expert >= options_.num_experts) {
-      return absl::InvalidArgumentError(absl::StrCat("expert ", demands[i].expert, " out of range"));
-    }
-    if (demands[i].tokens <= 0) return absl::InvalidArgumentError("token counts must be > 0");
+    MOE_CHECK(demands[i].expert >= 0 && demands[i].expert < options_.num_experts)
+        << "expert " << demands[i].expert << " out of range";
+    MOE_CHECK(demands[i].tokens > 0) << "token count " << demands[i].tokens;
     for (size_t j = 0; j < i; ++j) {
-      if (demands[j].expert == demands[i].expert) {
-        return absl::InvalidArgumentError(absl::StrCat("duplicate expert ", demands[i].expert));
-      }
+      MOE_CHECK(demands[j].expert != demands[i].expert)
+          << "duplicate expert " << demands[i].expert;
     }
   }
-  return absl::OkStatus();
 }
 
-void ExpertCache::MaybeBeginIteration(OwnerId owner, int layer, Phase phase) {
-  OwnerState& o = owners_[owner];
+void ExpertCache::MaybeBeginIteration(const RequestOwner& owner, int layer, Phase phase) {
+  OwnerState& o = Owner(owner);
   if (o.last_layer < 0 || layer <= o.last_layer || phase != o.phase) {
-    policy_->OnBeginIteration(phase);
-    prefetcher_.BeginIteration(phase);
-    std::fill(issued_for_layer_.begin(), issued_for_layer_.end(), 0);
+    policy_->OnBeginIteration(owner, phase);
+    prefetcher_.BeginIteration(owner, phase);
+    std::fill(o.issued_for_layer.begin(), o.issued_for_layer.end(), 0);
     ++stats_[PhaseIndex(phase)].iterations;
   }
   o.last_layer = layer;
   o.phase = phase;
 }
 
-void ExpertCache::ObserveComputeGap(OwnerId owner, int layer, Phase phase) {
+void ExpertCache::ObserveComputeGap(const RequestOwner& owner, int layer, Phase phase) {
   auto it = owners_.find(owner);
   if (it == owners_.end()) return;
   OwnerState& o = it->second;
@@ -148,13 +153,15 @@ void ExpertCache::NotePrefetchOutcome(SlotMeta& meta, bool used) {
     ++stats_[PhaseIndex(meta.phase)].prefetches_wasted;
   }
   prefetcher_.OnOutcome(meta.source, used);
-  policy_->OnPrefetchOutcome(used);
+  policy_->OnPrefetchOutcome(meta.prefetch_owner, used);
 }
 
-void ExpertCache::CancelUnneededPrefetches(int layer, absl::Span<const ExpertDemand> demands) {
+void ExpertCache::CancelUnneededPrefetches(const RequestOwner& owner, int layer,
+                                           absl::Span<const ExpertDemand> demands) {
   for (SlotId s = 0; s < slots_.num_slots(); ++s) {
     SlotMeta& m = meta_[s];
     if (m.transfer == kNoTransfer || m.demand || m.cancelling) continue;
+    if (m.prefetch_owner != owner) continue;  // another request's prediction
     const SlotInfo& info = slots_.Get(s);
     if (info.state != SlotState::kLoading || info.key.layer != layer) continue;
     bool needed = false;
@@ -303,19 +310,20 @@ void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status 
 }
 
 absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
-    OwnerId owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase) {
-  RETURN_IF_ERROR(ValidateDemands(layer, demands));
+    const RequestOwner& owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase) {
+  CheckDemands(layer, demands);
   absl::MutexLock lock(&mu_);
   ObserveComputeGap(owner, layer, phase);
   MaybeBeginIteration(owner, layer, phase);
-  CancelUnneededPrefetches(layer, demands);
-  policy_->OnRoute(layer, phase, demands);
-  prefetcher_.OnRoute(layer, phase, demands);
+  CancelUnneededPrefetches(owner, layer, demands);
+  policy_->OnRoute(owner, layer, phase, demands);
+  prefetcher_.OnRoute(owner, layer, phase, demands);
   CachePhaseStats& st = stats_[PhaseIndex(phase)];
   Pending p;
   p.owner = owner;
   p.layer = layer;
   p.phase = phase;
+  p.start_ns = clock_->NowNanos();
   auto needed = [&](const ExpertKey& k) {
     if (k.layer != layer) return false;
     for (const auto& d : demands) {
@@ -340,17 +348,17 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
         }
       }
     } else {
-      slot = ChooseSlot(VictimContext{layer, phase, false},
+      slot = ChooseSlot(VictimContext{owner, layer, phase, false},
                         [&](const ExpertKey& k) { return !needed(k); });
       if (slot < 0) {
-        for (const Lease& l : p.entries) --meta_[l.slot].pins;
+        for (const SlotLease& l : p.entries) --meta_[l.slot].pins;
         return absl::ResourceExhaustedError(absl::StrCat(
             "no free slot for ", key.ToString(), ": all slots leased, loading or needed"));
       }
       EvictSlot(slot);
       absl::Status s = StartLoad(slot, key, TransferPriority::kDemand, phase);
       if (!s.ok()) {
-        for (const Lease& l : p.entries) --meta_[l.slot].pins;
+        for (const SlotLease& l : p.entries) --meta_[l.slot].pins;
         return s;
       }
       policy_->OnInsert(key, /*prefetch=*/false);
@@ -358,27 +366,30 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     ++meta_[slot].pins;
     policy_->OnAccess(key, phase, hit);
     ++(hit ? st.hits : st.misses);
+    ++(hit ? p.hits : p.misses);
     ++(hit ? layer_hits_ : layer_misses_)[layer];
-    p.entries.push_back(Lease{key, slot, slots_.Get(slot).generation});
+    p.entries.push_back(SlotLease{key, slot, slots_.Get(slot).generation});
   }
-  if (options_.prefetch) IssuePrefetches(layer, phase);
+  if (options_.prefetch) IssuePrefetches(owner, layer, phase);
   const Ticket t = next_ticket_++;
   pending_.emplace(t, std::move(p));
   return t;
 }
 
-void ExpertCache::IssuePrefetches(int layer, Phase phase) {
+void ExpertCache::IssuePrefetches(const RequestOwner& owner, int layer, Phase phase) {
   if (phase != Phase::kDecode) return;
-  // Targets: the next `distance` layers (expertflow's stride), each at most
-  // max_prefetch_per_layer times per iteration.
-  const int last = std::min(options_.num_layers - 1, layer + std::max(1, policy_->PrefetchDistance()));
-  std::vector<Hint> proposals;
-  policy_->ProposePrefetch(layer, &proposals);
+  // Targets: the owner's next `distance` layers (expertflow's stride), each at
+  // most max_prefetch_per_layer times per iteration of that owner.
+  const int last = std::min(options_.num_layers - 1,
+                            layer + std::max(1, policy_->PrefetchDistance(owner)));
+  std::vector<ExpertHint> proposals;
+  policy_->ProposePrefetch(owner, layer, &proposals);
+  std::vector<int>& issued_for_layer = Owner(owner).issued_for_layer;
   for (int target = layer + 1; target <= last; ++target) {
-    int& issued = issued_for_layer_[target];
+    int& issued = issued_for_layer[target];
     if (issued >= options_.max_prefetch_per_layer) continue;
-    const std::vector<Hint> cands = prefetcher_.Candidates(target, proposals);
-    for (const Hint& c : cands) {
+    const std::vector<ExpertHint> cands = prefetcher_.Candidates(owner, target, proposals);
+    for (const ExpertHint& c : cands) {
       if (issued >= options_.max_prefetch_per_layer) break;
       const ExpertKey key{target, c.expert};
       if (slots_.Lookup(key).has_value()) continue;
@@ -389,7 +400,7 @@ void ExpertCache::IssuePrefetches(int layer, Phase phase) {
                 meta_[s].cancelling;
       }
       if (busy + options_.num_experts >= options_.capacity) return;
-      const SlotId slot = ChooseSlot(VictimContext{target, phase, true},
+      const SlotId slot = ChooseSlot(VictimContext{owner, target, phase, true},
                                      [&](const ExpertKey& k) { return k.layer <= layer; });
       if (slot < 0) return;
       const SlotInfo& info = slots_.Get(slot);
@@ -399,6 +410,7 @@ void ExpertCache::IssuePrefetches(int layer, Phase phase) {
       EvictSlot(slot);
       if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return;
       meta_[slot].source = c.source;
+      meta_[slot].prefetch_owner = owner;
       policy_->OnInsert(key, /*prefetch=*/true);
       prefetcher_.OnIssued(c);
       ++stats_[PhaseIndex(phase)].prefetches_issued;
@@ -408,7 +420,7 @@ void ExpertCache::IssuePrefetches(int layer, Phase phase) {
 }
 
 bool ExpertCache::IsReadyLocked(const Pending& p) const {
-  for (const Lease& l : p.entries) {
+  for (const SlotLease& l : p.entries) {
     const SlotInfo& info = slots_.Get(l.slot);
     if (info.state != SlotState::kReady || info.generation != l.generation) return false;
   }
@@ -422,40 +434,46 @@ absl::StatusOr<bool> ExpertCache::IsReady(Ticket ticket) const {
   return it->second.failed || IsReadyLocked(it->second);
 }
 
-absl::StatusOr<std::vector<Lease>> ExpertCache::FinishAcquire(Ticket ticket) {
+absl::StatusOr<AcquireResult> ExpertCache::FinishAcquire(Ticket ticket) {
   absl::MutexLock lock(&mu_);
   auto it = pending_.find(ticket);
   if (it == pending_.end()) return absl::NotFoundError("unknown ticket");
   Pending& p = it->second;
   if (p.failed) {
-    for (const Lease& l : p.entries) --meta_[l.slot].pins;
+    for (const SlotLease& l : p.entries) --meta_[l.slot].pins;
     absl::Status error =
         p.error.ok() ? absl::AbortedError("a load for this acquire was cancelled") : p.error;
     pending_.erase(it);
     return error;
   }
   if (!IsReadyLocked(p)) return absl::FailedPreconditionError("acquire not ready yet");
-  std::vector<Lease> out = std::move(p.entries);
-  const OwnerId owner = p.owner;
+  const int64_t now = clock_->NowNanos();
+  AcquireResult out;
+  out.leases = std::move(p.entries);
+  out.usage.hits = p.hits;
+  out.usage.misses = p.misses;
+  out.usage.stall_ns = p.misses > 0 ? std::max<int64_t>(0, now - p.start_ns) : 0;
+  const RequestOwner owner = p.owner;
   if (p.phase == Phase::kDecode) {
     if (auto o = owners_.find(owner); o != owners_.end()) {
-      o->second.finish_ns = clock_->NowNanos();
+      o->second.finish_ns = now;
       o->second.finish_layer = p.layer;
     }
   }
   pending_.erase(it);  // `p` dangles from here on
-  for (Lease& l : out) {
+  for (SlotLease& l : out.leases) {
     --meta_[l.slot].pins;
-    auto gen = slots_.Lease(l.slot, owner);
+    auto gen = slots_.Lease(l.slot, owner.session);
     MOE_CHECK(gen.ok()) << gen.status();
     l.generation = *gen;
   }
+  if (out.usage.stall_ns > 0) policy_->OnStall(owner, out.usage.stall_ns);
   return out;
 }
 
-absl::StatusOr<std::vector<Lease>> ExpertCache::Acquire(OwnerId owner, int layer,
-                                                        absl::Span<const ExpertDemand> demands,
-                                                        Phase phase) {
+absl::StatusOr<AcquireResult> ExpertCache::Acquire(const RequestOwner& owner, int layer,
+                                                   absl::Span<const ExpertDemand> demands,
+                                                   Phase phase) {
   ASSIGN_OR_RETURN(Ticket t, StartAcquire(owner, layer, demands, phase));
   {
     absl::MutexLock lock(&mu_);
@@ -468,28 +486,32 @@ absl::StatusOr<std::vector<Lease>> ExpertCache::Acquire(OwnerId owner, int layer
   return FinishAcquire(t);
 }
 
-absl::Status ExpertCache::Release(OwnerId owner, absl::Span<const Lease> leases) {
+absl::Status ExpertCache::Release(OwnerId session, absl::Span<const SlotLease> leases) {
   absl::MutexLock lock(&mu_);
   absl::Status first;
-  for (const Lease& l : leases) {
-    absl::Status s = slots_.Release(l.slot, l.generation, owner);
+  for (const SlotLease& l : leases) {
+    absl::Status s = slots_.Release(l.slot, l.generation, session);
     if (first.ok() && !s.ok()) first = s;
   }
   return first;
 }
 
-int64_t ExpertCache::ReleaseOwner(OwnerId owner) {
+int64_t ExpertCache::ReleaseOwner(OwnerId session) {
   absl::MutexLock lock(&mu_);
   for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->second.owner == owner) {
-      for (const Lease& l : it->second.entries) --meta_[l.slot].pins;
+    if (it->second.owner.session == session) {
+      for (const SlotLease& l : it->second.entries) --meta_[l.slot].pins;
       pending_.erase(it++);
     } else {
       ++it;
     }
   }
-  owners_.erase(owner);
-  return slots_.ReleaseAllForOwner(owner);
+  std::vector<RequestOwner> gone;
+  for (const auto& [owner, state] : owners_) {
+    if (owner.session == session) gone.push_back(owner);
+  }
+  for (const RequestOwner& owner : gone) DropOwner(owner);
+  return slots_.ReleaseAllForOwner(session);
 }
 
 absl::Status ExpertCache::SaveState(const std::string& path) const {
@@ -523,11 +545,6 @@ absl::Status ExpertCache::LoadState(const std::string& path) {
   return absl::OkStatus();
 }
 
-void ExpertCache::ReportStall(int64_t stall_ns) {
-  absl::MutexLock lock(&mu_);
-  policy_->OnStall(stall_ns);
-}
-
 CachePhaseStats ExpertCache::GetStats(Phase phase) const {
   absl::MutexLock lock(&mu_);
   return stats_[PhaseIndex(phase)];
@@ -543,7 +560,7 @@ ExpertCache::Gauges ExpertCache::GetGauges() const {
   Gauges g;
   g.resident = slots_.CountInState(SlotState::kReady);
   g.loading = slots_.CountInState(SlotState::kLoading);
-  g.prefetch_stride = options_.prefetch ? policy_->PrefetchDistance() : 0;
+  g.prefetch_stride = options_.prefetch ? policy_->MaxPrefetchDistance() : 0;
   g.eamc_entries = policy_->EamcEntries();
   g.layer_resident.assign(options_.num_layers, 0);
   for (SlotId s = 0; s < slots_.num_slots(); ++s) {

@@ -3,12 +3,12 @@
 // serves per-layer demands (hits, misses, victims), issues prefetches, and
 // hands out leases on ready slots.
 //
-//   cache.BeginRequest(owner);
+//   cache.BeginRequest(owner);                        // owner: {session, request}
 //   for each iteration, for each MoE layer l:
 //     cache.AddHints(owner, hints for l + 1);          // optional
-//     leases = cache.Acquire(owner, l, demands, phase);  // blocks until ready
-//     ... compute on the slots ...
-//     cache.Release(owner, leases);
+//     r = cache.Acquire(owner, l, demands, phase);     // blocks until ready
+//     ... compute on r.leases' slots; r.usage is this acquire's own cost ...
+//     cache.Release(owner.session, r.leases);
 //   cache.EndRequest(owner);
 //
 // Virtual-time use (simulator, tests): StartAcquire returns a ticket at once;
@@ -21,8 +21,17 @@
 // once (ReleaseOwner, invariant 3). An iteration starts when an owner acquires
 // a layer not above its previous one.
 //
-// Policy state (EAMs, frequencies) follows the most recently begun request;
-// per-owner prediction state is future work.
+// Owners: every call names a RequestOwner (session + request). Leases belong
+// to the session; per-request state (the policy's activation matrices and
+// counters, the prefetcher's routed experts and hints, iteration boundaries,
+// the prefetches issued for it) is kept per owner, so several workers can
+// generate at once without disturbing each other's state. Each acquire's
+// hits, misses and stall are its own (AcquireResult::usage), so the usages
+// of all acquires add up to the totals of GetStats exactly.
+//
+// Preconditions (REQUIRES below) are MOE_CHECKed, not returned: callers
+// validate what comes from outside (moe-cached's SessionManager with
+// ValidateDemands/ValidateHints, the simulator's trace parser).
 //
 // Thread-safety: all public methods are thread-safe (one mutex). Copy-engine
 // callbacks take the same mutex; the engine never calls back from inside
@@ -77,10 +86,12 @@ struct ExpertCacheOptions {
 void SetGateLinkFigures(const CopyEngine& engine, double link_bytes_per_sec,
                         double layer_seconds, ExpertCacheOptions* options);
 
-struct Lease {
-  ExpertKey key;
-  SlotId slot = -1;
-  uint64_t generation = 0;
+// What an acquire returns: leases on the demanded experts' slots, in demand
+// order, and what the acquire cost (hits, misses, and the time from its
+// start until every copy was complete when it missed).
+struct AcquireResult {
+  std::vector<SlotLease> leases;
+  AcquireUsage usage;
 };
 
 struct CachePhaseStats {
@@ -112,35 +123,43 @@ class ExpertCache {
   ExpertCache(const ExpertCache&) = delete;
   ExpertCache& operator=(const ExpertCache&) = delete;
 
-  void BeginRequest(OwnerId owner);
-  void EndRequest(OwnerId owner);
+  // Starts (or restarts) `owner`'s per-request state.
+  void BeginRequest(const RequestOwner& owner);
+  // Ends it: the policy learns from the request (the EAMC) and forgets it.
+  void EndRequest(const RequestOwner& owner);
 
-  // Hints for later layers of the current iteration (worker pre-gating or a
-  // trace's "hints").
-  void AddHints(OwnerId owner, absl::Span<const Hint> hints);
+  // Hints for later layers of `owner`'s current iteration (worker pre-gating
+  // or a trace's "hints"). REQUIRES: layers and experts in range.
+  void AddHints(const RequestOwner& owner, absl::Span<const ExpertHint> hints);
 
-  // Routes `layer`: serves hits, starts fetches for misses (victims chosen by
-  // the policy), cancels prefetches for this layer that it does not need and
-  // issues prefetches for later layers. INVALID_ARGUMENT for a bad layer or
-  // expert, or duplicate experts; RESOURCE_EXHAUSTED when no slot can be
+  // Routes `layer` for `owner`: serves hits, starts fetches for misses
+  // (victims chosen by the policy), cancels the owner's prefetches for this
+  // layer that it does not need and issues prefetches for its later layers.
+  // REQUIRES: layer in range; demands of distinct in-range experts with
+  // tokens >= 1 (ValidateDemands). RESOURCE_EXHAUSTED when no slot can be
   // freed (every slot leased, loading or needed).
-  absl::StatusOr<Ticket> StartAcquire(OwnerId owner, int layer,
+  absl::StatusOr<Ticket> StartAcquire(const RequestOwner& owner, int layer,
                                       absl::Span<const ExpertDemand> demands, Phase phase);
   // True once every expert of the ticket is ready. NOT_FOUND: unknown ticket.
   absl::StatusOr<bool> IsReady(Ticket ticket) const;
-  // Leases the ticket's slots (in demand order). FAILED_PRECONDITION if not
-  // ready yet; ABORTED if a load was cancelled (engine shutdown); UNAVAILABLE
-  // or INTERNAL, with the engine's message, if the copy engine failed a load
-  // 1 + kMaxLoadRetries times (the slot is freed).
-  absl::StatusOr<std::vector<Lease>> FinishAcquire(Ticket ticket);
+  // Leases the ticket's slots (in demand order, to the owner's session) and
+  // returns them with the ticket's own usage; a stall is reported to the
+  // policy. FAILED_PRECONDITION if not ready yet; ABORTED if a load was
+  // cancelled (engine shutdown); UNAVAILABLE or INTERNAL, with the engine's
+  // message, if the copy engine failed a load 1 + kMaxLoadRetries times (the
+  // slot is freed).
+  absl::StatusOr<AcquireResult> FinishAcquire(Ticket ticket);
   // StartAcquire, wait until ready (engine callbacks from another thread),
   // FinishAcquire. Not for FakeCopyEngine (nobody would advance it).
-  absl::StatusOr<std::vector<Lease>> Acquire(OwnerId owner, int layer,
-                                             absl::Span<const ExpertDemand> demands, Phase phase);
+  absl::StatusOr<AcquireResult> Acquire(const RequestOwner& owner, int layer,
+                                        absl::Span<const ExpertDemand> demands, Phase phase);
 
-  absl::Status Release(OwnerId owner, absl::Span<const Lease> leases);
-  // Drops every lease and pending ticket of a departed owner.
-  int64_t ReleaseOwner(OwnerId owner);
+  // Returns leases of `session`. INVALID_ARGUMENT / FAILED_PRECONDITION (from
+  // SlotTable) for a lease it does not hold; the others are still released.
+  absl::Status Release(OwnerId session, absl::Span<const SlotLease> leases);
+  // Drops every lease, pending ticket and request state of a departed
+  // session. Returns the number of leases dropped.
+  int64_t ReleaseOwner(OwnerId session);
 
   // Persists what the policy and the prefetcher learned (EAMC, next-visit and
   // inter-layer affinity statistics) to `path`, atomically, mode 0600
@@ -152,9 +171,6 @@ class ExpertCache {
   // as it was (empty at start) and returns the error (DATA_LOSS or
   // FAILED_PRECONDITION) for the caller to report; it never crashes.
   absl::Status LoadState(const std::string& path);
-
-  // Time the caller waited at a layer (feeds stall-driven policies).
-  void ReportStall(int64_t stall_ns);
 
   CachePhaseStats GetStats(Phase phase) const;
   void ResetStats();
@@ -186,10 +202,13 @@ class ExpertCache {
 
  private:
   struct Pending {  // a started acquire
-    OwnerId owner = 0;
+    RequestOwner owner;
     int layer = 0;
     Phase phase = Phase::kDecode;
-    std::vector<Lease> entries;
+    int32_t hits = 0;
+    int32_t misses = 0;
+    int64_t start_ns = 0;
+    std::vector<SlotLease> entries;
     bool failed = false;
     absl::Status error;  // why it failed (OK: a cancelled load, e.g. shutdown)
   };
@@ -197,6 +216,7 @@ class ExpertCache {
     TransferId transfer = kNoTransfer;  // while loading
     bool prefetched = false;            // inserted by a prefetch, not yet used
     HintSource source = HintSource::kPolicy;  // of that prefetch
+    RequestOwner prefetch_owner;        // whose prefetch it was
     bool demand = false;                // the load is (now) a demand
     bool counted = false;               // counted in inflight_prefetches_
     bool cancelling = false;
@@ -207,6 +227,7 @@ class ExpertCache {
   struct OwnerState {
     int last_layer = -1;
     Phase phase = Phase::kDecode;
+    std::vector<int> issued_for_layer;  // prefetches this iteration, per layer
     // The owner's last FinishAcquire (decode only), until its next
     // StartAcquire; finish_ns < 0: none.
     int64_t finish_ns = -1;
@@ -216,15 +237,22 @@ class ExpertCache {
   ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy,
               CopyEngine* engine, HostBlockFn host_block);
 
-  absl::Status ValidateDemands(int layer, absl::Span<const ExpertDemand> demands) const;
-  void MaybeBeginIteration(OwnerId owner, int layer, Phase phase)
+  // MOE_CHECKs StartAcquire's preconditions.
+  void CheckDemands(int layer, absl::Span<const ExpertDemand> demands) const;
+  OwnerState& Owner(const RequestOwner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeBeginIteration(const RequestOwner& owner, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Feeds the gate's online T: the owner's compute since its last finished
   // acquire, per layer, when `layer` follows it in the same decode iteration.
-  void ObserveComputeGap(OwnerId owner, int layer, Phase phase)
+  void ObserveComputeGap(const RequestOwner& owner, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CancelUnneededPrefetches(int layer, absl::Span<const ExpertDemand> demands)
+  // Cancels `owner`'s in-flight prefetches for `layer` that `demands` do not
+  // name.
+  void CancelUnneededPrefetches(const RequestOwner& owner, int layer,
+                                absl::Span<const ExpertDemand> demands)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets `owner`'s request state in the cache, policy and prefetcher.
+  void DropOwner(const RequestOwner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finds a slot for a new load: empty, else the policy's victim among
   // evictable slots (filter: which keys may go). -1 if none.
   // Not evicted yet; the caller calls EvictSlot.
@@ -234,7 +262,8 @@ class ExpertCache {
   void EvictSlot(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StartLoad(SlotId slot, const ExpertKey& key, TransferPriority priority, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void IssuePrefetches(int layer, Phase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void IssuePrefetches(const RequestOwner& owner, int layer, Phase phase)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnTransferDone(SlotId slot, uint64_t generation, absl::Status status);
   bool IsReadyLocked(const Pending& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotePrefetchOutcome(SlotMeta& meta, bool used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -251,10 +280,9 @@ class ExpertCache {
   SlotTable slots_ ABSL_GUARDED_BY(mu_);
   std::vector<SlotMeta> meta_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Ticket, Pending> pending_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<OwnerId, OwnerState> owners_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<RequestOwner, OwnerState> owners_ ABSL_GUARDED_BY(mu_);
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   int inflight_prefetches_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<int> issued_for_layer_ ABSL_GUARDED_BY(mu_);  // this iteration
   CachePhaseStats stats_[2] ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> layer_hits_ ABSL_GUARDED_BY(mu_);    // num_layers
   std::vector<uint64_t> layer_misses_ ABSL_GUARDED_BY(mu_);  // num_layers

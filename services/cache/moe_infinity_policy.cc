@@ -88,51 +88,67 @@ void MoeInfinityPolicy::Configure(const PolicyConfig& config) {
                                                                 : 2 * config.top_k;
   predictor_ = std::make_unique<Predictor>(po);
   decay_per_token_ = std::pow(0.5, 1.0 / options_.half_life);
-  lrfu_.assign(cells(), 0);
-  lrfu_token_.assign(cells(), 0);
-  lrfu_request_.assign(cells(), -1);
-  decode_used_request_.assign(cells(), -1);
-  last_decode_token_.assign(cells(), -10);
+  requests_.clear();
   reuse_hits_.assign(config.num_layers, 0);
   reuse_total_.assign(config.num_layers, 0);
-  prev_decode_.assign(config.num_layers, {});
 }
 
-void MoeInfinityPolicy::OnBeginRequest() {
-  ++request_;
-  decode_tokens_ = 0;
-  predictor_->BeginRequest();
-  for (auto& p : prev_decode_) p.clear();
+MoeInfinityPolicy::RequestState& MoeInfinityPolicy::State(const RequestOwner& owner) {
+  std::unique_ptr<RequestState>& r = requests_[owner];
+  if (r == nullptr) {
+    r = std::make_unique<RequestState>();
+    r->activity = predictor_->NewActivity();
+    r->lrfu.assign(cells(), 0);
+    r->lrfu_token.assign(cells(), 0);
+    r->decode_used.assign(cells(), 0);
+    r->last_decode_token.assign(cells(), -10);
+    r->prev_decode.assign(config_.num_layers, {});
+  }
+  return *r;
 }
 
-void MoeInfinityPolicy::OnEndRequest() { predictor_->EndRequest(); }
-
-void MoeInfinityPolicy::OnBeginIteration(Phase phase) {
-  ++token_;
-  phase_ = phase;
-  if (phase == Phase::kDecode) ++decode_tokens_;
-  predictor_->Refresh(phase);
+const Predictor::Activity* MoeInfinityPolicy::ActivityForTest(const RequestOwner& owner) const {
+  auto it = requests_.find(owner);
+  return it == requests_.end() ? nullptr : &it->second->activity;
 }
 
-void MoeInfinityPolicy::OnRoute(int layer, Phase phase,
+void MoeInfinityPolicy::OnBeginRequest(const RequestOwner& owner) {
+  requests_.erase(owner);
+  State(owner);
+}
+
+void MoeInfinityPolicy::OnEndRequest(const RequestOwner& owner) {
+  auto it = requests_.find(owner);
+  if (it == requests_.end()) return;
+  predictor_->EndRequest(it->second->activity);
+  requests_.erase(it);
+}
+
+void MoeInfinityPolicy::OnBeginIteration(const RequestOwner& owner, Phase phase) {
+  RequestState& r = State(owner);
+  ++r.token;
+  predictor_->Refresh(r.activity, phase);
+}
+
+void MoeInfinityPolicy::OnRoute(const RequestOwner& owner, int layer, Phase phase,
                                 absl::Span<const ExpertDemand> demands) {
+  RequestState& r = State(owner);
   double total_tokens = 0;
   for (const auto& d : demands) total_tokens += d.tokens;
   const double tokens_in_pass = std::max(1.0, total_tokens / config_.top_k);
   for (const auto& d : demands) {
     const int cell = layer * config_.num_experts + d.expert;
-    predictor_->Record(layer, d.expert, static_cast<float>(d.tokens), phase);
+    predictor_->Record(r.activity, layer, d.expert, static_cast<float>(d.tokens), phase);
     const double w = phase == Phase::kDecode ? 1.0 : d.tokens / tokens_in_pass;
-    lrfu_[cell] = Lrfu(cell) + w;
-    lrfu_token_[cell] = token_;
-    lrfu_request_[cell] = request_;
+    r.lrfu[cell] = Lrfu(r, cell) + w;
+    r.lrfu_token[cell] = r.token;
     if (phase == Phase::kDecode) {
-      decode_used_request_[cell] = request_;
-      last_decode_token_[cell] = token_;
+      r.decode_used[cell] = 1;
+      r.last_decode_token[cell] = r.token;
     }
   }
   if (phase != Phase::kDecode) return;
-  auto& prev = prev_decode_[layer];
+  auto& prev = r.prev_decode[layer];
   for (int32_t e : prev) {
     reuse_total_[layer] += 1;
     for (const auto& d : demands) {
@@ -146,40 +162,47 @@ void MoeInfinityPolicy::OnRoute(int layer, Phase phase,
   for (const auto& d : demands) prev.push_back(d.expert);
 }
 
-double MoeInfinityPolicy::Lrfu(int cell) const {
-  if (lrfu_request_[cell] != request_) return 0;
-  return lrfu_[cell] * std::pow(decay_per_token_, static_cast<double>(token_ - lrfu_token_[cell]));
+double MoeInfinityPolicy::Lrfu(const RequestState& r, int cell) const {
+  return r.lrfu[cell] * std::pow(decay_per_token_, static_cast<double>(r.token - r.lrfu_token[cell]));
 }
 
-double MoeInfinityPolicy::Value(const ExpertKey& key) const {
+double MoeInfinityPolicy::Value(const RequestState& r, const ExpertKey& key) const {
   const int cell = Index(key);
   double f = 0;
-  if (options_.lrfu) f = std::min(1.0, Lrfu(cell) * (1.0 - decay_per_token_));
+  if (options_.lrfu) f = std::min(1.0, Lrfu(r, cell) * (1.0 - decay_per_token_));
   double c = 0, pred = 0;
-  if (predictor_->has_prediction()) {
-    c = options_.confidence ? predictor_->confidence() : 1.0;
-    pred = std::min(1.0, static_cast<double>(predictor_->Predicted(key.layer, key.expert)) *
-                             config_.top_k);
+  const Predictor::Activity& a = r.activity;
+  if (a.has_prediction) {
+    c = options_.confidence ? a.confidence : 1.0;
+    pred = std::min(1.0, static_cast<double>(a.Predicted(key.layer, key.expert)) * config_.top_k);
   }
   double v = (1.0 - c) * f + c * pred;
-  if (options_.next_visit && last_decode_token_[cell] >= token_ - 1) {
+  if (options_.next_visit && r.last_decode_token[cell] >= r.token - 1) {
     // A small bonus: the learned chance of reuse at this layer's next token.
     const double p = (reuse_hits_[key.layer] + 1.0) / (reuse_total_[key.layer] + 2.0);
     v += 0.25 * p;
   }
+  return v;
+}
+
+double MoeInfinityPolicy::BestValue(const ExpertKey& key) const {
+  double v = 0;
+  for (const auto& [owner, r] : requests_) v = std::max(v, Value(*r, key));
   if (options_.layer_factor) v *= 1.0 - static_cast<double>(key.layer) / config_.num_layers;
   return v;
 }
 
 double MoeInfinityPolicy::PaperPriority(const ExpertKey& key) const {
-  double p;
-  if (predictor_->has_prediction()) {
-    p = predictor_->Predicted(key.layer, key.expert);  // rows sum to 1
-  } else {
-    // Nothing matched yet: the request's own activations stand in.
-    const Eam& a = predictor_->decode_eam().empty() ? predictor_->prefill_eam()
-                                                    : predictor_->decode_eam();
-    p = a.at(key.layer, key.expert);
+  double p = 0;
+  for (const auto& [owner, r] : requests_) {
+    const Predictor::Activity& a = r->activity;
+    if (a.has_prediction) {
+      p = std::max(p, static_cast<double>(a.Predicted(key.layer, key.expert)));  // rows sum to 1
+    } else {
+      // Nothing matched yet: the request's own activations stand in.
+      const Eam& own = a.decode.empty() ? a.prefill : a.decode;
+      p = std::max(p, static_cast<double>(own.at(key.layer, key.expert)));
+    }
   }
   return (p + options_.eps) * (1.0 - static_cast<double>(key.layer) / config_.num_layers);
 }
@@ -192,41 +215,52 @@ size_t MoeInfinityPolicy::ChooseVictim(absl::Span<const ExpertKey> candidates,
   if (paper) {
     return ArgMin(candidates, layer, [&](const ExpertKey& k) { return PaperPriority(k); });
   }
-  const bool tiers = options_.unused_first && phase_ == Phase::kDecode;
+  const bool tiers = options_.unused_first && context.phase == Phase::kDecode;
   size_t pick = ArgMin(candidates, layer, [&](const ExpertKey& k) {
-    double v = Value(k);
-    if (tiers && decode_used_request_[Index(k)] == request_) v += 2.0;
+    double v = BestValue(k);
+    if (tiers) {
+      for (const auto& [owner, r] : requests_) {
+        if (r->decode_used[Index(k)]) {
+          v += 2.0;
+          break;
+        }
+      }
+    }
     return v;
   });
   return pick < candidates.size() ? pick : 0;
 }
 
 double MoeInfinityPolicy::RetentionValue(const ExpertKey& key) const {
-  return std::clamp(Value(key), 0.0, 1.0);
+  return std::clamp(BestValue(key), 0.0, 1.0);
 }
 
-void MoeInfinityPolicy::ProposePrefetch(int routed_layer, std::vector<Hint>* out) {
-  if (!predictor_->has_prediction()) return;
+void MoeInfinityPolicy::ProposePrefetch(const RequestOwner& owner, int routed_layer,
+                                        std::vector<ExpertHint>* out) {
+  auto it = requests_.find(owner);
+  if (it == requests_.end()) return;
+  const Predictor::Activity& a = it->second->activity;
+  if (!a.has_prediction) return;
   const int L = config_.num_layers;
-  const double c = options_.confidence ? predictor_->confidence() : 1.0;
+  const double c = options_.confidence ? a.confidence : 1.0;
   for (int d = 1; d <= options_.prefetch_layers && routed_layer + d < L; ++d) {
     const int layer = routed_layer + d;
     const double w = 1.0 - static_cast<double>(d) / L;
     int best[2] = {-1, -1};
     for (int e = 0; e < config_.num_experts; ++e) {
-      const float p = predictor_->Predicted(layer, e);
+      const float p = a.Predicted(layer, e);
       if (p <= 0) continue;
-      if (best[0] < 0 || p > predictor_->Predicted(layer, best[0])) {
+      if (best[0] < 0 || p > a.Predicted(layer, best[0])) {
         best[1] = best[0];
         best[0] = e;
-      } else if (best[1] < 0 || p > predictor_->Predicted(layer, best[1])) {
+      } else if (best[1] < 0 || p > a.Predicted(layer, best[1])) {
         best[1] = e;
       }
     }
     for (int e : best) {
       if (e < 0) continue;
-      const double p = std::min(1.0, static_cast<double>(predictor_->Predicted(layer, e)) * config_.top_k);
-      out->push_back({layer, e, static_cast<float>(p * w * c)});
+      const double p = std::min(1.0, static_cast<double>(a.Predicted(layer, e)) * config_.top_k);
+      out->push_back({layer, e, static_cast<float>(p * w * c), HintSource::kPolicy});
     }
   }
 }

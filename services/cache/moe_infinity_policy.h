@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "services/cache/policies.h"
 #include "services/cache/predictor.h"
@@ -61,52 +62,65 @@ struct MoeInfinityOptions {
 // Parses "key=value,..." (keys as the fields; booleans 0/1/on/off/true/false).
 absl::Status ParseMoeInfinityOptions(const std::string& text, MoeInfinityOptions* options);
 
+// Per-request state (activation matrices, LRFU scores, decode use, the
+// previous decode token's experts) is kept per owner; victims and retention
+// values take the best value over live owners, prefetch proposals come from
+// the proposing owner's prediction. The EAMC and next-visit statistics are
+// shared (learned across requests, persisted).
 class MoeInfinityPolicy : public TrackingPolicy {
  public:
   MoeInfinityPolicy(const MoeInfinityOptions& options, std::string name);
 
   std::string name() const override { return name_; }
   void Configure(const PolicyConfig& config) override;
-  void OnBeginRequest() override;
-  void OnEndRequest() override;
-  void OnBeginIteration(Phase phase) override;
-  void OnRoute(int layer, Phase phase, absl::Span<const ExpertDemand> demands) override;
+  void OnBeginRequest(const RequestOwner& owner) override;
+  void OnEndRequest(const RequestOwner& owner) override;
+  void OnBeginIteration(const RequestOwner& owner, Phase phase) override;
+  void OnRoute(const RequestOwner& owner, int layer, Phase phase,
+               absl::Span<const ExpertDemand> demands) override;
   size_t ChooseVictim(absl::Span<const ExpertKey> candidates,
                       const VictimContext& context) override;
   double RetentionValue(const ExpertKey& key) const override;
-  void ProposePrefetch(int routed_layer, std::vector<Hint>* out) override;
+  void ProposePrefetch(const RequestOwner& owner, int routed_layer,
+                       std::vector<ExpertHint>* out) override;
   // The EAMC records and the next-visit statistics.
   void ExportLearned(LearnedState* state) const override;
   void ImportLearned(const LearnedState& state) override;
 
-  Predictor& predictor() { return *predictor_; }
   int EamcEntries() const override { return predictor_->eamc().size(); }
   const MoeInfinityOptions& options() const { return options_; }
+  // The live request's activity (prediction), or null if `owner` has none.
+  const Predictor::Activity* ActivityForTest(const RequestOwner& owner) const;
+  int live_requests() const { return static_cast<int>(requests_.size()); }
 
  private:
-  double Lrfu(int cell) const;
-  // Probability-like value of keeping `key` (improved mode).
-  double Value(const ExpertKey& key) const;
+  struct RequestState {
+    Predictor::Activity activity;
+    int64_t token = 0;  // iterations of this request so far
+    // Per cell.
+    std::vector<double> lrfu;
+    std::vector<int64_t> lrfu_token;
+    std::vector<uint8_t> decode_used;          // a decode token used it
+    std::vector<int64_t> last_decode_token;    // token of its last decode use
+    // Per layer: experts at the last decode token.
+    std::vector<std::vector<int32_t>> prev_decode;
+  };
+  RequestState& State(const RequestOwner& owner);
+  double Lrfu(const RequestState& r, int cell) const;
+  // Probability-like value of keeping `key` for one request (improved mode).
+  double Value(const RequestState& r, const ExpertKey& key) const;
+  // The best Value over live requests (0 when none is live).
+  double BestValue(const ExpertKey& key) const;
   double PaperPriority(const ExpertKey& key) const;
 
   MoeInfinityOptions options_;
   std::string name_;
   std::unique_ptr<Predictor> predictor_;
-  Phase phase_ = Phase::kDecode;
-  int64_t token_ = 0;       // iterations so far
-  int64_t request_ = 0;     // requests so far
-  int decode_tokens_ = 0;   // in the current request
   double decay_per_token_ = 0;
-  // Per cell.
-  std::vector<double> lrfu_;
-  std::vector<int64_t> lrfu_token_;
-  std::vector<int64_t> lrfu_request_;
-  std::vector<int64_t> decode_used_request_;  // request id when a decode token used it
-  std::vector<int64_t> last_decode_token_;    // token id of its last decode use
-  // Per layer: next-visit statistics.
+  absl::flat_hash_map<RequestOwner, std::unique_ptr<RequestState>> requests_;
+  // Per layer: next-visit statistics (learned across requests).
   std::vector<double> reuse_hits_;
   std::vector<double> reuse_total_;
-  std::vector<std::vector<int32_t>> prev_decode_;  // experts at the last decode token
 };
 
 }  // namespace moe::cache

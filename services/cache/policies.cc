@@ -116,7 +116,8 @@ class BeladyPolicy : public CachePolicy {
     }
   }
 
-  void OnRoute(int layer, Phase phase, absl::Span<const ExpertDemand> demands) override {
+  void OnRoute(const RequestOwner& owner, int layer, Phase phase,
+               absl::Span<const ExpertDemand> demands) override {
     ++group_;
   }
 

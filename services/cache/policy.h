@@ -2,13 +2,14 @@
 // cache. ExpertCache tells the policy what happens (requests, iterations,
 // routed layers, hits, inserts, evictions, hints) and asks it for victims.
 //
-// Event order within one iteration (one prefill pass or one decode token):
-//   OnBeginIteration(phase)
+// Event order within one iteration of one owner (one prefill pass or one
+// decode token of a request); several owners' iterations may interleave:
+//   OnBeginIteration(owner, phase)
 //   for each MoE layer l in order:
-//     OnRoute(l, phase, demands)       // the experts layer l needs now
-//     OnAccess(key, phase, hit) xN     // each demanded expert
+//     OnRoute(owner, l, phase, demands)  // the experts layer l needs now
+//     OnAccess(key, phase, hit) xN       // each demanded expert
 //     ChooseVictim(...) / OnEvict / OnInsert as misses are served
-//     ProposePrefetch(l, ...)          // only when prefetch is on
+//     ProposePrefetch(owner, l, ...)     // only when prefetch is on
 //
 // ChooseVictim receives only evictable candidates: ready, unleased and not
 // needed by the layer being served; the cache guarantees that. Candidates are
@@ -35,22 +36,12 @@ using Phase = trace::Phase;
 
 struct LearnedState;  // eamc_store.h
 
-using ExpertDemand = trace::ExpertDemand;
-
-// Where a prefetch candidate came from (the prefetcher calibrates each).
-enum class HintSource : uint8_t { kPolicy = 0, kHint = 1, kAffinity = 2 };
-inline constexpr int kNumHintSources = 3;
-
-// A prediction: `expert` at `layer` will be needed with `probability`.
-struct Hint {
-  int32_t layer = 0;
-  int32_t expert = 0;
-  float probability = 0;
-  HintSource source = HintSource::kPolicy;
-};
+// Demands, hints (ExpertHint, with their HintSource), keys and owners are
+// the exchange types (services/exchange/expert_exchange.h).
 
 struct VictimContext {
-  int32_t layer = 0;  // the layer being served (or the prefetch's layer)
+  RequestOwner owner;  // whose acquire (or prefetch) needs the slot
+  int32_t layer = 0;   // the layer being served (or the prefetch's layer)
   Phase phase = Phase::kDecode;
   bool for_prefetch = false;
 };
@@ -76,36 +67,49 @@ class CachePolicy {
   virtual void Configure(const PolicyConfig& config) { config_ = config; }
   const PolicyConfig& config() const { return config_; }
 
-  virtual void OnBeginRequest() {}
-  virtual void OnEndRequest() {}
-  virtual void OnBeginIteration(Phase phase) {}
-  virtual void OnRoute(int layer, Phase phase, absl::Span<const ExpertDemand> demands) {}
+  // Request-scoped events name their owner. A policy that keeps per-request
+  // state (moe-infinity's activation matrices, expertflow's counters) keeps
+  // it per owner: created at the owner's first event, dropped at
+  // OnEndRequest (which may learn from it, e.g. into the EAMC). Several
+  // owners may be live at once (several workers on one daemon).
+  virtual void OnBeginRequest(const RequestOwner& owner) {}
+  virtual void OnEndRequest(const RequestOwner& owner) {}
+  virtual void OnBeginIteration(const RequestOwner& owner, Phase phase) {}
+  virtual void OnRoute(const RequestOwner& owner, int layer, Phase phase,
+                       absl::Span<const ExpertDemand> demands) {}
+  virtual void OnHint(const RequestOwner& owner, const ExpertHint& hint) {}
+  // Residency events are global (the arena is shared).
   virtual void OnAccess(const ExpertKey& key, Phase phase, bool hit) {}
   virtual void OnInsert(const ExpertKey& key, bool prefetch) {}
   virtual void OnEvict(const ExpertKey& key) {}
-  virtual void OnHint(const Hint& hint) {}
 
   // Returns an index into `candidates`. REQUIRES: !candidates.empty().
+  // A policy with per-owner state weighs every live owner's view (an expert
+  // one owner needs soon is worth keeping whoever evicts).
   virtual size_t ChooseVictim(absl::Span<const ExpertKey> candidates,
                               const VictimContext& context) = 0;
 
-  // The policy's estimate in [0, 1] that `key` is needed again soon; the
-  // prefetch gate weighs a victim by it.
+  // The policy's estimate in [0, 1] that `key` is needed again soon by any
+  // live owner; the prefetch gate weighs a victim by it.
   virtual double RetentionValue(const ExpertKey& key) const { return 0.5; }
 
-  // Prefetch proposals after `routed_layer` was routed, appended to `out`.
-  virtual void ProposePrefetch(int routed_layer, std::vector<Hint>* out) {}
+  // Prefetch proposals for `owner` after its `routed_layer` was routed,
+  // appended to `out`.
+  virtual void ProposePrefetch(const RequestOwner& owner, int routed_layer,
+                               std::vector<ExpertHint>* out) {}
 
-  // How many layers ahead prefetches should target (>= 1).
-  virtual int PrefetchDistance() const { return 1; }
+  // How many layers ahead `owner`'s prefetches should target (>= 1).
+  virtual int PrefetchDistance(const RequestOwner& owner) const { return 1; }
+  // The largest distance over live owners (>= 1), for monitoring.
+  virtual int MaxPrefetchDistance() const { return 1; }
   // Entries of the policy's expert activation matrix collection (0 when it
   // keeps none), for monitoring.
   virtual int EamcEntries() const { return 0; }
 
-  // Feedback from the cache: a prefetched expert was used (true) or left
-  // unused (evicted or cancelled); time the model waited at a layer.
-  virtual void OnPrefetchOutcome(bool used) {}
-  virtual void OnStall(int64_t stall_ns) {}
+  // Feedback from the cache: a prefetch issued for `owner` was used (true)
+  // or left unused (evicted or cancelled); time `owner` waited at a layer.
+  virtual void OnPrefetchOutcome(const RequestOwner& owner, bool used) {}
+  virtual void OnStall(const RequestOwner& owner, int64_t stall_ns) {}
 
   // What the policy learned that should survive a restart (the EAMC, ...),
   // added to `state` (whose shape is set). Default: nothing.

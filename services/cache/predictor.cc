@@ -7,34 +7,37 @@ namespace moe::cache {
 Predictor::Predictor(const PredictorOptions& o)
     : options_(o),
       eamc_(EamcOptions{o.num_layers, o.num_experts, o.eamc_capacity,
-                        o.max_experts_per_layer, false, o.query_mass}),
-      prefill_(o.num_layers, o.num_experts),
-      decode_(o.num_layers, o.num_experts),
-      predicted_(static_cast<size_t>(o.num_layers) * o.num_experts, 0.0f) {}
+                        o.max_experts_per_layer, false, o.query_mass}) {}
 
-void Predictor::BeginRequest() {
-  prefill_.Clear();
-  decode_.Clear();
-  std::fill(predicted_.begin(), predicted_.end(), 0.0f);
-  has_prediction_ = false;
-  confidence_ = 0;
+Predictor::Activity Predictor::NewActivity() const {
+  Activity a{Eam(options_.num_layers, options_.num_experts),
+             Eam(options_.num_layers, options_.num_experts),
+             std::vector<float>(static_cast<size_t>(options_.num_layers) * options_.num_experts,
+                                0.0f),
+             false, 0};
+  return a;
 }
 
-void Predictor::EndRequest() {
-  eamc_.Add(prefill_, decode_);
-  BeginRequest();
+void Predictor::EndRequest(Activity& a) {
+  eamc_.Add(a.prefill, a.decode);
+  a.prefill.Clear();
+  a.decode.Clear();
+  std::fill(a.predicted.begin(), a.predicted.end(), 0.0f);
+  a.has_prediction = false;
+  a.confidence = 0;
 }
 
-void Predictor::Record(int layer, int expert, float tokens, trace::Phase phase) {
-  (phase == trace::Phase::kPrefill ? prefill_ : decode_).Add(layer, expert, tokens);
+void Predictor::Record(Activity& a, int layer, int expert, float tokens,
+                       trace::Phase phase) const {
+  (phase == trace::Phase::kPrefill ? a.prefill : a.decode).Add(layer, expert, tokens);
 }
 
-void Predictor::Refresh(trace::Phase phase) {
-  const bool use_decode = phase == trace::Phase::kDecode && !decode_.empty();
-  const Eam& query = use_decode ? decode_ : prefill_;
-  std::fill(predicted_.begin(), predicted_.end(), 0.0f);
-  has_prediction_ = false;
-  confidence_ = 0;
+void Predictor::Refresh(Activity& a, trace::Phase phase) {
+  const bool use_decode = phase == trace::Phase::kDecode && !a.decode.empty();
+  const Eam& query = use_decode ? a.decode : a.prefill;
+  std::fill(a.predicted.begin(), a.predicted.end(), 0.0f);
+  a.has_prediction = false;
+  a.confidence = 0;
   if (query.empty()) return;
   std::vector<EamcMatch>& matches = matches_;
   eamc_.FindBest(query, use_decode ? EamPhase::kDecode : EamPhase::kPrefill,
@@ -43,19 +46,19 @@ void Predictor::Refresh(trace::Phase phase) {
   for (const auto& m : matches) {
     const EamcRecord& r = eamc_.record(m.index);
     const SparseEam& part = r.decode.empty() ? r.prefill : r.decode;
-    for (const auto& e : part.entries()) predicted_[e.index] += e.value;
+    for (const auto& e : part.entries()) a.predicted[e.index] += e.value;
   }
   const int E = options_.num_experts;
   for (int l = 0; l < options_.num_layers; ++l) {
-    float* row = &predicted_[static_cast<size_t>(l) * E];
+    float* row = &a.predicted[static_cast<size_t>(l) * E];
     float sum = 0;
     for (int e = 0; e < E; ++e) sum += row[e];
     if (sum > 0) {
       for (int e = 0; e < E; ++e) row[e] /= sum;
     }
   }
-  has_prediction_ = true;
-  confidence_ = matches[0].cosine;
+  a.has_prediction = true;
+  a.confidence = matches[0].cosine;
 }
 
 }  // namespace moe::cache

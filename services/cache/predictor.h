@@ -1,10 +1,11 @@
 // Predictor: MoE-Infinity's activation tracking and EAM prediction.
 //
-// Tracks the running request's EAMs (prefill and decode separately), and on
-// Refresh() matches the current phase's EAM against the EAMC (cosine), sums
-// the `match_top_k` best records' decode parts and normalises each layer row:
-// the predicted EAM (pEAM). `confidence()` is the best match's cosine (0 when
-// nothing matched). EndRequest() stores the finished request in the EAMC.
+// Tracks a request's EAMs (prefill and decode separately) in an Activity
+// (one per live request), and on Refresh() matches the current phase's EAM
+// against the EAMC (cosine), sums the `match_top_k` best records' decode
+// parts and normalises each layer row: the predicted EAM (pEAM).
+// `confidence` is the best match's cosine (0 when nothing matched).
+// EndRequest() stores the finished request in the shared EAMC.
 //
 // Thread-safety: none (used under the cache's mutex).
 #ifndef MOECACHE_SERVICES_CACHE_PREDICTOR_H_
@@ -29,38 +30,39 @@ struct PredictorOptions {
 
 class Predictor {
  public:
+  // One request's activations and its prediction.
+  struct Activity {
+    Eam prefill;
+    Eam decode;
+    std::vector<float> predicted;  // row-normalised, [layer * E + expert]
+    bool has_prediction = false;
+    double confidence = 0;
+
+    // Row-normalised prediction in [0, 1]; each row sums to 1 (or 0).
+    float Predicted(int layer, int expert) const {
+      return predicted[static_cast<size_t>(layer) * prefill.num_experts() + expert];
+    }
+  };
+
   explicit Predictor(const PredictorOptions& options);
 
-  void BeginRequest();
+  // An empty activity of this predictor's shape (a request's start).
+  Activity NewActivity() const;
   // Stores the request in the EAMC (if it routed anything) and clears it.
-  void EndRequest();
-  void Record(int layer, int expert, float tokens, trace::Phase phase);
+  void EndRequest(Activity& activity);
+  void Record(Activity& activity, int layer, int expert, float tokens, trace::Phase phase) const;
 
   // Recomputes the pEAM from the EAM of `phase` so far (decode falls back to
   // prefill while no decode token has been recorded).
-  void Refresh(trace::Phase phase);
+  void Refresh(Activity& activity, trace::Phase phase);
 
-  bool has_prediction() const { return has_prediction_; }
-  double confidence() const { return confidence_; }
-  // Row-normalised prediction in [0, 1]; each row sums to 1 (or 0).
-  float Predicted(int layer, int expert) const {
-    return predicted_[static_cast<size_t>(layer) * options_.num_experts + expert];
-  }
-
-  const Eam& prefill_eam() const { return prefill_; }
-  const Eam& decode_eam() const { return decode_; }
   Eamc& eamc() { return eamc_; }
   const Eamc& eamc() const { return eamc_; }
 
  private:
   PredictorOptions options_;
   Eamc eamc_;
-  Eam prefill_;
-  Eam decode_;
-  std::vector<float> predicted_;
   std::vector<EamcMatch> matches_;  // scratch
-  bool has_prediction_ = false;
-  double confidence_ = 0;
 };
 
 }  // namespace moe::cache

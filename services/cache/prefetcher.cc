@@ -14,9 +14,7 @@ double ChunkWaitSeconds(uint64_t chunk_bytes, uint64_t expert_bytes,
 Prefetcher::Prefetcher(const PrefetcherOptions& o)
     : options_(o),
       max_lag_(std::max(
-          1, std::min(o.num_experts > 64 ? 1 : o.max_lag, o.num_layers - 1))),
-      routed_(o.num_layers),
-      hints_(o.num_layers) {
+          1, std::min(o.num_experts > 64 ? 1 : o.max_lag, o.num_layers - 1))) {
   const size_t e = o.num_experts;
   aff_.assign(static_cast<size_t>(max_lag_) * o.num_layers * e * e, 0.0f);
   aff_from_.assign(static_cast<size_t>(max_lag_) * o.num_layers * e, 0.0f);
@@ -30,27 +28,36 @@ size_t Prefetcher::AffIndex(int lag, int layer, int a, int b) const {
          b;
 }
 
-void Prefetcher::BeginIteration(Phase phase) {
-  phase_ = phase;
-  for (auto& r : routed_) r.clear();
+Prefetcher::OwnerState& Prefetcher::State(const RequestOwner& owner) {
+  OwnerState& s = owners_[owner];
+  if (s.routed.empty()) {
+    s.routed.resize(options_.num_layers);
+    s.hints.resize(options_.num_layers);
+  }
+  return s;
 }
 
-void Prefetcher::OnRoute(int layer, Phase phase,
+void Prefetcher::BeginIteration(const RequestOwner& owner, Phase phase) {
+  for (auto& r : State(owner).routed) r.clear();
+}
+
+void Prefetcher::OnRoute(const RequestOwner& owner, int layer, Phase phase,
                          absl::Span<const ExpertDemand> demands) {
-  auto& routed = routed_[layer];
+  OwnerState& s = State(owner);
+  auto& routed = s.routed[layer];
   routed.clear();
   for (const auto& d : demands) routed.push_back(d.expert);
-  for (int32_t h : hints_[layer]) {
+  for (int32_t h : s.hints[layer]) {
     hint_total_ += 1;
     if (std::find(routed.begin(), routed.end(), h) != routed.end())
       hint_hits_ += 1;
   }
-  hints_[layer].clear();  // consumed
+  s.hints[layer].clear();  // consumed
   if (phase != Phase::kDecode) return;
   const size_t e = options_.num_experts;
   for (int lag = 1; lag <= max_lag_ && layer - lag >= 0; ++lag) {
     const int from = layer - lag;
-    for (int32_t a : routed_[from]) {
+    for (int32_t a : s.routed[from]) {
       aff_from_[(static_cast<size_t>(lag - 1) * options_.num_layers + from) *
                     e +
                 a] += 1;
@@ -59,15 +66,16 @@ void Prefetcher::OnRoute(int layer, Phase phase,
   }
 }
 
-void Prefetcher::AddHint(const Hint& hint) {
-  if (hint.layer < 0 || hint.layer >= options_.num_layers) return;
-  hints_[hint.layer].push_back(hint.expert);
+void Prefetcher::AddHint(const RequestOwner& owner, const ExpertHint& hint) {
+  State(owner).hints[hint.layer].push_back(hint.expert);
 }
 
-std::vector<Hint> Prefetcher::Candidates(
-    int target, const std::vector<Hint>& proposals) const {
+std::vector<ExpertHint> Prefetcher::Candidates(
+    const RequestOwner& owner, int target, const std::vector<ExpertHint>& proposals) const {
+  auto it = owners_.find(owner);
+  const OwnerState* s = it == owners_.end() ? nullptr : &it->second;
   const size_t e = options_.num_experts;
-  std::vector<Hint> best(e);
+  std::vector<ExpertHint> best(e);
   for (size_t b = 0; b < e; ++b)
     best[b] = {target, static_cast<int32_t>(b), 0.0f, HintSource::kPolicy};
   auto offer = [&](int32_t b, float p, HintSource src) {
@@ -77,10 +85,12 @@ std::vector<Hint> Prefetcher::Candidates(
     }
   };
   const float hp = static_cast<float>(hint_precision());
-  for (int32_t h : hints_[target]) offer(h, hp, HintSource::kHint);
-  for (int lag = 1; lag <= max_lag_ && target - lag >= 0; ++lag) {
+  if (s != nullptr) {
+    for (int32_t h : s->hints[target]) offer(h, hp, HintSource::kHint);
+  }
+  for (int lag = 1; s != nullptr && lag <= max_lag_ && target - lag >= 0; ++lag) {
     const int from = target - lag;
-    for (int32_t a : routed_[from]) {
+    for (int32_t a : s->routed[from]) {
       const float n = aff_from_
           [(static_cast<size_t>(lag - 1) * options_.num_layers + from) * e + a];
       if (n < 4) continue;  // too little evidence
@@ -90,16 +100,16 @@ std::vector<Hint> Prefetcher::Candidates(
               HintSource::kAffinity);
       }
     }
-    if (!routed_[from].empty()) break;  // the closest routed layer only
+    if (!s->routed[from].empty()) break;  // the closest routed layer only
   }
-  for (const Hint& h : proposals) {
+  for (const ExpertHint& h : proposals) {
     if (h.layer == target) offer(h.expert, h.probability, HintSource::kPolicy);
   }
-  std::vector<Hint> out;
-  for (const Hint& h : best) {
+  std::vector<ExpertHint> out;
+  for (const ExpertHint& h : best) {
     if (h.probability > 0) out.push_back(h);
   }
-  std::sort(out.begin(), out.end(), [](const Hint& x, const Hint& y) {
+  std::sort(out.begin(), out.end(), [](const ExpertHint& x, const ExpertHint& y) {
     return x.probability != y.probability ? x.probability > y.probability
                                           : x.expert < y.expert;
   });
@@ -114,11 +124,11 @@ double Prefetcher::accuracy_scale(HintSource source) const {
   return std::clamp((used_[s] + 1.0) / (predicted_sum_[s] + 1.0), 0.0, 1.5);
 }
 
-double Prefetcher::Calibrated(const Hint& c) const {
+double Prefetcher::Calibrated(const ExpertHint& c) const {
   return std::clamp(c.probability * accuracy_scale(c.source), 0.0, 1.0);
 }
 
-bool Prefetcher::Gate(const Hint& candidate, double victim_value) const {
+bool Prefetcher::Gate(const ExpertHint& candidate, double victim_value) const {
   if (!options_.gate) return candidate.probability > 0;
   const double p = Calibrated(candidate);
   const double x = options_.transfer_seconds;
@@ -134,7 +144,7 @@ void Prefetcher::ObserveLayerSeconds(double seconds) {
                     : layer_ewma_ + kLayerEwmaWeight * (seconds - layer_ewma_);
 }
 
-void Prefetcher::OnIssued(const Hint& c) {
+void Prefetcher::OnIssued(const ExpertHint& c) {
   predicted_sum_[static_cast<int>(c.source)] += c.probability;
 }
 

@@ -7,7 +7,7 @@
 //    l+d | a at layer l), for the experts routed at l this iteration;
 //  - the policy's own proposals (moe-infinity's predicted EAM).
 //
-// Gate (../shared/notes/cache-findings.md), "when in doubt, do not": issue
+// Gate (docs/architecture.md, "Prefetch"), "when in doubt, do not": issue
 // only if
 //   p * min(X, T) > (1 - p) * value(victim) * X + C
 // with X the transfer time of one expert, T the layer compute time (fixed,
@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "services/cache/eamc_store.h"
 #include "services/cache/policy.h"
@@ -55,18 +56,24 @@ class Prefetcher {
  public:
   explicit Prefetcher(const PrefetcherOptions& options);
 
-  void BeginIteration(Phase phase);
+  // What is routed and hinted is per owner (a request's iteration); what is
+  // learned from it (affinity, calibration, hint precision) is shared.
+  void BeginIteration(const RequestOwner& owner, Phase phase);
   // Layer routed: learns affinity (decode) and hint precision.
-  void OnRoute(int layer, Phase phase, absl::Span<const ExpertDemand> demands);
-  // A hint for a later layer; kept until that layer routes.
-  void AddHint(const Hint& hint);
+  void OnRoute(const RequestOwner& owner, int layer, Phase phase,
+               absl::Span<const ExpertDemand> demands);
+  // A hint for a later layer of `owner`; kept until that layer routes.
+  // REQUIRES: hint.layer in range (validated by the caller).
+  void AddHint(const RequestOwner& owner, const ExpertHint& hint);
+  // Forgets `owner`'s iteration (its request ended).
+  void EndRequest(const RequestOwner& owner) { owners_.erase(owner); }
 
-  // Candidates for `target_layer`, best first; `proposals` may hold any
-  // layers (others are ignored).
-  std::vector<Hint> Candidates(int target_layer,
-                               const std::vector<Hint>& proposals) const;
+  // Candidates for `owner`'s `target_layer`, best first; `proposals` may
+  // hold any layers (others are ignored).
+  std::vector<ExpertHint> Candidates(const RequestOwner& owner, int target_layer,
+                                     const std::vector<ExpertHint>& proposals) const;
 
-  bool Gate(const Hint& candidate, double victim_value) const;
+  bool Gate(const ExpertHint& candidate, double victim_value) const;
   // One observed compute time of a layer (seconds >= 0), folded into an EWMA
   // (weight kLayerEwmaWeight; the first sets it). Ignored when T is fixed.
   void ObserveLayerSeconds(double seconds);
@@ -76,9 +83,9 @@ class Prefetcher {
     return options_.layer_seconds > 0 ? options_.layer_seconds : layer_ewma_;
   }
   static constexpr double kLayerEwmaWeight = 0.125;
-  double Calibrated(const Hint& candidate) const;
+  double Calibrated(const ExpertHint& candidate) const;
 
-  void OnIssued(const Hint& candidate);
+  void OnIssued(const ExpertHint& candidate);
   void OnOutcome(HintSource source, bool used);
 
   // Inter-layer affinity counts, for persistence (eamc_store.h). Import takes
@@ -98,13 +105,17 @@ class Prefetcher {
     return aff_[AffIndex(lag, layer, a, b)];
   }
 
+  struct OwnerState {
+    std::vector<std::vector<int32_t>> routed;  // this iteration, per layer
+    std::vector<std::vector<int32_t>> hints;   // per layer, until it routes
+  };
+  OwnerState& State(const RequestOwner& owner);
+
   PrefetcherOptions options_;
   int max_lag_;
-  Phase phase_ = Phase::kDecode;
   std::vector<float> aff_;                    // [lag-1][layer][a][b] counts
   std::vector<float> aff_from_;               // [lag-1][layer][a] counts
-  std::vector<std::vector<int32_t>> routed_;  // this iteration, per layer
-  std::vector<std::vector<int32_t>> hints_;   // per layer, until it routes
+  absl::flat_hash_map<RequestOwner, OwnerState> owners_;
   double layer_ewma_ = 0;
   int64_t layer_samples_ = 0;
   double hint_hits_ = 0;

@@ -125,10 +125,10 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   co.clock = &clock;
   ASSIGN_OR_RETURN(auto cache, ExpertCache::Create(co, std::move(policy), engine.get()));
 
-  const OwnerId owner = 1;
+  const RequestOwner owner{1, 0};
   const int64_t layer_ns = static_cast<int64_t>(std::llround(o.link.layer_ms * 1e6));
   double stall_ms[2] = {0, 0}, time_ms[2] = {0, 0};
-  std::vector<Hint> hints;
+  std::vector<ExpertHint> hints;
   for (int pass = 0; pass < o.passes; ++pass) {
     if (pass == o.passes - 1) {
       cache->ResetStats();
@@ -154,10 +154,9 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
             engine->AdvanceTo(std::max(*next, engine->now_ns()));
           }
           const int64_t stall = engine->now_ns() - t0;
-          ASSIGN_OR_RETURN(auto leases, cache->FinishAcquire(ticket));
-          cache->ReportStall(stall);
+          ASSIGN_OR_RETURN(AcquireResult acquired, cache->FinishAcquire(ticket));
           engine->AdvanceTo(engine->now_ns() + layer_ns);
-          RETURN_IF_ERROR(cache->Release(owner, leases));
+          RETURN_IF_ERROR(cache->Release(owner.session, acquired.leases));
           stall_ms[pi] += stall * 1e-6;
           time_ms[pi] += (stall + layer_ns) * 1e-6;
         }

@@ -5,10 +5,6 @@
 
 namespace moe::cache {
 
-std::string ExpertKey::ToString() const {
-  return absl::StrCat("L", layer, "/E", expert);
-}
-
 const char* SlotStateName(SlotState state) {
   switch (state) {
     case SlotState::kEmpty:

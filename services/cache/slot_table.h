@@ -40,34 +40,11 @@
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/exchange/expert_exchange.h"
 
 namespace moe::cache {
 
-// Identity of one routed expert: MoE-layer index (0-based, counting MoE
-// layers only) and expert index within that layer.
-struct ExpertKey {
-  int32_t layer = 0;
-  int32_t expert = 0;
-
-  friend bool operator==(const ExpertKey& a, const ExpertKey& b) {
-    return a.layer == b.layer && a.expert == b.expert;
-  }
-  friend bool operator!=(const ExpertKey& a, const ExpertKey& b) {
-    return !(a == b);
-  }
-  // Orders by (layer, expert), for deterministic iteration.
-  friend bool operator<(const ExpertKey& a, const ExpertKey& b) {
-    return a.layer != b.layer ? a.layer < b.layer : a.expert < b.expert;
-  }
-  template <typename H>
-  friend H AbslHashValue(H h, const ExpertKey& k) {
-    return H::combine(std::move(h), k.layer, k.expert);
-  }
-
-  // "L3/E17".
-  std::string ToString() const;
-};
-
+// Keys, slot ids and leases are the exchange types (expert_exchange.h).
 // For std:: containers; absl containers use AbslHashValue directly.
 struct ExpertKeyHash {
   size_t operator()(const ExpertKey& k) const {
@@ -75,9 +52,9 @@ struct ExpertKeyHash {
   }
 };
 
-using SlotId = int32_t;
 
-// Identifies a lease holder (a worker session). Any value is valid.
+// Identifies a lease holder: a session (RequestOwner::session). Any value
+// is valid.
 using OwnerId = uint64_t;
 
 enum class SlotState : uint8_t { kEmpty = 0, kLoading = 1, kReady = 2 };

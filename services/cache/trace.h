@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/exchange/expert_exchange.h"
 
 namespace moe::trace {
 
@@ -70,13 +71,6 @@ struct TraceRequest {
 struct Trace {
   TraceHeader header;
   std::vector<TraceRequest> requests;
-};
-
-// An expert demanded at one layer with the tokens of the iteration routed to
-// it (one entry of the iteration's expert activation matrix).
-struct ExpertDemand {
-  int32_t expert = 0;
-  int32_t tokens = 1;
 };
 
 // What a worker asks for in one forward pass: every prefill token together,

@@ -5,12 +5,14 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 
 namespace moe::channel {
 namespace {
@@ -283,6 +285,59 @@ absl::Status ChannelClient::Call(RequestMsg& req, ResponseMsg* reply,
                         reply->error);
   }
   return absl::OkStatus();
+}
+
+void ToWire(absl::Span<const ExpertDemand> items, DemandWire* out) {
+  MOE_CHECK(items.size() <= kMaxItems) << items.size() << " demands for one message";
+  for (size_t i = 0; i < items.size(); ++i) out[i] = {items[i].expert, items[i].tokens};
+}
+
+void ToWire(absl::Span<const ExpertHint> items, HintWire* out) {
+  MOE_CHECK(items.size() <= kMaxItems) << items.size() << " hints for one message";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out[i] = {items[i].layer, items[i].expert, items[i].probability, 0};
+  }
+}
+
+void ToWire(absl::Span<const SlotLease> items, LeaseWire* out) {
+  MOE_CHECK(items.size() <= kMaxItems) << items.size() << " leases for one message";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out[i] = {items[i].key.expert, static_cast<uint32_t>(items[i].slot), items[i].generation,
+              items[i].key.layer, 0};
+  }
+}
+
+void FromWire(const DemandWire* items, uint32_t count, ExpertDemand* out) {
+  for (uint32_t i = 0; i < count; ++i) out[i] = {items[i].expert, items[i].tokens};
+}
+
+void FromWire(const HintWire* items, uint32_t count, ExpertHint* out) {
+  for (uint32_t i = 0; i < count; ++i) {
+    out[i] = {items[i].layer, items[i].expert, items[i].probability, HintSource::kHint};
+  }
+}
+
+void FromWire(const LeaseWire* items, uint32_t count, SlotLease* out) {
+  for (uint32_t i = 0; i < count; ++i) {
+    out[i].key = {items[i].layer, items[i].expert};
+    out[i].slot = items[i].slot > 0x7fffffffu ? -1 : static_cast<SlotId>(items[i].slot);
+    out[i].generation = items[i].generation;
+  }
+}
+
+void ToWire(const AcquireUsage& usage, ResponseMsg* out) {
+  out->hits = usage.hits;
+  out->misses = usage.misses;
+  out->stall_ns = static_cast<uint64_t>(std::max<int64_t>(0, usage.stall_ns));
+}
+
+AcquireUsage UsageFromWire(const ResponseMsg& msg) {
+  AcquireUsage u;
+  u.hits = msg.hits;
+  u.misses = msg.misses;
+  u.stall_ns = msg.stall_ns > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX
+                                                                : static_cast<int64_t>(msg.stall_ns);
+  return u;
 }
 
 }  // namespace moe::channel

@@ -22,11 +22,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "services/exchange/expert_exchange.h"
 
 namespace moe::channel {
 
 inline constexpr uint32_t kChannelMagic = 0x43454f4d;  // "MOEC"
-inline constexpr uint32_t kChannelVersion = 1;
+inline constexpr uint32_t kChannelVersion = 2;  // 2: leases carry their layer
 inline constexpr uint32_t kRingSlots = 16;  // power of two
 inline constexpr uint32_t kMaxItems = 256;  // experts per message
 
@@ -41,6 +43,8 @@ enum class MsgType : uint32_t {
 
 inline constexpr uint32_t kFlagPrefill = 1u << 0;
 
+// Fixed-layout images of the exchange types (expert_exchange.h) as they lie
+// in the shared ring. Only the converters below translate between the two.
 struct DemandWire {
   int32_t expert;
   int32_t tokens;
@@ -50,6 +54,8 @@ struct LeaseWire {
   int32_t expert;
   uint32_t slot;
   uint64_t generation;
+  int32_t layer;
+  uint32_t reserved;
 };
 
 struct HintWire {
@@ -58,6 +64,7 @@ struct HintWire {
   float probability;
   uint32_t reserved;
 };
+static_assert(sizeof(DemandWire) == 8 && sizeof(LeaseWire) == 24 && sizeof(HintWire) == 16);
 
 struct RequestMsg {
   uint32_t type;  // MsgType
@@ -85,6 +92,18 @@ struct ResponseMsg {
   char error[160];  // NUL-terminated message when status_code != 0
   LeaseWire leases[kMaxItems];
 };
+
+// The one converter between the exchange types and the ring. ToWire
+// REQUIRES items.size() <= kMaxItems. FromWire does not validate (the
+// daemon's SessionManager does); a slot id beyond int32 becomes -1.
+void ToWire(absl::Span<const ExpertDemand> items, DemandWire* out);
+void ToWire(absl::Span<const ExpertHint> items, HintWire* out);
+void ToWire(absl::Span<const SlotLease> items, LeaseWire* out);
+void FromWire(const DemandWire* items, uint32_t count, ExpertDemand* out);
+void FromWire(const HintWire* items, uint32_t count, ExpertHint* out);
+void FromWire(const LeaseWire* items, uint32_t count, SlotLease* out);
+void ToWire(const AcquireUsage& usage, ResponseMsg* out);
+AcquireUsage UsageFromWire(const ResponseMsg& msg);
 
 // Bytes of shared memory one channel needs.
 size_t ChannelBytes();

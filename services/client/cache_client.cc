@@ -9,7 +9,6 @@
 #include <cstring>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
@@ -17,6 +16,7 @@
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "services/cache/shm_region.h"
 #include "services/channel/shm_channel.h"
+#include "services/exchange/exchange_proto.h"
 #include "services/moe_cached/pid_watch.h"
 #include "services/moe_cached/cuda_ipc_mapping.h"
 #include "services/moe_cached/fd_broker.h"
@@ -84,6 +84,7 @@ struct CacheClient::Impl {
   std::unique_ptr<channel::RequestMsg> req ABSL_GUARDED_BY(mu);
   std::unique_ptr<channel::ResponseMsg> reply ABSL_GUARDED_BY(mu);
   bool detached ABSL_GUARDED_BY(mu) = false;
+  uint64_t request ABSL_GUARDED_BY(mu) = 0;  // the current request (0: default)
 
   bool UseShm(Transport t) const {
     if (t == Transport::kGrpc) return false;
@@ -101,24 +102,94 @@ struct CacheClient::Impl {
     return absl::OkStatus();
   }
 
-  // REQUIRES: hints checked (CheckHints), at most kMaxItems, not empty.
+  // Fills the header of the next shm message.
+  void StartMessageLocked(channel::MsgType type, uint32_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    req->type = static_cast<uint32_t>(type);
+    req->count = count;
+    req->flags = 0;
+    req->request_id = request;
+  }
+
+  // REQUIRES: hints checked (ValidateHints), at most kMaxItems, not empty.
   absl::Status PostHintsLocked(absl::Span<const ExpertHint> hints)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    req->type = static_cast<uint32_t>(channel::MsgType::kHints);
-    req->count = static_cast<uint32_t>(hints.size());
-    for (size_t i = 0; i < hints.size(); ++i) {
-      req->hints[i] = {hints[i].layer, hints[i].expert, hints[i].probability, 0};
-    }
+    StartMessageLocked(channel::MsgType::kHints, static_cast<uint32_t>(hints.size()));
+    channel::ToWire(hints, req->hints);
     return channel->Post(*req, options.timeout);
   }
 
-  absl::Status ShmCall(channel::MsgType type, uint64_t request_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    req->type = static_cast<uint32_t>(type);
-    req->count = 0;
-    req->flags = 0;
-    req->request_id = request_id;
-    return channel->Call(*req, reply.get(), options.timeout, [this] { return PeerAlive(); });
+  // The attach call; fills `aresp`.
+  absl::Status Attach(moe::v1::AttachResponse* aresp) {
+    moe::v1::AttachRequest areq;
+    areq.set_model(options.model);
+    areq.set_worker_id(options.worker_id);
+    areq.set_pid(::getpid());
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    ctx.set_wait_for_ready(false);
+    RETURN_IF_ERROR(rpc::FromGrpcStatus(stub->Attach(&ctx, areq, aresp)));
+    session_id = aresp->session_id();
+    return absl::OkStatus();
+  }
+
+  // Maps the model's arena as Attach described it; `fds` receives the
+  // [arena, channel] descriptors when the daemon passes them.
+  absl::Status MapArena(const moe::v1::AttachResponse& aresp, std::vector<UniqueFd>* fds) {
+    if (aresp.arena_kind() == moe::v1::ARENA_KIND_CUDA_IPC) {
+      if (options.cuda == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "moe-cached keeps model '", options.model, "' in CUDA device memory (device ",
+            aresp.cuda_device(), "); this client has no CUDA backend: run the worker with "
+            "--backend cuda, or moe-cached with --device cpu"));
+      }
+      ASSIGN_OR_RETURN(cuda_arena, CudaArenaMapping::Open(options.cuda, aresp.cuda_ipc_handle(),
+                                                          aresp.arena_bytes()));
+      return absl::OkStatus();
+    }
+    if (aresp.arena_kind() != moe::v1::ARENA_KIND_HOST_SHM) {
+      return absl::UnimplementedError(
+          absl::StrCat("unknown arena kind ", static_cast<int>(aresp.arena_kind())));
+    }
+    if (options.cuda != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "moe-cached keeps model '", options.model, "' in host memory but this client "
+          "computes on a CUDA device: start moe-cached with --device cuda, or the worker with "
+          "--backend cpu"));
+    }
+    if (aresp.fd_socket().empty()) {
+      ASSIGN_OR_RETURN(arena,
+                       cache::ShmRegion::OpenReadOnlyByName(aresp.shm_name(), aresp.arena_bytes()));
+      return absl::OkStatus();
+    }
+    absl::StatusOr<std::vector<UniqueFd>> got = FetchFds(aresp.fd_socket(), aresp.fd_token());
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat("attach: collecting the arena: ", got.status().message()));
+    }
+    if (got->size() != 2) {
+      return absl::InternalError(
+          absl::StrCat("attach: daemon passed ", got->size(), " descriptors, expected 2"));
+    }
+    *fds = std::move(*got);
+    ASSIGN_OR_RETURN(arena, cache::ShmRegion::OpenReadOnly((*fds)[0].get(), aresp.arena_bytes()));
+    return absl::OkStatus();
+  }
+
+  // Opens the shared-memory channel; without it calls go over gRPC.
+  void OpenChannel(const moe::v1::AttachResponse& aresp, const std::vector<UniqueFd>& fds) {
+    if (!options.use_shm || (aresp.channel_name().empty() && fds.empty())) return;
+    absl::StatusOr<std::unique_ptr<ChannelMapping>> ch =
+        fds.empty() ? ChannelMapping::Open(aresp.channel_name())
+                    : ChannelMapping::FromFd(fds[1].get(), "(memfd)");
+    if (!ch.ok()) {
+      MOE_LOG(WARNING) << "cache client: shared-memory channel unavailable, using gRPC: "
+                       << ch.status();
+      return;
+    }
+    channel_mem = std::move(*ch);
+    absl::MutexLock lock(&mu);
+    channel = std::make_unique<channel::ChannelClient>(channel_mem->mem());
   }
 };
 
@@ -141,54 +212,14 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
   impl->stub = moe::v1::ExpertCache::NewStub(std::move(channel));
   impl->req = std::make_unique<channel::RequestMsg>();
   impl->reply = std::make_unique<channel::ResponseMsg>();
-
-  moe::v1::AttachRequest areq;
-  areq.set_model(options.model);
-  areq.set_worker_id(options.worker_id);
-  areq.set_pid(::getpid());
   moe::v1::AttachResponse aresp;
-  grpc::ClientContext ctx;
-  impl->SetDeadline(&ctx);
-  ctx.set_wait_for_ready(false);
-  RETURN_IF_ERROR(rpc::FromGrpcStatus(impl->stub->Attach(&ctx, areq, &aresp)));
-  impl->session_id = aresp.session_id();
+  RETURN_IF_ERROR(impl->Attach(&aresp));
 
+  // From here on the destructor detaches.
   std::unique_ptr<CacheClient> client(new CacheClient(std::move(impl)));
   Impl& im = *client->impl_;
-  std::vector<UniqueFd> fds;  // [arena, channel] when the daemon passes descriptors
-  if (aresp.arena_kind() == moe::v1::ARENA_KIND_CUDA_IPC) {
-    if (options.cuda == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "moe-cached keeps model '", options.model, "' in CUDA device memory (device ",
-          aresp.cuda_device(), "); this client has no CUDA backend: run the worker with "
-          "--backend cuda, or moe-cached with --device cpu"));
-    }
-    ASSIGN_OR_RETURN(im.cuda_arena, CudaArenaMapping::Open(options.cuda, aresp.cuda_ipc_handle(),
-                                                           aresp.arena_bytes()));
-  } else if (aresp.arena_kind() != moe::v1::ARENA_KIND_HOST_SHM) {
-    return absl::UnimplementedError(
-        absl::StrCat("unknown arena kind ", static_cast<int>(aresp.arena_kind())));
-  } else if (options.cuda != nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "moe-cached keeps model '", options.model, "' in host memory but this client computes "
-        "on a CUDA device: start moe-cached with --device cuda, or the worker with "
-        "--backend cpu"));
-  } else if (!aresp.fd_socket().empty()) {
-    absl::StatusOr<std::vector<UniqueFd>> got = FetchFds(aresp.fd_socket(), aresp.fd_token());
-    if (!got.ok()) {
-      return absl::Status(got.status().code(),
-                          absl::StrCat("attach: collecting the arena: ", got.status().message()));
-    }
-    if (got->size() != 2) {
-      return absl::InternalError(
-          absl::StrCat("attach: daemon passed ", got->size(), " descriptors, expected 2"));
-    }
-    fds = std::move(*got);
-    ASSIGN_OR_RETURN(im.arena, cache::ShmRegion::OpenReadOnly(fds[0].get(), aresp.arena_bytes()));
-  } else {
-    ASSIGN_OR_RETURN(im.arena,
-                     cache::ShmRegion::OpenReadOnlyByName(aresp.shm_name(), aresp.arena_bytes()));
-  }
+  std::vector<UniqueFd> fds;
+  RETURN_IF_ERROR(im.MapArena(aresp, &fds));
   if (aresp.slot_bytes() == 0 ||
       aresp.arena_bytes() < uint64_t{aresp.slot_bytes()} * aresp.slot_count()) {
     return absl::InternalError("daemon reported an arena smaller than its slots");
@@ -206,46 +237,28 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
   }
   absl::StatusOr<PidWatch> watch = PidWatch::Open(aresp.daemon_pid());
   if (watch.ok()) im.daemon = std::move(*watch);
-  if (options.use_shm && (!aresp.channel_name().empty() || !fds.empty())) {
-    absl::StatusOr<std::unique_ptr<ChannelMapping>> ch =
-        fds.empty() ? ChannelMapping::Open(aresp.channel_name())
-                    : ChannelMapping::FromFd(fds[1].get(), "(memfd)");
-    if (ch.ok()) {
-      im.channel_mem = std::move(*ch);
-      absl::MutexLock lock(&im.mu);
-      im.channel = std::make_unique<channel::ChannelClient>(im.channel_mem->mem());
-    } else {
-      MOE_LOG(WARNING) << "cache client: shared-memory channel unavailable, using gRPC: "
-                       << ch.status();
-    }
-  }
+  im.OpenChannel(aresp, fds);
   return client;
 }
 
 bool CacheClient::shm_enabled() const { return impl_->channel_mem != nullptr; }
 
-const uint8_t* CacheClient::SlotData(uint32_t slot) const {
-  MOE_CHECK(slot < slot_count_) << "slot " << slot << " out of range";
+const uint8_t* CacheClient::SlotData(SlotId slot) const {
+  MOE_CHECK(slot >= 0 && static_cast<uint32_t>(slot) < slot_count_)
+      << "slot " << slot << " out of range";
   const uint8_t* base = impl_->cuda_arena != nullptr
                             ? static_cast<const uint8_t*>(impl_->cuda_arena->device_ptr())
                             : impl_->arena.data();
-  return base + uint64_t{slot} * slot_bytes_;
+  return base + uint64_t(slot) * slot_bytes_;
 }
 
 absl::Status CacheClient::CheckHints(absl::Span<const ExpertHint> hints) const {
-  // Hints over shm are posted without a reply, so check them here to report
-  // errors as gRPC does.
+  // Over shm hints are posted without a reply, so they are checked here, by
+  // the daemon's own rule, to report errors as gRPC does.
   if (hints.size() > channel::kMaxItems) {
     return absl::InvalidArgumentError("too many hints for one message");
   }
-  for (const ExpertHint& h : hints) {
-    if (h.layer < 0 || h.layer >= num_layers_ || h.expert < 0 || h.expert >= num_experts_ ||
-        !(h.probability >= 0 && h.probability <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("hint for L", h.layer, "/E", h.expert, " out of range"));
-    }
-  }
-  return absl::OkStatus();
+  return ValidateHints(ExchangeShape{num_layers_, num_experts_}, hints);
 }
 
 absl::Status CacheClient::Hint(absl::Span<const ExpertHint> hints) {
@@ -261,18 +274,11 @@ absl::Status CacheClient::Hint(absl::Span<const ExpertHint> hints) {
 }
 
 absl::StatusOr<AcquireReply> CacheClient::Acquire(int layer,
-                                                  absl::Span<const ExpertRequest> experts,
+                                                  absl::Span<const ExpertDemand> experts,
                                                   bool prefill, absl::Span<const ExpertHint> hints,
                                                   Transport transport) {
   Impl& im = *impl_;
   AcquireReply out;
-  auto add_lease = [&](int32_t expert, uint32_t slot, uint64_t generation) -> absl::Status {
-    if (slot >= slot_count_) {
-      return absl::InternalError(absl::StrCat("daemon leased slot ", slot, " of ", slot_count_));
-    }
-    out.leases.push_back({expert, slot, generation, SlotData(slot)});
-    return absl::OkStatus();
-  };
   if (im.UseShm(transport)) {
     if (experts.size() > channel::kMaxItems) {
       return absl::InvalidArgumentError("too many experts for one message");
@@ -281,104 +287,104 @@ absl::StatusOr<AcquireReply> CacheClient::Acquire(int layer,
     absl::MutexLock lock(&im.mu);
     if (im.detached) return absl::FailedPreconditionError("client detached");
     if (!hints.empty()) RETURN_IF_ERROR(im.PostHintsLocked(hints));
-    im.req->type = static_cast<uint32_t>(channel::MsgType::kAcquire);
+    im.StartMessageLocked(channel::MsgType::kAcquire, static_cast<uint32_t>(experts.size()));
     im.req->layer = layer;
     im.req->flags = prefill ? channel::kFlagPrefill : 0;
-    im.req->count = static_cast<uint32_t>(experts.size());
-    for (size_t i = 0; i < experts.size(); ++i) {
-      im.req->demands[i] = {experts[i].expert, experts[i].tokens};
-    }
+    channel::ToWire(experts, im.req->demands);
     RETURN_IF_ERROR(im.channel->Call(*im.req, im.reply.get(), im.options.timeout,
                                      [&im] { return im.PeerAlive(); }));
-    out.leases.reserve(im.reply->count);
-    for (uint32_t i = 0; i < im.reply->count; ++i) {
-      const channel::LeaseWire& l = im.reply->leases[i];
-      RETURN_IF_ERROR(add_lease(l.expert, l.slot, l.generation));
+    out.leases.resize(im.reply->count);
+    channel::FromWire(im.reply->leases, im.reply->count, out.leases.data());
+    out.usage = channel::UsageFromWire(*im.reply);
+  } else {
+    moe::v1::AcquireRequest req;
+    req.set_session_id(im.session_id);
+    req.set_layer(layer);
+    req.set_prefill(prefill);
+    ToProtoList(experts, req.mutable_experts());
+    ToProtoList(hints, req.mutable_hints());
+    {
+      absl::MutexLock lock(&im.mu);
+      req.set_request(im.request);
     }
-    out.hits = im.reply->hits;
-    out.misses = im.reply->misses;
-    out.stall_seconds = static_cast<double>(im.reply->stall_ns) * 1e-9;
-    return out;
+    moe::v1::AcquireResponse resp;
+    grpc::ClientContext ctx;
+    im.SetDeadline(&ctx);
+    RETURN_IF_ERROR(rpc::FromGrpcStatus(im.stub->Acquire(&ctx, req, &resp)));
+    out.leases = FromProtoList<SlotLease>(resp.leases());
+    out.usage = UsageFromProto(resp);
   }
-  moe::v1::AcquireRequest req;
-  req.set_session_id(im.session_id);
-  req.set_layer(layer);
-  req.set_prefill(prefill);
-  for (const ExpertRequest& e : experts) {
-    auto* d = req.add_experts();
-    d->set_expert(e.expert);
-    d->set_tokens(e.tokens);
+  for (const SlotLease& l : out.leases) {
+    if (l.slot < 0 || static_cast<uint32_t>(l.slot) >= slot_count_) {
+      return absl::InternalError(absl::StrCat("daemon leased slot ", l.slot, " of ", slot_count_));
+    }
   }
-  for (const ExpertHint& h : hints) {
-    auto* o = req.add_hints();
-    o->set_layer(h.layer);
-    o->set_expert(h.expert);
-    o->set_probability(h.probability);
-  }
-  moe::v1::AcquireResponse resp;
-  grpc::ClientContext ctx;
-  im.SetDeadline(&ctx);
-  RETURN_IF_ERROR(rpc::FromGrpcStatus(im.stub->Acquire(&ctx, req, &resp)));
-  for (const auto& l : resp.leases()) RETURN_IF_ERROR(add_lease(l.expert(), l.slot(), l.generation()));
-  out.hits = resp.hits();
-  out.misses = resp.misses();
-  out.stall_seconds = resp.stall_seconds();
   return out;
 }
 
-absl::Status CacheClient::Release(absl::Span<const ExpertLease> leases, Transport transport) {
+absl::Status CacheClient::Release(absl::Span<const SlotLease> leases, Transport transport) {
   Impl& im = *impl_;
   if (leases.empty()) return absl::OkStatus();
   if (im.UseShm(transport) && leases.size() <= channel::kMaxItems) {
     absl::MutexLock lock(&im.mu);
     if (im.detached) return absl::FailedPreconditionError("client detached");
-    im.req->type = static_cast<uint32_t>(channel::MsgType::kRelease);
-    im.req->count = static_cast<uint32_t>(leases.size());
-    for (size_t i = 0; i < leases.size(); ++i) {
-      im.req->leases[i] = {leases[i].expert, leases[i].slot, leases[i].generation};
-    }
+    im.StartMessageLocked(channel::MsgType::kRelease, static_cast<uint32_t>(leases.size()));
+    channel::ToWire(leases, im.req->leases);
     return im.channel->Post(*im.req, im.options.timeout);
   }
   moe::v1::ReleaseRequest req;
   req.set_session_id(im.session_id);
-  for (const ExpertLease& l : leases) {
-    auto* o = req.add_leases();
-    o->set_expert(l.expert);
-    o->set_slot(l.slot);
-    o->set_generation(l.generation);
-  }
+  ToProtoList(leases, req.mutable_leases());
   moe::v1::ReleaseResponse resp;
   grpc::ClientContext ctx;
   im.SetDeadline(&ctx);
   return rpc::FromGrpcStatus(im.stub->Release(&ctx, req, &resp));
 }
 
-absl::Status CacheClient::BeginRequest(const std::string& request_id, Transport transport) {
+absl::Status CacheClient::BeginRequest(uint64_t request, Transport transport) {
+  if (request == 0) return absl::InvalidArgumentError("request id 0 is the session's default");
   Impl& im = *impl_;
+  absl::Status s;
   if (im.UseShm(transport)) {
     absl::MutexLock lock(&im.mu);
     if (im.detached) return absl::FailedPreconditionError("client detached");
-    return im.ShmCall(channel::MsgType::kBeginRequest, absl::Hash<std::string>()(request_id));
+    im.StartMessageLocked(channel::MsgType::kBeginRequest, 0);
+    im.req->request_id = request;
+    s = im.channel->Call(*im.req, im.reply.get(), im.options.timeout,
+                         [&im] { return im.PeerAlive(); });
+  } else {
+    moe::v1::BeginRequestRequest req;
+    req.set_session_id(im.session_id);
+    req.set_request(request);
+    moe::v1::BeginRequestResponse resp;
+    grpc::ClientContext ctx;
+    im.SetDeadline(&ctx);
+    s = rpc::FromGrpcStatus(im.stub->BeginRequest(&ctx, req, &resp));
   }
-  moe::v1::BeginRequestRequest req;
-  req.set_session_id(im.session_id);
-  req.set_request_id(request_id);
-  moe::v1::BeginRequestResponse resp;
-  grpc::ClientContext ctx;
-  im.SetDeadline(&ctx);
-  return rpc::FromGrpcStatus(im.stub->BeginRequest(&ctx, req, &resp));
+  if (s.ok()) {
+    absl::MutexLock lock(&im.mu);
+    im.request = request;
+  }
+  return s;
 }
 
-absl::Status CacheClient::EndRequest(const std::string& request_id, Transport transport) {
+absl::Status CacheClient::EndRequest(uint64_t request, Transport transport) {
   Impl& im = *impl_;
+  {
+    absl::MutexLock lock(&im.mu);
+    if (im.request == request) im.request = 0;
+  }
   if (im.UseShm(transport)) {
     absl::MutexLock lock(&im.mu);
     if (im.detached) return absl::FailedPreconditionError("client detached");
-    return im.ShmCall(channel::MsgType::kEndRequest, absl::Hash<std::string>()(request_id));
+    im.StartMessageLocked(channel::MsgType::kEndRequest, 0);
+    im.req->request_id = request;
+    return im.channel->Call(*im.req, im.reply.get(), im.options.timeout,
+                            [&im] { return im.PeerAlive(); });
   }
   moe::v1::EndRequestRequest req;
   req.set_session_id(im.session_id);
-  req.set_request_id(request_id);
+  req.set_request(request);
   moe::v1::EndRequestResponse resp;
   grpc::ClientContext ctx;
   im.SetDeadline(&ctx);

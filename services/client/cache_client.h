@@ -5,11 +5,12 @@
 //   o.model = "mixtral";
 //   o.worker_id = "worker-0";
 //   ASSIGN_OR_RETURN(auto client, CacheClient::Connect(o));
-//   client->BeginRequest("req-1");
+//   client->BeginRequest(1);
 //   ASSIGN_OR_RETURN(AcquireReply r, client->Acquire(layer, {{3, 5}, {7, 1}}, false));
-//   for (const ExpertLease& l : r.leases) ... read l.data (client->layout()) ...
+//   for (const SlotLease& l : r.leases) ... read client->SlotData(l.slot)
+//                                            (tensors at client->layout()) ...
 //   client->Release(r.leases);
-//   client->EndRequest("req-1");
+//   client->EndRequest(1);
 //
 // Connect attaches over gRPC, maps the model's arena read-only (CPU arena:
 // a shared-memory region named by Attach) and opens the worker's
@@ -17,19 +18,30 @@
 // that channel (a few microseconds per round trip); with use_shm = false, or
 // per call with Transport::kGrpc, they go over gRPC instead.
 //
+// Demands, hints, leases and usage are the exchange types
+// (services/exchange/expert_exchange.h); the daemon validates them.
+//
+// Requests: BeginRequest(id) makes `id` the client's current request; every
+// Acquire and Hint until EndRequest(id) is for it (the daemon keeps the
+// request's cache state under (session, id)). Without a begun request, calls
+// are for the session's default request 0.
+//
 // Contract:
 //  - An acquire returns only when every demanded expert's copy is complete
 //    (design invariant 2); each lease pins its slot until Release
 //    (invariant 1). Read slot bytes only between Acquire and Release.
-//  - `ExpertLease::data` points at the slot in the read-only mapping; the
+//  - SlotData(lease.slot) points at the slot in the read-only mapping; the
 //    expert's tensors lie at layout()[i].offset within it.
+//  - AcquireReply::usage is that acquire's own hits, misses and stall, exact
+//    whatever other workers do at the same time.
 //  - The daemon's death is noticed while waiting (pidfd on the daemon's pid,
 //    and the channel's closed flag on an orderly shutdown): calls fail with
 //    UNAVAILABLE, never hang. After that the client is unusable; connect
 //    again.
 //  - Errors from the daemon come back with their codes (INVALID_ARGUMENT for
 //    bad layers/experts/duplicates, RESOURCE_EXHAUSTED when every slot is
-//    leased, NOT_FOUND for an unknown model, ...).
+//    leased or too many requests are live, NOT_FOUND for an unknown model,
+//    FAILED_PRECONDITION for a request that was not begun, ...).
 //  - The destructor detaches (best effort); the daemon also reclaims the
 //    leases of a worker process that dies without detaching.
 //
@@ -50,6 +62,7 @@
 #include "common/dtype.h"
 #include "moe/v1/expert_cache.pb.h"
 #include "kernels/cuda/module_abi.h"
+#include "services/exchange/expert_exchange.h"
 #include "services/rpc/security.h"
 
 namespace moe::client {
@@ -69,19 +82,6 @@ struct CacheClientOptions {
 
 enum class Transport { kDefault, kShm, kGrpc };
 
-// An expert demanded at one layer, with the tokens routed to it (iEAM entry).
-struct ExpertRequest {
-  int32_t expert = 0;
-  int32_t tokens = 1;
-};
-
-// A prediction that `expert` of `layer` will be needed soon.
-struct ExpertHint {
-  int32_t layer = 0;
-  int32_t expert = 0;
-  float probability = 1;
-};
-
 // Where one tensor of an expert lies inside a slot.
 struct SlotTensor {
   std::string role;  // "gate", "up", "down"
@@ -91,18 +91,9 @@ struct SlotTensor {
   uint64_t nbytes = 0;
 };
 
-struct ExpertLease {
-  int32_t expert = 0;
-  uint32_t slot = 0;
-  uint64_t generation = 0;
-  const uint8_t* data = nullptr;  // slot start, read-only, slot_bytes() long
-};
-
 struct AcquireReply {
-  std::vector<ExpertLease> leases;  // in demand order
-  int hits = 0;
-  int misses = 0;
-  double stall_seconds = 0;
+  std::vector<SlotLease> leases;  // in demand order
+  AcquireUsage usage;
 };
 
 class CacheClient {
@@ -112,7 +103,7 @@ class CacheClient {
   CacheClient(const CacheClient&) = delete;
   CacheClient& operator=(const CacheClient&) = delete;
 
-  absl::StatusOr<AcquireReply> Acquire(int layer, absl::Span<const ExpertRequest> experts,
+  absl::StatusOr<AcquireReply> Acquire(int layer, absl::Span<const ExpertDemand> experts,
                                        bool prefill, absl::Span<const ExpertHint> hints = {},
                                        Transport transport = Transport::kDefault);
   // Prefetch hints on their own, as soon as the worker has them (pre-gating
@@ -122,12 +113,11 @@ class CacheClient {
   absl::Status Hint(absl::Span<const ExpertHint> hints);
   // Over shm a release is posted without waiting for an answer; the daemon
   // logs bad leases. Over gRPC errors come back.
-  absl::Status Release(absl::Span<const ExpertLease> leases,
+  absl::Status Release(absl::Span<const SlotLease> leases,
                        Transport transport = Transport::kDefault);
-  absl::Status BeginRequest(const std::string& request_id,
-                            Transport transport = Transport::kDefault);
-  absl::Status EndRequest(const std::string& request_id,
-                          Transport transport = Transport::kDefault);
+  // `request` != 0 (0 is the session's default request).
+  absl::Status BeginRequest(uint64_t request, Transport transport = Transport::kDefault);
+  absl::Status EndRequest(uint64_t request, Transport transport = Transport::kDefault);
   // Leaves the session (its leases are dropped). Later calls fail.
   absl::Status Detach();
   // Statistics of `model` (empty: all models of the daemon).
@@ -141,9 +131,9 @@ class CacheClient {
   uint32_t slot_count() const { return slot_count_; }
   const std::vector<SlotTensor>& layout() const { return layout_; }
   bool shm_enabled() const;
-  // REQUIRES: slot < slot_count(). A device pointer when options.cuda was
-  // set (the CUDA arena), else host memory mapped read-only.
-  const uint8_t* SlotData(uint32_t slot) const;
+  // REQUIRES: 0 <= slot < slot_count(). A device pointer when options.cuda
+  // was set (the CUDA arena), else host memory mapped read-only.
+  const uint8_t* SlotData(SlotId slot) const;
 
  private:
   struct Impl;

@@ -2,7 +2,8 @@
 // router, the engine asks for the experts this iteration needs (with the
 // number of tokens routed to each: one row of the iteration's expert
 // activation matrix) and gets views of their weights in backend memory, valid
-// until it releases them.
+// until it releases them. Demands and hints are the exchange types
+// (services/exchange/expert_exchange.h).
 //
 // Implementations: InMemoryExpertProvider (all experts already in backend
 // memory: `moectl run`, tests) and the daemon-backed provider of moe-worker
@@ -17,13 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/dtype.h"
+#include "services/exchange/expert_exchange.h"
 
 namespace moe {
-
-struct ExpertDemand {
-  int32_t expert = 0;
-  int32_t tokens = 0;  // tokens of this iteration routed to the expert
-};
 
 // One expert's SwiGLU weights in backend memory.
 struct ExpertView {
@@ -34,23 +31,14 @@ struct ExpertView {
   DType dtype = DType::kBF16;
 };
 
-struct ExpertLease {
+// What an Acquire hands the engine: views of one layer's demanded experts,
+// valid until Release, what the acquire cost, and the provider's slot leases
+// (empty when the experts are always in memory).
+struct AcquiredExperts {
   int32_t moe_layer = -1;
   std::vector<ExpertView> views;  // one per demand, in demand order
-  // Outcome of this acquire, as the provider saw it.
-  int32_t hits = 0;
-  int32_t misses = 0;
-  double stall_seconds = 0.0;
-  // Provider-private bookkeeping (e.g. slot leases).
-  std::vector<uint64_t> handles;
-};
-
-// A speculative prediction (pre-gating): `expert` is likely needed at
-// `moe_layer` with `probability`.
-struct ExpertHint {
-  int32_t moe_layer = 0;
-  int32_t expert = 0;
-  float probability = 0.0f;
+  AcquireUsage usage;
+  std::vector<SlotLease> leases;  // one per view for a leasing provider
 };
 
 class ExpertProvider {
@@ -67,11 +55,11 @@ class ExpertProvider {
 
   // Blocks until every demanded expert is readable in backend memory.
   // REQUIRES: demands are distinct experts of `moe_layer`.
-  virtual absl::StatusOr<ExpertLease> Acquire(
+  virtual absl::StatusOr<AcquiredExperts> Acquire(
       int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) = 0;
 
-  // Ends the lease; the views must not be used afterwards.
-  virtual void Release(ExpertLease& lease) = 0;
+  // Ends the acquire's leases; the views must not be used afterwards.
+  virtual void Release(AcquiredExperts& acquired) = 0;
 
   // Optional prefetch hints; the default ignores them.
   virtual void Hint(absl::Span<const ExpertHint> hints) {}

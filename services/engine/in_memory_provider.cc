@@ -38,14 +38,14 @@ InMemoryExpertProvider::~InMemoryExpertProvider() {
   for (void* ptr : owned_) model_.backend().Free(ptr);
 }
 
-absl::StatusOr<ExpertLease> InMemoryExpertProvider::Acquire(
+absl::StatusOr<AcquiredExperts> InMemoryExpertProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
   const ModelConfig& c = model_.config();
   if (moe_layer < 0 || moe_layer >= c.num_moe_layers()) {
     return absl::InvalidArgumentError(
         absl::StrCat("MoE layer ", moe_layer, " out of range"));
   }
-  ExpertLease lease;
+  AcquiredExperts lease;
   lease.moe_layer = moe_layer;
   for (const ExpertDemand& d : demands) {
     if (d.expert < 0 || d.expert >= c.num_experts) {
@@ -54,12 +54,12 @@ absl::StatusOr<ExpertLease> InMemoryExpertProvider::Acquire(
     }
     lease.views.push_back(views_[moe_layer * c.num_experts + d.expert]);
   }
-  lease.hits = static_cast<int32_t>(demands.size());
+  lease.usage.hits = static_cast<int32_t>(demands.size());
   ++acquires_;
   return lease;
 }
 
-void InMemoryExpertProvider::Release(ExpertLease& lease) {
+void InMemoryExpertProvider::Release(AcquiredExperts& lease) {
   lease.views.clear();
 }
 

@@ -22,10 +22,10 @@ class InMemoryExpertProvider : public ExpertProvider {
       const MoeModel& model);
   ~InMemoryExpertProvider() override;
 
-  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+  absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override;
-  void Release(ExpertLease& lease) override;
+  void Release(AcquiredExperts& lease) override;
 
   int64_t acquires() const { return acquires_; }
 

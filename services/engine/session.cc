@@ -204,14 +204,14 @@ absl::Status Session::MoeBlock(const LayerWeights& w, int64_t t,
     }
   }
   auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(ExpertLease lease,
+  ASSIGN_OR_RETURN(AcquiredExperts lease,
                    experts_->Acquire(w.moe_index, demands, prefill));
   stats_.expert_wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  stats_.expert_hits += lease.hits;
-  stats_.expert_misses += lease.misses;
-  stats_.expert_stall_seconds += lease.stall_seconds;
+  stats_.expert_hits += lease.usage.hits;
+  stats_.expert_misses += lease.usage.misses;
+  stats_.expert_stall_seconds += lease.usage.stall_seconds();
   absl::Status status = be_.MemsetZero(Buf(kOut), 4 * t * hidden);
   for (size_t i = 0; status.ok() && i < demands.size(); ++i) {
     const int32_t x = demands[i].expert;
@@ -288,7 +288,7 @@ absl::Status Session::PregateHints(int target_layer, int64_t t) {
   RETURN_IF_ERROR(be_.CopyToHost(hw.data(), Buf(kTopW), 4 * k));
   std::vector<ExpertHint> hints;
   for (int64_t i = 0; i < k; ++i) {
-    hints.push_back({next.moe_index, hid[i], hw[i]});
+    hints.push_back({next.moe_index, hid[i], hw[i], HintSource::kHint});
   }
   experts_->Hint(hints);
   observer_.Hints(hints);

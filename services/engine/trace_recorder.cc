@@ -36,7 +36,7 @@ RoutingObserver RequestRecording::Observer() {
 
 void RequestRecording::ObserveHints(absl::Span<const ExpertHint> hints) {
   if (!error_.ok() || hints.empty()) return;
-  const int layer = hints[0].moe_layer;
+  const int layer = hints[0].layer;
   if (layer < next_layer_ || layer >= header_.num_layers) {
     error_ = absl::InternalError(absl::StrCat(
         "iteration ", iterations_, ": hints for MoE layer ", layer,
@@ -46,10 +46,10 @@ void RequestRecording::ObserveHints(absl::Span<const ExpertHint> hints) {
   }
   std::vector<int32_t>& pending = pending_hints_[layer];
   for (const ExpertHint& h : hints) {
-    if (h.moe_layer != layer || h.expert < 0 ||
+    if (h.layer != layer || h.expert < 0 ||
         h.expert >= header_.num_experts) {
       error_ = absl::InternalError(absl::StrCat(
-          "hint (MoE layer ", h.moe_layer, ", expert ", h.expert,
+          "hint (MoE layer ", h.layer, ", expert ", h.expert,
           ") among hints for layer ", layer, " of ", header_.num_experts,
           " experts"));
       return;

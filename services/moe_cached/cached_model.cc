@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   const ExpertStore* raw_store = store.get();
   ASSIGN_OR_RETURN(m->cache_,
                    cache::ExpertCache::Create(co, std::move(policy), m->engine_,
-                                              [raw_store](const cache::ExpertKey& k) {
+                                              [raw_store](const ExpertKey& k) {
                                                 return static_cast<const void*>(
                                                     raw_store->Block(k.layer, k.expert));
                                               }));

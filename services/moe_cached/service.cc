@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "services/exchange/exchange_proto.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::cached {
@@ -64,13 +65,13 @@ grpc::Status ExpertCacheService::Detach(grpc::ServerContext*, const moe::v1::Det
 grpc::Status ExpertCacheService::BeginRequest(grpc::ServerContext*,
                                               const moe::v1::BeginRequestRequest* req,
                                               moe::v1::BeginRequestResponse*) {
-  return ToGrpcStatus(sessions_->BeginRequest(req->session_id()));
+  return ToGrpcStatus(sessions_->BeginRequest(req->session_id(), req->request()));
 }
 
 grpc::Status ExpertCacheService::EndRequest(grpc::ServerContext*,
                                             const moe::v1::EndRequestRequest* req,
                                             moe::v1::EndRequestResponse*) {
-  return ToGrpcStatus(sessions_->EndRequest(req->session_id()));
+  return ToGrpcStatus(sessions_->EndRequest(req->session_id(), req->request()));
 }
 
 grpc::Status ExpertCacheService::Acquire(grpc::ServerContext*, const moe::v1::AcquireRequest* req,
@@ -78,24 +79,13 @@ grpc::Status ExpertCacheService::Acquire(grpc::ServerContext*, const moe::v1::Ac
   absl::Status len = CheckLength(req->experts_size(), "experts");
   if (len.ok()) len = CheckLength(req->hints_size(), "hints");
   if (!len.ok()) return ToGrpcStatus(len);
-  std::vector<cache::ExpertDemand> demands;
-  demands.reserve(req->experts_size());
-  for (const auto& d : req->experts()) demands.push_back({d.expert(), d.tokens()});
-  std::vector<cache::Hint> hints;
-  hints.reserve(req->hints_size());
-  for (const auto& h : req->hints()) hints.push_back({h.layer(), h.expert(), h.probability()});
-  absl::StatusOr<AcquireResult> r =
-      sessions_->Acquire(req->session_id(), req->layer(), demands, req->prefill(), hints);
+  const std::vector<ExpertDemand> demands = FromProtoList<ExpertDemand>(req->experts());
+  const std::vector<ExpertHint> hints = FromProtoList<ExpertHint>(req->hints());
+  absl::StatusOr<cache::AcquireResult> r = sessions_->Acquire(
+      req->session_id(), req->request(), req->layer(), demands, req->prefill(), hints);
   if (!r.ok()) return ToGrpcStatus(r.status());
-  for (const cache::Lease& l : r->leases) {
-    moe::v1::Lease* out = resp->add_leases();
-    out->set_expert(l.key.expert);
-    out->set_slot(static_cast<uint32_t>(l.slot));
-    out->set_generation(l.generation);
-  }
-  resp->set_hits(r->hits);
-  resp->set_misses(r->misses);
-  resp->set_stall_seconds(r->stall_seconds);
+  ToProtoList<SlotLease>(r->leases, resp->mutable_leases());
+  ToProto(r->usage, resp);
   return grpc::Status::OK;
 }
 
@@ -103,17 +93,9 @@ grpc::Status ExpertCacheService::Release(grpc::ServerContext*, const moe::v1::Re
                                          moe::v1::ReleaseResponse*) {
   absl::Status len = CheckLength(req->leases_size(), "leases");
   if (!len.ok()) return ToGrpcStatus(len);
-  std::vector<cache::Lease> leases;
-  leases.reserve(req->leases_size());
-  for (const auto& l : req->leases()) {
-    cache::Lease lease;
-    lease.key.expert = l.expert();
-    // Slot ids beyond int32 are invalid; SlotTable rejects negative ones.
-    lease.slot = l.slot() > 0x7fffffffu ? -1 : static_cast<cache::SlotId>(l.slot());
-    lease.generation = l.generation();
-    leases.push_back(lease);
-  }
-  return ToGrpcStatus(sessions_->Release(req->session_id(), leases));
+  // Slot ids beyond int32 become -1, which SlotTable refuses.
+  return ToGrpcStatus(
+      sessions_->Release(req->session_id(), FromProtoList<SlotLease>(req->leases())));
 }
 
 grpc::Status ExpertCacheService::GetStats(grpc::ServerContext*,

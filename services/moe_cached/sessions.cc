@@ -3,7 +3,6 @@
 #include <sys/random.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "absl/cleanup/cleanup.h"
@@ -27,11 +26,11 @@ struct SessionManager::Session {
   std::atomic<bool> stop{false};
   std::atomic<bool> ended{false};  // leases dropped; only Reap/Stop remain
   std::atomic<int64_t> leases{0};
+  absl::Mutex requests_mu;
+  absl::flat_hash_set<uint64_t> requests ABSL_GUARDED_BY(requests_mu);  // begun, not ended
 };
 
 namespace {
-
-constexpr int kMaxTokens = 1 << 24;
 
 uint64_t RandomId() {
   uint64_t id = 0;
@@ -55,49 +54,6 @@ std::string ClipName(absl::string_view name) {
   constexpr size_t kMax = 64;
   if (name.size() <= kMax) return std::string(name);
   return absl::StrCat(name.substr(0, kMax), "... (", name.size(), " bytes)");
-}
-
-absl::Status ValidateAcquire(int num_layers, int num_experts, int layer,
-                             absl::Span<const cache::ExpertDemand> demands) {
-  if (layer < 0 || layer >= num_layers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layer ", layer, " out of range [0, ", num_layers, ")"));
-  }
-  if (demands.empty() || demands.size() > static_cast<size_t>(num_experts)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an acquire names 1 to ", num_experts, " experts, got ", demands.size()));
-  }
-  absl::flat_hash_set<int32_t> seen;
-  for (const cache::ExpertDemand& d : demands) {
-    if (d.expert < 0 || d.expert >= num_experts) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("expert ", d.expert, " out of range [0, ", num_experts, ")"));
-    }
-    if (!seen.insert(d.expert).second) {
-      return absl::InvalidArgumentError(absl::StrCat("expert ", d.expert, " demanded twice"));
-    }
-    if (d.tokens < 1 || d.tokens > kMaxTokens) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("expert ", d.expert, ": token count ", d.tokens, " not in [1, 2^24]"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateHints(int num_layers, int num_experts, absl::Span<const cache::Hint> hints) {
-  if (hints.size() > static_cast<size_t>(kMaxWireItems)) {
-    return absl::InvalidArgumentError(absl::StrCat("too many hints (", hints.size(), ")"));
-  }
-  for (const cache::Hint& h : hints) {
-    if (h.layer < 0 || h.layer >= num_layers || h.expert < 0 || h.expert >= num_experts) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("hint for L", h.layer, "/E", h.expert, " out of range"));
-    }
-    if (!std::isfinite(h.probability) || h.probability < 0 || h.probability > 1) {
-      return absl::InvalidArgumentError("hint probability not in [0, 1]");
-    }
-  }
-  return absl::OkStatus();
 }
 
 SessionManager::SessionManager(std::vector<CachedModel*> models, int max_sessions)
@@ -205,62 +161,90 @@ absl::Status SessionManager::Detach(uint64_t session_id) {
   return absl::OkStatus();
 }
 
-absl::Status SessionManager::BeginRequest(uint64_t session_id) {
+namespace {
+
+ExchangeShape ShapeOf(const CachedModel& m) {
+  return ExchangeShape{m.store().num_layers(), m.store().num_experts()};
+}
+
+}  // namespace
+
+absl::StatusOr<RequestOwner> SessionManager::OwnerOf(Session& s, uint64_t request) {
+  if (request != 0) {
+    absl::MutexLock lock(&s.requests_mu);
+    if (!s.requests.contains(request)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("request ", request, " was not begun (BeginRequest) or has ended"));
+    }
+  }
+  return RequestOwner{s.id, request};
+}
+
+absl::Status SessionManager::BeginRequest(uint64_t session_id, uint64_t request) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
-  s->model->cache().BeginRequest(s->id);
+  if (request == 0) {
+    return absl::InvalidArgumentError("request id 0 is the session's default; begin another id");
+  }
+  {
+    absl::MutexLock lock(&s->requests_mu);
+    if (!s->requests.contains(request) &&
+        s->requests.size() >= static_cast<size_t>(kMaxRequestsPerSession)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("worker '", s->worker_id, "' has ", s->requests.size(),
+                       " requests begun and not ended (the limit); end one first"));
+    }
+    s->requests.insert(request);
+  }
+  s->model->cache().BeginRequest(RequestOwner{s->id, request});
   return absl::OkStatus();
 }
 
-absl::Status SessionManager::EndRequest(uint64_t session_id) {
+absl::Status SessionManager::EndRequest(uint64_t session_id, uint64_t request) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
-  s->model->cache().EndRequest(s->id);
+  if (request != 0) {
+    absl::MutexLock lock(&s->requests_mu);
+    if (s->requests.erase(request) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("request ", request, " was not begun or has ended"));
+    }
+  }
+  s->model->cache().EndRequest(RequestOwner{s->id, request});
   return absl::OkStatus();
 }
 
-absl::Status SessionManager::AddHints(uint64_t session_id, absl::Span<const cache::Hint> hints) {
+absl::Status SessionManager::AddHints(uint64_t session_id, uint64_t request,
+                                      absl::Span<const ExpertHint> hints) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
-  const ExpertStore& st = s->model->store();
-  RETURN_IF_ERROR(ValidateHints(st.num_layers(), st.num_experts(), hints));
-  s->model->cache().AddHints(s->id, hints);
+  RETURN_IF_ERROR(ValidateHints(ShapeOf(*s->model), hints));
+  ASSIGN_OR_RETURN(RequestOwner owner, OwnerOf(*s, request));
+  s->model->cache().AddHints(owner, hints);
   return absl::OkStatus();
 }
 
-absl::StatusOr<AcquireResult> SessionManager::Acquire(
-    uint64_t session_id, int layer, absl::Span<const cache::ExpertDemand> demands, bool prefill,
-    absl::Span<const cache::Hint> hints) {
+absl::StatusOr<cache::AcquireResult> SessionManager::Acquire(
+    uint64_t session_id, uint64_t request, int layer, absl::Span<const ExpertDemand> demands,
+    bool prefill, absl::Span<const ExpertHint> hints) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
   CachedModel& m = *s->model;
-  const ExpertStore& st = m.store();
-  RETURN_IF_ERROR(ValidateAcquire(st.num_layers(), st.num_experts(), layer, demands));
-  RETURN_IF_ERROR(ValidateHints(st.num_layers(), st.num_experts(), hints));
-  if (!hints.empty()) m.cache().AddHints(s->id, hints);
+  RETURN_IF_ERROR(ValidateDemands(ShapeOf(m), layer, demands));
+  RETURN_IF_ERROR(ValidateHints(ShapeOf(m), hints));
+  ASSIGN_OR_RETURN(RequestOwner owner, OwnerOf(*s, request));
+  if (!hints.empty()) m.cache().AddHints(owner, hints);
   const cache::Phase phase = prefill ? cache::Phase::kPrefill : cache::Phase::kDecode;
   const absl::Time start = absl::Now();
-  const cache::CachePhaseStats before = m.cache().GetStats(phase);
-  ASSIGN_OR_RETURN(std::vector<cache::Lease> leases,
-                   m.cache().Acquire(s->id, layer, demands, phase));
-  const cache::CachePhaseStats after = m.cache().GetStats(phase);
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  s->leases += static_cast<int64_t>(leases.size());
-  AcquireResult r;
-  r.leases = std::move(leases);
-  r.hits = static_cast<int>(after.hits - before.hits);
-  r.misses = static_cast<int>(after.misses - before.misses);
-  if (r.misses > 0) {
-    r.stall_seconds = seconds;
-    m.cache().ReportStall(static_cast<int64_t>(seconds * 1e9));
-  }
-  m.metrics().RecordAcquire(seconds, r.stall_seconds);
+  ASSIGN_OR_RETURN(cache::AcquireResult r, m.cache().Acquire(owner, layer, demands, phase));
+  s->leases += static_cast<int64_t>(r.leases.size());
+  m.metrics().RecordAcquire(absl::ToDoubleSeconds(absl::Now() - start), r.usage.stall_seconds());
   return r;
 }
 
-absl::Status SessionManager::Release(uint64_t session_id, absl::Span<const cache::Lease> leases) {
+absl::Status SessionManager::Release(uint64_t session_id, absl::Span<const SlotLease> leases) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
   if (leases.size() > static_cast<size_t>(kMaxWireItems)) {
     return absl::InvalidArgumentError("too many leases in one release");
   }
   absl::Status first;
-  for (const cache::Lease& l : leases) {
+  for (const SlotLease& l : leases) {
     absl::Status r = s->model->cache().Release(s->id, {l});
     if (r.ok()) {
       --s->leases;
@@ -311,51 +295,38 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
   absl::Status status;
   switch (static_cast<channel::MsgType>(req.type)) {
     case channel::MsgType::kAcquire: {
-      cache::ExpertDemand demands[channel::kMaxItems];
-      for (uint32_t i = 0; i < req.count; ++i) {
-        demands[i] = {req.demands[i].expert, req.demands[i].tokens};
-      }
-      absl::StatusOr<AcquireResult> r =
-          Acquire(s.id, req.layer, absl::MakeConstSpan(demands, req.count),
+      ExpertDemand demands[channel::kMaxItems];
+      channel::FromWire(req.demands, req.count, demands);
+      absl::StatusOr<cache::AcquireResult> r =
+          Acquire(s.id, req.request_id, req.layer, absl::MakeConstSpan(demands, req.count),
                   (req.flags & channel::kFlagPrefill) != 0, {});
       status = r.status();
       if (r.ok()) {
         reply.count = static_cast<uint32_t>(r->leases.size());
-        for (size_t i = 0; i < r->leases.size(); ++i) {
-          reply.leases[i] = {r->leases[i].key.expert, static_cast<uint32_t>(r->leases[i].slot),
-                             r->leases[i].generation};
-        }
-        reply.hits = r->hits;
-        reply.misses = r->misses;
-        reply.stall_ns = static_cast<uint64_t>(r->stall_seconds * 1e9);
+        channel::ToWire(r->leases, reply.leases);
+        channel::ToWire(r->usage, &reply);
       }
       break;
     }
     case channel::MsgType::kRelease: {
-      cache::Lease leases[channel::kMaxItems];
-      for (uint32_t i = 0; i < req.count; ++i) {
-        leases[i].key.expert = req.leases[i].expert;
-        leases[i].slot = static_cast<cache::SlotId>(req.leases[i].slot);
-        leases[i].generation = req.leases[i].generation;
-      }
+      SlotLease leases[channel::kMaxItems];
+      channel::FromWire(req.leases, req.count, leases);
       absl::Status r = Release(s.id, absl::MakeConstSpan(leases, req.count));
       if (!r.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': release: " << r;
       return;  // no reply
     }
     case channel::MsgType::kHints: {
-      cache::Hint hints[channel::kMaxItems];
-      for (uint32_t i = 0; i < req.count; ++i) {
-        hints[i] = {req.hints[i].layer, req.hints[i].expert, req.hints[i].probability};
-      }
-      absl::Status r = AddHints(s.id, absl::MakeConstSpan(hints, req.count));
+      ExpertHint hints[channel::kMaxItems];
+      channel::FromWire(req.hints, req.count, hints);
+      absl::Status r = AddHints(s.id, req.request_id, absl::MakeConstSpan(hints, req.count));
       if (!r.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': hints: " << r;
       return;  // no reply
     }
     case channel::MsgType::kBeginRequest:
-      status = BeginRequest(s.id);
+      status = BeginRequest(s.id, req.request_id);
       break;
     case channel::MsgType::kEndRequest:
-      status = EndRequest(s.id);
+      status = EndRequest(s.id, req.request_id);
       break;
     case channel::MsgType::kPing:
       break;

@@ -9,9 +9,17 @@
 // or a corrupt channel, and then drops every lease the session held
 // (ExpertCache::ReleaseOwner: design invariant 3).
 //
-// Everything from the wire is validated here: layer and expert ranges,
-// duplicates, token counts, hint values, list lengths -> INVALID_ARGUMENT;
-// unknown or ended sessions -> NOT_FOUND.
+// Everything from the wire is validated here, once, by the exchange rules
+// (ValidateDemands / ValidateHints in services/exchange/expert_exchange.h):
+// layer and expert ranges, duplicates, token counts, hint values, list
+// lengths -> INVALID_ARGUMENT; unknown or ended sessions -> NOT_FOUND. The
+// cache below treats these as preconditions.
+//
+// Requests: a session's worker names the request each call is for. Request
+// 0 is the session's default and needs no BeginRequest; any other id must be
+// begun (FAILED_PRECONDITION otherwise) and at most kMaxRequestsPerSession
+// may be live at once (RESOURCE_EXHAUSTED). Per-request cache state lives
+// under (session, request) until EndRequest or the session's end.
 //
 // Thread-safety: all public methods are thread-safe.
 #ifndef MOECACHE_SERVICES_MOE_CACHED_SESSIONS_H_
@@ -43,7 +51,9 @@ namespace moe::cached {
 
 inline constexpr absl::Duration kPeerPollInterval = absl::Milliseconds(50);
 // Bound on list lengths accepted from the wire (gRPC; the channel has its own).
-inline constexpr int kMaxWireItems = 4096;
+inline constexpr int kMaxWireItems = kMaxHintsPerCall;
+// Requests one session may have begun and not ended.
+inline constexpr int kMaxRequestsPerSession = 64;
 // Live sessions at once unless --max-sessions says otherwise: each costs a
 // thread and a ~135 KB channel.
 inline constexpr int kDefaultMaxSessions = 64;
@@ -61,16 +71,6 @@ struct AttachResult {
   // Set when the arena and channel go through the FdBroker.
   std::string fd_socket;
   std::string fd_token;
-};
-
-struct AcquireResult {
-  std::vector<cache::Lease> leases;  // in demand order
-  // Demanded experts ready / not ready when the layer was routed. Exact when
-  // one worker at a time acquires on a model (the daemon derives them from
-  // the cache's counters around the call).
-  int hits = 0;
-  int misses = 0;
-  double stall_seconds = 0;  // time waited for copies (0 when all hit)
 };
 
 struct SessionCounts {
@@ -98,15 +98,23 @@ class SessionManager {
                                       int pid);
   absl::Status Detach(uint64_t session_id);
 
-  absl::Status BeginRequest(uint64_t session_id);
-  absl::Status EndRequest(uint64_t session_id);
+  // INVALID_ARGUMENT for request 0; RESOURCE_EXHAUSTED beyond
+  // kMaxRequestsPerSession live requests. Beginning a live request restarts
+  // it.
+  absl::Status BeginRequest(uint64_t session_id, uint64_t request);
+  // Ends a begun request (or the default request 0): the cache learns from
+  // it. FAILED_PRECONDITION for a request that is not live.
+  absl::Status EndRequest(uint64_t session_id, uint64_t request);
   // Blocks until every demanded expert is ready; the leases pin their slots
-  // until Release. `hints` (may be empty) go to the cache first.
-  absl::StatusOr<AcquireResult> Acquire(uint64_t session_id, int layer,
-                                        absl::Span<const cache::ExpertDemand> demands,
-                                        bool prefill, absl::Span<const cache::Hint> hints);
-  absl::Status Release(uint64_t session_id, absl::Span<const cache::Lease> leases);
-  absl::Status AddHints(uint64_t session_id, absl::Span<const cache::Hint> hints);
+  // until Release. `hints` (may be empty) go to the cache first. The result's
+  // usage is this acquire's own.
+  absl::StatusOr<cache::AcquireResult> Acquire(uint64_t session_id, uint64_t request, int layer,
+                                               absl::Span<const ExpertDemand> demands,
+                                               bool prefill,
+                                               absl::Span<const ExpertHint> hints);
+  absl::Status Release(uint64_t session_id, absl::Span<const SlotLease> leases);
+  absl::Status AddHints(uint64_t session_id, uint64_t request,
+                        absl::Span<const ExpertHint> hints);
 
   // Joins the threads of sessions that ended (worker died, channel broke).
   void Reap();
@@ -119,6 +127,8 @@ class SessionManager {
  private:
   struct Session;
   absl::StatusOr<std::shared_ptr<Session>> Find(uint64_t session_id);
+  // The owner for `request` of `session`: request 0, or a live request.
+  absl::StatusOr<RequestOwner> OwnerOf(Session& session, uint64_t request);
   void Serve(std::shared_ptr<Session> session);
   void HandleMessage(Session& session, channel::ChannelServer& server,
                      const channel::RequestMsg& req);
@@ -132,11 +142,6 @@ class SessionManager {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int attaching_ ABSL_GUARDED_BY(mu_) = 0;  // places reserved by Attach in progress
 };
-
-// Checks an acquire from the wire against a model's shape.
-absl::Status ValidateAcquire(int num_layers, int num_experts, int layer,
-                             absl::Span<const cache::ExpertDemand> demands);
-absl::Status ValidateHints(int num_layers, int num_experts, absl::Span<const cache::Hint> hints);
 
 }  // namespace moe::cached
 

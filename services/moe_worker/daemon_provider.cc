@@ -7,11 +7,6 @@
 #include "common/status_macros.h"
 
 namespace moe::worker {
-namespace {
-
-std::string RequestName(uint64_t id) { return absl::StrCat("req-", id); }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<DaemonExpertProvider>>
 DaemonExpertProvider::Connect(const MoeModel& model,
@@ -98,67 +93,53 @@ absl::Status DaemonExpertProvider::Check(absl::Status status) {
 
 absl::Status DaemonExpertProvider::BeginRequest(uint64_t request_id) {
   RETURN_IF_ERROR(EnsureAttached());
-  return Check(client_->BeginRequest(RequestName(request_id)));
+  return Check(client_->BeginRequest(request_id));
 }
 
 absl::Status DaemonExpertProvider::EndRequest(uint64_t request_id) {
   hints_.clear();
   if (client_ == nullptr) return absl::OkStatus();  // nothing to end
-  return Check(client_->EndRequest(RequestName(request_id)));
+  return Check(client_->EndRequest(request_id));
 }
 
 void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
-  std::vector<client::ExpertHint> now;
-  now.reserve(hints.size());
-  for (const ExpertHint& h : hints) now.push_back({h.moe_layer, h.expert, h.probability});
   // Over shm the hints go at once, so the daemon can prefetch while this
   // layer's attention runs; otherwise they ride on the next Acquire.
-  if (client_ != nullptr && client_->shm_enabled() && client_->Hint(now).ok()) return;
-  hints_.insert(hints_.end(), now.begin(), now.end());
+  if (client_ != nullptr && client_->shm_enabled() && client_->Hint(hints).ok()) return;
+  hints_.insert(hints_.end(), hints.begin(), hints.end());
 }
 
-absl::StatusOr<ExpertLease> DaemonExpertProvider::Acquire(
+absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
   RETURN_IF_ERROR(EnsureAttached());
-  std::vector<client::ExpertRequest> want;
-  want.reserve(demands.size());
-  for (const ExpertDemand& d : demands) want.push_back({d.expert, d.tokens});
   absl::StatusOr<client::AcquireReply> reply =
-      client_->Acquire(moe_layer, want, prefill, hints_);
+      client_->Acquire(moe_layer, demands, prefill, hints_);
   hints_.clear();
   if (!reply.ok()) return Check(reply.status());
   if (reply->leases.size() != demands.size()) {
     client_->Release(reply->leases).IgnoreError();
     return absl::InternalError("moe-cached answered a different expert count");
   }
-  ExpertLease lease;
-  lease.moe_layer = moe_layer;
-  lease.hits = reply->hits;
-  lease.misses = reply->misses;
-  lease.stall_seconds = reply->stall_seconds;
+  AcquiredExperts out;
+  out.moe_layer = moe_layer;
+  out.usage = reply->usage;
   const DType dtype = model_.description().expert_dtype();
-  for (const client::ExpertLease& l : reply->leases) {
-    lease.views.push_back({l.expert, l.data + offsets_.gate,
-                           l.data + offsets_.up, l.data + offsets_.down,
-                           dtype});
-    lease.handles.push_back(l.slot);
-    lease.handles.push_back(l.generation);
+  for (const SlotLease& l : reply->leases) {
+    const uint8_t* data = client_->SlotData(l.slot);
+    out.views.push_back({l.key.expert, data + offsets_.gate, data + offsets_.up,
+                         data + offsets_.down, dtype});
   }
-  return lease;
+  out.leases = std::move(reply->leases);
+  return out;
 }
 
-void DaemonExpertProvider::Release(ExpertLease& lease) {
-  if (client_ == nullptr || lease.views.empty()) return;  // daemon gone
-  std::vector<client::ExpertLease> leases;
-  for (size_t i = 0; i < lease.views.size(); ++i) {
-    leases.push_back({lease.views[i].expert,
-                      static_cast<uint32_t>(lease.handles[2 * i]),
-                      lease.handles[2 * i + 1], nullptr});
+void DaemonExpertProvider::Release(AcquiredExperts& acquired) {
+  if (client_ != nullptr && !acquired.leases.empty()) {  // else the daemon is gone
+    absl::Status s = client_->Release(acquired.leases);
+    if (!s.ok()) MOE_LOG(WARNING) << "releasing experts: " << s;
   }
-  absl::Status s = client_->Release(leases);
-  if (!s.ok()) MOE_LOG(WARNING) << "releasing experts: " << s;
-  lease.views.clear();
-  lease.handles.clear();
+  acquired.views.clear();
+  acquired.leases.clear();
 }
 
 }  // namespace moe::worker

@@ -9,8 +9,9 @@
 // next request attaches again (and fails with UNAVAILABLE while the daemon
 // is still gone).
 //
-// CPU backend only for now: slots are read in place from the shared-memory
-// arena (a CUDA IPC arena would need the device backend to open it).
+// With a CPU backend the slots are read in place from the shared-memory
+// arena; with a device backend the daemon's CUDA arena is mapped over CUDA
+// IPC and the views are device pointers.
 //
 // Thread-compatible: driven by the engine thread.
 #ifndef MOECACHE_SERVICES_MOE_WORKER_DAEMON_PROVIDER_H_
@@ -36,10 +37,10 @@ class DaemonExpertProvider : public ExpertProvider {
 
   absl::Status BeginRequest(uint64_t request_id) override;
   absl::Status EndRequest(uint64_t request_id) override;
-  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+  absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override;
-  void Release(ExpertLease& lease) override;
+  void Release(AcquiredExperts& acquired) override;
   void Hint(absl::Span<const ExpertHint> hints) override;
 
   int64_t reattaches() const { return reattaches_; }
@@ -59,7 +60,7 @@ class DaemonExpertProvider : public ExpertProvider {
   const client::CacheClientOptions options_;
   std::unique_ptr<client::CacheClient> client_;
   RoleOffsets offsets_;
-  std::vector<client::ExpertHint> hints_;  // sent with the next Acquire
+  std::vector<ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;
 };
 

@@ -13,18 +13,18 @@ absl::Status MeteredProvider::EndRequest(uint64_t request_id) {
   return inner_->EndRequest(request_id);
 }
 
-absl::StatusOr<ExpertLease> MeteredProvider::Acquire(
+absl::StatusOr<AcquiredExperts> MeteredProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<ExpertLease> lease =
+  absl::StatusOr<AcquiredExperts> lease =
       inner_->Acquire(moe_layer, demands, prefill);
   request_.wait_seconds += std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
                                .count();
   if (lease.ok()) {
-    request_.hits += lease->hits;
-    request_.misses += lease->misses;
-    request_.stall_seconds += lease->stall_seconds;
+    request_.hits += lease->usage.hits;
+    request_.misses += lease->usage.misses;
+    request_.stall_seconds += lease->usage.stall_seconds();
   }
   return lease;
 }

@@ -28,10 +28,10 @@ class MeteredProvider : public ExpertProvider {
 
   absl::Status BeginRequest(uint64_t request_id) override;
   absl::Status EndRequest(uint64_t request_id) override;
-  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+  absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override;
-  void Release(ExpertLease& lease) override { inner_->Release(lease); }
+  void Release(AcquiredExperts& lease) override { inner_->Release(lease); }
   void Hint(absl::Span<const ExpertHint> hints) override {
     inner_->Hint(hints);
   }

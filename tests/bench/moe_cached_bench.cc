@@ -17,7 +17,7 @@
 namespace {
 
 using moe::client::CacheClient;
-using moe::client::ExpertRequest;
+using moe::ExpertDemand;
 using moe::client::Transport;
 
 struct Percentiles {
@@ -25,7 +25,7 @@ struct Percentiles {
 };
 
 Percentiles Measure(CacheClient& client, Transport t, int iterations, int experts) {
-  std::vector<ExpertRequest> demands;
+  std::vector<ExpertDemand> demands;
   for (int e = 0; e < experts; ++e) demands.push_back({e, 1});
   std::vector<double> us;
   us.reserve(iterations);
@@ -33,7 +33,7 @@ Percentiles Measure(CacheClient& client, Transport t, int iterations, int expert
     absl::Time start = absl::Now();
     auto r = client.Acquire(i & 3, demands, false, {}, t);
     double elapsed = absl::ToDoubleMicroseconds(absl::Now() - start);
-    if (!r.ok() || (r->misses != 0 && i >= 0)) {
+    if (!r.ok() || (r->usage.misses != 0 && i >= 0)) {
       std::fprintf(stderr, "acquire failed or missed: %s\n", r.status().ToString().c_str());
       std::exit(1);
     }
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   if (!client.ok()) return 1;
   // Load every expert the loop touches (layers 0-3), so all timed calls hit.
   for (int layer = 0; layer < 4; ++layer) {
-    std::vector<ExpertRequest> d;
+    std::vector<ExpertDemand> d;
     for (int e = 0; e < experts; ++e) d.push_back({e, 1});
     auto r = (*client)->Acquire(layer, d, false);
     if (!r.ok() || !(*client)->Release(r->leases).ok()) return 1;

@@ -52,7 +52,7 @@ void Feed(CachePolicy& p, const trace::TraceRequest& r, int layers,
           int tokens) {
   const int prefill = r.num_prefill_tokens();
   if (prefill > 0) {
-    p.OnBeginIteration(Phase::kPrefill);
+    p.OnBeginIteration(1, Phase::kPrefill);
     for (int l = 0; l < layers; ++l) {
       std::map<int32_t, int32_t> counts;
       for (int t = 0; t < prefill; ++t) {
@@ -60,15 +60,15 @@ void Feed(CachePolicy& p, const trace::TraceRequest& r, int layers,
       }
       std::vector<ExpertDemand> d;
       for (auto [e, n] : counts) d.push_back({e, n});
-      p.OnRoute(l, Phase::kPrefill, d);
+      p.OnRoute(1, l, Phase::kPrefill, d);
     }
   }
   for (int t = prefill; t < std::min(r.num_tokens(), prefill + tokens); ++t) {
-    p.OnBeginIteration(Phase::kDecode);
+    p.OnBeginIteration(1, Phase::kDecode);
     for (int l = 0; l < layers; ++l) {
       std::vector<ExpertDemand> d;
       for (int32_t e : r.experts[t][l]) d.push_back({e, 1});
-      p.OnRoute(l, Phase::kDecode, d);
+      p.OnRoute(1, l, Phase::kDecode, d);
     }
   }
 }
@@ -93,9 +93,9 @@ std::unique_ptr<CachePolicy> Trained(const trace::Trace& t, int requests) {
   auto p =
       *MakePolicy("moe-infinity", Config(h.num_layers, h.num_experts, h.top_k));
   for (int i = 0; i < requests; ++i) {
-    p->OnBeginRequest();
+    p->OnBeginRequest(1);
     Feed(*p, t.requests[i], h.num_layers, 1000);
-    p->OnEndRequest();
+    p->OnEndRequest(1);
   }
   return p;
 }
@@ -140,16 +140,16 @@ TEST(EamcStoreTest, RoundTripPredictsTheSame) {
   // The same unseen request prefix on all three.
   int differ_cold = 0;
   for (auto* p : {trained.get(), fresh.get(), cold.get()}) {
-    p->OnBeginRequest();
+    p->OnBeginRequest(1);
     Feed(*p, t.requests[27], h.num_layers, 5);
   }
-  auto& a = static_cast<MoeInfinityPolicy&>(*trained).predictor();
-  auto& b = static_cast<MoeInfinityPolicy&>(*fresh).predictor();
-  auto& c = static_cast<MoeInfinityPolicy&>(*cold).predictor();
-  ASSERT_TRUE(a.has_prediction());
-  ASSERT_TRUE(b.has_prediction());
-  EXPECT_FALSE(c.has_prediction());  // the test can tell a load from no load
-  EXPECT_DOUBLE_EQ(a.confidence(), b.confidence());
+  const auto& a = *static_cast<MoeInfinityPolicy&>(*trained).ActivityForTest(1);
+  const auto& b = *static_cast<MoeInfinityPolicy&>(*fresh).ActivityForTest(1);
+  const auto& c = *static_cast<MoeInfinityPolicy&>(*cold).ActivityForTest(1);
+  ASSERT_TRUE(a.has_prediction);
+  ASSERT_TRUE(b.has_prediction);
+  EXPECT_FALSE(c.has_prediction);  // the test can tell a load from no load
+  EXPECT_DOUBLE_EQ(a.confidence, b.confidence);
   for (int l = 0; l < h.num_layers; ++l) {
     for (int e = 0; e < h.num_experts; ++e) {
       EXPECT_EQ(a.Predicted(l, e), b.Predicted(l, e)) << l << "," << e;
@@ -334,7 +334,7 @@ void Drive(ExpertCache& cache, FakeCopyEngine& engine, const trace::Trace& t,
         auto leases = cache.FinishAcquire(*tk);
         ASSERT_TRUE(leases.ok());
         engine.AdvanceTo(engine.now_ns() + 1000000);
-        ASSERT_TRUE(cache.Release(1, *leases).ok());
+        ASSERT_TRUE(cache.Release(1, leases->leases).ok());
       }
     }
     cache.EndRequest(1);

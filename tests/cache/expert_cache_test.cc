@@ -31,14 +31,14 @@ PolicyConfig Config(int capacity) {
 }
 
 // Drives one acquire on the virtual clock.
-std::vector<Lease> AcquireNow(ExpertCache& cache, FakeCopyEngine& engine, OwnerId owner,
+std::vector<SlotLease> AcquireNow(ExpertCache& cache, FakeCopyEngine& engine, OwnerId owner,
                               int layer, std::vector<ExpertDemand> demands) {
   auto t = cache.StartAcquire(owner, layer, demands, Phase::kDecode);
   EXPECT_TRUE(t.ok()) << t.status();
   while (!*cache.IsReady(*t)) engine.AdvanceTo(*engine.NextCompletionTime());
-  auto leases = cache.FinishAcquire(*t);
-  EXPECT_TRUE(leases.ok()) << leases.status();
-  return *leases;
+  auto r = cache.FinishAcquire(*t);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r->leases;
 }
 
 TEST(ExpertCacheTest, NoPolicyEvictsLeasedOrNeededSlots) {
@@ -59,7 +59,7 @@ TEST(ExpertCacheTest, NoPolicyEvictsLeasedOrNeededSlots) {
       auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
       // Owner 1 holds two leases for the whole test.
       cache->BeginRequest(1);
-      std::vector<Lease> held = AcquireNow(*cache, *engine, 1, 0, {{0, 1}, {1, 1}});
+      std::vector<SlotLease> held = AcquireNow(*cache, *engine, 1, 0, {{0, 1}, {1, 1}});
       std::mt19937 rng(7);
       cache->BeginRequest(2);
       for (int step = 0; step < 300; ++step) {
@@ -71,12 +71,12 @@ TEST(ExpertCacheTest, NoPolicyEvictsLeasedOrNeededSlots) {
         auto leases = AcquireNow(*cache, *engine, 2, layer, d);
         ASSERT_EQ(leases.size(), 2u);
         auto slots = cache->SlotsForTest();
-        for (const Lease& l : held) {
+        for (const SlotLease& l : held) {
           EXPECT_EQ(slots[l.slot].state, SlotState::kReady) << name;
           EXPECT_EQ(slots[l.slot].key, l.key) << name;
           EXPECT_EQ(slots[l.slot].generation, l.generation) << name;
         }
-        for (const Lease& l : leases) {
+        for (const SlotLease& l : leases) {
           EXPECT_EQ(slots[l.slot].key, l.key) << name;
           EXPECT_EQ(slots[l.slot].state, SlotState::kReady) << name;
         }
@@ -125,7 +125,7 @@ TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {
     o.layer_seconds = 1e-3;
     auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
     cache->BeginRequest(1);
-    std::vector<Lease> l0 = AcquireNow(*cache, *engine, 1, 0, {{0, 1}, {1, 1}});
+    std::vector<SlotLease> l0 = AcquireNow(*cache, *engine, 1, 0, {{0, 1}, {1, 1}});
     ASSERT_TRUE(cache->Release(1, l0).ok());
     const uint64_t before = cache->GetStats(Phase::kDecode).prefetches_issued;
     auto loading = [&](int layer, int expert) {
@@ -135,20 +135,42 @@ TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {
       return false;
     };
     ASSERT_FALSE(loading(1, 5)) << name;
-    std::vector<Hint> hint = {{1, 5, 0.9f}};
+    std::vector<ExpertHint> hint = {{1, 5, 0.9f}};
     cache->AddHints(1, hint);
     EXPECT_TRUE(loading(1, 5)) << name << ": the hinted expert's copy did not start";
     EXPECT_GT(cache->GetStats(Phase::kDecode).prefetches_issued, before) << name;
     // The acquire of layer 1 then finds it (ready once the link delivers).
     engine->AdvanceTo(engine->now_ns() + 5000000);
-    std::vector<Lease> l1 = AcquireNow(*cache, *engine, 1, 1, {{5, 1}, {2, 1}});
+    std::vector<SlotLease> l1 = AcquireNow(*cache, *engine, 1, 1, {{5, 1}, {2, 1}});
     EXPECT_EQ(cache->GetStats(Phase::kDecode).prefetches_used, 1u) << name;
     ASSERT_TRUE(cache->Release(1, l1).ok());
     cache->CheckInvariantsForTest();
   }
 }
 
-TEST(ExpertCacheTest, RejectsBadInputWithStatus) {
+// Bad demands are preconditions of the cache (SessionManager validates what
+// comes from the wire): a violation dies loudly instead of being re-checked
+// with other rules.
+TEST(ExpertCacheDeathTest, BadDemandsArePreconditions) {
+  auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  ExpertCacheOptions o;
+  o.num_layers = kLayers;
+  o.num_experts = kExperts;
+  o.capacity = kExperts;
+  o.expert_bytes = 1;
+  auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(kExperts)), engine.get());
+  std::vector<ExpertDemand> dup = {{1, 1}, {1, 1}};
+  EXPECT_DEATH((void)cache->StartAcquire(1, 0, dup, Phase::kDecode), "duplicate expert 1");
+  std::vector<ExpertDemand> bad = {{kExperts, 1}};
+  EXPECT_DEATH((void)cache->StartAcquire(1, 0, bad, Phase::kDecode), "out of range");
+  std::vector<ExpertDemand> none = {{0, 0}};
+  EXPECT_DEATH((void)cache->StartAcquire(1, 0, none, Phase::kDecode), "token count 0");
+  EXPECT_DEATH((void)cache->StartAcquire(1, kLayers, {}, Phase::kDecode), "layer");
+  std::vector<ExpertHint> hint = {{kLayers, 0, 0.5f}};
+  EXPECT_DEATH(cache->AddHints(1, hint), "out of range");
+}
+
+TEST(ExpertCacheTest, RejectsBadOptionsWithStatus) {
   auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
   ExpertCacheOptions o;
   o.num_layers = kLayers;
@@ -157,13 +179,7 @@ TEST(ExpertCacheTest, RejectsBadInputWithStatus) {
   o.expert_bytes = 1;
   EXPECT_FALSE(ExpertCache::Create(o, *MakePolicy("lru", Config(8)), engine.get()).ok());
   o.capacity = kExperts;
-  auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(kExperts)), engine.get());
-  std::vector<ExpertDemand> dup = {{1, 1}, {1, 1}};
-  EXPECT_EQ(cache->StartAcquire(1, 0, dup, Phase::kDecode).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  std::vector<ExpertDemand> bad = {{kExperts, 1}};
-  EXPECT_FALSE(cache->StartAcquire(1, 0, bad, Phase::kDecode).ok());
-  EXPECT_FALSE(cache->StartAcquire(1, kLayers, {}, Phase::kDecode).ok());
+  EXPECT_TRUE(ExpertCache::Create(o, *MakePolicy("lru", Config(kExperts)), engine.get()).ok());
   EXPECT_FALSE(MakePolicy("moe-infinity:bogus=1", Config(8)).ok());
   EXPECT_FALSE(MakePolicy("lru:x=1", Config(8)).ok());
   EXPECT_FALSE(MakePolicy("belady", Config(8)).ok());
@@ -232,33 +248,41 @@ TEST(ExpertFlowTest, StrideStartsFromTheFormulaAndFollowsStallsAndWaste) {
   pc.link_bytes_per_sec = 25e9;
   pc.layer_seconds = 0.3e-3;
   p.Configure(pc);
-  EXPECT_EQ(p.PrefetchDistance(), 5);
-  for (int i = 0; i < ExpertFlowPolicy::kStallsPerStep * 2; ++i) p.OnStall(1000);
-  EXPECT_EQ(p.PrefetchDistance(), 7);
-  for (int i = 0; i < 10; ++i) p.OnStall(0);  // no stall, no change
-  EXPECT_EQ(p.PrefetchDistance(), 7);
-  for (int i = 0; i < ExpertFlowPolicy::kWastePerStep * 3; ++i) p.OnPrefetchOutcome(false);
-  EXPECT_EQ(p.PrefetchDistance(), 4);
-  for (int i = 0; i < 100; ++i) p.OnPrefetchOutcome(true);  // used: no change
-  EXPECT_EQ(p.PrefetchDistance(), 4);
-  for (int i = 0; i < 1000; ++i) p.OnPrefetchOutcome(false);
-  EXPECT_EQ(p.PrefetchDistance(), 1);  // never below 1
+  const RequestOwner a{1, 1}, b{2, 1};
+  p.OnBeginRequest(a);
+  p.OnBeginRequest(b);
+  EXPECT_EQ(p.PrefetchDistance(a), 5);
+  for (int i = 0; i < ExpertFlowPolicy::kStallsPerStep * 2; ++i) p.OnStall(a, 1000);
+  EXPECT_EQ(p.PrefetchDistance(a), 7);
+  for (int i = 0; i < 10; ++i) p.OnStall(a, 0);  // no stall, no change
+  EXPECT_EQ(p.PrefetchDistance(a), 7);
+  EXPECT_EQ(p.PrefetchDistance(b), 5);  // counters are per owner
+  EXPECT_EQ(p.MaxPrefetchDistance(), 7);
+  for (int i = 0; i < ExpertFlowPolicy::kWastePerStep * 3; ++i) p.OnPrefetchOutcome(a, false);
+  EXPECT_EQ(p.PrefetchDistance(a), 4);
+  for (int i = 0; i < 100; ++i) p.OnPrefetchOutcome(a, true);  // used: no change
+  EXPECT_EQ(p.PrefetchDistance(a), 4);
+  for (int i = 0; i < 1000; ++i) p.OnPrefetchOutcome(a, false);
+  EXPECT_EQ(p.PrefetchDistance(a), 1);  // never below 1
+  EXPECT_EQ(p.PrefetchDistance(b), 5);
+  p.OnEndRequest(a);
+  EXPECT_EQ(p.PrefetchDistance(a), 5);  // a new request starts from the formula
 }
 
 TEST(MoeInfinityTest, FairShareEvictsFromTheLayerOverItsShare) {
   MoeInfinityPolicy p(MoeInfinityOptions::Improved(), "moe-infinity");
   p.Configure(Config(8));  // share 2 per layer
-  p.OnBeginRequest();
-  p.OnBeginIteration(Phase::kDecode);
+  p.OnBeginRequest(1);
+  p.OnBeginIteration(1, Phase::kDecode);
   // Layer 0 holds 4 experts, layer 1 holds 2, layer 2 holds 2.
   for (int e = 0; e < 4; ++e) p.OnInsert({0, e}, false);
   for (int e = 0; e < 2; ++e) p.OnInsert({1, e}, false);
   for (int e = 0; e < 2; ++e) p.OnInsert({2, e}, false);
   std::vector<ExpertKey> cands = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {2, 0}, {2, 1}};
-  const size_t v = p.ChooseVictim(cands, {3, Phase::kDecode, false});
+  const size_t v = p.ChooseVictim(cands, {1, 3, Phase::kDecode, false});
   EXPECT_EQ(cands[v].layer, 0);
   // The routed layer may borrow: routing layer 0 takes from another layer.
-  const size_t w = p.ChooseVictim(cands, {0, Phase::kDecode, false});
+  const size_t w = p.ChooseVictim(cands, {1, 0, Phase::kDecode, false});
   EXPECT_NE(cands[w].layer, 0);
 }
 
@@ -276,8 +300,8 @@ TEST(PrefetcherTest, GateClosesForASourceWhosePrefetchesGoUnused) {
   o.layer_seconds = 0.3e-3;
   o.chunk_seconds = 0.04e-3;
   Prefetcher pf(o);
-  const Hint policy{1, 3, 0.9f, HintSource::kPolicy};
-  const Hint hint{1, 3, 0.9f, HintSource::kHint};
+  const ExpertHint policy{1, 3, 0.9f, HintSource::kPolicy};
+  const ExpertHint hint{1, 3, 0.9f, HintSource::kHint};
   EXPECT_TRUE(pf.Gate(policy, 0.0));
   EXPECT_FALSE(pf.Gate({1, 3, 0.5f, HintSource::kPolicy}, 1.0));  // the victim is worth more
   // Below the cost of holding the link for one chunk: never, even for free.
@@ -356,9 +380,9 @@ TEST(ExpertCacheTest, EngineErrorsFailTheAcquireAfterBoundedRetries) {
     cache->CheckInvariantsForTest();
     if (c.want == absl::StatusCode::kOk) {
       ASSERT_TRUE(leases.ok()) << leases.status();
-      EXPECT_EQ(cache->SlotsForTest()[(*leases)[0].slot].state, SlotState::kReady);
+      EXPECT_EQ(cache->SlotsForTest()[leases->leases[0].slot].state, SlotState::kReady);
       EXPECT_EQ(mover.calls(), tries);
-      EXPECT_TRUE(cache->Release(1, *leases).ok());
+      EXPECT_TRUE(cache->Release(1, leases->leases).ok());
     } else {
       EXPECT_EQ(leases.status().code(), c.want) << leases.status();
       EXPECT_THAT(std::string(leases.status().message()),

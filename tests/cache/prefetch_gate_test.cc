@@ -91,7 +91,7 @@ struct Rig {
     auto leases = cache->FinishAcquire(*t);
     ASSERT_TRUE(leases.ok()) << leases.status();
     engine->AdvanceTo(engine->now_ns() + compute_ns);
-    ASSERT_TRUE(cache->Release(1, *leases).ok());
+    ASSERT_TRUE(cache->Release(1, leases->leases).ok());
   }
 
   bool Loading(int layer, int expert) const {
@@ -105,7 +105,7 @@ struct Rig {
   // at once (its precision prior is 0.5, the victim an empty slot).
   bool HintIssued() {
     const uint64_t before = cache->GetStats(Phase::kDecode).prefetches_issued;
-    std::vector<Hint> hint = {{2, 5, 0.9f}};
+    std::vector<ExpertHint> hint = {{2, 5, 0.9f}};
     cache->AddHints(1, hint);
     const bool issued = cache->GetStats(Phase::kDecode).prefetches_issued > before;
     EXPECT_EQ(issued, Loading(2, 5));

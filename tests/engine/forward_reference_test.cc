@@ -188,14 +188,14 @@ namespace {
 class HintRecorder : public ExpertProvider {
  public:
   explicit HintRecorder(ExpertProvider* inner) : inner_(inner) {}
-  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+  absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override {
     routed.emplace_back(moe_layer, std::vector<ExpertDemand>(demands.begin(),
                                                              demands.end()));
     return inner_->Acquire(moe_layer, demands, prefill);
   }
-  void Release(ExpertLease& lease) override { inner_->Release(lease); }
+  void Release(AcquiredExperts& lease) override { inner_->Release(lease); }
   void Hint(absl::Span<const ExpertHint> h) override {
     hints.emplace_back(h.begin(), h.end());
     hint_iteration.push_back(iteration != nullptr ? *iteration : -1);
@@ -250,7 +250,7 @@ TEST(SessionTest, PregateHintsPredictTheNextLayerWithoutChangingTokens) {
     const auto& batch = hinted.hints[h++];
     ASSERT_EQ(batch.size(), static_cast<size_t>(c.top_k));
     for (const ExpertHint& x : batch) {
-      EXPECT_EQ(x.moe_layer, layer);
+      EXPECT_EQ(x.layer, layer);
       ++total;
       for (const ExpertDemand& d : demands) hit += d.expert == x.expert;
     }
@@ -298,7 +298,7 @@ PregateRun RunPregate(const MoeModel& model, ExpertProvider* experts,
   out.hint_calls = rec.hints.size();
   for (size_t i = 0; i < rec.hints.size(); ++i) {
     for (const ExpertHint& h : rec.hints[i]) {
-      auto& ids = out.hinted[{rec.hint_iteration[i], h.moe_layer}];
+      auto& ids = out.hinted[{rec.hint_iteration[i], h.layer}];
       ids.push_back(h.expert);
       std::sort(ids.begin(), ids.end());
     }

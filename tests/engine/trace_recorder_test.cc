@@ -161,12 +161,12 @@ class HintSpy : public ExpertProvider {
   absl::Status EndRequest(uint64_t id) override {
     return inner_->EndRequest(id);
   }
-  absl::StatusOr<ExpertLease> Acquire(int moe_layer,
+  absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override {
     return inner_->Acquire(moe_layer, demands, prefill);
   }
-  void Release(ExpertLease& lease) override { inner_->Release(lease); }
+  void Release(AcquiredExperts& lease) override { inner_->Release(lease); }
   void Hint(absl::Span<const ExpertHint> hints) override {
     calls.emplace_back(hints.begin(), hints.end());
   }
@@ -212,8 +212,8 @@ void RunWithHints(Loaded& l, const std::string& name, bool pregate,
     // larger distance, a later one of this iteration.
     for (; seen_calls < spy.calls.size(); ++seen_calls) {
       for (const ExpertHint& h : spy.calls[seen_calls]) {
-        ASSERT_GE(h.moe_layer, layer);
-        given[h.moe_layer].push_back(h.expert);
+        ASSERT_GE(h.layer, layer);
+        given[h.layer].push_back(h.expert);
       }
     }
     out->hinted[next_row + t - 1][layer] = std::move(given[layer]);

@@ -87,9 +87,9 @@ class ServiceFuzzTest : public ::testing::Test {
     co.model = world_.model;
     co.worker_id = "known-good";
     co.timeout = absl::Seconds(20);
-    auto client = client::CacheClient::Connect(co);
-    ASSERT_TRUE(client.ok()) << client.status();
-    good_client_ = std::move(*client);
+    auto connected = client::CacheClient::Connect(co);
+    ASSERT_TRUE(connected.ok()) << connected.status();
+    good_client_ = std::move(*connected);
     world_.num_layers = good_client_->num_layers();
     world_.num_experts = good_client_->num_experts();
     world_.slot_count = good_client_->slot_count();
@@ -153,7 +153,7 @@ class ServiceFuzzTest : public ::testing::Test {
                         << s.error_message();
     ASSERT_EQ(tokens, expected_tokens_) << "after " << after;
     for (auto t : {client::Transport::kShm, client::Transport::kGrpc}) {
-      std::vector<client::ExpertRequest> want = {{4, 1}, {6, 2}};
+      std::vector<ExpertDemand> want = {{4, 1}, {6, 2}};
       auto a = good_client_->Acquire(world_.num_layers - 1, want, false, {}, t);
       ASSERT_TRUE(a.ok()) << "known-good Acquire after " << after << ": " << a.status();
       ASSERT_EQ(a->leases.size(), 2u);

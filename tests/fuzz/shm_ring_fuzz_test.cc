@@ -104,6 +104,7 @@ class ShmRingFuzzTest : public ServiceFuzzTest {
   grpc::StatusCode SessionState(uint64_t id) {
     moe::v1::BeginRequestRequest req;
     req.set_session_id(id);
+    req.set_request(1);  // beginning it again restarts it: harmless
     moe::v1::BeginRequestResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
@@ -113,7 +114,7 @@ class ShmRingFuzzTest : public ServiceFuzzTest {
   // Another session still gets experts.
   void ExpectOthersServed(const std::string& after) {
     ASSERT_FALSE(daemon_.process().Exited()) << after << "\n" << daemon_.stderr_text();
-    std::vector<client::ExpertRequest> want = {{1, 1}};
+    std::vector<ExpertDemand> want = {{1, 1}};
     auto a = good_client_->Acquire(0, want, false);
     ASSERT_TRUE(a.ok()) << "after " << after << ": " << a.status();
     ASSERT_TRUE(good_client_->Release(a->leases).ok());

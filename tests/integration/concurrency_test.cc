@@ -1,10 +1,12 @@
 // 8 concurrent clients x 20 Generate requests each against the real
 // moe-worker attached to the real moe-cached (a cache smaller than the
 // model): no request fails, every output equals the in-process reference
-// for its prompt, and the daemon holds no leases afterwards.
+// for its prompt, and the daemon holds no leases afterwards. Then two
+// workers on one daemon: per-request usage adds up to the daemon's totals.
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -143,6 +145,121 @@ TEST(ConcurrencyTest, EightClientsTwentyRequestsEachThroughTheDaemon) {
 
   worker.Signal(SIGTERM);
   EXPECT_EQ(worker.Wait(), 0) << worker.Log();
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+}
+
+// Several workers on one daemon: each acquire's hits and misses are its own
+// (the cache counts them per ticket), so the usage of every request, summed
+// over both workers' concurrent requests, equals the daemon's counters
+// exactly. Computing usage by diffing the daemon's global counters around a
+// call (as before the cache knew owners) over-counts as soon as two workers
+// acquire at the same time, and this test catches that.
+TEST(ConcurrencyTest, TwoWorkersUsageAddsUpToTheDaemonsCounters) {
+  moe::testing::TempDir dir;
+  const std::string model_dir = dir.Sub("tiny");
+  testing::MakeTinyModel(model_dir);
+  const std::string cache_sock = "unix:" + dir.Sub("c.sock");
+  WorkerProcess daemon;
+  ASSERT_TRUE(daemon.Spawn({"--model", "tiny=" + model_dir, "--listen", cache_sock,
+                            "--metrics-addr", "", "--cache-experts", "16", "--policy",
+                            "moe-infinity", "--link-gbps", "2", "--state-dir", dir.Sub("state")},
+                           dir.Sub("cached.log"), CachedBinary()));
+  ASSERT_TRUE(daemon.WaitServing(cache_sock)) << daemon.Log();
+  // 16 of 32 slots: a prefill may lease a whole layer (8), and both workers
+  // may prefill at once; a smaller cache makes one of them RESOURCE_EXHAUSTED.
+  constexpr int kWorkers = 2;
+  constexpr int kClientsPerWorker = 2;
+  constexpr int kRequests = 6;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  std::vector<std::string> socks;
+  for (int w = 0; w < kWorkers; ++w) {
+    socks.push_back("unix:" + dir.Sub("w" + std::to_string(w) + ".sock"));
+    workers.push_back(std::make_unique<WorkerProcess>());
+    ASSERT_TRUE(workers[w]->Spawn({"--model", model_dir, "--listen", socks[w], "--cache",
+                                   cache_sock, "--cache-model", "tiny", "--backend", "cpu",
+                                   "--metrics-addr", "", "--max-queue", "16"},
+                                  dir.Sub("worker" + std::to_string(w) + ".log")));
+    ASSERT_TRUE(workers[w]->WaitServing(socks[w])) << workers[w]->Log();
+  }
+
+  struct Totals {
+    int64_t hits = 0, misses = 0;
+    int ok = 0;
+    std::vector<std::string> errors;
+  };
+  std::vector<Totals> totals(kWorkers * kClientsPerWorker);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    auto addr = rpc::ParseListenAddress(socks[w]);
+    ASSERT_TRUE(addr.ok());
+    auto channel = rpc::MakeChannel(*addr);
+    for (int c = 0; c < kClientsPerWorker; ++c) {
+      Totals* out = &totals[w * kClientsPerWorker + c];
+      threads.emplace_back([channel, w, c, out] {
+        auto stub = v1::Inference::NewStub(channel);
+        for (int i = 0; i < kRequests; ++i) {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+          v1::GenerateRequest r;
+          for (int32_t id : PromptFor(w * kClientsPerWorker + c + i)) r.add_prompt_token_ids(id);
+          r.set_max_new_tokens(kNewTokens);
+          r.set_ignore_eos(true);
+          auto reader = stub->Generate(&ctx, r);
+          v1::GenerateResponse resp;
+          v1::Usage usage;
+          while (reader->Read(&resp)) {
+            if (resp.has_usage()) usage = resp.usage();
+          }
+          grpc::Status s = reader->Finish();
+          if (!s.ok()) {
+            out->errors.push_back(s.error_message());
+            continue;
+          }
+          ++out->ok;
+          out->hits += usage.expert_hits();
+          out->misses += usage.expert_misses();
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  Totals sum;
+  for (const Totals& t : totals) {
+    for (const std::string& e : t.errors) ADD_FAILURE() << e;
+    sum.ok += t.ok;
+    sum.hits += t.hits;
+    sum.misses += t.misses;
+  }
+  ASSERT_EQ(sum.ok, kWorkers * kClientsPerWorker * kRequests);
+
+  auto caddr = rpc::ParseListenAddress(cache_sock);
+  ASSERT_TRUE(caddr.ok());
+  auto cache_stub = v1::ExpertCache::NewStub(rpc::MakeChannel(*caddr));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetStatsRequest req;
+  req.set_model("tiny");
+  v1::GetStatsResponse stats;
+  grpc::Status s = cache_stub->GetStats(&ctx, req, &stats);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(stats.models_size(), 1);
+  const v1::ModelStats& m = stats.models(0);
+  std::printf("requests: hits %lld misses %lld; daemon: hits %llu misses %llu\n",
+              static_cast<long long>(sum.hits), static_cast<long long>(sum.misses),
+              static_cast<unsigned long long>(m.hits()),
+              static_cast<unsigned long long>(m.misses()));
+  EXPECT_EQ(m.sessions(), static_cast<uint32_t>(kWorkers));
+  EXPECT_GT(m.misses(), 0u);
+  EXPECT_GT(m.hits(), 0u);
+  EXPECT_EQ(static_cast<uint64_t>(sum.hits), m.hits());
+  EXPECT_EQ(static_cast<uint64_t>(sum.misses), m.misses());
+  EXPECT_EQ(m.leases_held(), 0u);
+
+  for (auto& w : workers) {
+    w->Signal(SIGTERM);
+    EXPECT_EQ(w->Wait(), 0) << w->Log();
+  }
   daemon.Signal(SIGTERM);
   EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
 }

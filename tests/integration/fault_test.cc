@@ -36,6 +36,9 @@ namespace {
 using moe::testing::DaemonConfig;
 using moe::testing::DaemonProcess;
 using moe::testing::ScratchDir;
+using client::AcquireReply;
+using client::CacheClient;
+using client::CacheClientOptions;
 
 constexpr int kLayers = 4;   // the tiny mixtral preset
 constexpr int kExperts = 8;
@@ -61,13 +64,6 @@ trace::Trace MakeTrace(int requests, int groups, uint64_t seed) {
   return t.ok() ? *t : trace::Trace{};
 }
 
-// One iteration's demand at one layer, as the cache client takes it.
-std::vector<ExpertRequest> Demand(const trace::Iteration& it, int layer) {
-  std::vector<ExpertRequest> d;
-  for (const trace::ExpertDemand& e : it.layers[layer]) d.push_back({e.expert, e.tokens});
-  return d;
-}
-
 struct PassStats {
   int64_t hits = 0;
   int64_t demanded = 0;
@@ -85,26 +81,28 @@ struct PassStats {
 // error, or (quietly, returning OK) once `max_acquires` acquires are done.
 absl::Status FollowTrace(CacheClient& client, const trace::Trace& trace, PassStats* stats,
                          int64_t max_acquires = -1) {
-  for (const trace::TraceRequest& req : trace.requests) {
-    if (absl::Status s = client.BeginRequest(req.id); !s.ok()) return s;
+  for (size_t i = 0; i < trace.requests.size(); ++i) {
+    const trace::TraceRequest& req = trace.requests[i];
+    const uint64_t request = i + 1;
+    if (absl::Status s = client.BeginRequest(request); !s.ok()) return s;
     for (const trace::Iteration& it : trace::SplitIterations(req, kLayers)) {
       const bool is_prefill = it.phase == trace::Phase::kPrefill;
       for (int layer = 0; layer < kLayers; ++layer) {
         if (max_acquires >= 0 && stats->acquires >= max_acquires) return absl::OkStatus();
-        const std::vector<ExpertRequest> d = Demand(it, layer);
+        const std::vector<ExpertDemand>& d = it.layers[layer];
         absl::StatusOr<AcquireReply> r = client.Acquire(layer, d, is_prefill);
         if (!r.ok()) return r.status();
         ++stats->acquires;
-        stats->hits += r->hits;
+        stats->hits += r->usage.hits;
         stats->demanded += static_cast<int64_t>(d.size());
         if (!is_prefill) {
-          stats->decode_hits += r->hits;
+          stats->decode_hits += r->usage.hits;
           stats->decode_demanded += static_cast<int64_t>(d.size());
         }
         if (absl::Status s = client.Release(r->leases); !s.ok()) return s;
       }
     }
-    if (absl::Status s = client.EndRequest(req.id); !s.ok()) return s;
+    if (absl::Status s = client.EndRequest(request); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -279,7 +277,7 @@ TEST_F(FaultTest, KilledLeaseHoldersLeasesAreBackWithinASecond) {
   EXPECT_EQ(leases, 0u);
   EXPECT_LT(ms, 1000.0);
   // And the slots are usable again: all of layer 1 fits.
-  std::vector<ExpertRequest> layer1;
+  std::vector<ExpertDemand> layer1;
   for (int e = 0; e < kExperts; ++e) layer1.push_back({e, 1});
   auto r = client->Acquire(1, layer1, false);
   ASSERT_TRUE(r.ok()) << r.status();

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  std::vector<moe::client::ExpertRequest> all;
+  std::vector<moe::ExpertDemand> all;
   for (int e = 0; e < (*client)->num_experts(); ++e) all.push_back({e, 1});
   auto r = (*client)->Acquire(std::atoi(argv[3]), all, false);
   if (!r.ok()) {

@@ -34,6 +34,11 @@ using ::moe::testing::DaemonConfig;
 using ::moe::testing::DaemonProcess;
 using ::moe::testing::ScratchDir;
 using ::testing::HasSubstr;
+using client::AcquireReply;
+using client::CacheClient;
+using client::CacheClientOptions;
+using client::SlotTensor;
+using client::Transport;
 
 constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                   TensorRole::kExpertDown};
@@ -70,15 +75,17 @@ class MoeCachedTest : public ::testing::Test {
   }
 
   // Every tensor of the leased expert equals the checkpoint, byte for byte.
-  void ExpectSlotMatches(const CacheClient& client, int layer, const ExpertLease& lease) {
+  void ExpectSlotMatches(const CacheClient& client, int layer, const SlotLease& lease) {
     ASSERT_EQ(client.layout().size(), 3u);
+    EXPECT_EQ(lease.key.layer, layer);
     for (int r = 0; r < 3; ++r) {
-      auto view = desc_->Expert(layer, lease.expert, kRoles[r]);
+      auto view = desc_->Expert(layer, lease.key.expert, kRoles[r]);
       ASSERT_TRUE(view.ok());
       const SlotTensor& t = client.layout()[r];
       ASSERT_EQ(t.nbytes, view->nbytes);
-      EXPECT_EQ(std::memcmp(lease.data + t.offset, view->data, view->nbytes), 0)
-          << "L" << layer << "/E" << lease.expert << " " << t.role << " in slot " << lease.slot;
+      EXPECT_EQ(std::memcmp(client.SlotData(lease.slot) + t.offset, view->data, view->nbytes), 0)
+          << "L" << layer << "/E" << lease.key.expert << " " << t.role << " in slot "
+          << lease.slot;
     }
   }
 
@@ -98,7 +105,7 @@ class MoeCachedTest : public ::testing::Test {
 // leased and still matches after later layers evicted other experts while
 // it stayed leased (invariants 1 and 2).
 void FollowTrace(CacheClient& client, Transport transport,
-                 const std::function<void(int, const ExpertLease&)>& check, uint64_t* demanded) {
+                 const std::function<void(int, const SlotLease&)>& check, uint64_t* demanded) {
   trace::SynthOptions so;
   so.num_layers = client.num_layers();
   so.num_experts = client.num_experts();
@@ -109,24 +116,23 @@ void FollowTrace(CacheClient& client, Transport transport,
   so.seed = 5;
   auto tr = trace::GenerateSyntheticTrace(so);
   ASSERT_TRUE(tr.ok()) << tr.status();
-  for (const trace::TraceRequest& req : tr->requests) {
-    ASSERT_TRUE(client.BeginRequest(req.id, transport).ok());
+  for (size_t i = 0; i < tr->requests.size(); ++i) {
+    const trace::TraceRequest& req = tr->requests[i];
+    const uint64_t request = i + 1;
+    ASSERT_TRUE(client.BeginRequest(request, transport).ok());
     // Iterations: all prefill tokens together, then one per decode token.
     for (const trace::Iteration& it : trace::SplitIterations(req, client.num_layers())) {
       const bool is_prefill = it.phase == trace::Phase::kPrefill;
-      std::vector<ExpertLease> held;  // layer 0's leases, kept over the iteration
+      std::vector<SlotLease> held;  // layer 0's leases, kept over the iteration
       for (int layer = 0; layer < client.num_layers(); ++layer) {
-        std::vector<ExpertRequest> demands;
-        for (const trace::ExpertDemand& d : it.layers[layer]) {
-          demands.push_back({d.expert, d.tokens});
-        }
+        const std::vector<ExpertDemand>& demands = it.layers[layer];
         *demanded += demands.size();
         auto r = client.Acquire(layer, demands, is_prefill, {}, transport);
         ASSERT_TRUE(r.ok()) << r.status();
         ASSERT_EQ(r->leases.size(), demands.size());
-        EXPECT_EQ(r->hits + r->misses, static_cast<int>(demands.size()));
+        EXPECT_EQ(r->usage.hits + r->usage.misses, static_cast<int>(demands.size()));
         for (size_t i = 0; i < demands.size(); ++i) {
-          EXPECT_EQ(r->leases[i].expert, demands[i].expert);
+          EXPECT_EQ(r->leases[i].key.expert, demands[i].expert);
           check(layer, r->leases[i]);
         }
         if (layer == 0 && !is_prefill) {
@@ -135,10 +141,10 @@ void FollowTrace(CacheClient& client, Transport transport,
           ASSERT_TRUE(client.Release(r->leases, transport).ok());
         }
       }
-      for (const ExpertLease& l : held) check(0, l);
+      for (const SlotLease& l : held) check(0, l);
       ASSERT_TRUE(client.Release(held, transport).ok());
     }
-    ASSERT_TRUE(client.EndRequest(req.id, transport).ok());
+    ASSERT_TRUE(client.EndRequest(request, transport).ok());
   }
 }
 
@@ -155,7 +161,7 @@ TEST_P(TraceTest, SlotsMatchCheckpointByteForByte) {
   uint64_t demanded = 0;
   FollowTrace(
       *client, GetParam(),
-      [&](int layer, const ExpertLease& l) { ExpectSlotMatches(*client, layer, l); }, &demanded);
+      [&](int layer, const SlotLease& l) { ExpectSlotMatches(*client, layer, l); }, &demanded);
   auto stats = client->GetStats("tiny");
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_EQ(stats->models_size(), 1);
@@ -177,7 +183,7 @@ TEST_F(MoeCachedTest, BadInputFromTheWireIsInvalidArgument) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   for (Transport t : {Transport::kShm, Transport::kGrpc}) {
-    using V = std::vector<ExpertRequest>;
+    using V = std::vector<ExpertDemand>;
     std::vector<std::pair<int, V>> bad = {
         {-1, V{{0, 1}}}, {4, V{{0, 1}}},          {0, V{{8, 1}}}, {0, V{{-1, 1}}},
         {0, V{{1, 1}, {1, 2}}}, {0, V{{0, 0}}}, {0, V{}}};
@@ -190,12 +196,12 @@ TEST_F(MoeCachedTest, BadInputFromTheWireIsInvalidArgument) {
     EXPECT_EQ(hint.status().code(), absl::StatusCode::kInvalidArgument);
   }
   // A lease that was never granted.
-  ExpertLease bogus{0, 1000, 1, nullptr};
+  SlotLease bogus{{0, 0}, 1000, 1};
   EXPECT_EQ(client->Release({bogus}, Transport::kGrpc).code(),
             absl::StatusCode::kInvalidArgument);
   // Still serving, and good calls work on both transports.
   for (Transport t : {Transport::kShm, Transport::kGrpc}) {
-    auto r = client->Acquire(2, std::vector<ExpertRequest>{{3, 2}}, false, {}, t);
+    auto r = client->Acquire(2, std::vector<ExpertDemand>{{3, 2}}, false, {}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ExpectSlotMatches(*client, 2, r->leases[0]);
     EXPECT_TRUE(client->Release(r->leases, t).ok());
@@ -223,7 +229,7 @@ TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
 
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  std::vector<ExpertRequest> layer1;
+  std::vector<ExpertDemand> layer1;
   for (int e = 0; e < 8; ++e) layer1.push_back({e, 1});
   auto blocked = client->Acquire(1, layer1, false);
   EXPECT_EQ(blocked.status().code(), absl::StatusCode::kResourceExhausted) << blocked.status();
@@ -247,7 +253,7 @@ TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
   ASSERT_EQ(sessions, 1u);
   auto r = client->Acquire(1, layer1, false);
   ASSERT_TRUE(r.ok()) << r.status();
-  for (const ExpertLease& l : r->leases) ExpectSlotMatches(*client, 1, l);
+  for (const SlotLease& l : r->leases) ExpectSlotMatches(*client, 1, l);
   EXPECT_THAT(daemon_.stderr_text(), HasSubstr("reclaimed 8 leases"));
 }
 
@@ -274,12 +280,12 @@ TEST_F(MoeCachedTest, MetricsSeenThroughARealScrape) {
   ASSERT_TRUE(port.ok()) << port.status();
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  std::vector<ExpertRequest> two = {{0, 3}, {5, 1}};
+  std::vector<ExpertDemand> two = {{0, 3}, {5, 1}};
   for (int round = 0; round < 2; ++round) {  // two misses, then two hits
     auto r = client->Acquire(0, two, false);
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->misses, round == 0 ? 2 : 0);
-    EXPECT_EQ(r->hits, round == 0 ? 0 : 2);
+    EXPECT_EQ(r->usage.misses, round == 0 ? 2 : 0);
+    EXPECT_EQ(r->usage.hits, round == 0 ? 0 : 2);
     ASSERT_TRUE(client->Release(r->leases).ok());
   }
   // GetStats syncs the counters (a release over shm is posted, not awaited).
@@ -323,20 +329,20 @@ TEST_F(MoeCachedTest, SigtermDrainsPersistsAndExitsZero) {
   StartDaemon({"--cache-experts", "8", "--state-dir", state, "--policy", "moe-infinity"});
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->BeginRequest("r1").ok());
+  ASSERT_TRUE(client->BeginRequest(1).ok());
   for (int layer = 0; layer < 4; ++layer) {
-    auto r = client->Acquire(layer, std::vector<ExpertRequest>{{layer, 1}, {7, 2}}, false);
+    auto r = client->Acquire(layer, std::vector<ExpertDemand>{{layer, 1}, {7, 2}}, false);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases).ok());
   }
-  ASSERT_TRUE(client->EndRequest("r1").ok());
+  ASSERT_TRUE(client->EndRequest(1).ok());
   ASSERT_TRUE(std::filesystem::exists(daemon_.socket_path()));
   ASSERT_TRUE(daemon_.process().Signal(SIGTERM).ok());
   EXPECT_EQ(ExitCode(), 0) << daemon_.stderr_text();
   EXPECT_FALSE(std::filesystem::exists(daemon_.socket_path()));
   EXPECT_TRUE(std::filesystem::exists(state + "/tiny.eamc")) << daemon_.stderr_text();
   // The client's channel was closed: UNAVAILABLE, not a hang.
-  auto after = client->Acquire(0, std::vector<ExpertRequest>{{0, 1}}, false);
+  auto after = client->Acquire(0, std::vector<ExpertDemand>{{0, 1}}, false);
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
 
   // A restart loads the persisted state.
@@ -356,11 +362,11 @@ TEST_F(MoeCachedTest, DaemonDeathIsUnavailableNotAHang) {
   StartDaemon({"--cache-experts", "8"});
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->Acquire(0, std::vector<ExpertRequest>{{1, 1}}, false).ok());
+  ASSERT_TRUE(client->Acquire(0, std::vector<ExpertDemand>{{1, 1}}, false).ok());
   ASSERT_TRUE(daemon_.process().Signal(SIGKILL).ok());
   ASSERT_TRUE(daemon_.process().Wait(absl::Seconds(10)).ok());
   absl::Time start = absl::Now();
-  auto r = client->Acquire(1, std::vector<ExpertRequest>{{1, 1}}, false);
+  auto r = client->Acquire(1, std::vector<ExpertDemand>{{1, 1}}, false);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
@@ -508,7 +514,7 @@ TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
   // The daemon still serves others.
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  EXPECT_TRUE(client->Acquire(0, std::vector<ExpertRequest>{{3, 1}}, false).ok());
+  EXPECT_TRUE(client->Acquire(0, std::vector<ExpertDemand>{{3, 1}}, false).ok());
 }
 
 // --max-sessions: attaches past the limit are RESOURCE_EXHAUSTED naming it;
@@ -576,7 +582,7 @@ TEST_F(MoeCachedTest, SigtermWithMetricsAndAnIdleClientExitsPromptly) {
   StartDaemon({"--cache-experts", "8", "--drain-seconds", "10"}, /*metrics=*/true);
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  auto r = client->Acquire(0, std::vector<ExpertRequest>{{1, 1}}, false);
+  auto r = client->Acquire(0, std::vector<ExpertDemand>{{1, 1}}, false);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(client->Release(r->leases).ok());
   auto stats = client->GetStats("tiny");  // over gRPC: the connection is up

@@ -24,7 +24,7 @@ using testing::ReferenceTokens;
 class GatedProvider : public ExpertProvider {
  public:
   explicit GatedProvider(ExpertProvider* inner) : inner_(inner) {}
-  absl::StatusOr<ExpertLease> Acquire(int layer,
+  absl::StatusOr<AcquiredExperts> Acquire(int layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -34,7 +34,7 @@ class GatedProvider : public ExpertProvider {
     lock.unlock();
     return inner_->Acquire(layer, demands, prefill);
   }
-  void Release(ExpertLease& lease) override { inner_->Release(lease); }
+  void Release(AcquiredExperts& lease) override { inner_->Release(lease); }
   void WaitEntered() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return entered_; });
@@ -56,11 +56,11 @@ class GatedProvider : public ExpertProvider {
 // The daemon went away.
 class GoneProvider : public ExpertProvider {
  public:
-  absl::StatusOr<ExpertLease> Acquire(int, absl::Span<const ExpertDemand>,
+  absl::StatusOr<AcquiredExperts> Acquire(int, absl::Span<const ExpertDemand>,
                                       bool) override {
     return absl::UnavailableError("moe-cached went away");
   }
-  void Release(ExpertLease&) override {}
+  void Release(AcquiredExperts&) override {}
 };
 
 class GenerationRunnerTest : public ::testing::Test {

@@ -1,0 +1,58 @@
+#include "services/exchange/expert_exchange.h"
+
+#include <cmath>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace moe {
+
+std::string ExpertKey::ToString() const { return absl::StrCat("L", layer, "/E", expert); }
+
+absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
+                             absl::Span<const ExpertDemand> demands) {
+  if (layer < 0 || layer >= shape.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer, " out of range [0, ", shape.num_layers, ")"));
+  }
+  if (demands.empty() || demands.size() > static_cast<size_t>(shape.num_experts)) {
+    return absl::InvalidArgumentError(absl::StrCat("an acquire names 1 to ", shape.num_experts,
+                                                   " experts, got ", demands.size()));
+  }
+  absl::flat_hash_set<int32_t> seen;
+  for (const ExpertDemand& d : demands) {
+    if (d.expert < 0 || d.expert >= shape.num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", d.expert, " out of range [0, ", shape.num_experts, ")"));
+    }
+    if (!seen.insert(d.expert).second) {
+      return absl::InvalidArgumentError(absl::StrCat("expert ", d.expert, " demanded twice"));
+    }
+    if (d.tokens < 1 || d.tokens > kMaxDemandTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", d.expert, ": token count ", d.tokens, " not in [1, 2^24]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHints(const ExchangeShape& shape, absl::Span<const ExpertHint> hints) {
+  if (hints.size() > static_cast<size_t>(kMaxHintsPerCall)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("too many hints (", hints.size(), ", at most ", kMaxHintsPerCall, ")"));
+  }
+  for (const ExpertHint& h : hints) {
+    if (h.layer < 0 || h.layer >= shape.num_layers || h.expert < 0 ||
+        h.expert >= shape.num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hint for L", h.layer, "/E", h.expert, " out of range"));
+    }
+    if (!std::isfinite(h.probability) || h.probability < 0 || h.probability > 1) {
+      return absl::InvalidArgumentError(absl::StrCat("hint for L", h.layer, "/E", h.expert,
+                                                     ": probability not in [0, 1]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moe

@@ -1,0 +1,154 @@
+// The vocabulary a worker and the expert cache exchange, defined once.
+//
+// Every layer speaks these types: the engine (ExpertProvider), the cache
+// client of moe-worker, the daemon's SessionManager, the cache core
+// (ExpertCache, policies, prefetcher, simulator) and the trace tools. The two
+// transports have exactly one converter each: the shared-memory ring
+// (services/channel/shm_channel.h: ToWire/FromWire) and the gRPC messages
+// (services/exchange/exchange_proto.h).
+//
+// Who validates what:
+//  - Anything that arrives from another process (a worker's acquire, hints,
+//    release) is checked once, by the daemon's SessionManager, with
+//    ValidateDemands / ValidateHints below (INVALID_ARGUMENT naming the bad
+//    value). The client checks hints with the same functions only because
+//    over shared memory hints are posted without a reply.
+//  - Below SessionManager, the cache core treats these as preconditions and
+//    MOE_CHECKs them (a violation is a bug in the daemon, not bad input).
+//  - Routing traces are files, validated when parsed (trace.h).
+//
+// Thread-safety: plain values.
+#ifndef MOECACHE_SERVICES_EXCHANGE_EXPERT_EXCHANGE_H_
+#define MOECACHE_SERVICES_EXCHANGE_EXPERT_EXCHANGE_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace moe {
+
+// Identity of one routed expert: MoE-layer index (0-based, counting MoE
+// layers only) and expert index within that layer.
+struct ExpertKey {
+  int32_t layer = 0;
+  int32_t expert = 0;
+
+  friend bool operator==(const ExpertKey& a, const ExpertKey& b) {
+    return a.layer == b.layer && a.expert == b.expert;
+  }
+  friend bool operator!=(const ExpertKey& a, const ExpertKey& b) { return !(a == b); }
+  // Orders by (layer, expert), for deterministic iteration.
+  friend bool operator<(const ExpertKey& a, const ExpertKey& b) {
+    return a.layer != b.layer ? a.layer < b.layer : a.expert < b.expert;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const ExpertKey& k) {
+    return H::combine(std::move(h), k.layer, k.expert);
+  }
+
+  // "L3/E17".
+  std::string ToString() const;
+};
+
+// An expert one layer needs in this iteration, with the tokens of the
+// iteration routed to it (one entry of the iteration's expert activation
+// matrix).
+struct ExpertDemand {
+  int32_t expert = 0;
+  int32_t tokens = 1;
+};
+
+// Where a prediction came from (the prefetcher calibrates each source).
+enum class HintSource : uint8_t { kPolicy = 0, kHint = 1, kAffinity = 2 };
+inline constexpr int kNumHintSources = 3;
+
+// A prediction that `expert` of `layer` will be needed soon, with
+// `probability` in [0, 1]. Workers send kHint (pre-gating); the cache's own
+// policy and affinity statistics make the others.
+struct ExpertHint {
+  int32_t layer = 0;
+  int32_t expert = 0;
+  float probability = 1;
+  HintSource source = HintSource::kHint;
+};
+
+// Index of a slot in a model's arena.
+using SlotId = int32_t;
+
+// A lease on one arena slot: the expert in it, and the slot's generation when
+// the lease was granted (a release must name both; a stale generation is
+// refused). The slot's bytes are readable until the lease is released.
+struct SlotLease {
+  ExpertKey key;
+  SlotId slot = -1;
+  uint64_t generation = 0;
+};
+
+// What one acquire cost its caller: demanded experts that were ready when the
+// layer was routed (hits) or not (misses), and the time waited for copies
+// (0 when everything hit).
+struct AcquireUsage {
+  int32_t hits = 0;
+  int32_t misses = 0;
+  int64_t stall_ns = 0;
+
+  double stall_seconds() const { return static_cast<double>(stall_ns) * 1e-9; }
+  AcquireUsage& operator+=(const AcquireUsage& o) {
+    hits += o.hits;
+    misses += o.misses;
+    stall_ns += o.stall_ns;
+    return *this;
+  }
+};
+
+// Who an acquire is for: the session that holds its leases (a worker, or
+// the simulator's single client) and the request within that session whose
+// per-request cache state (activation matrix, counters, hints) it updates.
+// Implicit from a session id (request 0) so that single-request callers
+// (tests, the simulator) need not spell it out.
+struct RequestOwner {
+  uint64_t session = 0;
+  uint64_t request = 0;
+
+  RequestOwner() = default;
+  RequestOwner(uint64_t session_id, uint64_t request_id = 0)  // NOLINT(runtime/explicit)
+      : session(session_id), request(request_id) {}
+
+  friend bool operator==(const RequestOwner& a, const RequestOwner& b) {
+    return a.session == b.session && a.request == b.request;
+  }
+  friend bool operator!=(const RequestOwner& a, const RequestOwner& b) { return !(a == b); }
+  template <typename H>
+  friend H AbslHashValue(H h, const RequestOwner& o) {
+    return H::combine(std::move(h), o.session, o.request);
+  }
+};
+
+// The shape an exchange is checked against: one model's MoE layers and
+// routed experts per layer.
+struct ExchangeShape {
+  int num_layers = 0;
+  int num_experts = 0;
+};
+
+// Bounds on what one exchange may carry.
+inline constexpr int32_t kMaxDemandTokens = 1 << 24;
+inline constexpr int kMaxHintsPerCall = 4096;
+
+// The acquire rule: `layer` in range; 1..num_experts demands of distinct
+// in-range experts, each with tokens in [1, kMaxDemandTokens].
+// INVALID_ARGUMENT naming the first violation.
+absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
+                             absl::Span<const ExpertDemand> demands);
+
+// The hint rule: at most kMaxHintsPerCall hints, each for an in-range layer
+// and expert, with a finite probability in [0, 1]. INVALID_ARGUMENT.
+absl::Status ValidateHints(const ExchangeShape& shape, absl::Span<const ExpertHint> hints);
+
+}  // namespace moe
+
+#endif  // MOECACHE_SERVICES_EXCHANGE_EXPERT_EXCHANGE_H_
