@@ -1,7 +1,8 @@
 # CUDA is optional. When nvcc exists the CUDA backend is built as a shared
 # module (libmoe_cuda.so) that executables dlopen at run time: they link no
 # CUDA library, run on machines without one, and avoid the static-TLS clash
-# between libcublasLt and prometheus-cpp's civetweb threads (notes/build.md).
+# between libcublasLt (~94 KiB of static TLS) and prometheus-cpp's civetweb
+# threads (~100 KiB stacks), which made the metrics server fail to start.
 set(MOE_HAVE_CUDA OFF)
 if(MOE_WITH_CUDA AND NOT MOE_SANITIZE)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)

@@ -1,6 +1,6 @@
 // moe-infinity: the EAMC-based policy of MoE-Infinity (arXiv 2401.14361),
 // faithful by default in "paper" mode, plus switchable improvements learned
-// from replaying real traces (../shared/notes/cache-findings.md).
+// from replaying real traces (docs/architecture.md, "Policies").
 //
 // Paper mode (moe-infinity-paper): per request, iteration EAMs accumulate into
 // prefill and decode request EAMs; at every iteration the current phase's EAM

@@ -79,9 +79,17 @@ std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const Trace& trace, int 
   return groups;
 }
 
-absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy_spec,
-                                   const SimOptions& o) {
-  const auto& h = trace.header;
+namespace {
+
+// One simulated daemon: a cache over a modelled link on a virtual clock.
+struct SimCache {
+  ManualClock clock;
+  std::unique_ptr<FakeCopyEngine> engine;
+  std::unique_ptr<ExpertCache> cache;
+  bool prefetch = false;
+};
+
+absl::Status ValidateSimOptions(const trace::TraceHeader& h, const SimOptions& o) {
   if (o.capacity < h.num_experts) {
     return absl::InvalidArgumentError(absl::StrCat(
         "capacity ", o.capacity, " is below one layer's experts (", h.num_experts, ")"));
@@ -91,6 +99,14 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
     return absl::InvalidArgumentError("link model needs expert_mb, link_gbps, chunk_mb > 0");
   }
   if (o.passes < 1) return absl::InvalidArgumentError("passes must be >= 1");
+  return absl::OkStatus();
+}
+
+// REQUIRES: `sim` not moved afterwards (the cache and engine point at its
+// clock).
+absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
+                           const SimOptions& o, SimCache* sim) {
+  const auto& h = trace.header;
   PolicyConfig pc;
   pc.num_layers = h.num_layers;
   pc.num_experts = h.num_experts;
@@ -108,12 +124,11 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   }
   // The cache reads time (its online estimate of T when layer_ms is 0) from
   // the engine's virtual clock: runs stay deterministic.
-  ManualClock clock;
   FakeCopyEngineOptions eo;
   eo.bandwidth_bytes_per_sec = static_cast<uint64_t>(o.link.link_gbps * 1e9);
   eo.chunk_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(o.link.chunk_mb * 1e6));
-  eo.clock = &clock;
-  ASSIGN_OR_RETURN(auto engine, FakeCopyEngine::Create(eo));
+  eo.clock = &sim->clock;
+  ASSIGN_OR_RETURN(sim->engine, FakeCopyEngine::Create(eo));
   ExpertCacheOptions co;
   co.num_layers = h.num_layers;
   co.num_experts = h.num_experts;
@@ -121,55 +136,77 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   co.capacity = o.capacity;
   co.expert_bytes = o.link.expert_bytes();
   co.prefetch = o.prefetch && !belady;
-  SetGateLinkFigures(*engine, pc.link_bytes_per_sec, pc.layer_seconds, &co);
-  co.clock = &clock;
-  ASSIGN_OR_RETURN(auto cache, ExpertCache::Create(co, std::move(policy), engine.get()));
+  SetGateLinkFigures(*sim->engine, pc.link_bytes_per_sec, pc.layer_seconds, &co);
+  co.clock = &sim->clock;
+  sim->prefetch = co.prefetch;
+  ASSIGN_OR_RETURN(sim->cache, ExpertCache::Create(co, std::move(policy), sim->engine.get()));
+  return absl::OkStatus();
+}
 
+// Serves one layer of one iteration on the virtual clock, then computes for
+// `layer_ns`. Returns the stall.
+absl::StatusOr<int64_t> ServeLayer(SimCache& sim, const RequestOwner& owner, int layer,
+                                   const Iteration& it, int64_t layer_ns) {
+  FakeCopyEngine& engine = *sim.engine;
+  const int64_t t0 = engine.now_ns();
+  ASSIGN_OR_RETURN(auto ticket, sim.cache->StartAcquire(owner, layer, it.layers[layer], it.phase));
+  while (true) {
+    ASSIGN_OR_RETURN(bool ready, sim.cache->IsReady(ticket));
+    if (ready) break;
+    auto next = engine.NextCompletionTime();
+    if (!next.has_value()) return absl::InternalError("acquire waits on an idle link");
+    engine.AdvanceTo(std::max(*next, engine.now_ns()));
+  }
+  const int64_t stall = engine.now_ns() - t0;
+  ASSIGN_OR_RETURN(AcquireResult acquired, sim.cache->FinishAcquire(ticket));
+  engine.AdvanceTo(engine.now_ns() + layer_ns);
+  RETURN_IF_ERROR(sim.cache->Release(owner.session, acquired.leases));
+  return stall;
+}
+
+}  // namespace
+
+absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy_spec,
+                                   const SimOptions& o) {
+  const auto& h = trace.header;
+  RETURN_IF_ERROR(ValidateSimOptions(h, o));
+  SimCache sim;
+  RETURN_IF_ERROR(BuildSimCache(trace, policy_spec, o, &sim));
+  ExpertCache& cache = *sim.cache;
+  // One client, one request at a time: like one worker.
   const RequestOwner owner{1, 0};
   const int64_t layer_ns = static_cast<int64_t>(std::llround(o.link.layer_ms * 1e6));
   double stall_ms[2] = {0, 0}, time_ms[2] = {0, 0};
   std::vector<ExpertHint> hints;
   for (int pass = 0; pass < o.passes; ++pass) {
     if (pass == o.passes - 1) {
-      cache->ResetStats();
+      cache.ResetStats();
       stall_ms[0] = stall_ms[1] = time_ms[0] = time_ms[1] = 0;
     }
     for (const auto& r : trace.requests) {
-      cache->BeginRequest(owner);
+      cache.BeginRequest(owner);
       for (const Iteration& it : SplitIterations(r, h.num_layers)) {
         const int pi = it.phase == Phase::kPrefill ? 0 : 1;
         for (int l = 0; l < h.num_layers; ++l) {
           if (!r.hints.empty() && l + 1 < h.num_layers && it.phase == Phase::kDecode) {
             hints.clear();
             for (int32_t e : r.hints[it.token][l + 1]) hints.push_back({l + 1, e, 0.0f});
-            cache->AddHints(owner, hints);
+            cache.AddHints(owner, hints);
           }
-          const int64_t t0 = engine->now_ns();
-          ASSIGN_OR_RETURN(auto ticket, cache->StartAcquire(owner, l, it.layers[l], it.phase));
-          while (true) {
-            ASSIGN_OR_RETURN(bool ready, cache->IsReady(ticket));
-            if (ready) break;
-            auto next = engine->NextCompletionTime();
-            if (!next.has_value()) return absl::InternalError("acquire waits on an idle link");
-            engine->AdvanceTo(std::max(*next, engine->now_ns()));
-          }
-          const int64_t stall = engine->now_ns() - t0;
-          ASSIGN_OR_RETURN(AcquireResult acquired, cache->FinishAcquire(ticket));
-          engine->AdvanceTo(engine->now_ns() + layer_ns);
-          RETURN_IF_ERROR(cache->Release(owner.session, acquired.leases));
+          ASSIGN_OR_RETURN(const int64_t stall, ServeLayer(sim, owner, l, it, layer_ns));
           stall_ms[pi] += stall * 1e-6;
           time_ms[pi] += (stall + layer_ns) * 1e-6;
         }
       }
-      cache->EndRequest(owner);
+      cache.EndRequest(owner);
     }
   }
   SimResult res;
-  res.policy = belady ? "belady" : policy_spec;
+  res.policy = policy_spec == "belady" ? "belady" : policy_spec;
   res.capacity = o.capacity;
-  res.prefetch = co.prefetch;
-  res.prefill = ToPhase(cache->GetStats(Phase::kPrefill), stall_ms[0], time_ms[0]);
-  res.decode = ToPhase(cache->GetStats(Phase::kDecode), stall_ms[1], time_ms[1]);
+  res.prefetch = sim.prefetch;
+  res.prefill = ToPhase(cache.GetStats(Phase::kPrefill), stall_ms[0], time_ms[0]);
+  res.decode = ToPhase(cache.GetStats(Phase::kDecode), stall_ms[1], time_ms[1]);
   return res;
 }
 

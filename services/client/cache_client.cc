@@ -342,7 +342,6 @@ absl::Status CacheClient::Release(absl::Span<const SlotLease> leases, Transport 
 }
 
 absl::Status CacheClient::BeginRequest(uint64_t request, Transport transport) {
-  if (request == 0) return absl::InvalidArgumentError("request id 0 is the session's default");
   Impl& im = *impl_;
   absl::Status s;
   if (im.UseShm(transport)) {

@@ -138,6 +138,8 @@ struct ExchangeShape {
 // Bounds on what one exchange may carry.
 inline constexpr int32_t kMaxDemandTokens = 1 << 24;
 inline constexpr int kMaxHintsPerCall = 4096;
+// Requests one session may have begun and not ended at once.
+inline constexpr int kMaxRequestsPerSession = 64;
 
 // The acquire rule: `layer` in range; 1..num_experts demands of distinct
 // in-range experts, each with tokens in [1, kMaxDemandTokens].

@@ -52,8 +52,6 @@ namespace moe::cached {
 inline constexpr absl::Duration kPeerPollInterval = absl::Milliseconds(50);
 // Bound on list lengths accepted from the wire (gRPC; the channel has its own).
 inline constexpr int kMaxWireItems = kMaxHintsPerCall;
-// Requests one session may have begun and not ended.
-inline constexpr int kMaxRequestsPerSession = 64;
 // Live sessions at once unless --max-sessions says otherwise: each costs a
 // thread and a ~135 KB channel.
 inline constexpr int kDefaultMaxSessions = 64;

@@ -223,6 +223,87 @@ int WriteSweep(const std::string& prefix, const std::vector<nlohmann::json>& row
   return 0;
 }
 
+// Every flag of one `simulate` run, checked before anything runs.
+struct SimulatePlan {
+  std::string trace;
+  std::string out;  // --out PREFIX (a sweep's files)
+  bool sweep = false;
+  bool replay_hints = true;
+  cache::SimOptions options;
+  std::vector<std::string> policies;
+  std::vector<double> fracs;  // capacity fractions; empty: options.capacity
+};
+
+// Fills `plan` from `f`; false with a message (without the "simulate: "
+// prefix) in `err`.
+bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
+  auto get = [&](const char* k) {
+    auto it = f.values.find(k);
+    return it == f.values.end() ? std::string() : it->second;
+  };
+  auto on_off = [&](const char* k, bool dflt, bool* out) {
+    const std::string v = get(k);
+    if (!v.empty() && v != "on" && v != "off") {
+      *err = absl::StrCat("--", k, " takes on or off");
+      return false;
+    }
+    *out = v.empty() ? dflt : v == "on";
+    return true;
+  };
+  plan->trace = get("trace");
+  if (plan->trace.empty() || get("policy").empty()) {
+    *err = "--trace and --policy are required";
+    return false;
+  }
+  cache::SimOptions& o = plan->options;
+  if (!on_off("prefetch", false, &o.prefetch) || !on_off("hints", true, &plan->replay_hints)) {
+    return false;
+  }
+  if (!GetDouble(f, "expert-mb", &o.link.expert_mb) ||
+      !GetDouble(f, "link-gbps", &o.link.link_gbps) ||
+      !GetDouble(f, "layer-ms", &o.link.layer_ms) || !GetDouble(f, "chunk-mb", &o.link.chunk_mb)) {
+    *err = "link flags take numbers";
+    return false;
+  }
+  if (!get("passes").empty() && !absl::SimpleAtoi(get("passes"), &o.passes)) {
+    *err = "--passes takes an integer";
+    return false;
+  }
+  plan->policies = PolicyList(get("policy"));
+  plan->out = get("out");
+  if (!get("sweep").empty()) {
+    plan->sweep = true;
+    for (absl::string_view v : absl::StrSplit(get("sweep"), ',', absl::SkipEmpty())) {
+      double frac;
+      if (!absl::SimpleAtod(v, &frac)) {
+        *err = "--sweep takes fractions, e.g. 0.1,0.25,0.5";
+        return false;
+      }
+      plan->fracs.push_back(frac);
+    }
+    if (plan->out.empty()) {
+      *err = "--sweep needs --out PREFIX";
+      return false;
+    }
+  } else if (!get("capacity").empty()) {
+    if (!absl::SimpleAtoi(get("capacity"), &o.capacity)) {
+      *err = "--capacity takes an integer";
+      return false;
+    }
+  } else if (!get("capacity-frac").empty()) {
+    double frac;
+    if (!absl::SimpleAtod(get("capacity-frac"), &frac)) {
+      *err = "--capacity-frac takes a number";
+      return false;
+    }
+    plan->fracs.push_back(frac);
+  } else {
+    *err = "give --capacity N or --capacity-frac F";
+    return false;
+  }
+  return true;
+}
+
 int RunSimulate(const Args& args) {
   for (const auto& a : args) {
     if (a == "--help" || a == "-h") {
@@ -231,95 +312,40 @@ int RunSimulate(const Args& args) {
     }
   }
   Flags f;
+  SimulatePlan plan;
   std::string err;
-  if (!ParseFlags(args, &f, &err)) {
+  if (!ParseFlags(args, &f, &err) || !ParsePlan(f, &plan, &err)) {
     std::fprintf(stderr, "simulate: %s\n%s", err.c_str(), kHelp);
     return 2;
   }
-  auto get = [&](const char* k) {
-    auto it = f.values.find(k);
-    return it == f.values.end() ? std::string() : it->second;
-  };
-  if (get("trace").empty() || get("policy").empty()) {
-    std::fprintf(stderr, "simulate: --trace and --policy are required\n%s", kHelp);
-    return 2;
-  }
-  auto t = trace::ReadTraceFile(get("trace"));
+  auto t = trace::ReadTraceFile(plan.trace);
   if (!t.ok()) {
     std::fprintf(stderr, "simulate: %s\n", std::string(t.status().message()).c_str());
     return 2;
   }
-  cache::SimOptions o;
-  const std::string pf = get("prefetch");
-  if (!pf.empty() && pf != "on" && pf != "off") {
-    std::fprintf(stderr, "simulate: --prefetch takes on or off\n");
-    return 2;
-  }
-  o.prefetch = pf == "on";
-  const std::string hints_flag = get("hints");
-  if (!hints_flag.empty() && hints_flag != "on" && hints_flag != "off") {
-    std::fprintf(stderr, "simulate: --hints takes on or off\n");
-    return 2;
-  }
-  const bool replay_hints = hints_flag != "off";
-  const nlohmann::json hints = HintReport(*t, replay_hints, f.json);
-  if (!replay_hints) {
-    for (trace::TraceRequest& r : t->requests) r.hints.clear();
-  }
-  if (!GetDouble(f, "expert-mb", &o.link.expert_mb) ||
-      !GetDouble(f, "link-gbps", &o.link.link_gbps) ||
-      !GetDouble(f, "layer-ms", &o.link.layer_ms) || !GetDouble(f, "chunk-mb", &o.link.chunk_mb)) {
-    std::fprintf(stderr, "simulate: link flags take numbers\n");
-    return 2;
-  }
-  if (!get("passes").empty() && !absl::SimpleAtoi(get("passes"), &o.passes)) {
-    std::fprintf(stderr, "simulate: --passes takes an integer\n");
-    return 2;
-  }
-  const std::vector<std::string> policies = PolicyList(get("policy"));
-  std::vector<double> fracs;
-  if (!get("sweep").empty()) {
-    for (absl::string_view s : absl::StrSplit(get("sweep"), ',', absl::SkipEmpty())) {
-      double v;
-      if (!absl::SimpleAtod(s, &v)) {
-        std::fprintf(stderr, "simulate: --sweep takes fractions, e.g. 0.1,0.25,0.5\n");
-        return 2;
-      }
-      fracs.push_back(v);
-    }
-    if (get("out").empty()) {
-      std::fprintf(stderr, "simulate: --sweep needs --out PREFIX\n");
-      return 2;
-    }
-  } else if (!get("capacity").empty()) {
-    if (!absl::SimpleAtoi(get("capacity"), &o.capacity)) {
-      std::fprintf(stderr, "simulate: --capacity takes an integer\n");
-      return 2;
-    }
-  } else if (!get("capacity-frac").empty()) {
-    double frac;
-    if (!absl::SimpleAtod(get("capacity-frac"), &frac)) {
-      std::fprintf(stderr, "simulate: --capacity-frac takes a number\n");
-      return 2;
-    }
-    fracs.push_back(frac);
-  } else {
-    std::fprintf(stderr, "simulate: give --capacity N or --capacity-frac F\n");
-    return 2;
-  }
-  std::vector<nlohmann::json> rows;
-  if (!f.json) PrintTableHeader();
-  if (fracs.empty()) return RunAt(*t, policies, o, f.json, true, &rows, hints);
-  for (double frac : fracs) {
+  // Every capacity is checked before the first run prints anything.
+  std::vector<int> capacities;
+  for (double frac : plan.fracs) {
     auto c = cache::CapacityFromFraction(t->header, frac);
     if (!c.ok()) {
       std::fprintf(stderr, "simulate: %s\n", std::string(c.status().message()).c_str());
       return 2;
     }
-    o.capacity = *c;
-    if (int rc = RunAt(*t, policies, o, f.json, true, &rows, hints); rc != 0) return rc;
+    capacities.push_back(*c);
   }
-  return get("sweep").empty() ? 0 : WriteSweep(get("out"), rows);
+  if (capacities.empty()) capacities.push_back(plan.options.capacity);
+  const nlohmann::json hints = HintReport(*t, plan.replay_hints, f.json);
+  if (!plan.replay_hints) {
+    for (trace::TraceRequest& r : t->requests) r.hints.clear();
+  }
+  std::vector<nlohmann::json> rows;
+  if (!f.json) PrintTableHeader();
+  cache::SimOptions o = plan.options;
+  for (int capacity : capacities) {
+    o.capacity = capacity;
+    if (int rc = RunAt(*t, plan.policies, o, f.json, true, &rows, hints); rc != 0) return rc;
+  }
+  return plan.sweep ? WriteSweep(plan.out, rows) : 0;
 }
 
 const bool kRegistered = RegisterCommand(

@@ -49,7 +49,6 @@ struct ServerOptions {
   SecurityOptions security;
   RpcLimits limits;
   std::vector<grpc::Service*> services;  // not owned
-  std::vector<grpc::CallbackGenericService*> generic;  // unused for now
 };
 
 // A started gRPC server with health (grpc.health.v1) and reflection.

@@ -108,6 +108,96 @@ TEST(ExpertCacheTest, NoPolicyEvictsLeasedOrNeededSlots) {
   }
 }
 
+// Two requests (two sessions) interleave their layers on one cache: each
+// ticket's usage is its own and they add up to the totals; iterations are
+// counted per owner; a departed session's request state goes with it.
+TEST(ExpertCacheTest, OwnersInterleaveWithExactUsageAndTheirOwnIterations) {
+  for (const std::string& name : OnlinePolicyNames()) {
+    const int capacity = 12;
+    auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+    ExpertCacheOptions o;
+    o.num_layers = kLayers;
+    o.num_experts = kExperts;
+    o.top_k = 2;
+    o.capacity = capacity;
+    o.expert_bytes = 1000000;
+    o.prefetch = true;
+    o.link_bytes_per_sec = 1e9;
+    o.layer_seconds = 1e-3;
+    auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
+    const RequestOwner a{1, 7}, b{2, 7};  // same request id, other session
+    cache->BeginRequest(a);
+    cache->BeginRequest(b);
+    auto run = [&](const RequestOwner& owner, int layer, std::vector<ExpertDemand> d) {
+      auto t = cache->StartAcquire(owner, layer, d, Phase::kDecode);
+      EXPECT_TRUE(t.ok()) << t.status();
+      while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
+      auto r = cache->FinishAcquire(*t);
+      EXPECT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->usage.hits + r->usage.misses, static_cast<int>(d.size()));
+      EXPECT_TRUE(cache->Release(owner.session, r->leases).ok());
+      return r->usage;
+    };
+    AcquireUsage sum;
+    // A misses layer 0's experts; B, right after, finds them resident.
+    AcquireUsage first = run(a, 0, {{0, 1}, {1, 1}});
+    EXPECT_EQ(first.misses, 2) << name;
+    EXPECT_GT(first.stall_ns, 0) << name;
+    sum += first;
+    AcquireUsage second = run(b, 0, {{0, 1}, {1, 1}});
+    EXPECT_EQ(second.hits, 2) << name;
+    EXPECT_EQ(second.stall_ns, 0) << name;
+    sum += second;
+    // Interleaved tokens: A at layers 1..3 while B starts over at layer 0
+    // each time. Per owner, that is 2 iterations of A and 4 of B.
+    std::mt19937 rng(3);
+    for (int token = 0; token < 2; ++token) {
+      for (int layer = (token == 0 ? 1 : 0); layer < kLayers; ++layer) {
+        const int e = rng() % kExperts;
+        sum += run(a, layer, {{e, 1}, {(e + 1) % kExperts, 1}});
+        sum += run(b, 0, {{(e + 2) % kExperts, 1}});
+      }
+    }
+    const CachePhaseStats st = cache->GetStats(Phase::kDecode);
+    EXPECT_EQ(static_cast<uint64_t>(sum.hits), st.hits) << name;
+    EXPECT_EQ(static_cast<uint64_t>(sum.misses), st.misses) << name;
+    EXPECT_EQ(st.iterations, 2u + 8u) << name;  // A: 2; B: 1 + 7 (layer 0 each time)
+    cache->EndRequest(b);
+    EXPECT_EQ(cache->ReleaseOwner(1), 0) << name;  // A's state goes with its session
+    cache->CheckInvariantsForTest();
+  }
+}
+
+// moe-infinity keeps each request's activation matrix apart: what one
+// request routes does not enter another's, and each ends into the EAMC.
+TEST(MoeInfinityTest, RequestsKeepTheirOwnActivations) {
+  MoeInfinityPolicy p(MoeInfinityOptions::Improved(), "moe-infinity");
+  p.Configure(Config(8));
+  const RequestOwner a{1, 1}, b{1, 2};
+  p.OnBeginRequest(a);
+  p.OnBeginRequest(b);
+  p.OnBeginIteration(a, Phase::kDecode);
+  p.OnBeginIteration(b, Phase::kDecode);
+  p.OnRoute(a, 0, Phase::kDecode, std::vector<ExpertDemand>{{1, 1}, {2, 1}});
+  p.OnRoute(b, 0, Phase::kDecode, std::vector<ExpertDemand>{{4, 1}, {5, 1}});
+  ASSERT_NE(p.ActivityForTest(a), nullptr);
+  ASSERT_NE(p.ActivityForTest(b), nullptr);
+  EXPECT_EQ(p.live_requests(), 2);
+  for (int e = 0; e < kExperts; ++e) {
+    EXPECT_EQ(p.ActivityForTest(a)->decode.at(0, e), (e == 1 || e == 2) ? 1.0f : 0.0f) << e;
+    EXPECT_EQ(p.ActivityForTest(b)->decode.at(0, e), (e == 4 || e == 5) ? 1.0f : 0.0f) << e;
+  }
+  // Either request's experts are worth keeping: the best value over owners.
+  EXPECT_GT(p.RetentionValue({0, 1}), p.RetentionValue({0, 3}));
+  EXPECT_GT(p.RetentionValue({0, 4}), p.RetentionValue({0, 3}));
+  p.OnEndRequest(a);
+  EXPECT_EQ(p.ActivityForTest(a), nullptr);
+  EXPECT_EQ(p.EamcEntries(), 1);
+  p.OnEndRequest(b);
+  EXPECT_EQ(p.EamcEntries(), 2);
+  EXPECT_EQ(p.live_requests(), 0);
+}
+
 // Pre-gating hints arrive between acquires (after layer l, for layer l+1):
 // the copy must start when the hint arrives, not at the next acquire.
 TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {

@@ -95,7 +95,7 @@ TEST(CpuDispatchTest, EverySupportedPathMatchesScalar) {
       }
     }
   }
-  // This machine class has AVX2 (see notes/build.md); the vector path must
+  // The x86-64 machines CI runs on have AVX2; the vector path must
   // really have been compared.
   EXPECT_GE(levels_run, SimdLevelSupported(SimdLevel::kAvx2) ? 1 : 0);
   EXPECT_EQ(backend.Info().simd,

@@ -376,6 +376,57 @@ TEST_F(MoeCachedTest, DaemonDeathIsUnavailableNotAHang) {
 // get error replies, a corrupt ring ends the session (leases reclaimed), and
 // the shared-memory objects are private to the user (mode 0600).
 // Security item 5: a worker maps only the arena of the model it attached to.
+// Requests from the wire: 0 is the session's default; any other id must be
+// begun first, at most kMaxRequestsPerSession at once, and ended once. The
+// checks hold over both transports.
+TEST_F(MoeCachedTest, RequestsMustBeBegunAndAreBounded) {
+  StartDaemon({"--cache-experts", "8"});
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (Transport t : {Transport::kShm, Transport::kGrpc}) {
+    SCOPED_TRACE(t == Transport::kShm ? "shm" : "grpc");
+    EXPECT_EQ(client->BeginRequest(0, t).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(client->EndRequest(42, t).code(), absl::StatusCode::kFailedPrecondition);
+    for (uint64_t r = 1; r <= static_cast<uint64_t>(kMaxRequestsPerSession); ++r) {
+      ASSERT_TRUE(client->BeginRequest(r, t).ok()) << r;
+    }
+    absl::Status over = client->BeginRequest(kMaxRequestsPerSession + 1, t);
+    EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+    EXPECT_TRUE(client->BeginRequest(3, t).ok());  // a live one restarts
+    ASSERT_TRUE(client->EndRequest(3, t).ok());
+    EXPECT_TRUE(client->BeginRequest(kMaxRequestsPerSession + 1, t).ok());  // room again
+    auto r = client->Acquire(1, std::vector<ExpertDemand>{{2, 1}}, false, {}, t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(client->Release(r->leases, t).ok());
+    for (uint64_t id = 1; id <= static_cast<uint64_t>(kMaxRequestsPerSession) + 1; ++id) {
+      if (id != 3) ASSERT_TRUE(client->EndRequest(id, t).ok()) << id;
+    }
+  }
+  // An acquire for a request that was never begun.
+  auto stub = moe::v1::ExpertCache::NewStub(
+      rpc::MakeChannel(*rpc::ParseListenAddress(daemon_.address())));
+  moe::v1::AttachRequest areq;
+  areq.set_model("tiny");
+  areq.set_pid(::getpid());
+  moe::v1::AttachResponse aresp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Attach(&ctx, areq, &aresp).ok());
+  }
+  moe::v1::AcquireRequest acq;
+  acq.set_session_id(aresp.session_id());
+  acq.set_layer(0);
+  acq.set_request(99);
+  auto* d = acq.add_experts();
+  d->set_expert(1);
+  d->set_tokens(1);
+  moe::v1::AcquireResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub->Acquire(&ctx, acq, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("request 99 was not begun"));
+}
+
 // Arenas and channels are unnamed memfds (nothing in /dev/shm to list or
 // guess); the descriptors go to the pid named in Attach, once; the daemon is
 // not dumpable, so its /proc/PID/fd is closed to other non-root processes.

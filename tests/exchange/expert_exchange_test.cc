@@ -1,0 +1,135 @@
+// The exchange vocabulary: the one set of wire rules, and the two transport
+// converters (shared-memory ring, gRPC messages) round-tripping every field.
+#include "services/exchange/expert_exchange.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/channel/shm_channel.h"
+#include "services/exchange/exchange_proto.h"
+
+namespace moe {
+namespace {
+
+constexpr ExchangeShape kShape{4, 8};
+
+TEST(ValidateDemandsTest, AcceptsTheRuleAndNamesEachViolation) {
+  using V = std::vector<ExpertDemand>;
+  EXPECT_TRUE(ValidateDemands(kShape, 0, V{{0, 1}}).ok());
+  EXPECT_TRUE(ValidateDemands(kShape, 3, V{{7, kMaxDemandTokens}, {0, 2}}).ok());
+  struct Case {
+    int layer;
+    V demands;
+    const char* message;
+  };
+  const Case bad[] = {
+      {-1, V{{0, 1}}, "layer -1 out of range"},
+      {4, V{{0, 1}}, "layer 4 out of range"},
+      {0, V{}, "1 to 8 experts, got 0"},
+      {0, V(9, ExpertDemand{0, 1}), "1 to 8 experts, got 9"},
+      {0, V{{8, 1}}, "expert 8 out of range"},
+      {0, V{{-1, 1}}, "expert -1 out of range"},
+      {0, V{{1, 1}, {1, 2}}, "expert 1 demanded twice"},
+      {0, V{{1, 0}}, "token count 0"},
+      {0, V{{1, kMaxDemandTokens + 1}}, "not in [1, 2^24]"},
+  };
+  for (const Case& c : bad) {
+    absl::Status s = ValidateDemands(kShape, c.layer, c.demands);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(s.message().find(c.message), absl::string_view::npos) << s;
+  }
+}
+
+TEST(ValidateHintsTest, RangesProbabilitiesAndLength) {
+  using V = std::vector<ExpertHint>;
+  EXPECT_TRUE(ValidateHints(kShape, V{}).ok());
+  EXPECT_TRUE(ValidateHints(kShape, V{{3, 7, 0.0f}, {0, 0, 1.0f}}).ok());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const V& v : {V{{4, 0, 0.5f}}, V{{0, 8, 0.5f}}, V{{-1, 0, 0.5f}}, V{{0, 0, -0.1f}},
+                     V{{0, 0, 1.5f}}, V{{0, 0, nan}}, V(kMaxHintsPerCall + 1, ExpertHint{})}) {
+    EXPECT_EQ(ValidateHints(kShape, v).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(ShmConverterTest, RoundTripsEveryField) {
+  const std::vector<ExpertDemand> demands = {{3, 7}, {0, 1}};
+  const std::vector<ExpertHint> hints = {{2, 5, 0.25f, HintSource::kHint}};
+  const std::vector<SlotLease> leases = {{{1, 6}, 11, 0x123456789abcull}, {{3, 0}, 0, 1}};
+  auto req = std::make_unique<channel::RequestMsg>();
+  auto reply = std::make_unique<channel::ResponseMsg>();
+
+  channel::ToWire(demands, req->demands);
+  std::vector<ExpertDemand> d(demands.size());
+  channel::FromWire(req->demands, d.size(), d.data());
+  for (size_t i = 0; i < d.size(); ++i) {
+    EXPECT_EQ(d[i].expert, demands[i].expert);
+    EXPECT_EQ(d[i].tokens, demands[i].tokens);
+  }
+  channel::ToWire(hints, req->hints);
+  std::vector<ExpertHint> h(1);
+  channel::FromWire(req->hints, 1, h.data());
+  EXPECT_EQ(h[0].layer, 2);
+  EXPECT_EQ(h[0].expert, 5);
+  EXPECT_EQ(h[0].probability, 0.25f);
+  EXPECT_EQ(h[0].source, HintSource::kHint);
+  channel::ToWire(leases, reply->leases);
+  std::vector<SlotLease> l(leases.size());
+  channel::FromWire(reply->leases, l.size(), l.data());
+  for (size_t i = 0; i < l.size(); ++i) {
+    EXPECT_EQ(l[i].key, leases[i].key);
+    EXPECT_EQ(l[i].slot, leases[i].slot);
+    EXPECT_EQ(l[i].generation, leases[i].generation);
+  }
+  // A slot id an int32 cannot hold becomes -1, which SlotTable refuses.
+  reply->leases[0].slot = 0x80000000u;
+  channel::FromWire(reply->leases, 1, l.data());
+  EXPECT_EQ(l[0].slot, -1);
+
+  const AcquireUsage usage{3, 4, 5000};
+  channel::ToWire(usage, reply.get());
+  const AcquireUsage back = channel::UsageFromWire(*reply);
+  EXPECT_EQ(back.hits, 3);
+  EXPECT_EQ(back.misses, 4);
+  EXPECT_EQ(back.stall_ns, 5000);
+}
+
+TEST(ProtoConverterTest, RoundTripsEveryField) {
+  v1::AcquireRequest req;
+  const std::vector<ExpertDemand> demands = {{3, 7}, {0, 1}};
+  const std::vector<ExpertHint> hints = {{2, 5, 0.25f, HintSource::kHint}};
+  ToProtoList<ExpertDemand>(demands, req.mutable_experts());
+  ToProtoList<ExpertHint>(hints, req.mutable_hints());
+  const auto d = FromProtoList<ExpertDemand>(req.experts());
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].expert, 3);
+  EXPECT_EQ(d[0].tokens, 7);
+  const auto h = FromProtoList<ExpertHint>(req.hints());
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].layer, 2);
+  EXPECT_EQ(h[0].expert, 5);
+  EXPECT_EQ(h[0].probability, 0.25f);
+
+  v1::AcquireResponse resp;
+  const std::vector<SlotLease> leases = {{{1, 6}, 11, 0x123456789abcull}};
+  ToProtoList<SlotLease>(leases, resp.mutable_leases());
+  ToProto(AcquireUsage{3, 4, 5000}, &resp);
+  const auto l = FromProtoList<SlotLease>(resp.leases());
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0].key, (ExpertKey{1, 6}));
+  EXPECT_EQ(l[0].slot, 11);
+  EXPECT_EQ(l[0].generation, 0x123456789abcull);
+  const AcquireUsage u = UsageFromProto(resp);
+  EXPECT_EQ(u.hits, 3);
+  EXPECT_EQ(u.misses, 4);
+  EXPECT_EQ(u.stall_ns, 5000);
+  resp.mutable_leases(0)->set_slot(0xffffffffu);
+  EXPECT_EQ(FromProto(resp.leases(0)).slot, -1);
+  resp.set_stall_seconds(std::nan(""));
+  EXPECT_EQ(UsageFromProto(resp).stall_ns, 0);
+}
+
+}  // namespace
+}  // namespace moe
