@@ -33,6 +33,10 @@
 namespace moe::cached {
 namespace {
 
+using moe::client::AcquireReply;
+using moe::client::CacheClient;
+using moe::client::CacheClientOptions;
+using moe::client::ExpertRequest;
 using moe::testing::DaemonConfig;
 using moe::testing::DaemonProcess;
 using moe::testing::ScratchDir;

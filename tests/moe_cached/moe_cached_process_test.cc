@@ -30,6 +30,12 @@
 namespace moe::cached {
 namespace {
 
+using ::moe::client::CacheClient;
+using ::moe::client::CacheClientOptions;
+using ::moe::client::ExpertLease;
+using ::moe::client::ExpertRequest;
+using ::moe::client::SlotTensor;
+using ::moe::client::Transport;
 using ::moe::testing::DaemonConfig;
 using ::moe::testing::DaemonProcess;
 using ::moe::testing::ScratchDir;
