@@ -80,7 +80,7 @@ absl::Status Backend::CopyToDevice(void* dst, const void* host_src,
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckPtr("CopyToDevice", "dst", dst, 1));
   RETURN_IF_ERROR(CheckPtr("CopyToDevice", "src", host_src, 1));
-  return DoCopy(dst, host_src, bytes, kHostToDevice, stream);
+  return DoCopy(dst, host_src, bytes, CopyDirection::kHostToDevice, stream);
 }
 
 absl::Status Backend::CopyToHost(void* host_dst, const void* src, size_t bytes,
@@ -88,7 +88,7 @@ absl::Status Backend::CopyToHost(void* host_dst, const void* src, size_t bytes,
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckPtr("CopyToHost", "dst", host_dst, 1));
   RETURN_IF_ERROR(CheckPtr("CopyToHost", "src", src, 1));
-  return DoCopy(host_dst, src, bytes, kDeviceToHost, stream);
+  return DoCopy(host_dst, src, bytes, CopyDirection::kDeviceToHost, stream);
 }
 
 absl::Status Backend::CopyDeviceToDevice(void* dst, const void* src,
@@ -96,7 +96,7 @@ absl::Status Backend::CopyDeviceToDevice(void* dst, const void* src,
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CheckPtr("CopyDeviceToDevice", "dst", dst, 1));
   RETURN_IF_ERROR(CheckPtr("CopyDeviceToDevice", "src", src, 1));
-  return DoCopy(dst, src, bytes, kDeviceToDevice, stream);
+  return DoCopy(dst, src, bytes, CopyDirection::kDeviceToDevice, stream);
 }
 
 absl::Status Backend::MemsetZero(void* dst, size_t bytes, Stream stream) {
@@ -284,7 +284,7 @@ absl::Status Backend::SiluMul(const float* gate, const float* up, float* out,
   RETURN_IF_ERROR(CheckPtr("SiluMul", "up", up, n));
   RETURN_IF_ERROR(CheckPtr("SiluMul", "out", out, n));
   if (n == 0) return absl::OkStatus();
-  return DoElementwise(kSiluMul, gate, up, out, 0.0f, n, stream);
+  return DoElementwise(ElementwiseKind::kSiluMul, gate, up, out, 0.0f, n, stream);
 }
 
 absl::Status Backend::Add(const float* a, const float* b, float* out,
@@ -294,14 +294,14 @@ absl::Status Backend::Add(const float* a, const float* b, float* out,
   RETURN_IF_ERROR(CheckPtr("Add", "b", b, n));
   RETURN_IF_ERROR(CheckPtr("Add", "out", out, n));
   if (n == 0) return absl::OkStatus();
-  return DoElementwise(kAdd, a, b, out, 0.0f, n, stream);
+  return DoElementwise(ElementwiseKind::kAdd, a, b, out, 0.0f, n, stream);
 }
 
 absl::Status Backend::Scale(float* x, float s, int64_t n, Stream stream) {
   RETURN_IF_ERROR(CheckDims("Scale", {{"n", n}}));
   RETURN_IF_ERROR(CheckPtr("Scale", "x", x, n));
   if (n == 0) return absl::OkStatus();
-  return DoElementwise(kScale, x, nullptr, x, s, n, stream);
+  return DoElementwise(ElementwiseKind::kScale, x, nullptr, x, s, n, stream);
 }
 
 absl::Status Backend::Sigmoid(const float* x, float* y, int64_t n,
@@ -310,7 +310,7 @@ absl::Status Backend::Sigmoid(const float* x, float* y, int64_t n,
   RETURN_IF_ERROR(CheckPtr("Sigmoid", "x", x, n));
   RETURN_IF_ERROR(CheckPtr("Sigmoid", "y", y, n));
   if (n == 0) return absl::OkStatus();
-  return DoElementwise(kSigmoid, x, nullptr, y, 0.0f, n, stream);
+  return DoElementwise(ElementwiseKind::kSigmoid, x, nullptr, y, 0.0f, n, stream);
 }
 
 absl::Status Backend::Argmax(const float* x, int32_t* ids, int64_t rows,

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/device_memory.h"  // CopyDirection
 #include "kernels/dtype.h"
 
 namespace moe {
@@ -41,6 +42,15 @@ struct BackendStream;
 struct BackendEvent;
 using Stream = BackendStream*;
 using Event = BackendEvent*;
+
+// Kinds of DoElementwise. The values cross the CUDA module's C ABI
+// (MOE_CUDA_EW_*; checked by static_asserts in kernels/cuda_backend.cc).
+enum class ElementwiseKind : int {
+  kSiluMul = 0,  // out = silu(a) * b (a = gate, b = up)
+  kAdd = 1,      // out = a + b
+  kScale = 2,    // out = a * s
+  kSigmoid = 3,  // out = 1 / (1 + exp(-a))
+};
 
 struct BackendInfo {
   std::string name;         // "cpu" or "cuda"
@@ -224,7 +234,7 @@ class Backend {
 
   // Implementations; arguments are already validated.
   virtual absl::Status DoCopy(void* dst, const void* src, size_t bytes,
-                              int direction, Stream stream) = 0;
+                              CopyDirection direction, Stream stream) = 0;
   virtual absl::Status DoMemsetZero(void* dst, size_t bytes,
                                     Stream stream) = 0;
   virtual absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
@@ -262,8 +272,7 @@ class Backend {
   virtual absl::Status DoConvertToF32(const void* src, DType dtype,
                                       float* dst, int64_t n,
                                       Stream stream) = 0;
-  // kind: 0 silu-mul (a=gate, b=up), 1 add, 2 scale (a=x, s), 3 sigmoid (a).
-  virtual absl::Status DoElementwise(int kind, const float* a, const float* b,
+  virtual absl::Status DoElementwise(ElementwiseKind kind, const float* a, const float* b,
                                      float* out, float s, int64_t n,
                                      Stream stream) = 0;
   virtual absl::Status DoArgmax(const float* x, int32_t* ids, int64_t rows,
@@ -274,15 +283,6 @@ class Backend {
                               int64_t rows, int64_t n, int64_t k,
                               Stream stream) = 0;
 
-  // Directions for DoCopy.
-  static constexpr int kHostToDevice = 0;
-  static constexpr int kDeviceToHost = 1;
-  static constexpr int kDeviceToDevice = 2;
-  // Kinds for DoElementwise.
-  static constexpr int kSiluMul = 0;
-  static constexpr int kAdd = 1;
-  static constexpr int kScale = 2;
-  static constexpr int kSigmoid = 3;
 };
 
 // "cpu", "cuda" or "auto" (CUDA when a device is usable, else CPU).

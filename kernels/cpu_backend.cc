@@ -89,7 +89,7 @@ absl::Status CpuBackend::StreamWaitEvent(Stream, Event) {
 absl::Status CpuBackend::SynchronizeEvent(Event) { return absl::OkStatus(); }
 absl::Status CpuBackend::Synchronize(Stream) { return absl::OkStatus(); }
 
-absl::Status CpuBackend::DoCopy(void* dst, const void* src, size_t bytes, int,
+absl::Status CpuBackend::DoCopy(void* dst, const void* src, size_t bytes, CopyDirection,
                                 Stream) {
   std::memmove(dst, src, bytes);
   return absl::OkStatus();
@@ -203,24 +203,24 @@ absl::Status CpuBackend::DoConvertToF32(const void* src, DType dtype,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::DoElementwise(int kind, const float* a,
+absl::Status CpuBackend::DoElementwise(ElementwiseKind kind, const float* a,
                                        const float* b, float* out, float s,
                                        int64_t n, Stream) {
   switch (kind) {
-    case kSiluMul:
+    case ElementwiseKind::kSiluMul:
       cpu::SiluMul(a, b, out, n);
       break;
-    case kAdd:
+    case ElementwiseKind::kAdd:
       cpu::Add(a, b, out, n);
       break;
-    case kScale:
+    case ElementwiseKind::kScale:
       cpu::Scale(out, s, n);
       break;
-    case kSigmoid:
+    case ElementwiseKind::kSigmoid:
       cpu::Sigmoid(a, out, n);
       break;
     default:
-      return absl::InternalError(absl::StrCat("unknown elementwise op ", kind));
+      return absl::InternalError(absl::StrCat("unknown elementwise op ", static_cast<int>(kind)));
   }
   return absl::OkStatus();
 }

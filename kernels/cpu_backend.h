@@ -41,7 +41,7 @@ class CpuBackend : public Backend {
   absl::Status Synchronize(Stream stream) override;
 
  protected:
-  absl::Status DoCopy(void* dst, const void* src, size_t bytes, int direction,
+  absl::Status DoCopy(void* dst, const void* src, size_t bytes, CopyDirection direction,
                       Stream stream) override;
   absl::Status DoMemsetZero(void* dst, size_t bytes, Stream stream) override;
   absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
@@ -75,7 +75,7 @@ class CpuBackend : public Backend {
                            int64_t hidden, Stream stream) override;
   absl::Status DoConvertToF32(const void* src, DType dtype, float* dst,
                               int64_t n, Stream stream) override;
-  absl::Status DoElementwise(int kind, const float* a, const float* b,
+  absl::Status DoElementwise(ElementwiseKind kind, const float* a, const float* b,
                              float* out, float s, int64_t n,
                              Stream stream) override;
   absl::Status DoArgmax(const float* x, int32_t* ids, int64_t rows, int64_t n,

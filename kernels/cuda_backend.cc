@@ -7,10 +7,17 @@
 #include "kernels/cuda_module.h"
 
 namespace moe {
-namespace {
 
-constexpr int kCudaErrorMemoryAllocation = 2;  // cudaErrorMemoryAllocation
-constexpr int kCublasAllocFailed = 3;          // CUBLAS_STATUS_ALLOC_FAILED
+// The enums and dtypes passed through the module's C ABI as ints.
+static_assert(static_cast<int>(ElementwiseKind::kSiluMul) == MOE_CUDA_EW_SILU_MUL);
+static_assert(static_cast<int>(ElementwiseKind::kAdd) == MOE_CUDA_EW_ADD);
+static_assert(static_cast<int>(ElementwiseKind::kScale) == MOE_CUDA_EW_SCALE);
+static_assert(static_cast<int>(ElementwiseKind::kSigmoid) == MOE_CUDA_EW_SIGMOID);
+static_assert(static_cast<int>(DType::kF32) == MOE_CUDA_DTYPE_F32);
+static_assert(static_cast<int>(DType::kF16) == MOE_CUDA_DTYPE_F16);
+static_assert(static_cast<int>(DType::kBF16) == MOE_CUDA_DTYPE_BF16);
+
+namespace {
 
 void* S(Stream stream) { return static_cast<void*>(stream); }
 
@@ -73,9 +80,10 @@ class CudaBackend : public Backend {
   }
 
  protected:
-  absl::Status DoCopy(void* dst, const void* src, size_t bytes, int direction,
-                      Stream stream) override {
-    return Check(api_->memcpy(dst, src, bytes, direction, S(stream)),
+  absl::Status DoCopy(void* dst, const void* src, size_t bytes,
+                      CopyDirection direction, Stream stream) override {
+    return Check(api_->memcpy(dst, src, bytes, static_cast<int>(direction),
+                              S(stream)),
                  "cudaMemcpy");
   }
   absl::Status DoMemsetZero(void* dst, size_t bytes, Stream stream) override {
@@ -150,10 +158,11 @@ class CudaBackend : public Backend {
                                       S(stream)),
                  "ConvertToF32");
   }
-  absl::Status DoElementwise(int kind, const float* a, const float* b,
-                             float* out, float s, int64_t n,
+  absl::Status DoElementwise(ElementwiseKind kind, const float* a,
+                             const float* b, float* out, float s, int64_t n,
                              Stream stream) override {
-    return Check(api_->elementwise(kind, a, b, out, s, n, S(stream)),
+    return Check(api_->elementwise(static_cast<int>(kind), a, b, out, s, n,
+                                   S(stream)),
                  "Elementwise");
   }
   absl::Status DoArgmax(const float* x, int32_t* ids, int64_t rows, int64_t n,
@@ -184,19 +193,6 @@ class CudaBackend : public Backend {
 };
 
 }  // namespace
-
-absl::Status CudaModuleStatus(const MoeCudaModuleApi* api, int code,
-                              const char* what) {
-  if (code == 0) return absl::OkStatus();
-  std::string msg =
-      absl::StrCat(what, ": ", api->error_string(code), " (code ", code, ")");
-  if (code == kCudaErrorMemoryAllocation ||
-      code == MOE_CUDA_CUBLAS_BASE + kCublasAllocFailed) {
-    return absl::ResourceExhaustedError(msg);
-  }
-  if (code > MOE_CUDA_MODULE_BASE) return absl::InvalidArgumentError(msg);
-  return absl::InternalError(msg);
-}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   auto api = LoadCudaModule();

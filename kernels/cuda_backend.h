@@ -13,18 +13,13 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/module_abi.h"
+#include "kernels/cuda_module.h"  // CudaModuleStatus
 
 namespace moe {
-
-
 
 // UNAVAILABLE (with the reason) when the module is missing or no device is
 // usable; device >= device count is INVALID_ARGUMENT.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
-
-// Converts a module return code to a Status; `what` names the call.
-absl::Status CudaModuleStatus(const MoeCudaModuleApi* api, int code,
-                              const char* what);
 
 }  // namespace moe
 

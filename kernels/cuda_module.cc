@@ -12,9 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "kernels/cuda/module_abi.h"
 
 namespace moe {
 namespace {
+
+constexpr int kCudaErrorMemoryAllocation = 2;  // cudaErrorMemoryAllocation
+constexpr int kCublasAllocFailed = 3;          // CUBLAS_STATUS_ALLOC_FAILED
 
 std::string ExecutableDir() {
   char buf[PATH_MAX];
@@ -118,6 +122,19 @@ absl::StatusOr<CudaModuleInfo> ProbeCudaModule() {
     }
   }
   return info;
+}
+
+absl::Status CudaModuleStatus(const MoeCudaModuleApi* api, int code,
+                              const char* what) {
+  if (code == 0) return absl::OkStatus();
+  std::string msg =
+      absl::StrCat(what, ": ", api->error_string(code), " (code ", code, ")");
+  if (code == kCudaErrorMemoryAllocation ||
+      code == MOE_CUDA_CUBLAS_BASE + kCublasAllocFailed) {
+    return absl::ResourceExhaustedError(msg);
+  }
+  if (code > MOE_CUDA_MODULE_BASE) return absl::InvalidArgumentError(msg);
+  return absl::InternalError(msg);
 }
 
 }  // namespace moe

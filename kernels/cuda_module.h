@@ -9,8 +9,10 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/cuda/module_abi.h"
+
+struct MoeCudaModuleApi;  // kernels/cuda/module_abi.h
 
 namespace moe {
 
@@ -29,6 +31,13 @@ absl::StatusOr<const MoeCudaModuleApi*> LoadCudaModule();
 
 // Like LoadCudaModule() but only describes what was found.
 absl::StatusOr<CudaModuleInfo> ProbeCudaModule();
+
+// A module return code as a Status; `what` names the call. OK for 0;
+// RESOURCE_EXHAUSTED for out-of-memory (cudaErrorMemoryAllocation,
+// CUBLAS_STATUS_ALLOC_FAILED); INVALID_ARGUMENT for the module's own argument
+// errors (MOE_CUDA_MODULE_BASE + ...); INTERNAL otherwise. The message has the
+// module's text for the code and the code.
+absl::Status CudaModuleStatus(const MoeCudaModuleApi* api, int code, const char* what);
 
 }  // namespace moe
 

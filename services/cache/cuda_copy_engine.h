@@ -14,8 +14,9 @@
 // seam) for the copy to be a true asynchronous DMA; pageable sources still
 // work, more slowly.
 //
-// All CUDA calls go through the dlopen'ed module's C table, so this file
-// links no CUDA library; a fake table makes the engine testable on a CPU.
+// Every device call goes through a DeviceMemory (kernels/device_memory.h):
+// the CUDA one in the daemon; in tests the CUDA one over a fake module table,
+// or the CPU one (memcpy, events complete at once).
 //
 // A chunk the device fails to copy ends its transfer with INTERNAL naming
 // the CUDA error (see chunk_scheduler.h).
@@ -27,19 +28,20 @@
 #define MOECACHE_SERVICES_CACHE_CUDA_COPY_ENGINE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/cuda/module_abi.h"
+#include "kernels/device_memory.h"
 #include "services/cache/chunk_scheduler.h"
 #include "services/cache/copy_engine.h"
 
 namespace moe::cache {
 
 struct CudaCopyEngineOptions {
-  const MoeCudaModuleApi* api = nullptr;  // not owned; LoadCudaModule()
-  // Destination arena: a device pointer, not owned; must outlive the engine.
+  std::shared_ptr<DeviceMemory> memory;  // the device of the arena
+  // Destination arena: memory's allocation, not owned; must outlive the engine.
   void* arena = nullptr;
   uint64_t arena_bytes = 0;
   uint64_t chunk_bytes = 4ull << 20;  // REQUIRES > 0
@@ -63,8 +65,8 @@ class CudaChunkMover final : public ChunkMover {
 
  private:
   const CudaCopyEngineOptions options_;
-  void* stream_ = nullptr;
-  void* event_ = nullptr;
+  CopyStream stream_ = nullptr;
+  CopyEvent event_ = nullptr;
 };
 
 class CudaCopyEngine final : public ChunkScheduler {
@@ -75,7 +77,7 @@ class CudaCopyEngine final : public ChunkScheduler {
   CudaCopyEngine(const CudaCopyEngine&) = delete;
   CudaCopyEngine& operator=(const CudaCopyEngine&) = delete;
 
-  // INVALID_ARGUMENT on bad options (no module table, null arena with
+  // INVALID_ARGUMENT on bad options (no device memory, null arena with
   // arena_bytes > 0, chunk_bytes == 0); INTERNAL/RESOURCE_EXHAUSTED when
   // the stream or event cannot be created; FAILED_PRECONDITION if already
   // started or stopped. (Hides ChunkScheduler::Start.)
@@ -84,12 +86,6 @@ class CudaCopyEngine final : public ChunkScheduler {
  private:
   CudaChunkMover mover_;  // used by the copy thread only after Start
 };
-
-// A module return code as a Status: OK for 0; RESOURCE_EXHAUSTED for
-// cudaErrorMemoryAllocation (2); INVALID_ARGUMENT for the module's own
-// argument errors; INTERNAL otherwise. `what` names the call.
-absl::Status CudaCallStatus(const MoeCudaModuleApi* api, int code,
-                            const char* what);
 
 }  // namespace moe::cache
 

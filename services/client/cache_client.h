@@ -61,7 +61,7 @@
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "moe/v1/expert_cache.pb.h"
-#include "kernels/cuda/module_abi.h"
+#include "kernels/device_memory.h"
 #include "services/exchange/expert_exchange.h"
 #include "services/rpc/security.h"
 
@@ -73,10 +73,10 @@ struct CacheClientOptions {
   std::string worker_id;
   bool use_shm = true;  // false: every call over gRPC
   rpc::ClientSecurity security;  // bearer token (and TLS for TCP addresses)
-  // The caller computes on CUDA (its backend's module table): the arena must
+  // The caller computes on CUDA (this is its device's memory): the arena must
   // then be the daemon's CUDA arena, mapped through CUDA IPC, and SlotData
   // returns device pointers. Null: a host arena (shared memory) is required.
-  const MoeCudaModuleApi* cuda = nullptr;
+  std::shared_ptr<DeviceMemory> cuda;
   absl::Duration timeout = absl::Seconds(60);  // per call
 };
 

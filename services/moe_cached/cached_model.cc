@@ -83,9 +83,9 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
 
 absl::Status CachedModel::CreateArenaAndEngine(uint64_t bytes) {
   if (options_.cuda != nullptr) {
-    ASSIGN_OR_RETURN(cuda_arena_, CudaArena::Create(options_.cuda, options_.cuda_device, bytes));
+    ASSIGN_OR_RETURN(cuda_arena_, CudaArena::Create(options_.cuda, bytes));
     cache::CudaCopyEngineOptions eo;
-    eo.api = options_.cuda;
+    eo.memory = options_.cuda;
     eo.arena = cuda_arena_->device_ptr();
     eo.arena_bytes = cuda_arena_->size();
     cuda_engine_ = std::make_unique<cache::CudaCopyEngine>(eo);

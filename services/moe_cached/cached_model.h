@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "prometheus/registry.h"
-#include "kernels/cuda/module_abi.h"
+#include "kernels/device_memory.h"
 #include "services/cache/cpu_copy_engine.h"
 #include "services/cache/cuda_copy_engine.h"
 #include "services/cache/expert_cache.h"
@@ -47,9 +47,8 @@ struct CachedModelOptions {
   // Host arena as an unnamed memfd (handed to workers by the FdBroker)
   // instead of a /dev/shm name.
   bool anonymous_arena = false;
-  // Non-null: the arena lives on this CUDA device (see DeviceChoice).
-  const MoeCudaModuleApi* cuda = nullptr;
-  int cuda_device = 0;
+  // Non-null: the arena lives in this CUDA device memory (see DeviceChoice).
+  std::shared_ptr<DeviceMemory> cuda;
 };
 
 // "/<prefix>-<pid>-<32 hex digits from getrandom>": a shm_open name nobody

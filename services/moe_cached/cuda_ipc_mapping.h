@@ -1,6 +1,6 @@
 // CudaArenaMapping: a worker's (or test's) view of moe-cached's CUDA arena,
-// opened from the 64-byte cudaIpcMemHandle that Attach returns. Goes through
-// the dlopen'ed module's C table, so its users link no CUDA library.
+// opened from the IPC handle that Attach returns through DeviceMemory::OpenIpc
+// (kernels/device_memory.h), so its users link no CUDA library.
 #ifndef MOECACHE_SERVICES_MOE_CACHED_CUDA_IPC_MAPPING_H_
 #define MOECACHE_SERVICES_MOE_CACHED_CUDA_IPC_MAPPING_H_
 
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/cuda/module_abi.h"
+#include "kernels/device_memory.h"
 
 namespace moe::cached {
 
@@ -17,11 +17,12 @@ namespace moe::cached {
 // destruction. For workers and tests.
 class CudaArenaMapping {
  public:
-  // INVALID_ARGUMENT if `handle` is not MOE_CUDA_IPC_HANDLE_BYTES long;
-  // INTERNAL naming the CUDA error when it cannot be opened (e.g. in the
-  // process that made it: CUDA refuses that).
+  // INVALID_ARGUMENT without `memory` or when `handle` is not
+  // DeviceMemory::kIpcHandleBytes long; INTERNAL naming the CUDA error when it
+  // cannot be opened (e.g. in the process that made it: CUDA refuses that);
+  // UNIMPLEMENTED when `memory` has no IPC (the CPU).
   static absl::StatusOr<std::unique_ptr<CudaArenaMapping>> Open(
-      const MoeCudaModuleApi* api, const std::string& handle, uint64_t bytes);
+      std::shared_ptr<DeviceMemory> memory, const std::string& handle, uint64_t bytes);
   ~CudaArenaMapping();
   CudaArenaMapping(const CudaArenaMapping&) = delete;
   CudaArenaMapping& operator=(const CudaArenaMapping&) = delete;
@@ -30,13 +31,12 @@ class CudaArenaMapping {
   uint64_t size() const { return bytes_; }
 
  private:
-  CudaArenaMapping(const MoeCudaModuleApi* api, void* ptr, uint64_t bytes)
-      : api_(api), ptr_(ptr), bytes_(bytes) {}
-  const MoeCudaModuleApi* const api_;
+  CudaArenaMapping(std::shared_ptr<DeviceMemory> memory, void* ptr, uint64_t bytes)
+      : memory_(std::move(memory)), ptr_(ptr), bytes_(bytes) {}
+  const std::shared_ptr<DeviceMemory> memory_;
   void* const ptr_;
   const uint64_t bytes_;
 };
-
 
 }  // namespace moe::cached
 

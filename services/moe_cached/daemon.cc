@@ -43,7 +43,7 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
   MOE_LOG(INFO) << "model " << spec.name << ": arena on " << device.description;
   ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store,
                    ExpertStore::Load(spec.name, desc,
-                                     device.is_cuda() ? PinnedStoreOptions(device.cuda)
+                                     device.is_cuda() ? PinnedStoreOptions(device.memory)
                                                       : ExpertStoreOptions{}));
   CachedModelOptions mo;
   mo.name = spec.name;
@@ -55,8 +55,7 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
   // collect it from the FdBroker beside the socket.
   absl::StatusOr<rpc::ListenAddress> listen = rpc::ParseListenAddress(options_.listen);
   mo.anonymous_arena = listen.ok() && listen->is_unix;
-  mo.cuda = device.cuda;
-  mo.cuda_device = device.device;
+  mo.cuda = device.memory;
   if (!options_.state_dir.empty()) {
     mo.state_path = absl::StrCat(options_.state_dir, "/", spec.name, ".eamc");
   }

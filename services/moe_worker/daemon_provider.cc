@@ -1,6 +1,6 @@
 #include "services/moe_worker/daemon_provider.h"
 
-#include "kernels/cuda_module.h"
+#include "kernels/device_memory.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -15,13 +15,13 @@ DaemonExpertProvider::Connect(const MoeModel& model,
   if (model.backend().Info().is_device) {
     // Experts must be in device memory: map the daemon's CUDA arena (IPC)
     // through the same module the CUDA backend uses.
-    absl::StatusOr<const MoeCudaModuleApi*> api = LoadCudaModule();
-    if (!api.ok()) {
+    absl::StatusOr<std::unique_ptr<DeviceMemory>> memory = CreateDeviceMemory("cuda");
+    if (!memory.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker computes on a device but the CUDA module is unavailable: ",
-                       api.status().message()));
+                       memory.status().message()));
     }
-    o.cuda = *api;
+    o.cuda = std::move(*memory);
   }
   std::unique_ptr<DaemonExpertProvider> p(new DaemonExpertProvider(model, o));
   RETURN_IF_ERROR(p->Attach());

@@ -1,6 +1,7 @@
-// CudaCopyEngine: on a fake module table (always; no GPU needed) and on the
-// real device (skipped without one; scripts/gpu-check.sh runs label "gpu"
-// with MOE_REQUIRE_CUDA=1, which turns the skip into a failure).
+// CudaCopyEngine: on the CUDA DeviceMemory over a fake module table and on
+// the CPU DeviceMemory (always; no GPU needed), and on the real device
+// (skipped without one; scripts/gpu-check.sh runs label "gpu" with
+// MOE_REQUIRE_CUDA=1, which turns the skip into a failure).
 #include "services/cache/cuda_copy_engine.h"
 
 #include <chrono>
@@ -14,7 +15,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda_module.h"
+#include "kernels/cpu_device_memory.h"
+#include "kernels/device_memory.h"
 #include "tests/cache/fake_cuda_module.h"
 
 namespace moe::cache {
@@ -76,9 +78,9 @@ TEST(CudaCopyEngineFakeTest, RejectsBadOptions) {
   CudaCopyEngineOptions o;
   o.arena_bytes = 10;
   std::vector<uint8_t> arena(10);
-  CudaCopyEngine no_api(o);
-  EXPECT_EQ(no_api.Start().code(), StatusCode::kInvalidArgument);
-  o.api = FakeCuda::Api();
+  CudaCopyEngine no_memory(o);
+  EXPECT_EQ(no_memory.Start().code(), StatusCode::kInvalidArgument);
+  o.memory = FakeCuda::Memory();
   CudaCopyEngine null_arena(o);
   EXPECT_EQ(null_arena.Start().code(), StatusCode::kInvalidArgument);
   o.arena = arena.data();
@@ -95,7 +97,7 @@ TEST(CudaCopyEngineFakeTest, CopiesEveryChunkThroughTheModule) {
   const auto b = RandomBytes(3000, 2);
   {
     CudaCopyEngineOptions o;
-    o.api = FakeCuda::Api();
+    o.memory = FakeCuda::Memory();
     o.arena = arena.data();
     o.arena_bytes = arena.size();
     o.chunk_bytes = 1000;
@@ -133,7 +135,7 @@ TEST(CudaCopyEngineFakeTest, DeviceErrorFailsTheTransferNamingIt) {
   fake.Reset();
   std::vector<uint8_t> arena(4000, 0);
   CudaCopyEngineOptions o;
-  o.api = FakeCuda::Api();
+  o.memory = FakeCuda::Memory();
   o.arena = arena.data();
   o.arena_bytes = arena.size();
   o.chunk_bytes = 1000;
@@ -161,12 +163,32 @@ TEST(CudaCopyEngineFakeTest, StreamCreationFailureFailsStart) {
   fake.stream_error = 2;  // cudaErrorMemoryAllocation
   std::vector<uint8_t> arena(10);
   CudaCopyEngineOptions o;
-  o.api = FakeCuda::Api();
+  o.memory = FakeCuda::Memory();
   o.arena = arena.data();
   o.arena_bytes = arena.size();
   CudaCopyEngine engine(o);
   EXPECT_EQ(engine.Start().code(), StatusCode::kResourceExhausted);
   fake.Reset();
+}
+
+// ---- CPU device memory: the same engine, memcpy and events done at once ----
+
+TEST(CudaCopyEngineCpuMemoryTest, CopiesEveryChunk) {
+  std::vector<uint8_t> arena(8000, 0);
+  const auto a = RandomBytes(3500, 4);
+  CudaCopyEngineOptions o;
+  o.memory = NewCpuDeviceMemory();
+  o.arena = arena.data();
+  o.arena_bytes = arena.size();
+  o.chunk_bytes = 1000;
+  CudaCopyEngine engine(o);
+  ASSERT_TRUE(engine.Start().ok());
+  Completions done;
+  ASSERT_TRUE(engine.Submit(Request(a, 4000), done.Callback()).ok());
+  const std::vector<Done> d = done.WaitFor(1);
+  EXPECT_TRUE(d[0].status.ok()) << d[0].status;
+  EXPECT_EQ(std::memcmp(arena.data() + 4000, a.data(), a.size()), 0);
+  EXPECT_EQ(engine.GetStats().bytes_moved, 3500u);
 }
 
 // ---- real device ----
@@ -176,43 +198,41 @@ class CudaCopyEngineGpuTest : public ::testing::Test {
   void SetUp() override {
     setenv("MOE_CUDA_MODULE",
            (std::string(MOE_BINARY_DIR) + "/lib/libmoe_cuda.so").c_str(), 0);
-    auto api = LoadCudaModule();
-    if (!api.ok()) {
+    auto memory = CreateDeviceMemory("cuda");
+    if (!memory.ok()) {
       const char* require = std::getenv("MOE_REQUIRE_CUDA");
-      ASSERT_FALSE(require != nullptr && *require == '1') << api.status();
-      GTEST_SKIP() << "no CUDA device: " << api.status();
+      ASSERT_FALSE(require != nullptr && *require == '1') << memory.status();
+      GTEST_SKIP() << "no CUDA device: " << memory.status();
     }
-    api_ = *api;
-    ASSERT_EQ(api_->set_device(0), 0);
+    memory_ = std::move(*memory);
   }
   void TearDown() override {
-    if (arena_ != nullptr) {
-      EXPECT_EQ(api_->device_free(arena_), 0);
-    }
+    if (arena_ != nullptr) memory_->Free(arena_);
   }
   void MakeArena(uint64_t bytes) {
-    ASSERT_EQ(api_->device_malloc(&arena_, bytes), 0);
-    ASSERT_EQ(api_->memset_zero(arena_, bytes, nullptr), 0);
-    ASSERT_EQ(api_->stream_synchronize(nullptr), 0);
+    auto arena = memory_->Allocate(bytes);
+    ASSERT_TRUE(arena.ok()) << arena.status();
+    arena_ = *arena;
+    ASSERT_TRUE(memory_->MemsetZero(arena_, bytes).ok());
     arena_bytes_ = bytes;
   }
   std::vector<uint8_t> ReadBack(uint64_t offset, uint64_t n) {
     std::vector<uint8_t> out(n);
-    EXPECT_EQ(api_->memcpy(out.data(), static_cast<uint8_t*>(arena_) + offset,
-                           n, MOE_CUDA_COPY_D2H, nullptr),
-              0);
+    EXPECT_TRUE(memory_->Copy(out.data(), static_cast<uint8_t*>(arena_) + offset, n,
+                              CopyDirection::kDeviceToHost)
+                    .ok());
     return out;
   }
   CudaCopyEngineOptions Options(uint64_t chunk) {
     CudaCopyEngineOptions o;
-    o.api = api_;
+    o.memory = memory_;
     o.arena = arena_;
     o.arena_bytes = arena_bytes_;
     o.chunk_bytes = chunk;
     return o;
   }
 
-  const MoeCudaModuleApi* api_ = nullptr;
+  std::shared_ptr<DeviceMemory> memory_;
   void* arena_ = nullptr;
   uint64_t arena_bytes_ = 0;
 };
@@ -221,7 +241,7 @@ TEST_F(CudaCopyEngineGpuTest, PinnedBlocksArriveExactly) {
   constexpr uint64_t kBlock = 3 << 20, kBlocks = 6;
   MakeArena(kBlock * kBlocks);
   std::vector<uint8_t> host = RandomBytes(kBlock * kBlocks, 7);
-  ASSERT_EQ(api_->host_register(host.data(), host.size()), 0);
+  ASSERT_TRUE(memory_->PinHostMemory(host.data(), host.size()).ok());
   {
     CudaCopyEngine engine(Options(1 << 20));
     ASSERT_TRUE(engine.Start().ok());
@@ -248,7 +268,7 @@ TEST_F(CudaCopyEngineGpuTest, PinnedBlocksArriveExactly) {
     EXPECT_EQ(std::memcmp(got.data(), host.data() + i * kBlock, kBlock), 0)
         << "block " << i;
   }
-  EXPECT_EQ(api_->host_unregister(host.data()), 0);
+  EXPECT_TRUE(memory_->UnpinHostMemory(host.data()).ok());
 }
 
 TEST_F(CudaCopyEngineGpuTest, DemandPreemptsAndCancelStopsAtChunkEnd) {

@@ -1,15 +1,20 @@
 // A fake CUDA module table for tests without a GPU: "device" memory is host
 // memory, copies are memcpy, streams/events are tokens, and each call can be
-// told to fail. Header-only; one global fake per test binary.
+// told to fail. Memory() is the CUDA DeviceMemory over it, so tests drive the
+// real CUDA implementation of the interface. Header-only; one global fake per
+// test binary.
 #ifndef MOECACHE_TESTS_CACHE_FAKE_CUDA_MODULE_H_
 #define MOECACHE_TESTS_CACHE_FAKE_CUDA_MODULE_H_
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "kernels/cuda/module_abi.h"
+#include "kernels/cuda_device_memory.h"
 
 namespace moe::testing {
 
@@ -19,17 +24,20 @@ struct FakeCuda {
   std::atomic<int> host_register_error{0};
   std::atomic<int> copy_error{0};
   std::atomic<int> stream_error{0};
+  std::atomic<int> ipc_open_error{0};
   // What happened.
   std::atomic<int> mallocs{0}, frees{0}, registers{0}, unregisters{0};
   std::atomic<int> copies{0}, syncs{0}, streams{0}, streams_destroyed{0};
   std::atomic<int> events{0}, events_destroyed{0}, last_priority{99};
+  std::atomic<int> ipc_opens{0}, ipc_closes{0}, event_pending{0};
 
   static FakeCuda& Get() {
     static FakeCuda* fake = new FakeCuda();
     return *fake;
   }
   void Reset() {
-    malloc_error = host_register_error = copy_error = stream_error = 0;
+    malloc_error = host_register_error = copy_error = stream_error = ipc_open_error = 0;
+    ipc_opens = ipc_closes = event_pending = 0;
     mallocs = frees = registers = unregisters = copies = syncs = 0;
     streams = streams_destroyed = events = events_destroyed = 0;
     last_priority = 99;
@@ -39,11 +47,19 @@ struct FakeCuda {
     static const MoeCudaModuleApi api = MakeApi();
     return &api;
   }
+  // A new CUDA DeviceMemory on the fake table (device 0).
+  static std::shared_ptr<DeviceMemory> Memory() { return NewCudaDeviceMemory(Api(), 0); }
 
  private:
   static MoeCudaModuleApi MakeApi() {
     MoeCudaModuleApi a{};
     a.abi_version = MOE_CUDA_MODULE_ABI_VERSION;
+    a.device_count = [] { return 1; };
+    a.set_device = [](int) { return 0; };
+    a.device_name = [](int, char* buf, size_t len) {
+      std::snprintf(buf, len, "fake");
+      return 0;
+    };
     a.error_string = [](int code) -> const char* {
       static thread_local std::string s;
       s = "fake cuda error " + std::to_string(code);
@@ -70,6 +86,11 @@ struct FakeCuda {
       return 0;
     };
     a.stream_synchronize = [](void*) { return 0; };
+    a.memcpy = [](void* d, const void* s, size_t n, int, void*) {
+      if (int e = Get().copy_error.load()) return e;
+      std::memcpy(d, s, n);
+      return 0;
+    };
     a.host_register = [](void*, size_t) {
       if (int e = Get().host_register_error.load()) return e;
       ++Get().registers;
@@ -82,6 +103,16 @@ struct FakeCuda {
     a.ipc_get_mem_handle = [](const void* p, void* h) {
       std::memset(h, 0, MOE_CUDA_IPC_HANDLE_BYTES);
       std::memcpy(h, &p, sizeof(p));  // the "handle" is the pointer
+      return 0;
+    };
+    a.ipc_open_mem_handle = [](const void* h, void** p) {
+      if (int e = Get().ipc_open_error.load()) return e;
+      ++Get().ipc_opens;
+      std::memcpy(p, h, sizeof(*p));  // the "handle" is the pointer
+      return 0;
+    };
+    a.ipc_close_mem_handle = [](void*) {
+      ++Get().ipc_closes;
       return 0;
     };
     a.memcpy_async_h2d = [](void* d, const void* s, size_t n, void*) {
@@ -115,7 +146,14 @@ struct FakeCuda {
       ++Get().syncs;
       return 0;
     };
-    a.event_query = [](void*) { return 0; };
+    // MOE_CUDA_NOT_READY while event_pending > 0 (one query uses one up).
+    a.event_query = [](void*) {
+      if (Get().event_pending.load() > 0) {
+        --Get().event_pending;
+        return MOE_CUDA_NOT_READY;
+      }
+      return 0;
+    };
     return a;
   }
 };

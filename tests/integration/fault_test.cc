@@ -33,12 +33,12 @@
 namespace moe::cached {
 namespace {
 
+using moe::client::AcquireReply;
+using moe::client::CacheClient;
+using moe::client::CacheClientOptions;
 using moe::testing::DaemonConfig;
 using moe::testing::DaemonProcess;
 using moe::testing::ScratchDir;
-using client::AcquireReply;
-using client::CacheClient;
-using client::CacheClientOptions;
 
 constexpr int kLayers = 4;   // the tiny mixtral preset
 constexpr int kExperts = 8;

@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda_module.h"
+#include "kernels/device_memory.h"
 #include "services/cache/cuda_copy_engine.h"
 #include "services/moe_cached/daemon_options.h"
 #include "tests/cache/fake_cuda_module.h"
@@ -82,7 +82,7 @@ TEST(CudaArenaTest, PinFailureNamesBytesLimitAndFix) {
   FakeCuda::Get().Reset();
   FakeCuda::Get().host_register_error = 2;
   std::vector<uint8_t> buf(4096);
-  absl::Status s = PinHostMemory(*FakeCuda::Api(), buf.data(), buf.size());
+  absl::Status s = PinHostMemory(*FakeCuda::Memory(), buf.data(), buf.size());
   FakeCuda::Get().Reset();
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   struct rlimit lim;
@@ -93,10 +93,10 @@ TEST(CudaArenaTest, PinFailureNamesBytesLimitAndFix) {
   for (const std::string& part :
        {std::string("4096 bytes"), std::string("fake cuda error 2"),
         "RLIMIT_MEMLOCK is " + limit, std::string("LimitMEMLOCK=infinity"),
-        std::string("ulimit -l")}) {
+        std::string("ulimit -l"), std::string("--device cpu")}) {
     EXPECT_TRUE(Contains(s, part)) << part << " missing from: " << s;
   }
-  EXPECT_TRUE(PinHostMemory(*FakeCuda::Api(), buf.data(), buf.size()).ok());
+  EXPECT_TRUE(PinHostMemory(*FakeCuda::Memory(), buf.data(), buf.size()).ok());
 }
 
 TEST(CudaArenaTest, PinnedStoreIsUnpinnedWhenDestroyed) {
@@ -107,14 +107,14 @@ TEST(CudaArenaTest, PinnedStoreIsUnpinnedWhenDestroyed) {
   auto desc = ModelDescription::Open(dir.Sub("m"));
   ASSERT_TRUE(desc.ok());
   {
-    auto store = ExpertStore::Load("m", *desc, PinnedStoreOptions(FakeCuda::Api()));
+    auto store = ExpertStore::Load("m", *desc, PinnedStoreOptions(FakeCuda::Memory()));
     ASSERT_TRUE(store.ok()) << store.status();
     EXPECT_EQ(fake.registers.load(), 1);
     EXPECT_EQ(fake.unregisters.load(), 0);
   }
   EXPECT_EQ(fake.unregisters.load(), 1);
   fake.host_register_error = 1;
-  auto refused = ExpertStore::Load("m", *desc, PinnedStoreOptions(FakeCuda::Api()));
+  auto refused = ExpertStore::Load("m", *desc, PinnedStoreOptions(FakeCuda::Memory()));
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(fake.unregisters.load(), 1);  // never pinned: nothing to undo
   fake.Reset();
@@ -124,20 +124,26 @@ TEST(CudaArenaTest, ArenaOnFakeModule) {
   FakeCuda& fake = FakeCuda::Get();
   fake.Reset();
   {
-    auto arena = CudaArena::Create(FakeCuda::Api(), 0, 8192);
+    auto arena = CudaArena::Create(FakeCuda::Memory(), 8192);
     ASSERT_TRUE(arena.ok()) << arena.status();
     EXPECT_EQ((*arena)->size(), 8192u);
     ASSERT_EQ((*arena)->ipc_handle().size(), size_t{MOE_CUDA_IPC_HANDLE_BYTES});
+    // The handle (here: the pointer) maps the same memory; closed when dropped.
+    auto mapping = CudaArenaMapping::Open(FakeCuda::Memory(), (*arena)->ipc_handle(), 8192);
+    ASSERT_TRUE(mapping.ok()) << mapping.status();
+    EXPECT_EQ((*mapping)->device_ptr(), (*arena)->device_ptr());
+    mapping->reset();
+    EXPECT_EQ(fake.ipc_closes.load(), 1);
     void* in_handle = nullptr;
     std::memcpy(&in_handle, (*arena)->ipc_handle().data(), sizeof(in_handle));
     EXPECT_EQ(in_handle, (*arena)->device_ptr());
   }
   EXPECT_EQ(fake.frees.load(), 1);
   fake.malloc_error = 2;
-  auto oom = CudaArena::Create(FakeCuda::Api(), 0, 1 << 30);
+  auto oom = CudaArena::Create(FakeCuda::Memory(), 1 << 30);
   EXPECT_EQ(oom.status().code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(Contains(oom.status(), "1073741824 bytes")) << oom.status();
-  EXPECT_EQ(CudaArenaMapping::Open(FakeCuda::Api(), "short", 1).status().code(),
+  EXPECT_EQ(CudaArenaMapping::Open(FakeCuda::Memory(), "short", 1).status().code(),
             StatusCode::kInvalidArgument);
   fake.Reset();
 }
@@ -178,15 +184,15 @@ TEST(CudaArenaTest, DaemonDeviceFlag) {
 
 // ---- real device: arena + engine in this process, IPC mapping in a child ----
 
-const MoeCudaModuleApi* GpuOrSkipReason(std::string* why) {
+std::shared_ptr<DeviceMemory> GpuOrSkipReason(std::string* why) {
   setenv("MOE_CUDA_MODULE",
          (std::string(MOE_BINARY_DIR) + "/lib/libmoe_cuda.so").c_str(), 0);
-  auto api = LoadCudaModule();
-  if (!api.ok()) {
-    *why = std::string(api.status().message());
+  auto memory = CreateDeviceMemory("cuda");
+  if (!memory.ok()) {
+    *why = std::string(memory.status().message());
     return nullptr;
   }
-  return (*api)->set_device(0) == 0 ? *api : nullptr;
+  return std::move(*memory);
 }
 
 std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
@@ -211,18 +217,19 @@ int RunIpcChild(const char* spec) {
     return 2;
   }
   std::string why;
-  const MoeCudaModuleApi* api = GpuOrSkipReason(&why);
-  if (api == nullptr) {
+  std::shared_ptr<DeviceMemory> memory = GpuOrSkipReason(&why);
+  if (memory == nullptr) {
     std::fprintf(stderr, "ipc child: %s\n", why.c_str());
     return 3;
   }
-  auto mapping = CudaArenaMapping::Open(api, absl::HexStringToBytes(parts[0]), bytes);
+  auto mapping = CudaArenaMapping::Open(memory, absl::HexStringToBytes(parts[0]), bytes);
   if (!mapping.ok()) {
     std::fprintf(stderr, "ipc child: %s\n", mapping.status().ToString().c_str());
     return 4;
   }
   std::vector<uint8_t> got(bytes);
-  if (api->memcpy(got.data(), (*mapping)->device_ptr(), bytes, MOE_CUDA_COPY_D2H, nullptr) != 0) {
+  if (!memory->Copy(got.data(), (*mapping)->device_ptr(), bytes, CopyDirection::kDeviceToHost)
+           .ok()) {
     return 5;
   }
   return got == Pattern(bytes, seed) ? 0 : 6;
@@ -235,21 +242,21 @@ int RunIpcChild(const char* spec) {
 
 TEST(CudaArenaGpuTest, IpcHandleMapsTheSameBytesInAnotherProcess) {
   std::string why;
-  const MoeCudaModuleApi* api = GpuOrSkipReason(&why);
-  if (api == nullptr) {
+  std::shared_ptr<DeviceMemory> memory = GpuOrSkipReason(&why);
+  if (memory == nullptr) {
     const char* require = std::getenv("MOE_REQUIRE_CUDA");
     ASSERT_FALSE(require != nullptr && *require == '1') << why;
     GTEST_SKIP() << "no CUDA device: " << why;
   }
   constexpr uint64_t kBytes = 5 << 20;
   constexpr uint32_t kSeed = 42;
-  auto arena = CudaArena::Create(api, 0, kBytes);
+  auto arena = CudaArena::Create(memory, kBytes);
   ASSERT_TRUE(arena.ok()) << arena.status();
   std::vector<uint8_t> host = Pattern(kBytes, kSeed);
-  ASSERT_TRUE(PinHostMemory(*api, host.data(), host.size()).ok());
+  ASSERT_TRUE(PinHostMemory(*memory, host.data(), host.size()).ok());
   {
     cache::CudaCopyEngineOptions o;
-    o.api = api;
+    o.memory = memory;
     o.arena = (*arena)->device_ptr();
     o.arena_bytes = kBytes;
     o.chunk_bytes = 1 << 20;
@@ -276,7 +283,7 @@ TEST(CudaArenaGpuTest, IpcHandleMapsTheSameBytesInAnotherProcess) {
     ASSERT_TRUE(result.ok()) << result;
   }
   // CUDA refuses to open a handle in the process that made it.
-  EXPECT_FALSE(CudaArenaMapping::Open(api, (*arena)->ipc_handle(), kBytes).ok());
+  EXPECT_FALSE(CudaArenaMapping::Open(memory, (*arena)->ipc_handle(), kBytes).ok());
   const std::string env = absl::StrCat(kChildEnv, "=",
                                        absl::BytesToHexString((*arena)->ipc_handle()), ":",
                                        kBytes, ":", kSeed);
@@ -291,7 +298,7 @@ TEST(CudaArenaGpuTest, IpcHandleMapsTheSameBytesInAnotherProcess) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  EXPECT_EQ(api->host_unregister(host.data()), 0);
+  EXPECT_TRUE(memory->UnpinHostMemory(host.data()).ok());
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/cache/synth_trace.h"
+#include "tests/cache/fake_cuda_module.h"
 #include "services/client/cache_client.h"
 #include "services/moe_cached/fd_broker.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
@@ -30,15 +31,15 @@
 namespace moe::cached {
 namespace {
 
+using ::moe::client::CacheClient;
+using ::moe::client::CacheClientOptions;
+using ::moe::client::SlotTensor;
+using ::moe::client::Transport;
 using ::moe::testing::DaemonConfig;
 using ::moe::testing::DaemonProcess;
 using ::moe::testing::ScratchDir;
 using ::testing::HasSubstr;
-using client::AcquireReply;
-using client::CacheClient;
-using client::CacheClientOptions;
-using client::SlotTensor;
-using client::Transport;
+using ::moe::client::AcquireReply;
 
 constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                   TensorRole::kExpertDown};
@@ -473,16 +474,15 @@ TEST_F(MoeCachedTest, WorkerCannotMapAnArenaItDidNotAttachTo) {
 }
 
 // A client that computes on CUDA needs the daemon's CUDA arena: a host
-// arena is refused with what to change (no table call is made on this path,
-// so an empty table stands in for the CUDA module).
+// arena is refused with what to change (no device call is made on this path,
+// so the CUDA device memory over the fake table stands in for a GPU).
 TEST_F(MoeCachedTest, DeviceClientAgainstAHostArenaIsToldWhatToChange) {
   StartDaemon({"--cache-experts", "8"});
-  MoeCudaModuleApi table{};
   CacheClientOptions o;
   o.address = daemon_.address();
   o.model = "tiny";
   o.worker_id = "device-worker";
-  o.cuda = &table;
+  o.cuda = moe::testing::FakeCuda::Memory();
   auto c = CacheClient::Connect(o);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition) << c.status();
   EXPECT_THAT(c.status().message(), HasSubstr("--device cuda"));
