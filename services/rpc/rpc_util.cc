@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/unix_socket.h"
 #include "google/protobuf/descriptor.h"
 
 namespace moe::rpc {
@@ -157,6 +159,26 @@ class MalformedRequestInterceptorFactory
 
 }  // namespace
 
+absl::Status CheckServerOptions(
+    const ServerOptions& options,
+    const std::vector<std::pair<std::string, int>>& extra_unix_sockets) {
+  bool has_unix = false, has_tcp = false;
+  for (const ListenAddress& a : options.listen) {
+    (a.is_unix ? has_unix : has_tcp) = true;
+    if (!a.is_unix) continue;
+    std::vector<std::pair<std::string, int>> paths = {{a.unix_path, SOCK_STREAM}};
+    for (const auto& [suffix, type] : extra_unix_sockets) {
+      paths.push_back({a.unix_path + suffix, type});
+    }
+    for (const auto& [path, type] : paths) {
+      if (absl::Status s = CheckUnixSocketFree(path, type); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("--listen ", a.Uri(), ": ", s.message()));
+      }
+    }
+  }
+  return LoadServerSecurity(options.security, has_unix, has_tcp).status();
+}
+
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     const ServerOptions& options) {
   if (options.listen.empty()) {
@@ -177,9 +199,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const ListenAddress& a = options.listen[i];
     if (a.is_unix) {
-      if (::unlink(a.unix_path.c_str()) != 0 && errno != ENOENT) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "cannot replace ", a.unix_path, ": ", std::strerror(errno)));
+      // Never replace the socket of a live process; a stale one goes.
+      if (absl::Status s = ClaimUnixSocketPath(a.unix_path, SOCK_STREAM); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("--listen ", a.Uri(), ": ", s.message()));
       }
       server->unix_paths_.push_back(a.unix_path);
       builder.AddListeningPort(a.Uri(), security->unix_credentials);
@@ -200,6 +222,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   if (server->server_ == nullptr) {
     return absl::UnavailableError(
         "gRPC server failed to start (address in use or not permitted?)");
+  }
+  for (const std::string& path : server->unix_paths_) {
+    server->unix_ids_.push_back(IdentifyFile(path));
   }
   const unsigned mode = security->has_group ? 0660 : options.socket_mode;
   for (const std::string& path : server->unix_paths_) {
@@ -257,7 +282,9 @@ void Server::Shutdown(absl::Duration deadline) {
   }
   stopper.join();
   server_->Wait();
-  for (const std::string& path : unix_paths_) ::unlink(path.c_str());
+  // Only what this server bound: a process that started on the path since
+  // (after this one went stale) keeps its socket.
+  for (size_t i = 0; i < unix_ids_.size(); ++i) UnlinkIfSameFile(unix_paths_[i], unix_ids_[i]);
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const ListenAddress& address,

@@ -10,11 +10,13 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/unix_socket.h"
 #include "services/rpc/security.h"
 
 namespace moe::rpc {
@@ -52,11 +54,22 @@ struct ServerOptions {
   std::vector<grpc::CallbackGenericService*> generic;  // unused for now
 };
 
+// What Server::Start would refuse, checked without binding anything, so that a
+// service that loads for minutes before it serves fails at once: each Unix
+// socket's directory exists and is writable and no live process serves the
+// socket (nor `extra_unix_suffixes` beside it, e.g. ".fds"), and the security
+// options load (files readable, group known). Messages name --listen and the
+// address.
+absl::Status CheckServerOptions(const ServerOptions& options,
+                                const std::vector<std::pair<std::string, int>>&
+                                    extra_unix_sockets = {});
+
 // A started gRPC server with health (grpc.health.v1) and reflection.
 class Server {
  public:
   // Starts serving. Unix sockets are created under a restrictive umask and
-  // then chmod'ed to `socket_mode`; a stale socket file is replaced.
+  // then chmod'ed to `socket_mode`; a stale socket file is replaced, a live
+  // one (another process serves it) is ALREADY_EXISTS naming that pid.
   static absl::StatusOr<std::unique_ptr<Server>> Start(
       const ServerOptions& options);
   ~Server();
@@ -75,6 +88,7 @@ class Server {
   Server() = default;
   std::unique_ptr<grpc::Server> server_;
   std::vector<std::string> unix_paths_;
+  std::vector<FileIdentity> unix_ids_;  // of each bound socket, parallel to unix_paths_
   std::vector<std::string> service_names_;
   int bound_port_ = 0;
   bool shut_down_ = false;
