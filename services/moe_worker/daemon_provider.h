@@ -7,7 +7,8 @@
 //
 // The daemon going away fails the call in progress with UNAVAILABLE; the
 // next request attaches again (and fails with UNAVAILABLE while the daemon
-// is still gone).
+// is still gone). A request that starts on a session from before a daemon
+// restart reattaches instead of failing.
 //
 // CPU backend only for now: slots are read in place from the shared-memory
 // arena (a CUDA IPC arena would need the device backend to open it).

@@ -38,6 +38,13 @@ absl::Status Apply(const std::string& name, const std::string& value,
     o.backend = value;
   } else if (name == "cache") {
     o.cache = value;
+  } else if (name == "cache-wait") {
+    double seconds = 0;
+    if (!absl::SimpleAtod(value, &seconds) || !(seconds >= 0) || seconds > 86400) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cache-wait: want seconds in [0, 86400], got '", value, "'"));
+    }
+    o.cache_wait = absl::Seconds(seconds);
   } else if (name == "cache-model") {
     o.cache_model = value;
   } else if (name == "cache-auth-token-file") {
@@ -127,6 +134,8 @@ std::string WorkerUsage() {
       "  --backend B             cpu, cuda or auto (default auto)\n"
       "  --cache C               none (all experts in memory) or unix:PATH of "
       "moe-cached\n"
+      "  --cache-wait S          how long to wait for moe-cached at start,\n"
+      "                          retrying with backoff (default 60; 0: once)\n"
       "  --cache-model NAME      the model's name at moe-cached (default: "
       "the model directory's basename)\n"
       "  --max-queue N           requests waiting beyond the running one "

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <future>
 #include <thread>
@@ -45,6 +47,36 @@ void Knock(const std::string& host, int port) {
   ::freeaddrinfo(found);
 }
 
+// Why civetweb could not listen on `address`: it throws only "null context
+// when constructing CivetServer". Binding the address ourselves gives the
+// errno ("Address already in use", "Cannot assign requested address").
+std::string BindError(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return "";
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const int gai = ::getaddrinfo(host.empty() ? nullptr : host.c_str(),
+                                address.substr(colon + 1).c_str(), &hints, &found);
+  if (gai != 0) return absl::StrCat("bad address (", ::gai_strerror(gai), ")");
+  std::string error;
+  for (addrinfo* a = found; a != nullptr && error.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as civetweb does
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0) error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return error;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
@@ -54,8 +86,10 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   try {
     exposer = std::make_unique<prometheus::Exposer>(address, 2);
   } catch (const std::exception& e) {
+    const std::string why = BindError(address);
     return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on ", address, ": ", e.what()));
+        "--metrics-addr ", address, ": cannot serve /metrics: ", why.empty() ? e.what() : why,
+        "; choose another HOST:PORT, or \"\" to disable /metrics"));
   }
   exposer->RegisterCollectable(registry);
   return std::unique_ptr<MetricsServer>(

@@ -310,7 +310,8 @@ TEST_F(WorkerProcessTest, UnreachableCacheDaemonFailsAtStartup) {
   WorkerProcess w;
   ASSERT_TRUE(w.Spawn({"--model", dir_.path(), "--listen",
                        "unix:" + dir_.Sub("c.sock"), "--metrics-addr", "",
-                       "--cache", "unix:" + dir_.Sub("cached.sock")},
+                       "--cache", "unix:" + dir_.Sub("cached.sock"),
+                       "--cache-wait", "0"},
                       dir_.Sub("c.log")));
   EXPECT_EQ(w.Wait(), 1);
   EXPECT_THAT(w.Log(), ::testing::HasSubstr("cached.sock"));
