@@ -6,9 +6,11 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -294,6 +296,77 @@ TEST_F(OpsProcessTest, WorkerGivesUpAfterCacheWait) {
             1);
   EXPECT_THAT(log, HasSubstr("waiting for moe-cached at " + cache_));
   EXPECT_THAT(log, HasSubstr("gave up after --cache-wait 1 s"));
+}
+
+// Runs a command; its stdout and stderr, and its exit code in `*code`.
+std::string RunShell(const std::string& cmd, int* code) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// Point 5: --version on all three binaries names the revision and the CUDA
+// module's state.
+TEST_F(OpsProcessTest, VersionNamesRevisionAndCuda) {
+  for (const std::string name : {"moe-cached", "moe-worker", "moectl"}) {
+    SCOPED_TRACE(name);
+    int code = -1;
+    const std::string out = RunShell(std::string(MOE_BINARY_DIR) + "/bin/" + name + " --version", &code);
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_THAT(out, HasSubstr(name + " 0.1.0 (git "));
+    EXPECT_THAT(out, Not(HasSubstr("(git unknown)")));
+    EXPECT_THAT(out, HasSubstr("cuda module: "));
+  }
+}
+
+// Point 5: --log-level (any case) and MOE_LOG_LEVEL; a bad value names the
+// flag.
+TEST_F(OpsProcessTest, LogLevelFlagAndVariable) {
+  const std::string worker = testing::WorkerBinary();
+  int code = -1;
+  std::string out = RunShell(worker + " --model " + dir_.Sub("tiny") + " --log-level loud", &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--log-level: want debug, info, warning or error, got 'loud'"));
+  out = RunShell(CachedBinary() + " --model " + dir_.Sub("tiny") + " --log-level loud", &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--log-level: 'loud'"));
+  out = RunShell(std::string(MOE_BINARY_DIR) + "/bin/moectl --log-level loud info", &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--log-level"));
+
+  // A configuration error is an ERROR line: it survives WARNING, while the
+  // INFO start-up line does not; with debug (lower case, from the
+  // environment) the start-up line is there.
+  const std::string bad = " --model " + dir_.Sub("tiny") + " --metrics-addr '' --policy nope";
+  out = RunShell(CachedBinary() + bad + " --log-level WARNING", &code);
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("--policy nope"));
+  EXPECT_THAT(out, Not(HasSubstr("starting")));
+  out = RunShell("MOE_LOG_LEVEL=debug " + CachedBinary() + bad, &code);
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, HasSubstr("moe-cached 0.1.0"));
+}
+
+// Point 5: one info line per finished request with its numbers.
+TEST_F(OpsProcessTest, OneLogLinePerFinishedRequest) {
+  WorkerProcess worker;
+  ASSERT_TRUE(worker.Spawn(WorkerArgs(worker_sock_), dir_.Sub("w.log")));
+  ASSERT_TRUE(worker.WaitServing(worker_sock_)) << worker.Log();
+  ASSERT_TRUE(Generate(worker_sock_, 5).ok());
+  ASSERT_TRUE(WaitFor([&] { return worker.Log().find("finished:") != std::string::npos; }));
+  const std::string log = worker.Log();
+  EXPECT_THAT(log, HasSubstr("request 1 finished: prompt_tokens=3 generated_tokens=5 ttft_ms="));
+  EXPECT_THAT(log, HasSubstr(" tpot_ms="));
+  EXPECT_THAT(log, HasSubstr(" expert_hits="));
+  EXPECT_THAT(log, HasSubstr(" expert_misses="));
+  EXPECT_THAT(log, HasSubstr(" stall_ms="));
+  EXPECT_THAT(log, HasSubstr(" finish=length"));
 }
 
 }  // namespace
