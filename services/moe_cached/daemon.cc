@@ -1,9 +1,9 @@
 #include "services/moe_cached/daemon.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cerrno>

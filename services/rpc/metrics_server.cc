@@ -1,83 +1,15 @@
 #include "services/rpc/metrics_server.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <future>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "services/rpc/tcp_probe.h"
 
 namespace moe::rpc {
-namespace {
-
-// The host to connect to for a civetweb listening spec ("HOST:PORT",
-// "[V6]:PORT", "PORT", "+PORT"): the wildcard addresses mean loopback.
-std::string ReachableHost(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host.empty() || host == "0.0.0.0" || host == "+") return "127.0.0.1";
-  if (host == "::") return "::1";
-  return host;
-}
-
-// Opens and at once closes a TCP connection to host:port (best effort).
-void Knock(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-    ::close(fd);
-    if (connected) break;
-  }
-  ::freeaddrinfo(found);
-}
-
-// Why civetweb could not listen on `address`: it throws only "null context
-// when constructing CivetServer". Binding the address ourselves gives the
-// errno ("Address already in use", "Cannot assign requested address").
-std::string BindError(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return "";
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const int gai = ::getaddrinfo(host.empty() ? nullptr : host.c_str(),
-                                address.substr(colon + 1).c_str(), &hints, &found);
-  if (gai != 0) return absl::StrCat("bad address (", ::gai_strerror(gai), ")");
-  std::string error;
-  for (addrinfo* a = found; a != nullptr && error.empty(); a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as civetweb does
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0) error = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  return error;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address,
@@ -113,7 +45,7 @@ MetricsServer::~MetricsServer() {
     done.set_value();
   });
   while (stopped.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) {
-    for (int port : ports) Knock(host_, port);
+    for (int port : ports) ConnectOnce(host_, port);
   }
   stopper.join();
 }

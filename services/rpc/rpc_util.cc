@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/unix_socket.h"
+#include "services/rpc/tcp_probe.h"
 #include "google/protobuf/descriptor.h"
 
 namespace moe::rpc {
@@ -165,7 +166,18 @@ absl::Status CheckServerOptions(
   bool has_unix = false, has_tcp = false;
   for (const ListenAddress& a : options.listen) {
     (a.is_unix ? has_unix : has_tcp) = true;
-    if (!a.is_unix) continue;
+    if (!a.is_unix) {
+      // gRPC listens with SO_REUSEPORT: a second server would share the port
+      // and take half of the first one's connections, so ask first.
+      int port = 0;
+      absl::SimpleAtoi(a.host_port.substr(a.host_port.rfind(':') + 1), &port);
+      if (port > 0 && ConnectOnce(ReachableHost(a.host_port), port)) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "--listen ", a.host_port, ": another process already listens on port ", port,
+            "; stop it first, or choose another port"));
+      }
+      continue;
+    }
     std::vector<std::pair<std::string, int>> paths = {{a.unix_path, SOCK_STREAM}};
     for (const auto& [suffix, type] : extra_unix_sockets) {
       paths.push_back({a.unix_path + suffix, type});

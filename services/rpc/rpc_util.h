@@ -57,9 +57,10 @@ struct ServerOptions {
 // What Server::Start would refuse, checked without binding anything, so that a
 // service that loads for minutes before it serves fails at once: each Unix
 // socket's directory exists and is writable and no live process serves the
-// socket (nor `extra_unix_suffixes` beside it, e.g. ".fds"), and the security
-// options load (files readable, group known). Messages name --listen and the
-// address.
+// socket (nor `extra_unix_sockets` beside it: suffix and socket type, e.g.
+// {".fds", SOCK_SEQPACKET}), nothing accepts on a TCP address's port, and the
+// security options load (files readable, group known). Messages name
+// --listen and the address.
 absl::Status CheckServerOptions(const ServerOptions& options,
                                 const std::vector<std::pair<std::string, int>>&
                                     extra_unix_sockets = {});

@@ -28,6 +28,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::CachedBinary;
+using testing::RunShell;
 using testing::WorkerProcess;
 using HealthStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 using Clock = std::chrono::steady_clock;
@@ -140,6 +141,27 @@ TEST_F(OpsProcessTest, SecondWorkerOnALiveSocketLeavesTheFirstWorking) {
   EXPECT_EQ(Inode(dir_.Sub("w.sock")), inode);
   EXPECT_EQ(Health(worker_sock_), grpc::health::v1::HealthCheckResponse::SERVING);
   grpc::Status s = Generate(worker_sock_);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// Point 1, on TCP: gRPC listens with SO_REUSEPORT, so a second worker would
+// have shared the port (and taken half of the connections).
+TEST_F(OpsProcessTest, SecondWorkerOnALiveTcpPortIsRefused) {
+  WorkerProcess first;
+  ASSERT_TRUE(first.Spawn(WorkerArgs(worker_sock_, {"--listen", "127.0.0.1:0", "--port-file",
+                                                    dir_.Sub("ports.json")}),
+                          dir_.Sub("w1.log")));
+  ASSERT_TRUE(first.WaitServing(worker_sock_)) << first.Log();
+  const int port = testing::PortFromFile(dir_.Sub("ports.json"), "grpc_port");
+  ASSERT_GT(port, 0);
+  const std::string tcp = "127.0.0.1:" + std::to_string(port);
+  std::string log;
+  EXPECT_EQ(ExpectStartFailure(testing::WorkerBinary(),
+                               WorkerArgs("unix:" + dir_.Sub("w2.sock"), {"--listen", tcp}),
+                               "w2.log", &log),
+            1);
+  EXPECT_THAT(log, HasSubstr("--listen " + tcp + ": another process already listens on port"));
+  grpc::Status s = Generate(tcp);
   EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
@@ -296,19 +318,6 @@ TEST_F(OpsProcessTest, WorkerGivesUpAfterCacheWait) {
             1);
   EXPECT_THAT(log, HasSubstr("waiting for moe-cached at " + cache_));
   EXPECT_THAT(log, HasSubstr("gave up after --cache-wait 1 s"));
-}
-
-// Runs a command; its stdout and stderr, and its exit code in `*code`.
-std::string RunShell(const std::string& cmd, int* code) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
 }
 
 // Point 5: --version on all three binaries names the revision and the CUDA
