@@ -123,11 +123,11 @@ class WorkerProcess {
   std::string log_path_;
 };
 
-// Runs a shell command; stdout and stderr together, exit code in `*code`
-// (-1 when killed by a signal).
-inline std::string RunShell(const std::string& cmd, int* code) {
+// Runs a shell command; its stdout (and stderr, when `with_stderr`), and its
+// exit code in `*code` (-1 when killed by a signal).
+inline std::string RunShell(const std::string& cmd, int* code, bool with_stderr = true) {
   std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  FILE* p = ::popen((with_stderr ? cmd + " 2>&1" : cmd).c_str(), "r");
   if (p == nullptr) return out;
   char buf[4096];
   size_t n;

@@ -218,17 +218,9 @@ TEST_F(WorkerProcessTest, SigtermExitsZeroAndRemovesTheSocket) {
   EXPECT_FALSE(std::filesystem::exists(dir_.Sub("w.sock")));
 }
 
-// Runs a shell command; its stdout, and its exit code in `*code`.
+// Its stdout only (the JSON lines), and its exit code in `*code`.
 std::string RunCommand(const std::string& cmd, int* code) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  return testing::RunShell(cmd, code, /*with_stderr=*/false);
 }
 
 std::vector<nlohmann::json> JsonLines(const std::string& text) {
