@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> WaitForCache(
       MOE_LOG(INFO) << "waiting for moe-cached at " << address << " ("
                     << absl::ToInt64Seconds(end - now) << " s left of --cache-wait): "
                     << p.status().message();
+      rpc::NotifyStatus(absl::StrCat("waiting for moe-cached at ", address));
       next_log = now + kWaitLogEvery;
     }
     absl::SleepFor(backoff);

@@ -30,7 +30,8 @@ namespace moe::worker {
 // Calls `attach` until it succeeds or `wait` has passed, sleeping 100 ms,
 // 200 ms, ... up to 1 s between tries (bounded backoff). Only UNAVAILABLE and
 // DEADLINE_EXCEEDED (daemon not up yet, or still loading) are retried; any
-// other error returns at once. Logs what it waits for, at most every 10 s.
+// other error returns at once. Logs what it waits for, at most every 10 s,
+// and says so in systemd's STATUS= (shown by `systemctl status`).
 // `wait` zero: one try.
 absl::StatusOr<std::unique_ptr<ExpertProvider>> WaitForCache(
     const std::string& address, absl::Duration wait,

@@ -325,6 +325,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
 
 void NotifyReady() { sd_notify(0, "READY=1"); }
 void NotifyStopping() { sd_notify(0, "STOPPING=1"); }
+void NotifyStatus(const std::string& status) {
+  sd_notify(0, absl::StrCat("STATUS=", status).c_str());
+}
 
 TerminationSignals::TerminationSignals() {
   sigset_t set;

@@ -112,6 +112,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
 // set); no-ops otherwise.
 void NotifyReady();
 void NotifyStopping();
+// sd_notify(STATUS=...): the line `systemctl status` shows while starting.
+void NotifyStatus(const std::string& status);
 
 // Blocks SIGTERM and SIGINT in the calling thread (call first thing in main,
 // before any thread starts, so every thread inherits the mask) and returns

@@ -6,11 +6,15 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -289,13 +293,43 @@ TEST_F(OpsProcessTest, WorkerHealthFollowsItsDaemon) {
   EXPECT_TRUE(s.ok()) << s.error_message() << "\n" << worker.Log();
 }
 
+// The datagrams a service sends to $NOTIFY_SOCKET (as under systemd).
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    timeval tv{0, 100 * 1000};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~NotifySocket() { ::close(fd_); }
+  // Everything received so far (reads what is waiting, 100 ms at most).
+  const std::string& Received() {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd_, buf, sizeof(buf), 0)) > 0) received_.append(buf, n).append("\n");
+    return received_;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::string received_;
+};
+
 // Point 3: a worker started 3 s before its daemon waits for it (logging what
-// it waits for) and serves once the daemon is up.
+// it waits for, and telling systemd) and serves once the daemon is up.
 TEST_F(OpsProcessTest, WorkerStartedBeforeItsDaemonServesOnceItIsUp) {
+  NotifySocket notify(dir_.Sub("notify.sock"));
+  ::setenv("NOTIFY_SOCKET", dir_.Sub("notify.sock").c_str(), 1);
   WorkerProcess worker;
   const auto spawned = Clock::now();
   ASSERT_TRUE(worker.Spawn(WorkerArgs(worker_sock_, {"--cache", cache_, "--cache-wait", "60"}),
                            dir_.Sub("w.log")));
+  ::unsetenv("NOTIFY_SOCKET");
   ASSERT_TRUE(WaitFor([&] { return worker.Log().find("waiting for moe-cached") !=
                                    std::string::npos; }))
       << worker.Log();
@@ -307,6 +341,8 @@ TEST_F(OpsProcessTest, WorkerStartedBeforeItsDaemonServesOnceItIsUp) {
   ASSERT_TRUE(worker.WaitServing(worker_sock_, std::chrono::seconds(20))) << worker.Log();
   grpc::Status s = Generate(worker_sock_);
   EXPECT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(WaitFor([&] { return notify.Received().find("READY=1") != std::string::npos; }));
+  EXPECT_THAT(notify.Received(), HasSubstr("STATUS=waiting for moe-cached at " + cache_));
 }
 
 // Point 3: the wait is bounded.
