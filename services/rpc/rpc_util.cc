@@ -15,11 +15,13 @@
 #include <cstring>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "common/unix_socket.h"
 #include "services/rpc/tcp_probe.h"
 #include "google/protobuf/descriptor.h"
@@ -160,6 +162,33 @@ class MalformedRequestInterceptorFactory
 
 }  // namespace
 
+namespace {
+
+bool MayUseGroup(gid_t group) {
+  if (::geteuid() == 0 || ::getegid() == group) return true;
+  std::vector<gid_t> groups(::getgroups(0, nullptr) + 1);
+  const int n = ::getgroups(static_cast<int>(groups.size()), groups.data());
+  for (int i = 0; i < n; ++i) {
+    if (groups[i] == group) return true;
+  }
+  return false;
+}
+
+// gRPC listens with SO_REUSEPORT: a second server on a live port would share
+// it and take half of the first one's connections, so ask first.
+absl::Status CheckTcpPortFree(const ListenAddress& a) {
+  int port = 0;
+  if (!absl::SimpleAtoi(a.host_port.substr(a.host_port.rfind(':') + 1), &port)) port = 0;
+  if (port > 0 && ConnectOnce(ReachableHost(a.host_port), port)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("--listen ", a.host_port, ": another process already listens on port ",
+                     port, "; stop it first, or choose another port"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckServerOptions(
     const ServerOptions& options,
     const std::vector<std::pair<std::string, int>>& extra_unix_sockets) {
@@ -167,15 +196,7 @@ absl::Status CheckServerOptions(
   for (const ListenAddress& a : options.listen) {
     (a.is_unix ? has_unix : has_tcp) = true;
     if (!a.is_unix) {
-      // gRPC listens with SO_REUSEPORT: a second server would share the port
-      // and take half of the first one's connections, so ask first.
-      int port = 0;
-      absl::SimpleAtoi(a.host_port.substr(a.host_port.rfind(':') + 1), &port);
-      if (port > 0 && ConnectOnce(ReachableHost(a.host_port), port)) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "--listen ", a.host_port, ": another process already listens on port ", port,
-            "; stop it first, or choose another port"));
-      }
+      RETURN_IF_ERROR(CheckTcpPortFree(a));
       continue;
     }
     std::vector<std::pair<std::string, int>> paths = {{a.unix_path, SOCK_STREAM}};
@@ -188,7 +209,17 @@ absl::Status CheckServerOptions(
       }
     }
   }
-  return LoadServerSecurity(options.security, has_unix, has_tcp).status();
+  absl::StatusOr<ServerSecurity> security =
+      LoadServerSecurity(options.security, has_unix, has_tcp);
+  if (!security.ok()) return security.status();
+  // Only root or a member may chgrp a socket to the group (Start does that).
+  if (has_unix && security->has_group && !MayUseGroup(security->group)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--socket-group ", options.security.socket_group, ": this process (uid ", ::geteuid(),
+        ") is not a member of the group, so its sockets cannot get it; add the service user "
+        "to the group (usermod -aG GROUP USER) or drop --socket-group"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
@@ -218,6 +249,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       server->unix_paths_.push_back(a.unix_path);
       builder.AddListeningPort(a.Uri(), security->unix_credentials);
     } else {
+      RETURN_IF_ERROR(CheckTcpPortFree(a));
       builder.AddListeningPort(a.Uri(), security->tcp_credentials, &ports[i]);
     }
   }
