@@ -9,16 +9,20 @@
 #include <ctime>
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/log_level.h"
+
 namespace moe {
 namespace {
 
+// A bad MOE_LOG_LEVEL must not stop a service before it can say so: the
+// default stays, and the flag parsers (which run later) report bad values.
 LogLevel LevelFromEnv() {
   const char* v = std::getenv("MOE_LOG_LEVEL");
-  if (v == nullptr) return LogLevel::kINFO;
-  if (std::strcmp(v, "DEBUG") == 0) return LogLevel::kDEBUG;
-  if (std::strcmp(v, "WARNING") == 0) return LogLevel::kWARNING;
-  if (std::strcmp(v, "ERROR") == 0) return LogLevel::kERROR;
-  return LogLevel::kINFO;
+  if (v == nullptr || v[0] == '\0') return LogLevel::kINFO;
+  absl::StatusOr<LogLevel> level = ParseLogLevel(v);
+  return level.ok() ? *level : LogLevel::kINFO;
 }
 
 std::atomic<int>& MinLevel() {
@@ -32,6 +36,16 @@ char LevelChar(LogLevel level) {
 }
 
 }  // namespace
+
+absl::StatusOr<LogLevel> ParseLogLevel(const std::string& text) {
+  const std::string t = absl::AsciiStrToLower(text);
+  if (t == "debug") return LogLevel::kDEBUG;
+  if (t == "info") return LogLevel::kINFO;
+  if (t == "warning" || t == "warn") return LogLevel::kWARNING;
+  if (t == "error") return LogLevel::kERROR;
+  return absl::InvalidArgumentError(
+      absl::StrCat("log level '", text, "' is not debug, info, warning or error"));
+}
 
 void SetMinLogLevel(LogLevel level) {
   MinLevel().store(static_cast<int>(level));

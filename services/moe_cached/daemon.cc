@@ -2,6 +2,8 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +17,7 @@
 #include "common/logging.h"
 #include "common/model_desc.h"
 #include "common/status_macros.h"
+#include "services/cache/policy.h"
 
 namespace moe::cached {
 
@@ -23,26 +26,45 @@ Daemon::Daemon(DaemonOptions options)
 
 Daemon::~Daemon() { Stop(); }
 
-absl::Status Daemon::StartModel(const ModelSpec& spec) {
-  ASSIGN_OR_RETURN(ModelDescription desc, ModelDescription::Open(spec.dir));
-  // Size the arena before loading anything: a refusal should be immediate.
+absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const {
+  absl::StatusOr<ModelDescription> desc = ModelDescription::Open(spec.dir);
+  if (!desc.ok()) {
+    return absl::Status(desc.status().code(), absl::StrCat("--model ", spec.name, "=", spec.dir,
+                                                           ": ", desc.status().message()));
+  }
+  ModelPlan plan{std::move(*desc)};
   uint64_t block_bytes = 0;
   {
-    ASSIGN_OR_RETURN(TensorView g, desc.Expert(0, 0, TensorRole::kExpertGate));
-    ASSIGN_OR_RETURN(TensorView u, desc.Expert(0, 0, TensorRole::kExpertUp));
-    ASSIGN_OR_RETURN(TensorView d, desc.Expert(0, 0, TensorRole::kExpertDown));
+    ASSIGN_OR_RETURN(TensorView g, plan.desc.Expert(0, 0, TensorRole::kExpertGate));
+    ASSIGN_OR_RETURN(TensorView u, plan.desc.Expert(0, 0, TensorRole::kExpertUp));
+    ASSIGN_OR_RETURN(TensorView d, plan.desc.Expert(0, 0, TensorRole::kExpertDown));
     RETURN_IF_ERROR(ExpertStore::ComputeLayout(g, u, d, &block_bytes).status());
   }
-  const ModelConfig& config = desc.config();
+  const ModelConfig& config = plan.desc.config();
   // Per model: the free device memory shrinks with every arena.
-  ASSIGN_OR_RETURN(DeviceChoice device, ResolveDevice(options_.device));
-  ASSIGN_OR_RETURN(int capacity,
+  ASSIGN_OR_RETURN(plan.device, ResolveDevice(options_.device));
+  ASSIGN_OR_RETURN(plan.capacity,
                    ComputeCapacity(options_.capacity, spec.name, config.num_moe_layers(),
                                    static_cast<int>(config.num_experts), block_bytes,
-                                   device.is_cuda() ? device.free_bytes : 0));
+                                   plan.device.is_cuda() ? plan.device.free_bytes : 0));
+  cache::PolicyConfig pc;
+  pc.num_layers = config.num_moe_layers();
+  pc.num_experts = static_cast<int>(config.num_experts);
+  pc.capacity = plan.capacity;
+  if (absl::Status s = cache::MakePolicy(options_.policy, pc).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--policy ", options_.policy, ": ", s.message()));
+  }
+  return plan;
+}
+
+absl::Status Daemon::StartModel(const ModelSpec& spec) {
+  // Planned again: on CUDA the free device memory shrank with every arena.
+  ASSIGN_OR_RETURN(ModelPlan plan, PlanModel(spec));
+  const DeviceChoice& device = plan.device;
+  const int capacity = plan.capacity;
   MOE_LOG(INFO) << "model " << spec.name << ": arena on " << device.description;
   ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store,
-                   ExpertStore::Load(spec.name, desc,
+                   ExpertStore::Load(spec.name, plan.desc,
                                      device.is_cuda() ? PinnedStoreOptions(device.memory)
                                                       : ExpertStoreOptions{}));
   CachedModelOptions mo;
@@ -90,16 +112,38 @@ void RemoveStaleShmObjects() {
 
 }  // namespace
 
-absl::Status Daemon::Start() {
-  RemoveStaleShmObjects();
+absl::Status Daemon::Preflight() {
+  rpc::ServerOptions so;
+  ASSIGN_OR_RETURN(rpc::ListenAddress listen, rpc::ParseListenAddress(options_.listen));
+  so.listen.push_back(listen);
+  so.security = options_.security;
+  // The fd broker's socket sits beside a Unix --listen socket.
+  RETURN_IF_ERROR(rpc::CheckServerOptions(so, {{".fds", SOCK_SEQPACKET}}));
   if (!options_.state_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options_.state_dir, ec);
+    if (!ec && ::access(options_.state_dir.c_str(), W_OK | X_OK) != 0) {
+      ec = std::error_code(errno, std::generic_category());
+    }
     if (ec) {
       return absl::FailedPreconditionError(
           absl::StrCat("--state-dir ", options_.state_dir, ": ", ec.message()));
     }
   }
+  for (const ModelSpec& spec : options_.models) RETURN_IF_ERROR(PlanModel(spec).status());
+  // /metrics first: a port in use is reported before minutes of loading, and
+  // the model series appear as each model registers them.
+  if (!options_.metrics_addr.empty()) {
+    ASSIGN_OR_RETURN(metrics_, rpc::MetricsServer::Start(options_.metrics_addr, registry_));
+    MOE_LOG(INFO) << "metrics on port " << metrics_->port();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::Start() {
+  // Every flag, path, port and permission before any expert is read.
+  RETURN_IF_ERROR(Preflight());
+  RemoveStaleShmObjects();
   for (const ModelSpec& spec : options_.models) RETURN_IF_ERROR(StartModel(spec));
   std::vector<CachedModel*> models;
   for (auto& m : models_) models.push_back(m.get());
@@ -112,9 +156,13 @@ absl::Status Daemon::Start() {
     if (!options_.security.socket_group.empty()) {
       ASSIGN_OR_RETURN(group, rpc::LookupGroup(options_.security.socket_group));
     }
-    ASSIGN_OR_RETURN(fd_broker_,
-                     FdBroker::Start(listen.unix_path + ".fds",
-                                     options_.security.socket_group.empty() ? 0600 : 0660, group));
+    absl::StatusOr<std::unique_ptr<FdBroker>> broker = FdBroker::Start(
+        listen.unix_path + ".fds", options_.security.socket_group.empty() ? 0600 : 0660, group);
+    if (!broker.ok()) {
+      return absl::Status(broker.status().code(), absl::StrCat("--listen ", options_.listen,
+                                                               ": ", broker.status().message()));
+    }
+    fd_broker_ = std::move(*broker);
     sessions_->set_fd_broker(fd_broker_.get());
   }
   service_ = std::make_unique<ExpertCacheService>(sessions_.get(), models);
@@ -126,10 +174,6 @@ absl::Status Daemon::Start() {
   so.security = options_.security;
   ASSIGN_OR_RETURN(server_, rpc::Server::Start(so));
   if (server_->bound_port() != 0) MOE_LOG(INFO) << "gRPC on port " << server_->bound_port();
-  if (!options_.metrics_addr.empty()) {
-    ASSIGN_OR_RETURN(metrics_, rpc::MetricsServer::Start(options_.metrics_addr, registry_));
-    MOE_LOG(INFO) << "metrics on port " << metrics_->port();
-  }
   housekeeper_ = std::thread([this] { Housekeep(); });
   server_->SetServing(true);
   MOE_LOG(INFO) << "moe-cached serving " << models_.size() << " model(s) on "

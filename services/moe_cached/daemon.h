@@ -1,10 +1,12 @@
 // Daemon: moe-cached's components wired together, with one Start/Stop.
 //
-//   Start: per --model, open the checkpoint, size the arena (refusing fewer
+//   Start: check every flag, path, port and permission and start /metrics
+//          (Preflight: nothing loaded yet, so errors come at once);
+//          per --model, open the checkpoint, size the arena (refusing fewer
 //          slots than one layer's experts), load the ExpertStore, create and
 //          start its CachedModel (loading learned state from --state-dir);
-//          then the session manager, the gRPC server (health SERVING), the
-//          /metrics server and a housekeeping thread (reaps ended sessions,
+//          then the session manager, the gRPC server (health SERVING) and
+//          a housekeeping thread (reaps ended sessions,
 //          refreshes metrics every second, persists every persist interval).
 //   Stop:  health NOT_SERVING, close every worker channel and drop leases,
 //          drain gRPC calls (up to drain_seconds), stop housekeeping,
@@ -21,7 +23,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/model_desc.h"
 #include "prometheus/registry.h"
+#include "services/moe_cached/cuda_arena.h"
 #include "services/moe_cached/cached_model.h"
 #include "services/moe_cached/fd_broker.h"
 #include "services/moe_cached/daemon_options.h"
@@ -44,6 +48,16 @@ class Daemon {
   int metrics_port() const;
 
  private:
+  // What loading a model will use, found without reading any expert.
+  struct ModelPlan {
+    ModelDescription desc;
+    DeviceChoice device;
+    int capacity = 0;
+  };
+  // Checks every flag, path, port and permission (and starts /metrics)
+  // before anything is loaded: a configuration error costs no load time.
+  absl::Status Preflight();
+  absl::StatusOr<ModelPlan> PlanModel(const ModelSpec& spec) const;
   absl::Status StartModel(const ModelSpec& spec);
   void Housekeep();
 

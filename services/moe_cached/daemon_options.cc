@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/log_level.h"
 
 namespace moe::cached {
 namespace {
@@ -92,6 +93,10 @@ absl::Status SetFlag(const std::string& flag, const std::string& value, DaemonOp
     return positive_double(&o->persist_interval_seconds, false);
   } else if (flag == "drain-seconds") {
     return positive_double(&o->drain_seconds, true);
+  } else if (flag == "log-level") {
+    absl::StatusOr<LogLevel> level = ParseLogLevel(value);
+    if (!level.ok()) return BadValue(flag, value, "debug, info, warning or error");
+    o->log_level = *level;
   } else if (flag == "max-sessions") {
     if (!absl::SimpleAtoi(value, &o->max_sessions) || o->max_sessions <= 0) {
       return BadValue(flag, value, "a positive integer");
@@ -122,7 +127,9 @@ std::string DaemonUsage() {
          "  [--device auto|cpu|cuda]  (default cpu; on cuda F is of free device memory)\n"
          "  [--policy NAME] [--prefetch on|off] [--link-gbps G]\n"
          "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n"
-         "  [--max-sessions N]  (default 64 attached workers)\n" +
+         "  [--max-sessions N]  (default 64 attached workers)\n"
+         "  [--log-level debug|info|warning|error]  (any case; default $MOE_LOG_LEVEL or info)\n"
+         "  [--version] [--help]\n" +
          rpc::SecurityFlagsUsage();
 }
 
@@ -133,6 +140,10 @@ absl::StatusOr<DaemonOptions> ParseDaemonFlags(const std::vector<std::string>& a
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
       o.help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      o.version = true;
       continue;
     }
     if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
@@ -152,7 +163,7 @@ absl::StatusOr<DaemonOptions> ParseDaemonFlags(const std::vector<std::string>& a
     absl::Status s = SetFlag(flag, value, &o);
     if (!s.ok()) return s;
   }
-  if (o.help) return o;
+  if (o.help || o.version) return o;
   if (capacity_flags > 1) {
     return absl::InvalidArgumentError(
         "give only one of --cache-experts, --cache-bytes, --cache-fraction");

@@ -4,10 +4,12 @@
 #define MOECACHE_SERVICES_MOE_CACHED_DAEMON_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/logging.h"
 #include "services/rpc/security.h"
 
 namespace moe::cached {
@@ -45,7 +47,9 @@ struct DaemonOptions {
   // ~135 KB channel); Attach past it gets RESOURCE_EXHAUSTED.
   int max_sessions = 64;
   rpc::SecurityOptions security;  // --socket-group, --tls-*, --auth-token-file
+  std::optional<LogLevel> log_level;  // --log-level; unset: MOE_LOG_LEVEL or INFO
   bool help = false;
+  bool version = false;  // --version
 };
 
 // The default --listen: unix:$RUNTIME_DIRECTORY/moe-cached.sock when systemd

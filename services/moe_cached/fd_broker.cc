@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/logging.h"
+#include "common/unix_socket.h"
 
 namespace moe::cached {
 namespace {
@@ -121,41 +122,28 @@ absl::StatusOr<std::unique_ptr<FdBroker>> FdBroker::Start(const std::string& pat
   absl::StatusOr<sockaddr_un> addr = UnixAddress(path);
   if (!addr.ok()) return addr.status();
   std::unique_ptr<FdBroker> b(new FdBroker());
-  b->path_ = path;
   b->listen_fd_ = UniqueFd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (b->listen_fd_.get() < 0) return Errno("fd broker: socket", errno);
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("fd broker: '", path, "' exists and is not a socket"));
-    }
-    UniqueFd probe(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-    if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) == 0) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("fd broker: another process serves '", path, "'"));
-    }
-    unlink(path.c_str());  // stale socket of a dead daemon
+  // A live broker's socket is never touched; a dead daemon's is replaced.
+  if (absl::Status s = ClaimUnixSocketPath(path, SOCK_SEQPACKET); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("fd broker: ", s.message()));
   }
   if (bind(b->listen_fd_.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
     return Errno(absl::StrCat("fd broker: bind '", path, "'"), errno);
   }
+  // From here on the socket is ours: the destructor removes it (and only it).
+  b->path_ = path;
+  b->path_id_ = IdentifyFile(path);
   if (chmod(path.c_str(), mode) != 0 ||
       (group != static_cast<gid_t>(-1) && chown(path.c_str(), static_cast<uid_t>(-1), group) != 0)) {
-    absl::Status s = Errno(absl::StrCat("fd broker: set mode/group of '", path, "'"), errno);
-    unlink(path.c_str());
-    return s;
+    return Errno(absl::StrCat("fd broker: set mode/group of '", path, "'"), errno);
   }
   if (listen(b->listen_fd_.get(), 64) != 0) {
-    absl::Status s = Errno("fd broker: listen", errno);
-    unlink(path.c_str());
-    return s;
+    return Errno("fd broker: listen", errno);
   }
   b->stop_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (b->stop_fd_.get() < 0) {
-    absl::Status s = Errno("fd broker: eventfd", errno);
-    unlink(path.c_str());
-    return s;
+    return Errno("fd broker: eventfd", errno);
   }
   FdBroker* raw = b.get();
   b->thread_ = std::thread([raw] { raw->Serve(); });
@@ -169,7 +157,7 @@ FdBroker::~FdBroker() {
     (void)n;
     thread_.join();
   }
-  if (!path_.empty()) unlink(path_.c_str());
+  if (!path_.empty()) UnlinkIfSameFile(path_, path_id_);
 }
 
 absl::StatusOr<std::string> FdBroker::Grant(pid_t pid, const std::vector<int>& fds,

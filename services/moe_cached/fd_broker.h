@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/unix_socket.h"
 
 namespace moe::cached {
 
@@ -62,7 +63,8 @@ class FdBroker {
 
   // Binds `path` (an absolute filesystem path, not abstract), chmods it to
   // `mode` and, when group >= 0, chowns it to that group; starts serving.
-  // ALREADY_EXISTS if a live socket is there; a stale one is replaced.
+  // ALREADY_EXISTS naming the pid if a live socket is there (left as it
+  // is); a stale one is replaced.
   static absl::StatusOr<std::unique_ptr<FdBroker>> Start(const std::string& path,
                                                           mode_t mode = 0600,
                                                           gid_t group = static_cast<gid_t>(-1));
@@ -88,7 +90,8 @@ class FdBroker {
   void HandleConnection(int conn);
   void DropExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::string path_;
+  std::string path_;  // set once bound: what the destructor removes
+  FileIdentity path_id_;
   UniqueFd listen_fd_;
   UniqueFd stop_fd_;  // eventfd
   std::thread thread_;

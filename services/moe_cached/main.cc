@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "services/moe_cached/daemon.h"
 #include "services/moe_cached/daemon_options.h"
+#include "services/rpc/build_info.h"
 #include "services/rpc/rpc_util.h"
 
 int main(int argc, char** argv) {
@@ -26,6 +27,12 @@ int main(int argc, char** argv) {
     std::fputs(moe::cached::DaemonUsage().c_str(), stdout);
     return 0;
   }
+  if (options->version) {
+    std::fputs(moe::VersionText("moe-cached").c_str(), stdout);
+    return 0;
+  }
+  if (options->log_level.has_value()) moe::SetMinLogLevel(*options->log_level);
+  MOE_LOG(INFO) << moe::VersionLine("moe-cached") << " starting";
 
   // Not dumpable: processes of the same user cannot ptrace the daemon or
   // open its descriptors through /proc/PID/fd, so an arena memfd reaches a

@@ -92,8 +92,16 @@ absl::Status DaemonExpertProvider::Check(absl::Status status) {
 }
 
 absl::Status DaemonExpertProvider::BeginRequest(uint64_t request_id) {
+  const bool had_client = client_ != nullptr;
   RETURN_IF_ERROR(EnsureAttached());
-  return Check(client_->BeginRequest(request_id));
+  absl::Status s = Check(client_->BeginRequest(request_id));
+  if (had_client && absl::IsUnavailable(s)) {
+    // The session predates a daemon restart (the worker's health already
+    // said SERVING again). Nothing of this request ran: attach afresh once.
+    RETURN_IF_ERROR(EnsureAttached());
+    s = Check(client_->BeginRequest(request_id));
+  }
+  return s;
 }
 
 absl::Status DaemonExpertProvider::EndRequest(uint64_t request_id) {

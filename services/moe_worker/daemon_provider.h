@@ -7,7 +7,8 @@
 //
 // The daemon going away fails the call in progress with UNAVAILABLE; the
 // next request attaches again (and fails with UNAVAILABLE while the daemon
-// is still gone).
+// is still gone). A request that starts on a session from before a daemon
+// restart reattaches instead of failing.
 //
 // With a CPU backend the slots are read in place from the shared-memory
 // arena; with a device backend the daemon's CUDA arena is mapped over CUDA

@@ -6,7 +6,9 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -186,20 +188,35 @@ void GenerationRunner::Loop() {
 void GenerationRunner::Run(Job& job) {
   int generated = 0;
   double ttft = 0, tpot = 0;
+  std::string finish;
+  bool ran = false;
   absl::Status status;
   if (job.sink->Cancelled()) {
     status = absl::CancelledError("cancelled by the client while queued");
   } else if (absl::Now() >= job.deadline) {
     status = absl::DeadlineExceededError("deadline passed while queued");
   } else {
-    status = RunGenerate(job, &generated, &ttft, &tpot);
+    ran = true;
+    status = RunGenerate(job, &generated, &ttft, &tpot, &finish);
   }
   job.sink->Finish(status);
   Record(status, generated, ttft, tpot);
+  // One line per finished request, for operators (journalctl) and scripts.
+  const ExpertCounters counters = ran ? experts_.request() : ExpertCounters{};
+  if (!status.ok()) finish = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+  MOE_LOG(INFO) << "request " << job.options.request_id
+                << " finished: prompt_tokens=" << job.options.prompt.size()
+                << " generated_tokens=" << generated
+                << absl::StrFormat(" ttft_ms=%.1f tpot_ms=%.2f", ttft * 1e3, tpot * 1e3)
+                << " expert_hits=" << counters.hits << " expert_misses=" << counters.misses
+                << absl::StrFormat(" stall_ms=%.1f", counters.stall_seconds * 1e3)
+                << " finish=" << finish
+                << (status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\""));
 }
 
 absl::Status GenerationRunner::RunGenerate(Job& job, int* generated,
-                                           double* ttft, double* tpot) {
+                                           double* ttft, double* tpot,
+                                           std::string* finish) {
   const GenerateOptions& o = job.options;
   std::vector<int32_t> stops = o.stop_token_ids;
   if (o.stop_at_eos) {
@@ -233,7 +250,8 @@ absl::Status GenerationRunner::RunGenerate(Job& job, int* generated,
       r.set_text(std::move(text));
     }
     if (last) {
-      r.set_finish_reason(stop_token ? "stop" : "length");
+      *finish = stop_token ? "stop" : "length";
+      r.set_finish_reason(*finish);
       FillUsage(static_cast<int>(o.prompt.size()), *generated, *ttft, *tpot,
                 experts_.request(), r.mutable_usage());
     }

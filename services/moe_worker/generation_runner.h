@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -105,8 +106,9 @@ class GenerationRunner {
 
   void Loop();
   void Run(Job& job);
+  // `finish` gets "stop" or "length" once the last token is out.
   absl::Status RunGenerate(Job& job, int* generated, double* ttft,
-                           double* tpot);
+                           double* tpot, std::string* finish);
   void Record(const absl::Status& status, int generated, double ttft,
               double tpot);
 

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "services/moe_worker/worker.h"
 #include "services/moe_worker/worker_flags.h"
+#include "services/rpc/build_info.h"
 #include "services/rpc/rpc_util.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +25,12 @@ int main(int argc, char** argv) {
     std::printf("%s", moe::worker::WorkerUsage().c_str());
     return 0;
   }
+  if (flags->version) {
+    std::fputs(moe::VersionText("moe-worker").c_str(), stdout);
+    return 0;
+  }
+  if (flags->log_level.has_value()) moe::SetMinLogLevel(*flags->log_level);
+  MOE_LOG(INFO) << moe::VersionLine("moe-worker") << " starting";
   auto worker = moe::worker::Worker::Start(flags->options);
   if (!worker.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n",

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -48,21 +50,65 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(
   return worker;
 }
 
-absl::Status Worker::Init() {
+absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
   if (options_.model_dir.empty()) {
     return absl::InvalidArgumentError("--model DIR is required");
+  }
+  if (!std::filesystem::is_directory(options_.model_dir)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model ", options_.model_dir, ": not a directory"));
   }
   if (options_.runner.max_queue < 0 || options_.runner.max_prompt_tokens < 0) {
     return absl::InvalidArgumentError(
         "--max-queue and --max-prompt-tokens must be >= 0");
   }
+  if (options_.cache != "none") {
+    absl::StatusOr<rpc::ListenAddress> cache = rpc::ParseListenAddress(options_.cache);
+    if (!cache.ok() || !cache->is_unix) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad --cache '", options_.cache, "': want none or unix:PATH"));
+    }
+    rpc::ClientSecurity cache_security;
+    cache_security.auth_token_file = options_.cache_auth_token_file;
+    if (absl::Status s = rpc::LoadClientCredentials(cache_security, true).status(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--cache-auth-token-file ",
+                                                 options_.cache_auth_token_file, ": ",
+                                                 s.message()));
+    }
+  }
+  if (!options_.record_trace.empty()) {
+    std::filesystem::path dir = std::filesystem::path(options_.record_trace).parent_path();
+    if (dir.empty()) dir = ".";
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--record-trace ", options_.record_trace, ": cannot write in ", dir.string(), ": ",
+          std::strerror(errno)));
+    }
+  }
+  rpc::ServerOptions server_options;
+  server_options.listen = listen;
+  server_options.security = options_.security;
+  RETURN_IF_ERROR(rpc::CheckServerOptions(server_options));
+  if (!options_.metrics_addr.empty()) {
+    ASSIGN_OR_RETURN(metrics_server_,
+                     rpc::MetricsServer::Start(options_.metrics_addr,
+                                               metrics_.registry()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Init() {
   std::vector<rpc::ListenAddress> listen;
   std::vector<std::string> addrs = options_.listen;
   if (addrs.empty()) addrs.push_back(kDefaultListen);
   for (const std::string& a : addrs) {
-    ASSIGN_OR_RETURN(rpc::ListenAddress parsed, rpc::ParseListenAddress(a));
-    listen.push_back(parsed);
+    absl::StatusOr<rpc::ListenAddress> parsed = rpc::ParseListenAddress(a);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--listen: ", parsed.status().message()));
+    }
+    listen.push_back(*parsed);
   }
+  RETURN_IF_ERROR(Preflight(listen));
   ASSIGN_OR_RETURN(backend_, CreateBackend(options_.backend));
   ASSIGN_OR_RETURN(model_, MoeModel::Load(options_.model_dir, backend_.get()));
   const std::string tok_path = options_.model_dir + "/tokenizer.json";
@@ -76,8 +122,10 @@ absl::Status Worker::Init() {
       options_.cache_model.empty() ? ModelName() : options_.cache_model;
   rpc::ClientSecurity cache_security;
   cache_security.auth_token_file = options_.cache_auth_token_file;
-  ASSIGN_OR_RETURN(provider_, MakeExpertProvider(options_.cache, cache_model,
-                                                 *model_, cache_security));
+  ASSIGN_OR_RETURN(provider_, WaitForCache(options_.cache, options_.cache_wait, [&] {
+                     return MakeExpertProvider(options_.cache, cache_model, *model_,
+                                               cache_security);
+                   }));
   RunnerOptions runner_options = options_.runner;
   if (!options_.record_trace.empty()) {
     ASSIGN_OR_RETURN(recorder_,
@@ -88,11 +136,6 @@ absl::Status Worker::Init() {
   runner_ = std::make_unique<GenerationRunner>(
       *model_, provider_.get(), tokenizer_.get(), &metrics_, runner_options);
   RETURN_IF_ERROR(runner_->Start());
-  if (!options_.metrics_addr.empty()) {
-    ASSIGN_OR_RETURN(metrics_server_,
-                     rpc::MetricsServer::Start(options_.metrics_addr,
-                                               metrics_.registry()));
-  }
   service_ = std::make_unique<InferenceService>(runner_.get());
   rpc::ServerOptions server_options;
   server_options.listen = listen;
@@ -106,6 +149,12 @@ absl::Status Worker::Init() {
                      ",\"metrics_port\":", metrics_port(), "}\n")));
   }
   server_->SetServing(true);
+  if (options_.cache != "none") {
+    rpc::Server* server = server_.get();
+    ASSIGN_OR_RETURN(cache_watch_,
+                     CacheWatch::Start(options_.cache, cache_security,
+                                       [server](bool up) { server->SetServing(up); }));
+  }
   return absl::OkStatus();
 }
 
@@ -114,6 +163,7 @@ Worker::~Worker() { Stop(); }
 void Worker::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  cache_watch_.reset();  // first: it must not turn health back to SERVING
   if (server_ != nullptr) server_->SetServing(false);
   // The runner finishes every call it accepted, so the server's own
   // shutdown below has nothing left to wait for.

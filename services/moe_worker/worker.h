@@ -6,6 +6,10 @@
 //   signals.Wait();
 //   worker->Stop();  // NOT_SERVING, drain with options.shutdown_grace
 //
+// With --cache, health is NOT_SERVING while moe-cached is down (every
+// Generate would fail UNAVAILABLE) and SERVING again once it serves; the
+// next request then reattaches.
+//
 // Thread-compatible: Start and Stop from one thread (main).
 #ifndef MOECACHE_SERVICES_MOE_WORKER_WORKER_H_
 #define MOECACHE_SERVICES_MOE_WORKER_WORKER_H_
@@ -21,6 +25,7 @@
 #include "services/engine/moe_model.h"
 #include "services/engine/tokenizer.h"
 #include "services/engine/trace_recorder.h"
+#include "services/moe_worker/cache_watch.h"
 #include "services/moe_worker/generation_runner.h"
 #include "services/moe_worker/inference_service.h"
 #include "services/moe_worker/worker_metrics.h"
@@ -40,6 +45,9 @@ struct WorkerOptions {
   // The model's name at moe-cached; "": the model directory's basename
   // (the daemon's default name too).
   std::string cache_model;
+  // How long Start waits for moe-cached to serve (it may still be starting
+  // or loading), retrying with a bounded backoff. Zero: one try.
+  absl::Duration cache_wait = absl::Seconds(60);
   // Bearer token for moe-cached (--cache-auth-token-file); "" : none.
   std::string cache_auth_token_file;
   rpc::SecurityOptions security;  // this worker's server (see security.h)
@@ -77,6 +85,9 @@ class Worker {
  private:
   explicit Worker(WorkerOptions options) : options_(std::move(options)) {}
   absl::Status Init();
+  // Every flag, path, port and permission, before the model loads; starts
+  // /metrics (so a port in use is reported at once).
+  absl::Status Preflight(const std::vector<rpc::ListenAddress>& listen);
   std::string ModelName() const;  // last component of the model directory
 
   WorkerOptions options_;
@@ -90,6 +101,8 @@ class Worker {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<rpc::Server> server_;
   std::unique_ptr<rpc::MetricsServer> metrics_server_;
+  // With --cache unix:PATH: the daemon's health, mirrored into ours.
+  std::unique_ptr<CacheWatch> cache_watch_;
   bool stopped_ = false;
 };
 

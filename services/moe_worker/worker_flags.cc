@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/log_level.h"
 #include "services/engine/session.h"
 
 namespace moe::worker {
@@ -38,6 +39,13 @@ absl::Status Apply(const std::string& name, const std::string& value,
     o.backend = value;
   } else if (name == "cache") {
     o.cache = value;
+  } else if (name == "cache-wait") {
+    double seconds = 0;
+    if (!absl::SimpleAtod(value, &seconds) || !(seconds >= 0) || seconds > 86400) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cache-wait: want seconds in [0, 86400], got '", value, "'"));
+    }
+    o.cache_wait = absl::Seconds(seconds);
   } else if (name == "cache-model") {
     o.cache_model = value;
   } else if (name == "cache-auth-token-file") {
@@ -64,6 +72,13 @@ absl::Status Apply(const std::string& name, const std::string& value,
                        kMaxPregateDistance, "], got '", value, "'"));
     }
     o.runner.pregate_distance = d;
+  } else if (name == "log-level") {
+    absl::StatusOr<LogLevel> level = ParseLogLevel(value);
+    if (!level.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--log-level: want debug, info, warning or error, got '", value, "'"));
+    }
+    flags.log_level = *level;
   } else if (name == "shutdown-grace-s") {
     int s = 0;
     if (!absl::SimpleAtoi(value, &s) || s < 0) {
@@ -88,6 +103,10 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
       flags.help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      flags.version = true;
       continue;
     }
     if (arg.rfind("--", 0) != 0 || arg.size() == 2) {
@@ -127,6 +146,8 @@ std::string WorkerUsage() {
       "  --backend B             cpu, cuda or auto (default auto)\n"
       "  --cache C               none (all experts in memory) or unix:PATH of "
       "moe-cached\n"
+      "  --cache-wait S          how long to wait for moe-cached at start,\n"
+      "                          retrying with backoff (default 60; 0: once)\n"
       "  --cache-model NAME      the model's name at moe-cached (default: "
       "the model directory's basename)\n"
       "  --max-queue N           requests waiting beyond the running one "
@@ -143,7 +164,10 @@ std::string WorkerUsage() {
       "  --shutdown-grace-s S    time in-flight requests get on SIGTERM "
       "(default 10)\n"
       "  --port-file FILE        write the bound ports as JSON once serving\n"
-      "  --cache-auth-token-file FILE  bearer token for moe-cached\n",
+      "  --cache-auth-token-file FILE  bearer token for moe-cached\n"
+      "  --log-level L           debug, info, warning or error, any case\n"
+      "                          (default $MOE_LOG_LEVEL or info)\n"
+      "  --version               print the build and whether CUDA loads\n",
       rpc::SecurityFlagsUsage());
 }
 

@@ -3,17 +3,21 @@
 #ifndef MOECACHE_SERVICES_MOE_WORKER_WORKER_FLAGS_H_
 #define MOECACHE_SERVICES_MOE_WORKER_WORKER_FLAGS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/logging.h"
 #include "services/moe_worker/worker.h"
 
 namespace moe::worker {
 
 struct WorkerFlags {
   WorkerOptions options;
+  std::optional<LogLevel> log_level;  // --log-level; unset: MOE_LOG_LEVEL or INFO
   bool help = false;
+  bool version = false;  // --version
 };
 
 // INVALID_ARGUMENT naming the flag for unknown or repeated flags, missing

@@ -2,13 +2,14 @@
 
 #include "kernels/cuda_module.h"
 #include "services/moectl/commands.h"
+#include "services/rpc/build_info.h"
 
 namespace moe::moectl {
 
 namespace {
 
 int RunInfo(const Args& args) {
-  std::printf("moecache 0.1.0\n");
+  std::printf("%s\n", VersionLine("moecache").c_str());
   auto probe = ProbeCudaModule();
   if (!probe.ok()) {
     std::printf("cuda: unavailable (%s)\n",

@@ -2,8 +2,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
+#include "common/log_level.h"
 #include "services/moectl/commands.h"
+#include "services/rpc/build_info.h"
 
 namespace moe::moectl {
 namespace {
@@ -33,7 +36,9 @@ std::vector<Command> Commands() {
 namespace {
 
 int Usage(FILE* out) {
-  std::fprintf(out, "usage: moectl COMMAND [flags]\n\ncommands:\n");
+  std::fprintf(out,
+               "usage: moectl [--version] [--log-level debug|info|warning|error] COMMAND "
+               "[flags]\n\ncommands:\n");
   for (const auto& c : moe::moectl::Commands()) {
     std::fprintf(out, "  %-14s %s\n", c.name, c.summary);
   }
@@ -44,15 +49,40 @@ int Usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return Usage(stderr);
-  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
-    return Usage(stdout);
+  // Global flags come before the command.
+  int i = 1;
+  for (; i < argc && std::strncmp(argv[i], "--", 2) == 0; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help") return Usage(stdout);
+    if (arg == "--version") {
+      std::fputs(moe::VersionText("moectl").c_str(), stdout);
+      return 0;
+    }
+    std::string level;
+    if (arg.rfind("--log-level=", 0) == 0) {
+      level = arg.substr(12);
+    } else if (arg == "--log-level" && i + 1 < argc) {
+      level = argv[++i];
+    } else {
+      std::fprintf(stderr, "moectl: unknown flag '%s' (global flags: --version, --log-level L, "
+                   "--help)\n", arg.c_str());
+      return Usage(stderr);
+    }
+    absl::StatusOr<moe::LogLevel> parsed = moe::ParseLogLevel(level);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "moectl: --log-level: %s\n",
+                   std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    moe::SetMinLogLevel(*parsed);
   }
+  if (i >= argc) return Usage(stderr);
+  if (!std::strcmp(argv[i], "help")) return Usage(stdout);
   for (const auto& c : moe::moectl::Commands()) {
-    if (std::strcmp(argv[1], c.name) == 0) {
-      return c.run(moe::moectl::Args(argv + 2, argv + argc));
+    if (std::strcmp(argv[i], c.name) == 0) {
+      return c.run(moe::moectl::Args(argv + i + 1, argv + argc));
     }
   }
-  std::fprintf(stderr, "moectl: unknown command '%s'\n", argv[1]);
+  std::fprintf(stderr, "moectl: unknown command '%s'\n", argv[i]);
   return Usage(stderr);
 }

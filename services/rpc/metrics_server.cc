@@ -1,9 +1,5 @@
 #include "services/rpc/metrics_server.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <exception>
 #include <future>
@@ -11,41 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "services/rpc/tcp_probe.h"
 
 namespace moe::rpc {
-namespace {
-
-// The host to connect to for a civetweb listening spec ("HOST:PORT",
-// "[V6]:PORT", "PORT", "+PORT"): the wildcard addresses mean loopback.
-std::string ReachableHost(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  std::string host = colon == std::string::npos ? "" : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host.empty() || host == "0.0.0.0" || host == "+") return "127.0.0.1";
-  if (host == "::") return "::1";
-  return host;
-}
-
-// Opens and at once closes a TCP connection to host:port (best effort).
-void Knock(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-    ::close(fd);
-    if (connected) break;
-  }
-  ::freeaddrinfo(found);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address,
@@ -54,8 +18,10 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   try {
     exposer = std::make_unique<prometheus::Exposer>(address, 2);
   } catch (const std::exception& e) {
+    const std::string why = BindError(address);
     return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on ", address, ": ", e.what()));
+        "--metrics-addr ", address, ": cannot serve /metrics: ", why.empty() ? e.what() : why,
+        "; choose another HOST:PORT, or \"\" to disable /metrics"));
   }
   exposer->RegisterCollectable(registry);
   return std::unique_ptr<MetricsServer>(
@@ -79,7 +45,7 @@ MetricsServer::~MetricsServer() {
     done.set_value();
   });
   while (stopped.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready) {
-    for (int port : ports) Knock(host_, port);
+    for (int port : ports) ConnectOnce(host_, port);
   }
   stopper.join();
 }

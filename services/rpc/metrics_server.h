@@ -15,7 +15,8 @@ namespace moe::rpc {
 class MetricsServer {
  public:
   // `address` is "HOST:PORT" (port 0 picks a free one). Serves `registry`
-  // at /metrics.
+  // at /metrics. UNAVAILABLE naming --metrics-addr and the reason (e.g.
+  // "Address already in use") when it cannot listen.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& address,
       std::shared_ptr<prometheus::Registry> registry);

@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -14,11 +15,15 @@
 #include <cstring>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/unix_socket.h"
+#include "services/rpc/tcp_probe.h"
 #include "google/protobuf/descriptor.h"
 
 namespace moe::rpc {
@@ -157,6 +162,66 @@ class MalformedRequestInterceptorFactory
 
 }  // namespace
 
+namespace {
+
+bool MayUseGroup(gid_t group) {
+  if (::geteuid() == 0 || ::getegid() == group) return true;
+  std::vector<gid_t> groups(::getgroups(0, nullptr) + 1);
+  const int n = ::getgroups(static_cast<int>(groups.size()), groups.data());
+  for (int i = 0; i < n; ++i) {
+    if (groups[i] == group) return true;
+  }
+  return false;
+}
+
+// gRPC listens with SO_REUSEPORT: a second server on a live port would share
+// it and take half of the first one's connections, so ask first.
+absl::Status CheckTcpPortFree(const ListenAddress& a) {
+  int port = 0;
+  if (!absl::SimpleAtoi(a.host_port.substr(a.host_port.rfind(':') + 1), &port)) port = 0;
+  if (port > 0 && ConnectOnce(ReachableHost(a.host_port), port)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("--listen ", a.host_port, ": another process already listens on port ",
+                     port, "; stop it first, or choose another port"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckServerOptions(
+    const ServerOptions& options,
+    const std::vector<std::pair<std::string, int>>& extra_unix_sockets) {
+  bool has_unix = false, has_tcp = false;
+  for (const ListenAddress& a : options.listen) {
+    (a.is_unix ? has_unix : has_tcp) = true;
+    if (!a.is_unix) {
+      RETURN_IF_ERROR(CheckTcpPortFree(a));
+      continue;
+    }
+    std::vector<std::pair<std::string, int>> paths = {{a.unix_path, SOCK_STREAM}};
+    for (const auto& [suffix, type] : extra_unix_sockets) {
+      paths.push_back({a.unix_path + suffix, type});
+    }
+    for (const auto& [path, type] : paths) {
+      if (absl::Status s = CheckUnixSocketFree(path, type); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("--listen ", a.Uri(), ": ", s.message()));
+      }
+    }
+  }
+  absl::StatusOr<ServerSecurity> security =
+      LoadServerSecurity(options.security, has_unix, has_tcp);
+  if (!security.ok()) return security.status();
+  // Only root or a member may chgrp a socket to the group (Start does that).
+  if (has_unix && security->has_group && !MayUseGroup(security->group)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--socket-group ", options.security.socket_group, ": this process (uid ", ::geteuid(),
+        ") is not a member of the group, so its sockets cannot get it; add the service user "
+        "to the group (usermod -aG GROUP USER) or drop --socket-group"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     const ServerOptions& options) {
   if (options.listen.empty()) {
@@ -177,13 +242,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const ListenAddress& a = options.listen[i];
     if (a.is_unix) {
-      if (::unlink(a.unix_path.c_str()) != 0 && errno != ENOENT) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "cannot replace ", a.unix_path, ": ", std::strerror(errno)));
+      // Never replace the socket of a live process; a stale one goes.
+      if (absl::Status s = ClaimUnixSocketPath(a.unix_path, SOCK_STREAM); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("--listen ", a.Uri(), ": ", s.message()));
       }
       server->unix_paths_.push_back(a.unix_path);
       builder.AddListeningPort(a.Uri(), security->unix_credentials);
     } else {
+      RETURN_IF_ERROR(CheckTcpPortFree(a));
       builder.AddListeningPort(a.Uri(), security->tcp_credentials, &ports[i]);
     }
   }
@@ -200,6 +266,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   if (server->server_ == nullptr) {
     return absl::UnavailableError(
         "gRPC server failed to start (address in use or not permitted?)");
+  }
+  for (const std::string& path : server->unix_paths_) {
+    server->unix_ids_.push_back(IdentifyFile(path));
   }
   const unsigned mode = security->has_group ? 0660 : options.socket_mode;
   for (const std::string& path : server->unix_paths_) {
@@ -257,7 +326,9 @@ void Server::Shutdown(absl::Duration deadline) {
   }
   stopper.join();
   server_->Wait();
-  for (const std::string& path : unix_paths_) ::unlink(path.c_str());
+  // Only what this server bound: a process that started on the path since
+  // (after this one went stale) keeps its socket.
+  for (size_t i = 0; i < unix_ids_.size(); ++i) UnlinkIfSameFile(unix_paths_[i], unix_ids_[i]);
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const ListenAddress& address,
@@ -286,6 +357,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
 
 void NotifyReady() { sd_notify(0, "READY=1"); }
 void NotifyStopping() { sd_notify(0, "STOPPING=1"); }
+void NotifyStatus(const std::string& status) {
+  sd_notify(0, absl::StrCat("STATUS=", status).c_str());
+}
 
 TerminationSignals::TerminationSignals() {
   sigset_t set;

@@ -10,11 +10,13 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/unix_socket.h"
 #include "services/rpc/security.h"
 
 namespace moe::rpc {
@@ -51,11 +53,23 @@ struct ServerOptions {
   std::vector<grpc::Service*> services;  // not owned
 };
 
+// What Server::Start would refuse, checked without binding anything, so that a
+// service that loads for minutes before it serves fails at once: each Unix
+// socket's directory exists and is writable and no live process serves the
+// socket (nor `extra_unix_sockets` beside it: suffix and socket type, e.g.
+// {".fds", SOCK_SEQPACKET}), nothing accepts on a TCP address's port, and the
+// security options load (files readable, group known). Messages name
+// --listen and the address.
+absl::Status CheckServerOptions(const ServerOptions& options,
+                                const std::vector<std::pair<std::string, int>>&
+                                    extra_unix_sockets = {});
+
 // A started gRPC server with health (grpc.health.v1) and reflection.
 class Server {
  public:
   // Starts serving. Unix sockets are created under a restrictive umask and
-  // then chmod'ed to `socket_mode`; a stale socket file is replaced.
+  // then chmod'ed to `socket_mode`; a stale socket file is replaced, a live
+  // one (another process serves it) is ALREADY_EXISTS naming that pid.
   static absl::StatusOr<std::unique_ptr<Server>> Start(
       const ServerOptions& options);
   ~Server();
@@ -74,6 +88,7 @@ class Server {
   Server() = default;
   std::unique_ptr<grpc::Server> server_;
   std::vector<std::string> unix_paths_;
+  std::vector<FileIdentity> unix_ids_;  // of each bound socket, parallel to unix_paths_
   std::vector<std::string> service_names_;
   int bound_port_ = 0;
   bool shut_down_ = false;
@@ -96,6 +111,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
 // set); no-ops otherwise.
 void NotifyReady();
 void NotifyStopping();
+// sd_notify(STATUS=...): the line `systemctl status` shows while starting.
+void NotifyStatus(const std::string& status);
 
 // Blocks SIGTERM and SIGINT in the calling thread (call first thing in main,
 // before any thread starts, so every thread inherits the mask) and returns

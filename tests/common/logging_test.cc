@@ -1,3 +1,4 @@
+#include "common/log_level.h"
 #include "common/logging.h"
 
 #include "absl/status/statusor.h"
@@ -41,6 +42,16 @@ TEST(LoggingTest, DisabledLevelDoesNotEvaluate) {
   MOE_LOG(INFO) << (++evaluated);
   EXPECT_EQ(evaluated, 0);
   SetMinLogLevel(LogLevel::kINFO);
+}
+
+TEST(LoggingTest, LevelsParseInAnyCase) {
+  EXPECT_EQ(*ParseLogLevel("debug"), LogLevel::kDEBUG);
+  EXPECT_EQ(*ParseLogLevel("INFO"), LogLevel::kINFO);
+  EXPECT_EQ(*ParseLogLevel("Warning"), LogLevel::kWARNING);
+  EXPECT_EQ(*ParseLogLevel("warn"), LogLevel::kWARNING);
+  EXPECT_EQ(*ParseLogLevel("ERROR"), LogLevel::kERROR);
+  EXPECT_EQ(ParseLogLevel("verbose").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseLogLevel("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

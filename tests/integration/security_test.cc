@@ -31,23 +31,11 @@ using ::moe::testing::ScratchDir;
 using ::moe::testing::TestCerts;
 using ::moe::testing::WriteTokenFile;
 using ::moe::worker::testing::PortFromFile;
+using ::moe::worker::testing::RunShell;
 using ::moe::worker::testing::WorkerProcess;
 using ::testing::HasSubstr;
 
 const std::string kMoectl = MOE_BINARY_DIR "/bin/moectl";
-
-// Runs a shell command; stdout and stderr together, exit code in `*code`.
-std::string RunShell(const std::string& cmd, int* code) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
 
 std::shared_ptr<grpc::Channel> Dial(const std::string& address,
                                     const rpc::ClientSecurity& security) {

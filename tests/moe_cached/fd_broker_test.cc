@@ -142,6 +142,11 @@ TEST_F(FdBrokerTest, SocketIsPrivateAndASecondBrokerIsRefused) {
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(FdBroker::Start(broker_->path()).status().code(), absl::StatusCode::kAlreadyExists);
+  // The refusal left the live broker's socket in place: it still serves.
+  UniqueFd kept = MemfdWith("kept");
+  auto token = broker_->Grant(getpid(), {kept.get()}, absl::Seconds(10));
+  ASSERT_TRUE(token.ok());
+  EXPECT_TRUE(FetchFds(broker_->path(), *token).ok());
   const std::string path = broker_->path();
   broker_.reset();
   EXPECT_NE(access(path.c_str(), F_OK), 0);  // unlinked

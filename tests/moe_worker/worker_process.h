@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -121,6 +122,20 @@ class WorkerProcess {
   int exit_status_ = 0;
   std::string log_path_;
 };
+
+// Runs a shell command; its stdout (and stderr, when `with_stderr`), and its
+// exit code in `*code` (-1 when killed by a signal).
+inline std::string RunShell(const std::string& cmd, int* code, bool with_stderr = true) {
+  std::string out;
+  FILE* p = ::popen((with_stderr ? cmd + " 2>&1" : cmd).c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
 
 // Ports the worker wrote to its --port-file.
 inline int PortFromFile(const std::string& path, const std::string& key) {

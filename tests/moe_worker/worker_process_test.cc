@@ -218,17 +218,9 @@ TEST_F(WorkerProcessTest, SigtermExitsZeroAndRemovesTheSocket) {
   EXPECT_FALSE(std::filesystem::exists(dir_.Sub("w.sock")));
 }
 
-// Runs a shell command; its stdout, and its exit code in `*code`.
+// Its stdout only (the JSON lines), and its exit code in `*code`.
 std::string RunCommand(const std::string& cmd, int* code) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  return testing::RunShell(cmd, code, /*with_stderr=*/false);
 }
 
 std::vector<nlohmann::json> JsonLines(const std::string& text) {
@@ -310,7 +302,8 @@ TEST_F(WorkerProcessTest, UnreachableCacheDaemonFailsAtStartup) {
   WorkerProcess w;
   ASSERT_TRUE(w.Spawn({"--model", dir_.path(), "--listen",
                        "unix:" + dir_.Sub("c.sock"), "--metrics-addr", "",
-                       "--cache", "unix:" + dir_.Sub("cached.sock")},
+                       "--cache", "unix:" + dir_.Sub("cached.sock"),
+                       "--cache-wait", "0"},
                       dir_.Sub("c.log")));
   EXPECT_EQ(w.Wait(), 1);
   EXPECT_THAT(w.Log(), ::testing::HasSubstr("cached.sock"));

@@ -1,7 +1,12 @@
 #include "services/rpc/rpc_util.h"
 
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <memory>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -142,6 +147,52 @@ TEST(MetricsServerTest, ServesRegistryAndRefusesBusyPort) {
       << body;
   auto clash = MetricsServer::Start(absl::StrCat("127.0.0.1:", port), registry);
   EXPECT_EQ(clash.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// CheckServerOptions refuses what Server::Start would, without binding.
+TEST(CheckServerOptionsTest, RefusesLiveListenersAndBadPlaces) {
+  ServerOptions o;
+  o.listen.push_back(*ParseListenAddress("unix:/nonexistent/dir/s.sock"));
+  absl::Status missing = CheckServerOptions(o);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.message().find("--listen unix:/nonexistent/dir/s.sock"), std::string::npos);
+
+  // A live TCP listener (a gRPC server on port 0).
+  ServerOptions live;
+  live.listen.push_back(*ParseListenAddress("127.0.0.1:0"));
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(live);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ServerOptions second;
+  const std::string taken = "127.0.0.1:" + std::to_string((*server)->bound_port());
+  second.listen.push_back(*ParseListenAddress(taken));
+  absl::Status busy = CheckServerOptions(second);
+  EXPECT_EQ(busy.code(), absl::StatusCode::kAlreadyExists) << busy;
+  EXPECT_NE(busy.message().find("--listen " + taken), std::string::npos);
+  EXPECT_EQ(Server::Start(second).status().code(), absl::StatusCode::kAlreadyExists);
+  (*server)->Shutdown(absl::ZeroDuration());
+}
+
+// --socket-group of a group the service user is not in: chown would fail
+// after loading, so the check says it first. Needs root to become nobody.
+TEST(CheckServerOptionsTest, SocketGroupTheUserIsNotInIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to user nobody";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(3);
+    ServerOptions o;
+    o.listen.push_back(*ParseListenAddress("unix:/tmp/moe-check-group.sock"));
+    o.security.socket_group = "root";
+    const absl::Status s = CheckServerOptions(o);
+    _exit(s.code() == absl::StatusCode::kFailedPrecondition &&
+                  s.message().find("--socket-group root") != absl::string_view::npos
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace
