@@ -30,6 +30,20 @@ PolicyConfig Config(int capacity) {
   return pc;
 }
 
+// A cache of `capacity` 1 MB experts over a 1 GB/s link, 1 ms per layer.
+ExpertCacheOptions LinkOptions(int capacity, bool prefetch) {
+  ExpertCacheOptions o;
+  o.num_layers = kLayers;
+  o.num_experts = kExperts;
+  o.top_k = 2;
+  o.capacity = capacity;
+  o.expert_bytes = 1000000;
+  o.prefetch = prefetch;
+  o.link_bytes_per_sec = 1e9;
+  o.layer_seconds = 1e-3;
+  return o;
+}
+
 // Drives one acquire on the virtual clock.
 std::vector<SlotLease> AcquireNow(ExpertCache& cache, FakeCopyEngine& engine, OwnerId owner,
                               int layer, std::vector<ExpertDemand> demands) {
@@ -47,15 +61,7 @@ TEST(ExpertCacheTest, NoPolicyEvictsLeasedOrNeededSlots) {
     for (bool prefetch : {false, true}) {
       const int capacity = 8;
       auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
-      ExpertCacheOptions o;
-      o.num_layers = kLayers;
-      o.num_experts = kExperts;
-      o.top_k = 2;
-      o.capacity = capacity;
-      o.expert_bytes = 1000000;
-      o.prefetch = prefetch;
-      o.link_bytes_per_sec = 1e9;
-      o.layer_seconds = 1e-3;
+      const ExpertCacheOptions o = LinkOptions(capacity, prefetch);
       auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
       // Owner 1 holds two leases for the whole test.
       cache->BeginRequest(1);
@@ -115,15 +121,7 @@ TEST(ExpertCacheTest, OwnersInterleaveWithExactUsageAndTheirOwnIterations) {
   for (const std::string& name : OnlinePolicyNames()) {
     const int capacity = 12;
     auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
-    ExpertCacheOptions o;
-    o.num_layers = kLayers;
-    o.num_experts = kExperts;
-    o.top_k = 2;
-    o.capacity = capacity;
-    o.expert_bytes = 1000000;
-    o.prefetch = true;
-    o.link_bytes_per_sec = 1e9;
-    o.layer_seconds = 1e-3;
+    const ExpertCacheOptions o = LinkOptions(capacity, true);
     auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
     const RequestOwner a{1, 7}, b{2, 7};  // same request id, other session
     cache->BeginRequest(a);
@@ -204,15 +202,7 @@ TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {
   for (const std::string& name : {std::string("lru"), std::string("moe-infinity")}) {
     const int capacity = 16;
     auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
-    ExpertCacheOptions o;
-    o.num_layers = kLayers;
-    o.num_experts = kExperts;
-    o.top_k = 2;
-    o.capacity = capacity;
-    o.expert_bytes = 1000000;
-    o.prefetch = true;
-    o.link_bytes_per_sec = 1e9;
-    o.layer_seconds = 1e-3;
+    const ExpertCacheOptions o = LinkOptions(capacity, true);
     auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
     cache->BeginRequest(1);
     std::vector<SlotLease> l0 = AcquireNow(*cache, *engine, 1, 0, {{0, 1}, {1, 1}});

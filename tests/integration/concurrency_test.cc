@@ -40,6 +40,26 @@ struct ClientResult {
   std::vector<std::vector<int32_t>> outputs;
 };
 
+// The daemon's statistics of model "tiny"; false (with a test failure) if
+// they cannot be had.
+bool TinyStats(const std::string& cache_sock, v1::ModelStats* out) {
+  auto caddr = rpc::ParseListenAddress(cache_sock);
+  EXPECT_TRUE(caddr.ok());
+  if (!caddr.ok()) return false;
+  auto cache_stub = v1::ExpertCache::NewStub(rpc::MakeChannel(*caddr));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetStatsRequest req;
+  req.set_model("tiny");
+  v1::GetStatsResponse stats;
+  grpc::Status s = cache_stub->GetStats(&ctx, req, &stats);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(stats.models_size(), 1);
+  if (!s.ok() || stats.models_size() != 1) return false;
+  *out = stats.models(0);
+  return true;
+}
+
 void RunClient(v1::Inference::Stub* stub, int c, ClientResult* out) {
   for (int i = 0; i < kRequestsPerClient; ++i) {
     grpc::ClientContext ctx;
@@ -126,18 +146,8 @@ TEST(ConcurrencyTest, EightClientsTwentyRequestsEachThroughTheDaemon) {
   }
 
   // Every lease the worker took has been given back.
-  auto caddr = rpc::ParseListenAddress(cache_sock);
-  ASSERT_TRUE(caddr.ok());
-  auto cache_stub = v1::ExpertCache::NewStub(rpc::MakeChannel(*caddr));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::GetStatsRequest req;
-  req.set_model("tiny");
-  v1::GetStatsResponse stats;
-  grpc::Status s = cache_stub->GetStats(&ctx, req, &stats);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ASSERT_EQ(stats.models_size(), 1);
-  const v1::ModelStats& m = stats.models(0);
+  v1::ModelStats m;
+  ASSERT_TRUE(TinyStats(cache_sock, &m));
   EXPECT_EQ(m.leases_held(), 0u);
   EXPECT_EQ(m.sessions(), 1u);
   EXPECT_GT(m.misses(), 0u);  // the cache was smaller than the model
@@ -233,18 +243,8 @@ TEST(ConcurrencyTest, TwoWorkersUsageAddsUpToTheDaemonsCounters) {
   }
   ASSERT_EQ(sum.ok, kWorkers * kClientsPerWorker * kRequests);
 
-  auto caddr = rpc::ParseListenAddress(cache_sock);
-  ASSERT_TRUE(caddr.ok());
-  auto cache_stub = v1::ExpertCache::NewStub(rpc::MakeChannel(*caddr));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::GetStatsRequest req;
-  req.set_model("tiny");
-  v1::GetStatsResponse stats;
-  grpc::Status s = cache_stub->GetStats(&ctx, req, &stats);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ASSERT_EQ(stats.models_size(), 1);
-  const v1::ModelStats& m = stats.models(0);
+  v1::ModelStats m;
+  ASSERT_TRUE(TinyStats(cache_sock, &m));
   std::printf("requests: hits %lld misses %lld; daemon: hits %llu misses %llu\n",
               static_cast<long long>(sum.hits), static_cast<long long>(sum.misses),
               static_cast<unsigned long long>(m.hits()),
