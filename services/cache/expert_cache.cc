@@ -309,8 +309,63 @@ void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status 
   ready_cv_.SignalAll();
 }
 
+double HostRunSeconds(const HostFigures& host, double bytes, double flops_per_token, int tokens) {
+  const double read = host.read_bytes_per_sec > 0 ? bytes / host.read_bytes_per_sec : 0;
+  const double compute =
+      host.flops_per_sec > 0 ? flops_per_token * std::max(1, tokens) / host.flops_per_sec : 0;
+  return std::max(read, compute);
+}
+
+double ExpertCache::RemainingLoadSeconds(SlotId slot) const {
+  const SlotMeta& m = meta_[slot];
+  if (m.transfer == kNoTransfer || !(options_.link_bytes_per_sec > 0)) return 0;
+  uint64_t left = options_.expert_bytes;
+  if (auto q = engine_->Query(m.transfer); q.has_value()) left = q->bytes - q->bytes_done;
+  return static_cast<double>(left) / options_.link_bytes_per_sec;
+}
+
+double ExpertCache::LinkBacklogSeconds() const {
+  double seconds = 0;
+  bool prefetch_on_link = false;
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+    const SlotMeta& m = meta_[s];
+    if (m.transfer == kNoTransfer || m.cancelling) continue;
+    if (m.demand) {
+      seconds += RemainingLoadSeconds(s);
+    } else {
+      prefetch_on_link = true;
+    }
+  }
+  if (prefetch_on_link) {
+    seconds += ChunkWaitSeconds(options_.chunk_bytes, options_.expert_bytes,
+                                options_.link_bytes_per_sec);
+  }
+  return seconds;
+}
+
+void ExpertCache::CopyBehind(const RequestOwner& owner, const ExpertKey& key, Phase phase,
+                             const std::function<bool(const ExpertKey&)>& keep) {
+  int busy = 0;
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+    if (meta_[s].transfer != kNoTransfer) return;  // the link is not idle
+    busy += slots_.Get(s).leases > 0 || meta_[s].pins > 0;
+  }
+  // Keep enough slots free-able for a whole layer's demand.
+  if (busy + options_.num_experts >= options_.capacity) return;
+  const SlotId slot = ChooseSlot(VictimContext{owner, key.layer, phase, true},
+                                 [&](const ExpertKey& k) { return !keep(k); });
+  if (slot < 0) return;
+  EvictSlot(slot);
+  if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return;
+  meta_[slot].source = HintSource::kPolicy;
+  meta_[slot].prefetch_owner = owner;
+  policy_->OnInsert(key, /*prefetch=*/true);
+  ++stats_[PhaseIndex(phase)].prefetches_issued;
+}
+
 absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
-    const RequestOwner& owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase) {
+    const RequestOwner& owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase,
+    bool host_ok) {
   CheckDemands(layer, demands);
   absl::MutexLock lock(&mu_);
   ObserveComputeGap(owner, layer, phase);
@@ -331,6 +386,34 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     }
     return false;
   };
+  // The miss cost model: what is already queued on the link and on the host
+  // grows with each decision of this acquire.
+  const bool may_host = host_ok && options_.miss_mode != MissMode::kFetch;
+  const double copy_seconds = options_.link_bytes_per_sec > 0
+                                  ? options_.expert_bytes / options_.link_bytes_per_sec
+                                  : 0;
+  double link_queue = -1;  // computed at the first miss
+  double host_queue = 0;
+  auto run_on_host = [&](int tokens, double fetch_seconds) {
+    if (options_.miss_mode == MissMode::kHost) return true;
+    if (!(options_.link_bytes_per_sec > 0)) return false;  // nothing to compare
+    if (link_queue < 0) link_queue = LinkBacklogSeconds();
+    const double host = host_queue + HostRunSeconds(options_.host, options_.expert_bytes,
+                                                    options_.expert_flops_per_token, tokens);
+    if (host < link_queue + fetch_seconds) {
+      host_queue = host;
+      return true;
+    }
+    link_queue += fetch_seconds;
+    return false;
+  };
+  auto answer_on_host = [&](const ExpertKey& key) {
+    policy_->OnAccess(key, phase, /*hit=*/false);
+    ++st.misses;
+    ++p.misses;
+    ++layer_misses_[layer];
+    p.host.push_back(key);
+  };
   for (const auto& d : demands) {
     const ExpertKey key{layer, d.expert};
     bool hit = false;
@@ -339,6 +422,10 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
       slot = *found;
       SlotMeta& m = meta_[slot];
       hit = slots_.Get(slot).state == SlotState::kReady;
+      if (!hit && may_host && run_on_host(d.tokens, RemainingLoadSeconds(slot))) {
+        answer_on_host(key);  // its copy goes on, as a prefetch
+        continue;
+      }
       NotePrefetchOutcome(m, /*used=*/true);
       if (!hit && !m.demand && m.transfer != kNoTransfer) {
         if (engine_->Promote(m.transfer).ok()) {
@@ -347,6 +434,10 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
           m.counted = false;
         }
       }
+    } else if (may_host && run_on_host(d.tokens, copy_seconds)) {
+      answer_on_host(key);
+      CopyBehind(owner, key, phase, needed);
+      continue;
     } else {
       slot = ChooseSlot(VictimContext{owner, layer, phase, false},
                         [&](const ExpertKey& k) { return !needed(k); });
@@ -450,9 +541,12 @@ absl::StatusOr<AcquireResult> ExpertCache::FinishAcquire(Ticket ticket) {
   const int64_t now = clock_->NowNanos();
   AcquireResult out;
   out.leases = std::move(p.entries);
+  out.host = std::move(p.host);
   out.usage.hits = p.hits;
   out.usage.misses = p.misses;
-  out.usage.stall_ns = p.misses > 0 ? std::max<int64_t>(0, now - p.start_ns) : 0;
+  out.usage.host = static_cast<int32_t>(out.host.size());
+  const bool fetched = p.misses > out.usage.host;
+  out.usage.stall_ns = fetched ? std::max<int64_t>(0, now - p.start_ns) : 0;
   const RequestOwner owner = p.owner;
   if (p.phase == Phase::kDecode) {
     if (auto o = owners_.find(owner); o != owners_.end()) {
@@ -473,8 +567,8 @@ absl::StatusOr<AcquireResult> ExpertCache::FinishAcquire(Ticket ticket) {
 
 absl::StatusOr<AcquireResult> ExpertCache::Acquire(const RequestOwner& owner, int layer,
                                                    absl::Span<const ExpertDemand> demands,
-                                                   Phase phase) {
-  ASSIGN_OR_RETURN(Ticket t, StartAcquire(owner, layer, demands, phase));
+                                                   Phase phase, bool host_ok) {
+  ASSIGN_OR_RETURN(Ticket t, StartAcquire(owner, layer, demands, phase, host_ok));
   {
     absl::MutexLock lock(&mu_);
     while (true) {

@@ -78,21 +78,28 @@ struct ExpertCacheOptions {
   uint64_t chunk_bytes = 0;       // the copy engine's chunk
   double layer_seconds = 0;
   Clock* clock = nullptr;  // not owned; null: RealClock::Get()
+  // Where misses are served ("Where a miss is served" in
+  // docs/architecture.md). With kHost or kAuto, an acquire whose caller can
+  // run experts from host memory (StartAcquire's `host_ok`) may get misses
+  // answered "run on host" (AcquireResult::host) instead of a copy: kHost
+  // always, kAuto when HostRunSeconds plus the host work already given out
+  // in this acquire is below the link backlog plus the expert's own copy. A
+  // miss answered on the host is copied behind it when the link is idle.
+  MissMode miss_mode = MissMode::kFetch;
+  HostFigures host;                    // the caller's host: bandwidth, FLOP rate
+  double expert_flops_per_token = 0;   // 2 x the expert's parameters
 };
+
+// Seconds to run one expert of `bytes` (2 x params = `flops_per_token`) on
+// `tokens` tokens from host memory: the weights are read once, the FLOPs
+// grow with the tokens. 0 for unknown figures.
+double HostRunSeconds(const HostFigures& host, double bytes, double flops_per_token, int tokens);
 
 // Sets the gate's link figures of `options` for a cache over `engine`: the
 // one place where the simulator and moe-cached derive them (the chunk is the
 // engine's; layer_seconds 0 asks for the online estimate).
 void SetGateLinkFigures(const CopyEngine& engine, double link_bytes_per_sec,
                         double layer_seconds, ExpertCacheOptions* options);
-
-// What an acquire returns: leases on the demanded experts' slots, in demand
-// order, and what the acquire cost (hits, misses, and the time from its
-// start until every copy was complete when it missed).
-struct AcquireResult {
-  std::vector<SlotLease> leases;
-  AcquireUsage usage;
-};
 
 struct CachePhaseStats {
   uint64_t hits = 0;      // demanded and ready when the layer routed
@@ -138,8 +145,11 @@ class ExpertCache {
   // REQUIRES: layer in range; demands of distinct in-range experts with
   // tokens >= 1 (ValidateDemands). RESOURCE_EXHAUSTED when no slot can be
   // freed (every slot leased, loading or needed).
+  // `host_ok`: the caller can run experts from host memory (misses may then
+  // be answered in AcquireResult::host, per options.miss_mode).
   absl::StatusOr<Ticket> StartAcquire(const RequestOwner& owner, int layer,
-                                      absl::Span<const ExpertDemand> demands, Phase phase);
+                                      absl::Span<const ExpertDemand> demands, Phase phase,
+                                      bool host_ok = false);
   // True once every expert of the ticket is ready. NOT_FOUND: unknown ticket.
   absl::StatusOr<bool> IsReady(Ticket ticket) const;
   // Leases the ticket's slots (in demand order, to the owner's session) and
@@ -152,7 +162,8 @@ class ExpertCache {
   // StartAcquire, wait until ready (engine callbacks from another thread),
   // FinishAcquire. Not for FakeCopyEngine (nobody would advance it).
   absl::StatusOr<AcquireResult> Acquire(const RequestOwner& owner, int layer,
-                                        absl::Span<const ExpertDemand> demands, Phase phase);
+                                        absl::Span<const ExpertDemand> demands, Phase phase,
+                                        bool host_ok = false);
 
   // Returns leases of `session`. INVALID_ARGUMENT / FAILED_PRECONDITION (from
   // SlotTable) for a lease it does not hold; the others are still released.
@@ -209,6 +220,7 @@ class ExpertCache {
     int32_t misses = 0;
     int64_t start_ns = 0;
     std::vector<SlotLease> entries;
+    std::vector<ExpertKey> host;  // misses answered "run on host"
     bool failed = false;
     absl::Status error;  // why it failed (OK: a cancelled load, e.g. shutdown)
   };
@@ -263,6 +275,17 @@ class ExpertCache {
   absl::Status StartLoad(SlotId slot, const ExpertKey& key, TransferPriority priority, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void IssuePrefetches(const RequestOwner& owner, int layer, Phase phase)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Seconds of demand copies queued on the link (plus the rest of an
+  // in-flight prefetch chunk a demand would wait behind).
+  double LinkBacklogSeconds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Seconds until the load into `slot` completes (remaining bytes / link).
+  double RemainingLoadSeconds(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A miss answered on the host: copy it into a slot behind the answer when
+  // nothing is on the link, so that the cache still adapts. `keep` says
+  // which keys may not be evicted (the acquire's own).
+  void CopyBehind(const RequestOwner& owner, const ExpertKey& key, Phase phase,
+                  const std::function<bool(const ExpertKey&)>& keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnTransferDone(SlotId slot, uint64_t generation, absl::Status status);
   bool IsReadyLocked(const Pending& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -20,7 +20,8 @@ using trace::TraceRequest;
 using trace::Iteration;
 using trace::SplitIterations;
 
-PhaseResult ToPhase(const CachePhaseStats& s, double stall_ms, double time_ms) {
+PhaseResult ToPhase(const CachePhaseStats& s, double stall_ms, double time_ms,
+                    uint64_t host_runs, double host_ms) {
   PhaseResult p;
   p.iterations = s.iterations;
   p.hits = s.hits;
@@ -30,6 +31,8 @@ PhaseResult ToPhase(const CachePhaseStats& s, double stall_ms, double time_ms) {
   p.bytes_moved = s.bytes_moved;
   p.stall_ms = stall_ms;
   p.time_ms = time_ms;
+  p.host_runs = host_runs;
+  p.host_ms = host_ms;
   return p;
 }
 
@@ -48,6 +51,9 @@ nlohmann::json PhaseJson(const trace::TraceHeader& h, const SimOptions& o, const
   j["prefetches_used"] = r.prefetches_used;
   j["bytes_moved"] = r.bytes_moved;
   j["stall_ms_per_token"] = r.stall_ms / tokens;
+  j["host_runs_per_token"] = r.host_runs / tokens;
+  j["host_ms_per_token"] = r.host_ms / tokens;
+  j["miss_mode"] = MissModeName(o.miss_mode);
   j["tpot_ms"] = tpot;
   j["floor_tpot_ms"] = floor;
   j["tpot_over_floor"] = floor > 0 ? tpot / floor : 0.0;
@@ -89,7 +95,15 @@ struct SimCache {
   bool prefetch = false;
 };
 
+// A bf16 expert of B bytes has B / 2 parameters: 2 FLOPs each per token.
+double SimExpertFlopsPerToken(const SimOptions& o) {
+  return static_cast<double>(o.link.expert_bytes());
+}
+
 absl::Status ValidateSimOptions(const trace::TraceHeader& h, const SimOptions& o) {
+  if (o.miss_mode != MissMode::kFetch && !(o.host_gbps > 0 && o.host_gflops >= 0)) {
+    return absl::InvalidArgumentError("host execution needs host_gbps > 0 and host_gflops >= 0");
+  }
   if (o.capacity < h.num_experts) {
     return absl::InvalidArgumentError(absl::StrCat(
         "capacity ", o.capacity, " is below one layer's experts (", h.num_experts, ")"));
@@ -136,6 +150,9 @@ absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
   co.capacity = o.capacity;
   co.expert_bytes = o.link.expert_bytes();
   co.prefetch = o.prefetch && !belady;
+  co.miss_mode = belady ? MissMode::kFetch : o.miss_mode;
+  co.host = o.host();
+  co.expert_flops_per_token = SimExpertFlopsPerToken(o);
   SetGateLinkFigures(*sim->engine, pc.link_bytes_per_sec, pc.layer_seconds, &co);
   co.clock = &sim->clock;
   sim->prefetch = co.prefetch;
@@ -143,13 +160,20 @@ absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
   return absl::OkStatus();
 }
 
+struct LayerTime {
+  int64_t stall_ns = 0;
+  int64_t host_ns = 0;  // host runs of the misses answered on the host
+  int host_runs = 0;
+};
+
 // Serves one layer of one iteration on the virtual clock, then computes for
-// `layer_ns`. Returns the stall.
-absl::StatusOr<int64_t> ServeLayer(SimCache& sim, const RequestOwner& owner, int layer,
-                                   const Iteration& it, int64_t layer_ns) {
+// max(`layer_ns`, the host runs).
+absl::StatusOr<LayerTime> ServeLayer(SimCache& sim, const SimOptions& o, const RequestOwner& owner,
+                                     int layer, const Iteration& it, int64_t layer_ns) {
   FakeCopyEngine& engine = *sim.engine;
   const int64_t t0 = engine.now_ns();
-  ASSIGN_OR_RETURN(auto ticket, sim.cache->StartAcquire(owner, layer, it.layers[layer], it.phase));
+  ASSIGN_OR_RETURN(auto ticket, sim.cache->StartAcquire(owner, layer, it.layers[layer], it.phase,
+                                                        /*host_ok=*/true));
   while (true) {
     ASSIGN_OR_RETURN(bool ready, sim.cache->IsReady(ticket));
     if (ready) break;
@@ -157,11 +181,22 @@ absl::StatusOr<int64_t> ServeLayer(SimCache& sim, const RequestOwner& owner, int
     if (!next.has_value()) return absl::InternalError("acquire waits on an idle link");
     engine.AdvanceTo(std::max(*next, engine.now_ns()));
   }
-  const int64_t stall = engine.now_ns() - t0;
+  LayerTime time;
+  time.stall_ns = engine.now_ns() - t0;
   ASSIGN_OR_RETURN(AcquireResult acquired, sim.cache->FinishAcquire(ticket));
-  engine.AdvanceTo(engine.now_ns() + layer_ns);
+  double host_seconds = 0;
+  for (const ExpertKey& k : acquired.host) {
+    for (const ExpertDemand& d : it.layers[layer]) {
+      if (d.expert != k.expert) continue;
+      host_seconds += HostRunSeconds(o.host(), static_cast<double>(o.link.expert_bytes()),
+                                     SimExpertFlopsPerToken(o), d.tokens);
+    }
+  }
+  time.host_runs = static_cast<int>(acquired.host.size());
+  time.host_ns = static_cast<int64_t>(std::llround(host_seconds * 1e9));
+  engine.AdvanceTo(engine.now_ns() + std::max(layer_ns, time.host_ns));
   RETURN_IF_ERROR(sim.cache->Release(owner.session, acquired.leases));
-  return stall;
+  return time;
 }
 
 }  // namespace
@@ -176,12 +211,14 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   // One client, one request at a time: like one worker.
   const RequestOwner owner{1, 0};
   const int64_t layer_ns = static_cast<int64_t>(std::llround(o.link.layer_ms * 1e6));
-  double stall_ms[2] = {0, 0}, time_ms[2] = {0, 0};
+  double stall_ms[2] = {0, 0}, time_ms[2] = {0, 0}, host_ms[2] = {0, 0};
+  uint64_t host_runs[2] = {0, 0};
   std::vector<ExpertHint> hints;
   for (int pass = 0; pass < o.passes; ++pass) {
     if (pass == o.passes - 1) {
       cache.ResetStats();
-      stall_ms[0] = stall_ms[1] = time_ms[0] = time_ms[1] = 0;
+      stall_ms[0] = stall_ms[1] = time_ms[0] = time_ms[1] = host_ms[0] = host_ms[1] = 0;
+      host_runs[0] = host_runs[1] = 0;
     }
     for (const auto& r : trace.requests) {
       cache.BeginRequest(owner);
@@ -193,9 +230,11 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
             for (int32_t e : r.hints[it.token][l + 1]) hints.push_back({l + 1, e, 0.0f});
             cache.AddHints(owner, hints);
           }
-          ASSIGN_OR_RETURN(const int64_t stall, ServeLayer(sim, owner, l, it, layer_ns));
-          stall_ms[pi] += stall * 1e-6;
-          time_ms[pi] += (stall + layer_ns) * 1e-6;
+          ASSIGN_OR_RETURN(const LayerTime t, ServeLayer(sim, o, owner, l, it, layer_ns));
+          stall_ms[pi] += t.stall_ns * 1e-6;
+          host_ms[pi] += t.host_ns * 1e-6;
+          host_runs[pi] += t.host_runs;
+          time_ms[pi] += (t.stall_ns + std::max(layer_ns, t.host_ns)) * 1e-6;
         }
       }
       cache.EndRequest(owner);
@@ -205,8 +244,10 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   res.policy = policy_spec == "belady" ? "belady" : policy_spec;
   res.capacity = o.capacity;
   res.prefetch = sim.prefetch;
-  res.prefill = ToPhase(cache.GetStats(Phase::kPrefill), stall_ms[0], time_ms[0]);
-  res.decode = ToPhase(cache.GetStats(Phase::kDecode), stall_ms[1], time_ms[1]);
+  res.prefill = ToPhase(cache.GetStats(Phase::kPrefill), stall_ms[0], time_ms[0], host_runs[0],
+                       host_ms[0]);
+  res.decode = ToPhase(cache.GetStats(Phase::kDecode), stall_ms[1], time_ms[1], host_runs[1],
+                       host_ms[1]);
   return res;
 }
 

@@ -9,7 +9,8 @@
 // prefill figures is one prefill iteration.
 //
 // floor_tpot_ms = max(L x T, Belady misses per token x S / B), Belady being
-// the offline optimum (demand fetch only) at the same capacity.
+// the offline optimum (demand fetch only) at the same capacity: the floor of
+// fetch-only caches (host execution can go below it).
 #ifndef MOECACHE_SERVICES_CACHE_SIMULATOR_H_
 #define MOECACHE_SERVICES_CACHE_SIMULATOR_H_
 
@@ -40,6 +41,14 @@ struct SimOptions {
   bool prefetch = false;
   LinkModel link;
   int passes = 1;  // replay the trace this many times; report the last pass
+  // Where misses are served (the daemon's --miss-mode) and the host's
+  // figures. A layer's time is its stall (copies waited for) plus
+  // max(T, the host runs of its misses answered on the host): the device
+  // computes the resident experts while the host runs the others.
+  MissMode miss_mode = MissMode::kFetch;
+  double host_gbps = 60;     // host memory read bandwidth, GB/s
+  double host_gflops = 500;  // the expert kernel on the host; 0: bandwidth alone
+  HostFigures host() const { return {host_gbps * 1e9, host_gflops * 1e9}; }
 };
 
 struct PhaseResult {
@@ -49,6 +58,8 @@ struct PhaseResult {
   uint64_t prefetches_issued = 0;
   uint64_t prefetches_used = 0;
   uint64_t bytes_moved = 0;
+  uint64_t host_runs = 0;  // misses run on the host
+  double host_ms = 0;      // total host run time (overlapping T)
   double stall_ms = 0;  // total
   double time_ms = 0;   // total (compute + stall)
 };

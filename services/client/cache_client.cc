@@ -273,12 +273,12 @@ absl::Status CacheClient::Hint(absl::Span<const ExpertHint> hints) {
   return im.PostHintsLocked(hints);
 }
 
-absl::StatusOr<AcquireReply> CacheClient::Acquire(int layer,
+absl::StatusOr<AcquireResult> CacheClient::Acquire(int layer,
                                                   absl::Span<const ExpertDemand> experts,
                                                   bool prefill, absl::Span<const ExpertHint> hints,
                                                   Transport transport) {
   Impl& im = *impl_;
-  AcquireReply out;
+  AcquireResult out;
   if (im.UseShm(transport)) {
     if (experts.size() > channel::kMaxItems) {
       return absl::InvalidArgumentError("too many experts for one message");

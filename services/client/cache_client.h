@@ -6,7 +6,7 @@
 //   o.worker_id = "worker-0";
 //   ASSIGN_OR_RETURN(auto client, CacheClient::Connect(o));
 //   client->BeginRequest(1);
-//   ASSIGN_OR_RETURN(AcquireReply r, client->Acquire(layer, {{3, 5}, {7, 1}}, false));
+//   ASSIGN_OR_RETURN(AcquireResult r, client->Acquire(layer, {{3, 5}, {7, 1}}, false));
 //   for (const SlotLease& l : r.leases) ... read client->SlotData(l.slot)
 //                                            (tensors at client->layout()) ...
 //   client->Release(r.leases);
@@ -32,7 +32,7 @@
 //    (invariant 1). Read slot bytes only between Acquire and Release.
 //  - SlotData(lease.slot) points at the slot in the read-only mapping; the
 //    expert's tensors lie at layout()[i].offset within it.
-//  - AcquireReply::usage is that acquire's own hits, misses and stall, exact
+//  - AcquireResult::usage is that acquire's own hits, misses and stall, exact
 //    whatever other workers do at the same time.
 //  - The daemon's death is noticed while waiting (pidfd on the daemon's pid,
 //    and the channel's closed flag on an orderly shutdown): calls fail with
@@ -91,11 +91,6 @@ struct SlotTensor {
   uint64_t nbytes = 0;
 };
 
-struct AcquireReply {
-  std::vector<SlotLease> leases;  // in demand order
-  AcquireUsage usage;
-};
-
 class CacheClient {
  public:
   static absl::StatusOr<std::unique_ptr<CacheClient>> Connect(const CacheClientOptions& options);
@@ -103,7 +98,7 @@ class CacheClient {
   CacheClient(const CacheClient&) = delete;
   CacheClient& operator=(const CacheClient&) = delete;
 
-  absl::StatusOr<AcquireReply> Acquire(int layer, absl::Span<const ExpertDemand> experts,
+  absl::StatusOr<AcquireResult> Acquire(int layer, absl::Span<const ExpertDemand> experts,
                                        bool prefill, absl::Span<const ExpertHint> hints = {},
                                        Transport transport = Transport::kDefault);
   // Prefetch hints on their own, as soon as the worker has them (pre-gating

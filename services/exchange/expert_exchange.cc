@@ -9,6 +9,29 @@ namespace moe {
 
 std::string ExpertKey::ToString() const { return absl::StrCat("L", layer, "/E", expert); }
 
+const char* MissModeName(MissMode mode) {
+  switch (mode) {
+    case MissMode::kFetch:
+      return "fetch";
+    case MissMode::kHost:
+      return "host";
+    case MissMode::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+absl::Status ParseMissMode(absl::string_view text, MissMode* mode) {
+  for (MissMode m : {MissMode::kFetch, MissMode::kHost, MissMode::kAuto}) {
+    if (text == MissModeName(m)) {
+      *mode = m;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("miss mode \"", text, "\" is not fetch, host or auto"));
+}
+
 absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
                              absl::Span<const ExpertDemand> demands) {
   if (layer < 0 || layer >= shape.num_layers) {

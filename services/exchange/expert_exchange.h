@@ -24,9 +24,11 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace moe {
@@ -89,21 +91,48 @@ struct SlotLease {
 };
 
 // What one acquire cost its caller: demanded experts that were ready when the
-// layer was routed (hits) or not (misses), and the time waited for copies
-// (0 when everything hit).
+// layer was routed (hits) or not (misses), how many of the misses the caller
+// was told to run from host memory instead of waiting for a copy (host), and
+// the time waited for copies (0 when nothing was fetched).
 struct AcquireUsage {
   int32_t hits = 0;
   int32_t misses = 0;
+  int32_t host = 0;  // <= misses
   int64_t stall_ns = 0;
 
   double stall_seconds() const { return static_cast<double>(stall_ns) * 1e-9; }
   AcquireUsage& operator+=(const AcquireUsage& o) {
     hits += o.hits;
     misses += o.misses;
+    host += o.host;
     stall_ns += o.stall_ns;
     return *this;
   }
 };
+
+// The answer to one acquire. Every demanded expert is answered once, either
+// with a lease on a ready arena slot or as "run on host": compute it from
+// the daemon's host copy of the expert (no copy was waited for). Both lists
+// keep demand order.
+struct AcquireResult {
+  std::vector<SlotLease> leases;
+  std::vector<ExpertKey> host;
+  AcquireUsage usage;
+};
+
+// Where misses are served (the daemon's --miss-mode): always copied into a
+// slot (kFetch), always run from host memory (kHost), or per miss, whichever
+// the cost model says is cheaper (kAuto).
+enum class MissMode : uint8_t { kFetch = 0, kHost = 1, kAuto = 2 };
+
+// What running experts from host memory costs on one machine.
+struct HostFigures {
+  double read_bytes_per_sec = 0;  // weights streamed from host memory
+  double flops_per_sec = 0;       // the expert kernel's FLOP rate
+};
+const char* MissModeName(MissMode mode);
+// "fetch", "host" or "auto"; INVALID_ARGUMENT otherwise.
+absl::Status ParseMissMode(absl::string_view text, MissMode* mode);
 
 // Who an acquire is for: the session that holds its leases (a worker, or
 // the simulator's single client) and the request within that session whose

@@ -81,7 +81,7 @@ grpc::Status ExpertCacheService::Acquire(grpc::ServerContext*, const moe::v1::Ac
   if (!len.ok()) return ToGrpcStatus(len);
   const std::vector<ExpertDemand> demands = FromProtoList<ExpertDemand>(req->experts());
   const std::vector<ExpertHint> hints = FromProtoList<ExpertHint>(req->hints());
-  absl::StatusOr<cache::AcquireResult> r = sessions_->Acquire(
+  absl::StatusOr<AcquireResult> r = sessions_->Acquire(
       req->session_id(), req->request(), req->layer(), demands, req->prefill(), hints);
   if (!r.ok()) return ToGrpcStatus(r.status());
   ToProtoList<SlotLease>(r->leases, resp->mutable_leases());

@@ -221,7 +221,7 @@ absl::Status SessionManager::AddHints(uint64_t session_id, uint64_t request,
   return absl::OkStatus();
 }
 
-absl::StatusOr<cache::AcquireResult> SessionManager::Acquire(
+absl::StatusOr<AcquireResult> SessionManager::Acquire(
     uint64_t session_id, uint64_t request, int layer, absl::Span<const ExpertDemand> demands,
     bool prefill, absl::Span<const ExpertHint> hints) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
@@ -232,7 +232,7 @@ absl::StatusOr<cache::AcquireResult> SessionManager::Acquire(
   if (!hints.empty()) m.cache().AddHints(owner, hints);
   const cache::Phase phase = prefill ? cache::Phase::kPrefill : cache::Phase::kDecode;
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(cache::AcquireResult r, m.cache().Acquire(owner, layer, demands, phase));
+  ASSIGN_OR_RETURN(AcquireResult r, m.cache().Acquire(owner, layer, demands, phase));
   s->leases += static_cast<int64_t>(r.leases.size());
   m.metrics().RecordAcquire(absl::ToDoubleSeconds(absl::Now() - start), r.usage.stall_seconds());
   return r;
@@ -297,7 +297,7 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
     case channel::MsgType::kAcquire: {
       ExpertDemand demands[channel::kMaxItems];
       channel::FromWire(req.demands, req.count, demands);
-      absl::StatusOr<cache::AcquireResult> r =
+      absl::StatusOr<AcquireResult> r =
           Acquire(s.id, req.request_id, req.layer, absl::MakeConstSpan(demands, req.count),
                   (req.flags & channel::kFlagPrefill) != 0, {});
       status = r.status();

@@ -106,7 +106,7 @@ class SessionManager {
   // Blocks until every demanded expert is ready; the leases pin their slots
   // until Release. `hints` (may be empty) go to the cache first. The result's
   // usage is this acquire's own.
-  absl::StatusOr<cache::AcquireResult> Acquire(uint64_t session_id, uint64_t request, int layer,
+  absl::StatusOr<AcquireResult> Acquire(uint64_t session_id, uint64_t request, int layer,
                                                absl::Span<const ExpertDemand> demands,
                                                bool prefill,
                                                absl::Span<const ExpertHint> hints);

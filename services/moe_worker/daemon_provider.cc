@@ -120,7 +120,7 @@ void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
 absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
   RETURN_IF_ERROR(EnsureAttached());
-  absl::StatusOr<client::AcquireReply> reply =
+  absl::StatusOr<AcquireResult> reply =
       client_->Acquire(moe_layer, demands, prefill, hints_);
   hints_.clear();
   if (!reply.ok()) return Check(reply.status());

@@ -23,6 +23,7 @@ constexpr char kHelp[] =
     "                       (--capacity N | --capacity-frac F) [--prefetch on|off]\n"
     "                       [--expert-mb S] [--link-gbps B] [--layer-ms T] [--chunk-mb C]\n"
     "                       [--passes K] [--hints on|off] [--json]\n"
+    "                       [--miss-mode fetch|host|auto] [--host-gbps G] [--host-gflops F]\n"
     "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
     "          (moe-infinity options: moe-infinity:fair_share=0,lrfu=1,...)\n"
@@ -31,7 +32,11 @@ constexpr char kHelp[] =
     "--hints off ignores the trace's pre-gating hints (default on: replayed in\n"
     "decode). A trace with hints also gets their recall and precision (a line\n"
     "before the table; \"hints\" in each --json row).\n"
-    "--sweep writes PREFIX.csv and, when gnuplot is installed, PREFIX.png.\n";
+    "--sweep writes PREFIX.csv and, when gnuplot is installed, PREFIX.png.\n"
+    "--miss-mode: where misses are served (default fetch): copied into a slot,\n"
+    "run on the host from host memory (G GB/s, default 60; F GFLOP/s, default\n"
+    "500), or per miss by the daemon's cost model (auto). A layer then takes\n"
+    "stall + max(T, its host runs); host runs and host ms per token are reported.\n";
 
 struct Flags {
   std::map<std::string, std::string> values;
@@ -62,7 +67,7 @@ bool ParseFlags(const Args& args, Flags* f, std::string* error) {
   static const char* kKnown[] = {"trace",     "policy",    "capacity", "capacity-frac",
                                  "prefetch",  "expert-mb", "link-gbps", "layer-ms",
                                  "chunk-mb",  "passes",    "sweep",     "out",
-                                 "hints"};
+                                 "hints",     "miss-mode", "host-gbps", "host-gflops"};
   for (const auto& [k, v] : f->values) {
     bool known = false;
     for (const char* n : kKnown) known |= k == n;
@@ -100,20 +105,20 @@ std::vector<std::string> PolicyList(const std::string& spec) {
 }
 
 void PrintTableHeader() {
-  std::printf("%-22s %8s %8s %9s %8s %8s %10s %9s %9s %9s %7s\n", "policy", "capacity",
+  std::printf("%-22s %8s %8s %9s %8s %8s %10s %9s %9s %9s %7s %9s\n", "policy", "capacity",
               "hit_rate", "misses", "pf_iss", "pf_used", "stall/tok", "tpot_ms", "floor_ms",
-              "tpot/flr", "pf_hit");
+              "tpot/flr", "pf_hit", "host/tok");
 }
 
 void PrintRow(const nlohmann::json& j) {
-  std::printf("%-22s %8d %8.4f %9llu %8llu %8llu %10.3f %9.3f %9.3f %9.3f %7.4f\n",
+  std::printf("%-22s %8d %8.4f %9llu %8llu %8llu %10.3f %9.3f %9.3f %9.3f %7.4f %9.3f\n",
               j["policy"].get<std::string>().c_str(), j["capacity"].get<int>(),
               j["hit_rate"].get<double>(), (unsigned long long)j["misses"].get<uint64_t>(),
               (unsigned long long)j["prefetches_issued"].get<uint64_t>(),
               (unsigned long long)j["prefetches_used"].get<uint64_t>(),
               j["stall_ms_per_token"].get<double>(), j["tpot_ms"].get<double>(),
               j["floor_tpot_ms"].get<double>(), j["tpot_over_floor"].get<double>(),
-              j["prefill"]["hit_rate"].get<double>());
+              j["prefill"]["hit_rate"].get<double>(), j["host_runs_per_token"].get<double>());
 }
 
 // The hint figures for the trace (null when it has none): printed once and
@@ -263,6 +268,17 @@ bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
       !GetDouble(f, "link-gbps", &o.link.link_gbps) ||
       !GetDouble(f, "layer-ms", &o.link.layer_ms) || !GetDouble(f, "chunk-mb", &o.link.chunk_mb)) {
     *err = "link flags take numbers";
+    return false;
+  }
+  if (!get("miss-mode").empty()) {
+    if (absl::Status s = ParseMissMode(get("miss-mode"), &o.miss_mode); !s.ok()) {
+      *err = absl::StrCat("--miss-mode: ", s.message());
+      return false;
+    }
+  }
+  if (!GetDouble(f, "host-gbps", &o.host_gbps) || !GetDouble(f, "host-gflops", &o.host_gflops) ||
+      !(o.host_gbps > 0) || o.host_gflops < 0) {
+    *err = "--host-gbps takes a number > 0, --host-gflops a number >= 0";
     return false;
   }
   if (!get("passes").empty() && !absl::SimpleAtoi(get("passes"), &o.passes)) {

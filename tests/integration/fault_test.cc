@@ -33,7 +33,7 @@
 namespace moe::cached {
 namespace {
 
-using moe::client::AcquireReply;
+using moe::AcquireResult;
 using moe::client::CacheClient;
 using moe::client::CacheClientOptions;
 using moe::testing::DaemonConfig;
@@ -90,7 +90,7 @@ absl::Status FollowTrace(CacheClient& client, const trace::Trace& trace, PassSta
       for (int layer = 0; layer < kLayers; ++layer) {
         if (max_acquires >= 0 && stats->acquires >= max_acquires) return absl::OkStatus();
         const std::vector<ExpertDemand>& d = it.layers[layer];
-        absl::StatusOr<AcquireReply> r = client.Acquire(layer, d, is_prefill);
+        absl::StatusOr<AcquireResult> r = client.Acquire(layer, d, is_prefill);
         if (!r.ok()) return r.status();
         ++stats->acquires;
         stats->hits += r->usage.hits;

@@ -39,7 +39,7 @@ using ::moe::testing::DaemonConfig;
 using ::moe::testing::DaemonProcess;
 using ::moe::testing::ScratchDir;
 using ::testing::HasSubstr;
-using ::moe::client::AcquireReply;
+using ::moe::AcquireResult;
 
 constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                   TensorRole::kExpertDown};
