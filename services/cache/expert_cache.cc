@@ -412,6 +412,7 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     ++st.misses;
     ++p.misses;
     ++layer_misses_[layer];
+    ++st.host_runs;
     p.host.push_back(key);
   };
   for (const auto& d : demands) {

@@ -108,6 +108,7 @@ struct CachePhaseStats {
   uint64_t prefetches_used = 0;    // demanded before eviction
   uint64_t prefetches_wasted = 0;  // evicted or cancelled unused
   uint64_t bytes_moved = 0;        // demand and prefetch, cancelled parts too
+  uint64_t host_runs = 0;          // misses answered "run on host"
   uint64_t iterations = 0;
 };
 

@@ -325,19 +325,40 @@ void FromWire(const LeaseWire* items, uint32_t count, SlotLease* out) {
   }
 }
 
-void ToWire(const AcquireUsage& usage, ResponseMsg* out) {
-  out->hits = usage.hits;
-  out->misses = usage.misses;
-  out->stall_ns = static_cast<uint64_t>(std::max<int64_t>(0, usage.stall_ns));
+void ToWire(const AcquireResult& result, ResponseMsg* out) {
+  const size_t n = result.leases.size() + result.host.size();
+  MOE_CHECK(n <= kMaxItems) << n << " answers for one message";
+  ToWire(result.leases, out->leases);
+  LeaseWire* host = out->leases + result.leases.size();
+  for (size_t i = 0; i < result.host.size(); ++i) {
+    host[i] = {result.host[i].expert, UINT32_MAX, 0, result.host[i].layer, kLeaseRunOnHost};
+  }
+  out->count = static_cast<uint32_t>(n);
+  out->hits = result.usage.hits;
+  out->misses = result.usage.misses;
+  out->stall_ns = static_cast<uint64_t>(std::max<int64_t>(0, result.usage.stall_ns));
 }
 
-AcquireUsage UsageFromWire(const ResponseMsg& msg) {
-  AcquireUsage u;
-  u.hits = msg.hits;
-  u.misses = msg.misses;
-  u.stall_ns = msg.stall_ns > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX
-                                                                : static_cast<int64_t>(msg.stall_ns);
-  return u;
+AcquireResult AcquireResultFromWire(const ResponseMsg& msg) {
+  AcquireResult r;
+  const uint32_t n = std::min(msg.count, kMaxItems);
+  for (uint32_t i = 0; i < n; ++i) {
+    const LeaseWire& w = msg.leases[i];
+    if (w.flags & kLeaseRunOnHost) {
+      r.host.push_back({w.layer, w.expert});
+    } else {
+      SlotLease l;
+      FromWire(&w, 1, &l);
+      r.leases.push_back(l);
+    }
+  }
+  r.usage.hits = msg.hits;
+  r.usage.misses = msg.misses;
+  r.usage.host = static_cast<int32_t>(r.host.size());
+  r.usage.stall_ns = msg.stall_ns > static_cast<uint64_t>(INT64_MAX)
+                         ? INT64_MAX
+                         : static_cast<int64_t>(msg.stall_ns);
+  return r;
 }
 
 }  // namespace moe::channel

@@ -55,8 +55,9 @@ struct LeaseWire {
   uint32_t slot;
   uint64_t generation;
   int32_t layer;
-  uint32_t reserved;
+  uint32_t flags;  // kLeaseRunOnHost: an acquire's "run on host" answer
 };
+inline constexpr uint32_t kLeaseRunOnHost = 1u << 0;
 
 struct HintWire {
   int32_t layer;
@@ -102,8 +103,10 @@ void ToWire(absl::Span<const SlotLease> items, LeaseWire* out);
 void FromWire(const DemandWire* items, uint32_t count, ExpertDemand* out);
 void FromWire(const HintWire* items, uint32_t count, ExpertHint* out);
 void FromWire(const LeaseWire* items, uint32_t count, SlotLease* out);
-void ToWire(const AcquireUsage& usage, ResponseMsg* out);
-AcquireUsage UsageFromWire(const ResponseMsg& msg);
+// A whole acquire answer: leases, then the host answers (flagged), and the
+// usage. REQUIRES leases + host <= kMaxItems.
+void ToWire(const AcquireResult& result, ResponseMsg* out);
+AcquireResult AcquireResultFromWire(const ResponseMsg& msg);
 
 // Bytes of shared memory one channel needs.
 size_t ChannelBytes();

@@ -75,6 +75,7 @@ struct CacheClient::Impl {
   CacheClientOptions options;
   std::unique_ptr<moe::v1::ExpertCache::Stub> stub;
   uint64_t session_id = 0;
+  cache::ShmRegion store;                          // the daemon's host copy, if granted
   cache::ShmRegion arena;                          // host shared-memory arena, or
   std::unique_ptr<CudaArenaMapping> cuda_arena;   // the daemon's CUDA arena
   PidWatch daemon;
@@ -125,6 +126,7 @@ struct CacheClient::Impl {
     areq.set_model(options.model);
     areq.set_worker_id(options.worker_id);
     areq.set_pid(::getpid());
+    areq.set_host_execution(options.host_execution);
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     ctx.set_wait_for_ready(false);
@@ -167,12 +169,16 @@ struct CacheClient::Impl {
       return absl::Status(got.status().code(),
                           absl::StrCat("attach: collecting the arena: ", got.status().message()));
     }
-    if (got->size() != 2) {
-      return absl::InternalError(
-          absl::StrCat("attach: daemon passed ", got->size(), " descriptors, expected 2"));
+    const size_t want = aresp.store_bytes() > 0 ? 3 : 2;
+    if (got->size() != want) {
+      return absl::InternalError(absl::StrCat("attach: daemon passed ", got->size(),
+                                              " descriptors, expected ", want));
     }
     *fds = std::move(*got);
     ASSIGN_OR_RETURN(arena, cache::ShmRegion::OpenReadOnly((*fds)[0].get(), aresp.arena_bytes()));
+    if (want == 3) {
+      ASSIGN_OR_RETURN(store, cache::ShmRegion::OpenReadOnly((*fds)[2].get(), aresp.store_bytes()));
+    }
     return absl::OkStatus();
   }
 
@@ -243,6 +249,18 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
 
 bool CacheClient::shm_enabled() const { return impl_->channel_mem != nullptr; }
 
+bool CacheClient::host_execution() const { return impl_->store.valid(); }
+
+const uint8_t* CacheClient::HostData(const ExpertKey& key) const {
+  MOE_CHECK(impl_->store.valid()) << "no host copy was granted";
+  MOE_CHECK(key.layer >= 0 && key.layer < num_layers_ && key.expert >= 0 &&
+            key.expert < num_experts_)
+      << key.ToString() << " out of range";
+  const uint64_t block = static_cast<uint64_t>(key.layer) * num_experts_ + key.expert;
+  MOE_CHECK((block + 1) * slot_bytes_ <= impl_->store.size()) << "host copy too small";
+  return impl_->store.data() + block * slot_bytes_;
+}
+
 const uint8_t* CacheClient::SlotData(SlotId slot) const {
   MOE_CHECK(slot >= 0 && static_cast<uint32_t>(slot) < slot_count_)
       << "slot " << slot << " out of range";
@@ -293,9 +311,7 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(int layer,
     channel::ToWire(experts, im.req->demands);
     RETURN_IF_ERROR(im.channel->Call(*im.req, im.reply.get(), im.options.timeout,
                                      [&im] { return im.PeerAlive(); }));
-    out.leases.resize(im.reply->count);
-    channel::FromWire(im.reply->leases, im.reply->count, out.leases.data());
-    out.usage = channel::UsageFromWire(*im.reply);
+    out = channel::AcquireResultFromWire(*im.reply);
   } else {
     moe::v1::AcquireRequest req;
     req.set_session_id(im.session_id);
@@ -311,8 +327,10 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(int layer,
     grpc::ClientContext ctx;
     im.SetDeadline(&ctx);
     RETURN_IF_ERROR(rpc::FromGrpcStatus(im.stub->Acquire(&ctx, req, &resp)));
-    out.leases = FromProtoList<SlotLease>(resp.leases());
-    out.usage = UsageFromProto(resp);
+    out = AcquireResultFromProto(resp, layer);
+  }
+  if (!out.host.empty() && !impl_->store.valid()) {
+    return absl::InternalError("daemon answered 'run on host' but granted no host copy");
   }
   for (const SlotLease& l : out.leases) {
     if (l.slot < 0 || static_cast<uint32_t>(l.slot) >= slot_count_) {

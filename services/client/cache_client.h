@@ -78,6 +78,10 @@ struct CacheClientOptions {
   // returns device pointers. Null: a host arena (shared memory) is required.
   std::shared_ptr<DeviceMemory> cuda;
   absl::Duration timeout = absl::Seconds(60);  // per call
+  // The caller can run experts from host memory: the daemon (with
+  // --miss-mode host or auto) may then answer misses "run on host"
+  // (AcquireResult::host), to be computed from HostData().
+  bool host_execution = false;
 };
 
 enum class Transport { kDefault, kShm, kGrpc };
@@ -126,6 +130,11 @@ class CacheClient {
   uint32_t slot_count() const { return slot_count_; }
   const std::vector<SlotTensor>& layout() const { return layout_; }
   bool shm_enabled() const;
+  // The daemon granted its host copy: acquires may answer "run on host".
+  bool host_execution() const;
+  // The expert's block in the daemon's host copy (laid out as a slot),
+  // mapped read-only. REQUIRES: host_execution(), key in range.
+  const uint8_t* HostData(const ExpertKey& key) const;
   // REQUIRES: 0 <= slot < slot_count(). A device pointer when options.cuda
   // was set (the CUDA arena), else host memory mapped read-only.
   const uint8_t* SlotData(SlotId slot) const;

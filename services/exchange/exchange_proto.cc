@@ -22,10 +22,12 @@ void ToProto(const SlotLease& l, v1::Lease* out) {
   out->set_generation(l.generation);
 }
 
-void ToProto(const AcquireUsage& u, v1::AcquireResponse* out) {
-  out->set_hits(u.hits);
-  out->set_misses(u.misses);
-  out->set_stall_seconds(u.stall_seconds());
+void ToProto(const AcquireResult& r, v1::AcquireResponse* out) {
+  ToProtoList<SlotLease>(r.leases, out->mutable_leases());
+  for (const ExpertKey& k : r.host) out->add_host_experts(k.expert);
+  out->set_hits(r.usage.hits);
+  out->set_misses(r.usage.misses);
+  out->set_stall_seconds(r.usage.stall_seconds());
 }
 
 ExpertDemand FromProto(const v1::ExpertDemand& d) { return {d.expert(), d.tokens()}; }
@@ -42,13 +44,16 @@ SlotLease FromProto(const v1::Lease& l) {
   return out;
 }
 
-AcquireUsage UsageFromProto(const v1::AcquireResponse& r) {
-  AcquireUsage u;
-  u.hits = r.hits();
-  u.misses = r.misses();
+AcquireResult AcquireResultFromProto(const v1::AcquireResponse& r, int layer) {
+  AcquireResult out;
+  out.leases = FromProtoList<SlotLease>(r.leases());
+  for (int32_t e : r.host_experts()) out.host.push_back({layer, e});
+  out.usage.hits = r.hits();
+  out.usage.misses = r.misses();
+  out.usage.host = r.host_experts_size();
   const double s = r.stall_seconds();
-  u.stall_ns = std::isfinite(s) && s > 0 ? static_cast<int64_t>(std::llround(s * 1e9)) : 0;
-  return u;
+  out.usage.stall_ns = std::isfinite(s) && s > 0 ? static_cast<int64_t>(std::llround(s * 1e9)) : 0;
+  return out;
 }
 
 }  // namespace moe

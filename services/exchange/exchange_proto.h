@@ -17,13 +17,15 @@ namespace moe {
 void ToProto(const ExpertDemand& d, v1::ExpertDemand* out);
 void ToProto(const ExpertHint& h, v1::ExpertHint* out);
 void ToProto(const SlotLease& l, v1::Lease* out);
-void ToProto(const AcquireUsage& u, v1::AcquireResponse* out);
+// A whole answer (leases, host experts, usage).
+void ToProto(const AcquireResult& r, v1::AcquireResponse* out);
 
 ExpertDemand FromProto(const v1::ExpertDemand& d);
 // Hints from the wire are the worker's own predictions (HintSource::kHint).
 ExpertHint FromProto(const v1::ExpertHint& h);
 SlotLease FromProto(const v1::Lease& l);
-AcquireUsage UsageFromProto(const v1::AcquireResponse& r);
+// The answer to an acquire of `layer`.
+AcquireResult AcquireResultFromProto(const v1::AcquireResponse& r, int layer);
 
 // Whole repeated fields.
 template <typename T, typename P>

@@ -45,6 +45,9 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const std::string& model, in
       bytes_copied_(Counter(r, "moe_cache_bytes_copied_total",
                             "Bytes copied host -> arena (demand and prefetch)",
                             {{"model", model}})),
+      host_executions_(Counter(r, "moe_cache_host_executions_total",
+                               "Misses answered 'run on host' (--miss-mode host or auto)",
+                               {{"model", model}})),
       acquire_seconds_(BuildHistogram()
                            .Name("moe_cache_acquire_seconds")
                            .Help("Acquire latency inside the daemon")
@@ -92,6 +95,7 @@ void CacheMetrics::Sync(const cache::CachePhaseStats& s,
   add(prefetch_used_, s.prefetches_used, last_.prefetches_used);
   add(prefetch_wasted_, s.prefetches_wasted, last_.prefetches_wasted);
   add(bytes_copied_, s.bytes_moved, last_.bytes_moved);
+  add(host_executions_, s.host_runs, last_.host_runs);
   resident_.Set(gauges.resident);
   eamc_entries_.Set(gauges.eamc_entries);
   prefetch_stride_.Set(gauges.prefetch_stride);
@@ -119,6 +123,7 @@ cache::CachePhaseStats TotalStats(const cache::ExpertCache& cache) {
   a.prefetches_used += b.prefetches_used;
   a.prefetches_wasted += b.prefetches_wasted;
   a.bytes_moved += b.bytes_moved;
+  a.host_runs += b.host_runs;
   a.iterations += b.iterations;
   return a;
 }

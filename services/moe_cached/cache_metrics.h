@@ -41,6 +41,7 @@ class CacheMetrics {
   prometheus::Counter& prefetch_wasted_;
   prometheus::Counter& stall_seconds_;
   prometheus::Counter& bytes_copied_;
+  prometheus::Counter& host_executions_;
   prometheus::Histogram& acquire_seconds_;
   prometheus::Gauge& resident_;
   prometheus::Gauge& capacity_;

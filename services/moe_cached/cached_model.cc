@@ -69,6 +69,12 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   // The prefetch gate as in the simulator: C from the copy engine's chunk,
   // T (compute per layer) estimated online from the sessions' acquires.
   cache::SetGateLinkFigures(*m->engine_, options.link_bytes_per_sec, /*layer_seconds=*/0, &co);
+  co.miss_mode = options.miss_mode;
+  co.host = options.host;
+  // 2 FLOPs per parameter per token: gate, up and down.
+  for (const ExpertTensorLayout& t : store->layout()) {
+    co.expert_flops_per_token += 2.0 * static_cast<double>(t.nbytes) / DTypeSize(t.dtype);
+  }
   const ExpertStore* raw_store = store.get();
   ASSIGN_OR_RETURN(m->cache_,
                    cache::ExpertCache::Create(co, std::move(policy), m->engine_,

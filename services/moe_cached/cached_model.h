@@ -47,6 +47,9 @@ struct CachedModelOptions {
   // Host arena as an unnamed memfd (handed to workers by the FdBroker)
   // instead of a /dev/shm name.
   bool anonymous_arena = false;
+  // Where misses are served and what the host can do (expert_cache.h).
+  MissMode miss_mode = MissMode::kFetch;
+  HostFigures host;
   // Non-null: the arena lives in this CUDA device memory (see DeviceChoice).
   std::shared_ptr<DeviceMemory> cuda;
 };

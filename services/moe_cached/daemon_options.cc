@@ -87,6 +87,14 @@ absl::Status SetFlag(const std::string& flag, const std::string& value, DaemonOp
     o->prefetch = value == "on";
   } else if (flag == "link-gbps") {
     return positive_double(&o->link_gbps, true);
+  } else if (flag == "miss-mode") {
+    if (!ParseMissMode(value, &o->miss_mode).ok()) {
+      return BadValue(flag, value, "fetch, host or auto");
+    }
+  } else if (flag == "host-gbps") {
+    return positive_double(&o->host_gbps, true);
+  } else if (flag == "host-gflops") {
+    return positive_double(&o->host_gflops, false);
   } else if (flag == "state-dir") {
     o->state_dir = value;
   } else if (flag == "persist-seconds") {
@@ -126,6 +134,10 @@ std::string DaemonUsage() {
          "  [--cache-experts N | --cache-bytes B | --cache-fraction F]  (default F=0.5)\n"
          "  [--device auto|cpu|cuda]  (default cpu; on cuda F is of free device memory)\n"
          "  [--policy NAME] [--prefetch on|off] [--link-gbps G]\n"
+         "  [--miss-mode fetch|host|auto]  (default fetch: misses are copied; host/auto\n"
+         "      answer misses of CPU workers 'run on host'; auto compares link and host)\n"
+         "  [--host-gbps G]  (host read bandwidth; default 0: measured at start)\n"
+         "  [--host-gflops F]  (host expert kernel, default 100)\n"
          "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n"
          "  [--max-sessions N]  (default 64 attached workers)\n"
          "  [--log-level debug|info|warning|error]  (any case; default $MOE_LOG_LEVEL or info)\n"

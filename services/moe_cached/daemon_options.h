@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/logging.h"
+#include "services/exchange/expert_exchange.h"
 #include "services/rpc/security.h"
 
 namespace moe::cached {
@@ -38,6 +39,11 @@ struct DaemonOptions {
   std::string device = "cpu";
   bool prefetch = true;
   double link_gbps = 0;  // GB/s (1e9 bytes/s) pacing CPU copies; 0: unpaced
+  // --miss-mode fetch|host|auto: where misses of workers that can run
+  // experts on the host are served (auto needs a link figure: --link-gbps).
+  MissMode miss_mode = MissMode::kFetch;
+  double host_gbps = 0;     // --host-gbps: host read bandwidth; 0: measured at start
+  double host_gflops = 100;  // --host-gflops: the host expert kernel's FLOP rate
   std::string state_dir;  // EAMC persistence; empty: none
   double persist_interval_seconds = 60;
   // gRPC calls still running get this long to finish (then they are

@@ -10,7 +10,8 @@
 // The layout (role, dtype, shape, offset, nbytes) is what Attach reports to
 // workers: an arena slot holds exactly one block.
 //
-// Host memory: an anonymous private mapping, with transparent huge pages
+// Host memory: an unnamed memfd mapped shared (fd(): workers that run missed
+// experts on the host map it read-only), with transparent huge pages
 // requested where the kernel offers them. Pinning (cudaHostRegister) is the
 // CUDA backend's job: `ExpertStoreOptions::pin` is the seam it fills in; the
 // CPU build leaves it empty.
@@ -29,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/model_desc.h"
+#include "services/moe_cached/fd_broker.h"
 
 namespace moe::cached {
 
@@ -83,6 +85,11 @@ class ExpertStore {
   uint64_t block_bytes() const { return block_bytes_; }
   uint64_t total_bytes() const { return total_bytes_; }
   const std::vector<ExpertTensorLayout>& layout() const { return layout_; }
+  // Bytes per second one thread reads from the store (up to 256 MiB of it,
+  // twice): the host figure of the miss cost model when none is given.
+  double MeasureReadBytesPerSec() const;
+  // The memfd holding every block (total_bytes() long).
+  int fd() const { return fd_.get(); }
 
  private:
   ExpertStore() = default;
@@ -93,6 +100,7 @@ class ExpertStore {
   uint64_t block_bytes_ = 0;
   uint64_t total_bytes_ = 0;
   uint8_t* data_ = nullptr;  // mmap'ed, total_bytes_
+  UniqueFd fd_;
   std::function<void(void* data, uint64_t bytes)> unpin_;  // set once pinned
   std::vector<ExpertTensorLayout> layout_;
 };

@@ -22,7 +22,8 @@ absl::Status CheckLength(int n, const char* what) {
 
 grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::AttachRequest* req,
                                         moe::v1::AttachResponse* resp) {
-  absl::StatusOr<AttachResult> r = sessions_->Attach(req->model(), req->worker_id(), req->pid());
+  absl::StatusOr<AttachResult> r =
+      sessions_->Attach(req->model(), req->worker_id(), req->pid(), req->host_execution());
   if (!r.ok()) return ToGrpcStatus(r.status());
   const CachedModel& m = *r->model;
   const ExpertStore& store = m.store();
@@ -47,6 +48,8 @@ grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::Att
     l->set_nbytes(t.nbytes);
   }
   resp->set_channel_name(r->channel_name);
+  resp->set_miss_mode(MissModeName(m.options().miss_mode));
+  if (r->host_execution) resp->set_store_bytes(store.total_bytes());
   resp->set_fd_socket(r->fd_socket);
   resp->set_fd_token(r->fd_token);
   resp->set_num_layers(store.num_layers());
@@ -84,8 +87,7 @@ grpc::Status ExpertCacheService::Acquire(grpc::ServerContext*, const moe::v1::Ac
   absl::StatusOr<AcquireResult> r = sessions_->Acquire(
       req->session_id(), req->request(), req->layer(), demands, req->prefill(), hints);
   if (!r.ok()) return ToGrpcStatus(r.status());
-  ToProtoList<SlotLease>(r->leases, resp->mutable_leases());
-  ToProto(r->usage, resp);
+  ToProto(*r, resp);
   return grpc::Status::OK;
 }
 
@@ -115,6 +117,8 @@ grpc::Status ExpertCacheService::GetStats(grpc::ServerContext*,
     out->set_prefetch_issued(s.prefetches_issued);
     out->set_prefetch_used(s.prefetches_used);
     out->set_prefetch_wasted(s.prefetches_wasted);
+    out->set_host_runs(s.host_runs);
+    out->set_miss_mode(MissModeName(m->options().miss_mode));
     out->set_bytes_copied(s.bytes_moved);
     out->set_stall_seconds(m->metrics().stall_seconds());
     out->set_resident_experts(static_cast<uint32_t>(m->ResidentExperts()));

@@ -26,6 +26,7 @@ struct SessionManager::Session {
   std::atomic<bool> stop{false};
   std::atomic<bool> ended{false};  // leases dropped; only Reap/Stop remain
   std::atomic<int64_t> leases{0};
+  bool host_ok = false;  // may get "run on host" answers (has the store)
   absl::Mutex requests_mu;
   absl::flat_hash_set<uint64_t> requests ABSL_GUARDED_BY(requests_mu);  // begun, not ended
 };
@@ -64,7 +65,8 @@ SessionManager::SessionManager(std::vector<CachedModel*> models, int max_session
 SessionManager::~SessionManager() { Stop(); }
 
 absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
-                                                    const std::string& worker_id, int pid) {
+                                                    const std::string& worker_id, int pid,
+                                                    bool host_execution) {
   auto it = models_.find(model);
   if (it == models_.end()) {
     std::vector<std::string> names;
@@ -109,10 +111,15 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
                                             channel::ChannelBytes()));
   channel::InitChannel(session->channel.mutable_data());
   AttachResult result{session->id, session->model, session->channel.name()};
+  // "Run on host" answers need the host copy, which only travels as a
+  // descriptor, to a worker that asked for it.
+  session->host_ok = pass_fds && host_execution &&
+                     it->second->options().miss_mode != MissMode::kFetch;
+  result.host_execution = session->host_ok;
   if (pass_fds) {
-    ASSIGN_OR_RETURN(result.fd_token,
-                     broker_->Grant(pid, {it->second->arena().fd(), session->channel.fd()},
-                                    absl::Seconds(30)));
+    std::vector<int> fds = {it->second->arena().fd(), session->channel.fd()};
+    if (session->host_ok) fds.push_back(it->second->store().fd());
+    ASSIGN_OR_RETURN(result.fd_token, broker_->Grant(pid, fds, absl::Seconds(30)));
     result.fd_socket = broker_->path();
   }
   {
@@ -232,7 +239,7 @@ absl::StatusOr<AcquireResult> SessionManager::Acquire(
   if (!hints.empty()) m.cache().AddHints(owner, hints);
   const cache::Phase phase = prefill ? cache::Phase::kPrefill : cache::Phase::kDecode;
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(AcquireResult r, m.cache().Acquire(owner, layer, demands, phase));
+  ASSIGN_OR_RETURN(AcquireResult r, m.cache().Acquire(owner, layer, demands, phase, s->host_ok));
   s->leases += static_cast<int64_t>(r.leases.size());
   m.metrics().RecordAcquire(absl::ToDoubleSeconds(absl::Now() - start), r.usage.stall_seconds());
   return r;
@@ -301,11 +308,7 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
           Acquire(s.id, req.request_id, req.layer, absl::MakeConstSpan(demands, req.count),
                   (req.flags & channel::kFlagPrefill) != 0, {});
       status = r.status();
-      if (r.ok()) {
-        reply.count = static_cast<uint32_t>(r->leases.size());
-        channel::ToWire(r->leases, reply.leases);
-        channel::ToWire(r->usage, &reply);
-      }
+      if (r.ok()) channel::ToWire(*r, &reply);
       break;
     }
     case channel::MsgType::kRelease: {

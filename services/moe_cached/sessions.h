@@ -69,6 +69,9 @@ struct AttachResult {
   // Set when the arena and channel go through the FdBroker.
   std::string fd_socket;
   std::string fd_token;
+  // Misses may be answered "run on host"; the grant then holds a third
+  // descriptor, the model's host store.
+  bool host_execution = false;
 };
 
 struct SessionCounts {
@@ -92,8 +95,9 @@ class SessionManager {
   // NOT_FOUND for an unknown model (naming the known ones); INVALID_ARGUMENT
   // for a bad pid; RESOURCE_EXHAUSTED (naming the limit) when max_sessions
   // sessions are live; FAILED_PRECONDITION after Stop.
+  // `host_execution`: the worker can run experts from the host store.
   absl::StatusOr<AttachResult> Attach(const std::string& model, const std::string& worker_id,
-                                      int pid);
+                                      int pid, bool host_execution = false);
   absl::Status Detach(uint64_t session_id);
 
   // INVALID_ARGUMENT for request 0; RESOURCE_EXHAUSTED beyond

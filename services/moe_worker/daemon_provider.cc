@@ -22,6 +22,11 @@ DaemonExpertProvider::Connect(const MoeModel& model,
                        memory.status().message()));
     }
     o.cuda = std::move(*memory);
+  } else {
+    // A CPU backend computes from host memory anyway: a miss the daemon
+    // answers "run on host" costs no copy, and the same kernel on the same
+    // bytes gives the same bits.
+    o.host_execution = true;
   }
   std::unique_ptr<DaemonExpertProvider> p(new DaemonExpertProvider(model, o));
   RETURN_IF_ERROR(p->Attach());
@@ -64,7 +69,8 @@ absl::Status DaemonExpertProvider::Attach() {
   MOE_LOG(INFO) << "attached to moe-cached at " << options_.address
                 << " for model '" << client->model() << "': "
                 << client->slot_count() << " slots, hot path over "
-                << (client->shm_enabled() ? "shared memory" : "gRPC");
+                << (client->shm_enabled() ? "shared memory" : "gRPC")
+                << (client->host_execution() ? "; misses may run here from its host copy" : "");
   client_ = std::move(client);
   return absl::OkStatus();
 }
@@ -124,7 +130,7 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
       client_->Acquire(moe_layer, demands, prefill, hints_);
   hints_.clear();
   if (!reply.ok()) return Check(reply.status());
-  if (reply->leases.size() != demands.size()) {
+  if (reply->leases.size() + reply->host.size() != demands.size()) {
     client_->Release(reply->leases).IgnoreError();
     return absl::InternalError("moe-cached answered a different expert count");
   }
@@ -132,9 +138,20 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
   out.moe_layer = moe_layer;
   out.usage = reply->usage;
   const DType dtype = model_.description().expert_dtype();
-  for (const SlotLease& l : reply->leases) {
-    const uint8_t* data = client_->SlotData(l.slot);
-    out.views.push_back({l.key.expert, data + offsets_.gate, data + offsets_.up,
+  // Leases and host answers each keep demand order: merge them back.
+  size_t li = 0, hi = 0;
+  for (const ExpertDemand& d : demands) {
+    const uint8_t* data = nullptr;
+    if (li < reply->leases.size() && reply->leases[li].key.expert == d.expert) {
+      data = client_->SlotData(reply->leases[li++].slot);
+    } else if (hi < reply->host.size() && reply->host[hi].expert == d.expert) {
+      data = client_->HostData(reply->host[hi++]);  // run where it lies
+    } else {
+      client_->Release(reply->leases).IgnoreError();
+      return absl::InternalError(
+          absl::StrCat("moe-cached did not answer expert ", d.expert, " in demand order"));
+    }
+    out.views.push_back({d.expert, data + offsets_.gate, data + offsets_.up,
                          data + offsets_.down, dtype});
   }
   out.leases = std::move(reply->leases);

@@ -57,6 +57,8 @@ absl::StatusOr<json> CacheStats(const FlagSet& f, const std::string& address) {
         {"prefetch_issued", m.prefetch_issued()},
         {"prefetch_used", m.prefetch_used()},
         {"prefetch_wasted", m.prefetch_wasted()},
+        {"host_runs", m.host_runs()},
+        {"miss_mode", m.miss_mode()},
         {"bytes_copied", m.bytes_copied()},
         {"resident_experts", m.resident_experts()},
         {"capacity_experts", m.capacity_experts()}});
@@ -151,7 +153,7 @@ void PrintText(const json& cache, const json& worker) {
     std::printf(
         "cache %s (%s): hit rate %.1f%% (%llu hits, %llu misses), stall "
         "%.3f s, prefetch %llu issued / %llu used / %llu wasted, resident "
-        "%u/%u experts\n",
+        "%u/%u experts, %llu misses run on the host (miss mode %s)\n",
         m["model"].get<std::string>().c_str(),
         m["policy"].get<std::string>().c_str(),
         100 * m["hit_rate"].get<double>(), m["hits"].get<unsigned long long>(),
@@ -160,7 +162,8 @@ void PrintText(const json& cache, const json& worker) {
         m["prefetch_used"].get<unsigned long long>(),
         m["prefetch_wasted"].get<unsigned long long>(),
         m["resident_experts"].get<unsigned>(),
-        m["capacity_experts"].get<unsigned>());
+        m["capacity_experts"].get<unsigned>(), m["host_runs"].get<unsigned long long>(),
+        m["miss_mode"].get<std::string>().c_str());
   }
   if (worker.is_null()) return;
   std::string requests;

@@ -88,12 +88,24 @@ TEST(ShmConverterTest, RoundTripsEveryField) {
   channel::FromWire(reply->leases, 1, l.data());
   EXPECT_EQ(l[0].slot, -1);
 
-  const AcquireUsage usage{3, 4, 5000};
-  channel::ToWire(usage, reply.get());
-  const AcquireUsage back = channel::UsageFromWire(*reply);
-  EXPECT_EQ(back.hits, 3);
-  EXPECT_EQ(back.misses, 4);
-  EXPECT_EQ(back.stall_ns, 5000);
+  // A whole answer: leases, then host answers, and the usage.
+  AcquireResult answer;
+  answer.leases = leases;
+  answer.host = {{1, 4}, {1, 0}};
+  answer.usage = {3, 4, 2, 5000};
+  channel::ToWire(answer, reply.get());
+  EXPECT_EQ(reply->count, 4u);
+  const AcquireResult back = channel::AcquireResultFromWire(*reply);
+  ASSERT_EQ(back.leases.size(), 2u);
+  EXPECT_EQ(back.leases[1].key, leases[1].key);
+  EXPECT_EQ(back.leases[1].generation, leases[1].generation);
+  ASSERT_EQ(back.host.size(), 2u);
+  EXPECT_EQ(back.host[0], (ExpertKey{1, 4}));
+  EXPECT_EQ(back.host[1], (ExpertKey{1, 0}));
+  EXPECT_EQ(back.usage.hits, 3);
+  EXPECT_EQ(back.usage.misses, 4);
+  EXPECT_EQ(back.usage.host, 2);
+  EXPECT_EQ(back.usage.stall_ns, 5000);
 }
 
 TEST(ProtoConverterTest, RoundTripsEveryField) {
@@ -113,22 +125,26 @@ TEST(ProtoConverterTest, RoundTripsEveryField) {
   EXPECT_EQ(h[0].probability, 0.25f);
 
   v1::AcquireResponse resp;
-  const std::vector<SlotLease> leases = {{{1, 6}, 11, 0x123456789abcull}};
-  ToProtoList<SlotLease>(leases, resp.mutable_leases());
-  ToProto(AcquireUsage{3, 4, 5000}, &resp);
-  const auto l = FromProtoList<SlotLease>(resp.leases());
-  ASSERT_EQ(l.size(), 1u);
-  EXPECT_EQ(l[0].key, (ExpertKey{1, 6}));
-  EXPECT_EQ(l[0].slot, 11);
-  EXPECT_EQ(l[0].generation, 0x123456789abcull);
-  const AcquireUsage u = UsageFromProto(resp);
-  EXPECT_EQ(u.hits, 3);
-  EXPECT_EQ(u.misses, 4);
-  EXPECT_EQ(u.stall_ns, 5000);
+  AcquireResult answer;
+  answer.leases = {{{1, 6}, 11, 0x123456789abcull}};
+  answer.host = {{1, 2}};
+  answer.usage = {3, 4, 1, 5000};
+  ToProto(answer, &resp);
+  const AcquireResult r = AcquireResultFromProto(resp, 1);
+  ASSERT_EQ(r.leases.size(), 1u);
+  EXPECT_EQ(r.leases[0].key, (ExpertKey{1, 6}));
+  EXPECT_EQ(r.leases[0].slot, 11);
+  EXPECT_EQ(r.leases[0].generation, 0x123456789abcull);
+  ASSERT_EQ(r.host.size(), 1u);
+  EXPECT_EQ(r.host[0], (ExpertKey{1, 2}));
+  EXPECT_EQ(r.usage.hits, 3);
+  EXPECT_EQ(r.usage.misses, 4);
+  EXPECT_EQ(r.usage.host, 1);
+  EXPECT_EQ(r.usage.stall_ns, 5000);
   resp.mutable_leases(0)->set_slot(0xffffffffu);
   EXPECT_EQ(FromProto(resp.leases(0)).slot, -1);
   resp.set_stall_seconds(std::nan(""));
-  EXPECT_EQ(UsageFromProto(resp).stall_ns, 0);
+  EXPECT_EQ(AcquireResultFromProto(resp, 1).usage.stall_ns, 0);
 }
 
 }  // namespace
