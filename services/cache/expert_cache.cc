@@ -355,6 +355,9 @@ void ExpertCache::CopyBehind(const RequestOwner& owner, const ExpertKey& key, Ph
   const SlotId slot = ChooseSlot(VictimContext{owner, key.layer, phase, true},
                                  [&](const ExpertKey& k) { return !keep(k); });
   if (slot < 0) return;
+  const SlotInfo& victim = slots_.Get(slot);
+  const bool free = victim.state == SlotState::kEmpty;
+  if (!policy_->AdmitBehind(key, free ? nullptr : &victim.key)) return;
   EvictSlot(slot);
   if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return;
   meta_[slot].source = HintSource::kPolicy;

@@ -98,6 +98,41 @@ size_t MinVisitPolicy::ChooseVictim(absl::Span<const ExpertKey> candidates,
   return ArgMin(candidates, -1, [&](const ExpertKey& k) { return visits_[Index(k)]; });
 }
 
+void StaticPopularPolicy::Configure(const PolicyConfig& config) {
+  TrackingPolicy::Configure(config);
+  tokens_ = oracle_;
+  tokens_.resize(cells(), 0);
+}
+
+void StaticPopularPolicy::OnRoute(const RequestOwner& owner, int layer, Phase phase,
+                                  absl::Span<const ExpertDemand> demands) {
+  if (!oracle_.empty()) return;
+  for (const ExpertDemand& d : demands) tokens_[layer * config_.num_experts + d.expert] += d.tokens;
+}
+
+size_t StaticPopularPolicy::ChooseVictim(absl::Span<const ExpertKey> candidates,
+                                         const VictimContext& context) {
+  return ArgMin(candidates, -1, [&](const ExpertKey& k) { return tokens_[Index(k)]; });
+}
+
+bool StaticPopularPolicy::AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const {
+  return victim == nullptr || tokens_[Index(key)] > tokens_[Index(*victim)];
+}
+
+size_t StaticLayersPolicy::ChooseVictim(absl::Span<const ExpertKey> candidates,
+                                        const VictimContext& context) {
+  // The highest layer first (it should not be resident), LRU within it.
+  return ArgMin(candidates, -1, [&](const ExpertKey& k) {
+    return static_cast<double>(config_.num_layers - k.layer) * 1e18 +
+           static_cast<double>(last_use(k));
+  });
+}
+
+bool StaticLayersPolicy::AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const {
+  return key.layer < resident_layers() &&
+         (victim == nullptr || victim->layer >= resident_layers());
+}
+
 namespace {
 
 class BeladyPolicy : public CachePolicy {
@@ -153,8 +188,9 @@ class BeladyPolicy : public CachePolicy {
 }  // namespace
 
 std::vector<std::string> OnlinePolicyNames() {
-  return {"lru", "lfu", "lru-layer", "minvisit", "expertflow", "moe-infinity-paper",
-          "moe-infinity"};
+  return {"lru",          "lfu",          "lru-layer",     "minvisit",
+          "expertflow",   "moe-infinity-paper", "moe-infinity", "static-popular",
+          "static-layers"};
 }
 
 absl::StatusOr<std::unique_ptr<CachePolicy>> MakePolicy(const std::string& spec,
@@ -184,18 +220,31 @@ absl::StatusOr<std::unique_ptr<CachePolicy>> MakePolicy(const std::string& spec,
     policy = std::make_unique<MinVisitPolicy>();
   } else if (name == "expertflow") {
     policy = std::make_unique<ExpertFlowPolicy>();
-  } else if (name == "belady") {
-    return absl::InvalidArgumentError("belady needs the future: simulator only");
+  } else if (name == "static-popular") {
+    policy = std::make_unique<StaticPopularPolicy>();
+  } else if (name == "static-layers") {
+    policy = std::make_unique<StaticLayersPolicy>();
+  } else if (name == "belady" || name == "static-popular-oracle") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " needs the future: simulator only"));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown policy \"", name,
-        "\" (lru, lfu, lru-layer, minvisit, expertflow, moe-infinity, moe-infinity-paper)"));
+        "\" (lru, lfu, lru-layer, minvisit, expertflow, moe-infinity, moe-infinity-paper, "
+        "static-popular, static-layers)"));
   }
   if (config.num_layers <= 0 || config.num_experts <= 0 || config.capacity <= 0) {
     return absl::InvalidArgumentError("policy config needs positive sizes");
   }
   policy->Configure(config);
   return policy;
+}
+
+std::unique_ptr<CachePolicy> MakeOraclePopularPolicy(std::vector<double> tokens,
+                                                     const PolicyConfig& config) {
+  auto p = std::make_unique<StaticPopularPolicy>(std::move(tokens));
+  p->Configure(config);
+  return p;
 }
 
 std::unique_ptr<CachePolicy> MakeBeladyPolicy(

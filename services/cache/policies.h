@@ -101,6 +101,48 @@ class MinVisitPolicy : public TrackingPolicy {
   std::vector<uint64_t> visits_;
 };
 
+// Static placements for host execution (--miss-mode host|auto), where a miss
+// is cheap to run on the host and residency should go to the experts whose
+// misses cost most over the coming tokens.
+//
+// static-popular (Fiddler's placement): keep the most popular experts,
+// popularity being the tokens routed to each since the start (learned
+// online; the oracle form knows the whole trace's counts); a host-answered
+// miss is copied in only if it is more popular than the victim.
+class StaticPopularPolicy : public TrackingPolicy {
+ public:
+  // `oracle`: the counts are fixed (one per cell) and never updated.
+  explicit StaticPopularPolicy(std::vector<double> oracle = {}) : oracle_(std::move(oracle)) {}
+  std::string name() const override {
+    return oracle_.empty() ? "static-popular" : "static-popular-oracle";
+  }
+  void Configure(const PolicyConfig& config) override;
+  void OnRoute(const RequestOwner& owner, int layer, Phase phase,
+               absl::Span<const ExpertDemand> demands) override;
+  size_t ChooseVictim(absl::Span<const ExpertKey> candidates,
+                      const VictimContext& context) override;
+  bool AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const override;
+
+ private:
+  std::vector<double> oracle_;
+  std::vector<double> tokens_;  // per cell
+};
+
+// static-layers (llama.cpp's --n-cpu-moe split): the experts of the first
+// capacity / E layers live in the arena, the other layers' run on the host;
+// victims come from the highest layer, and only the resident layers'
+// experts are copied in behind a host answer.
+class StaticLayersPolicy : public TrackingPolicy {
+ public:
+  std::string name() const override { return "static-layers"; }
+  size_t ChooseVictim(absl::Span<const ExpertKey> candidates,
+                      const VictimContext& context) override;
+  bool AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const override;
+
+ private:
+  int resident_layers() const { return config_.capacity / config_.num_experts; }
+};
+
 }  // namespace moe::cache
 
 #endif  // MOECACHE_SERVICES_CACHE_POLICIES_H_

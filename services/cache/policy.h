@@ -93,6 +93,11 @@ class CachePolicy {
   // live owner; the prefetch gate weighs a victim by it.
   virtual double RetentionValue(const ExpertKey& key) const { return 0.5; }
 
+  // A miss answered on the host may be copied in behind the answer while the
+  // link is idle: true if `key` is worth keeping resident more than `victim`
+  // (null: the slot is free). Default: yes (recency keeps what was just used).
+  virtual bool AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const { return true; }
+
   // Prefetch proposals for `owner` after its `routed_layer` was routed,
   // appended to `out`.
   virtual void ProposePrefetch(const RequestOwner& owner, int routed_layer,
@@ -141,6 +146,12 @@ std::vector<std::string> OnlinePolicyNames();
 // to know where it is. Simulator only.
 std::unique_ptr<CachePolicy> MakeBeladyPolicy(
     const std::vector<std::vector<ExpertKey>>& groups, const PolicyConfig& config);
+
+// static-popular with its popularity known in advance: `tokens[l * E + e]`
+// is how many tokens the whole trace routes to (l, e). The bound of what a
+// static popularity placement (Fiddler's) can do. Simulator only.
+std::unique_ptr<CachePolicy> MakeOraclePopularPolicy(std::vector<double> tokens,
+                                                     const PolicyConfig& config);
 
 }  // namespace moe::cache
 

@@ -133,6 +133,16 @@ absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
   const bool belady = policy_spec == "belady";
   if (belady) {
     policy = MakeBeladyPolicy(FlattenAccessGroups(trace, o.passes), pc);
+  } else if (policy_spec == "static-popular-oracle") {
+    std::vector<double> tokens(static_cast<size_t>(h.num_layers) * h.num_experts, 0);
+    for (const auto& r : trace.requests) {
+      for (const Iteration& it : SplitIterations(r, h.num_layers)) {
+        for (int l = 0; l < h.num_layers; ++l) {
+          for (const ExpertDemand& d : it.layers[l]) tokens[l * h.num_experts + d.expert] += d.tokens;
+        }
+      }
+    }
+    policy = MakeOraclePopularPolicy(std::move(tokens), pc);
   } else {
     ASSIGN_OR_RETURN(policy, MakePolicy(policy_spec, pc));
   }

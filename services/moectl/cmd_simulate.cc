@@ -26,6 +26,7 @@ constexpr char kHelp[] =
     "                       [--miss-mode fetch|host|auto] [--host-gbps G] [--host-gflops F]\n"
     "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
+    "          static-popular static-layers static-popular-oracle (for host execution)\n"
     "          (moe-infinity options: moe-infinity:fair_share=0,lrfu=1,...)\n"
     "link model defaults: 17 MB experts, 25 GB/s, 0.3 ms per layer, 1 MB chunks.\n"
     "--passes K replays the trace K times and reports the last pass (warm EAMC).\n"
@@ -99,7 +100,7 @@ std::vector<std::string> PolicyList(const std::string& spec) {
     }
     return out;
   }
-  std::vector<std::string> out = {"belady"};
+  std::vector<std::string> out = {"belady", "static-popular-oracle"};
   for (const auto& n : cache::OnlinePolicyNames()) out.push_back(n);
   return out;
 }

@@ -196,6 +196,64 @@ TEST(MoeInfinityTest, RequestsKeepTheirOwnActivations) {
   EXPECT_EQ(p.live_requests(), 0);
 }
 
+// With misses run on the host, a miss is copied in behind its answer only
+// when the policy admits it: static-layers keeps the first capacity / E
+// layers resident (llama.cpp's split), static-popular the most used experts.
+TEST(ExpertCacheTest, HostAnswersAndStaticPlacements) {
+  for (const std::string& name : {std::string("static-layers"), std::string("static-popular"),
+                                  std::string("lru")}) {
+    SCOPED_TRACE(name);
+    const int capacity = 2 * kExperts;  // two layers' worth
+    auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+    ExpertCacheOptions o = LinkOptions(capacity, false);
+    o.miss_mode = MissMode::kHost;
+    o.host = {10e9, 0};
+    auto cache = *ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
+    std::mt19937 rng(11);
+    std::vector<int> uses(kLayers * kExperts, 0);
+    uint64_t host_answers = 0;
+    for (int token = 0; token < 60; ++token) {
+      for (int layer = 0; layer < kLayers; ++layer) {
+        // Expert 0 of each layer is the popular one.
+        const int e = rng() % 3 == 0 ? static_cast<int>(rng() % kExperts) : 0;
+        std::vector<ExpertDemand> d = {{e, 1}};
+        ++uses[layer * kExperts + e];
+        auto t = cache->StartAcquire(1, layer, d, Phase::kDecode, /*host_ok=*/true);
+        ASSERT_TRUE(t.ok()) << t.status();
+        while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
+        auto r = cache->FinishAcquire(*t);
+        ASSERT_TRUE(r.ok());
+        EXPECT_EQ(r->leases.size() + r->host.size(), 1u);
+        EXPECT_EQ(r->usage.host, static_cast<int>(r->host.size()));
+        EXPECT_EQ(r->usage.stall_ns, 0);  // a host answer waits for nothing
+        host_answers += r->host.size();
+        ASSERT_TRUE(cache->Release(1, r->leases).ok());
+        engine->AdvanceTo(engine->now_ns() + 5000000);  // the copy behind lands
+      }
+    }
+    EXPECT_GT(host_answers, 0u);
+    EXPECT_EQ(cache->GetStats(Phase::kDecode).host_runs, host_answers);
+    int resident = 0;
+    for (const SlotInfo& s : cache->SlotsForTest()) {
+      if (s.state != SlotState::kReady) continue;
+      ++resident;
+      if (name == "static-layers") EXPECT_LT(s.key.layer, 2) << s.key.ToString();
+    }
+    EXPECT_GT(resident, 0);  // copies behind the answers filled the arena
+    if (name == "static-popular") {
+      // Every layer's popular expert is resident.
+      for (int layer = 0; layer < kLayers; ++layer) {
+        bool found = false;
+        for (const SlotInfo& s : cache->SlotsForTest()) {
+          found |= s.state == SlotState::kReady && s.key == ExpertKey{layer, 0};
+        }
+        EXPECT_TRUE(found) << "L" << layer << "/E0";
+      }
+    }
+    cache->CheckInvariantsForTest();
+  }
+}
+
 // Pre-gating hints arrive between acquires (after layer l, for layer l+1):
 // the copy must start when the hint arrives, not at the next acquire.
 TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {
