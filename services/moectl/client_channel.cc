@@ -70,4 +70,13 @@ absl::Status CheckServes(const std::shared_ptr<grpc::Channel>& channel,
   return absl::OkStatus();  // names neither: not one of ours, or too old to say
 }
 
+absl::StatusOr<std::shared_ptr<grpc::Channel>> DialService(const FlagSet& f,
+                                                           const std::string& address,
+                                                           MoeService want,
+                                                           const std::string& flag) {
+  ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, address));
+  RETURN_IF_ERROR(CheckServes(channel, address, want, flag));
+  return channel;
+}
+
 }  // namespace moe::moectl

@@ -39,6 +39,13 @@ absl::Status CheckServes(const std::shared_ptr<grpc::Channel>& channel,
                          const std::string& address, MoeService want,
                          const std::string& flag);
 
+// DialFromFlags, then CheckServes: a channel to the service `want` at
+// `address` (named by `flag`), or why not.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> DialService(const FlagSet& f,
+                                                           const std::string& address,
+                                                           MoeService want,
+                                                           const std::string& flag);
+
 }  // namespace moe::moectl
 
 #endif  // MOECACHE_SERVICES_MOECTL_CLIENT_CHANNEL_H_

@@ -152,8 +152,8 @@ void PrintSummary(const v1::GenerateResponse& last, const std::string& text, boo
 
 // Streams the request; the status the worker ended the call with.
 absl::Status Stream(const FlagSet& f, const v1::GenerateRequest& request) {
-  ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, f.GetString("target")));
-  RETURN_IF_ERROR(CheckServes(channel, f.GetString("target"), MoeService::kWorker, "--target"));
+  ASSIGN_OR_RETURN(auto channel,
+                   DialService(f, f.GetString("target"), MoeService::kWorker, "--target"));
   auto stub = v1::Inference::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +

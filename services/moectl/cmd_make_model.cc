@@ -137,10 +137,6 @@ int RunMakeModel(const Args& args) {
   const std::string& out = flags.GetString("out");
   absl::Status s = options.status();
   if (s.ok() && !flags.GetBool("force")) s = CheckOutEmpty(out);
-  if (!s.ok() && s.code() == absl::StatusCode::kInvalidArgument) {
-    std::fprintf(stderr, "moectl make-model: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
   if (s.ok()) s = MakeModel(*options, out);
   // Read back what was written: the same checks `inspect` applies.
   absl::StatusOr<ModelDescription> desc =

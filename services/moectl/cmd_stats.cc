@@ -43,8 +43,7 @@ using json = nlohmann::ordered_json;
 double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 absl::StatusOr<json> CacheStats(const FlagSet& f, const std::string& address) {
-  ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, address));
-  RETURN_IF_ERROR(CheckServes(channel, address, MoeService::kCache, "--cache"));
+  ASSIGN_OR_RETURN(auto channel, DialService(f, address, MoeService::kCache, "--cache"));
   auto stub = v1::ExpertCache::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -134,8 +133,7 @@ std::map<std::string, double> ParseSamples(const std::string& text) {
 
 // The worker's metrics over gRPC (Inference.GetMetrics).
 absl::StatusOr<std::string> GrpcGetMetrics(const FlagSet& f, const std::string& address) {
-  ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, address));
-  RETURN_IF_ERROR(CheckServes(channel, address, MoeService::kWorker, "--worker"));
+  ASSIGN_OR_RETURN(auto channel, DialService(f, address, MoeService::kWorker, "--worker"));
   auto stub = v1::Inference::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
