@@ -10,22 +10,24 @@ namespace {
 struct RealShape {
   const char* name;
   ModelFamily family;
-  int64_t hidden, heads, kv_heads, head_dim, experts, top_k, intermediate, moe_intermediate,
-      shared_intermediate, vocab;
+  int64_t hidden, heads, kv_heads, head_dim, experts, top_k, intermediate,
+      moe_intermediate, shared_intermediate, vocab;
   bool norm_topk_prob;
 };
 
 constexpr RealShape kRealShapes[] = {
     // Mixtral-8x7B-v0.1: 32 layers in the original.
-    {"mixtral-8x7b-2l", ModelFamily::kMixtral, 4096, 32, 8, 0, 8, 2, 14336, 0, 0, 32000, true},
+    {"mixtral-8x7b-2l", ModelFamily::kMixtral, 4096, 32, 8, 0, 8, 2, 14336, 0,
+     0, 32000, true},
     // Qwen1.5-MoE-A2.7B: 24 layers, a shared expert of 5632.
-    {"qwen1.5-moe-a2.7b-2l", ModelFamily::kQwen2Moe, 2048, 16, 16, 0, 60, 4, 5632, 1408, 5632,
-     151936, false},
+    {"qwen1.5-moe-a2.7b-2l", ModelFamily::kQwen2Moe, 2048, 16, 16, 0, 60, 4,
+     5632, 1408, 5632, 151936, false},
     // Qwen3-30B-A3B: 48 layers, head_dim 128 != hidden / heads.
-    {"qwen3-30b-a3b-2l", ModelFamily::kQwen3Moe, 2048, 32, 4, 128, 128, 8, 6144, 768, 0, 151936,
-     true},
+    {"qwen3-30b-a3b-2l", ModelFamily::kQwen3Moe, 2048, 32, 4, 128, 128, 8, 6144,
+     768, 0, 151936, true},
     // OLMoE-1B-7B-0924: 16 layers.
-    {"olmoe-1b-7b-2l", ModelFamily::kOlmoe, 2048, 16, 16, 0, 64, 8, 1024, 0, 0, 50304, false},
+    {"olmoe-1b-7b-2l", ModelFamily::kOlmoe, 2048, 16, 16, 0, 64, 8, 1024, 0, 0,
+     50304, false},
 };
 
 // Bigger than tiny, still seconds to write: 6 layers x 16 experts.
@@ -53,16 +55,17 @@ std::string PresetNames() {
   return names;
 }
 
-absl::StatusOr<MakeModelOptions> PresetOptions(const std::string& name,
-                                               std::optional<ModelFamily> family) {
+absl::StatusOr<MakeModelOptions> PresetOptions(
+    const std::string& name, std::optional<ModelFamily> family) {
   if (name == "tiny") return TinyPreset(family.value_or(ModelFamily::kMixtral));
-  if (name == "small") return SmallPreset(family.value_or(ModelFamily::kMixtral));
+  if (name == "small")
+    return SmallPreset(family.value_or(ModelFamily::kMixtral));
   for (const RealShape& r : kRealShapes) {
     if (name != r.name) continue;
     if (family.has_value() && *family != r.family) {
-      return absl::InvalidArgumentError(absl::StrCat("preset ", name, " is a ",
-                                                     ModelFamilyName(r.family), " model, not ",
-                                                     ModelFamilyName(*family)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("preset ", name, " is a ", ModelFamilyName(r.family),
+                       " model, not ", ModelFamilyName(*family)));
     }
     MakeModelOptions o;
     o.arch = r.family;

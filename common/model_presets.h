@@ -3,7 +3,8 @@
 // that a cache can be sized (expert bytes, layer and expert counts, the
 // simulator's --expert-mb) without downloading the real checkpoint.
 //
-//   ASSIGN_OR_RETURN(MakeModelOptions o, PresetOptions("mixtral-8x7b-2l", std::nullopt));
+//   ASSIGN_OR_RETURN(MakeModelOptions o, PresetOptions("mixtral-8x7b-2l",
+//   std::nullopt));
 #ifndef MOECACHE_COMMON_MODEL_PRESETS_H_
 #define MOECACHE_COMMON_MODEL_PRESETS_H_
 
@@ -22,8 +23,8 @@ std::string PresetNames();
 // (`family`, mixtral when unset); a published model's shape fixes its
 // family, and a different `family` is INVALID_ARGUMENT. Unknown names are
 // INVALID_ARGUMENT listing the known ones.
-absl::StatusOr<MakeModelOptions> PresetOptions(const std::string& name,
-                                               std::optional<ModelFamily> family);
+absl::StatusOr<MakeModelOptions> PresetOptions(
+    const std::string& name, std::optional<ModelFamily> family);
 
 }  // namespace moe
 

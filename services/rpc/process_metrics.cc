@@ -13,7 +13,8 @@
 namespace moe::rpc {
 namespace {
 
-prometheus::Gauge& Gauge(prometheus::Registry& r, const char* name, const char* help,
+prometheus::Gauge& Gauge(prometheus::Registry& r, const char* name,
+                         const char* help,
                          const prometheus::Labels& labels = {}) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(labels);
 }
@@ -22,7 +23,8 @@ prometheus::Gauge& Gauge(prometheus::Registry& r, const char* name, const char* 
 // in /proc/stat and the start tick in /proc/self/stat); 0 when unreadable.
 double StartTimeSeconds() {
   std::ifstream stat("/proc/self/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(stat)),
+                   std::istreambuf_iterator<char>());
   // Fields after the command name (which may hold spaces) start at ") ".
   const size_t close = text.rfind(')');
   if (close == std::string::npos) return 0;
@@ -48,13 +50,18 @@ double StartTimeSeconds() {
 ProcessMetrics::ProcessMetrics(std::shared_ptr<prometheus::Registry> registry,
                                const std::string& program)
     : registry_(std::move(registry)),
-      resident_(Gauge(*registry_, "process_resident_memory_bytes", "Resident memory size")),
-      virtual_(Gauge(*registry_, "process_virtual_memory_bytes", "Virtual memory size")),
+      resident_(Gauge(*registry_, "process_resident_memory_bytes",
+                      "Resident memory size")),
+      virtual_(Gauge(*registry_, "process_virtual_memory_bytes",
+                     "Virtual memory size")),
       open_fds_(Gauge(*registry_, "process_open_fds", "Open file descriptors")),
       start_time_(Gauge(*registry_, "process_start_time_seconds",
                         "Start time of the process since the epoch, seconds")) {
-  Gauge(*registry_, "moe_build_info", "1, labelled with the build of this binary",
-        {{"program", program}, {"version", Version()}, {"revision", GitRevision()}})
+  Gauge(*registry_, "moe_build_info",
+        "1, labelled with the build of this binary",
+        {{"program", program},
+         {"version", Version()},
+         {"revision", GitRevision()}})
       .Set(1);
   start_time_.Set(StartTimeSeconds());
   Refresh();

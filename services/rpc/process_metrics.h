@@ -27,7 +27,8 @@ namespace moe::rpc {
 class ProcessMetrics : public prometheus::Collectable {
  public:
   // Registers the series on `registry` for `program` ("moe-worker").
-  ProcessMetrics(std::shared_ptr<prometheus::Registry> registry, const std::string& program);
+  ProcessMetrics(std::shared_ptr<prometheus::Registry> registry,
+                 const std::string& program);
 
   // Refresh(), then everything in the registry.
   std::vector<prometheus::MetricFamily> Collect() const override;

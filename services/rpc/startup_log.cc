@@ -1,14 +1,15 @@
 #include "services/rpc/startup_log.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 
 namespace moe::rpc {
 
 std::string ShownAddress(const std::string& address, int bound_port) {
-  if (bound_port == 0 || absl::StartsWith(address, "unix:") || !absl::EndsWith(address, ":0")) {
+  if (bound_port == 0 || absl::StartsWith(address, "unix:") ||
+      !absl::EndsWith(address, ":0")) {
     return address;
   }
   return absl::StrCat(address.substr(0, address.size() - 1), bound_port);

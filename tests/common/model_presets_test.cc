@@ -11,7 +11,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ModelPresetsTest, MixtralShapeAtTwoLayers) {
-  absl::StatusOr<MakeModelOptions> o = PresetOptions("mixtral-8x7b-2l", std::nullopt);
+  absl::StatusOr<MakeModelOptions> o =
+      PresetOptions("mixtral-8x7b-2l", std::nullopt);
   ASSERT_TRUE(o.ok()) << o.status();
   absl::StatusOr<ModelConfig> c = ConfigFromOptions(*o);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -26,15 +27,17 @@ TEST(ModelPresetsTest, MixtralShapeAtTwoLayers) {
 }
 
 TEST(ModelPresetsTest, EveryPresetValidates) {
-  for (const char* name : {"tiny", "small", "mixtral-8x7b-2l", "qwen1.5-moe-a2.7b-2l",
-                           "qwen3-30b-a3b-2l", "olmoe-1b-7b-2l"}) {
+  for (const char* name :
+       {"tiny", "small", "mixtral-8x7b-2l", "qwen1.5-moe-a2.7b-2l",
+        "qwen3-30b-a3b-2l", "olmoe-1b-7b-2l"}) {
     SCOPED_TRACE(name);
     EXPECT_THAT(PresetNames(), HasSubstr(name));
     absl::StatusOr<MakeModelOptions> o = PresetOptions(name, std::nullopt);
     ASSERT_TRUE(o.ok()) << o.status();
     EXPECT_TRUE(ConfigFromOptions(*o).ok());
   }
-  absl::StatusOr<MakeModelOptions> q = PresetOptions("qwen3-30b-a3b-2l", std::nullopt);
+  absl::StatusOr<MakeModelOptions> q =
+      PresetOptions("qwen3-30b-a3b-2l", std::nullopt);
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->experts, 128);
   EXPECT_EQ(q->head_dim, 128);
@@ -42,10 +45,13 @@ TEST(ModelPresetsTest, EveryPresetValidates) {
 }
 
 TEST(ModelPresetsTest, FamilyAndNameErrors) {
-  EXPECT_EQ(PresetOptions("small", ModelFamily::kOlmoe)->arch, ModelFamily::kOlmoe);
-  absl::StatusOr<MakeModelOptions> wrong = PresetOptions("olmoe-1b-7b-2l", ModelFamily::kMixtral);
+  EXPECT_EQ(PresetOptions("small", ModelFamily::kOlmoe)->arch,
+            ModelFamily::kOlmoe);
+  absl::StatusOr<MakeModelOptions> wrong =
+      PresetOptions("olmoe-1b-7b-2l", ModelFamily::kMixtral);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<MakeModelOptions> unknown = PresetOptions("large", std::nullopt);
+  absl::StatusOr<MakeModelOptions> unknown =
+      PresetOptions("large", std::nullopt);
   EXPECT_THAT(unknown.status().message(), HasSubstr("unknown preset 'large'"));
 }
 
