@@ -118,9 +118,7 @@ absl::Status ValidateSimOptions(const trace::TraceHeader& h, const SimOptions& o
 
 // REQUIRES: `sim` not moved afterwards (the cache and engine point at its
 // clock).
-absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
-                           const SimOptions& o, SimCache* sim) {
-  const auto& h = trace.header;
+PolicyConfig SimPolicyConfig(const trace::TraceHeader& h, const SimOptions& o) {
   PolicyConfig pc;
   pc.num_layers = h.num_layers;
   pc.num_experts = h.num_experts;
@@ -129,6 +127,13 @@ absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
   pc.expert_bytes = static_cast<double>(o.link.expert_bytes());
   pc.link_bytes_per_sec = o.link.link_gbps * 1e9;
   pc.layer_seconds = o.link.layer_ms * 1e-3;
+  return pc;
+}
+
+absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
+                           const SimOptions& o, SimCache* sim) {
+  const auto& h = trace.header;
+  const PolicyConfig pc = SimPolicyConfig(h, o);
   std::unique_ptr<CachePolicy> policy;
   const bool belady = policy_spec == "belady";
   if (belady) {
@@ -211,6 +216,13 @@ absl::StatusOr<LayerTime> ServeLayer(SimCache& sim, const SimOptions& o, const R
 
 }  // namespace
 
+absl::Status ValidateSimulation(const trace::TraceHeader& header, const std::string& policy,
+                                const SimOptions& options) {
+  RETURN_IF_ERROR(ValidateSimOptions(header, options));
+  if (policy == "belady") return absl::OkStatus();
+  return MakePolicy(policy, SimPolicyConfig(header, options)).status();
+}
+
 absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy_spec,
                                    const SimOptions& o) {
   const auto& h = trace.header;
@@ -224,6 +236,8 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   double stall_ms[2] = {0, 0}, time_ms[2] = {0, 0}, host_ms[2] = {0, 0};
   uint64_t host_runs[2] = {0, 0};
   std::vector<ExpertHint> hints;
+  const double total = static_cast<double>(o.passes) * std::max<size_t>(1, trace.requests.size());
+  int64_t replayed = 0;
   for (int pass = 0; pass < o.passes; ++pass) {
     if (pass == o.passes - 1) {
       cache.ResetStats();
@@ -248,6 +262,8 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
         }
       }
       cache.EndRequest(owner);
+      ++replayed;
+      if (o.progress) o.progress(static_cast<double>(replayed) / total);
     }
   }
   SimResult res;

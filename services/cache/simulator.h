@@ -15,6 +15,7 @@
 #define MOECACHE_SERVICES_CACHE_SIMULATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct SimOptions {
   double host_gbps = 60;     // host memory read bandwidth, GB/s
   double host_gflops = 500;  // the expert kernel on the host; 0: bandwidth alone
   HostFigures host() const { return {host_gbps * 1e9, host_gflops * 1e9}; }
+  // Called after each request replayed with the fraction of the run done
+  // (0, 1]; for progress displays. May be empty.
+  std::function<void(double done)> progress;
 };
 
 struct PhaseResult {
@@ -78,6 +82,12 @@ absl::StatusOr<int> CapacityFromFraction(const trace::TraceHeader& header, doubl
 // The sequence of per-layer expert sets the simulator serves, in order
 // (passes x requests x iterations x layers); each set sorted by expert.
 std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const trace::Trace& trace, int passes);
+
+// What Simulate(trace, policy, options) would refuse before running:
+// capacity below one layer, a bad link model or pass count, an unknown
+// policy or option. INVALID_ARGUMENT with the reason.
+absl::Status ValidateSimulation(const trace::TraceHeader& header, const std::string& policy,
+                                const SimOptions& options);
 
 // Runs one policy ("belady" or any MakePolicy spec).
 absl::StatusOr<SimResult> Simulate(const trace::Trace& trace, const std::string& policy,

@@ -41,6 +41,12 @@ Session::Session(const MoeModel& model, ExpertProvider* experts,
       experts_(experts),
       max_seq_(std::min(max_seq, model.max_context())) {}
 
+int64_t Session::KvCacheBytes(const MoeModel& model, int64_t max_seq) {
+  const ModelConfig& c = model.config();
+  return 2 * c.num_hidden_layers * static_cast<int64_t>(sizeof(float)) *
+         std::min(max_seq, model.max_context()) * c.num_key_value_heads * c.head_dim;
+}
+
 Session::~Session() {
   for (void* p : kv_) be_.Free(p);
   for (void* p : bufs_) be_.Free(p);
@@ -49,7 +55,7 @@ Session::~Session() {
 absl::Status Session::Reserve(int64_t tokens) {
   const ModelConfig& c = model_.config();
   if (kv_.empty()) {
-    size_t kv_bytes = sizeof(float) * max_seq_ * c.num_key_value_heads * c.head_dim;
+    const size_t kv_bytes = KvCacheBytes(model_, max_seq_) / (2 * c.num_hidden_layers);
     for (int64_t l = 0; l < 2 * c.num_hidden_layers; ++l) {
       ASSIGN_OR_RETURN(void* p, be_.Alloc(kv_bytes));
       kv_.push_back(p);

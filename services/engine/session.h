@@ -93,6 +93,10 @@ class Session {
   absl::StatusOr<absl::Span<const float>> Forward(
       absl::Span<const int32_t> tokens, bool prefill);
 
+  // Bytes of KV cache a session of `max_seq` tokens of `model` holds (f32
+  // keys and values for every layer, allocated at its first Forward).
+  static int64_t KvCacheBytes(const MoeModel& model, int64_t max_seq);
+
   int64_t position() const { return pos_; }
   int64_t max_seq() const { return max_seq_; }
   const SessionStats& stats() const { return stats_; }

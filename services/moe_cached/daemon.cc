@@ -13,16 +13,22 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/model_desc.h"
 #include "common/status_macros.h"
 #include "services/cache/policy.h"
+#include "services/rpc/build_info.h"
+#include "services/rpc/startup_log.h"
 
 namespace moe::cached {
 
 Daemon::Daemon(DaemonOptions options)
-    : options_(std::move(options)), registry_(std::make_shared<prometheus::Registry>()) {}
+    : options_(std::move(options)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      exposed_(std::make_shared<rpc::ProcessMetrics>(registry_, "moe-cached")) {}
 
 Daemon::~Daemon() { Stop(); }
 
@@ -99,6 +105,15 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
   ASSIGN_OR_RETURN(std::unique_ptr<CachedModel> model,
                    CachedModel::Create(std::move(store), mo, *registry_));
   RETURN_IF_ERROR(model->Start());
+  const uint64_t all = rpc::AllExpertBytes(plan.desc);
+  const uint64_t cached = plan.desc.bytes_per_expert() * static_cast<uint64_t>(capacity);
+  model_lines_.push_back(absl::StrFormat(
+      "model %s (%s, %s on the host), cache %d slots = %s (%.0f%% of the experts) on %s, "
+      "policy %s, prefetch %s, link %s",
+      spec.name, rpc::ModelSummary(plan.desc), rpc::HumanBytes(all), capacity,
+      rpc::HumanBytes(cached), all > 0 ? 100.0 * cached / all : 0.0,
+      device.is_cuda() ? "cuda" : "cpu", options_.policy, options_.prefetch ? "on" : "off",
+      options_.link_gbps > 0 ? absl::StrCat(options_.link_gbps, " GB/s") : "unpaced"));
   models_.push_back(std::move(model));
   return absl::OkStatus();
 }
@@ -149,7 +164,7 @@ absl::Status Daemon::Preflight() {
   // /metrics first: a port in use is reported before minutes of loading, and
   // the model series appear as each model registers them.
   if (!options_.metrics_addr.empty()) {
-    ASSIGN_OR_RETURN(metrics_, rpc::MetricsServer::Start(options_.metrics_addr, registry_));
+    ASSIGN_OR_RETURN(metrics_, rpc::MetricsServer::Start(options_.metrics_addr, exposed_));
     MOE_LOG(INFO) << "metrics on port " << metrics_->port();
   }
   return absl::OkStatus();
@@ -186,13 +201,17 @@ absl::Status Daemon::Start() {
   ASSIGN_OR_RETURN(rpc::ListenAddress address, rpc::ParseListenAddress(options_.listen));
   so.listen.push_back(address);
   so.services.push_back(service_.get());
+  so.service_names.push_back(v1::ExpertCache::service_full_name());
   so.security = options_.security;
   ASSIGN_OR_RETURN(server_, rpc::Server::Start(so));
   if (server_->bound_port() != 0) MOE_LOG(INFO) << "gRPC on port " << server_->bound_port();
   housekeeper_ = std::thread([this] { Housekeep(); });
   server_->SetServing(true);
-  MOE_LOG(INFO) << "moe-cached serving " << models_.size() << " model(s) on "
-                << options_.listen;
+  MOE_LOG(INFO) << VersionLine("moe-cached") << " serving on "
+                << rpc::ShownAddress(options_.listen, server_->bound_port()) << ", metrics "
+                << (metrics_ != nullptr ? rpc::ShownAddress(options_.metrics_addr, metrics_port())
+                                        : "off")
+                << ": " << absl::StrJoin(model_lines_, "; ");
   return absl::OkStatus();
 }
 

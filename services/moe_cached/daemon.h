@@ -32,6 +32,7 @@
 #include "services/moe_cached/service.h"
 #include "services/moe_cached/sessions.h"
 #include "services/rpc/metrics_server.h"
+#include "services/rpc/process_metrics.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::cached {
@@ -63,6 +64,10 @@ class Daemon {
 
   const DaemonOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
+  // What /metrics serves: registry_ plus moe_build_info and process_*.
+  std::shared_ptr<rpc::ProcessMetrics> exposed_;
+  // Per model, its part of the start-up line (what it is and how cached).
+  std::vector<std::string> model_lines_;
   std::vector<std::unique_ptr<CachedModel>> models_;
   std::unique_ptr<FdBroker> fd_broker_;  // outlives sessions_ (declared first)
   std::unique_ptr<SessionManager> sessions_;

@@ -197,7 +197,9 @@ void GenerationRunner::Run(Job& job) {
     status = absl::DeadlineExceededError("deadline passed while queued");
   } else {
     ran = true;
+    SetRunningMetrics(&job.options);
     status = RunGenerate(job, &generated, &ttft, &tpot, &finish);
+    SetRunningMetrics(nullptr);
   }
   job.sink->Finish(status);
   Record(status, generated, ttft, tpot);
@@ -288,6 +290,19 @@ absl::Status GenerationRunner::RunGenerate(Job& job, int* generated,
   if (!summary.ok()) return summary.status();
   if (!stop_reason.ok()) return stop_reason;
   return absl::OkStatus();
+}
+
+void GenerationRunner::SetRunningMetrics(const GenerateOptions* running) {
+  if (metrics_ == nullptr) return;
+  metrics_->SetRunning(running != nullptr ? 1 : 0);
+  if (running == nullptr) {
+    metrics_->SetKvCacheBytes(0);
+    return;
+  }
+  const int64_t prompt = static_cast<int64_t>(running->prompt.size());
+  metrics_->AddPromptTokens(prompt);
+  // The session Generate makes holds prompt + max_new_tokens positions.
+  metrics_->SetKvCacheBytes(Session::KvCacheBytes(model_, prompt + running->max_new_tokens));
 }
 
 void GenerationRunner::Record(const absl::Status& status, int generated,

@@ -111,6 +111,8 @@ class GenerationRunner {
                            double* tpot, std::string* finish);
   void Record(const absl::Status& status, int generated, double ttft,
               double tpot);
+  // Running-request gauges (and prompt tokens) for `running`; null: idle.
+  void SetRunningMetrics(const GenerateOptions* running);
 
   const MoeModel& model_;
   MeteredProvider experts_;

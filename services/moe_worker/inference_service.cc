@@ -111,4 +111,18 @@ grpc::ServerWriteReactor<GenerateResponse>* InferenceService::Generate(
   return call;
 }
 
+grpc::ServerUnaryReactor* InferenceService::GetMetrics(
+    grpc::CallbackServerContext* context, const v1::GetMetricsRequest* /*request*/,
+    v1::GetMetricsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status;
+  if (metrics_ != nullptr) {
+    response->set_text(metrics_->Text());
+  } else {
+    status = absl::UnavailableError("this worker keeps no metrics");
+  }
+  reactor->Finish(rpc::ToGrpcStatus(status));
+  return reactor;
+}
+
 }  // namespace moe::worker

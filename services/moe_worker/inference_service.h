@@ -9,20 +9,29 @@
 
 #include "moe/v1/inference.grpc.pb.h"
 #include "services/moe_worker/generation_runner.h"
+#include "services/rpc/process_metrics.h"
 
 namespace moe::worker {
 
 class InferenceService final : public v1::Inference::CallbackService {
  public:
-  // `runner` is not owned and must outlive the service's server.
-  explicit InferenceService(GenerationRunner* runner) : runner_(runner) {}
+  // `runner` and `metrics` are not owned and must outlive the service's
+  // server. `metrics` may be null (GetMetrics is then UNAVAILABLE).
+  explicit InferenceService(GenerationRunner* runner,
+                            const rpc::ProcessMetrics* metrics = nullptr)
+      : runner_(runner), metrics_(metrics) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
       const v1::GenerateRequest* request) override;
 
+  grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* context,
+                                       const v1::GetMetricsRequest* request,
+                                       v1::GetMetricsResponse* response) override;
+
  private:
   GenerationRunner* runner_;
+  const rpc::ProcessMetrics* metrics_;
 };
 
 }  // namespace moe::worker

@@ -37,9 +37,7 @@ int main(int argc, char** argv) {
                  worker.status().ToString().c_str());
     return 1;
   }
-  MOE_LOG(INFO) << "moe-worker serving " << flags->options.model_dir
-                << " (grpc port " << (*worker)->grpc_port() << ", metrics port "
-                << (*worker)->metrics_port() << ")";
+  MOE_LOG(INFO) << (*worker)->StartupLine();
   moe::rpc::NotifyReady();
   const int sig = signals.Wait();
   MOE_LOG(INFO) << "signal " << sig << ": shutting down";

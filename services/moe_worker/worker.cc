@@ -8,11 +8,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/engine/in_memory_provider.h"
 #include "services/moe_worker/daemon_provider.h"
+#include "services/rpc/build_info.h"
+#include "services/rpc/startup_log.h"
 
 namespace moe::worker {
 
@@ -92,7 +95,7 @@ absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
   if (!options_.metrics_addr.empty()) {
     ASSIGN_OR_RETURN(metrics_server_,
                      rpc::MetricsServer::Start(options_.metrics_addr,
-                                               metrics_.registry()));
+                                               metrics_.exposed()));
   }
   return absl::OkStatus();
 }
@@ -136,10 +139,11 @@ absl::Status Worker::Init() {
   runner_ = std::make_unique<GenerationRunner>(
       *model_, provider_.get(), tokenizer_.get(), &metrics_, runner_options);
   RETURN_IF_ERROR(runner_->Start());
-  service_ = std::make_unique<InferenceService>(runner_.get());
+  service_ = std::make_unique<InferenceService>(runner_.get(), metrics_.exposed().get());
   rpc::ServerOptions server_options;
   server_options.listen = listen;
   server_options.services.push_back(service_.get());
+  server_options.service_names.push_back(v1::Inference::service_full_name());
   server_options.security = options_.security;
   ASSIGN_OR_RETURN(server_, rpc::Server::Start(server_options));
   if (!options_.port_file.empty()) {
@@ -185,6 +189,31 @@ std::string Worker::ModelName() const {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const size_t slash = dir.rfind('/');
   return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+std::string Worker::StartupLine() const {
+  std::string listen;
+  std::vector<std::string> addrs = options_.listen;
+  if (addrs.empty()) addrs.push_back(kDefaultListen);
+  for (const std::string& a : addrs) {
+    absl::StrAppend(&listen, listen.empty() ? "" : ", ", rpc::ShownAddress(a, grpc_port()));
+  }
+  const std::string metrics = metrics_server_ != nullptr
+                                  ? rpc::ShownAddress(options_.metrics_addr, metrics_port())
+                                  : "off";
+  const ModelDescription& desc = model_->description();
+  std::string experts;
+  if (options_.cache == "none") {
+    experts = absl::StrFormat("in-process, %.2f GiB (--cache none)",
+                              static_cast<double>(rpc::AllExpertBytes(desc)) / (1ull << 30));
+  } else {
+    experts = absl::StrCat("moe-cached at ", options_.cache, " (model '",
+                           options_.cache_model.empty() ? ModelName() : options_.cache_model,
+                           "')");
+  }
+  return absl::StrCat(VersionLine("moe-worker"), " serving model ", ModelName(), " (",
+                      rpc::ModelSummary(desc), ") on ", listen, ", backend ",
+                      backend_->Info().name, ", metrics ", metrics, "; experts: ", experts);
 }
 
 int Worker::grpc_port() const {

@@ -78,6 +78,11 @@ class Worker {
   // within shutdown_grace (then cancel it), stop the server and /metrics.
   void Stop();
 
+  // The one line logged when serving starts: version, model, family,
+  // dtypes, backend, listen and metrics addresses, and where the experts
+  // are ("experts: in-process, 1.25 GiB" or "experts: moe-cached at ...").
+  std::string StartupLine() const;
+
   int grpc_port() const;     // first TCP listen address, 0 if none
   int metrics_port() const;  // 0 when metrics are disabled
   const MoeModel& model() const { return *model_; }

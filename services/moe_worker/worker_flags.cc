@@ -144,8 +144,8 @@ std::string WorkerUsage() {
       kDefaultListen,
       ")\n"
       "  --backend B             cpu, cuda or auto (default auto)\n"
-      "  --cache C               none (all experts in memory) or unix:PATH of "
-      "moe-cached\n"
+      "  --cache C               unix:PATH of moe-cached, or none: every expert\n"
+      "                          in this process's memory (default none)\n"
       "  --cache-wait S          how long to wait for moe-cached at start,\n"
       "                          retrying with backoff (default 60; 0: once)\n"
       "  --cache-model NAME      the model's name at moe-cached (default: "

@@ -61,6 +61,32 @@ WorkerMetrics::WorkerMetrics()
                       .Help("Requests waiting for the engine")
                       .Register(*registry_)
                       .Add({});
+  prompt_tokens_ = &prometheus::BuildCounter()
+                        .Name("moe_worker_prompt_tokens_total")
+                        .Help("Prompt tokens of the requests that ran")
+                        .Register(*registry_)
+                        .Add({});
+  waiting_ = &prometheus::BuildGauge()
+                  .Name("moe_worker_requests_waiting")
+                  .Help("Requests queued, not yet running")
+                  .Register(*registry_)
+                  .Add({});
+  running_ = &prometheus::BuildGauge()
+                  .Name("moe_worker_requests_running")
+                  .Help("Requests running on the engine")
+                  .Register(*registry_)
+                  .Add({});
+  kv_bytes_ = &prometheus::BuildGauge()
+                   .Name("moe_worker_kv_cache_bytes")
+                   .Help("KV cache memory held by the running requests")
+                   .Register(*registry_)
+                   .Add({});
+  process_ = std::make_shared<rpc::ProcessMetrics>(registry_, "moe-worker");
+}
+
+void WorkerMetrics::SetQueueDepth(int64_t n) {
+  queue_depth_->Set(static_cast<double>(n));
+  waiting_->Set(static_cast<double>(n));
 }
 
 std::string WorkerMetrics::CodeLabel(absl::StatusCode code) {

@@ -12,6 +12,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "services/rpc/process_metrics.h"
 
 namespace moe::worker {
 
@@ -22,6 +23,9 @@ class WorkerMetrics {
   const std::shared_ptr<prometheus::Registry>& registry() const {
     return registry_;
   }
+  // What /metrics (and Inference.GetMetrics) serve: the registry, with
+  // moe_build_info and the process_* series refreshed at each collection.
+  const std::shared_ptr<rpc::ProcessMetrics>& exposed() const { return process_; }
 
   // Counts one finished request under status="ok", "cancelled",
   // "invalid_argument", ... (the lower-case gRPC code name).
@@ -31,7 +35,13 @@ class WorkerMetrics {
   void ObserveTpot(double seconds) { tpot_->Observe(seconds); }
   void AddExpertOutcome(int64_t hits, int64_t misses, double wait_seconds,
                         double stall_seconds);
-  void SetQueueDepth(int64_t n) { queue_depth_->Set(static_cast<double>(n)); }
+  void AddPromptTokens(int64_t n) { prompt_tokens_->Increment(static_cast<double>(n)); }
+  // Requests waiting for the engine (also exported as the older
+  // moe_worker_queue_depth) and running on it.
+  void SetQueueDepth(int64_t n);
+  void SetRunning(int64_t n) { running_->Set(static_cast<double>(n)); }
+  // KV cache bytes held by the running requests.
+  void SetKvCacheBytes(int64_t n) { kv_bytes_->Set(static_cast<double>(n)); }
 
   // The lower-case name of a status code ("ok", "resource_exhausted").
   static std::string CodeLabel(absl::StatusCode code);
@@ -47,6 +57,11 @@ class WorkerMetrics {
   prometheus::Counter* expert_hits_ = nullptr;
   prometheus::Counter* expert_misses_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
+  prometheus::Counter* prompt_tokens_ = nullptr;
+  prometheus::Gauge* waiting_ = nullptr;
+  prometheus::Gauge* running_ = nullptr;
+  prometheus::Gauge* kv_bytes_ = nullptr;
+  std::shared_ptr<rpc::ProcessMetrics> process_;
 };
 
 }  // namespace moe::worker

@@ -25,6 +25,27 @@ void DeclareClientSecurityFlags(FlagSet& f);
 absl::StatusOr<std::shared_ptr<grpc::Channel>> DialFromFlags(
     const FlagSet& f, const std::string& address);
 
+// The two moecache services a command can be pointed at.
+enum class MoeService { kWorker, kCache };
+
+// Says what is at `address` before a command calls it, through the standard
+// health service (no token needed): when the server there serves the other
+// moecache service, FAILED_PRECONDITION naming what it is and what `flag`
+// wants ("unix:/run/moecache/moe-cached.sock is moe-cached, not a worker:
+// --target wants moe-worker's address ..."). OK when it serves `want`, and
+// whenever it cannot tell (unreachable, no health service): the command's
+// own call then reports (also for a server that names neither service).
+absl::Status CheckServes(const std::shared_ptr<grpc::Channel>& channel,
+                         const std::string& address, MoeService want,
+                         const std::string& flag);
+
+// DialFromFlags, then CheckServes: a channel to the service `want` at
+// `address` (named by `flag`), or why not.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> DialService(const FlagSet& f,
+                                                           const std::string& address,
+                                                           MoeService want,
+                                                           const std::string& flag);
+
 }  // namespace moe::moectl
 
 #endif  // MOECACHE_SERVICES_MOECTL_CLIENT_CHANNEL_H_

@@ -3,9 +3,9 @@
 // arrive and a one-line summary to stderr; --json prints one object per
 // token
 //   {"token_id":..,"text":..,"logprob":..,"top_logprobs":[{"token_id":..,"logprob":..}]}
-// then {"finish_reason":..,"text":"","usage":{..moe.v1.Usage's fields..}}
-// (the worker puts any held-back text into the last token's "text", so the
-// summary's "text" is always empty; the concatenated text is the same).
+// then {"finish_reason":..,"text":..,"usage":{..moe.v1.Usage's fields..}}
+// whose "text" is the whole generated text (the tokens' texts concatenated),
+// so a script can read the last line alone.
 //
 // Exit codes: 0 success, 2 bad flags or a request the worker refused as
 // INVALID_ARGUMENT, 1 anything else (unreachable worker, busy, cancelled).
@@ -115,7 +115,8 @@ void PrintToken(const v1::GenerateResponse& r, bool as_json) {
   PrintJsonLine(j);
 }
 
-void PrintSummary(const v1::GenerateResponse& last, bool as_json) {
+// `text`: everything generated (the summary line of --json carries it).
+void PrintSummary(const v1::GenerateResponse& last, const std::string& text, bool as_json) {
   const v1::Usage& u = last.usage();
   if (as_json) {
     json usage;
@@ -128,7 +129,7 @@ void PrintSummary(const v1::GenerateResponse& last, bool as_json) {
     usage["expert_stall_seconds"] = u.expert_stall_seconds();
     json j;
     j["finish_reason"] = last.finish_reason();
-    j["text"] = "";
+    j["text"] = text;
     j["usage"] = std::move(usage);
     PrintJsonLine(j);
     return;
@@ -151,7 +152,8 @@ void PrintSummary(const v1::GenerateResponse& last, bool as_json) {
 
 // Streams the request; the status the worker ended the call with.
 absl::Status Stream(const FlagSet& f, const v1::GenerateRequest& request) {
-  ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, f.GetString("target")));
+  ASSIGN_OR_RETURN(auto channel,
+                   DialService(f, f.GetString("target"), MoeService::kWorker, "--target"));
   auto stub = v1::Inference::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
@@ -161,10 +163,12 @@ absl::Status Stream(const FlagSet& f, const v1::GenerateRequest& request) {
   auto reader = stub->Generate(&ctx, request);
   v1::GenerateResponse r;
   bool summarized = false;
+  std::string text;
   while (reader->Read(&r)) {
     PrintToken(r, as_json);
+    text += r.text();
     if (!r.finish_reason().empty()) {
-      PrintSummary(r, as_json);
+      PrintSummary(r, text, as_json);
       summarized = true;
     }
   }

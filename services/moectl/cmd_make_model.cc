@@ -1,11 +1,14 @@
 // moectl make-model: writes a Hugging Face-layout MoE checkpoint with random
 // weights (see common/model_maker.h).
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/model_desc.h"
 #include "common/model_maker.h"
+#include "common/model_presets.h"
 #include "common/status_macros.h"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
@@ -17,7 +20,11 @@ void DeclareFlags(FlagSet& f) {
   f.String("arch", "mixtral",
            "model family: mixtral, qwen2_moe, qwen3_moe, olmoe");
   f.String("out", "", "output directory (created if missing; required)");
-  f.String("preset", "", "start from a preset: tiny");
+  f.Bool("force", false, "write into a non-empty --out directory");
+  f.String("preset", "",
+           absl::StrCat("start from a preset: ", PresetNames(),
+                        " (the *-2l presets: a published model's shape at 2 "
+                        "layers, to size a cache without a download)"));
   f.Int("layers", 0, "decoder layers");
   f.Int("hidden", 0, "hidden size");
   f.Int("heads", 0, "attention heads");
@@ -44,14 +51,12 @@ void DeclareFlags(FlagSet& f) {
 absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   ASSIGN_OR_RETURN(ModelFamily family, ParseModelFamily(f.GetString("arch")));
   const std::string& preset = f.GetString("preset");
-  if (!preset.empty() && preset != "tiny") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown preset '", preset, "' (known: tiny)"));
-  }
-  MakeModelOptions o = TinyPreset(family);
-  if (preset.empty()) {
-    o = MakeModelOptions();
-    o.arch = family;
+  MakeModelOptions o;
+  o.arch = family;
+  if (!preset.empty()) {
+    std::optional<ModelFamily> given;
+    if (f.IsSet("arch")) given = family;
+    ASSIGN_OR_RETURN(o, PresetOptions(preset, given));
   }
   struct IntFlag {
     const char* name;
@@ -96,9 +101,22 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   return o;
 }
 
+// INVALID_ARGUMENT when `out` is a directory with anything in it: writing
+// there would mix a new model with what is there (or replace a real one).
+absl::Status CheckOutEmpty(const std::string& out) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(out, ec)) return absl::OkStatus();
+  if (std::filesystem::directory_iterator(out, ec) == std::filesystem::directory_iterator()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--out ", out, " is not empty; give --force to write the model into it anyway "
+      "(its checkpoint files are replaced), or choose an empty directory"));
+}
+
 int RunMakeModel(const Args& args) {
   FlagSet flags("make-model",
-                "--out DIR [--arch A] [--preset tiny] [size flags]");
+                "--out DIR [--force] [--arch A] [--preset P] [size flags]");
   DeclareFlags(flags);
   absl::Status parsed = flags.Parse(args);
   if (flags.help()) {
@@ -118,6 +136,7 @@ int RunMakeModel(const Args& args) {
   auto options = OptionsFromFlags(flags);
   const std::string& out = flags.GetString("out");
   absl::Status s = options.status();
+  if (s.ok() && !flags.GetBool("force")) s = CheckOutEmpty(out);
   if (s.ok()) s = MakeModel(*options, out);
   // Read back what was written: the same checks `inspect` applies.
   absl::StatusOr<ModelDescription> desc =
@@ -142,7 +161,7 @@ int RunMakeModel(const Args& args) {
 
 const bool kRegistered = RegisterCommand(
     {"make-model",
-     "write a tiny Hugging Face-layout MoE model with random weights",
+     "write a Hugging Face-layout MoE model with random weights (tiny, small, real shapes)",
      &RunMakeModel});
 
 }  // namespace

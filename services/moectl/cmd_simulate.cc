@@ -1,6 +1,13 @@
 // moectl simulate: replays a moe-trace/1 trace through the cache library on a
 // virtual clock (services/cache/simulator.h) and reports per policy.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -9,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "services/cache/policy.h"
 #include "services/cache/simulator.h"
@@ -29,6 +37,8 @@ constexpr char kHelp[] =
     "          static-popular static-layers static-popular-oracle (for host execution)\n"
     "          (moe-infinity options: moe-infinity:fair_share=0,lrfu=1,...)\n"
     "link model defaults: 17 MB experts, 25 GB/s, 0.3 ms per layer, 1 MB chunks.\n"
+    "--prefetch defaults to off here, while moe-cached prefetches by default:\n"
+    "pass --prefetch on to model a daemon as shipped.\n"
     "--passes K replays the trace K times and reports the last pass (warm EAMC).\n"
     "--hints off ignores the trace's pre-gating hints (default on: replayed in\n"
     "decode). A trace with hints also gets their recall and precision (a line\n"
@@ -37,7 +47,10 @@ constexpr char kHelp[] =
     "--miss-mode: where misses are served (default fetch): copied into a slot,\n"
     "run on the host from host memory (G GB/s, default 60; F GFLOP/s, default\n"
     "500), or per miss by the daemon's cost model (auto). A layer then takes\n"
-    "stall + max(T, its host runs); host runs and host ms per token are reported.\n";
+    "stall + max(T, its host runs); host runs and host ms per token are reported.\n"
+    "--progress on|off|auto shows each run's progress on stderr (auto, the\n"
+    "default: when stderr is a terminal).\n"
+    "Every flag, policy and capacity is checked before the first run.\n";
 
 struct Flags {
   std::map<std::string, std::string> values;
@@ -68,7 +81,8 @@ bool ParseFlags(const Args& args, Flags* f, std::string* error) {
   static const char* kKnown[] = {"trace",     "policy",    "capacity", "capacity-frac",
                                  "prefetch",  "expert-mb", "link-gbps", "layer-ms",
                                  "chunk-mb",  "passes",    "sweep",     "out",
-                                 "hints",     "miss-mode", "host-gbps", "host-gflops"};
+                                 "hints",     "miss-mode", "host-gbps", "host-gflops",
+                                 "progress"};
   for (const auto& [k, v] : f->values) {
     bool known = false;
     for (const char* n : kKnown) known |= k == n;
@@ -137,16 +151,53 @@ nlohmann::json HintReport(const trace::Trace& t, bool replay, bool json) {
   return j;
 }
 
+// One line on stderr, rewritten in place, while the runs go on.
+class Progress {
+ public:
+  Progress(bool on, int total_runs) : on_(on), total_(total_runs) {}
+  ~Progress() {
+    if (on_ && shown_) std::fputs("\r\033[K", stderr);
+  }
+  // The callback for run `name` (the next one).
+  std::function<void(double)> Next(const std::string& name) {
+    if (!on_) return nullptr;
+    ++run_;
+    last_percent_ = -1;
+    return [this, name](double done) {
+      const int percent = static_cast<int>(done * 100);
+      if (percent == last_percent_) return;
+      last_percent_ = percent;
+      shown_ = true;
+      std::fprintf(stderr, "\rsimulate: run %d/%d (%s) %3d%%, %.0f s elapsed\033[K", run_,
+                   total_, name.c_str(), percent,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+                       .count());
+      std::fflush(stderr);
+    };
+  }
+
+ private:
+  const bool on_;
+  const int total_;
+  int run_ = 0;
+  int last_percent_ = -1;
+  bool shown_ = false;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 // Runs every policy at one capacity; returns the reports.
 int RunAt(const trace::Trace& t, const std::vector<std::string>& policies,
           cache::SimOptions o, bool json, bool print, std::vector<nlohmann::json>* out,
-          const nlohmann::json& hints) {
+          const nlohmann::json& hints, Progress& progress) {
+  const std::string at = absl::StrCat(" at ", o.capacity, " slots");
+  o.progress = progress.Next("belady" + at);
   auto belady = cache::Simulate(t, "belady", o);
   if (!belady.ok()) {
     std::fprintf(stderr, "simulate: %s\n", std::string(belady.status().message()).c_str());
     return 2;
   }
   for (const auto& p : policies) {
+    if (p != "belady") o.progress = progress.Next(p + at);
     absl::StatusOr<cache::SimResult> r = p == "belady" ? belady : cache::Simulate(t, p, o);
     if (!r.ok()) {
       std::fprintf(stderr, "simulate: %s\n", std::string(r.status().message()).c_str());
@@ -238,6 +289,7 @@ struct SimulatePlan {
   cache::SimOptions options;
   std::vector<std::string> policies;
   std::vector<double> fracs;  // capacity fractions; empty: options.capacity
+  bool progress = false;      // --progress (auto: stderr is a terminal)
 };
 
 // Fills `plan` from `f`; false with a message (without the "simulate: "
@@ -286,6 +338,15 @@ bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
     *err = "--passes takes an integer";
     return false;
   }
+  const std::string progress = get("progress");
+  if (progress.empty() || progress == "auto") {
+    plan->progress = ::isatty(STDERR_FILENO) != 0;
+  } else if (progress == "on" || progress == "off") {
+    plan->progress = progress == "on";
+  } else {
+    *err = "--progress takes on, off or auto";
+    return false;
+  }
   plan->policies = PolicyList(get("policy"));
   plan->out = get("out");
   if (!get("sweep").empty()) {
@@ -321,6 +382,30 @@ bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
   return true;
 }
 
+// Everything a run would refuse, for every capacity and policy, and a
+// sweep's output directory: "" when all is well, else the first reason.
+std::string CheckRuns(const trace::Trace& t, const SimulatePlan& plan,
+                      const std::vector<int>& capacities) {
+  cache::SimOptions o = plan.options;
+  for (int capacity : capacities) {
+    o.capacity = capacity;
+    for (const std::string& p : plan.policies) {
+      if (absl::Status s = cache::ValidateSimulation(t.header, p, o); !s.ok()) {
+        return std::string(s.message());
+      }
+    }
+  }
+  if (plan.sweep) {
+    std::string dir = std::filesystem::path(plan.out).parent_path().string();
+    if (dir.empty()) dir = ".";
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return absl::StrCat("--out ", plan.out, ": cannot write in ", dir, ": ",
+                          std::strerror(errno));
+    }
+  }
+  return "";
+}
+
 int RunSimulate(const Args& args) {
   for (const auto& a : args) {
     if (a == "--help" || a == "-h") {
@@ -351,6 +436,10 @@ int RunSimulate(const Args& args) {
     capacities.push_back(*c);
   }
   if (capacities.empty()) capacities.push_back(plan.options.capacity);
+  if (std::string err2 = CheckRuns(*t, plan, capacities); !err2.empty()) {
+    std::fprintf(stderr, "simulate: %s\n", err2.c_str());
+    return 2;
+  }
   const nlohmann::json hints = HintReport(*t, plan.replay_hints, f.json);
   if (!plan.replay_hints) {
     for (trace::TraceRequest& r : t->requests) r.hints.clear();
@@ -358,9 +447,14 @@ int RunSimulate(const Args& args) {
   std::vector<nlohmann::json> rows;
   if (!f.json) PrintTableHeader();
   cache::SimOptions o = plan.options;
+  int runs = 0;
+  for (const std::string& p : plan.policies) runs += p == "belady" ? 0 : 1;
+  Progress progress(plan.progress, static_cast<int>(capacities.size()) * (runs + 1));
   for (int capacity : capacities) {
     o.capacity = capacity;
-    if (int rc = RunAt(*t, plan.policies, o, f.json, true, &rows, hints); rc != 0) return rc;
+    if (int rc = RunAt(*t, plan.policies, o, f.json, true, &rows, hints, progress); rc != 0) {
+      return rc;
+    }
   }
   return plan.sweep ? WriteSweep(plan.out, rows) : 0;
 }

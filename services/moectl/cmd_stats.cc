@@ -2,7 +2,9 @@
 //   --cache ADDR   moe-cached's gRPC address: ExpertCache.GetStats per model
 //                  (hit rate, stall, prefetch, residency, policy).
 //   --worker ADDR  moe-worker's metrics address HOST:PORT (its
-//                  --metrics-addr): scrapes /metrics and prints requests,
+//                  --metrics-addr), or its gRPC address (unix:PATH, or a
+//                  HOST:PORT that serves no /metrics: Inference.GetMetrics
+//                  returns the same text): reads its metrics and prints requests,
 //                  tokens, mean TTFT and TPOT (histogram sum / count) and the
 //                  worker-side expert hit rate and wait. Scraping keeps one
 //                  source of truth for those numbers: the same series
@@ -12,6 +14,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,11 +22,13 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
+#include "moe/v1/inference.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "services/moectl/client_channel.h"
 #include "services/moectl/commands.h"
@@ -38,7 +43,7 @@ using json = nlohmann::ordered_json;
 double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 absl::StatusOr<json> CacheStats(const FlagSet& f, const std::string& address) {
-  ASSIGN_OR_RETURN(auto channel, DialFromFlags(f, address));
+  ASSIGN_OR_RETURN(auto channel, DialService(f, address, MoeService::kCache, "--cache"));
   auto stub = v1::ExpertCache::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -83,6 +88,11 @@ absl::StatusOr<std::string> HttpGetMetrics(const std::string& host_port) {
         absl::StrCat("cannot resolve '", host_port, "'"));
   }
   int fd = ::socket(res->ai_family, SOCK_STREAM, 0);
+  if (fd >= 0) {
+    const timeval timeout{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  }
   const bool connected =
       fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0;
   freeaddrinfo(res);
@@ -123,8 +133,34 @@ std::map<std::string, double> ParseSamples(const std::string& text) {
   return samples;
 }
 
-absl::StatusOr<json> WorkerStats(const std::string& address) {
-  ASSIGN_OR_RETURN(std::string text, HttpGetMetrics(address));
+// The worker's metrics over gRPC (Inference.GetMetrics).
+absl::StatusOr<std::string> GrpcGetMetrics(const FlagSet& f, const std::string& address) {
+  ASSIGN_OR_RETURN(auto channel, DialService(f, address, MoeService::kWorker, "--worker"));
+  auto stub = v1::Inference::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetMetricsResponse resp;
+  RETURN_IF_ERROR(rpc::FromGrpcStatus(stub->GetMetrics(&ctx, v1::GetMetricsRequest(), &resp)));
+  return resp.text();
+}
+
+// unix:PATH and tcp://HOST:PORT are gRPC; a HOST:PORT is tried as /metrics
+// first, then as the worker's gRPC address.
+absl::StatusOr<std::string> WorkerMetricsText(const FlagSet& f, const std::string& address) {
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "tcp://")) {
+    return GrpcGetMetrics(f, address);
+  }
+  absl::StatusOr<std::string> http = HttpGetMetrics(address);
+  if (http.ok() || http.status().code() == absl::StatusCode::kInvalidArgument) return http;
+  absl::StatusOr<std::string> grpc = GrpcGetMetrics(f, address);
+  if (grpc.ok() || grpc.status().code() == absl::StatusCode::kFailedPrecondition) return grpc;
+  return absl::UnavailableError(absl::StrCat(
+      http.status().message(), ", and no moe-worker gRPC service there either (",
+      grpc.status().message(), ")"));
+}
+
+absl::StatusOr<json> WorkerStats(const FlagSet& f, const std::string& address) {
+  ASSIGN_OR_RETURN(std::string text, WorkerMetricsText(f, address));
   std::map<std::string, double> s = ParseSamples(text);
   json requests = json::object();
   const std::string prefix = "moe_worker_requests_total{status=\"";
@@ -183,11 +219,12 @@ void PrintText(const json& cache, const json& worker) {
 }
 
 int RunStats(const Args& args) {
-  FlagSet f("stats", "[--cache ADDR] [--worker HOST:PORT] [--json]");
+  FlagSet f("stats", "[--cache ADDR] [--worker ADDR] [--json]");
   f.String("cache", "", "moe-cached gRPC address (unix:PATH or HOST:PORT)");
-  f.String("worker", "", "moe-worker metrics address HOST:PORT");
+  f.String("worker", "",
+           "moe-worker's metrics HOST:PORT, or its gRPC address (unix:PATH or HOST:PORT)");
   f.Bool("json", false, "print one JSON object");
-  DeclareClientSecurityFlags(f);  // for --cache
+  DeclareClientSecurityFlags(f);  // for --cache, and --worker over gRPC
   absl::Status parsed = f.Parse(args);
   if (f.help()) {
     std::fputs(f.Usage().c_str(), stdout);
@@ -208,7 +245,7 @@ int RunStats(const Args& args) {
     if (c.ok()) cache = *std::move(c); else status = c.status();
   }
   if (status.ok() && f.IsSet("worker")) {
-    absl::StatusOr<json> w = WorkerStats(f.GetString("worker"));
+    absl::StatusOr<json> w = WorkerStats(f, f.GetString("worker"));
     if (w.ok()) worker = *std::move(w); else status = w.status();
   }
   if (!status.ok()) {

@@ -13,6 +13,8 @@ constexpr char kVersion[] = "0.1.0";
 
 const char* GitRevision() { return kGitRevision; }
 
+const char* Version() { return kVersion; }
+
 std::string VersionLine(const std::string& program) {
   return absl::StrCat(program, " ", kVersion, " (git ", GitRevision(), ")");
 }

@@ -7,6 +7,9 @@
 
 namespace moe {
 
+// "0.1.0": the release this tree is.
+const char* Version();
+
 // "3c51dde1a2b3" (12 hex digits), with "-dirty" when built from a tree with
 // uncommitted changes; "unknown" when built outside git.
 const char* GitRevision();

@@ -13,7 +13,7 @@ namespace moe::rpc {
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address,
-    std::shared_ptr<prometheus::Registry> registry) {
+    std::shared_ptr<prometheus::Collectable> metrics) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     exposer = std::make_unique<prometheus::Exposer>(address, 2);
@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
         "--metrics-addr ", address, ": cannot serve /metrics: ", why.empty() ? e.what() : why,
         "; choose another HOST:PORT, or \"\" to disable /metrics"));
   }
-  exposer->RegisterCollectable(registry);
+  exposer->RegisterCollectable(metrics);
   return std::unique_ptr<MetricsServer>(
       new MetricsServer(std::move(exposer), ReachableHost(address)));
 }

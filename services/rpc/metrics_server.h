@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 
@@ -14,12 +15,13 @@ namespace moe::rpc {
 
 class MetricsServer {
  public:
-  // `address` is "HOST:PORT" (port 0 picks a free one). Serves `registry`
-  // at /metrics. UNAVAILABLE naming --metrics-addr and the reason (e.g.
+  // `address` is "HOST:PORT" (port 0 picks a free one). Serves `metrics`
+  // (a registry, or a ProcessMetrics that refreshes before collecting) at
+  // /metrics. UNAVAILABLE naming --metrics-addr and the reason (e.g.
   // "Address already in use") when it cannot listen.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& address,
-      std::shared_ptr<prometheus::Registry> registry);
+      std::shared_ptr<prometheus::Collectable> metrics);
 
   // Stops serving; a scrape being answered finishes first. Takes
   // milliseconds, not civetweb's poll period of up to 2 s (see the .cc).

@@ -270,6 +270,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   for (const std::string& path : server->unix_paths_) {
     server->unix_ids_.push_back(IdentifyFile(path));
   }
+  if (auto* health = server->server_->GetHealthCheckService(); health != nullptr) {
+    for (const std::string& name : options.service_names) health->SetServingStatus(name, false);
+  }
   const unsigned mode = security->has_group ? 0660 : options.socket_mode;
   for (const std::string& path : server->unix_paths_) {
     // Group first: the socket is never group-accessible with the wrong group.

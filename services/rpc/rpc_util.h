@@ -51,6 +51,10 @@ struct ServerOptions {
   SecurityOptions security;
   RpcLimits limits;
   std::vector<grpc::Service*> services;  // not owned
+  // Full names of `services` ("moe.v1.Inference"): each gets a health
+  // status (following SetServing), so a client can ask a server which
+  // service it is; an unknown name is NOT_FOUND.
+  std::vector<std::string> service_names;
 };
 
 // What Server::Start would refuse, checked without binding anything, so that a
@@ -89,7 +93,6 @@ class Server {
   std::unique_ptr<grpc::Server> server_;
   std::vector<std::string> unix_paths_;
   std::vector<FileIdentity> unix_ids_;  // of each bound socket, parallel to unix_paths_
-  std::vector<std::string> service_names_;
   int bound_port_ = 0;
   bool shut_down_ = false;
   // Calls being served (long-lived health watches and reflection streams

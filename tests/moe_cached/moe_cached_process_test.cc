@@ -323,6 +323,10 @@ TEST_F(MoeCachedTest, MetricsSeenThroughARealScrape) {
         layer == 0 ? 2 : 0)
         << ll;
   }
+  // Beside the cache's series (issue 18.6): the build and the process.
+  EXPECT_THAT(*body, ::testing::HasSubstr("moe_build_info{program=\"moe-cached\",revision=\""));
+  EXPECT_GT(moe::testing::MetricValue(*body, "process_resident_memory_bytes").value_or(-1), 1e6);
+  EXPECT_GT(moe::testing::MetricValue(*body, "process_open_fds").value_or(-1), 3);
 }
 
 TEST_F(MoeCachedTest, SigtermDrainsPersistsAndExitsZero) {

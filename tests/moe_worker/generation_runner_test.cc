@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/engine/tokenizer.h"
+#include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
 
 namespace moe::worker {
@@ -238,6 +239,36 @@ TEST_F(GenerationRunnerTest, QueueOverflowIsResourceExhausted) {
   EXPECT_EQ(running->tokens().size(), 3u);
   EXPECT_EQ(queued->tokens().size(), 3u);
   EXPECT_EQ(refused->finishes(), 0);
+}
+
+// Issue 18.6: requests running and waiting, the running request's KV cache
+// and the prompt tokens, as /metrics shows them.
+TEST_F(GenerationRunnerTest, RunningWaitingKvAndPromptMetrics) {
+  GatedProvider gated(provider_.get());
+  auto runner = MakeRunner(&gated);
+  auto first = std::make_shared<RecordingSink>();
+  auto second = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 3), absl::InfiniteFuture(), first).ok());
+  gated.WaitEntered();
+  ASSERT_TRUE(runner->Submit(IdsRequest({3, 4, 5}, 4), absl::InfiniteFuture(), second).ok());
+  std::string m = metrics_.exposed()->Text();
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_requests_running"), 1) << m;
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_requests_waiting"), 1);
+  // tiny mixtral: 4 layers, 2 KV heads of 16, f32 keys and values, for the
+  // 2 prompt + 3 new positions.
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_kv_cache_bytes"), 2 * 4 * 4 * 5 * 2 * 16);
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_prompt_tokens_total"), 2);
+  gated.Open();
+  EXPECT_TRUE(first->Wait().ok());
+  EXPECT_TRUE(second->Wait().ok());
+  // The runner's thread sets the gauges after the sink's Finish.
+  EXPECT_TRUE(testing::WaitFor([&] {
+    return testing::MetricValue(metrics_.exposed()->Text(), "moe_worker_requests_running") == 0;
+  }));
+  m = metrics_.exposed()->Text();
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_requests_waiting"), 0);
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_kv_cache_bytes"), 0);
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_prompt_tokens_total"), 5);
 }
 
 TEST_F(GenerationRunnerTest, ZeroQueueRunsOneAndRefusesTheNext) {

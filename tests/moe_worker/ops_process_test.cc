@@ -33,20 +33,10 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::CachedBinary;
 using testing::RunShell;
+using testing::WaitFor;
 using testing::WorkerProcess;
 using HealthStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 using Clock = std::chrono::steady_clock;
-
-// Polls `done` every 10 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& done,
-             std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  const auto end = Clock::now() + timeout;
-  while (Clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
 
 // The health of the server at `address` (a fresh channel each time, so no
 // reconnect backoff is carried over); UNKNOWN when it does not answer.

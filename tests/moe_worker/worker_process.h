@@ -16,8 +16,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -122,6 +124,17 @@ class WorkerProcess {
   int exit_status_ = 0;
   std::string log_path_;
 };
+
+// Polls `done` every 10 ms until it holds or `timeout` passes.
+inline bool WaitFor(const std::function<bool()>& done,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
 
 // Runs a shell command; its stdout (and stderr, when `with_stderr`), and its
 // exit code in `*code` (-1 when killed by a signal).

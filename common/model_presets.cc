@@ -1,0 +1,91 @@
+#include "common/model_presets.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace moe {
+namespace {
+
+// A published model's shape at 2 decoder layers (from its config.json).
+struct RealShape {
+  const char* name;
+  ModelFamily family;
+  int64_t hidden, heads, kv_heads, head_dim, experts, top_k, intermediate,
+      moe_intermediate, shared_intermediate, vocab;
+  bool norm_topk_prob;
+};
+
+constexpr RealShape kRealShapes[] = {
+    // Mixtral-8x7B-v0.1: 32 layers in the original.
+    {"mixtral-8x7b-2l", ModelFamily::kMixtral, 4096, 32, 8, 0, 8, 2, 14336, 0,
+     0, 32000, true},
+    // Qwen1.5-MoE-A2.7B: 24 layers, a shared expert of 5632.
+    {"qwen1.5-moe-a2.7b-2l", ModelFamily::kQwen2Moe, 2048, 16, 16, 0, 60, 4,
+     5632, 1408, 5632, 151936, false},
+    // Qwen3-30B-A3B: 48 layers, head_dim 128 != hidden / heads.
+    {"qwen3-30b-a3b-2l", ModelFamily::kQwen3Moe, 2048, 32, 4, 128, 128, 8, 6144,
+     768, 0, 151936, true},
+    // OLMoE-1B-7B-0924: 16 layers.
+    {"olmoe-1b-7b-2l", ModelFamily::kOlmoe, 2048, 16, 16, 0, 64, 8, 1024, 0, 0,
+     50304, false},
+};
+
+// Bigger than tiny, still seconds to write: 6 layers x 16 experts.
+MakeModelOptions SmallPreset(ModelFamily family) {
+  MakeModelOptions o = TinyPreset(family);
+  o.layers = family == ModelFamily::kQwen3Moe ? 7 : 6;
+  o.hidden = 128;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = family == ModelFamily::kQwen3Moe ? 64 : 0;
+  o.experts = 16;
+  o.top_k = 2;
+  o.intermediate = 256;
+  if (o.moe_intermediate > 0) o.moe_intermediate = 128;
+  if (o.shared_intermediate > 0) o.shared_intermediate = 256;
+  o.vocab = 1024;
+  return o;
+}
+
+}  // namespace
+
+std::string PresetNames() {
+  std::string names = "tiny, small";
+  for (const RealShape& r : kRealShapes) absl::StrAppend(&names, ", ", r.name);
+  return names;
+}
+
+absl::StatusOr<MakeModelOptions> PresetOptions(
+    const std::string& name, std::optional<ModelFamily> family) {
+  if (name == "tiny") return TinyPreset(family.value_or(ModelFamily::kMixtral));
+  if (name == "small")
+    return SmallPreset(family.value_or(ModelFamily::kMixtral));
+  for (const RealShape& r : kRealShapes) {
+    if (name != r.name) continue;
+    if (family.has_value() && *family != r.family) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("preset ", name, " is a ", ModelFamilyName(r.family),
+                       " model, not ", ModelFamilyName(*family)));
+    }
+    MakeModelOptions o;
+    o.arch = r.family;
+    o.layers = 2;
+    o.hidden = r.hidden;
+    o.heads = r.heads;
+    o.kv_heads = r.kv_heads;
+    o.head_dim = r.head_dim;
+    o.experts = r.experts;
+    o.top_k = r.top_k;
+    o.intermediate = r.intermediate;
+    o.moe_intermediate = r.moe_intermediate;
+    o.shared_intermediate = r.shared_intermediate;
+    o.vocab = r.vocab;
+    o.norm_topk_prob = r.norm_topk_prob;
+    o.max_position_embeddings = 32768;
+    return o;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown preset '", name, "' (known: ", PresetNames(), ")"));
+}
+
+}  // namespace moe

@@ -1,0 +1,259 @@
+// What the real binaries tell an operator (issue 18, points 4, 6, 7, 8): the
+// start-up line, the metrics beside the cache's, clear answers from the
+// wrong endpoint, and moectl's rough edges (make-model, simulate, generate).
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/moe_worker/worker_process.h"
+#include "tests/moe_worker/worker_test_util.h"
+
+namespace moe::worker {
+namespace {
+
+using testing::CachedBinary;
+using ::testing::HasSubstr;
+using testing::MetricValue;
+using ::testing::Not;
+using testing::PortFromFile;
+using testing::RunShell;
+using testing::ScrapeMetrics;
+using testing::WaitFor;
+using testing::WorkerProcess;
+
+const std::string kMoectl = MOE_BINARY_DIR "/bin/moectl";
+
+class OpsReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::MakeTinyModel(dir_.Sub("tiny"));
+    cache_ = "unix:" + dir_.Sub("c.sock");
+    worker_sock_ = "unix:" + dir_.Sub("w.sock");
+  }
+
+  void StartDaemon() {
+    ASSERT_TRUE(daemon_.Spawn(
+        {"--model", dir_.Sub("tiny"), "--listen", cache_, "--metrics-addr", "",
+         "--cache-experts", "16", "--policy", "lru"},
+        dir_.Sub("c.log"), CachedBinary()));
+    ASSERT_TRUE(daemon_.WaitServing(cache_)) << daemon_.Log();
+  }
+
+  // A worker on worker_sock_ with /metrics on a free port (metrics_port_).
+  void StartWorker(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--model",        dir_.Sub("tiny"),
+                                     "--listen",       worker_sock_,
+                                     "--backend",      "cpu",
+                                     "--metrics-addr", "127.0.0.1:0",
+                                     "--port-file",    dir_.Sub("ports.json")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(worker_.Spawn(args, dir_.Sub("w.log")));
+    ASSERT_TRUE(worker_.WaitServing(worker_sock_)) << worker_.Log();
+    metrics_port_ = PortFromFile(dir_.Sub("ports.json"), "metrics_port");
+    ASSERT_GT(metrics_port_, 0);
+  }
+
+  // moectl with `args`; stdout and stderr together.
+  static std::string Moectl(const std::string& args, int* code) {
+    return RunShell(kMoectl + " " + args, code);
+  }
+
+  moe::testing::TempDir dir_;
+  std::string cache_, worker_sock_;
+  WorkerProcess daemon_, worker_;
+  int metrics_port_ = 0;
+};
+
+// Point 4 (and 8: no "grpc port 0" on a Unix socket): one line says what the
+// worker serves and that, without --cache, every expert is in its memory.
+TEST_F(OpsReportTest, WorkerStartLineSaysWhereTheExpertsAre) {
+  int code = -1;
+  const std::string help = RunShell(testing::WorkerBinary() + " --help", &code);
+  EXPECT_EQ(code, 0);
+  EXPECT_THAT(help, HasSubstr("in this process's memory (default none)"));
+
+  StartWorker();
+  ASSERT_TRUE(WaitFor(
+      [&] { return worker_.Log().find("experts:") != std::string::npos; }));
+  const std::string log = worker_.Log();
+  EXPECT_THAT(log, HasSubstr("moe-worker 0.1.0 (git "));
+  EXPECT_THAT(
+      log, HasSubstr("serving model tiny (mixtral, dense bf16, experts bf16, "
+                     "4 MoE layers x 8 experts of "));
+  EXPECT_THAT(log, HasSubstr(" on " + worker_sock_ +
+                             ", backend cpu, metrics 127.0.0.1:" +
+                             std::to_string(metrics_port_)));
+  EXPECT_THAT(log, HasSubstr("; experts: in-process, 0.00 GiB (--cache none)"));
+  EXPECT_THAT(log, Not(HasSubstr("grpc port 0")));
+}
+
+// Point 4: the daemon's line names the cache size, the policy and prefetch;
+// a worker with --cache names the daemon.
+TEST_F(OpsReportTest, DaemonStartLineNamesCacheAndPolicy) {
+  StartDaemon();
+  const std::string log = daemon_.Log();
+  EXPECT_THAT(log, HasSubstr("moe-cached 0.1.0 (git "));
+  EXPECT_THAT(log, HasSubstr("serving on " + cache_ +
+                             ", metrics off: model tiny (mixtral, "));
+  EXPECT_THAT(log, HasSubstr("cache 16 slots = "));
+  EXPECT_THAT(log, HasSubstr("(50% of the experts) on cpu, policy lru, "
+                             "prefetch on, link unpaced"));
+  StartWorker({"--cache", cache_});
+  ASSERT_TRUE(WaitFor(
+      [&] { return worker_.Log().find("experts:") != std::string::npos; }));
+  EXPECT_THAT(worker_.Log(), HasSubstr("; experts: moe-cached at " + cache_ +
+                                       " (model 'tiny')"));
+}
+
+// Point 6: prompt tokens, requests running and waiting, KV memory, process
+// memory and the build, on the worker's own registry.
+TEST_F(OpsReportTest, WorkerExportsTheMetricsOperatorsExpect) {
+  StartWorker();
+  int code = -1;
+  const std::string out =
+      Moectl("generate --target " + worker_sock_ +
+                 " --prompt-ids 5,6,7 --max-new-tokens 4 --ignore-eos --json",
+             &code);
+  ASSERT_EQ(code, 0) << out;
+  const std::string m = ScrapeMetrics(metrics_port_);
+  EXPECT_EQ(MetricValue(m, "moe_worker_prompt_tokens_total"), 3) << m;
+  EXPECT_EQ(MetricValue(m, "moe_worker_requests_running"), 0);
+  EXPECT_EQ(MetricValue(m, "moe_worker_requests_waiting"), 0);
+  EXPECT_EQ(MetricValue(m, "moe_worker_kv_cache_bytes"), 0);  // nothing running
+  EXPECT_GT(MetricValue(m, "process_resident_memory_bytes"), 1e6);
+  EXPECT_GT(MetricValue(m, "process_virtual_memory_bytes"), 1e6);
+  EXPECT_GT(MetricValue(m, "process_open_fds"), 3);
+  EXPECT_GT(MetricValue(m, "process_start_time_seconds"), 1.6e9);
+  EXPECT_THAT(m,
+              HasSubstr("moe_build_info{program=\"moe-worker\",revision=\""));
+  EXPECT_THAT(m, HasSubstr("\",version=\"0.1.0\"} 1"));
+}
+
+// Point 7: each command pointed at the other service says so, and
+// `stats --worker` takes the worker's gRPC address too.
+TEST_F(OpsReportTest, WrongEndpointGetsAClearAnswer) {
+  StartDaemon();
+  StartWorker({"--cache", cache_, "--listen", "127.0.0.1:0"});
+  int code = -1;
+  std::string out =
+      Moectl("generate --target " + cache_ + " --prompt-ids 1,2", &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, HasSubstr(cache_ + " is moe-cached, not a worker"));
+  EXPECT_THAT(out, HasSubstr("--target wants moe-worker's address"));
+  EXPECT_THAT(out, Not(HasSubstr("UNIMPLEMENTED")));
+
+  out = Moectl("stats --cache " + worker_sock_, &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, HasSubstr(worker_sock_ + " is moe-worker, not moe-cached"));
+  EXPECT_THAT(out, Not(HasSubstr("malformed request")));
+
+  out = Moectl("stats --worker " + cache_, &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, HasSubstr("is moe-cached, not a worker"));
+
+  out = Moectl("generate --target " + worker_sock_ +
+                   " --prompt-ids 1,2 --max-new-tokens 3 --json",
+               &code);
+  ASSERT_EQ(code, 0) << out;
+  const int grpc_port = PortFromFile(dir_.Sub("ports.json"), "grpc_port");
+  ASSERT_GT(grpc_port, 0);
+  for (const std::string& worker :
+       {worker_sock_, "127.0.0.1:" + std::to_string(grpc_port),
+        "127.0.0.1:" + std::to_string(metrics_port_)}) {
+    SCOPED_TRACE(worker);
+    out = Moectl("stats --json --worker " + worker, &code);
+    ASSERT_EQ(code, 0) << out;
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << out;
+    EXPECT_EQ(j["worker"]["tokens_generated"].get<double>(), 3);
+    EXPECT_EQ(j["worker"]["requests"]["ok"].get<double>(), 1);
+  }
+}
+
+// Point 8: the --json summary line carries the whole text.
+TEST_F(OpsReportTest, GenerateJsonSummaryCarriesTheWholeText) {
+  StartWorker();
+  int code = -1;
+  const std::string out = RunShell(
+      kMoectl + " generate --target " + worker_sock_ +
+          " --prompt-ids 7,8,9 --max-new-tokens 12 --ignore-eos --json",
+      &code, /*with_stderr=*/false);
+  ASSERT_EQ(code, 0) << out;
+  std::vector<nlohmann::json> lines;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 13u) << out;
+  std::string text;
+  for (size_t i = 0; i < 12; ++i) text += lines[i]["text"].get<std::string>();
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(lines[12]["text"].get<std::string>(), text);
+}
+
+// Point 8: make-model does not overwrite a non-empty directory without
+// --force, and knows more presets than tiny.
+TEST_F(OpsReportTest, MakeModelNeedsForceForANonEmptyDirectory) {
+  const std::string out_dir = dir_.Sub("tiny");  // holds the tiny model
+  int code = -1;
+  std::string out = Moectl("make-model --preset small --out " + out_dir, &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out,
+              HasSubstr("--out " + out_dir + " is not empty; give --force"));
+  out = Moectl("inspect " + out_dir, &code);
+  EXPECT_THAT(out, HasSubstr("experts: 8"));  // untouched
+
+  out = Moectl("make-model --preset small --force --out " + out_dir, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("6 layers (6 MoE), 16 experts, top-2"));
+
+  out = Moectl("make-model --preset nope --out " + dir_.Sub("n"), &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, HasSubstr("tiny, small, mixtral-8x7b-2l"));
+  out = Moectl(
+      "make-model --preset mixtral-8x7b-2l --arch olmoe --out " + dir_.Sub("n"),
+      &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(
+      out, HasSubstr("preset mixtral-8x7b-2l is a mixtral model, not olmoe"));
+}
+
+// Point 8: simulate checks every policy and the sweep's output before it
+// prints anything, and shows progress when asked (auto: on a terminal).
+TEST_F(OpsReportTest, SimulateChecksEverythingFirstAndShowsProgress) {
+  const std::string trace = dir_.Sub("t.jsonl");
+  int code = -1;
+  std::string out =
+      Moectl("synth-trace --out " + trace +
+                 " --layers 4 --experts 8 --requests 4 --decode-tokens 8",
+             &code);
+  ASSERT_EQ(code, 0) << out;
+  const std::string sim = kMoectl + " simulate --trace " + trace;
+  out = RunShell(sim + " --policy lru,nope --capacity 16 2>/dev/null", &code,
+                 false);
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(out, "");  // not even the table's header
+  out = RunShell(sim + " --policy lru,nope --capacity 16", &code);
+  EXPECT_THAT(out, HasSubstr("nope"));
+  out = RunShell(
+      sim + " --policy lru --sweep 0.5,1 --out /nonexistent/dir/s 2>/dev/null",
+      &code, false);
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(out, "");
+  out = RunShell(sim + " --policy lru --capacity 4", &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("below one layer's experts"));
+
+  out = RunShell(
+      sim + " --policy lru --capacity 16 --progress on 2>&1 >/dev/null", &code,
+      false);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("simulate: run 1/2 (belady at 16 slots) 100%"));
+  EXPECT_THAT(out, HasSubstr("simulate: run 2/2 (lru at 16 slots) 100%"));
+  out = RunShell(sim + " --policy lru --capacity 16 2>&1 >/dev/null", &code,
+                 false);
+  EXPECT_EQ(out, "");  // auto: stderr is not a terminal here
+}
+
+}  // namespace
+}  // namespace moe::worker
