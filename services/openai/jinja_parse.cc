@@ -174,6 +174,23 @@ std::vector<Token> Tokenize(const std::string& s, int line) {
 
 // ---- expressions -------------------------------------------------------------
 
+const std::set<std::string>& KnownFilters() {
+  static const std::set<std::string> k = {
+      "length", "count", "default", "d", "safe", "string", "trim", "upper", "lower", "title",
+      "capitalize", "replace", "tojson", "e", "escape", "int", "float", "abs", "round",
+      "indent", "list", "first", "last", "reverse", "items", "unique", "join", "map",
+      "selectattr", "rejectattr"};
+  return k;
+}
+
+const std::set<std::string>& KnownTests() {
+  static const std::set<std::string> k = {
+      "defined", "undefined", "none", "string", "number", "integer", "float", "boolean",
+      "true", "false", "mapping", "iterable", "sequence", "odd", "even", "divisibleby",
+      "equalto", "eq", "==", "ne", "!=", "in"};
+  return k;
+}
+
 class ExprParser {
  public:
   ExprParser(const std::string& s, int line) : toks_(Tokenize(s, line)), line_(line) {}
@@ -273,6 +290,7 @@ class ExprParser {
         auto e = Make(ExprKind::kTest);
         e->negate = AcceptName("not");
         e->name = ExpectName();
+        if (KnownTests().count(e->name) == 0) Fail("unknown test '" + e->name + "'");
         e->args = {a};
         if (AcceptOp("(")) {
           ParseArgs(e.get());
@@ -314,18 +332,24 @@ class ExprParser {
     while (AcceptOp("**")) a = Binary("**", a, Unary());
     return a;
   }
-  ExprPtr Unary() {
+  // As Jinja2: filters apply to the negated value (`-3 | abs` is 3).
+  ExprPtr Unary(bool with_filter = true) {
+    ExprPtr a;
     if (AcceptOp("-")) {
       auto e = Make(ExprKind::kUnary, "-");
-      e->args = {Unary()};
-      return e;
+      e->args = {Unary(false)};
+      a = e;
+    } else if (AcceptOp("+")) {
+      a = Unary(false);
+    } else {
+      a = Postfix(Primary());
     }
-    if (AcceptOp("+")) return Unary();
-    return Filtered(Postfix(Primary()));
+    return with_filter ? Filtered(a) : a;
   }
   ExprPtr Filtered(ExprPtr a) {
     while (AcceptOp("|")) {
       auto e = Make(ExprKind::kFilter, ExpectName());
+      if (KnownFilters().count(e->name) == 0) Fail("unknown filter '" + e->name + "'");
       e->args = {a};
       if (AcceptOp("(")) ParseArgs(e.get());
       a = Postfix(e);
@@ -594,6 +618,9 @@ class Parser {
 }  // namespace
 
 NodePtr ParseTemplate(std::string_view source) {
+  // Jinja2's default (keep_trailing_newline off): one trailing newline goes.
+  if (!source.empty() && source.back() == '\n') source.remove_suffix(1);
+  if (!source.empty() && source.back() == '\r') source.remove_suffix(1);
   return Parser(Split(source)).ParseAll();
 }
 

@@ -151,12 +151,13 @@ Json Messages(const Json& body) {
 
 std::vector<int32_t> PromptIds(const Json& body, bool chat, const ModelInfo& model) {
   if (chat) {
+    const Json messages = Messages(body);
     if (model.chat_template == nullptr) {
       Refuse("messages", "this model has no chat_template in tokenizer_config.json: use "
                          "/v1/completions", 400, "no_chat_template");
     }
     if (model.tokenizer == nullptr) Refuse("messages", "this model has no tokenizer.json");
-    absl::StatusOr<std::string> text = model.chat_template->Apply(Messages(body), true);
+    absl::StatusOr<std::string> text = model.chat_template->Apply(messages, true);
     if (!text.ok()) Refuse("messages", absl::StrCat("chat template: ", text.status().message()));
     // As transformers does: the template writes every special token itself.
     return model.tokenizer->Encode(*text, /*add_special=*/false);

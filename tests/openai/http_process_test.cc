@@ -76,8 +76,10 @@ class HttpProcessTest : public ::testing::Test {
     return out.substr(0, nl);
   }
 
-  // The gRPC path for the same prompt ids: the token strings it generates.
-  std::vector<std::string> GrpcTokens(const std::vector<int32_t>& prompt, int n) {
+  // The gRPC path for the same prompt ids: each generated token's bytes, and
+  // in *text the streamed text.
+  std::vector<std::string> GrpcTokens(const std::vector<int32_t>& prompt, int n,
+                                      std::string* text = nullptr) {
     auto stub = v1::Inference::NewStub(rpc::MakeChannel(*rpc::ParseListenAddress(worker_sock_)));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
@@ -89,6 +91,7 @@ class HttpProcessTest : public ::testing::Test {
     v1::GenerateResponse resp;
     while (reader->Read(&resp)) {
       tokens.push_back(tokenizer_->Decode(std::vector<int32_t>{resp.token_id()}));
+      if (text != nullptr) *text += resp.text();
     }
     EXPECT_TRUE(reader->Finish().ok());
     return tokens;
@@ -109,15 +112,24 @@ class HttpProcessTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
+// Each token's bytes (exact: `token` itself is JSON text, so a token that
+// is part of a UTF-8 character shows as U+FFFD there, as with OpenAI).
+std::string BytesOf(const Json& bytes) {
+  std::string s;
+  for (const Json& b : bytes) s += static_cast<char>(b.get<int>());
+  return s;
+}
+
 std::vector<std::string> LogprobTokens(const Json& logprobs) {
   std::vector<std::string> out;
-  for (const Json& t : logprobs["content"]) out.push_back(t["token"].get<std::string>());
+  for (const Json& t : logprobs["content"]) out.push_back(BytesOf(t["bytes"]));
   return out;
 }
 
 TEST_F(HttpProcessTest, CurlChatMatchesGrpcStreamingAndNot) {
   const Json messages = Json::array({{{"role", "user"}, {"content", "Hello"}}});
-  const std::vector<std::string> grpc = GrpcTokens(ChatPrompt(messages), 6);
+  std::string grpc_text;
+  const std::vector<std::string> grpc = GrpcTokens(ChatPrompt(messages), 6, &grpc_text);
   ASSERT_EQ(grpc.size(), 6u);
   int status = 0;
   const Json req = {{"model", "tiny"}, {"messages", messages}, {"max_tokens", 6},
@@ -127,6 +139,7 @@ TEST_F(HttpProcessTest, CurlChatMatchesGrpcStreamingAndNot) {
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(LogprobTokens(whole["choices"][0]["logprobs"]), grpc);
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], grpc_text);
   EXPECT_EQ(whole["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
   EXPECT_EQ(whole["usage"]["completion_tokens"], 6);
   EXPECT_TRUE(whole["usage"]["moe_cache"].contains("expert_misses"));
@@ -226,11 +239,12 @@ TEST_F(HttpProcessTest, OfficialOpenAiNodeClientStreamsAChat) {
   Json j = Json::parse(out);
   const Json messages = Json::array({{{"role", "system"}, {"content", "You are terse."}},
                                      {{"role", "user"}, {"content", "Hello there"}}});
-  const std::vector<std::string> grpc = GrpcTokens(ChatPrompt(messages), 8);
-  EXPECT_EQ(j["tokens"].get<std::vector<std::string>>(), grpc);
-  std::string joined;
-  for (const std::string& t : grpc) joined += t;
-  EXPECT_EQ(j["text"], joined);
+  std::string grpc_text;
+  const std::vector<std::string> grpc = GrpcTokens(ChatPrompt(messages), 8, &grpc_text);
+  std::vector<std::string> node_tokens;
+  for (const Json& bytes : j["tokens"]) node_tokens.push_back(BytesOf(bytes));
+  EXPECT_EQ(node_tokens, grpc);
+  EXPECT_EQ(j["text"], grpc_text);
   EXPECT_EQ(j["nonstream_text"], j["text"]);
   EXPECT_EQ(j["finish"], "length");
   EXPECT_EQ(j["usage"]["completion_tokens"], 8);
@@ -239,6 +253,24 @@ TEST_F(HttpProcessTest, OfficialOpenAiNodeClientStreamsAChat) {
   EXPECT_EQ(j["error"]["status"], 400);
   EXPECT_EQ(j["error"]["param"], "n");
   EXPECT_EQ(j["models"], Json::array({"tiny"}));
+}
+
+TEST_F(HttpProcessTest, MoectlChatHoldsAConversation) {
+  moe::testing::WriteText(dir_.Sub("turns.txt"), "Hello\nAgain\n");
+  int code = 0;
+  const std::string out =
+      RunShell(std::string(MOE_BINARY_DIR) + "/bin/moectl chat --url " + base_ +
+                   " --temperature 0 --max-tokens 4 < " + dir_.Sub("turns.txt"),
+               &code, /*with_stderr=*/false);
+  ASSERT_EQ(code, 0) << out;
+  const std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  ASSERT_GE(lines.size(), 2u) << out;
+  // The first reply is the greedy reply to the first turn alone.
+  std::string first;
+  GrpcTokens(ChatPrompt(Json::array({{{"role", "user"}, {"content", "Hello"}}})), 4, &first);
+  EXPECT_EQ(out.substr(0, first.size() + 1), first + "\n");
+  // The second turn was sent with the whole conversation.
+  EXPECT_NE(worker_.Log().find("request 2 finished"), std::string::npos);
 }
 
 TEST_F(HttpProcessTest, TlsAndBearerTokenAsForGrpc) {

@@ -63,12 +63,17 @@ TEST(JinjaTest, SyntaxErrorsNameTheLine) {
 }
 
 TEST(JinjaTest, RenderErrorsAreStatuses) {
+  // Unknown filters and tests are found when parsing, not when rendering.
   auto t = jinja::JinjaTemplate::Parse("{{ x | nosuchfilter }}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("nosuchfilter"), std::string::npos);
+  EXPECT_FALSE(jinja::JinjaTemplate::Parse("{{ x is nosuchtest }}").ok());
+  t = jinja::JinjaTemplate::Parse("{{ x.nomethod() }}");
   ASSERT_TRUE(t.ok());
-  auto out = t->Render(Json{{"x", 1}});
+  auto out = t->Render(Json{{"x", "s"}});
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(out.status().message().find("nosuchfilter"), std::string::npos);
+  EXPECT_NE(out.status().message().find("nomethod"), std::string::npos);
   t = jinja::JinjaTemplate::Parse("{{ 1 / 0 }}");
   ASSERT_TRUE(t.ok());
   EXPECT_FALSE(t->Render(Json::object()).ok());
@@ -91,7 +96,7 @@ TEST(ChatTemplateTest, LoadsFromTokenizerConfigAndFailsAtStartWhenUnrenderable) 
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "<s> [INST] Hi [/INST]");
 
-  config["chat_template"] = "{{ messages | nosuchfilter }}";
+  config["chat_template"] = "{{ messages[0].content.nomethod() }}";
   moe::testing::WriteText(dir.Sub("tokenizer_config.json"), config.dump());
   t = openai::ChatTemplate::FromModelDir(dir.path());
   ASSERT_FALSE(t.ok());

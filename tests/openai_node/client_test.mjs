@@ -20,7 +20,7 @@ for await (const chunk of stream) {
   if (chunk.choices.length > 0) {
     const c = chunk.choices[0];
     out.text += c.delta.content ?? '';
-    for (const t of c.logprobs?.content ?? []) out.tokens.push(t.token);
+    for (const t of c.logprobs?.content ?? []) out.tokens.push(t.bytes);
     if (c.finish_reason) out.finish = c.finish_reason;
   }
   if (chunk.usage) out.usage = chunk.usage;
