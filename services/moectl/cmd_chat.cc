@@ -113,7 +113,7 @@ int RunChat(const Args& args) {
         } else if (chunk.contains("choices") && !chunk["choices"].empty()) {
           const std::string piece = chunk["choices"][0]["delta"].value("content", "");
           reply += piece;
-          std::fputs(piece.c_str(), stdout);
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
         }
       });
