@@ -26,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 struct Run {
   int tokens = 0;
   double per_token_ms = 0;
+  double total_ms = 0;  // request sent -> last token received
 };
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -37,15 +38,17 @@ Run Grpc(moe::v1::Inference::Stub* stub, int tokens) {
   moe::v1::GenerateRequest r;
   for (int32_t id : kPrompt) r.add_prompt_token_ids(id);
   r.set_max_new_tokens(tokens);
+  Run run;
+  const Clock::time_point start = Clock::now();
   auto reader = stub->Generate(&ctx, r);
   moe::v1::GenerateResponse resp;
-  Run run;
   Clock::time_point first, last;
   while (reader->Read(&resp)) {
     last = Clock::now();
     if (run.tokens++ == 0) first = last;
   }
   if (!reader->Finish().ok()) std::exit(1);
+  run.total_ms = Ms(last - start);
   run.per_token_ms = run.tokens > 1 ? Ms(last - first) / (run.tokens - 1) : 0;
   return run;
 }
@@ -76,7 +79,9 @@ Run Http(httplib::Client* client, int tokens) {
   };
   httplib::Response res;
   httplib::Error err;
+  const Clock::time_point start = Clock::now();
   if (!client->send(req, res, err) || res.status != 200) std::exit(1);
+  run.total_ms = Ms(last - start);
   run.per_token_ms = run.tokens > 1 ? Ms(last - first) / (run.tokens - 1) : 0;
   return run;
 }
@@ -109,13 +114,15 @@ int main(int argc, char** argv) {
   client.set_read_timeout(600, 0);
   Grpc(stub.get(), 8);  // warm both paths
   Http(&client, 8);
-  std::vector<double> g, h;
+  std::vector<double> g, h, gt, ht;
   int g_tokens = 0, h_tokens = 0;
   for (int i = 0; i < reps; ++i) {
     Run a = Grpc(stub.get(), tokens);
     Run b = Http(&client, tokens);
     g.push_back(a.per_token_ms);
     h.push_back(b.per_token_ms);
+    gt.push_back(a.total_ms);
+    ht.push_back(b.total_ms);
     g_tokens = a.tokens;
     h_tokens = b.tokens;
   }
@@ -124,5 +131,9 @@ int main(int argc, char** argv) {
               h_tokens, reps);
   std::printf("per streamed token (median): grpc %.4f ms  http %.4f ms  http - grpc %+.4f ms\n",
               gm, hm, hm - gm);
+  const double gtm = Median(gt), htm = Median(ht);
+  std::printf("whole request (median): grpc %.3f ms  http %.3f ms  http - grpc %+.3f ms "
+              "(%+.4f ms per token)\n",
+              gtm, htm, htm - gtm, (htm - gtm) / std::max(1, h_tokens));
   return 0;
 }
