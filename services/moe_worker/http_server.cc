@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "services/rpc/tcp_probe.h"
 
 namespace moe::worker {
 namespace {
@@ -97,12 +98,33 @@ absl::Status ParseHttpListen(const std::string& listen, std::string* host, int* 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const HttpOptions& options, const rpc::SecurityOptions& security, GenerationRunner* runner,
-    openai::ModelInfo model, std::function<bool()> serving) {
+absl::Status CheckHttpOptions(const HttpOptions& options, const rpc::SecurityOptions& security) {
   std::string host;
   int port = 0;
   if (absl::Status s = ParseHttpListen(options.listen, &host, &port); !s.ok()) return s;
+  if (!security.auth_token_file.empty() && security.tls_cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--http-listen with --auth-token-file needs --tls-cert and --tls-key: a bearer "
+        "token is never accepted over plaintext HTTP");
+  }
+  if (port != 0) {
+    const std::string err = rpc::BindError(absl::StrCat(
+        host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port));
+    if (!err.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--http-listen ", options.listen, ": ", err));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const HttpOptions& options, const rpc::SecurityOptions& security, GenerationRunner* runner,
+    openai::ModelInfo model, std::function<bool()> serving) {
+  if (absl::Status s = CheckHttpOptions(options, security); !s.ok()) return s;
+  std::string host;
+  int port = 0;
+  (void)ParseHttpListen(options.listen, &host, &port);
   std::unique_ptr<HttpServer> h(new HttpServer());
   h->options_ = options;
   h->runner_ = runner;
@@ -110,11 +132,6 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   h->serving_ = std::move(serving);
   const bool tls = !security.tls_cert.empty();
   if (!security.auth_token_file.empty()) {
-    if (!tls) {
-      return absl::InvalidArgumentError(
-          "--http-listen with --auth-token-file needs --tls-cert and --tls-key: a bearer "
-          "token is never accepted over plaintext HTTP");
-    }
     absl::StatusOr<std::string> token = rpc::ReadAuthTokenFile(security.auth_token_file);
     if (!token.ok()) {
       return absl::Status(token.status().code(), absl::StrCat("--auth-token-file ",

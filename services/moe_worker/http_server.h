@@ -71,6 +71,11 @@ class HttpServer {
 // Splits an --http-listen value into host and port (INVALID_ARGUMENT).
 absl::Status ParseHttpListen(const std::string& listen, std::string* host, int* port);
 
+// What can be checked before the model loads: the address parses and can be
+// bound (FAILED_PRECONDITION naming the error, e.g. in use), and a token
+// comes with TLS (INVALID_ARGUMENT).
+absl::Status CheckHttpOptions(const HttpOptions& options, const rpc::SecurityOptions& security);
+
 }  // namespace moe::worker
 
 #endif  // MOECACHE_SERVICES_MOE_WORKER_HTTP_SERVER_H_

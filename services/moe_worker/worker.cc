@@ -89,6 +89,9 @@ absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
   server_options.listen = listen;
   server_options.security = options_.security;
   RETURN_IF_ERROR(rpc::CheckServerOptions(server_options));
+  if (!options_.http.listen.empty()) {
+    RETURN_IF_ERROR(CheckHttpOptions(options_.http, options_.security));
+  }
   if (!options_.metrics_addr.empty()) {
     ASSIGN_OR_RETURN(metrics_server_,
                      rpc::MetricsServer::Start(options_.metrics_addr,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
@@ -41,22 +42,17 @@ bool IsAbsent(const Json& body, const char* key) {
   return !body.contains(key) || body[key].is_null();
 }
 
-double Number(const Json& body, const char* key, double lo, double hi, double dflt) {
+// body[key] within [lo, hi], or `dflt` when absent; T is double (any
+// number) or int64_t (integers only).
+template <typename T>
+T Bounded(const Json& body, const char* key, T lo, T hi, T dflt) {
   if (IsAbsent(body, key)) return dflt;
   const Json& v = body[key];
-  if (!v.is_number()) Refuse(key, absl::StrCat("'", key, "' must be a number"));
-  const double x = v.get<double>();
-  if (x < lo || x > hi) {
-    Refuse(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", x));
+  constexpr bool kInt = std::is_integral_v<T>;
+  if (kInt ? !v.is_number_integer() : !v.is_number()) {
+    Refuse(key, absl::StrCat("'", key, "' must be ", kInt ? "an integer" : "a number"));
   }
-  return x;
-}
-
-int64_t Integer(const Json& body, const char* key, int64_t lo, int64_t hi, int64_t dflt) {
-  if (IsAbsent(body, key)) return dflt;
-  const Json& v = body[key];
-  if (!v.is_number_integer()) Refuse(key, absl::StrCat("'", key, "' must be an integer"));
-  const int64_t x = v.get<int64_t>();
+  const T x = v.get<T>();
   if (x < lo || x > hi) {
     Refuse(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", x));
   }
@@ -219,12 +215,12 @@ ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
   for (int32_t id : ids) g.add_prompt_token_ids(id);
   const int64_t room = std::max<int64_t>(
       1, std::min<int64_t>(model.max_new_tokens_limit, model.context_length - ids.size()));
-  int64_t max_tokens = Integer(body, "max_tokens", 1, model.max_new_tokens_limit,
+  int64_t max_tokens = Bounded<int64_t>(body, "max_tokens", 1, model.max_new_tokens_limit,
                                chat ? room : 16);
-  max_tokens = Integer(body, "max_completion_tokens", 1, model.max_new_tokens_limit, max_tokens);
+  max_tokens = Bounded<int64_t>(body, "max_completion_tokens", 1, model.max_new_tokens_limit, max_tokens);
   g.set_max_new_tokens(static_cast<int32_t>(max_tokens));
-  g.set_temperature(static_cast<float>(Number(body, "temperature", 0, 2, 1)));
-  g.set_top_p(static_cast<float>(Number(body, "top_p", 0, 1, 1)));
+  g.set_temperature(static_cast<float>(Bounded<double>(body, "temperature", 0, 2, 1)));
+  g.set_top_p(static_cast<float>(Bounded<double>(body, "top_p", 0, 1, 1)));
   if (!IsAbsent(body, "seed")) {
     if (!body["seed"].is_number_integer()) Refuse("seed", "'seed' must be an integer");
     g.set_seed(body["seed"].get<uint64_t>());
@@ -237,13 +233,13 @@ ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
       Refuse("logprobs", "'logprobs' must be a boolean");
     }
     r.logprobs = body.value("logprobs", false) == true;
-    r.top_logprobs = static_cast<int>(Integer(body, "top_logprobs", 0, 20, 0));
+    r.top_logprobs = static_cast<int>(Bounded<int64_t>(body, "top_logprobs", 0, 20, 0));
     if (r.top_logprobs > 0 && !r.logprobs) {
       Refuse("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     }
   } else if (!IsAbsent(body, "logprobs")) {
     r.logprobs = true;
-    r.top_logprobs = static_cast<int>(Integer(body, "logprobs", 0, 5, 0));
+    r.top_logprobs = static_cast<int>(Bounded<int64_t>(body, "logprobs", 0, 5, 0));
   }
   g.set_top_logprobs(r.top_logprobs);
   if (!IsAbsent(body, "stream") && !body["stream"].is_boolean()) {

@@ -224,6 +224,15 @@ TEST_F(HttpProcessTest, BadRequestsGetOpenAiShapedErrors) {
   int status = 0;
   Curl("/health", "", &status, "-X GET");
   EXPECT_EQ(status, 200);
+  // A second worker on the live HTTP port stops at start, naming the flag.
+  WorkerProcess second;
+  ASSERT_TRUE(second.Spawn({"--model", dir_.Sub("tiny"), "--listen", "unix:" + dir_.Sub("s.sock"),
+                            "--backend", "cpu", "--metrics-addr", "", "--http-listen",
+                            std::to_string(port_)},
+                           dir_.Sub("second.log")));
+  EXPECT_EQ(second.Wait(), 1);
+  EXPECT_NE(second.Log().find("--http-listen " + std::to_string(port_)), std::string::npos)
+      << second.Log();
 }
 
 TEST_F(HttpProcessTest, OfficialOpenAiNodeClientStreamsAChat) {
