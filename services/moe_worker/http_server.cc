@@ -155,6 +155,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     h->server_ = std::make_unique<httplib::Server>();
   }
   h->server_->set_payload_max_length(options.max_body_bytes);
+  if (options.threads > 0) {
+    const int threads = options.threads;
+    h->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  }
   h->Route();
   if (port == 0) {
     port = h->server_->bind_to_any_port(host);

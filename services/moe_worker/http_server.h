@@ -38,6 +38,10 @@ struct HttpOptions {
   size_t max_body_bytes = 1 << 20;
   // Per request; zero: none.
   absl::Duration request_timeout = absl::ZeroDuration();
+  // Connections served at once (each waiting request holds one); 0: the
+  // library's default. The worker sets it above --max-queue so that a full
+  // queue answers 429 rather than leaving connections unserved.
+  int threads = 0;
 };
 
 class HttpServer {

@@ -156,7 +156,9 @@ absl::Status Worker::Init() {
   if (!options_.http.listen.empty()) {
     openai::ModelInfo info{ModelName(), tokenizer_.get(), chat_template_.get(),
                            model_->config().max_position_embeddings, kMaxNewTokensLimit};
-    ASSIGN_OR_RETURN(http_, HttpServer::Start(options_.http, options_.security, runner_.get(),
+    HttpOptions http = options_.http;
+    if (http.threads == 0) http.threads = options_.runner.max_queue + 4;
+    ASSIGN_OR_RETURN(http_, HttpServer::Start(http, options_.security, runner_.get(),
                                               std::move(info),
                                               [this] { return serving_.load(); }));
   }

@@ -201,11 +201,14 @@ ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
   for (const auto& [k, v] : body.items()) {
     if (Known(chat).count(k) == 0) Refuse(k, absl::StrCat("unknown parameter '", k, "'"));
   }
-  if (!IsAbsent(body, "model") &&
-      (!body["model"].is_string() || body["model"].get<std::string>() != model.name)) {
-    Refuse("model", absl::StrCat("the model '", body["model"].is_string() ? body["model"].get<std::string>() : body["model"].dump(),
-                                 "' does not exist; this worker serves '", model.name, "'"),
-           404, "model_not_found");
+  if (!IsAbsent(body, "model")) {
+    if (!body["model"].is_string()) Refuse("model", "'model' must be a string");
+    const std::string asked = body["model"].get<std::string>();
+    if (asked != model.name) {
+      Refuse("model", absl::StrCat("the model '", asked, "' does not exist; this worker serves '",
+                                   model.name, "'"),
+             404, "model_not_found");
+    }
   }
   RefuseUnsupported(body);
   ApiRequest r;
