@@ -219,7 +219,9 @@ TEST_F(HttpProcessTest, BadRequestsGetOpenAiShapedErrors) {
     ASSERT_FALSE(j.is_discarded()) << out;
     EXPECT_TRUE(j["error"]["message"].is_string()) << out;
     EXPECT_FALSE(j["error"]["message"].get<std::string>().empty()) << out;
-    if (!c.param.empty()) EXPECT_EQ(j["error"]["param"], c.param) << out;
+    if (!c.param.empty()) {
+      EXPECT_EQ(j["error"]["param"], c.param) << out;
+    }
   }
   int status = 0;
   Curl("/health", "", &status, "-X GET");
