@@ -41,8 +41,8 @@ class HttpProcessTest : public ::testing::Test {
     auto tok = Tokenizer::FromFile(model + "/tokenizer.json");
     ASSERT_TRUE(tok.ok());
     tokenizer_ = *std::move(tok);
-    if (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) !=
-        "TlsAndBearerTokenAsForGrpc") {
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    if (test != "TlsAndBearerTokenAsForGrpc" && test != "RequestTimeoutIsA504") {
       StartWorker({});
     }
   }
@@ -315,6 +315,17 @@ TEST_F(HttpProcessTest, TlsAndBearerTokenAsForGrpc) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 2);
   Curl("/health", "", &status, tls + " -X GET");
   EXPECT_EQ(status, 200);
+}
+
+TEST_F(HttpProcessTest, RequestTimeoutIsA504) {
+  // A deadline of a microsecond has passed by the first token at the latest.
+  StartWorker({"--http-request-timeout-s", "0.000001"});
+  int status = 0;
+  Json j = Json::parse(Curl("/v1/completions",
+                            R"({"prompt": [1, 2, 3], "max_tokens": 50, "temperature": 0})",
+                            &status));
+  EXPECT_EQ(status, 504) << j.dump();
+  EXPECT_EQ(j["error"]["type"], "timeout");
 }
 
 TEST_F(HttpProcessTest, AClientThatGoesAwayCancelsItsGeneration) {
