@@ -2,8 +2,9 @@
 """Renders tests/openai/templates/*.jinja with Python's jinja2 in the
 environment transformers uses for chat templates, and writes
 template_goldens.json, which jinja_test.cc compares our interpreter with.
-Run with Debian's python3 (python3-jinja2):
-  /usr/bin/python3 tests/openai/make_template_goldens.py
+The goldens are committed, so the tests need no Python; rerun this after
+changing a template, with any Python that has jinja2 (3.1 made these):
+  python3 tests/openai/make_template_goldens.py
 """
 import json
 import os
