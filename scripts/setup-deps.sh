@@ -8,7 +8,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libsentencepiece-dev libsystemd-dev
+  libsentencepiece-dev libsystemd-dev libcpp-httplib-dev
   python3 python3-numpy python3-grpcio python3-grpc-tools
   prometheus curl gnuplot-nox systemd openssl
 )
@@ -20,14 +20,28 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup-deps: all ${#PKGS[@]} packages present"
-  exit 0
+# The OpenAI Node client test needs node and npm (Debian's nodejs is enough);
+# a node already on PATH (e.g. v20) is kept.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
 fi
 
-echo "setup-deps: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup-deps: all ${#PKGS[@]} packages present"
+else
+  echo "setup-deps: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The official OpenAI Node client, at the version package-lock.json pins, for
+# tests/openai/http_process_test. Without the registry this fails (and so
+# does that test, naming this script): it never skips.
+NODE_DIR="$(cd "$(dirname "$0")/.." && pwd)/tests/openai_node"
+if [ ! -f "$NODE_DIR/node_modules/openai/package.json" ]; then
+  echo "setup-deps: npm ci in $NODE_DIR"
+  (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
+fi

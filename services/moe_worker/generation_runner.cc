@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "services/moe_worker/stop_strings.h"
 
 namespace moe::worker {
 namespace {
@@ -110,6 +111,16 @@ absl::StatusOr<GenerateOptions> GenerationRunner::BuildOptions(
     }
     o.stop_token_ids.push_back(id);
   }
+  if (r.stop_size() > 4) {
+    return absl::InvalidArgumentError("at most 4 stop strings");
+  }
+  for (const std::string& s : r.stop()) {
+    if (s.empty()) return absl::InvalidArgumentError("empty stop string");
+    if (tokenizer_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "stop strings need the model's tokenizer.json");
+    }
+  }
   RETURN_IF_ERROR(ValidateGenerateOptions(model_, o));
   return o;
 }
@@ -118,6 +129,8 @@ absl::Status GenerationRunner::Submit(const v1::GenerateRequest& request,
                                       absl::Time deadline,
                                       std::shared_ptr<ResponseSink> sink) {
   absl::StatusOr<GenerateOptions> options = BuildOptions(request);
+  std::vector<std::string> stop_strings(request.stop().begin(),
+                                        request.stop().end());
   absl::Status status = options.status();
   if (status.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -131,7 +144,8 @@ absl::Status GenerationRunner::Submit(const v1::GenerateRequest& request,
     } else {
       options->request_id = next_request_id_++;
       queue_.push_back(
-          Job{*std::move(options), deadline, absl::Now(), std::move(sink)});
+          Job{*std::move(options), deadline, absl::Now(), std::move(sink),
+              std::move(stop_strings)});
       if (metrics_ != nullptr) metrics_->SetQueueDepth(queue_.size());
       cv_.notify_all();
       return absl::OkStatus();
@@ -234,6 +248,7 @@ absl::Status GenerationRunner::RunGenerate(Job& job, int* generated,
     decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special=*/true);
   }
   absl::Status stop_reason;  // why we cancelled, when we did
+  StopStringMatcher stop_strings(job.stop_strings);
   auto on_token = [&](const SampledToken& t) {
     const Clock::time_point now = Clock::now();
     if (*generated == 0) first = now;
@@ -245,19 +260,28 @@ absl::Status GenerationRunner::RunGenerate(Job& job, int* generated,
     // the last message can carry the summary as it streams.
     const bool stop_token =
         std::find(stops.begin(), stops.end(), t.token) != stops.end();
-    const bool last = stop_token || *generated == o.max_new_tokens;
+    bool last = stop_token || *generated == o.max_new_tokens;
     if (decoder != nullptr) {
       std::string text = decoder->Push(t.token);
       if (last) text += decoder->Flush();
+      if (!job.stop_strings.empty()) {
+        text = stop_strings.Push(text);
+        if (stop_strings.matched()) {
+          last = true;
+        } else if (last) {
+          text += stop_strings.Flush();
+        }
+      }
       r.set_text(std::move(text));
     }
     if (last) {
-      *finish = stop_token ? "stop" : "length";
+      *finish = stop_token || stop_strings.matched() ? "stop" : "length";
       r.set_finish_reason(*finish);
       FillUsage(static_cast<int>(o.prompt.size()), *generated, *ttft, *tpot,
                 experts_.request(), r.mutable_usage());
     }
     job.sink->Write(std::move(r));
+    if (stop_strings.matched()) return false;  // a stop string: done, OK
     if (job.sink->Cancelled()) {
       stop_reason = absl::CancelledError("cancelled by the client");
     } else if (absl::Now() >= job.deadline) {

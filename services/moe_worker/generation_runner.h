@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -102,6 +103,7 @@ class GenerationRunner {
     absl::Time deadline;
     absl::Time submitted;
     std::shared_ptr<ResponseSink> sink;
+    std::vector<std::string> stop_strings;  // GenerateRequest.stop
   };
 
   void Loop();

@@ -92,6 +92,9 @@ absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
   server_options.listen = listen;
   server_options.security = options_.security;
   RETURN_IF_ERROR(rpc::CheckServerOptions(server_options));
+  if (!options_.http.listen.empty()) {
+    RETURN_IF_ERROR(CheckHttpOptions(options_.http, options_.security));
+  }
   if (!options_.metrics_addr.empty()) {
     ASSIGN_OR_RETURN(metrics_server_,
                      rpc::MetricsServer::Start(options_.metrics_addr,
@@ -121,6 +124,14 @@ absl::Status Worker::Init() {
     MOE_LOG(WARNING) << "no tokenizer.json in " << options_.model_dir
                      << ": only prompt_token_ids are accepted";
   }
+  if (!options_.http.listen.empty()) {
+    // A template this interpreter cannot render fails here, not later.
+    ASSIGN_OR_RETURN(chat_template_, openai::ChatTemplate::FromModelDir(options_.model_dir));
+    if (chat_template_ == nullptr) {
+      MOE_LOG(WARNING) << "no chat_template in " << options_.model_dir
+                       << "/tokenizer_config.json: /v1/chat/completions answers 400";
+    }
+  }
   const std::string cache_model =
       options_.cache_model.empty() ? ModelName() : options_.cache_model;
   rpc::ClientSecurity cache_security;
@@ -146,18 +157,32 @@ absl::Status Worker::Init() {
   server_options.service_names.push_back(v1::Inference::service_full_name());
   server_options.security = options_.security;
   ASSIGN_OR_RETURN(server_, rpc::Server::Start(server_options));
+  if (!options_.http.listen.empty()) {
+    openai::ModelInfo info{ModelName(), tokenizer_.get(), chat_template_.get(),
+                           model_->config().max_position_embeddings, kMaxNewTokensLimit};
+    HttpOptions http = options_.http;
+    if (http.threads == 0) http.threads = options_.runner.max_queue + 4;
+    ASSIGN_OR_RETURN(http_, HttpServer::Start(http, options_.security, runner_.get(),
+                                              std::move(info),
+                                              [this] { return serving_.load(); }));
+  }
   if (!options_.port_file.empty()) {
     RETURN_IF_ERROR(WriteFileAtomically(
         options_.port_file,
         absl::StrCat("{\"grpc_port\":", grpc_port(),
-                     ",\"metrics_port\":", metrics_port(), "}\n")));
+                     ",\"metrics_port\":", metrics_port(),
+                     http_ != nullptr ? absl::StrCat(",\"http_port\":", http_port()) : "",
+                     "}\n")));
   }
   server_->SetServing(true);
+  serving_ = true;
   if (options_.cache != "none") {
     rpc::Server* server = server_.get();
     ASSIGN_OR_RETURN(cache_watch_,
-                     CacheWatch::Start(options_.cache, cache_security,
-                                       [server](bool up) { server->SetServing(up); }));
+                     CacheWatch::Start(options_.cache, cache_security, [this, server](bool up) {
+                       server->SetServing(up);
+                       serving_ = up;
+                     }));
   }
   return absl::OkStatus();
 }
@@ -169,10 +194,12 @@ void Worker::Stop() {
   stopped_ = true;
   cache_watch_.reset();  // first: it must not turn health back to SERVING
   if (server_ != nullptr) server_->SetServing(false);
+  serving_ = false;
   // The runner finishes every call it accepted, so the server's own
   // shutdown below has nothing left to wait for.
   if (runner_ != nullptr) runner_->Stop(options_.shutdown_grace);
   MOE_LOG(INFO) << "requests drained";
+  if (http_ != nullptr) http_->Stop();
   if (server_ != nullptr) server_->Shutdown(absl::Seconds(1));
   MOE_LOG(INFO) << "gRPC server stopped";
   metrics_server_.reset();
@@ -219,6 +246,8 @@ std::string Worker::StartupLine() const {
 int Worker::grpc_port() const {
   return server_ != nullptr ? server_->bound_port() : 0;
 }
+
+int Worker::http_port() const { return http_ != nullptr ? http_->port() : 0; }
 
 int Worker::metrics_port() const {
   return metrics_server_ != nullptr ? metrics_server_->port() : 0;

@@ -14,6 +14,7 @@
 #ifndef MOECACHE_SERVICES_MOE_WORKER_WORKER_H_
 #define MOECACHE_SERVICES_MOE_WORKER_WORKER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,9 +28,11 @@
 #include "services/engine/trace_recorder.h"
 #include "services/moe_worker/cache_watch.h"
 #include "services/moe_worker/generation_runner.h"
+#include "services/moe_worker/http_server.h"
 #include "services/moe_worker/inference_service.h"
 #include "services/moe_worker/worker_metrics.h"
 #include "services/rpc/metrics_server.h"
+#include "services/openai/chat_template.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::worker {
@@ -59,6 +62,8 @@ struct WorkerOptions {
   // HOST:0 addresses.
   std::string port_file;
   absl::Duration shutdown_grace = absl::Seconds(10);
+  // The OpenAI-compatible HTTP API (--http-listen); off when listen is "".
+  HttpOptions http;
 };
 
 // The expert provider for `cache`: "none" keeps every expert in backend
@@ -85,6 +90,7 @@ class Worker {
 
   int grpc_port() const;     // first TCP listen address, 0 if none
   int metrics_port() const;  // 0 when metrics are disabled
+  int http_port() const;     // 0 when --http-listen is off
   const MoeModel& model() const { return *model_; }
 
  private:
@@ -108,6 +114,11 @@ class Worker {
   std::unique_ptr<rpc::MetricsServer> metrics_server_;
   // With --cache unix:PATH: the daemon's health, mirrored into ours.
   std::unique_ptr<CacheWatch> cache_watch_;
+  // With --http-listen: the model's chat template (null: none) and the
+  // server, on the same runner as gRPC.
+  std::unique_ptr<openai::ChatTemplate> chat_template_;
+  std::unique_ptr<HttpServer> http_;
+  std::atomic<bool> serving_{false};  // what gRPC health says; for /health
   bool stopped_ = false;
 };
 

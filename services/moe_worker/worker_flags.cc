@@ -72,6 +72,22 @@ absl::Status Apply(const std::string& name, const std::string& value,
                        kMaxPregateDistance, "], got '", value, "'"));
     }
     o.runner.pregate_distance = d;
+  } else if (name == "http-listen") {
+    o.http.listen = value;
+  } else if (name == "http-max-body-bytes") {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(value, &n) || n < 1024) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--http-max-body-bytes: want an integer >= 1024, got '", value, "'"));
+    }
+    o.http.max_body_bytes = static_cast<size_t>(n);
+  } else if (name == "http-request-timeout-s") {
+    double seconds = 0;
+    if (!absl::SimpleAtod(value, &seconds) || !(seconds >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--http-request-timeout-s: want seconds >= 0, got '", value, "'"));
+    }
+    o.http.request_timeout = absl::Seconds(seconds);
   } else if (name == "log-level") {
     absl::StatusOr<LogLevel> level = ParseLogLevel(value);
     if (!level.ok()) {
@@ -164,6 +180,10 @@ std::string WorkerUsage() {
       "  --shutdown-grace-s S    time in-flight requests get on SIGTERM "
       "(default 10)\n"
       "  --port-file FILE        write the bound ports as JSON once serving\n"
+      "  --http-listen ADDR      OpenAI-compatible HTTP API on PORT (loopback),\n"
+      "                          HOST:PORT or [V6]:PORT (default off)\n"
+      "  --http-max-body-bytes N largest HTTP request body (default 1048576)\n"
+      "  --http-request-timeout-s S  deadline of each HTTP request (0: none)\n"
       "  --cache-auth-token-file FILE  bearer token for moe-cached\n"
       "  --log-level L           debug, info, warning or error, any case\n"
       "                          (default $MOE_LOG_LEVEL or info)\n"

@@ -182,6 +182,33 @@ TEST_F(GenerationRunnerTest, StopTokenEndsWithStopReason) {
             static_cast<int>(got.size()));
 }
 
+TEST_F(GenerationRunnerTest, StopStringCutsTheTextAndEndsWithStop) {
+  auto runner = MakeRunner(provider_.get());
+  auto full = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2, 3}, 16), absl::InfiniteFuture(), full).ok());
+  ASSERT_TRUE(full->Wait().ok());
+  std::string text;
+  for (const auto& r : full->responses()) text += r.text();
+  ASSERT_GE(text.size(), 6u);
+  const std::string stop = text.substr(text.size() / 2, 3);
+  v1::GenerateRequest request = IdsRequest({1, 2, 3}, 16);
+  request.add_stop(stop);
+  request.add_stop("never-in-this-text-\x01");
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(request, absl::InfiniteFuture(), sink).ok());
+  ASSERT_TRUE(sink->Wait().ok());
+  std::string cut;
+  for (const auto& r : sink->responses()) cut += r.text();
+  EXPECT_EQ(cut, text.substr(0, text.find(stop)));
+  EXPECT_EQ(sink->responses().back().finish_reason(), "stop");
+  EXPECT_LT(sink->responses().size(), full->responses().size());
+  // Up to 4, none empty.
+  v1::GenerateRequest bad = IdsRequest({1}, 4);
+  bad.add_stop("");
+  EXPECT_EQ(runner->Submit(bad, absl::InfiniteFuture(), std::make_shared<RecordingSink>()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(GenerationRunnerTest, BadRequestsAreInvalidArgument) {
   RunnerOptions options;
   options.max_prompt_tokens = 8;

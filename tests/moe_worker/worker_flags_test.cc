@@ -65,6 +65,8 @@ TEST(WorkerFlagsTest, BadFlagsAreNamed) {
       {{"--model"}, "--model needs a value"},
       {{"stray"}, "unexpected argument 'stray'"},
       {{"--shutdown-grace-s", "-1"}, "--shutdown-grace-s"},
+      {{"--http-max-body-bytes", "10"}, "--http-max-body-bytes"},
+      {{"--http-request-timeout-s", "soon"}, "--http-request-timeout-s"},
   };
   for (const Case& c : cases) {
     auto f = ParseWorkerFlags(c.args);
@@ -72,6 +74,25 @@ TEST(WorkerFlagsTest, BadFlagsAreNamed) {
     EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(f.status().message()), HasSubstr(c.message));
   }
+}
+
+TEST(WorkerFlagsTest, HttpFlagsParseAndTheAddressIsChecked) {
+  auto f = ParseWorkerFlags({"--http-listen", "8080", "--http-max-body-bytes", "65536",
+                             "--http-request-timeout-s", "2.5"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->options.http.listen, "8080");
+  EXPECT_EQ(f->options.http.max_body_bytes, 65536u);
+  EXPECT_EQ(f->options.http.request_timeout, absl::Milliseconds(2500));
+  EXPECT_TRUE(ParseWorkerFlags({})->options.http.listen.empty());  // off by default
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(ParseHttpListen("8080", &host, &port).ok());
+  EXPECT_EQ(host, "127.0.0.1");  // loopback unless an address is given
+  EXPECT_EQ(port, 8080);
+  ASSERT_TRUE(ParseHttpListen("[::1]:9", &host, &port).ok());
+  EXPECT_EQ(host, "::1");
+  EXPECT_FALSE(ParseHttpListen("host:port", &host, &port).ok());
+  EXPECT_FALSE(ParseHttpListen("70000", &host, &port).ok());
 }
 
 TEST(WorkerFlagsTest, HelpIsRecognised) {

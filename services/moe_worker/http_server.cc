@@ -1,0 +1,304 @@
+#include "services/moe_worker/http_server.h"
+
+#include <httplib.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "services/rpc/tcp_probe.h"
+
+namespace moe::worker {
+namespace {
+
+using openai::ApiError;
+using openai::Json;
+
+// One request's responses, handed from the engine thread to the HTTP thread.
+class HttpSink : public ResponseSink {
+ public:
+  void Write(v1::GenerateResponse response) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.push_back(std::move(response));
+    cv_.notify_all();
+  }
+  void Finish(const absl::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    done_ = true;
+    cv_.notify_all();
+  }
+  bool Cancelled() const override { return cancelled_.load(); }
+  void Cancel() { cancelled_ = true; }
+
+  // Blocks until something is there; moves every waiting response into
+  // *out. False once nothing more will come (then status()).
+  bool Take(std::deque<v1::GenerateResponse>* out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !items_.empty() || done_; });
+    if (items_.empty()) return false;
+    out->swap(items_);
+    items_.clear();
+    return true;
+  }
+  absl::Status status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::GenerateResponse> items_;
+  bool done_ = false;
+  absl::Status status_;
+  std::atomic<bool> cancelled_{false};
+};
+
+void SendJson(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(openai::Dump(body), "application/json");
+}
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  SendJson(res, e.http_status, openai::ErrorBody(e));
+}
+
+ApiError Error(int status, std::string message, std::string code = "") {
+  ApiError e;
+  e.http_status = status;
+  e.message = std::move(message);
+  e.code = std::move(code);
+  if (status == 401) e.type = "authentication_error";
+  return e;
+}
+
+}  // namespace
+
+absl::Status ParseHttpListen(const std::string& listen, std::string* host, int* port) {
+  std::string port_text = listen;
+  *host = "127.0.0.1";
+  const size_t colon = listen.rfind(':');
+  if (colon != std::string::npos) {
+    *host = listen.substr(0, colon);
+    port_text = listen.substr(colon + 1);
+    if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+      *host = host->substr(1, host->size() - 2);
+    }
+    if (host->empty()) *host = "127.0.0.1";
+  }
+  if (!absl::SimpleAtoi(port_text, port) || *port < 0 || *port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http-listen: want PORT, HOST:PORT or [V6]:PORT, got '", listen, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckHttpOptions(const HttpOptions& options, const rpc::SecurityOptions& security) {
+  std::string host;
+  int port = 0;
+  if (absl::Status s = ParseHttpListen(options.listen, &host, &port); !s.ok()) return s;
+  if (!security.auth_token_file.empty() && security.tls_cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--http-listen with --auth-token-file needs --tls-cert and --tls-key: a bearer "
+        "token is never accepted over plaintext HTTP");
+  }
+  if (port != 0) {
+    const std::string err = rpc::BindError(absl::StrCat(
+        host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port));
+    if (!err.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--http-listen ", options.listen, ": ", err));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const HttpOptions& options, const rpc::SecurityOptions& security, GenerationRunner* runner,
+    openai::ModelInfo model, std::function<bool()> serving) {
+  if (absl::Status s = CheckHttpOptions(options, security); !s.ok()) return s;
+  std::string host;
+  int port = 0;
+  (void)ParseHttpListen(options.listen, &host, &port);
+  std::unique_ptr<HttpServer> h(new HttpServer());
+  h->options_ = options;
+  h->runner_ = runner;
+  h->model_ = std::move(model);
+  h->serving_ = std::move(serving);
+  const bool tls = !security.tls_cert.empty();
+  if (!security.auth_token_file.empty()) {
+    absl::StatusOr<std::string> token = rpc::ReadAuthTokenFile(security.auth_token_file);
+    if (!token.ok()) {
+      return absl::Status(token.status().code(), absl::StrCat("--auth-token-file ",
+                                                              security.auth_token_file, ": ",
+                                                              token.status().message()));
+    }
+    h->token_ = *token;
+  }
+  if (tls) {
+    auto ssl = std::make_unique<httplib::SSLServer>(
+        security.tls_cert.c_str(), security.tls_key.c_str(),
+        security.tls_client_ca.empty() ? nullptr : security.tls_client_ca.c_str());
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--http-listen: cannot load --tls-cert ", security.tls_cert, " / --tls-key ",
+          security.tls_key, (security.tls_client_ca.empty() ? "" : " / --tls-client-ca "),
+          security.tls_client_ca));
+    }
+    h->server_ = std::move(ssl);
+  } else {
+    h->server_ = std::make_unique<httplib::Server>();
+  }
+  h->server_->set_payload_max_length(options.max_body_bytes);
+  if (options.threads > 0) {
+    const int threads = options.threads;
+    h->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  }
+  h->Route();
+  if (port == 0) {
+    port = h->server_->bind_to_any_port(host);
+  } else if (!h->server_->bind_to_port(host, port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--http-listen ", options.listen, ": cannot listen on ", host, ":",
+                     options.listen, " (address in use or not local?)"));
+  }
+  h->port_ = port;
+  httplib::Server* server = h->server_.get();
+  h->thread_ = std::thread([server] { server->listen_after_bind(); });
+  MOE_LOG(INFO) << "HTTP (OpenAI API) on " << (tls ? "https://" : "http://") << host << ":"
+                << port;
+  return h;
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Stop() {
+  if (server_ != nullptr) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void HttpServer::Route() {
+  httplib::Server& s = *server_;
+  auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
+    if (token_.empty()) return true;
+    const std::string auth = req.get_header_value("Authorization");
+    if (absl::StartsWith(auth, "Bearer ") &&
+        rpc::ConstantTimeEquals(auth.substr(7), token_)) {
+      return true;
+    }
+    SendError(res, Error(401, auth.empty() ? "missing Authorization: Bearer <token>"
+                                           : "invalid bearer token",
+                         "invalid_api_key"));
+    return false;
+  };
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413) {
+      SendError(res, Error(413, "request body too large (--http-max-body-bytes)"));
+    } else if (res.status == 404) {
+      SendError(res, Error(404, "no such endpoint: see /v1/completions, /v1/chat/completions, "
+                                "/v1/models, /health"));
+    } else {
+      SendError(res, Error(res.status, absl::StrCat("HTTP ", res.status)));
+    }
+  });
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool up = serving_();
+    SendJson(res, up ? 200 : 503, {{"status", up ? "ok" : "unavailable"}});
+  });
+  s.Get("/v1/models", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    SendJson(res, 200,
+             {{"object", "list"},
+              {"data", Json::array({{{"id", model_.name},
+                                     {"object", "model"},
+                                     {"created", 0},
+                                     {"owned_by", "moecache"}}})}});
+  });
+  for (const bool chat : {false, true}) {
+    s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
+           [this, authorized, chat](const httplib::Request& req, httplib::Response& res) {
+             if (!authorized(req, res)) return;
+             Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+             if (body.is_discarded()) {
+               SendError(res, Error(400, "the request body is not valid JSON"));
+               return;
+             }
+             ApiError error;
+             std::optional<openai::ApiRequest> request =
+                 openai::ParseApiRequest(body, chat, model_, &error);
+             if (!request.has_value()) {
+               SendError(res, error);
+               return;
+             }
+             const absl::Time deadline = options_.request_timeout > absl::ZeroDuration()
+                                             ? absl::Now() + options_.request_timeout
+                                             : absl::InfiniteFuture();
+             auto sink = std::make_shared<HttpSink>();
+             if (absl::Status s = runner_->Submit(request->generate, deadline, sink); !s.ok()) {
+               SendError(res, openai::ErrorFromStatus(s));
+               return;
+             }
+             const std::string id =
+                 absl::StrCat(chat ? "chatcmpl-" : "cmpl-", next_id_.fetch_add(1));
+             // The assembler refers to the request: both live as long as the
+             // content provider, which outlives this handler.
+             auto shared_request = std::make_shared<openai::ApiRequest>(*std::move(request));
+             auto assembler = std::make_shared<openai::ResponseAssembler>(
+                 *shared_request, model_, id, absl::ToUnixSeconds(absl::Now()));
+             if (!shared_request->stream) {
+               std::deque<v1::GenerateResponse> got;
+               while (sink->Take(&got)) {
+                 for (const v1::GenerateResponse& r : got) assembler->Add(r);
+                 got.clear();
+               }
+               if (absl::Status st = sink->status(); !st.ok()) {
+                 SendError(res, openai::ErrorFromStatus(st));
+                 return;
+               }
+               SendJson(res, 200, assembler->Final());
+               return;
+             }
+             res.set_header("Cache-Control", "no-cache");
+             res.set_chunked_content_provider(
+                 "text/event-stream",
+                 [sink, shared_request, assembler](size_t, httplib::DataSink& out) {
+                   std::deque<v1::GenerateResponse> got;
+                   std::string text;
+                   const bool more = sink->Take(&got);
+                   for (const v1::GenerateResponse& r : got) {
+                     text += "data: " + openai::Dump(assembler->Chunk(r)) + "\n\n";
+                   }
+                   if (!more) {
+                     if (absl::Status st = sink->status(); !st.ok()) {
+                       text += "data: " +
+                               openai::Dump(openai::ErrorBody(openai::ErrorFromStatus(st))) +
+                               "\n\n";
+                     } else if (shared_request->include_usage) {
+                       text += "data: " + openai::Dump(assembler->UsageChunk()) + "\n\n";
+                     }
+                     text += "data: [DONE]\n\n";
+                   }
+                   if (!text.empty() && !out.write(text.data(), text.size())) {
+                     sink->Cancel();
+                     return false;
+                   }
+                   if (!more) out.done();
+                   return true;
+                 },
+                 [sink](bool success) {
+                   if (!success) sink->Cancel();  // the client went away
+                 });
+           });
+  }
+}
+
+}  // namespace moe::worker

@@ -1,0 +1,85 @@
+// The OpenAI-compatible HTTP API of moe-worker (--http-listen): POST
+// /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health.
+// Requests go to the same GenerationRunner as gRPC Generate (one queue, one
+// set of limits and metrics); services/openai translates the JSON.
+//
+// Security as for gRPC (security.h): --tls-cert/--tls-key serve HTTPS
+// (--tls-client-ca: client certificates required); --auth-token-file
+// requires `Authorization: Bearer <token>` on everything but /health, and
+// like gRPC it refuses to start without TLS (the token would travel in the
+// clear). Bodies beyond max_body_bytes get 413. A streaming client that
+// goes away cancels its generation at the next token.
+//
+// Thread-safe: requests are served on the library's thread pool.
+#ifndef MOECACHE_SERVICES_MOE_WORKER_HTTP_SERVER_H_
+#define MOECACHE_SERVICES_MOE_WORKER_HTTP_SERVER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "services/moe_worker/generation_runner.h"
+#include "services/openai/openai_api.h"
+#include "services/rpc/security.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace moe::worker {
+
+struct HttpOptions {
+  // "" : off. PORT (loopback), HOST:PORT or [V6]:PORT; port 0 picks one.
+  std::string listen;
+  size_t max_body_bytes = 1 << 20;
+  // Per request; zero: none.
+  absl::Duration request_timeout = absl::ZeroDuration();
+  // Connections served at once (each waiting request holds one); 0: the
+  // library's default. The worker sets it above --max-queue so that a full
+  // queue answers 429 rather than leaving connections unserved.
+  int threads = 0;
+};
+
+class HttpServer {
+ public:
+  // `runner` and everything `model` points to must outlive the server.
+  // `serving` says whether /health is 200 (it follows gRPC health).
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
+      const HttpOptions& options, const rpc::SecurityOptions& security,
+      GenerationRunner* runner, openai::ModelInfo model, std::function<bool()> serving);
+  ~HttpServer();  // Stop()
+
+  // Stops accepting, closes connections, joins the listener. Idempotent.
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  HttpServer() = default;
+  void Route();
+
+  HttpOptions options_;
+  GenerationRunner* runner_ = nullptr;
+  openai::ModelInfo model_;
+  std::function<bool()> serving_;
+  std::string token_;  // "" : no auth
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+// Splits an --http-listen value into host and port (INVALID_ARGUMENT).
+absl::Status ParseHttpListen(const std::string& listen, std::string* host, int* port);
+
+// What can be checked before the model loads: the address parses and can be
+// bound (FAILED_PRECONDITION naming the error, e.g. in use), and a token
+// comes with TLS (INVALID_ARGUMENT).
+absl::Status CheckHttpOptions(const HttpOptions& options, const rpc::SecurityOptions& security);
+
+}  // namespace moe::worker
+
+#endif  // MOECACHE_SERVICES_MOE_WORKER_HTTP_SERVER_H_

@@ -1,0 +1,146 @@
+// moectl chat: a terminal conversation with a moe-worker through its
+// OpenAI-compatible HTTP API (--http-listen), streamed token by token, with
+// the model's chat template applied by the worker.
+//   moectl chat --url http://127.0.0.1:8080 [--system TEXT] [--max-tokens N]
+//               [--temperature T] [--auth-token-file F] [--tls-ca F]
+// One line of stdin is one user turn; "/reset" forgets the conversation;
+// EOF ends. Exit codes: 0 at EOF, 2 bad flags, 1 a request failed.
+#include <httplib.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "services/moectl/commands.h"
+#include "services/moectl/flags.h"
+#include "services/rpc/security.h"
+
+namespace moe::moectl {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Feeds Server-Sent Events bytes; calls `on_data` with each `data:` payload.
+class SseParser {
+ public:
+  template <typename F>
+  void Feed(const char* data, size_t n, F&& on_data) {
+    buffer_.append(data, n);
+    size_t end;
+    while ((end = buffer_.find("\n\n")) != std::string::npos) {
+      std::string event = buffer_.substr(0, end);
+      buffer_.erase(0, end + 2);
+      if (absl::StartsWith(event, "data: ")) on_data(event.substr(6));
+    }
+  }
+
+ private:
+  std::string buffer_;
+};
+
+int RunChat(const Args& args) {
+  FlagSet f("chat", "--url URL [flags]");
+  f.String("url", "http://127.0.0.1:8080", "the worker's --http-listen address");
+  f.String("system", "", "a system message to start the conversation with");
+  f.Int("max-tokens", 256, "longest reply");
+  f.Double("temperature", 0.7, "sampling temperature (0: greedy)");
+  f.String("auth-token-file", "", "bearer token file (the worker's --auth-token-file)");
+  f.String("tls-ca", "", "CA certificate to verify an https:// worker");
+  if (absl::Status s = f.Parse(args); !s.ok()) {
+    std::fprintf(stderr, "moectl chat: %s\n%s", std::string(s.message()).c_str(),
+                 f.Usage().c_str());
+    return 2;
+  }
+  if (f.help()) {
+    std::printf("%s", f.Usage().c_str());
+    return 0;
+  }
+  httplib::Client client(f.GetString("url"));
+  if (!client.is_valid()) {
+    std::fprintf(stderr, "moectl chat: bad --url %s\n", f.GetString("url").c_str());
+    return 2;
+  }
+  if (!f.GetString("tls-ca").empty()) client.set_ca_cert_path(f.GetString("tls-ca").c_str());
+  client.set_read_timeout(600, 0);
+  httplib::Headers headers;
+  if (!f.GetString("auth-token-file").empty()) {
+    absl::StatusOr<std::string> token = rpc::ReadAuthTokenFile(f.GetString("auth-token-file"));
+    if (!token.ok()) {
+      std::fprintf(stderr, "moectl chat: --auth-token-file: %s\n",
+                   std::string(token.status().message()).c_str());
+      return 2;
+    }
+    headers.emplace("Authorization", "Bearer " + *token);
+  }
+  json messages = json::array();
+  auto reset = [&] {
+    messages = json::array();
+    if (!f.GetString("system").empty()) {
+      messages.push_back({{"role", "system"}, {"content", f.GetString("system")}});
+    }
+  };
+  reset();
+  std::string line;
+  while (std::fputs("> ", stderr), std::getline(std::cin, line)) {
+    if (line == "/reset") {
+      reset();
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    const json body = {{"messages", messages},
+                       {"max_tokens", f.GetInt("max-tokens")},
+                       {"temperature", f.GetDouble("temperature")},
+                       {"stream", true}};
+    std::string reply, error, raw;
+    SseParser sse;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.headers = headers;
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      raw.append(data, n);
+      sse.Feed(data, n, [&](const std::string& payload) {
+        if (payload == "[DONE]") return;
+        json chunk = json::parse(payload, nullptr, false);
+        if (chunk.contains("error")) {
+          error = chunk["error"].value("message", payload);
+        } else if (chunk.contains("choices") && !chunk["choices"].empty()) {
+          const std::string piece = chunk["choices"][0]["delta"].value("content", "");
+          reply += piece;
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
+      });
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error err = httplib::Error::Success;
+    const bool ok = client.send(req, res, err);
+    std::fputs("\n", stdout);
+    if (!ok) {
+      std::fprintf(stderr, "moectl chat: %s\n", httplib::to_string(err).c_str());
+      return 1;
+    }
+    if (res.status != 200 || !error.empty()) {
+      json j = json::parse(raw, nullptr, false);
+      if (error.empty() && j.contains("error")) error = j["error"].value("message", raw);
+      std::fprintf(stderr, "moectl chat: HTTP %d: %s\n", res.status,
+                   (error.empty() ? raw : error).c_str());
+      return 1;
+    }
+    messages.push_back({{"role", "assistant"}, {"content", reply}});
+  }
+  return 0;
+}
+
+const bool kRegistered =
+    RegisterCommand({"chat", "talk to a worker's chat template over its HTTP API", &RunChat});
+
+}  // namespace
+}  // namespace moe::moectl

@@ -1,0 +1,52 @@
+// A model's chat template: tokenizer_config.json's `chat_template` (a
+// string, or a list of {name, template} of which "default" is used),
+// rendered the way transformers' apply_chat_template does: variables
+// `messages`, `add_generation_prompt`, `bos_token`, `eos_token` (plus any
+// extra variables given).
+//
+//   ASSIGN_OR_RETURN(auto t, ChatTemplate::FromModelDir(dir));  // or null
+//   ASSIGN_OR_RETURN(std::string prompt, t->Apply(messages, true));
+//
+// Thread-safe after construction.
+#ifndef MOECACHE_SERVICES_OPENAI_CHAT_TEMPLATE_H_
+#define MOECACHE_SERVICES_OPENAI_CHAT_TEMPLATE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "services/openai/jinja.h"
+
+namespace moe::openai {
+
+class ChatTemplate {
+ public:
+  // Parses `source` and renders a probe conversation (user, assistant,
+  // user; add_generation_prompt) so that a template this interpreter cannot
+  // render fails here, at start, not at the first request.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> Create(std::string source,
+                                                              std::string bos_token,
+                                                              std::string eos_token);
+  // From `dir`/tokenizer_config.json. Null (OK) when the model has no chat
+  // template; INVALID_ARGUMENT for one that cannot be parsed or rendered.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromModelDir(const std::string& dir);
+
+  // `messages` is an array of {role, content}. FAILED_PRECONDITION when the
+  // template raises (e.g. roles that do not alternate), INVALID_ARGUMENT
+  // for other render errors.
+  absl::StatusOr<std::string> Apply(const nlohmann::ordered_json& messages,
+                                    bool add_generation_prompt,
+                                    const nlohmann::ordered_json& extra = {}) const;
+
+ private:
+  ChatTemplate(jinja::JinjaTemplate t, std::string bos, std::string eos)
+      : template_(std::move(t)), bos_(std::move(bos)), eos_(std::move(eos)) {}
+  jinja::JinjaTemplate template_;
+  std::string bos_;
+  std::string eos_;
+};
+
+}  // namespace moe::openai
+
+#endif  // MOECACHE_SERVICES_OPENAI_CHAT_TEMPLATE_H_

@@ -1,0 +1,444 @@
+#include "services/openai/openai_api.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+
+namespace moe::openai {
+namespace {
+
+// Parameters each endpoint accepts; anything else is refused by name.
+const std::set<std::string>& Known(bool chat) {
+  static const std::set<std::string> kCompletion = {
+      "model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "logprobs",
+      "stream", "stream_options", "n", "user", "presence_penalty", "frequency_penalty",
+      "logit_bias", "echo", "best_of", "suffix"};
+  static const std::set<std::string> kChat = {
+      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+      "seed", "stop", "logprobs", "top_logprobs", "stream", "stream_options", "n", "user",
+      "presence_penalty", "frequency_penalty", "logit_bias", "tools", "tool_choice",
+      "functions", "function_call", "response_format", "parallel_tool_calls"};
+  return chat ? kChat : kCompletion;
+}
+
+struct Refusal {
+  ApiError error;
+};
+
+[[noreturn]] void Refuse(const std::string& param, const std::string& message, int status = 400,
+                         const std::string& code = "") {
+  ApiError e;
+  e.http_status = status;
+  e.param = param;
+  e.message = message;
+  e.code = code;
+  throw Refusal{e};
+}
+
+bool IsAbsent(const Json& body, const char* key) {
+  return !body.contains(key) || body[key].is_null();
+}
+
+// body[key] within [lo, hi], or `dflt` when absent; T is double (any
+// number) or int64_t (integers only).
+template <typename T>
+T Bounded(const Json& body, const char* key, T lo, T hi, T dflt) {
+  if (IsAbsent(body, key)) return dflt;
+  const Json& v = body[key];
+  constexpr bool kInt = std::is_integral_v<T>;
+  if (kInt ? !v.is_number_integer() : !v.is_number()) {
+    Refuse(key, absl::StrCat("'", key, "' must be ", kInt ? "an integer" : "a number"));
+  }
+  const T x = v.get<T>();
+  if (x < lo || x > hi) {
+    Refuse(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", x));
+  }
+  return x;
+}
+
+// Parameters that have a harmless default value and nothing else.
+void RefuseUnsupported(const Json& body) {
+  if (!IsAbsent(body, "n") && body["n"] != 1) {
+    Refuse("n", "only n = 1 is supported (one choice per request)");
+  }
+  for (const char* p : {"presence_penalty", "frequency_penalty"}) {
+    if (!IsAbsent(body, p) && body[p] != 0) {
+      Refuse(p, absl::StrCat("'", p, "' is not supported (only 0)"));
+    }
+  }
+  if (!IsAbsent(body, "logit_bias") && !body["logit_bias"].empty()) {
+    Refuse("logit_bias", "'logit_bias' is not supported");
+  }
+  if (!IsAbsent(body, "echo") && body["echo"] != false) Refuse("echo", "'echo' is not supported");
+  if (!IsAbsent(body, "best_of") && body["best_of"] != 1) {
+    Refuse("best_of", "only best_of = 1 is supported");
+  }
+  if (!IsAbsent(body, "suffix")) Refuse("suffix", "'suffix' is not supported");
+  for (const char* p : {"tools", "functions"}) {
+    if (!IsAbsent(body, p) && !body[p].empty()) {
+      Refuse(p, "tools and function calling are not supported");
+    }
+  }
+  for (const char* p : {"tool_choice", "function_call"}) {
+    if (!IsAbsent(body, p) && body[p] != "none") {
+      Refuse(p, "tools and function calling are not supported");
+    }
+  }
+  if (!IsAbsent(body, "response_format") &&
+      !(body["response_format"].is_object() && body["response_format"].value("type", "") == "text")) {
+    Refuse("response_format", "only response_format {\"type\": \"text\"} is supported");
+  }
+}
+
+std::string MessageText(const Json& content, size_t i) {
+  const std::string param = absl::StrCat("messages[", i, "].content");
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return "";
+  if (!content.is_array()) Refuse(param, "content must be a string or an array of text parts");
+  std::string text;
+  for (const Json& part : content) {
+    const std::string type = part.is_object() ? part.value("type", "") : "";
+    if (type == "text" && part.contains("text") && part["text"].is_string()) {
+      text += part["text"].get<std::string>();
+    } else if (type == "image_url" || type == "input_audio" || type == "file") {
+      Refuse(param, absl::StrCat("content parts of type '", type,
+                                 "' are not supported (text only)"));
+    } else {
+      Refuse(param, "each content part must be {\"type\": \"text\", \"text\": ...}");
+    }
+  }
+  return text;
+}
+
+// The conversation in the plain {role, content} form templates expect.
+Json Messages(const Json& body) {
+  if (IsAbsent(body, "messages") || !body["messages"].is_array() || body["messages"].empty()) {
+    Refuse("messages", "'messages' must be a non-empty array");
+  }
+  Json out = Json::array();
+  const Json& in = body["messages"];
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Json& m = in[i];
+    const std::string param = absl::StrCat("messages[", i, "]");
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      Refuse(param, "each message needs a string 'role'");
+    }
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";  // OpenAI's newer name for it
+    if (role != "system" && role != "user" && role != "assistant") {
+      Refuse(param + ".role", absl::StrCat("role '", role,
+                                           "' is not supported (system, user, assistant)"));
+    }
+    for (const auto& [k, v] : m.items()) {
+      if (k == "tool_calls" || k == "function_call") {
+        if (!v.is_null() && !v.empty()) Refuse(param + "." + k, "tool calls are not supported");
+      } else if (k != "role" && k != "content" && k != "name") {
+        Refuse(param + "." + k, absl::StrCat("unknown message field '", k, "'"));
+      }
+    }
+    Json msg = {{"role", role}, {"content", MessageText(m.value("content", Json()), i)}};
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+std::vector<int32_t> PromptIds(const Json& body, bool chat, const ModelInfo& model) {
+  if (chat) {
+    const Json messages = Messages(body);
+    if (model.chat_template == nullptr) {
+      Refuse("messages", "this model has no chat_template in tokenizer_config.json: use "
+                         "/v1/completions", 400, "no_chat_template");
+    }
+    if (model.tokenizer == nullptr) Refuse("messages", "this model has no tokenizer.json");
+    absl::StatusOr<std::string> text = model.chat_template->Apply(messages, true);
+    if (!text.ok()) Refuse("messages", absl::StrCat("chat template: ", text.status().message()));
+    // As transformers does: the template writes every special token itself.
+    return model.tokenizer->Encode(*text, /*add_special=*/false);
+  }
+  if (IsAbsent(body, "prompt")) Refuse("prompt", "'prompt' is required");
+  Json prompt = body["prompt"];
+  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) {
+    prompt = prompt[0];  // a batch of one
+  }
+  if (prompt.is_string()) {
+    if (model.tokenizer == nullptr) {
+      Refuse("prompt", "this model has no tokenizer.json: send the prompt as token ids");
+    }
+    return model.tokenizer->Encode(prompt.get<std::string>(), /*add_special=*/true);
+  }
+  if (prompt.is_array() && !prompt.empty() &&
+      std::all_of(prompt.begin(), prompt.end(), [](const Json& x) { return x.is_number_integer(); })) {
+    std::vector<int32_t> ids;
+    for (const Json& x : prompt) ids.push_back(x.get<int32_t>());
+    return ids;
+  }
+  if (prompt.is_array() && prompt.size() > 1) {
+    Refuse("prompt", "only one prompt per request is supported (a string or one list of token ids)");
+  }
+  Refuse("prompt", "'prompt' must be a string or a non-empty array of token ids");
+}
+
+void ParseStop(const Json& body, v1::GenerateRequest* g) {
+  if (IsAbsent(body, "stop")) return;
+  Json stop = body["stop"];
+  if (stop.is_string()) stop = Json::array({stop});
+  if (!stop.is_array() || stop.size() > 4) {
+    Refuse("stop", "'stop' must be a string or an array of at most 4 strings");
+  }
+  for (const Json& s : stop) {
+    if (!s.is_string() || s.get<std::string>().empty()) {
+      Refuse("stop", "each stop sequence must be a non-empty string");
+    }
+    g->add_stop(s.get<std::string>());
+  }
+}
+
+ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
+  if (!body.is_object()) Refuse("", "the request body must be a JSON object");
+  for (const auto& [k, v] : body.items()) {
+    if (Known(chat).count(k) == 0) Refuse(k, absl::StrCat("unknown parameter '", k, "'"));
+  }
+  if (!IsAbsent(body, "model")) {
+    if (!body["model"].is_string()) Refuse("model", "'model' must be a string");
+    const std::string asked = body["model"].get<std::string>();
+    if (asked != model.name) {
+      Refuse("model", absl::StrCat("the model '", asked, "' does not exist; this worker serves '",
+                                   model.name, "'"),
+             404, "model_not_found");
+    }
+  }
+  RefuseUnsupported(body);
+  ApiRequest r;
+  r.chat = chat;
+  v1::GenerateRequest& g = r.generate;
+  const std::vector<int32_t> ids = PromptIds(body, chat, model);
+  for (int32_t id : ids) g.add_prompt_token_ids(id);
+  const int64_t room = std::max<int64_t>(
+      1, std::min<int64_t>(model.max_new_tokens_limit, model.context_length - ids.size()));
+  int64_t max_tokens = Bounded<int64_t>(body, "max_tokens", 1, model.max_new_tokens_limit,
+                               chat ? room : 16);
+  max_tokens = Bounded<int64_t>(body, "max_completion_tokens", 1, model.max_new_tokens_limit, max_tokens);
+  g.set_max_new_tokens(static_cast<int32_t>(max_tokens));
+  g.set_temperature(static_cast<float>(Bounded<double>(body, "temperature", 0, 2, 1)));
+  g.set_top_p(static_cast<float>(Bounded<double>(body, "top_p", 0, 1, 1)));
+  if (!IsAbsent(body, "seed")) {
+    if (!body["seed"].is_number_integer()) Refuse("seed", "'seed' must be an integer");
+    g.set_seed(body["seed"].get<uint64_t>());
+  } else {
+    g.set_seed(std::random_device()());  // OpenAI: no seed, no repeatability
+  }
+  ParseStop(body, &g);
+  if (chat) {
+    if (!IsAbsent(body, "logprobs") && !body["logprobs"].is_boolean()) {
+      Refuse("logprobs", "'logprobs' must be a boolean");
+    }
+    r.logprobs = body.value("logprobs", false) == true;
+    r.top_logprobs = static_cast<int>(Bounded<int64_t>(body, "top_logprobs", 0, 20, 0));
+    if (r.top_logprobs > 0 && !r.logprobs) {
+      Refuse("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+  } else if (!IsAbsent(body, "logprobs")) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int>(Bounded<int64_t>(body, "logprobs", 0, 5, 0));
+  }
+  g.set_top_logprobs(r.top_logprobs);
+  if (!IsAbsent(body, "stream") && !body["stream"].is_boolean()) {
+    Refuse("stream", "'stream' must be a boolean");
+  }
+  r.stream = body.value("stream", false) == true;
+  if (!IsAbsent(body, "stream_options")) {
+    const Json& so = body["stream_options"];
+    if (!r.stream) Refuse("stream_options", "'stream_options' needs 'stream': true");
+    if (!so.is_object()) Refuse("stream_options", "'stream_options' must be an object");
+    for (const auto& [k, v] : so.items()) {
+      if (k != "include_usage" || !v.is_boolean()) {
+        Refuse("stream_options", "only stream_options.include_usage (a boolean) is supported");
+      }
+    }
+    r.include_usage = so.value("include_usage", false);
+  }
+  return r;
+}
+
+std::string TokenText(const ModelInfo& model, int32_t id) {
+  if (model.tokenizer == nullptr) return "";
+  return model.tokenizer->Decode(std::vector<int32_t>{id});
+}
+
+Json Bytes(const std::string& s) {
+  Json out = Json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+}  // namespace
+
+Json ErrorBody(const ApiError& e) {
+  return {{"error",
+           {{"message", e.message},
+            {"type", e.type},
+            {"param", e.param.empty() ? Json() : Json(e.param)},
+            {"code", e.code.empty() ? Json() : Json(e.code)}}}};
+}
+
+ApiError ErrorFromStatus(const absl::Status& s) {
+  ApiError e;
+  e.message = std::string(s.message());
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange: e.http_status = 400; break;
+    case absl::StatusCode::kUnauthenticated:
+      e.http_status = 401;
+      e.code = "invalid_api_key";
+      break;
+    case absl::StatusCode::kNotFound: e.http_status = 404; break;
+    case absl::StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      e.http_status = 504;
+      e.type = "timeout";
+      break;
+    case absl::StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "server_error";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "server_error";
+  }
+  return e;
+}
+
+std::optional<ApiRequest> ParseApiRequest(const Json& body, bool chat, const ModelInfo& model,
+                                          ApiError* error) {
+  try {
+    return Parse(body, chat, model);
+  } catch (const Refusal& r) {
+    *error = r.error;
+  } catch (const Json::exception& e) {  // a value of the wrong JSON type
+    error->http_status = 400;
+    error->message = absl::StrCat("malformed request: ", e.what());
+  }
+  return std::nullopt;
+}
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+ResponseAssembler::ResponseAssembler(const ApiRequest& request, const ModelInfo& model,
+                                     std::string id, int64_t created)
+    : request_(request), model_(model), id_(std::move(id)), created_(created) {
+  if (request_.chat) {
+    logprobs_ = {{"content", Json::array()}};
+  } else {
+    logprobs_ = {{"tokens", Json::array()}, {"token_logprobs", Json::array()},
+                 {"top_logprobs", Json::array()}, {"text_offset", Json::array()}};
+  }
+}
+
+Json ResponseAssembler::Envelope(const char* object) const {
+  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_.name}};
+}
+
+Json ResponseAssembler::Logprobs(const v1::GenerateResponse& r) {
+  const std::string token = TokenText(model_, r.token_id());
+  if (request_.chat) {
+    Json top = Json::array();
+    for (const v1::TokenLogprob& alt : r.top_logprobs()) {
+      const std::string t = TokenText(model_, alt.token_id());
+      top.push_back({{"token", t}, {"logprob", alt.logprob()}, {"bytes", Bytes(t)}});
+    }
+    return {{"token", token}, {"logprob", r.logprob()}, {"bytes", Bytes(token)},
+            {"top_logprobs", top}};
+  }
+  Json top = Json::object();
+  for (const v1::TokenLogprob& alt : r.top_logprobs()) {
+    top[TokenText(model_, alt.token_id())] = alt.logprob();
+  }
+  Json one = {{"tokens", {token}}, {"token_logprobs", {r.logprob()}}, {"top_logprobs", {top}},
+              {"text_offset", {text_offset_}}};
+  text_offset_ += static_cast<int>(r.text().size());
+  return one;
+}
+
+Json ResponseAssembler::Usage() const {
+  const int prompt = usage_.prompt_tokens(), completion = usage_.generated_tokens();
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          // Ours, beside OpenAI's fields: this request's expert cache outcome.
+          {"moe_cache",
+           {{"expert_hits", usage_.expert_hits()},
+            {"expert_misses", usage_.expert_misses()},
+            {"expert_stall_seconds", usage_.expert_stall_seconds()}}}};
+}
+
+Json ResponseAssembler::Chunk(const v1::GenerateResponse& r) {
+  if (r.has_usage()) usage_ = r.usage();
+  Json choice = {{"index", 0}};
+  if (request_.chat) {
+    Json delta = Json::object();
+    if (!sent_role_) delta["role"] = "assistant";
+    sent_role_ = true;
+    delta["content"] = r.text();
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = r.text();
+  }
+  if (request_.logprobs) {
+    Json lp = Logprobs(r);
+    choice["logprobs"] = request_.chat ? Json{{"content", {lp}}} : lp;
+  } else {
+    choice["logprobs"] = nullptr;
+  }
+  choice["finish_reason"] = r.finish_reason().empty() ? Json() : Json(r.finish_reason());
+  Json chunk = Envelope(request_.chat ? "chat.completion.chunk" : "text_completion");
+  chunk["choices"] = Json::array({choice});
+  if (request_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+Json ResponseAssembler::UsageChunk() const {
+  Json chunk = Envelope(request_.chat ? "chat.completion.chunk" : "text_completion");
+  chunk["choices"] = Json::array();
+  chunk["usage"] = Usage();
+  return chunk;
+}
+
+void ResponseAssembler::Add(const v1::GenerateResponse& r) {
+  if (r.has_usage()) usage_ = r.usage();
+  if (!r.finish_reason().empty()) finish_reason_ = r.finish_reason();
+  if (request_.logprobs) {
+    Json lp = Logprobs(r);
+    if (request_.chat) {
+      logprobs_["content"].push_back(lp);
+    } else {
+      for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        logprobs_[k].push_back(lp[k][0]);
+      }
+    }
+  }
+  text_ += r.text();
+}
+
+Json ResponseAssembler::Final() const {
+  Json choice = {{"index", 0}};
+  if (request_.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  } else {
+    choice["text"] = text_;
+  }
+  choice["logprobs"] = request_.logprobs ? logprobs_ : Json();
+  choice["finish_reason"] = finish_reason_;
+  Json out = Envelope(request_.chat ? "chat.completion" : "text_completion");
+  out["choices"] = Json::array({choice});
+  out["usage"] = Usage();
+  return out;
+}
+
+}  // namespace moe::openai

@@ -1,0 +1,112 @@
+// The OpenAI-compatible request and response shapes, translated to and from
+// moe.v1 Generate messages (no HTTP here: services/moe_worker/http_server
+// carries them).
+//
+//   ApiError error;
+//   std::optional<ApiRequest> r = ParseApiRequest(body, /*chat=*/true, model, &error);
+//   ... runner->Submit(r->generate, ...) ...
+//   ResponseAssembler out(*r, model, id, created);
+//   out.Chunk(token_response)  // streaming: one `data:` object per token
+//   out.Add(token_response); out.Final()  // or one object at the end
+//
+// Everything a request asks for is either honoured or refused with a 400
+// naming the parameter: unknown parameters, n > 1, tools, images, penalties,
+// logit_bias, echo, best_of > 1 are refused, never ignored.
+#ifndef MOECACHE_SERVICES_OPENAI_OPENAI_API_H_
+#define MOECACHE_SERVICES_OPENAI_OPENAI_API_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "moe/v1/inference.pb.h"
+#include "nlohmann/json.hpp"
+#include "services/engine/tokenizer.h"
+#include "services/openai/chat_template.h"
+
+namespace moe::openai {
+
+using Json = nlohmann::ordered_json;
+
+// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" : null
+  std::string code;   // "" : null
+};
+Json ErrorBody(const ApiError& error);
+// INVALID_ARGUMENT and FAILED_PRECONDITION -> 400, UNAUTHENTICATED -> 401,
+// NOT_FOUND -> 404, RESOURCE_EXHAUSTED -> 429, DEADLINE_EXCEEDED -> 504,
+// UNAVAILABLE -> 503, anything else -> 500.
+ApiError ErrorFromStatus(const absl::Status& status);
+
+// What the served model offers to the translation. Pointers not owned;
+// `tokenizer` and `chat_template` may be null (then only token-id prompts,
+// and no chat).
+struct ModelInfo {
+  std::string name;
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;
+  int64_t context_length = 0;
+  int max_new_tokens_limit = 0;  // the engine's ceiling
+};
+
+struct ApiRequest {
+  bool chat = false;
+  v1::GenerateRequest generate;  // prompt as token ids, ready for the runner
+  bool stream = false;
+  bool include_usage = false;    // stream_options.include_usage
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+// The body of POST /v1/completions (`chat` false) or /v1/chat/completions.
+// On failure returns nullopt and fills *error (400 or 404 for a model that
+// is not served).
+std::optional<ApiRequest> ParseApiRequest(const Json& body, bool chat, const ModelInfo& model,
+                                          ApiError* error);
+
+// Turns the runner's per-token responses into OpenAI objects for one
+// request. Not thread-safe.
+class ResponseAssembler {
+ public:
+  ResponseAssembler(const ApiRequest& request, const ModelInfo& model, std::string id,
+                    int64_t created);
+
+  // Streaming: the chunk object for one token response (the first chat
+  // chunk also carries the role). The last token's chunk carries
+  // finish_reason.
+  Json Chunk(const v1::GenerateResponse& response);
+  // Streaming with include_usage: the final chunk (empty choices, usage).
+  Json UsageChunk() const;
+  // Non-streaming: collect, then the whole object.
+  void Add(const v1::GenerateResponse& response);
+  Json Final() const;
+
+ private:
+  Json Logprobs(const v1::GenerateResponse& r);
+  Json Usage() const;
+  Json Envelope(const char* object) const;
+
+  const ApiRequest& request_;
+  const ModelInfo& model_;
+  std::string id_;
+  int64_t created_;
+  bool sent_role_ = false;
+  std::string text_;
+  std::string finish_reason_;
+  Json logprobs_;  // accumulated (non-streaming)
+  int text_offset_ = 0;
+  v1::Usage usage_;
+};
+
+// The JSON text of `j` on one line; invalid UTF-8 is replaced, never thrown.
+std::string Dump(const Json& j);
+
+}  // namespace moe::openai
+
+#endif  // MOECACHE_SERVICES_OPENAI_OPENAI_API_H_
