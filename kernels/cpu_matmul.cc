@@ -90,6 +90,10 @@ void MatMulColumnsScalar(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
       return ScalarColumns<DType::kF16>(a, n_begin, n_end);
     case DType::kBF16:
       return ScalarColumns<DType::kBF16>(a, n_begin, n_end);
+    case DType::kQ8:
+      return ScalarColumns<DType::kQ8>(a, n_begin, n_end);
+    case DType::kQ4:
+      return ScalarColumns<DType::kQ4>(a, n_begin, n_end);
     default:
       return;  // not a weight dtype; Backend::MatMul rejects it
   }

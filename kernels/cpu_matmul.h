@@ -1,5 +1,6 @@
 // CPU matrix products y[m, n] = x[m, k] W[n, k]^T (+ bias), f32 activations,
-// f32/f16/bf16 weights, f32 accumulation. One kernel per SIMD level (scalar,
+// f32/f16/bf16 weights or the block formats kQ8/kQ4 (common/quant.h,
+// dequantized in registers), f32 accumulation. One kernel per SIMD level (scalar,
 // AVX2+FMA+F16C, AVX-512F) compiled with function target attributes and
 // chosen at run time; a thread pool splits the output columns.
 //
