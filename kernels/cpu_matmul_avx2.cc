@@ -30,7 +30,9 @@ struct Avx2 {
     return _mm_cvtss_f32(s);
   }
   MOE_SIMD_TARGET static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
-  MOE_SIMD_TARGET static float Half(uint16_t h) { return _cvtsh_ss(h); }
+  MOE_SIMD_TARGET static Reg SetHalf(uint16_t h) {
+    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
+  }
   template <DType D>
   MOE_SIMD_TARGET static Reg LoadCodes(const uint8_t* block, int s) {
     if constexpr (D == DType::kQ8) {

@@ -29,7 +29,9 @@ struct Avx512 {
   MOE_SIMD_TARGET static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   MOE_SIMD_TARGET static float Sum(Reg v) { return _mm512_reduce_add_ps(v); }
   MOE_SIMD_TARGET static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
-  static float Half(uint16_t h) { return HalfToFloat(h); }
+  MOE_SIMD_TARGET static Reg SetHalf(uint16_t h) {
+    return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
+  }
   template <DType D>
   MOE_SIMD_TARGET static Reg LoadCodes(const uint8_t* block, int s) {
     if constexpr (D == DType::kQ8) {
