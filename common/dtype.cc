@@ -83,6 +83,13 @@ int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols) {
   return rows * (cols / group) * QuantBlockBytes(dtype);
 }
 
+absl::StatusOr<DType> ParseWeightDType(absl::string_view name) {
+  for (DType q : {DType::kQ8, DType::kQ4}) {
+    if (DTypeName(q) == name) return q;
+  }
+  return ParseDType(name);
+}
+
 bool IsFloatDType(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
 }

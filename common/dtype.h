@@ -61,6 +61,9 @@ absl::string_view DTypeName(DType dtype);
 // INVALID_ARGUMENT naming the dtype; the block formats are not safetensors
 // dtypes and are never parsed from a file.
 absl::StatusOr<DType> ParseDType(absl::string_view name);
+// ParseDType that also accepts the block formats ("Q8", "Q4"): for names
+// that do not come from a file (the expert layout in Attach's reply).
+absl::StatusOr<DType> ParseWeightDType(absl::string_view name);
 
 // True for F16, BF16, F32 (the dtypes ConvertToFloat accepts).
 bool IsFloatDType(DType dtype);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -72,6 +73,54 @@ absl::Status QuantizeRow(const float* src, int64_t cols, DType format,
     } else {
       QuantizeQ4Block(src + g * group, out + g * bb);
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DType> ParseExpertFormat(absl::string_view name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "q8") return DType::kQ8;
+  if (name == "q4") return DType::kQ4;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown expert format '", name, "' (choose bf16, q8 or q4)"));
+}
+
+std::string ExpertFormatName(DType format) {
+  switch (format) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kQ8:
+      return "q8";
+    case DType::kQ4:
+      return "q4";
+    default:
+      return std::string(DTypeName(format));
+  }
+}
+
+absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
+                            int64_t cols, DType to, void* dst) {
+  if (!IsFloatDType(from)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot convert weights of dtype ", DTypeName(from)));
+  }
+  const int64_t out_row = WeightBytes(to, 1, cols);
+  if (out_row < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows of ", cols, " weights are not whole ", DTypeName(to),
+        " blocks of ", QuantGroupSize(to)));
+  }
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const size_t in_row = DTypeSize(from) * static_cast<size_t>(cols);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    absl::Status s = ConvertToFloat(in + r * in_row, from, cols, row.data());
+    if (s.ok()) {
+      s = IsQuantDType(to) ? QuantizeRow(row.data(), cols, to, out + r * out_row)
+                           : ConvertFromFloat(row.data(), cols, to, out + r * out_row);
+    }
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -23,8 +23,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/dtype.h"
 
 namespace moe {
@@ -33,6 +36,18 @@ inline constexpr int64_t kQ8Group = 32;
 inline constexpr int64_t kQ8BlockBytes = 34;
 inline constexpr int64_t kQ4Group = 64;
 inline constexpr int64_t kQ4BlockBytes = 36;
+
+// The --expert-format names: "bf16" (kBF16), "q8" (kQ8), "q4" (kQ4).
+// INVALID_ARGUMENT naming the choices otherwise.
+absl::StatusOr<DType> ParseExpertFormat(absl::string_view name);
+// The inverse ("bf16", "q8", "q4"); DTypeName for other dtypes.
+std::string ExpertFormatName(DType format);
+
+// Converts a [rows, cols] weight of float dtype `from` (F32/F16/BF16) into
+// `to` (a float dtype or a block format) at dst (WeightBytes(to, rows, cols)
+// bytes). INVALID_ARGUMENT as QuantizeRow.
+absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
+                            int64_t cols, DType to, void* dst);
 
 // Quantizes one row of `cols` floats into cols / G blocks of `format`.
 // INVALID_ARGUMENT if `format` is not kQ8/kQ4, cols is not a multiple of the

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu_quant_matmul.h"
+
 namespace moe {
 
 absl::string_view SimdLevelName(SimdLevel level) {
@@ -90,10 +92,6 @@ void MatMulColumnsScalar(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
       return ScalarColumns<DType::kF16>(a, n_begin, n_end);
     case DType::kBF16:
       return ScalarColumns<DType::kBF16>(a, n_begin, n_end);
-    case DType::kQ8:
-      return ScalarColumns<DType::kQ8>(a, n_begin, n_end);
-    case DType::kQ4:
-      return ScalarColumns<DType::kQ4>(a, n_begin, n_end);
     default:
       return;  // not a weight dtype; Backend::MatMul rejects it
   }
@@ -122,6 +120,7 @@ VectorOps VectorOpsFor(SimdLevel level) {
 }
 
 void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
+  if (IsQuantDType(a.dtype)) return CpuQuantMatMul(pool, level, a);
   void (*kernel)(const MatMulArgs&, int64_t, int64_t) = &MatMulColumnsScalar;
   if (level == SimdLevel::kAvx2) kernel = &MatMulColumnsAvx2;
   if (level == SimdLevel::kAvx512) kernel = &MatMulColumnsAvx512;

@@ -14,7 +14,7 @@ namespace {
 struct Avx2 {
   using Reg = __m256;
   static constexpr int kWidth = 8;
-  static constexpr int kNr = 3;  // W rows per tile (plain and block formats)
+  static constexpr int kNr = 3;
   static constexpr int kDotUnroll = 2;
 
   MOE_SIMD_TARGET static Reg Zero() { return _mm256_setzero_ps(); }
@@ -28,22 +28,6 @@ struct Avx2 {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-  }
-  MOE_SIMD_TARGET static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
-  MOE_SIMD_TARGET static Reg SetHalf(uint16_t h) {
-    return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
-  }
-  template <DType D>
-  MOE_SIMD_TARGET static Reg LoadCodes(const uint8_t* block, int s) {
-    if constexpr (D == DType::kQ8) {
-      __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + s));
-      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-    } else {  // kQ4: low nibbles hold weights 0..31, high nibbles 32..63
-      __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 4 + (s & 31)));
-      __m256i v = _mm256_cvtepu8_epi32(q);
-      v = s < 32 ? _mm256_and_si256(v, _mm256_set1_epi32(0x0f)) : _mm256_srli_epi32(v, 4);
-      return _mm256_cvtepi32_ps(v);
-    }
   }
   template <DType D>
   MOE_SIMD_TARGET static Reg LoadW(const void* w, int64_t i) {

@@ -28,22 +28,6 @@ struct Avx512 {
   MOE_SIMD_TARGET static Reg Fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   MOE_SIMD_TARGET static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   MOE_SIMD_TARGET static float Sum(Reg v) { return _mm512_reduce_add_ps(v); }
-  MOE_SIMD_TARGET static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
-  MOE_SIMD_TARGET static Reg SetHalf(uint16_t h) {
-    return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
-  }
-  template <DType D>
-  MOE_SIMD_TARGET static Reg LoadCodes(const uint8_t* block, int s) {
-    if constexpr (D == DType::kQ8) {
-      __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + s));
-      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-    } else {  // kQ4: low nibbles hold weights 0..31, high nibbles 32..63
-      __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 4 + (s & 31)));
-      __m512i v = _mm512_cvtepu8_epi32(q);
-      v = s < 32 ? _mm512_and_si512(v, _mm512_set1_epi32(0x0f)) : _mm512_srli_epi32(v, 4);
-      return _mm512_cvtepi32_ps(v);
-    }
-  }
   template <DType D>
   MOE_SIMD_TARGET static Reg LoadW(const void* w, int64_t i) {
     if constexpr (D == DType::kF32) {

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log_level.h"
+#include "common/quant.h"
 
 namespace moe::cached {
 namespace {
@@ -87,6 +88,10 @@ absl::Status SetFlag(const std::string& flag, const std::string& value, DaemonOp
     o->prefetch = value == "on";
   } else if (flag == "link-gbps") {
     return positive_double(&o->link_gbps, true);
+  } else if (flag == "expert-format") {
+    absl::StatusOr<DType> format = ParseExpertFormat(value);
+    if (!format.ok()) return BadValue(flag, value, "bf16, q8 or q4");
+    o->expert_format = *format;
   } else if (flag == "state-dir") {
     o->state_dir = value;
   } else if (flag == "persist-seconds") {
@@ -126,6 +131,7 @@ std::string DaemonUsage() {
          "  [--cache-experts N | --cache-bytes B | --cache-fraction F]  (default F=0.5)\n"
          "  [--device auto|cpu|cuda]  (default cpu; on cuda F is of free device memory)\n"
          "  [--policy NAME] [--prefetch on|off] [--link-gbps G]\n"
+         "  [--expert-format bf16|q8|q4]  (default: as stored; converted at load)\n"
          "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n"
          "  [--max-sessions N]  (default 64 attached workers)\n"
          "  [--log-level debug|info|warning|error]  (any case; default $MOE_LOG_LEVEL or info)\n"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 #include "common/logging.h"
 #include "services/rpc/security.h"
 
@@ -38,6 +39,9 @@ struct DaemonOptions {
   std::string device = "cpu";
   bool prefetch = true;
   double link_gbps = 0;  // GB/s (1e9 bytes/s) pacing CPU copies; 0: unpaced
+  // --expert-format bf16|q8|q4: what the host store and the arena hold
+  // (converted at load); unset: the checkpoint's own dtype.
+  std::optional<DType> expert_format;
   std::string state_dir;  // EAMC persistence; empty: none
   double persist_interval_seconds = 60;
   // gRPC calls still running get this long to finish (then they are

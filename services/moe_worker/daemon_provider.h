@@ -61,6 +61,7 @@ class DaemonExpertProvider : public ExpertProvider {
   const client::CacheClientOptions options_;
   std::unique_ptr<client::CacheClient> client_;
   RoleOffsets offsets_;
+  DType expert_dtype_ = DType::kBF16;  // what the slots hold, from Attach
   std::vector<ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;
 };

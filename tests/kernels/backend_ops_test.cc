@@ -14,6 +14,7 @@
 #include "common/quant.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_matmul.h"
+#include "kernels/cpu_quant_matmul.h"
 #include "tests/kernels/reference_ops.h"
 
 namespace moe {
@@ -300,8 +301,7 @@ TEST_P(BackendOpsTest, ExpertFfnAccumulatesWeightedRows) {
 }
 
 // The block formats against the float64 product of the dequantized weights
-// (ref::MatMul reads them through LoadAsF32). k spans one and several
-// k-blocks of the CPU kernel.
+// (ref::MatMul reads them through LoadAsF32) and the rounded activations.
 TEST_P(BackendOpsTest, QuantizedMatMulMatchesReference) {
   const MatMulCase cases[] = {{1, 1, 64, false},   {1, 37, 128, true},
                               {3, 17, 192, false}, {5, 64, 1088, true},
@@ -314,7 +314,9 @@ TEST_P(BackendOpsTest, QuantizedMatMulMatchesReference) {
       auto x = RandomVec(c.m * c.k, 1);
       auto w = QuantizedWeights(c.n, c.k, dt, 2);
       auto bias = RandomVec(c.n, 3);
-      auto want = ref::MatMul(x, w.data(), dt, c.bias ? bias.data() : nullptr,
+      // The op's definition rounds x to 8 bits per 32 (cpu_quant_matmul.h).
+      auto xr = RoundActivations(x.data(), c.m, c.k);
+      auto want = ref::MatMul(xr, w.data(), dt, c.bias ? bias.data() : nullptr,
                               c.m, c.n, c.k);
       float* dy = Upload(std::vector<float>(c.m * c.n, NAN));
       absl::Status s = backend_->MatMul(
@@ -367,6 +369,28 @@ TEST_P(BackendOpsTest, QuantizedExpertFfnMatchesReference) {
                            1e-5),
                 1.0);
     }
+  }
+}
+
+// Against the exact product (activations not rounded): the rounding of x
+// (half a step of max|x| / 127 per 32) bounds the difference.
+TEST_P(BackendOpsTest, QuantizedMatMulIsCloseToTheUnroundedProduct) {
+  const int64_t m = 3, n = 40, k = 512;
+  for (DType dt : {DType::kQ8, DType::kQ4}) {
+    SCOPED_TRACE(DTypeName(dt));
+    auto x = RandomVec(m * k, 5);
+    auto w = QuantizedWeights(n, k, dt, 6);
+    auto want = ref::MatMul(x, w.data(), dt, nullptr, m, n, k);
+    float* dy = Upload(std::vector<float>(m * n, NAN));
+    absl::Status s = backend_->MatMul(Upload(x), UploadBytes(w.data(), w.size()), dt,
+                                      nullptr, dy, m, n, k);
+    if (is_device() && s.code() == absl::StatusCode::kUnimplemented) {
+      GTEST_SKIP() << s.message();
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    // sum |w| * (1 / 254): |w| <= 1 and |x| <= 1 here.
+    EXPECT_LE(ErrorRatio(Download(dy, m * n), want, double(k) / 254, 0), 1.0);
+    EXPECT_LE(ErrorRatio(Download(dy, m * n), want, 0.1, 0), 1.0);  // typical: ~0.03
   }
 }
 
