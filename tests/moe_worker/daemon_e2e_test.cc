@@ -221,6 +221,10 @@ TEST_P(FormatCapacityTest, TokensDoNotDependOnTheCache) {
     EXPECT_EQ(worker_.Wait(), 0);
     daemon.Signal(SIGTERM);
     EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+    // The tiny checkpoint is bf16: only q8/q4 are converted (with progress).
+    const std::string converted = std::string("(to ") + GetParam() + ")";
+    EXPECT_EQ(daemon.Log().find(converted) != std::string::npos, format != DType::kBF16)
+        << daemon.Log();
   }
 }
 
