@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/quant.h"
 #include "common/status_macros.h"
 
 namespace moe::worker {
@@ -92,7 +93,8 @@ absl::Status DaemonExpertProvider::Attach() {
   }
   MOE_LOG(INFO) << "attached to moe-cached at " << options_.address
                 << " for model '" << client->model() << "': "
-                << client->slot_count() << " slots, hot path over "
+                << client->slot_count() << " slots of "
+                << ExpertFormatName(expert_dtype_) << " experts, hot path over "
                 << (client->shm_enabled() ? "shared memory" : "gRPC");
   client_ = std::move(client);
   return absl::OkStatus();
