@@ -30,12 +30,6 @@ DaemonExpertProvider::Connect(const MoeModel& model,
   return p;
 }
 
-namespace {
-
-// The daemon holds experts in the checkpoint's dtype or in the format of its
-// --expert-format (the worker learns it here): the shape must be this model's
-// and the byte size exactly what that dtype needs, else reading the slot
-// would be garbage.
 absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine,
                              const char* role, uint64_t slot_bytes) {
   const bool known = t.dtype == mine.dtype || IsFloatDType(t.dtype) || IsQuantDType(t.dtype);
@@ -52,8 +46,6 @@ absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status DaemonExpertProvider::Attach() {
   ASSIGN_OR_RETURN(std::unique_ptr<client::CacheClient> client,
