@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/quant.h"
 #include "services/cache/policy.h"
 #include "services/cache/simulator.h"
 #include "services/cache/trace_stats.h"
@@ -22,7 +23,7 @@ constexpr char kHelp[] =
     "usage: moectl simulate --trace FILE.jsonl --policy NAME|all|A,B,...\n"
     "                       (--capacity N | --capacity-frac F) [--prefetch on|off]\n"
     "                       [--expert-mb S] [--link-gbps B] [--layer-ms T] [--chunk-mb C]\n"
-    "                       [--passes K] [--hints on|off] [--json]\n"
+    "                       [--passes K] [--hints on|off] [--expert-format bf16|q8|q4] [--json]\n"
     "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
     "          (moe-infinity options: moe-infinity:fair_share=0,lrfu=1,...)\n"
@@ -31,6 +32,9 @@ constexpr char kHelp[] =
     "--hints off ignores the trace's pre-gating hints (default on: replayed in\n"
     "decode). A trace with hints also gets their recall and precision (a line\n"
     "before the table; \"hints\" in each --json row).\n"
+    "--expert-format q8|q4 scales --expert-mb (the bf16 size) to that format's\n"
+    "bytes (x 17/32 for q8, x 9/32 for q4: common/quant.h), as moe-cached\n"
+    "--expert-format stores them.\n"
     "--sweep writes PREFIX.csv and, when gnuplot is installed, PREFIX.png.\n";
 
 struct Flags {
@@ -62,7 +66,7 @@ bool ParseFlags(const Args& args, Flags* f, std::string* error) {
   static const char* kKnown[] = {"trace",     "policy",    "capacity", "capacity-frac",
                                  "prefetch",  "expert-mb", "link-gbps", "layer-ms",
                                  "chunk-mb",  "passes",    "sweep",     "out",
-                                 "hints"};
+                                 "hints",     "expert-format"};
   for (const auto& [k, v] : f->values) {
     bool known = false;
     for (const char* n : kKnown) known |= k == n;
@@ -264,6 +268,15 @@ bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
       !GetDouble(f, "layer-ms", &o.link.layer_ms) || !GetDouble(f, "chunk-mb", &o.link.chunk_mb)) {
     *err = "link flags take numbers";
     return false;
+  }
+  if (!get("expert-format").empty()) {
+    absl::StatusOr<DType> format = ParseExpertFormat(get("expert-format"));
+    if (!format.ok()) {
+      *err = std::string(format.status().message());
+      return false;
+    }
+    // Bytes of 64 weights (a whole block of either format) against bf16's 128.
+    o.link.expert_mb *= static_cast<double>(WeightBytes(*format, 1, 64)) / 128.0;
   }
   if (!get("passes").empty() && !absl::SimpleAtoi(get("passes"), &o.passes)) {
     *err = "--passes takes an integer";
