@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 13> kDTypes = {{
+constexpr std::array<DTypeEntry, 15> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -31,7 +31,11 @@ constexpr std::array<DTypeEntry, 13> kDTypes = {{
     {DType::kU64, "U64", 8},
     {DType::kI64, "I64", 8},
     {DType::kF64, "F64", 8},
+    {DType::kQ8, "Q8", 0},
+    {DType::kQ4, "Q4", 0},
 }};
+// The entries a safetensors header may name.
+constexpr size_t kSafetensorsDTypes = 13;
 
 const DTypeEntry& Entry(DType dtype) {
   return kDTypes[static_cast<size_t>(dtype)];
@@ -44,11 +48,46 @@ size_t DTypeSize(DType dtype) { return Entry(dtype).size; }
 absl::string_view DTypeName(DType dtype) { return Entry(dtype).name; }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
-  for (const auto& e : kDTypes) {
-    if (e.name == name) return e.dtype;
+  for (size_t i = 0; i < kSafetensorsDTypes; ++i) {
+    if (kDTypes[i].name == name) return kDTypes[i].dtype;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype '", std::string(name), "'"));
+}
+
+int64_t QuantGroupSize(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8:
+      return 32;
+    case DType::kQ4:
+      return 64;
+    default:
+      return 1;
+  }
+}
+
+int64_t QuantBlockBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8:
+      return 2 + 32;
+    case DType::kQ4:
+      return 2 + 2 + 32;
+    default:
+      return static_cast<int64_t>(DTypeSize(dtype));
+  }
+}
+
+int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols) {
+  const int64_t group = QuantGroupSize(dtype);
+  if (cols % group != 0) return -1;
+  return rows * (cols / group) * QuantBlockBytes(dtype);
+}
+
+absl::StatusOr<DType> ParseWeightDType(absl::string_view name) {
+  for (DType q : {DType::kQ8, DType::kQ4}) {
+    if (DTypeName(q) == name) return q;
+  }
+  return ParseDType(name);
 }
 
 bool IsFloatDType(DType dtype) {

@@ -31,17 +31,39 @@ enum class DType : int32_t {
   kU64,
   kI64,
   kF64,
+  // Block-quantized weight formats (ours, not safetensors dtypes; see
+  // common/quant.h). A [rows, cols] matrix of one of these is rows x
+  // cols / QuantGroupSize blocks, row-major; cols must be a multiple of the
+  // group. Their values are part of the CUDA module's C ABI too.
+  kQ8 = 13,  // Q8_0-like: per 32 weights an f16 scale + 32 int8
+  kQ4 = 14,  // per 64 weights an f16 scale + f16 minimum + 64 uint4
 };
 
-// Bytes per element (BOOL is one byte).
+// Bytes per element (BOOL is one byte); 0 for the block formats (kQ8, kQ4),
+// whose sizes come from WeightBytes.
 size_t DTypeSize(DType dtype);
+
+// True for kQ8 and kQ4.
+inline bool IsQuantDType(DType dtype) {
+  return dtype == DType::kQ8 || dtype == DType::kQ4;
+}
+// Weights per block (1 for plain dtypes) and bytes per block.
+int64_t QuantGroupSize(DType dtype);
+int64_t QuantBlockBytes(DType dtype);
+// Bytes of a [rows, cols] weight matrix of `dtype`, plain or block format;
+// -1 when cols is not a multiple of the dtype's group.
+int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols);
 
 // The safetensors spelling: "BOOL", "U8", ..., "BF16", "F32".
 absl::string_view DTypeName(DType dtype);
 
 // Parses the safetensors spelling (exact, case-sensitive). Unknown names give
-// INVALID_ARGUMENT naming the dtype.
+// INVALID_ARGUMENT naming the dtype; the block formats are not safetensors
+// dtypes and are never parsed from a file.
 absl::StatusOr<DType> ParseDType(absl::string_view name);
+// ParseDType that also accepts the block formats ("Q8", "Q4"): for names
+// that do not come from a file (the expert layout in Attach's reply).
+absl::StatusOr<DType> ParseWeightDType(absl::string_view name);
 
 // True for F16, BF16, F32 (the dtypes ConvertToFloat accepts).
 bool IsFloatDType(DType dtype);

@@ -47,6 +47,21 @@ absl::Status CheckDType(absl::string_view op, DType t) {
   return absl::OkStatus();
 }
 
+// A weight of a plain dtype, or of a block format (kQ8, kQ4) whose rows of
+// `k` weights are whole blocks.
+absl::Status CheckWeightDType(absl::string_view op, DType t,
+                              std::initializer_list<int64_t> row_lengths) {
+  if (!IsQuantDType(t)) return CheckDType(op, t);
+  for (int64_t k : row_lengths) {
+    if (k % QuantGroupSize(t) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": rows of ", k, " weights are not whole ", DTypeName(t),
+          " blocks of ", QuantGroupSize(t)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAttentionShape(absl::string_view op,
                                  const AttentionShape& s) {
   RETURN_IF_ERROR(CheckDims(op, {{"tokens", s.tokens},
@@ -110,7 +125,7 @@ absl::Status Backend::MatMul(const float* x, const void* w, DType w_dtype,
                              int64_t k, Stream stream) {
   constexpr absl::string_view kOp = "MatMul";
   RETURN_IF_ERROR(CheckDims(kOp, {{"m", m}, {"n", n}, {"k", k}}));
-  RETURN_IF_ERROR(CheckDType(kOp, w_dtype));
+  RETURN_IF_ERROR(CheckWeightDType(kOp, w_dtype, {k}));
   RETURN_IF_ERROR(CheckPtr(kOp, "x", x, m * k));
   RETURN_IF_ERROR(CheckPtr(kOp, "w", w, n * k));
   RETURN_IF_ERROR(CheckPtr(kOp, "y", y, m * n));
@@ -232,7 +247,7 @@ absl::Status Backend::ExpertFfn(const float* x, const int32_t* rows,
                                   {"count", count},
                                   {"hidden", hidden},
                                   {"inter", inter}}));
-  RETURN_IF_ERROR(CheckDType(kOp, w_dtype));
+  RETURN_IF_ERROR(CheckWeightDType(kOp, w_dtype, {hidden, inter}));
   if (count > tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ExpertFfn: count (", count, ") exceeds tokens (", tokens, ")"));

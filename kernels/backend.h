@@ -7,6 +7,10 @@
 //    device memory from Alloc() for a device backend. Scalars are by value.
 //  * Activations are f32, row-major. Weights are f32, f16 or bf16 (DType),
 //    row-major in the Hugging Face layout; accumulation is always f32.
+//    MatMul and ExpertFfn also take the block formats kQ8 and kQ4
+//    (common/quant.h), read directly (dequantized on the fly); their rows
+//    must be whole blocks. A backend without kernels for them returns
+//    UNIMPLEMENTED.
 //  * Shapes are stated per parameter as `// [rows, cols]`. The public methods
 //    validate sizes and pointers and return INVALID_ARGUMENT on bad shapes,
 //    before any work is issued; the values inside arrays (token ids,

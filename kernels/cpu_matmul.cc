@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu_quant_matmul.h"
+
 namespace moe {
 
 absl::string_view SimdLevelName(SimdLevel level) {
@@ -118,6 +120,7 @@ VectorOps VectorOpsFor(SimdLevel level) {
 }
 
 void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
+  if (IsQuantDType(a.dtype)) return CpuQuantMatMul(pool, level, a);
   void (*kernel)(const MatMulArgs&, int64_t, int64_t) = &MatMulColumnsScalar;
   if (level == SimdLevel::kAvx2) kernel = &MatMulColumnsAvx2;
   if (level == SimdLevel::kAvx512) kernel = &MatMulColumnsAvx512;

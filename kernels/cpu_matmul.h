@@ -1,5 +1,6 @@
 // CPU matrix products y[m, n] = x[m, k] W[n, k]^T (+ bias), f32 activations,
-// f32/f16/bf16 weights, f32 accumulation. One kernel per SIMD level (scalar,
+// f32/f16/bf16 weights, f32 accumulation (the block formats kQ8/kQ4 go to
+// cpu_quant_matmul.h). One kernel per SIMD level (scalar,
 // AVX2+FMA+F16C, AVX-512F) compiled with function target attributes and
 // chosen at run time; a thread pool splits the output columns.
 //
@@ -54,7 +55,8 @@ void AxpyAvx2(float alpha, const float* x, float* y, int64_t n);
 float DotAvx512(const float* a, const float* b, int64_t n);
 void AxpyAvx512(float alpha, const float* x, float* y, int64_t n);
 
-// The whole product on `pool` with the kernel of `level`.
+// The whole product on `pool` with the kernel of `level` (for kQ8/kQ4:
+// CpuQuantMatMul).
 // REQUIRES: SimdLevelSupported(level).
 void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a);
 

@@ -21,6 +21,14 @@ namespace {
 
 void* S(Stream stream) { return static_cast<void*>(stream); }
 
+// The module has no kernels for the block formats yet (issue 12 step d):
+// a clear refusal, never a plain-dtype kernel reading quantized bytes.
+absl::Status NoBlockFormats(const char* op, DType t) {
+  if (!IsQuantDType(t)) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      op, ": the CUDA backend has no ", DTypeName(t), " kernels yet"));
+}
+
 class CudaBackend : public Backend {
  public:
   CudaBackend(const MoeCudaModuleApi* api, int device, std::string name)
@@ -92,6 +100,7 @@ class CudaBackend : public Backend {
   absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
                         const float* bias, float* y, int64_t m, int64_t n,
                         int64_t k, Stream stream) override {
+    RETURN_IF_ERROR(NoBlockFormats("MatMul", w_dtype));
     return Check(api_->matmul(x, w, static_cast<int>(w_dtype), bias, y, m, n,
                               k, S(stream)),
                  "MatMul");
@@ -140,6 +149,7 @@ class CudaBackend : public Backend {
                            float* out, int64_t tokens, int64_t count,
                            int64_t hidden, int64_t inter,
                            Stream stream) override {
+    RETURN_IF_ERROR(NoBlockFormats("ExpertFfn", w_dtype));
     return Check(api_->expert_ffn(x, rows, weights, gate, up, down,
                                   static_cast<int>(w_dtype), out, tokens,
                                   count, hidden, inter, S(stream)),

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/dtype.h"
+#include "common/quant.h"
 
 namespace moe {
 
@@ -17,9 +18,13 @@ namespace moe {
 // common/dtype.h; its kF32/kF16/kBF16 values are part of the CUDA module's C
 // ABI (MOE_CUDA_DTYPE_* in kernels/cuda/module_abi.h).
 
-// Element `i` of a weight array of type `t`, widened to f32.
+// Element `i` of a weight array of type `t`, widened to f32. For the block
+// formats `i` indexes the row-major matrix (whole rows of blocks).
 inline float LoadAsF32(const void* data, DType t, size_t i) {
   switch (t) {
+    case DType::kQ8:
+    case DType::kQ4:
+      return DequantizeElement(data, t, static_cast<int64_t>(i));
     case DType::kF32:
       return static_cast<const float*>(data)[i];
     case DType::kF16:

@@ -237,7 +237,7 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
   client->slot_bytes_ = aresp.slot_bytes();
   client->slot_count_ = aresp.slot_count();
   for (const auto& t : aresp.expert_layout()) {
-    ASSIGN_OR_RETURN(DType dtype, ParseDType(t.dtype()));
+    ASSIGN_OR_RETURN(DType dtype, ParseWeightDType(t.dtype()));
     client->layout_.push_back({t.role(), dtype, {t.shape().begin(), t.shape().end()},
                                t.offset(), t.nbytes()});
   }

@@ -1,17 +1,20 @@
 #include "services/engine/in_memory_provider.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/quant.h"
 #include "common/status_macros.h"
 
 namespace moe {
 
 absl::StatusOr<std::unique_ptr<InMemoryExpertProvider>>
-InMemoryExpertProvider::Create(const MoeModel& model) {
+InMemoryExpertProvider::Create(const MoeModel& model,
+                               std::optional<DType> format) {
   std::unique_ptr<InMemoryExpertProvider> p(new InMemoryExpertProvider(model));
   const ModelConfig& c = model.config();
   const ModelDescription& d = model.description();
   Backend& be = model.backend();
   const bool device = be.Info().is_device;
+  const DType held = format.value_or(d.expert_dtype());
   for (int l = 0; l < c.num_moe_layers(); ++l) {
     for (int e = 0; e < c.num_experts; ++e) {
       const void* ptrs[3];
@@ -21,14 +24,29 @@ InMemoryExpertProvider::Create(const MoeModel& model) {
       for (int r = 0; r < 3; ++r) {
         ASSIGN_OR_RETURN(TensorView v, d.Expert(l, e, roles[r]));
         ptrs[r] = v.data;
+        uint64_t nbytes = v.nbytes;
+        if (held != v.dtype) {
+          const int64_t b = WeightBytes(held, v.shape[0], v.shape[1]);
+          if (b < 0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "experts of ", v.shape[1], " columns cannot be held as ",
+                ExpertFormatName(held), " (whole blocks of ",
+                QuantGroupSize(held), ")"));
+          }
+          std::vector<uint8_t>& buf = p->converted_.emplace_back(b);
+          RETURN_IF_ERROR(ConvertWeights(v.data, v.dtype, v.shape[0],
+                                         v.shape[1], held, buf.data()));
+          ptrs[r] = buf.data();
+          nbytes = static_cast<uint64_t>(b);
+        }
         if (device) {
-          ASSIGN_OR_RETURN(void* dst, be.Alloc(v.nbytes));
+          ASSIGN_OR_RETURN(void* dst, be.Alloc(nbytes));
           p->owned_.push_back(dst);
-          RETURN_IF_ERROR(be.CopyToDevice(dst, v.data, v.nbytes));
+          RETURN_IF_ERROR(be.CopyToDevice(dst, ptrs[r], nbytes));
           ptrs[r] = dst;
         }
       }
-      p->views_.push_back({e, ptrs[0], ptrs[1], ptrs[2], d.expert_dtype()});
+      p->views_.push_back({e, ptrs[0], ptrs[1], ptrs[2], held});
     }
   }
   return p;

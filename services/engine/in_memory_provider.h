@@ -8,6 +8,7 @@
 #define MOECACHE_SERVICES_ENGINE_IN_MEMORY_PROVIDER_H_
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "services/engine/expert_provider.h"
@@ -17,9 +18,11 @@ namespace moe {
 
 class InMemoryExpertProvider : public ExpertProvider {
  public:
-  // `model` must outlive the provider.
+  // `model` must outlive the provider. With `format` (bf16, q8, q4; see
+  // common/quant.h) the experts are converted into buffers of that format,
+  // as moe-cached's --expert-format does; nullopt: the checkpoint's views.
   static absl::StatusOr<std::unique_ptr<InMemoryExpertProvider>> Create(
-      const MoeModel& model);
+      const MoeModel& model, std::optional<DType> format = std::nullopt);
   ~InMemoryExpertProvider() override;
 
   absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
@@ -33,7 +36,8 @@ class InMemoryExpertProvider : public ExpertProvider {
   explicit InMemoryExpertProvider(const MoeModel& model) : model_(model) {}
   const MoeModel& model_;
   std::vector<ExpertView> views_;  // [moe_layer * experts + expert]
-  std::vector<void*> owned_;
+  std::vector<void*> owned_;                        // device copies
+  std::vector<std::vector<uint8_t>> converted_;      // host, in `format`
   int64_t acquires_ = 0;
 };
 

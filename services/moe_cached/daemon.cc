@@ -44,7 +44,8 @@ absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const
     ASSIGN_OR_RETURN(TensorView g, plan.desc.Expert(0, 0, TensorRole::kExpertGate));
     ASSIGN_OR_RETURN(TensorView u, plan.desc.Expert(0, 0, TensorRole::kExpertUp));
     ASSIGN_OR_RETURN(TensorView d, plan.desc.Expert(0, 0, TensorRole::kExpertDown));
-    RETURN_IF_ERROR(ExpertStore::ComputeLayout(g, u, d, &block_bytes).status());
+    RETURN_IF_ERROR(
+        ExpertStore::ComputeLayout(g, u, d, &block_bytes, options_.expert_format).status());
   }
   const ModelConfig& config = plan.desc.config();
   // Per model: the free device memory shrinks with every arena.
@@ -69,10 +70,11 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
   const DeviceChoice& device = plan.device;
   const int capacity = plan.capacity;
   MOE_LOG(INFO) << "model " << spec.name << ": arena on " << device.description;
+  ExpertStoreOptions store_options =
+      device.is_cuda() ? PinnedStoreOptions(device.memory) : ExpertStoreOptions{};
+  store_options.format = options_.expert_format;
   ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store,
-                   ExpertStore::Load(spec.name, plan.desc,
-                                     device.is_cuda() ? PinnedStoreOptions(device.memory)
-                                                      : ExpertStoreOptions{}));
+                   ExpertStore::Load(spec.name, plan.desc, store_options));
   CachedModelOptions mo;
   mo.name = spec.name;
   mo.capacity = capacity;

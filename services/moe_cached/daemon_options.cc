@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log_level.h"
+#include "common/quant.h"
 
 namespace moe::cached {
 namespace {
@@ -95,6 +96,10 @@ absl::Status SetFlag(const std::string& flag, const std::string& value, DaemonOp
     return positive_double(&o->host_gbps, true);
   } else if (flag == "host-gflops") {
     return positive_double(&o->host_gflops, false);
+  } else if (flag == "expert-format") {
+    absl::StatusOr<DType> format = ParseExpertFormat(value);
+    if (!format.ok()) return BadValue(flag, value, "bf16, q8 or q4");
+    o->expert_format = *format;
   } else if (flag == "state-dir") {
     o->state_dir = value;
   } else if (flag == "persist-seconds") {
@@ -138,6 +143,7 @@ std::string DaemonUsage() {
          "      answer misses of CPU workers 'run on host'; auto compares link and host)\n"
          "  [--host-gbps G]  (host read bandwidth; default 0: measured at start)\n"
          "  [--host-gflops F]  (host expert kernel, default 100)\n"
+         "  [--expert-format bf16|q8|q4]  (default: as stored; converted at load)\n"
          "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n"
          "  [--max-sessions N]  (default 64 attached workers)\n"
          "  [--log-level debug|info|warning|error]  (any case; default $MOE_LOG_LEVEL or info)\n"

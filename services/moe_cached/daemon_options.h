@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 #include "common/logging.h"
 #include "services/exchange/expert_exchange.h"
 #include "services/rpc/security.h"
@@ -44,6 +45,9 @@ struct DaemonOptions {
   MissMode miss_mode = MissMode::kFetch;
   double host_gbps = 0;     // --host-gbps: host read bandwidth; 0: measured at start
   double host_gflops = 100;  // --host-gflops: the host expert kernel's FLOP rate
+  // --expert-format bf16|q8|q4: what the host store and the arena hold
+  // (converted at load); unset: the checkpoint's own dtype.
+  std::optional<DType> expert_format;
   std::string state_dir;  // EAMC persistence; empty: none
   double persist_interval_seconds = 60;
   // gRPC calls still running get this long to finish (then they are

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
+#include "common/quant.h"
 #include "common/status_macros.h"
 
 namespace moe::cached {
@@ -58,18 +59,37 @@ class Progress {
 
 absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
     const TensorView& gate, const TensorView& up, const TensorView& down,
-    uint64_t* block_bytes) {
+    uint64_t* block_bytes, std::optional<DType> format) {
   if (gate.dtype != up.dtype || gate.dtype != down.dtype) {
     return absl::InvalidArgumentError("expert tensors have different dtypes");
+  }
+  const DType held = format.value_or(gate.dtype);
+  if (held != gate.dtype && (!IsFloatDType(gate.dtype) ||
+                             (!IsFloatDType(held) && !IsQuantDType(held)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot convert experts of dtype ", DTypeName(gate.dtype), " to ",
+        DTypeName(held)));
   }
   std::vector<ExpertTensorLayout> layout;
   uint64_t offset = 0;
   const char* roles[3] = {"gate", "up", "down"};
   const TensorView* views[3] = {&gate, &up, &down};
   for (int i = 0; i < 3; ++i) {
+    const std::vector<int64_t>& shape = views[i]->shape;
+    uint64_t nbytes = views[i]->nbytes;
+    if (held != gate.dtype) {
+      const int64_t b = shape.size() == 2 ? WeightBytes(held, shape[0], shape[1]) : -1;
+      if (b < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "expert ", roles[i], " rows of ", shape.empty() ? 0 : shape.back(),
+            " weights cannot be held as ", ExpertFormatName(held),
+            ": they must be whole blocks of ", QuantGroupSize(held)));
+      }
+      nbytes = static_cast<uint64_t>(b);
+    }
     offset = AlignUp(offset, kTensorAlign);
-    layout.push_back({roles[i], views[i]->dtype, views[i]->shape, offset, views[i]->nbytes});
-    offset += views[i]->nbytes;
+    layout.push_back({roles[i], held, shape, offset, nbytes});
+    offset += nbytes;
   }
   *block_bytes = AlignUp(offset, kBlockAlign);
   return layout;
@@ -88,7 +108,9 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
   ASSIGN_OR_RETURN(TensorView g0, model.Expert(0, 0, TensorRole::kExpertGate));
   ASSIGN_OR_RETURN(TensorView u0, model.Expert(0, 0, TensorRole::kExpertUp));
   ASSIGN_OR_RETURN(TensorView d0, model.Expert(0, 0, TensorRole::kExpertDown));
-  ASSIGN_OR_RETURN(store->layout_, ComputeLayout(g0, u0, d0, &store->block_bytes_));
+  ASSIGN_OR_RETURN(store->layout_,
+                   ComputeLayout(g0, u0, d0, &store->block_bytes_, options.format));
+  const DType source = g0.dtype;
   const uint64_t blocks = static_cast<uint64_t>(store->num_layers_) * store->num_experts_;
   store->total_bytes_ = blocks * store->block_bytes_;
 
@@ -114,7 +136,10 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
 
   static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                            TensorRole::kExpertDown};
-  Progress progress(name, store->total_bytes_, options.progress_interval_seconds);
+  const bool convert = store->format() != source;
+  Progress progress(convert ? absl::StrCat(name, " (to ", ExpertFormatName(store->format()), ")")
+                            : name,
+                    store->total_bytes_, options.progress_interval_seconds);
   for (int l = 0; l < store->num_layers_; ++l) {
     for (int e = 0; e < store->num_experts_; ++e) {
       uint8_t* block = store->data_ + (static_cast<uint64_t>(l) * store->num_experts_ + e) *
@@ -122,12 +147,22 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
       for (int r = 0; r < 3; ++r) {
         ASSIGN_OR_RETURN(TensorView view, model.Expert(l, e, kRoles[r]));
         const ExpertTensorLayout& slot = store->layout_[r];
-        if (view.nbytes != slot.nbytes || view.dtype != slot.dtype || view.shape != slot.shape) {
+        if (view.dtype != source || view.shape != slot.shape ||
+            (!convert && view.nbytes != slot.nbytes)) {
           return absl::InvalidArgumentError(absl::StrCat(
               "model ", name, ": expert L", l, "/E", e, " ", slot.role,
               " differs in shape or dtype from expert L0/E0"));
         }
-        std::memcpy(block + slot.offset, view.data, view.nbytes);
+        if (convert) {
+          absl::Status s = ConvertWeights(view.data, source, slot.shape[0], slot.shape[1],
+                                          slot.dtype, block + slot.offset);
+          if (!s.ok()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "model ", name, ": expert L", l, "/E", e, " ", slot.role, ": ", s.message()));
+          }
+        } else {
+          std::memcpy(block + slot.offset, view.data, view.nbytes);
+        }
       }
       progress.Add(store->block_bytes_);
     }

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct ExpertTensorLayout {
 };
 
 struct ExpertStoreOptions {
+  // --expert-format: the dtype the store (and so every copy and arena slot)
+  // holds; the checkpoint's experts are converted, quantized for kQ8/kQ4
+  // (common/quant.h), while loading. nullopt: as stored in the checkpoint.
+  std::optional<DType> format;
   // Called once on the whole buffer after allocation, before it is filled
   // (CUDA: register it as pinned memory). A failure aborts the load with
   // that status (e.g. RESOURCE_EXHAUSTED naming the memlock limit).
@@ -70,11 +75,12 @@ class ExpertStore {
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
 
-  // The layout of one block, for the given gate/up/down views (exposed for
-  // tests). INVALID_ARGUMENT if the three dtypes differ.
+  // The layout of one block, for the given gate/up/down views held as
+  // `format` (nullopt: their own dtype). INVALID_ARGUMENT if the three dtypes
+  // differ, or a row is not whole blocks of `format`.
   static absl::StatusOr<std::vector<ExpertTensorLayout>> ComputeLayout(
       const TensorView& gate, const TensorView& up, const TensorView& down,
-      uint64_t* block_bytes);
+      uint64_t* block_bytes, std::optional<DType> format = std::nullopt);
 
   // REQUIRES: 0 <= layer < num_layers(), 0 <= expert < num_experts().
   const uint8_t* Block(int layer, int expert) const;
@@ -83,6 +89,8 @@ class ExpertStore {
   int num_experts() const { return num_experts_; }
   int top_k() const { return top_k_; }
   uint64_t block_bytes() const { return block_bytes_; }
+  // The dtype of every expert tensor held (the format loaded with).
+  DType format() const { return layout_.empty() ? DType::kF32 : layout_[0].dtype; }
   uint64_t total_bytes() const { return total_bytes_; }
   const std::vector<ExpertTensorLayout>& layout() const { return layout_; }
   // Bytes per second one thread reads from the store (up to 256 MiB of it,

@@ -3,7 +3,9 @@
 #include "kernels/device_memory.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/quant.h"
 #include "common/status_macros.h"
 
 namespace moe::worker {
@@ -33,6 +35,23 @@ DaemonExpertProvider::Connect(const MoeModel& model,
   return p;
 }
 
+absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine,
+                             const char* role, uint64_t slot_bytes) {
+  const bool known = t.dtype == mine.dtype || IsFloatDType(t.dtype) || IsQuantDType(t.dtype);
+  const int64_t want = known && mine.shape.size() == 2
+                           ? WeightBytes(t.dtype, mine.shape[0], mine.shape[1])
+                           : -1;
+  if (!known || t.shape != mine.shape || want < 0 ||
+      t.nbytes != static_cast<uint64_t>(want) || t.offset + t.nbytes > slot_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "moe-cached's expert layout does not match this model for the ", role,
+        " tensor: it holds ", DTypeName(t.dtype), " [", absl::StrJoin(t.shape, ", "),
+        "] in ", t.nbytes, " bytes; this model's is ", DTypeName(mine.dtype), " [",
+        absl::StrJoin(mine.shape, ", "), "]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DaemonExpertProvider::Attach() {
   ASSIGN_OR_RETURN(std::unique_ptr<client::CacheClient> client,
                    client::CacheClient::Connect(options_));
@@ -57,18 +76,22 @@ absl::Status DaemonExpertProvider::Attach() {
     for (const client::SlotTensor& t : client->layout()) {
       if (t.role == roles[r].first) found = &t;
     }
-    if (found == nullptr || found->dtype != mine.dtype ||
-        found->nbytes != mine.nbytes ||
-        found->offset + found->nbytes > client->slot_bytes()) {
+    if (found == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "moe-cached's expert layout does not match this model for the ",
-          roles[r].first, " tensor (dtype or size differ, or missing)"));
+          "moe-cached's expert layout has no ", roles[r].first, " tensor"));
     }
+    RETURN_IF_ERROR(CheckSlotTensor(*found, mine, roles[r].first, client->slot_bytes()));
+    if (r > 0 && found->dtype != expert_dtype_) {
+      return absl::FailedPreconditionError(
+          "moe-cached's expert tensors are held in different formats");
+    }
+    expert_dtype_ = found->dtype;
     *offsets[r] = found->offset;
   }
   MOE_LOG(INFO) << "attached to moe-cached at " << options_.address
                 << " for model '" << client->model() << "': "
-                << client->slot_count() << " slots, hot path over "
+                << client->slot_count() << " slots of "
+                << ExpertFormatName(expert_dtype_) << " experts, hot path over "
                 << (client->shm_enabled() ? "shared memory" : "gRPC")
                 << (client->host_execution() ? "; misses may run here from its host copy" : "");
   client_ = std::move(client);
@@ -137,7 +160,7 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
   AcquiredExperts out;
   out.moe_layer = moe_layer;
   out.usage = reply->usage;
-  const DType dtype = model_.description().expert_dtype();
+  const DType dtype = expert_dtype_;  // the daemon's format, from Attach
   // Leases and host answers each keep demand order: merge them back.
   size_t li = 0, hi = 0;
   for (const ExpertDemand& d : demands) {

@@ -28,6 +28,14 @@
 
 namespace moe::worker {
 
+// One tensor of the expert layout moe-cached reports at Attach, against this
+// model's view of it. The daemon holds experts in the checkpoint's dtype or in
+// its --expert-format (the worker learns the format here): the shape must be
+// this model's and the byte size exactly what that dtype needs, else reading
+// the slot would be garbage. FAILED_PRECONDITION naming both layouts.
+absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine,
+                             const char* role, uint64_t slot_bytes);
+
 class DaemonExpertProvider : public ExpertProvider {
  public:
   // Attaches to the daemon and checks that its expert layout matches
@@ -61,6 +69,7 @@ class DaemonExpertProvider : public ExpertProvider {
   const client::CacheClientOptions options_;
   std::unique_ptr<client::CacheClient> client_;
   RoleOffsets offsets_;
+  DType expert_dtype_ = DType::kBF16;  // what the slots hold, from Attach
   std::vector<ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;
 };

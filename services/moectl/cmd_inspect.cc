@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/model_desc.h"
+#include "common/quant.h"
 #include "nlohmann/json.hpp"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
@@ -23,6 +24,21 @@ std::string Human(uint64_t bytes) {
     ++u;
   }
   return absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+// gate + up + down of one expert held as `format` (moe-cached
+// --expert-format); -1 when a row is not whole blocks of it.
+int64_t ExpertBytesAs(const ModelDescription& d, DType format) {
+  int64_t total = 0;
+  for (TensorRole r : {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                       TensorRole::kExpertDown}) {
+    absl::StatusOr<TensorView> v = d.Expert(0, 0, r);
+    if (!v.ok() || v->shape.size() != 2) return -1;
+    const int64_t b = WeightBytes(format, v->shape[0], v->shape[1]);
+    if (b < 0) return -1;
+    total += b;
+  }
+  return total;
 }
 
 void PrintText(const std::string& dir, const ModelDescription& d) {
@@ -53,6 +69,18 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
   std::printf("bytes per expert: %llu (%s)\n",
               static_cast<unsigned long long>(d.bytes_per_expert()),
               Human(d.bytes_per_expert()).c_str());
+  for (DType f : {DType::kQ8, DType::kQ4}) {
+    const int64_t b = ExpertBytesAs(d, f);
+    if (b < 0) {
+      std::printf("bytes per expert as %s: n/a (rows are not whole blocks)\n",
+                  ExpertFormatName(f).c_str());
+    } else {
+      std::printf("bytes per expert as %s: %lld (%s, %.2fx fewer)\n",
+                  ExpertFormatName(f).c_str(), static_cast<long long>(b),
+                  Human(static_cast<uint64_t>(b)).c_str(),
+                  b > 0 ? double(d.bytes_per_expert()) / double(b) : 0.0);
+    }
+  }
   std::printf("dense bytes: %llu (%s)\n",
               static_cast<unsigned long long>(d.dense_bytes()),
               Human(d.dense_bytes()).c_str());
@@ -74,6 +102,8 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["hidden_size"] = c.hidden_size;
   j["expert_dtype"] = std::string(DTypeName(d.expert_dtype()));
   j["bytes_per_expert"] = d.bytes_per_expert();
+  j["bytes_per_expert_q8"] = ExpertBytesAs(d, DType::kQ8);
+  j["bytes_per_expert_q4"] = ExpertBytesAs(d, DType::kQ4);
   j["dense_bytes"] = d.dense_bytes();
   j["total_bytes"] = d.total_bytes();
   j["files"] = d.checkpoint().files().size();

@@ -21,6 +21,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "common/quant.h"
 #include "common/status_macros.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
@@ -49,6 +50,9 @@ void DeclareFlags(FlagSet& f) {
   DeclareGenerationFlags(f);
   f.String("backend", "auto", "compute backend: cpu, cuda or auto");
   f.String("record-trace", "", "append the routing to this moe-trace/1 file");
+  f.String("expert-format", "",
+           "hold the routed experts as bf16, q8 or q4 (converted at load; "
+           "default: as stored)");
   f.Bool("verbose", false,
          "keep INFO logs on stderr (default: warnings and errors only, "
          "unless MOE_LOG_LEVEL is set)");
@@ -178,7 +182,13 @@ std::optional<Failure> Run(const FlagSet& f, GenerateOptions opts) {
   if (absl::Status s = ValidateGenerateOptions(**model, opts); !s.ok()) {
     return Failure{2, s};
   }
-  auto experts = InMemoryExpertProvider::Create(**model);
+  std::optional<DType> format;
+  if (f.IsSet("expert-format")) {
+    absl::StatusOr<DType> parsed = ParseExpertFormat(f.GetString("expert-format"));
+    if (!parsed.ok()) return Failure{2, parsed.status()};
+    format = *parsed;
+  }
+  auto experts = InMemoryExpertProvider::Create(**model, format);
   if (!experts.ok()) return Failure{1, experts.status()};
 
   std::unique_ptr<TraceRecorder> recorder;

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/quant.h"
 #include "services/cache/policy.h"
 #include "services/cache/simulator.h"
 #include "services/cache/trace_stats.h"
@@ -30,7 +31,7 @@ constexpr char kHelp[] =
     "usage: moectl simulate --trace FILE.jsonl --policy NAME|all|A,B,...\n"
     "                       (--capacity N | --capacity-frac F) [--prefetch on|off]\n"
     "                       [--expert-mb S] [--link-gbps B] [--layer-ms T] [--chunk-mb C]\n"
-    "                       [--passes K] [--hints on|off] [--json]\n"
+    "                       [--passes K] [--hints on|off] [--expert-format bf16|q8|q4] [--json]\n"
     "                       [--miss-mode fetch|host|auto] [--host-gbps G] [--host-gflops F]\n"
     "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
@@ -50,7 +51,10 @@ constexpr char kHelp[] =
     "stall + max(T, its host runs); host runs and host ms per token are reported.\n"
     "--progress on|off|auto shows each run's progress on stderr (auto, the\n"
     "default: when stderr is a terminal).\n"
-    "Every flag, policy and capacity is checked before the first run.\n";
+    "Every flag, policy and capacity is checked before the first run.\n"
+    "--expert-format q8|q4 scales --expert-mb (the bf16 size) to that format's\n"
+    "bytes (x 17/32 for q8, x 9/32 for q4: common/quant.h), as moe-cached\n"
+    "--expert-format stores them.\n";
 
 struct Flags {
   std::map<std::string, std::string> values;
@@ -82,7 +86,7 @@ bool ParseFlags(const Args& args, Flags* f, std::string* error) {
                                  "prefetch",  "expert-mb", "link-gbps", "layer-ms",
                                  "chunk-mb",  "passes",    "sweep",     "out",
                                  "hints",     "miss-mode", "host-gbps", "host-gflops",
-                                 "progress"};
+                                 "progress",  "expert-format"};
   for (const auto& [k, v] : f->values) {
     bool known = false;
     for (const char* n : kKnown) known |= k == n;
@@ -333,6 +337,15 @@ bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
       !(o.host_gbps > 0) || o.host_gflops < 0) {
     *err = "--host-gbps takes a number > 0, --host-gflops a number >= 0";
     return false;
+  }
+  if (!get("expert-format").empty()) {
+    absl::StatusOr<DType> format = ParseExpertFormat(get("expert-format"));
+    if (!format.ok()) {
+      *err = std::string(format.status().message());
+      return false;
+    }
+    // Bytes of 64 weights (a whole block of either format) against bf16's 128.
+    o.link.expert_mb *= static_cast<double>(WeightBytes(*format, 1, 64)) / 128.0;
   }
   if (!get("passes").empty() && !absl::SimpleAtoi(get("passes"), &o.passes)) {
     *err = "--passes takes an integer";

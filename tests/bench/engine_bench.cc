@@ -13,7 +13,8 @@
 // Each of --reps rounds measures the ceilings right before the engine runs
 // they are compared with, and the ratios are computed per round (medians
 // reported), so that load from other processes skews both sides alike.
-// The model is written with MakeModel into --dir (default: a fresh temp
+// Last, decode tokens/s with the experts held as bf16, q8 and q4 (issue 12),
+// side by side. The model is written with MakeModel into --dir (default: a fresh temp
 // directory, removed afterwards); --reuse loads an existing one instead.
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include "common/dtype.h"
 #include "common/file_util.h"
 #include "common/model_maker.h"
+#include "common/quant.h"
 #include "kernels/cpu_backend.h"
 #include "services/engine/generator.h"
 #include "services/engine/in_memory_provider.h"
@@ -334,6 +336,33 @@ void Report(const Flags& f, const ModelConfig& c,
       dec_ratio, read_ratio, pre_ratio, 1.0 / tpot, p / ttft);
 }
 
+// Decode tokens/s of the whole forward pass with the experts held in each
+// format (InMemoryExpertProvider's conversion, as moe-cached
+// --expert-format), side by side in one run: median TPOT of `reps` runs.
+absl::Status ReportFormats(const Flags& f, const MoeModel& model) {
+  const ModelConfig& c = model.config();
+  std::printf("decode by expert format (whole forward pass, %d tokens, median of %d):\n",
+              f.decode_tokens, f.reps);
+  double bf16_tps = 0;
+  for (DType format : {DType::kBF16, DType::kQ8, DType::kQ4}) {
+    auto experts = InMemoryExpertProvider::Create(model, format);
+    if (!experts.ok()) return experts.status();
+    std::vector<double> tpot;
+    for (int i = 0; i <= f.reps; ++i) {  // the first run warms up
+      auto r = RunOnce(model, experts->get(), Prompt(16, c.vocab_size), f.decode_tokens + 1);
+      if (!r.ok()) return r.status();
+      if (i > 0) tpot.push_back(r->summary.tpot_seconds);
+    }
+    const double tps = 1.0 / Median(tpot);
+    if (format == DType::kBF16) bf16_tps = tps;
+    std::printf("  %-5s %8.2f tokens/s  %5.2fx bf16\n", ExpertFormatName(format).c_str(), tps,
+                tps / bf16_tps);
+    std::printf("RESULT engine expert_format=%s decode_tok_s=%.2f vs_bf16=%.2f\n",
+                ExpertFormatName(format).c_str(), tps, tps / bf16_tps);
+  }
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "engine_bench: %s\n", s.ToString().c_str());
   return 1;
@@ -383,6 +412,7 @@ int Run(const Flags& f) {
   }
   Report(f, c, rounds);
   experts->reset();  // the provider refers to the model
+  if (absl::Status fs = ReportFormats(f, **model); !fs.ok()) return Fail(fs);
   model->reset();
   if (remove_dir) {
     std::error_code ec;

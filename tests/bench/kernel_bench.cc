@@ -4,10 +4,15 @@
 //
 //   kernel_bench [--backend=cpu|cuda|all] [--weights-mb=512] [--threads=N]
 //                [--reps=5] [--prefill-tokens=128] [--hidden=4096]
+//                [--inter=1024]
 //
 // CPU: the decode matvec streams --weights-mb of bf16 weights (far larger
 // than the caches) per token; "weight bytes/s" over the multithreaded memcpy
 // rate (bytes copied per second) is the ratio to watch (goal >= 0.6).
+// Per expert format (bf16, q8, q4), the expert FFN decode of one token through
+// as many experts as --weights-mb of bf16 holds (--inter each): tokens/s
+// against bf16 and weight bytes/s against memcpy, side by side (goals: q8 >=
+// 1.7x, q4 >= 3x the bf16 tokens/s; bytes/s >= 0.6 of memcpy).
 // CUDA (when a device is usable): the same matvec over device memory against
 // device-to-device copy bandwidth, and prefill GEMM TFLOP/s.
 // GCC 12 warns inside _mm512_reduce_add_ps (a known false positive).
@@ -27,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "common/quant.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cpu_matmul.h"
@@ -41,6 +47,7 @@ struct Flags {
   int reps = 5;
   int64_t prefill_tokens = 128;
   int64_t hidden = 4096;
+  int64_t inter = 1024;
 };
 
 bool ParseFlag(const char* arg, const char* name, std::string* out) {
@@ -65,12 +72,15 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->prefill_tokens = std::atoll(v.c_str());
     } else if (ParseFlag(argv[i], "--hidden", &v)) {
       f->hidden = std::atoll(v.c_str());
+    } else if (ParseFlag(argv[i], "--inter", &v)) {
+      f->inter = std::atoll(v.c_str());
     } else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return false;
     }
   }
-  return f->weights_mb > 0 && f->prefill_tokens > 0 && f->hidden > 0;
+  return f->weights_mb > 0 && f->prefill_tokens > 0 && f->hidden > 0 &&
+         f->inter > 0 && f->hidden % 64 == 0 && f->inter % 64 == 0;
 }
 
 double Now() {
@@ -79,8 +89,11 @@ double Now() {
       .count();
 }
 
-// Median seconds of `reps` runs of fn (after one warm-up run).
-double MedianSeconds(int reps, const std::function<void()>& fn) {
+// Median (or, with `best`, the shortest) seconds of `reps` runs of fn (after
+// one warm-up run). The format table uses the shortest: on a shared machine
+// other processes only ever add time.
+double MedianSeconds(int reps, const std::function<void()>& fn,
+                     bool best = false) {
   fn();
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
@@ -89,7 +102,7 @@ double MedianSeconds(int reps, const std::function<void()>& fn) {
     t.push_back(Now() - t0);
   }
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return best ? t.front() : t[t.size() / 2];
 }
 
 // Uniform in [-1, 1), from a xorshift generator: gigabytes of weights must
@@ -165,6 +178,69 @@ double MeasurePeakFlops(ThreadPool& pool, SimdLevel level, int reps) {
   return flops_per_iter * iters * pool.size() / secs;
 }
 
+// `rows` rows of `cols` bf16 weights re-encoded as `dt` (bf16: a copy).
+std::vector<uint8_t> Encode(ThreadPool& pool, const uint16_t* w, int64_t rows,
+                            int64_t cols, DType dt) {
+  std::vector<uint8_t> out(WeightBytes(dt, rows, cols));
+  if (dt == DType::kBF16) {
+    std::memcpy(out.data(), w, out.size());
+    return out;
+  }
+  const int64_t row_bytes = WeightBytes(dt, 1, cols);
+  pool.ParallelFor(rows, 64, [&](int64_t b, int64_t e) {
+    std::vector<float> f(cols);
+    for (int64_t r = b; r < e; ++r) {
+      for (int64_t c = 0; c < cols; ++c) f[c] = BF16ToFloat(w[r * cols + c]);
+      absl::Status s = QuantizeRow(f.data(), cols, dt, out.data() + r * row_bytes);
+      if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    }
+  });
+  return out;
+}
+
+// One decode token through every expert of a model whose bf16 experts fill
+// --weights-mb, per format.
+void RunExpertFormats(CpuBackend& backend, const Flags& f, double copy_bw) {
+  const int64_t h = f.hidden, in = f.inter;
+  const int64_t experts =
+      std::max<int64_t>(1, f.weights_mb * (1 << 20) / (3 * h * in * 2));
+  std::vector<uint16_t> w = RandomBf16(size_t(experts) * 3 * h * in, 3);
+  std::vector<float> x = RandomF32(h, 4), out(h);
+  std::printf("expert FFN decode: %lld experts [hidden %lld, inter %lld], one token through all\n",
+              (long long)experts, (long long)h, (long long)in);
+  std::printf("  %-5s %10s %10s %9s %10s %8s\n", "fmt", "MiB", "tokens/s",
+              "vs bf16", "GB/s", "vs memcpy");
+  double bf16_tps = 0;
+  for (DType dt : {DType::kBF16, DType::kQ8, DType::kQ4}) {
+    // Per expert: gate [in, h] | up [in, h] | down [h, in], each re-encoded.
+    std::vector<uint8_t> all = Encode(backend.pool(), w.data(), experts * 3 * in, h, dt);
+    const int64_t mat_bytes = WeightBytes(dt, in, h);
+    std::vector<uint8_t> down_all;
+    // down is [h, in]: rows of `in` weights (a different row length).
+    down_all = Encode(backend.pool(), w.data(), experts * h, in, dt);
+    const int64_t down_bytes = WeightBytes(dt, h, in);
+    double secs = MedianSeconds(f.reps, [&] {
+      for (int64_t e = 0; e < experts; ++e) {
+        const uint8_t* base = all.data() + e * 3 * mat_bytes;
+        absl::Status s = backend.ExpertFfn(
+            x.data(), nullptr, nullptr, base, base + mat_bytes,
+            down_all.data() + e * down_bytes, dt, out.data(), 1, 1, h, in);
+        if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      }
+    }, /*best=*/true);
+    const double bytes = double(experts) * (2 * mat_bytes + down_bytes);
+    const double tps = 1.0 / secs;
+    if (dt == DType::kBF16) bf16_tps = tps;
+    std::printf("  %-5s %10.1f %10.2f %8.2fx %10.2f %9.2f\n",
+                std::string(DTypeName(dt)).c_str(), bytes / 1048576.0, tps,
+                tps / bf16_tps, bytes / secs / 1e9, bytes / secs / copy_bw);
+    std::printf("RESULT cpu expert_format=%s tokens_per_s=%.3f vs_bf16=%.2f "
+                "weight_gbps=%.2f vs_memcpy=%.2f\n",
+                std::string(DTypeName(dt)).c_str(), tps, tps / bf16_tps,
+                bytes / secs / 1e9, bytes / secs / copy_bw);
+  }
+}
+
 void RunCpu(const Flags& f) {
   CpuBackend backend(f.threads);
   BackendInfo info = backend.Info();
@@ -230,6 +306,7 @@ void RunCpu(const Flags& f) {
               2.0 * m * pn * k / prefill_f32_s / 1e9);
   std::printf("RESULT cpu decode_ratio=%.2f prefill_ratio=%.2f\n",
               decode_bw / copy_bw, peak > 0 ? flops / peak : 0.0);
+  RunExpertFormats(backend, f, copy_bw);
 }
 
 int RunCuda(const Flags& f) {
@@ -303,7 +380,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: kernel_bench [--backend=cpu|cuda|all] "
                  "[--weights-mb=512] [--threads=N] [--reps=5] "
-                 "[--prefill-tokens=128] [--hidden=4096]\n");
+                 "[--prefill-tokens=128] [--hidden=4096] [--inter=1024]\n");
     return 2;
   }
   int rc = 0;

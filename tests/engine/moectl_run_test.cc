@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/model_maker.h"
+#include "common/quant.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
@@ -30,11 +31,12 @@ struct Result {
   std::string err;
 };
 
-Result RunMoectl(const std::string& args) {
+// `moectl COMMAND ARGS` with stdout and stderr captured.
+Result RunMoectlCommand(const std::string& command, const std::string& args) {
   static int counter = 0;
   const std::string base =
       absl::StrCat(::testing::TempDir(), "/moectl_run_", ++counter);
-  const std::string cmd = absl::StrCat(MOE_BINARY_DIR, "/bin/moectl run ", args,
+  const std::string cmd = absl::StrCat(MOE_BINARY_DIR, "/bin/moectl ", command, " ", args,
                                        " >", base, ".out 2>", base, ".err");
   Result r;
   const int status = std::system(cmd.c_str());
@@ -43,6 +45,8 @@ Result RunMoectl(const std::string& args) {
   r.err = ReadFileToString(base + ".err").value_or("");
   return r;
 }
+
+Result RunMoectl(const std::string& args) { return RunMoectlCommand("run", args); }
 
 std::vector<json> JsonLines(const std::string& text) {
   std::vector<json> lines;
@@ -235,6 +239,61 @@ TEST_F(MoectlRunTest, ErrorsAreOneLineWithNonZeroExit) {
                                                                << r.err;
     EXPECT_EQ(r.out, "") << c.args;
   }
+}
+
+// --expert-format: the in-process run holds the experts converted (the tokens
+// are those of the engine over the same converted experts); a bad name is a
+// usage error.
+TEST_F(MoectlRunTest, ExpertFormatMatchesTheEngineOverTheSameFormat) {
+  for (const char* name : {"q8", "q4"}) {
+    SCOPED_TRACE(name);
+    Result r = RunMoectl(absl::StrCat(Model(), " --prompt-ids 3,17,250,9 --max-new-tokens 6",
+                                      " --ignore-eos --backend cpu --json --expert-format ",
+                                      name));
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto backend = CreateBackend("cpu");
+    auto model = MoeModel::Load(*dir_, backend->get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto experts = InMemoryExpertProvider::Create(**model, *ParseExpertFormat(name));
+    ASSERT_TRUE(experts.ok()) << experts.status();
+    GenerateOptions o;
+    o.prompt = {3, 17, 250, 9};
+    o.max_new_tokens = 6;
+    o.stop_at_eos = false;
+    std::vector<int> want;
+    ASSERT_TRUE(Generate(**model, experts->get(), o, [&](const SampledToken& t) {
+                  want.push_back(t.token);
+                  return true;
+                }).ok());
+    EXPECT_EQ(TokenIds(JsonLines(r.out)), want);
+  }
+  Result bad = RunMoectl(absl::StrCat(Model(), " --prompt-ids 1 --expert-format q5"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("choose bf16, q8 or q4"));
+}
+
+// moectl perplexity: the checkpoint's own format has KL 0 against itself;
+// q4 moves the distributions more than q8.
+TEST_F(MoectlRunTest, PerplexityKlGrowsAsBitsShrink) {
+  const std::string text = absl::StrCat(::testing::TempDir(), "/ppl.txt");
+  ASSERT_TRUE(WriteFileAtomically(text, "the quick brown fox jumps over the lazy dog, "
+                                        "and a tiny model scores every next token.\n")
+                  .ok());
+  auto kl = [&](const char* format) {
+    Result r = RunMoectlCommand(
+        "perplexity", absl::StrCat(Model(), " --text ", text, " --expert-format ", format));
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("perplexity"));
+    EXPECT_THAT(r.out, HasSubstr("mean nothing"));
+    const size_t at = r.out.find("nats per token");
+    const size_t colon = r.out.rfind(": ", at);
+    EXPECT_NE(at, std::string::npos) << r.out;
+    return at == std::string::npos ? -1.0 : std::stod(r.out.substr(colon + 2, at - colon - 2));
+  };
+  EXPECT_EQ(kl("bf16"), 0.0);
+  const double q8 = kl("q8"), q4 = kl("q4");
+  EXPECT_GT(q8, 0.0);
+  EXPECT_GT(q4, q8);
 }
 
 }  // namespace

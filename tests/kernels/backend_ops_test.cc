@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/quant.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_matmul.h"
+#include "kernels/cpu_quant_matmul.h"
 #include "tests/kernels/reference_ops.h"
 
 namespace moe {
@@ -39,6 +41,20 @@ std::vector<uint8_t> RandomWeights(size_t n, DType dt, uint32_t seed,
       uint16_t h = dt == DType::kBF16 ? FloatToBF16(f[i]) : FloatToHalf(f[i]);
       std::memcpy(bytes.data() + 2 * i, &h, 2);
     }
+  }
+  return bytes;
+}
+
+// A [rows, cols] matrix of block format `dt` quantized from random floats.
+std::vector<uint8_t> QuantizedWeights(int64_t rows, int64_t cols, DType dt,
+                                      uint32_t seed, float range = 1.0f) {
+  std::vector<float> f = RandomVec(rows * cols, seed, -range, range);
+  std::vector<uint8_t> bytes(WeightBytes(dt, rows, cols));
+  const int64_t row_bytes = WeightBytes(dt, 1, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(QuantizeRow(f.data() + r * cols, cols, dt,
+                            bytes.data() + r * row_bytes)
+                    .ok());
   }
   return bytes;
 }
@@ -282,6 +298,115 @@ TEST_P(BackendOpsTest, ExpertFfnAccumulatesWeightedRows) {
                 1.0);
     }
   }
+}
+
+// The block formats against the float64 product of the dequantized weights
+// (ref::MatMul reads them through LoadAsF32) and the rounded activations.
+TEST_P(BackendOpsTest, QuantizedMatMulMatchesReference) {
+  const MatMulCase cases[] = {{1, 1, 64, false},   {1, 37, 128, true},
+                              {3, 17, 192, false}, {5, 64, 1088, true},
+                              {7, 33, 2176, false}, {16, 48, 256, true},
+                              {1, 300, 2112, true}, {13, 5, 64, true}};
+  for (DType dt : {DType::kQ8, DType::kQ4}) {
+    for (const MatMulCase& c : cases) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dt) << " m=" << c.m
+                                      << " n=" << c.n << " k=" << c.k);
+      auto x = RandomVec(c.m * c.k, 1);
+      auto w = QuantizedWeights(c.n, c.k, dt, 2);
+      auto bias = RandomVec(c.n, 3);
+      // The op's definition rounds x to 8 bits per 32 (cpu_quant_matmul.h).
+      auto xr = RoundActivations(x.data(), c.m, c.k);
+      auto want = ref::MatMul(xr, w.data(), dt, c.bias ? bias.data() : nullptr,
+                              c.m, c.n, c.k);
+      float* dy = Upload(std::vector<float>(c.m * c.n, NAN));
+      absl::Status s = backend_->MatMul(
+          Upload(x), UploadBytes(w.data(), w.size()), dt,
+          c.bias ? Upload(bias) : nullptr, dy, c.m, c.n, c.k);
+      if (is_device() && s.code() == absl::StatusCode::kUnimplemented) {
+        GTEST_SKIP() << s.message();
+      }
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_LE(ErrorRatio(Download(dy, c.m * c.n), want,
+                           MatMulAtol(DType::kF32, c.m, c.k), 1e-5),
+                1.0);
+    }
+  }
+}
+
+TEST_P(BackendOpsTest, QuantizedExpertFfnMatchesReference) {
+  const int64_t tokens = 6, hidden = 128, inter = 192;
+  for (DType dt : {DType::kQ8, DType::kQ4}) {
+    for (bool all_rows : {false, true}) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dt) << " all=" << all_rows);
+      auto x = RandomVec(tokens * hidden, 12);
+      auto gate = QuantizedWeights(inter, hidden, dt, 13, 0.3f);
+      auto up = QuantizedWeights(inter, hidden, dt, 14, 0.3f);
+      auto down = QuantizedWeights(hidden, inter, dt, 15, 0.3f);
+      std::vector<int32_t> rows = {4, 1, 3};
+      std::vector<float> wts = {0.5f, 0.25f, 0.125f};
+      if (all_rows) {
+        rows = {0, 1, 2, 3, 4, 5};
+        wts.assign(6, 1.0f);
+      }
+      auto out0 = RandomVec(tokens * hidden, 16);
+      auto want = out0;
+      ref::ExpertFfn(x, rows, wts, gate.data(), up.data(), down.data(), dt,
+                     want, hidden, inter);
+      float* dout = Upload(out0);
+      absl::Status s = backend_->ExpertFfn(
+          Upload(x), all_rows ? nullptr : Upload(rows),
+          all_rows ? nullptr : Upload(wts),
+          UploadBytes(gate.data(), gate.size()),
+          UploadBytes(up.data(), up.size()),
+          UploadBytes(down.data(), down.size()), dt, dout, tokens,
+          int64_t(rows.size()), hidden, inter);
+      if (is_device() && s.code() == absl::StatusCode::kUnimplemented) {
+        GTEST_SKIP() << s.message();
+      }
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_LE(ErrorRatio(Download(dout, out0.size()), want,
+                           MatMulAtol(DType::kF32, int64_t(rows.size()), inter),
+                           1e-5),
+                1.0);
+    }
+  }
+}
+
+// Against the exact product (activations not rounded): the rounding of x
+// (half a step of max|x| / 127 per 32) bounds the difference.
+TEST_P(BackendOpsTest, QuantizedMatMulIsCloseToTheUnroundedProduct) {
+  const int64_t m = 3, n = 40, k = 512;
+  for (DType dt : {DType::kQ8, DType::kQ4}) {
+    SCOPED_TRACE(DTypeName(dt));
+    auto x = RandomVec(m * k, 5);
+    auto w = QuantizedWeights(n, k, dt, 6);
+    auto want = ref::MatMul(x, w.data(), dt, nullptr, m, n, k);
+    float* dy = Upload(std::vector<float>(m * n, NAN));
+    absl::Status s = backend_->MatMul(Upload(x), UploadBytes(w.data(), w.size()), dt,
+                                      nullptr, dy, m, n, k);
+    if (is_device() && s.code() == absl::StatusCode::kUnimplemented) {
+      GTEST_SKIP() << s.message();
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    // sum |w| * (1 / 254): |w| <= 1 and |x| <= 1 here.
+    EXPECT_LE(ErrorRatio(Download(dy, m * n), want, double(k) / 254, 0), 1.0);
+    EXPECT_LE(ErrorRatio(Download(dy, m * n), want, 0.1, 0), 1.0);  // typical: ~0.03
+  }
+}
+
+// Rows that are not whole blocks are refused before any work.
+TEST_P(BackendOpsTest, QuantizedRowsMustBeWholeBlocks) {
+  float* buf = Upload(std::vector<float>(4096, 0.0f));
+  EXPECT_EQ(backend_->MatMul(buf, buf, DType::kQ8, nullptr, buf, 1, 2, 48).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->MatMul(buf, buf, DType::kQ4, nullptr, buf, 1, 2, 96).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->ExpertFfn(buf, nullptr, nullptr, buf, buf, buf, DType::kQ4,
+                                buf, 1, 1, 64, 32)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->Embedding(buf, DType::kQ8, nullptr, buf, 0, 1, 32).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(BackendOpsTest, EmbeddingAndConvertAreExact) {

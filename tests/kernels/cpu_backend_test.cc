@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "common/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_matmul.h"
 
@@ -100,6 +101,42 @@ TEST(CpuDispatchTest, EverySupportedPathMatchesScalar) {
   EXPECT_GE(levels_run, SimdLevelSupported(SimdLevel::kAvx2) ? 1 : 0);
   EXPECT_EQ(backend.Info().simd,
             std::string(SimdLevelName(SimdLevel::kScalar)));
+}
+
+// The block-format kernels: every supported level against scalar, decode and
+// prefill shapes, one and several k-blocks, column tails.
+TEST(CpuDispatchTest, QuantizedPathsMatchScalar) {
+  CpuBackend backend(3);
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!backend.ForceSimdLevelForTest(level).ok()) continue;
+    for (Case c : {Case{1, 1, 64}, Case{1, 67, 1088}, Case{5, 13, 2176},
+                   Case{4, 3, 128}, Case{9, 70, 192}}) {
+      for (DType dt : {DType::kQ8, DType::kQ4}) {
+        SCOPED_TRACE(testing::Message() << SimdLevelName(level) << " "
+                                        << DTypeName(dt) << " " << c.m << "x"
+                                        << c.n << "x" << c.k);
+        auto x = Random(c.m * c.k, 1);
+        auto wf = Random(c.n * c.k, 2);
+        std::vector<uint8_t> w(WeightBytes(dt, c.n, c.k));
+        for (int64_t r = 0; r < c.n; ++r) {
+          ASSERT_TRUE(QuantizeRow(wf.data() + r * c.k, c.k, dt,
+                                  w.data() + r * WeightBytes(dt, 1, c.k))
+                          .ok());
+        }
+        ASSERT_TRUE(backend.ForceSimdLevelForTest(level).ok());
+        auto fast = RunMatMul(backend, x, w.data(), dt, c.m, c.n, c.k);
+        ASSERT_TRUE(backend.ForceSimdLevelForTest(SimdLevel::kScalar).ok());
+        auto slow = RunMatMul(backend, x, w.data(), dt, c.m, c.n, c.k);
+        for (size_t i = 0; i < fast.size(); ++i) {
+          ASSERT_NEAR(fast[i], slow[i], 1e-5 * std::sqrt(double(c.k)))
+              << "at " << i;
+        }
+      }
+    }
+  }
 }
 
 // Attention's vector helpers agree with scalar at every supported level.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu_quant_matmul.h"
 #include "kernels/dtype.h"
 
 namespace moe::ref {
@@ -133,8 +134,16 @@ inline void ExpertFfn(const std::vector<float>& x, const std::vector<int32_t>& r
                       const std::vector<float>& wts, const void* gate,
                       const void* up, const void* down, DType dt,
                       std::vector<float>& out, int64_t hidden, int64_t inter) {
+  // The block formats multiply activations rounded to 8 bits per 32
+  // (kernels/cpu_quant_matmul.h): x, and silu(gate) * up before down.
+  const bool quant = IsQuantDType(dt);
   for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<float> xq;
     const float* xr = x.data() + rows[i] * hidden;
+    if (quant) {
+      xq = RoundActivations(xr, 1, hidden);
+      xr = xq.data();
+    }
     std::vector<double> act(inter);
     for (int64_t j = 0; j < inter; ++j) {
       double g = 0, u = 0;
@@ -143,6 +152,11 @@ inline void ExpertFfn(const std::vector<float>& x, const std::vector<int32_t>& r
         u += double(xr[h]) * LoadAsF32(up, dt, j * hidden + h);
       }
       act[j] = g / (1.0 + std::exp(-g)) * u;
+    }
+    if (quant) {
+      std::vector<float> a32(act.begin(), act.end());
+      std::vector<float> r = RoundActivations(a32.data(), 1, inter);
+      act.assign(r.begin(), r.end());
     }
     for (int64_t h = 0; h < hidden; ++h) {
       double acc = 0;

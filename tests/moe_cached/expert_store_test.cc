@@ -1,7 +1,12 @@
 #include "services/moe_cached/expert_store.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "common/model_maker.h"
+#include "common/quant.h"
 #include "gtest/gtest.h"
 #include "tests/moe_cached/daemon_process.h"
 
@@ -75,6 +80,80 @@ TEST(ExpertStoreTest, MixedDtypesAreRejected) {
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ((*ok)[1].offset, kTensorAlign);
   EXPECT_EQ(block, kBlockAlign);
+}
+
+}  // namespace
+}  // namespace moe::cached
+
+namespace moe::cached {
+namespace {
+
+// --expert-format: every block holds the checkpoint's experts converted to
+// the format, in about 1.9x (q8) / 3.5x (q4) fewer tensor bytes, and every
+// weight dequantizes to within half a quantization step of the checkpoint.
+TEST(ExpertStoreTest, QuantizedFormatsHoldFewerBytesOfTheSameWeights) {
+  moe::testing::ScratchDir dir;
+  ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("m"), 3).ok());
+  auto desc = ModelDescription::Open(dir.Sub("m"));
+  ASSERT_TRUE(desc.ok()) << desc.status();
+  ASSERT_EQ(desc->expert_dtype(), DType::kBF16);
+  const TensorRole roles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                               TensorRole::kExpertDown};
+  for (DType format : {DType::kQ8, DType::kQ4}) {
+    SCOPED_TRACE(DTypeName(format));
+    ExpertStoreOptions o;
+    o.format = format;
+    auto store = ExpertStore::Load("m", *desc, o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    const ExpertStore& s = **store;
+    EXPECT_EQ(s.format(), format);
+    uint64_t tensor_bytes = 0;
+    for (const ExpertTensorLayout& t : s.layout()) {
+      EXPECT_EQ(t.dtype, format);
+      EXPECT_EQ(int64_t(t.nbytes), WeightBytes(format, t.shape[0], t.shape[1]));
+      tensor_bytes += t.nbytes;
+    }
+    const double ratio = double(desc->bytes_per_expert()) / tensor_bytes;
+    EXPECT_NEAR(ratio, format == DType::kQ8 ? 1.88 : 3.56, 0.01);
+    for (int l : {0, 3}) {
+      for (int e : {0, 7}) {
+        for (int r = 0; r < 3; ++r) {
+          auto v = desc->Expert(l, e, roles[r]);
+          ASSERT_TRUE(v.ok());
+          const ExpertTensorLayout& t = s.layout()[r];
+          const int64_t n = t.shape[0] * t.shape[1];
+          std::vector<float> want(n), got(n);
+          ASSERT_TRUE(ConvertToFloat(v->data, v->dtype, n, want.data()).ok());
+          DequantizeRow(s.Block(l, e) + t.offset, format, n, got.data());
+          float amax = 0;
+          for (float w : want) amax = std::max(amax, std::fabs(w));
+          // A step is at most 2 amax / 127 (q8) or 2 amax / 15 (q4).
+          const float step = format == DType::kQ8 ? amax / 127 : 2 * amax / 15;
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_LE(std::fabs(got[i] - want[i]), 0.51f * step + 1e-6f)
+                << "L" << l << "/E" << e << " " << t.role << " at " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ExpertStoreTest, FormatsNeedWholeBlocks) {
+  moe::testing::ScratchDir dir;
+  MakeModelOptions o = TinyPreset(ModelFamily::kMixtral);
+  o.hidden = 96;  // gate/up rows of 96: whole q8 blocks, not q4 blocks
+  ASSERT_TRUE(MakeModel(o, dir.Sub("m")).ok());
+  auto desc = ModelDescription::Open(dir.Sub("m"));
+  ASSERT_TRUE(desc.ok()) << desc.status();
+  ExpertStoreOptions so;
+  so.format = DType::kQ4;
+  auto store = ExpertStore::Load("m", *desc, so);
+  ASSERT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(store.status().message().find("whole blocks of 64"), std::string::npos)
+      << store.status();
+  so.format = DType::kQ8;
+  EXPECT_TRUE(ExpertStore::Load("m", *desc, so).ok());
 }
 
 }  // namespace

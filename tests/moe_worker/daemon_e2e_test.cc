@@ -5,9 +5,11 @@
 #include <signal.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/quant.h"
 #include "gtest/gtest.h"
 #include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
@@ -61,7 +63,7 @@ class DaemonE2eTest : public ::testing::Test {
     return reader->Finish();
   }
 
-  std::vector<int32_t> Reference(int n = 12) {
+  std::vector<int32_t> Reference(int n = 12, std::optional<DType> format = std::nullopt) {
     auto backend = CreateBackend("cpu");
     auto model = MoeModel::Load(dir_.Sub("tiny"), backend->get());
     EXPECT_TRUE(model.ok());
@@ -69,7 +71,7 @@ class DaemonE2eTest : public ::testing::Test {
     o.prompt = {11, 22, 33, 44, 55};
     o.max_new_tokens = n;
     o.stop_at_eos = false;
-    return testing::ReferenceTokens(**model, o);
+    return testing::ReferenceTokens(**model, o, format);
   }
 
   moe::testing::TempDir dir_;
@@ -235,6 +237,48 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyCapacityTest,
                                            "minvisit", "expertflow",
                                            "moe-infinity",
                                            "moe-infinity-paper"));
+
+}  // namespace
+}  // namespace moe::worker
+
+namespace moe::worker {
+namespace {
+
+// Design invariant 4 per expert format: with moe-cached --expert-format the
+// worker learns the format from Attach and streams, for a minimum and an
+// everything-fits capacity, exactly the tokens of the in-process run over
+// the same quantized experts.
+class FormatCapacityTest : public DaemonE2eTest,
+                           public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(FormatCapacityTest, TokensDoNotDependOnTheCache) {
+  const DType format = *ParseExpertFormat(GetParam());
+  const std::vector<int32_t> expected = Reference(16, format);
+  for (int experts : {8, 32}) {
+    SCOPED_TRACE(::testing::Message() << GetParam() << " capacity " << experts);
+    WorkerProcess daemon;
+    StartDaemon(daemon, experts, "lru",
+                std::string("cached-") + GetParam() + std::to_string(experts) + ".log",
+                {"--expert-format", GetParam()});
+    StartWorker();
+    std::vector<v1::GenerateResponse> rs;
+    grpc::Status s = Call(&rs, 16);
+    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
+    std::vector<int32_t> tokens;
+    for (const auto& r : rs) tokens.push_back(r.token_id());
+    EXPECT_EQ(tokens, expected);
+    worker_.Signal(SIGTERM);
+    EXPECT_EQ(worker_.Wait(), 0);
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+    // The tiny checkpoint is bf16: only q8/q4 are converted (with progress).
+    const std::string converted = std::string("(to ") + GetParam() + ")";
+    EXPECT_EQ(daemon.Log().find(converted) != std::string::npos, format != DType::kBF16)
+        << daemon.Log();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, FormatCapacityTest, ::testing::Values("bf16", "q8", "q4"));
 
 }  // namespace
 }  // namespace moe::worker

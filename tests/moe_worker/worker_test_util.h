@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,12 @@ inline void MakeTinyModel(const std::string& dir) {
   ASSERT_TRUE(s.ok()) << s;
 }
 
-// Tokens Generate() gives in-process with every expert in memory.
+// Tokens Generate() gives in-process with every expert in memory (held as
+// `format`, as moe-cached --expert-format holds them; nullopt: as stored).
 inline std::vector<int32_t> ReferenceTokens(const MoeModel& model,
-                                            const GenerateOptions& options) {
-  auto provider = InMemoryExpertProvider::Create(model);
+                                            const GenerateOptions& options,
+                                            std::optional<DType> format = std::nullopt) {
+  auto provider = InMemoryExpertProvider::Create(model, format);
   EXPECT_TRUE(provider.ok());
   std::vector<int32_t> tokens;
   auto summary = Generate(model, provider->get(), options,

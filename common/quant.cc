@@ -1,0 +1,132 @@
+#include "common/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace moe {
+namespace {
+
+void QuantizeQ8Block(const float* w, uint8_t* b) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < kQ8Group; ++i) amax = std::max(amax, std::fabs(w[i]));
+  const uint16_t dh = FloatToHalf(amax / 127.0f);
+  const float d = HalfToFloat(dh);
+  std::memcpy(b, &dh, 2);
+  for (int64_t i = 0; i < kQ8Group; ++i) {
+    float q = d > 0.0f ? std::nearbyint(w[i] / d) : 0.0f;
+    q = std::clamp(q, -127.0f, 127.0f);
+    b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+  }
+}
+
+void QuantizeQ4Block(const float* w, uint8_t* b) {
+  float lo = w[0], hi = w[0];
+  for (int64_t i = 1; i < kQ4Group; ++i) {
+    lo = std::min(lo, w[i]);
+    hi = std::max(hi, w[i]);
+  }
+  const uint16_t mh = FloatToHalf(lo);
+  const float m = HalfToFloat(mh);
+  // The rounded minimum may sit above lo; the scale must still reach hi.
+  const uint16_t dh = FloatToHalf((hi - m) / 15.0f);
+  const float d = HalfToFloat(dh);
+  std::memcpy(b, &dh, 2);
+  std::memcpy(b + 2, &mh, 2);
+  uint8_t q[kQ4Group];
+  for (int64_t i = 0; i < kQ4Group; ++i) {
+    float v = d > 0.0f ? std::nearbyint((w[i] - m) / d) : 0.0f;
+    q[i] = static_cast<uint8_t>(std::clamp(v, 0.0f, 15.0f));
+  }
+  for (int64_t j = 0; j < 32; ++j) {
+    b[4 + j] = static_cast<uint8_t>(q[j] | (q[j + 32] << 4));
+  }
+}
+
+}  // namespace
+
+absl::Status QuantizeRow(const float* src, int64_t cols, DType format,
+                         void* dst) {
+  if (!IsQuantDType(format)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "QuantizeRow: ", DTypeName(format), " is not a block format"));
+  }
+  const int64_t group = QuantGroupSize(format);
+  if (cols <= 0 || cols % group != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot quantize a row of ", cols, " weights to ", DTypeName(format),
+        ": the length must be a positive multiple of ", group));
+  }
+  for (int64_t i = 0; i < cols; ++i) {
+    if (!std::isfinite(src[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot quantize a non-finite weight (", src[i], " at ", i, ")"));
+    }
+  }
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t bb = QuantBlockBytes(format);
+  for (int64_t g = 0; g < cols / group; ++g) {
+    if (format == DType::kQ8) {
+      QuantizeQ8Block(src + g * group, out + g * bb);
+    } else {
+      QuantizeQ4Block(src + g * group, out + g * bb);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DType> ParseExpertFormat(absl::string_view name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "q8") return DType::kQ8;
+  if (name == "q4") return DType::kQ4;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown expert format '", name, "' (choose bf16, q8 or q4)"));
+}
+
+std::string ExpertFormatName(DType format) {
+  switch (format) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kQ8:
+      return "q8";
+    case DType::kQ4:
+      return "q4";
+    default:
+      return std::string(DTypeName(format));
+  }
+}
+
+absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
+                            int64_t cols, DType to, void* dst) {
+  if (!IsFloatDType(from)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot convert weights of dtype ", DTypeName(from)));
+  }
+  const int64_t out_row = WeightBytes(to, 1, cols);
+  if (out_row < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows of ", cols, " weights are not whole ", DTypeName(to),
+        " blocks of ", QuantGroupSize(to)));
+  }
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const size_t in_row = DTypeSize(from) * static_cast<size_t>(cols);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    absl::Status s = ConvertToFloat(in + r * in_row, from, cols, row.data());
+    if (s.ok()) {
+      s = IsQuantDType(to) ? QuantizeRow(row.data(), cols, to, out + r * out_row)
+                           : ConvertFromFloat(row.data(), cols, to, out + r * out_row);
+    }
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void DequantizeRow(const void* src, DType format, int64_t cols, float* dst) {
+  for (int64_t i = 0; i < cols; ++i) dst[i] = DequantizeElement(src, format, i);
+}
+
+}  // namespace moe

@@ -1,0 +1,181 @@
+#include "kernels/cpu_quant_matmul.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/quant.h"
+
+#define MOE_QUANT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace moe {
+namespace {
+
+inline uint16_t Load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// One output y[i, j] over all of k, blocks in order.
+float DotQ8Scalar(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
+  const int64_t blocks = x.k / kQ8Group;
+  const int8_t* xq = x.q.data() + i * x.k;
+  const float* xd = x.d.data() + i * blocks;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = w + b * kQ8BlockBytes;
+    int32_t s = 0;
+    for (int t = 0; t < kQ8Group; ++t) {
+      s += static_cast<int8_t>(blk[2 + t]) * xq[b * kQ8Group + t];
+    }
+    acc += static_cast<float>(s) * (HalfToFloat(Load16(blk)) * xd[b]);
+  }
+  return acc;
+}
+
+float DotQ4Scalar(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
+  const int64_t groups = x.k / kQ4Group;
+  const int8_t* xq = x.q.data() + i * x.k;
+  const float* xd = x.d.data() + i * (x.k / kActGroup);
+  const float* sd = x.sd.data() + i * (x.k / kActGroup);
+  float acc = 0.0f, macc = 0.0f;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* blk = w + g * kQ4BlockBytes;
+    int32_t s0 = 0, s1 = 0;
+    for (int t = 0; t < 32; ++t) {
+      s0 += (blk[4 + t] & 0x0f) * xq[g * kQ4Group + t];
+      s1 += (blk[4 + t] >> 4) * xq[g * kQ4Group + 32 + t];
+    }
+    const float d = HalfToFloat(Load16(blk)), m = HalfToFloat(Load16(blk + 2));
+    acc += static_cast<float>(s0) * (d * xd[2 * g]);
+    acc += static_cast<float>(s1) * (d * xd[2 * g + 1]);
+    macc += m * (sd[2 * g] + sd[2 * g + 1]);
+  }
+  return acc + macc;
+}
+
+MOE_QUANT_AVX2 inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The scaled integer dot product of one q8 block with 32 activations.
+MOE_QUANT_AVX2 inline __m256 BlockQ8Avx2(const uint8_t* blk, const int8_t* xq, float xd,
+                                         __m256 acc) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  // |x| * (w signed like x): u8 x s8 pairs, |sum| <= 2 * 127 * 127 < 2^15.
+  const __m256i p = _mm256_madd_epi16(
+      _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv)),
+      _mm256_set1_epi16(1));
+  const __m256 scale = _mm256_set1_ps(_cvtsh_ss(Load16(blk)) * xd);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+}
+
+// Two accumulators (even and odd blocks) hide the FMA latency.
+MOE_QUANT_AVX2 float DotQ8Avx2(const uint8_t* w, const QuantizedActivations& x,
+                               int64_t i) {
+  const int64_t blocks = x.k / kQ8Group;
+  const int8_t* xq = x.q.data() + i * x.k;
+  const float* xd = x.d.data() + i * blocks;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    acc0 = BlockQ8Avx2(w + b * kQ8BlockBytes, xq + b * kQ8Group, xd[b], acc0);
+    acc1 = BlockQ8Avx2(w + (b + 1) * kQ8BlockBytes, xq + (b + 1) * kQ8Group, xd[b + 1],
+                       acc1);
+  }
+  if (b < blocks) acc0 = BlockQ8Avx2(w + b * kQ8BlockBytes, xq + b * kQ8Group, xd[b], acc0);
+  return HSum(_mm256_add_ps(acc0, acc1));
+}
+
+MOE_QUANT_AVX2 float DotQ4Avx2(const uint8_t* w, const QuantizedActivations& x,
+                               int64_t i) {
+  const int64_t groups = x.k / kQ4Group;
+  const int8_t* xq = x.q.data() + i * x.k;
+  const float* xd = x.d.data() + i * (x.k / kActGroup);
+  const float* sd = x.sd.data() + i * (x.k / kActGroup);
+  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  float macc = 0.0f;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* blk = w + g * kQ4BlockBytes;
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 4));
+    const __m256i lo = _mm256_and_si256(bytes, low);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+    const int8_t* xg = xq + g * kQ4Group;
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + 32));
+    // codes (u8, <= 15) x activations (s8): pairs stay far below 2^15.
+    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), ones);
+    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), ones);
+    const float d = _cvtsh_ss(Load16(blk)), m = _cvtsh_ss(Load16(blk + 2));
+    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d * xd[2 * g]), acc[0]);
+    acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * xd[2 * g + 1]),
+                             acc[1]);
+    macc += m * (sd[2 * g] + sd[2 * g + 1]);
+  }
+  return HSum(_mm256_add_ps(acc[0], acc[1])) + macc;
+}
+
+}  // namespace
+
+void QuantizeActivations(const float* x, int64_t m, int64_t k,
+                         QuantizedActivations* out) {
+  const int64_t groups = k / kActGroup;
+  out->m = m;
+  out->k = k;
+  out->q.resize(static_cast<size_t>(m * k));
+  out->d.resize(static_cast<size_t>(m * groups));
+  out->sd.resize(static_cast<size_t>(m * groups));
+  for (int64_t g = 0; g < m * groups; ++g) {
+    const float* xs = x + g * kActGroup;
+    float amax = 0.0f;
+    for (int64_t t = 0; t < kActGroup; ++t) amax = std::max(amax, std::fabs(xs[t]));
+    const float d = amax / 127.0f;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int64_t t = 0; t < kActGroup; ++t) {
+      const float q = std::clamp(std::nearbyint(xs[t] * inv), -127.0f, 127.0f);
+      out->q[g * kActGroup + t] = static_cast<int8_t>(q);
+      sum += static_cast<int32_t>(q);
+    }
+    out->d[g] = d;
+    out->sd[g] = d * static_cast<float>(sum);
+  }
+}
+
+std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k) {
+  QuantizedActivations qa;
+  QuantizeActivations(x, m, k, &qa);
+  std::vector<float> out(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m * k; ++i) out[i] = qa.d[i / kActGroup] * qa.q[i];
+  return out;
+}
+
+void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
+  QuantizedActivations x;
+  QuantizeActivations(a.x, a.m, a.k, &x);
+  const bool q8 = a.dtype == DType::kQ8;
+  const bool simd = level != SimdLevel::kScalar;
+  float (*dot)(const uint8_t*, const QuantizedActivations&, int64_t) =
+      q8 ? (simd ? &DotQ8Avx2 : &DotQ8Scalar) : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
+  const int64_t row_bytes = WeightBytes(a.dtype, 1, a.k);
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  int64_t grain = std::max<int64_t>(8, a.n / (pool.size() * 8));
+  if (a.m * a.n * a.k < (int64_t{1} << 15)) grain = a.n;
+  pool.ParallelFor(a.n, grain, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      const uint8_t* wj = w + j * row_bytes;
+      const float bias = a.bias ? a.bias[j] : 0.0f;
+      for (int64_t i = 0; i < a.m; ++i) a.y[i * a.n + j] = dot(wj, x, i) + bias;
+    }
+  });
+}
+
+}  // namespace moe
