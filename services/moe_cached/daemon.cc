@@ -111,11 +111,12 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
   const uint64_t cached = plan.desc.bytes_per_expert() * static_cast<uint64_t>(capacity);
   model_lines_.push_back(absl::StrFormat(
       "model %s (%s, %s on the host), cache %d slots = %s (%.0f%% of the experts) on %s, "
-      "policy %s, prefetch %s, link %s",
+      "policy %s, prefetch %s, link %s, misses %s",
       spec.name, rpc::ModelSummary(plan.desc), rpc::HumanBytes(all), capacity,
       rpc::HumanBytes(cached), all > 0 ? 100.0 * cached / all : 0.0,
       device.is_cuda() ? "cuda" : "cpu", options_.policy, options_.prefetch ? "on" : "off",
-      options_.link_gbps > 0 ? absl::StrCat(options_.link_gbps, " GB/s") : "unpaced"));
+      options_.link_gbps > 0 ? absl::StrCat(options_.link_gbps, " GB/s") : "unpaced",
+      MissModeName(options_.miss_mode)));
   models_.push_back(std::move(model));
   return absl::OkStatus();
 }

@@ -98,7 +98,7 @@ TEST_F(OpsReportTest, DaemonStartLineNamesCacheAndPolicy) {
                              ", metrics off: model tiny (mixtral, "));
   EXPECT_THAT(log, HasSubstr("cache 16 slots = "));
   EXPECT_THAT(log, HasSubstr("(50% of the experts) on cpu, policy lru, "
-                             "prefetch on, link unpaced"));
+                             "prefetch on, link unpaced, misses fetch"));
   StartWorker({"--cache", cache_});
   ASSERT_TRUE(WaitFor(
       [&] { return worker_.Log().find("experts:") != std::string::npos; }));
