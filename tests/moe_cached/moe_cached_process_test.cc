@@ -25,11 +25,18 @@
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "services/channel/shm_channel.h"
 #include "services/rpc/rpc_util.h"
+#include "tests/common/test_util.h"
 #include "tests/moe_cached/daemon_process.h"
 
 namespace moe::cached {
 namespace {
 
+using ::moe::client::CacheClient;
+using ::moe::client::CacheClientOptions;
+using ::moe::client::ExpertLease;
+using ::moe::client::ExpertRequest;
+using ::moe::client::SlotTensor;
+using ::moe::client::Transport;
 using ::moe::testing::DaemonConfig;
 using ::moe::testing::DaemonProcess;
 using ::moe::testing::ScratchDir;
@@ -235,15 +242,12 @@ TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
   ASSERT_TRUE(holder.Signal(SIGKILL).ok());
   ASSERT_TRUE(holder.Wait(absl::Seconds(10)).ok());
   // The daemon notices within its peer poll interval; wait for it.
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
   uint32_t sessions = 2;
-  while (absl::Now() < deadline) {
+  moe::testing::WaitFor(absl::Seconds(10), [&] {
     auto s = client->GetStats("tiny");
-    ASSERT_TRUE(s.ok());
-    sessions = s->models(0).sessions();
-    if (sessions == 1) break;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+    if (s.ok()) sessions = s->models(0).sessions();
+    return sessions == 1;
+  });
   ASSERT_EQ(sessions, 1u);
   auto r = client->Acquire(1, layer1, false);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -498,10 +502,7 @@ TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
     EXPECT_TRUE(stub->GetStats(&ctx, r, &out).ok());
     return out.models(0);
   };
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (stats().sessions() != 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  moe::testing::WaitFor(absl::Seconds(10), [&] { return stats().sessions() == 0; });
   EXPECT_EQ(stats().sessions(), 0u);
   EXPECT_THAT(daemon_.stderr_text(), HasSubstr("reclaimed 1 leases"));
   ::munmap(mem, bytes);
@@ -559,8 +560,7 @@ TEST_F(MoeCachedTest, SessionLimitRefusesAttachUntilAPlaceFrees) {
   // A dead worker's session frees its place once the daemon notices.
   ASSERT_TRUE(w2.Signal(SIGKILL).ok());
   ASSERT_TRUE(w2.Wait(absl::Seconds(10)).ok());
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (live_sessions() != 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  moe::testing::WaitFor(absl::Seconds(10), [&] { return live_sessions() == 1; });
   ASSERT_EQ(live_sessions(), 1u);
   moe::v1::AttachResponse again;
   grpc::Status s = attach(w1.pid(), &again);
