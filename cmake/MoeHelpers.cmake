@@ -2,6 +2,11 @@
 include(GoogleTest)
 
 set(MOE_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+# Our targets only (moe_add_*): generated protobuf code and the system's
+# headers keep their warnings as warnings.
+if(MOE_WERROR)
+  list(APPEND MOE_WARNINGS -Werror)
+endif()
 
 if(MOE_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
