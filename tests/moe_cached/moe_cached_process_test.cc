@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -587,7 +588,12 @@ TEST_F(MoeCachedTest, SigtermWithMetricsAndAnIdleClientExitsPromptly) {
   const absl::Time start = absl::Now();
   ASSERT_TRUE(daemon_.process().Signal(SIGTERM).ok());
   EXPECT_EQ(ExitCode(), 0) << daemon_.stderr_text();
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1500)) << daemon_.stderr_text();
+  const absl::Duration exit_time = absl::Now() - start;
+  // Measured 55-212 ms plain, 127-280 ms under ASan, beside a busy loop per
+  // core on a loaded 2-core machine; the bound separates that from the ~2 s
+  // of the bugs named above.
+  std::printf("exit %.1f ms after SIGTERM\n", absl::ToDoubleMilliseconds(exit_time));
+  EXPECT_LT(exit_time, absl::Milliseconds(1500)) << daemon_.stderr_text();
 }
 
 }  // namespace
