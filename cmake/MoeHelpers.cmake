@@ -2,6 +2,17 @@
 include(GoogleTest)
 
 set(MOE_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+# Our targets only (moe_add_*): generated protobuf code and the system's
+# headers keep their warnings as warnings.
+if(MOE_WERROR)
+  list(APPEND MOE_WARNINGS -Werror)
+  if(MOE_SANITIZE)
+    # GCC 12 with -fsanitize=address reports std::regex's and std::function's
+    # own members as maybe-uninitialized (inlined libstdc++ code, seen in
+    # common/model_maker.cc): a warning still, not an error.
+    list(APPEND MOE_WARNINGS -Wno-error=maybe-uninitialized)
+  endif()
+endif()
 
 if(MOE_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer

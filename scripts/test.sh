@@ -20,7 +20,8 @@ done
 scripts/setup-deps.sh
 
 build=build
-cmake_flags=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+# -Werror here (CI runs this script), not in a developer's default build.
+cmake_flags=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE_WERROR=ON)
 if [ "$sanitize" = 1 ]; then
   build=build-asan
   cmake_flags+=(-DMOE_SANITIZE=ON)

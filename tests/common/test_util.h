@@ -1,13 +1,17 @@
-// Helpers shared by the common/ tests: a self-deleting temporary directory
-// and small file writers.
+// Helpers shared by the tests: a self-deleting temporary directory, small
+// file writers, and WaitFor (a deadline on a condition).
 #ifndef MOECACHE_TESTS_COMMON_TEST_UTIL_H_
 #define MOECACHE_TESTS_COMMON_TEST_UTIL_H_
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace moe::testing {
 
@@ -40,6 +44,25 @@ inline void WriteText(const std::string& path, const std::string& text) {
 inline std::string ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Evaluates `done` until it returns true or `timeout` has passed; returns
+// whether it did. For conditions with no event a test can block on: state
+// in another process (a daemon's session table read over gRPC, a ring in
+// shared memory). Rechecks after 0.1 ms, backing off to 20 ms, so a fast
+// condition costs little and a slow one little CPU. Pick `timeout` as an
+// upper bound ("the daemon notices within its poll interval"), not a guess of
+// how long it usually takes: a loaded or sanitized run may take 10x longer.
+template <typename Pred>
+bool WaitFor(absl::Duration timeout, Pred done) {
+  const absl::Time end = absl::Now() + timeout;
+  absl::Duration pause = absl::Microseconds(100);
+  while (!done()) {
+    if (absl::Now() >= end) return false;
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Milliseconds(20));
+  }
+  return true;
 }
 
 }  // namespace moe::testing

@@ -3,7 +3,8 @@
 # ExecStart pointed at the built binaries), the sysusers.d file (applied to a
 # temp root), the units' ExecStart expanded with the example environment
 # file (unit_exec_check.py), and the Prometheus config and rules (promtool
-# check config / check rules / test rules with rules_test.yml).
+# check config / check rules / test rules with rules_test.yml, and every
+# dashboard query on an idle daemon with dashboard_idle_check.py).
 #
 # usage: check_deploy.sh SOURCE_DIR BIN_DIR
 # Exit 0 on success, 1 on failure (a missing systemd-analyze or promtool
@@ -93,6 +94,12 @@ if out=$(cd "$SRC/tests/deploy" && promtool test rules rules_test.yml 2>&1); the
   pass "promtool test rules rules_test.yml"
 else
   fail "promtool test rules:"$'\n'"$out"
+fi
+
+if out=$("$PY" "$SRC/tests/deploy/dashboard_idle_check.py" "$SRC" 2>&1); then
+  pass "dashboard_idle_check.py: $out"
+else
+  fail "dashboard_idle_check.py:"$'\n'"$out"
 fi
 
 # 5. The dashboard is JSON with queries in every panel.

@@ -1,18 +1,21 @@
 #!/usr/bin/python3
 """Every PromQL query of the deploy/ files against a real Prometheus.
 
-Starts, in a temp dir: a tiny model (moectl make-model), moe-cached with a
-small cache, moe-worker attached to it (both report readiness with
-sd_notify READY=1 to a NOTIFY_SOCKET of ours, as under systemd), Prometheus
-with deploy/prometheus/prometheus.yml and rules.yml (targets rewritten to
-the services' ports, intervals to 1 s), and a load loop of `moectl
-generate` through the worker. Then, until a deadline, checks that:
-  - both scrape jobs are up;
-  - every query of deploy/grafana/moecache-dashboard.json parses and returns
-    at least one finite sample ($__rate_interval -> 15s, $model -> .*), and
-    the template variable's label_values() finds the model;
-  - every recording rule of rules.yml returns a finite sample and every rule
-    evaluates without error.
+Starts, in a temp dir: a small model (moectl make-model, experts large
+enough for prefetches to pay), moe-cached with a small cache and prefetch
+on, moe-worker attached to it with pre-gating hints (both report readiness
+with sd_notify READY=1 to a NOTIFY_SOCKET of ours, as under systemd), and
+Prometheus with deploy/prometheus/prometheus.yml and rules.yml (targets
+rewritten to the services' ports, intervals to 1 s). Then checks that:
+  - idle (before any request, once rates are defined): no dashboard query
+    or recording rule yields NaN; ratios and quantiles are empty;
+  - under a load loop of `moectl generate` through the worker, until a
+    deadline: both scrape jobs are up; every query of
+    deploy/grafana/moecache-dashboard.json parses and returns at least one
+    finite sample ($__rate_interval -> 15s, $model -> .*), and never NaN;
+    the template variable's label_values() finds the model; every recording
+    rule of rules.yml returns a finite sample and every rule evaluates
+    without error.
 Everything started is killed at the end, also on failure.
 
 usage: live_dashboard_check.py SOURCE_DIR BIN_DIR
@@ -37,7 +40,12 @@ import urllib.request
 
 import yaml
 
-DEADLINE_S = 45       # whole check, start to finish
+from dashboard_queries import DashboardError, dashboard_queries
+
+# Whole check, start to finish. Measured on a loaded 2-core machine (load
+# average 6-14): 10.4-12.4 s plain, 14.2-17.6 s under ASan beside a busy loop
+# per core. Only a failing run waits this long.
+DEADLINE_S = 45
 STARTUP_S = 20        # one service until READY=1
 RATE_INTERVAL = "15s"
 
@@ -151,33 +159,18 @@ def query(port, expr):
     return http_json(url)
 
 
-def finite_values(result):
-    """Finite sample values of an instant-query answer (vector or scalar)."""
+def all_values(result):
+    """Sample values of an instant-query answer (vector or scalar)."""
     data = result.get("data", {})
     if data.get("resultType") == "vector":
-        values = [float(s["value"][1]) for s in data.get("result", [])]
-    elif data.get("resultType") == "scalar":
-        values = [float(data["result"][1])]
-    else:
-        values = []
-    return [v for v in values if math.isfinite(v)]
+        return [float(s["value"][1]) for s in data.get("result", [])]
+    if data.get("resultType") == "scalar":
+        return [float(data["result"][1])]
+    return []
 
 
-def dashboard_queries(path):
-    dash = json.load(open(path))
-    out = []
-    for panel in dash["panels"]:
-        for target in panel.get("targets", []):
-            expr = target["expr"]
-            expr = expr.replace("$__rate_interval", RATE_INTERVAL)
-            expr = expr.replace("${model}", ".*").replace("$model", ".*")
-            if "$" in expr.replace("{{", ""):
-                raise Failure(f"panel '{panel['title']}': unresolved variable in {expr}")
-            out.append((f"{panel['title']} / {target['refId']}", expr))
-    if not out:
-        raise Failure(f"{path}: no queries")
-    variables = [v for v in dash.get("templating", {}).get("list", [])]
-    return out, variables
+def finite_values(result):
+    return [v for v in all_values(result) if math.isfinite(v)]
 
 
 def rule_names(path):
@@ -238,8 +231,17 @@ class Load(threading.Thread):
 def check(src_dir, bin_dir, tmp, procs, start):
     moectl = os.path.join(bin_dir, "moectl")
     model = os.path.join(tmp, "tiny")
+    # Experts of 768 KiB (the preset's are 48 KiB): the daemon's copy chunk
+    # is then expert / 16 - 64 KiB - and the prefetch gate's chunk charge
+    # C = chunk / link is X / 12 instead of X, so prefetches can pay
+    # (services/cache/prefetcher.h). With the link fast enough that X stays
+    # below the layer compute time T, however slow a sanitized or loaded run,
+    # the gate depends on the candidates' calibrated probability only, not on
+    # timing: p > (1 - p) * value(victim) + 1/12. The worker's pre-gating
+    # hints add candidates of measured precision.
     r = subprocess.run([moectl, "make-model", "--preset", "tiny", "--arch", "mixtral",
-                        "--out", model], capture_output=True, timeout=60)
+                        "--intermediate", "2048", "--out", model],
+                       capture_output=True, timeout=60)
     if r.returncode != 0:
         raise Failure(f"make-model failed: {r.stderr.decode(errors='replace')}")
 
@@ -247,7 +249,7 @@ def check(src_dir, bin_dir, tmp, procs, start):
     start_notified(procs, "moe-cached", [
         os.path.join(bin_dir, "moe-cached"), f"--model=tiny={model}",
         f"--listen=unix:{cached_sock}", "--metrics-addr=127.0.0.1:0",
-        "--cache-experts=12", "--policy=moe-infinity", "--prefetch=on",
+        "--cache-experts=12", "--policy=moe-infinity", "--prefetch=on", "--link-gbps=1000",
         f"--state-dir={tmp}/state"])
     cached_metrics = metrics_port_from_log(os.path.join(tmp, "moe-cached.log"))
 
@@ -257,21 +259,25 @@ def check(src_dir, bin_dir, tmp, procs, start):
         os.path.join(bin_dir, "moe-worker"), f"--model={model}",
         f"--cache=unix:{cached_sock}", "--cache-model=tiny", "--backend=cpu",
         f"--listen=unix:{worker_sock}", "--metrics-addr=127.0.0.1:0",
-        f"--port-file={port_file}"])
+        "--pregate-hints=on", f"--port-file={port_file}"])
     worker_metrics = json.load(open(port_file))["metrics_port"]
     log(f"metrics: moe-cached :{cached_metrics}, moe-worker :{worker_metrics}")
+
+    prom_port = free_port()
+    config = write_prometheus_config(src_dir, tmp, cached_metrics, worker_metrics)
+    procs.start("prometheus", [
+        "prometheus", f"--config.file={config}",
+        f"--web.listen-address=127.0.0.1:{prom_port}",
+        f"--storage.tsdb.path={tmp}/tsdb", "--log.level=warn"])
+    wait_ready(procs, prom_port, start)
+    checks, variables, alerts = all_checks(src_dir)
+    verify_idle(procs, prom_port, checks, start)
 
     load = Load(moectl, f"unix:{worker_sock}")
     load.start()
     try:
-        prom_port = free_port()
-        config = write_prometheus_config(src_dir, tmp, cached_metrics, worker_metrics)
-        procs.start("prometheus", [
-            "prometheus", f"--config.file={config}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-            f"--storage.tsdb.path={tmp}/tsdb", "--log.level=warn"])
-        wait_ready(procs, prom_port, start)
-        verify_queries(src_dir, procs, prom_port, load, start)
+        verify_queries(procs, prom_port, checks, load, start)
+        verify_rules_and_variables(prom_port, variables, checks, alerts)
     finally:
         load.stop.set()
         load.join(timeout=25)
@@ -292,12 +298,51 @@ def wait_ready(procs, port, start):
     raise Failure("prometheus not ready in time")
 
 
-def verify_queries(src_dir, procs, port, load, start):
+def all_checks(src_dir):
+    """[(name, expr)] for both jobs' up, every dashboard query and every
+    recording rule; the template variables; the alert names."""
     queries, variables = dashboard_queries(
-        os.path.join(src_dir, "deploy/grafana/moecache-dashboard.json"))
+        os.path.join(src_dir, "deploy/grafana/moecache-dashboard.json"), RATE_INTERVAL)
     recorded, alerts = rule_names(os.path.join(src_dir, "deploy/prometheus/rules.yml"))
     checks = [(f"up {job}", f'up{{job="{job}"}} == 1') for job in ("moe-cached", "moe-worker")]
     checks += queries + [(f"recording rule {r}", r) for r in recorded]
+    return checks, variables, alerts
+
+
+def samples(name, expr, res):
+    """Sample values of an instant-query answer; a parse error or a NaN
+    fails at once (neither heals by waiting: every ratio and quantile of
+    deploy/ guards its denominator, so NaN means a query lost its guard)."""
+    if res.get("status") != "success":
+        raise Failure(f"{name}: query failed: {res.get('error')}\n  {expr}")
+    values = all_values(res)
+    if any(math.isnan(v) for v in values):
+        raise Failure(f"{name}: NaN sample (an unguarded 0/0?): "
+                      f"{json.dumps(res.get('data'))[:300]}\n  {expr}")
+    return values
+
+
+def verify_idle(procs, port, checks, start):
+    """Before the first request: every query answers, and none with NaN.
+
+    Waits (on Prometheus, not a fixed time) until rates are defined: three
+    scrapes of each job in the last 10 s and a recording rule evaluated over
+    them. Ratios and quantiles are then empty (nothing to divide), plain
+    rates 0."""
+    ready = ('min(count_over_time(up[10s])) >= 3 '
+             'and on () count(moecache:stall_ratio:rate5m) > 0')
+    while not finite_values(query(port, ready)):
+        procs.check_alive()
+        if time.monotonic() - start > DEADLINE_S:
+            raise Failure(f"idle: no rule evaluation over three scrapes within {DEADLINE_S}s")
+        time.sleep(0.2)  # the next scrape / rule evaluation (1 s intervals)
+    empty = [name for name, expr in checks if not samples(name, expr, query(port, expr))]
+    log(f"idle: no NaN in {len(checks)} queries; {len(empty)} correctly empty: "
+        + ", ".join(empty))
+
+
+def verify_queries(procs, port, checks, load, start):
+    """Under load, until the deadline: every check returns a finite sample."""
     pending = dict(checks)
     last = {}
     while pending and time.monotonic() - start < DEADLINE_S:
@@ -307,9 +352,7 @@ def verify_queries(src_dir, procs, port, load, start):
         for name, expr in list(pending.items()):
             res = query(port, expr)
             last[name] = res
-            if res.get("status") != "success":
-                # A parse error never heals: fail at once.
-                raise Failure(f"{name}: query failed: {res.get('error')}\n  {expr}")
+            samples(name, expr, res)
             if finite_values(res):
                 del pending[name]
         if pending:
@@ -320,9 +363,13 @@ def verify_queries(src_dir, procs, port, load, start):
         raise Failure(f"{len(pending)} of {len(checks)} queries returned no finite "
                       f"sample within {DEADLINE_S}s ({load.ok} generate calls done):\n"
                       + "\n".join(lines))
-    log(f"all {len(checks)} queries returned data "
-        f"({len(queries)} dashboard, {len(recorded)} recorded)")
+    log(f"all {len(checks)} queries returned data after "
+        f"{time.monotonic() - start:.1f}s ({load.ok} generate calls done)")
 
+
+def verify_rules_and_variables(port, variables, checks, alerts):
+    recorded = [n[len("recording rule "):] for n, _ in checks
+                if n.startswith("recording rule ")]
     for var in variables:
         q = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
         m = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", q)
@@ -374,7 +421,7 @@ def main():
     procs = Processes(tmp)
     try:
         check(src_dir, bin_dir, tmp, procs, start)
-    except Failure as e:
+    except (Failure, DashboardError) as e:
         print(f"FAIL: {e}")
         return 1
     finally:

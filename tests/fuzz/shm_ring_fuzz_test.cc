@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "services/channel/shm_channel.h"
 #include "services/moe_cached/fd_broker.h"
+#include "tests/common/test_util.h"
 #include "tests/fuzz/service_fuzz_env.h"
 
 namespace moe::fuzz {
@@ -69,12 +70,8 @@ class RingSession {
   // Waits until the daemon has consumed every request or closed the
   // channel; false if it did neither in time (a hang).
   bool WaitSettled() {
-    const absl::Time end = absl::Now() + kWait;
-    while (absl::Now() < end) {
-      if (Closed() || Load(kReqTailOff) == Load(kReqHeadOff)) return true;
-      absl::SleepFor(absl::Microseconds(200));
-    }
-    return false;
+    return moe::testing::WaitFor(
+        kWait, [&] { return Closed() || Load(kReqTailOff) == Load(kReqHeadOff); });
   }
 
  private:
@@ -304,12 +301,11 @@ TEST_F(ShmRingFuzzTest, GarbageInTheRingEndsOnlyThatSession) {
     const grpc::StatusCode state = SessionState(s->id());
     if (must_end || s->Closed()) {
       // Ended: Closed() is set first, the session is dropped right after.
-      absl::Time end = absl::Now() + kWait;
       grpc::StatusCode now = state;
-      while (now != grpc::StatusCode::NOT_FOUND && absl::Now() < end) {
-        absl::SleepFor(absl::Milliseconds(1));
-        now = SessionState(s->id());
-      }
+      moe::testing::WaitFor(kWait, [&] {
+        if (now != grpc::StatusCode::NOT_FOUND) now = SessionState(s->id());
+        return now == grpc::StatusCode::NOT_FOUND;
+      });
       ASSERT_EQ(now, grpc::StatusCode::NOT_FOUND) << "trial " << i << ": session not ended";
       ASSERT_TRUE(s->Closed());
       ++ended;

@@ -359,7 +359,9 @@ TEST_F(LoadTest, SixteenStreamingClientsLeakNothing) {
     // 75-313 MB in that build), so RSS says nothing; there LeakSanitizer
     // checks every allocation when the services exit, and a leak makes the
     // exit status below non-zero.
-    if (!kSanitizerBuild) EXPECT_LT(o->after.rss_kb - o->baseline.rss_kb, 4 * 1024);
+    if (!kSanitizerBuild) {
+      EXPECT_LT(o->after.rss_kb - o->baseline.rss_kb, 4 * 1024);
+    }
   }
 
   worker_.Signal(SIGTERM);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -26,6 +27,7 @@
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "services/channel/shm_channel.h"
 #include "services/rpc/rpc_util.h"
+#include "tests/common/test_util.h"
 #include "tests/moe_cached/daemon_process.h"
 
 namespace moe::cached {
@@ -242,15 +244,12 @@ TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
   ASSERT_TRUE(holder.Signal(SIGKILL).ok());
   ASSERT_TRUE(holder.Wait(absl::Seconds(10)).ok());
   // The daemon notices within its peer poll interval; wait for it.
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
   uint32_t sessions = 2;
-  while (absl::Now() < deadline) {
+  moe::testing::WaitFor(absl::Seconds(10), [&] {
     auto s = client->GetStats("tiny");
-    ASSERT_TRUE(s.ok());
-    sessions = s->models(0).sessions();
-    if (sessions == 1) break;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+    if (s.ok()) sessions = s->models(0).sessions();
+    return sessions == 1;
+  });
   ASSERT_EQ(sessions, 1u);
   auto r = client->Acquire(1, layer1, false);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -559,10 +558,7 @@ TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
     EXPECT_TRUE(stub->GetStats(&ctx, r, &out).ok());
     return out.models(0);
   };
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (stats().sessions() != 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  moe::testing::WaitFor(absl::Seconds(10), [&] { return stats().sessions() == 0; });
   EXPECT_EQ(stats().sessions(), 0u);
   EXPECT_THAT(daemon_.stderr_text(), HasSubstr("reclaimed 1 leases"));
   ::munmap(mem, bytes);
@@ -620,8 +616,7 @@ TEST_F(MoeCachedTest, SessionLimitRefusesAttachUntilAPlaceFrees) {
   // A dead worker's session frees its place once the daemon notices.
   ASSERT_TRUE(w2.Signal(SIGKILL).ok());
   ASSERT_TRUE(w2.Wait(absl::Seconds(10)).ok());
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (live_sessions() != 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  moe::testing::WaitFor(absl::Seconds(10), [&] { return live_sessions() == 1; });
   ASSERT_EQ(live_sessions(), 1u);
   moe::v1::AttachResponse again;
   grpc::Status s = attach(w1.pid(), &again);
@@ -648,7 +643,12 @@ TEST_F(MoeCachedTest, SigtermWithMetricsAndAnIdleClientExitsPromptly) {
   const absl::Time start = absl::Now();
   ASSERT_TRUE(daemon_.process().Signal(SIGTERM).ok());
   EXPECT_EQ(ExitCode(), 0) << daemon_.stderr_text();
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1500)) << daemon_.stderr_text();
+  const absl::Duration exit_time = absl::Now() - start;
+  // Measured 55-212 ms plain, 127-280 ms under ASan, beside a busy loop per
+  // core on a loaded 2-core machine; the bound separates that from the ~2 s
+  // of the bugs named above.
+  std::printf("exit %.1f ms after SIGTERM\n", absl::ToDoubleMilliseconds(exit_time));
+  EXPECT_LT(exit_time, absl::Milliseconds(1500)) << daemon_.stderr_text();
 }
 
 }  // namespace
