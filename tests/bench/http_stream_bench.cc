@@ -3,7 +3,7 @@
 // the client as the interval between the first and the last token divided by
 // the tokens in between (generation itself is shared, so the difference is
 // what each transport adds per streamed token).
-//   http_stream_bench --grpc unix:/tmp/w.sock --http 127.0.0.1:8080 \
+//   http_stream_bench --grpc unix:/tmp/w.sock --http 127.0.0.1:8080
 //       [--tokens 256] [--reps 9]
 #include <httplib.h>
 

@@ -237,7 +237,9 @@ TEST(ExpertCacheTest, HostAnswersAndStaticPlacements) {
     for (const SlotInfo& s : cache->SlotsForTest()) {
       if (s.state != SlotState::kReady) continue;
       ++resident;
-      if (name == "static-layers") EXPECT_LT(s.key.layer, 2) << s.key.ToString();
+      if (name == "static-layers") {
+        EXPECT_LT(s.key.layer, 2) << s.key.ToString();
+      }
     }
     EXPECT_GT(resident, 0);  // copies behind the answers filled the arena
     if (name == "static-popular") {

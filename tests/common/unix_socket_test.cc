@@ -24,7 +24,9 @@ int BindAt(const std::string& path, bool listen) {
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  if (listen) EXPECT_EQ(::listen(fd, 4), 0);
+  if (listen) {
+    EXPECT_EQ(::listen(fd, 4), 0);
+  }
   return fd;
 }
 

@@ -403,7 +403,9 @@ TEST_F(MoeCachedTest, RequestsMustBeBegunAndAreBounded) {
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases, t).ok());
     for (uint64_t id = 1; id <= static_cast<uint64_t>(kMaxRequestsPerSession) + 1; ++id) {
-      if (id != 3) ASSERT_TRUE(client->EndRequest(id, t).ok()) << id;
+      if (id != 3) {
+        ASSERT_TRUE(client->EndRequest(id, t).ok()) << id;
+      }
     }
   }
   // An acquire for a request that was never begun.
