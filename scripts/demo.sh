@@ -13,8 +13,13 @@ cmake --build build -j"$(nproc)"
 
 bin=build/bin
 $bin/moectl info
+# The demo's own model is remade on every run (make-model refuses a
+# non-empty directory without --force); a directory given in MOE_DEMO_MODEL
+# is written only if it is empty.
 model=${MOE_DEMO_MODEL:-build/demo/tiny-mixtral}
-$bin/moectl make-model --preset tiny --arch mixtral --out "$model"
+force=()
+[ -z "${MOE_DEMO_MODEL:-}" ] && force=(--force)
+$bin/moectl make-model --preset tiny --arch mixtral --out "$model" "${force[@]}"
 $bin/moectl inspect "$model"
 
 work=$(mktemp -d /tmp/moe-demo.XXXXXX)
@@ -41,10 +46,10 @@ wait_for_socket() {  # PATH PID NAME
 
 # 4 MoE layers x 8 experts = 32 experts; the cache holds 12 (1.5 layers), and
 # copies are paced to 1 GB/s so that misses cost time, as over PCIe.
-echo "== starting moe-cached (12 of 32 experts cached, policy moe-infinity, link 1 GB/s)"
+echo "== starting moe-cached (12 of 32 experts cached, policy moe-infinity, link 1 GB/s, misses run where cheaper)"
 $bin/moe-cached --model "tiny=$model" --listen "unix:$work/cached.sock" \
   --metrics-addr "" --cache-experts 12 --policy moe-infinity --prefetch on \
-  --link-gbps 1 --state-dir "$work/state" 2>"$work/cached.log" &
+  --link-gbps 1 --miss-mode auto --state-dir "$work/state" 2>"$work/cached.log" &
 cached_pid=$!
 wait_for_socket "$work/cached.sock" "$cached_pid" moe-cached || { cat "$work/cached.log"; exit 1; }
 
