@@ -108,6 +108,37 @@ std::vector<int32_t> PickExperts(const Model& m, const std::vector<int>& set, in
 
 }  // namespace
 
+absl::StatusOr<SynthOptions> SynthRegime(const std::string& name) {
+  SynthOptions o;
+  if (name == "mixtral-uniform") {
+    o.model = "mixtral-uniform";
+    o.num_layers = 32;
+    o.num_experts = 8;
+    o.top_k = 2;
+    o.requests = 4;
+    o.prefill_tokens = 0;
+    o.decode_tokens = 150;
+    o.popularity_skew = 0;  // no expert favoured across requests
+    o.working_set = 4;      // half of a layer, reused ...
+    o.in_set = 0.5;         // ... for half the choices
+    o.set_noise = 0.5;
+    o.repeat = 0.4;         // consecutive tokens share ~half their experts
+    return o;
+  }
+  if (name == "wide-256") {
+    o.model = "wide-256";
+    o.num_layers = 40;
+    o.num_experts = 256;
+    o.top_k = 8;
+    o.requests = 1;
+    o.prefill_tokens = 30;
+    o.decode_tokens = 130;
+    return o;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown regime \"", name, "\" (mixtral-uniform, wide-256)"));
+}
+
 absl::Status ValidateSynthOptions(const SynthOptions& o) {
   TraceHeader h{o.model, o.num_layers, o.num_experts, o.top_k};
   RETURN_IF_ERROR(ValidateHeader(h));

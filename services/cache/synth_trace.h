@@ -49,6 +49,17 @@ struct SynthOptions {
 
 absl::Status ValidateSynthOptions(const SynthOptions& options);
 
+// Knob settings that reproduce regimes seen in real routing traces (held out
+// of the repository), where eviction alone does badly:
+//   "mixtral-uniform": 32 layers x 8 experts, top-2, near-uniform popularity
+//     in each layer, consecutive decode tokens sharing about half of a
+//     layer's experts, 4 requests of ~150 decode tokens, no prompt
+//     (per-layer LRU beat moe-infinity by 1-7% there);
+//   "wide-256": 40 layers x 256 experts, top-8, one request with a ~30-token
+//     prompt and ~130 decode tokens (LRU beat it by 5% at 5120 slots).
+// INVALID_ARGUMENT for another name.
+absl::StatusOr<SynthOptions> SynthRegime(const std::string& name);
+
 absl::StatusOr<Trace> GenerateSyntheticTrace(const SynthOptions& options);
 
 }  // namespace moe::trace

@@ -12,7 +12,9 @@ namespace moe::moectl {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: moectl synth-trace --out FILE [knobs]\n"
+    "usage: moectl synth-trace --out FILE [--regime NAME] [knobs]\n"
+    "  --regime mixtral-uniform|wide-256   knobs of a regime seen in real traces\n"
+    "                            (see synth_trace.h); later knobs override them\n"
     "  --layers N (32)  --experts N (8)  --top-k N (2)  --requests N (40)\n"
     "  --prefill-tokens N (64)  --decode-tokens N (128)   means; each request draws\n"
     "                                                      in [mean/2, 3*mean/2]\n"
@@ -53,6 +55,15 @@ int RunSynthTrace(const Args& args) {
     }
   }
   trace::SynthOptions o;
+  if (auto it = f.find("regime"); it != f.end()) {
+    absl::StatusOr<trace::SynthOptions> r = trace::SynthRegime(it->second);
+    if (!r.ok()) {
+      std::fprintf(stderr, "synth-trace: --regime: %s\n", std::string(r.status().message()).c_str());
+      return 2;
+    }
+    o = *r;
+    f.erase(it);
+  }
   std::string out;
   bool ok = true;
   auto take_int = [&](const char* k, int* v) {

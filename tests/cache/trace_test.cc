@@ -1,5 +1,6 @@
 #include "services/cache/trace.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "gtest/gtest.h"
@@ -100,6 +101,50 @@ TEST(TraceTest, WriterRoundTripsASyntheticTrace) {
   TraceRequest bad = t->requests[0];
   bad.experts[0][0][0] = 99;
   EXPECT_FALSE(w.Write(bad).ok());
+}
+
+// The "mixtral-uniform" regime has what the real one has: no prompt,
+// consecutive decode tokens sharing about half of a layer's experts, and no
+// expert of a layer favoured across requests.
+TEST(SynthTraceTest, MixtralUniformRegimeHasItsShape) {
+  auto o = SynthRegime("mixtral-uniform");
+  ASSERT_TRUE(o.ok());
+  auto t = GenerateSyntheticTrace(*o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->header.num_layers, 32);
+  EXPECT_EQ(t->header.num_experts, 8);
+  EXPECT_EQ(t->requests.size(), 4u);
+  double shared = 0, pairs = 0;
+  std::vector<double> uses(32 * 8, 0);
+  for (const TraceRequest& r : t->requests) {
+    EXPECT_EQ(r.num_prefill_tokens(), 0);
+    for (int tok = 0; tok < r.num_tokens(); ++tok) {
+      for (int l = 0; l < 32; ++l) {
+        for (int32_t e : r.experts[tok][l]) uses[l * 8 + e] += 1;
+        if (tok == 0) continue;
+        for (int32_t e : r.experts[tok][l]) {
+          const auto& prev = r.experts[tok - 1][l];
+          shared += std::count(prev.begin(), prev.end(), e);
+        }
+        pairs += 2;
+      }
+    }
+  }
+  EXPECT_GT(shared / pairs, 0.35);
+  EXPECT_LT(shared / pairs, 0.6);
+  // The most used expert of a layer is used at most ~2x the mean, on average.
+  double ratio = 0;
+  for (int l = 0; l < 32; ++l) {
+    double sum = 0, top = 0;
+    for (int e = 0; e < 8; ++e) {
+      sum += uses[l * 8 + e];
+      top = std::max(top, uses[l * 8 + e]);
+    }
+    ratio += top / (sum / 8) / 32;
+  }
+  EXPECT_LT(ratio, 2.2);
+  EXPECT_FALSE(SynthRegime("nope").ok());
+  EXPECT_TRUE(SynthRegime("wide-256").ok());
 }
 
 TEST(SynthTraceTest, IsDeterministicAndShaped) {
