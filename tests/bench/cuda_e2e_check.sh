@@ -19,14 +19,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for_socket() {  # PATH PID
-  for _ in $(seq 1 300); do
-    [ -S "$1" ] && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
+# shellcheck source=tests/bench/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
 
 tokens() {  # moectl ... --json -> comma-separated token ids
   /usr/bin/python3 -c '

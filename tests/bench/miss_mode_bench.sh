@@ -35,14 +35,8 @@ expert_bytes=$($bin/moectl inspect "$model" | sed -n 's/^bytes per expert: \([0-
 expert_mb=$($py -c "print($expert_bytes/1e6)")
 cap=$(( layers * 8 / 4 ))
 
-wait_for_socket() {  # PATH PID
-  for _ in $(seq 1 300); do
-    [ -S "$1" ] && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
+# shellcheck source=tests/bench/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
 
 prompts=("The expert cache keeps" "Mixture of experts models route each token"
          "A workstation GPU has little memory" "Running a miss where it lies")

@@ -74,6 +74,24 @@ class DaemonE2eTest : public ::testing::Test {
     return testing::ReferenceTokens(**model, o, format);
   }
 
+  // The daemon's statistics of its one model, as `moectl stats --json
+  // --cache` prints them.
+  void CacheStats(nlohmann::json* model) {
+    const std::string cmd = std::string(MOE_BINARY_DIR) +
+                            "/bin/moectl stats --json --cache " + cache_sock_;
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    ASSERT_EQ(::pclose(p), 0) << out;
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << out;
+    ASSERT_EQ(j["cache"].size(), 1u) << out;
+    *model = j["cache"][0];
+  }
+
   moe::testing::TempDir dir_;
   std::string cache_sock_, worker_sock_;
   WorkerProcess worker_;
@@ -95,19 +113,8 @@ TEST_F(DaemonE2eTest, MinimumCapacityGivesTheInMemoryTokens) {
   EXPECT_GT(usage.expert_misses(), 0);
 
   // moectl stats sees the daemon's side of the same request.
-  const std::string cmd = std::string(MOE_BINARY_DIR) +
-                          "/bin/moectl stats --json --cache " + cache_sock_;
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ASSERT_EQ(::pclose(p), 0) << out;
-  auto j = nlohmann::json::parse(out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << out;
-  ASSERT_EQ(j["cache"].size(), 1u) << out;
-  const auto& m = j["cache"][0];
+  nlohmann::json m;
+  ASSERT_NO_FATAL_FAILURE(CacheStats(&m));
   EXPECT_EQ(m["policy"], "lru");
   EXPECT_EQ(m["capacity_experts"], 8);
   EXPECT_EQ(m["hits"].get<int64_t>() + m["misses"].get<int64_t>(),
@@ -135,18 +142,9 @@ TEST_F(DaemonE2eTest, TokensDoNotDependOnWhereMissesRun) {
       std::vector<int32_t> tokens;
       for (const auto& r : rs) tokens.push_back(r.token_id());
       EXPECT_EQ(tokens, want);
-      const std::string cmd = std::string(MOE_BINARY_DIR) +
-                              "/bin/moectl stats --json --cache " + cache_sock_;
-      std::string out;
-      FILE* p = ::popen(cmd.c_str(), "r");
-      ASSERT_NE(p, nullptr);
-      char buf[4096];
-      size_t n;
-      while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-      ASSERT_EQ(::pclose(p), 0) << out;
-      auto j = nlohmann::json::parse(out, nullptr, false);
-      ASSERT_FALSE(j.is_discarded()) << out;
-      const auto& m = j["cache"][0];
+      nlohmann::json m;
+      ASSERT_NO_FATAL_FAILURE(CacheStats(&m));
+      const std::string out = m.dump();
       EXPECT_EQ(m["miss_mode"], mode);
       if (mode == "fetch") {
         EXPECT_EQ(m["host_runs"].get<int64_t>(), 0);

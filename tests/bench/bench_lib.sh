@@ -1,0 +1,12 @@
+# Shell helpers shared by the end-to-end bench and check scripts (sourced).
+
+# wait_for_socket PATH PID: waits up to 30 s for the Unix socket PATH to
+# appear; fails at once if process PID exits first.
+wait_for_socket() {
+  for _ in $(seq 1 300); do
+    [ -S "$1" ] && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
