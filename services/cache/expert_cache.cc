@@ -343,27 +343,39 @@ double ExpertCache::LinkBacklogSeconds() const {
   return seconds;
 }
 
+bool ExpertCache::RoomForSpeculativeLoad() const {
+  int busy = inflight_prefetches_;
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+    busy += slots_.Get(s).leases > 0 || meta_[s].pins > 0 || meta_[s].demand ||
+            meta_[s].cancelling;
+  }
+  return busy + options_.num_experts < options_.capacity;
+}
+
+bool ExpertCache::StartSpeculativeLoad(SlotId slot, const ExpertKey& key, Phase phase,
+                                       const RequestOwner& owner, HintSource source) {
+  EvictSlot(slot);
+  if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return false;
+  meta_[slot].source = source;
+  meta_[slot].prefetch_owner = owner;
+  policy_->OnInsert(key, /*prefetch=*/true);
+  ++stats_[PhaseIndex(phase)].prefetches_issued;
+  return true;
+}
+
 void ExpertCache::CopyBehind(const RequestOwner& owner, const ExpertKey& key, Phase phase,
                              const std::function<bool(const ExpertKey&)>& keep) {
-  int busy = 0;
   for (SlotId s = 0; s < slots_.num_slots(); ++s) {
     if (meta_[s].transfer != kNoTransfer) return;  // the link is not idle
-    busy += slots_.Get(s).leases > 0 || meta_[s].pins > 0;
   }
-  // Keep enough slots free-able for a whole layer's demand.
-  if (busy + options_.num_experts >= options_.capacity) return;
+  if (!RoomForSpeculativeLoad()) return;
   const SlotId slot = ChooseSlot(VictimContext{owner, key.layer, phase, true},
                                  [&](const ExpertKey& k) { return !keep(k); });
   if (slot < 0) return;
   const SlotInfo& victim = slots_.Get(slot);
   const bool free = victim.state == SlotState::kEmpty;
   if (!policy_->AdmitBehind(key, free ? nullptr : &victim.key)) return;
-  EvictSlot(slot);
-  if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return;
-  meta_[slot].source = HintSource::kPolicy;
-  meta_[slot].prefetch_owner = owner;
-  policy_->OnInsert(key, /*prefetch=*/true);
-  ++stats_[PhaseIndex(phase)].prefetches_issued;
+  StartSpeculativeLoad(slot, key, phase, owner, HintSource::kPolicy);
 }
 
 absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
@@ -488,13 +500,7 @@ void ExpertCache::IssuePrefetches(const RequestOwner& owner, int layer, Phase ph
       if (issued >= options_.max_prefetch_per_layer) break;
       const ExpertKey key{target, c.expert};
       if (slots_.Lookup(key).has_value()) continue;
-      // Keep enough slots free-able for a whole layer's demand.
-      int busy = inflight_prefetches_;
-      for (SlotId s = 0; s < slots_.num_slots(); ++s) {
-        busy += slots_.Get(s).leases > 0 || meta_[s].pins > 0 || meta_[s].demand ||
-                meta_[s].cancelling;
-      }
-      if (busy + options_.num_experts >= options_.capacity) return;
+      if (!RoomForSpeculativeLoad()) return;
       const SlotId slot = ChooseSlot(VictimContext{owner, target, phase, true},
                                      [&](const ExpertKey& k) { return k.layer <= layer; });
       if (slot < 0) return;
@@ -502,13 +508,8 @@ void ExpertCache::IssuePrefetches(const RequestOwner& owner, int layer, Phase ph
       const double value =
           info.state == SlotState::kReady ? policy_->RetentionValue(info.key) : 0.0;
       if (!prefetcher_.Gate(c, value)) break;  // the best did not pay
-      EvictSlot(slot);
-      if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return;
-      meta_[slot].source = c.source;
-      meta_[slot].prefetch_owner = owner;
-      policy_->OnInsert(key, /*prefetch=*/true);
+      if (!StartSpeculativeLoad(slot, key, phase, owner, c.source)) return;
       prefetcher_.OnIssued(c);
-      ++stats_[PhaseIndex(phase)].prefetches_issued;
       ++issued;
     }
   }

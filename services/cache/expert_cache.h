@@ -282,6 +282,14 @@ class ExpertCache {
   double LinkBacklogSeconds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Seconds until the load into `slot` completes (remaining bytes / link).
   double RemainingLoadSeconds(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A speculative load (prefetch, copy behind) may take a slot only while a
+  // whole layer's demand can still be served: busy slots + E < capacity.
+  bool RoomForSpeculativeLoad() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts `slot` and loads `key` into it at prefetch priority, for `owner`
+  // (whose prediction from `source` it was). False if the engine refused.
+  bool StartSpeculativeLoad(SlotId slot, const ExpertKey& key, Phase phase,
+                            const RequestOwner& owner, HintSource source)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A miss answered on the host: copy it into a slot behind the answer when
   // nothing is on the link, so that the cache still adapts. `keep` says
   // which keys may not be evicted (the acquire's own).

@@ -92,6 +92,24 @@ class MoeCachedTest : public ::testing::Test {
     }
   }
 
+  // The daemon's gRPC service, without the client library.
+  std::unique_ptr<moe::v1::ExpertCache::Stub> RawStub() {
+    return moe::v1::ExpertCache::NewStub(
+        rpc::MakeChannel(*rpc::ParseListenAddress(daemon_.address())));
+  }
+
+  // Attaches to model "tiny" as this process; false (a test failure) if
+  // refused.
+  bool RawAttach(moe::v1::ExpertCache::Stub& stub, moe::v1::AttachResponse* aresp) {
+    moe::v1::AttachRequest areq;
+    areq.set_model("tiny");
+    areq.set_pid(::getpid());
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub.Attach(&ctx, areq, aresp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return s.ok();
+  }
+
   int ExitCode(absl::Duration timeout = absl::Seconds(20)) {
     auto st = daemon_.process().Wait(timeout);
     if (!st.ok()) return -1000;
@@ -409,16 +427,9 @@ TEST_F(MoeCachedTest, RequestsMustBeBegunAndAreBounded) {
     }
   }
   // An acquire for a request that was never begun.
-  auto stub = moe::v1::ExpertCache::NewStub(
-      rpc::MakeChannel(*rpc::ParseListenAddress(daemon_.address())));
-  moe::v1::AttachRequest areq;
-  areq.set_model("tiny");
-  areq.set_pid(::getpid());
+  auto stub = RawStub();
   moe::v1::AttachResponse aresp;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->Attach(&ctx, areq, &aresp).ok());
-  }
+  ASSERT_TRUE(RawAttach(*stub, &aresp));
   moe::v1::AcquireRequest acq;
   acq.set_session_id(aresp.session_id());
   acq.set_layer(0);
@@ -502,16 +513,9 @@ TEST_F(MoeCachedTest, DeviceClientAgainstAHostArenaIsToldWhatToChange) {
 
 TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
   StartDaemon({"--cache-experts", "8"});
-  auto stub = moe::v1::ExpertCache::NewStub(
-      rpc::MakeChannel(*rpc::ParseListenAddress(daemon_.address())));
-  moe::v1::AttachRequest areq;
-  areq.set_model("tiny");
-  areq.set_pid(::getpid());
+  auto stub = RawStub();
   moe::v1::AttachResponse aresp;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->Attach(&ctx, areq, &aresp).ok());
-  }
+  ASSERT_TRUE(RawAttach(*stub, &aresp));
   // Arena and channel are unnamed memfds collected from the broker socket
   // (mode 0600) with a one-shot token.
   EXPECT_TRUE(aresp.shm_name().empty());

@@ -74,6 +74,22 @@ class DaemonE2eTest : public ::testing::Test {
     return testing::ReferenceTokens(**model, o, format);
   }
 
+  // Starts a worker on the running `daemon`, checks that 16 greedy tokens
+  // are `expected`, then stops both cleanly.
+  void ExpectTokensThenStop(WorkerProcess& daemon, const std::vector<int32_t>& expected) {
+    StartWorker();
+    std::vector<v1::GenerateResponse> rs;
+    grpc::Status s = Call(&rs, 16);
+    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
+    std::vector<int32_t> tokens;
+    for (const auto& r : rs) tokens.push_back(r.token_id());
+    EXPECT_EQ(tokens, expected);
+    worker_.Signal(SIGTERM);
+    EXPECT_EQ(worker_.Wait(), 0);
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+  }
+
   // The daemon's statistics of its one model, as `moectl stats --json
   // --cache` prints them.
   void CacheStats(nlohmann::json* model) {
@@ -216,17 +232,7 @@ TEST_P(PolicyCapacityTest, TokensDoNotDependOnTheCache) {
     WorkerProcess daemon;
     StartDaemon(daemon, experts, GetParam(),
                 std::string("cached-") + std::to_string(experts) + ".log");
-    StartWorker();
-    std::vector<v1::GenerateResponse> rs;
-    grpc::Status s = Call(&rs, 16);
-    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
-    std::vector<int32_t> tokens;
-    for (const auto& r : rs) tokens.push_back(r.token_id());
-    EXPECT_EQ(tokens, expected);
-    worker_.Signal(SIGTERM);
-    EXPECT_EQ(worker_.Wait(), 0);
-    daemon.Signal(SIGTERM);
-    EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+    ASSERT_NO_FATAL_FAILURE(ExpectTokensThenStop(daemon, expected));
   }
 }
 
@@ -258,17 +264,7 @@ TEST_P(FormatCapacityTest, TokensDoNotDependOnTheCache) {
     StartDaemon(daemon, experts, "lru",
                 std::string("cached-") + GetParam() + std::to_string(experts) + ".log",
                 {"--expert-format", GetParam()});
-    StartWorker();
-    std::vector<v1::GenerateResponse> rs;
-    grpc::Status s = Call(&rs, 16);
-    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
-    std::vector<int32_t> tokens;
-    for (const auto& r : rs) tokens.push_back(r.token_id());
-    EXPECT_EQ(tokens, expected);
-    worker_.Signal(SIGTERM);
-    EXPECT_EQ(worker_.Wait(), 0);
-    daemon.Signal(SIGTERM);
-    EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+    ASSERT_NO_FATAL_FAILURE(ExpectTokensThenStop(daemon, expected));
     // The tiny checkpoint is bf16: only q8/q4 are converted (with progress).
     const std::string converted = std::string("(to ") + GetParam() + ")";
     EXPECT_EQ(daemon.Log().find(converted) != std::string::npos, format != DType::kBF16)
