@@ -409,6 +409,9 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
                                   : 0;
   double link_queue = -1;  // computed at the first miss
   double host_queue = 0;
+  // `fetch_seconds` is what the copy adds to the link; a copy that is
+  // already a demand on the link is in the backlog and adds nothing (its
+  // wait is at most the backlog).
   auto run_on_host = [&](int tokens, double fetch_seconds) {
     if (options_.miss_mode == MissMode::kHost) return true;
     if (!(options_.link_bytes_per_sec > 0)) return false;  // nothing to compare
@@ -438,7 +441,8 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
       slot = *found;
       SlotMeta& m = meta_[slot];
       hit = slots_.Get(slot).state == SlotState::kReady;
-      if (!hit && may_host && run_on_host(d.tokens, RemainingLoadSeconds(slot))) {
+      if (!hit && may_host &&
+          run_on_host(d.tokens, m.demand ? 0.0 : RemainingLoadSeconds(slot))) {
         answer_on_host(key);  // its copy goes on, as a prefetch
         continue;
       }

@@ -256,6 +256,45 @@ TEST(ExpertCacheTest, HostAnswersAndStaticPlacements) {
   }
 }
 
+// The cost model counts a copy that is already a demand on the link once:
+// waiting for it costs the backlog (which holds it), not the backlog plus
+// its remaining bytes again. Link 1 GB/s, 1 MB experts: owner 1's demand
+// copy of L0/E3 has 1 ms left; a host run takes 1.5 ms, so owner 2 waits
+// for the copy. A host run of 0.5 ms is taken instead.
+TEST(ExpertCacheTest, AutoCountsAnInFlightDemandCopyOnce) {
+  for (double host_ms : {1.5, 0.5}) {
+    SCOPED_TRACE(absl::StrCat("host run ", host_ms, " ms"));
+    auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+    ExpertCacheOptions o = LinkOptions(2 * kExperts, false);
+    o.miss_mode = MissMode::kAuto;
+    o.host = {1e6 / (host_ms * 1e-3), 0};
+    auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(o.capacity)), engine.get());
+    cache->BeginRequest(1);
+    cache->BeginRequest(2);
+    const std::vector<ExpertDemand> d = {{3, 1}};
+    auto first = cache->StartAcquire(1, 0, d, Phase::kDecode, /*host_ok=*/false);
+    ASSERT_TRUE(first.ok()) << first.status();
+    auto second = cache->StartAcquire(2, 0, d, Phase::kDecode, /*host_ok=*/true);
+    ASSERT_TRUE(second.ok()) << second.status();
+    while (!*cache->IsReady(*second)) engine->AdvanceTo(*engine->NextCompletionTime());
+    auto r2 = cache->FinishAcquire(*second);
+    ASSERT_TRUE(r2.ok()) << r2.status();
+    if (host_ms > 1.0) {
+      EXPECT_EQ(r2->leases.size(), 1u);
+      EXPECT_TRUE(r2->host.empty());
+    } else {
+      EXPECT_TRUE(r2->leases.empty());
+      EXPECT_EQ(r2->host.size(), 1u);
+    }
+    while (!*cache->IsReady(*first)) engine->AdvanceTo(*engine->NextCompletionTime());
+    auto r1 = cache->FinishAcquire(*first);
+    ASSERT_TRUE(r1.ok()) << r1.status();
+    EXPECT_TRUE(cache->Release(1, r1->leases).ok());
+    EXPECT_TRUE(cache->Release(2, r2->leases).ok());
+    cache->CheckInvariantsForTest();
+  }
+}
+
 // Pre-gating hints arrive between acquires (after layer l, for layer l+1):
 // the copy must start when the hint arrives, not at the next acquire.
 TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {
