@@ -26,6 +26,7 @@ constexpr size_t kHeaderBytes = 40;
 constexpr uint32_t kTagEamc = 1;
 constexpr uint32_t kTagReuse = 2;
 constexpr uint32_t kTagAffinity = 3;
+constexpr uint32_t kTagPopularity = 4;
 constexpr uint64_t kMaxFileBytes = 1ull << 30;
 
 // --- little-endian writer / reader ---
@@ -190,6 +191,21 @@ absl::Status ReadAffinity(absl::string_view body, LearnedState* s) {
   return absl::OkStatus();
 }
 
+absl::Status ReadPopularity(absl::string_view body, LearnedState* s) {
+  Reader r(body);
+  uint32_t cells;
+  const uint64_t want = static_cast<uint64_t>(s->num_layers) * s->num_experts;
+  if (!r.U32(&cells) || cells != want || r.left() != want * 8) {
+    return Corrupt("bad popularity section");
+  }
+  s->popularity.resize(cells);
+  for (double& d : s->popularity) {
+    r.F64(&d);
+    if (!std::isfinite(d) || d < 0) return Corrupt("bad popularity count");
+  }
+  return absl::OkStatus();
+}
+
 void AddSection(std::string* payload, uint32_t tag, const std::string& body) {
   PutU32(payload, tag);
   PutU64(payload, body.size());
@@ -292,6 +308,15 @@ absl::StatusOr<std::string> EncodeLearnedState(const LearnedState& s) {
     for (float f : s.affinity_from) PutF32(&body, f);
     AddSection(&payload, kTagAffinity, body);
   }
+  if (!s.popularity.empty()) {
+    if (s.popularity.size() != L * E) {
+      return absl::InvalidArgumentError("popularity needs one count per (layer, expert)");
+    }
+    body.clear();
+    PutU32(&body, static_cast<uint32_t>(L * E));
+    for (double d : s.popularity) PutF64(&body, d);
+    AddSection(&payload, kTagPopularity, body);
+  }
   std::string out(kMagic, sizeof(kMagic));
   PutU32(&out, kEamcFormatVersion);
   PutU32(&out, s.num_layers);
@@ -347,6 +372,8 @@ absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes,
       RETURN_IF_ERROR(ReadReuse(body, &s));
     } else if (tag == kTagAffinity) {
       RETURN_IF_ERROR(ReadAffinity(body, &s));
+    } else if (tag == kTagPopularity) {
+      RETURN_IF_ERROR(ReadPopularity(body, &s));
     }  // unknown sections: skipped
   }
   return s;

@@ -16,6 +16,9 @@
 //     2 reuse:    u32 L; L x (f64 hits, f64 total) (moe-infinity next-visit)
 //     3 affinity: u32 lags; lags*L*E*E f32 pair counts, lags*L*E f32 counts
 //                 (the prefetcher's inter-layer affinity)
+//     4 popularity: u32 cells (= L*E); cells x f64 tokens routed to each
+//                 (layer, expert) since the counts began, finite and >= 0
+//                 (static-popular's placement)
 //
 // Saving is atomic: a temporary file "<path>.tmp.<pid>.<n>" in the same
 // directory (mode 0600), written, fsynced, renamed over <path>, then the
@@ -58,9 +61,11 @@ struct LearnedState {
   int affinity_lags = 0;
   std::vector<float> affinity;
   std::vector<float> affinity_from;
+  // Tokens routed to each cell, [layer * E + expert]; empty or L*E entries.
+  std::vector<double> popularity;
 
   bool empty() const {
-    return records.empty() && reuse_hits.empty() && affinity.empty();
+    return records.empty() && reuse_hits.empty() && affinity.empty() && popularity.empty();
   }
 };
 

@@ -363,6 +363,33 @@ bool ExpertCache::StartSpeculativeLoad(SlotId slot, const ExpertKey& key, Phase 
   return true;
 }
 
+int ExpertCache::WarmUp() {
+  absl::MutexLock lock(&mu_);
+  warm_queue_ = policy_->WarmSet(options_.capacity);
+  std::reverse(warm_queue_.begin(), warm_queue_.end());
+  const int queued = static_cast<int>(warm_queue_.size());
+  ContinueWarmUp();
+  return queued;
+}
+
+void ExpertCache::ContinueWarmUp() {
+  while (!warm_queue_.empty() && RoomForSpeculativeLoad()) {
+    const ExpertKey key = warm_queue_.back();
+    if (slots_.Lookup(key).has_value()) {
+      warm_queue_.pop_back();
+      continue;
+    }
+    const std::optional<SlotId> slot = slots_.FindEmpty();
+    if (!slot.has_value() || !StartLoad(*slot, key, TransferPriority::kPrefetch, Phase::kDecode).ok()) {
+      warm_queue_.clear();  // the traffic placed the arena, or the engine refused
+      return;
+    }
+    meta_[*slot].prefetched = false;  // a placement, not a prediction to score
+    policy_->OnInsert(key, /*prefetch=*/true);
+    warm_queue_.pop_back();
+  }
+}
+
 void ExpertCache::CopyBehind(const RequestOwner& owner, const ExpertKey& key, Phase phase,
                              const std::function<bool(const ExpertKey&)>& keep) {
   for (SlotId s = 0; s < slots_.num_slots(); ++s) {
@@ -383,6 +410,7 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     bool host_ok) {
   CheckDemands(layer, demands);
   absl::MutexLock lock(&mu_);
+  if (!warm_queue_.empty()) ContinueWarmUp();
   ObserveComputeGap(owner, layer, phase);
   MaybeBeginIteration(owner, layer, phase);
   CancelUnneededPrefetches(owner, layer, demands);

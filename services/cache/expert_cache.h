@@ -183,6 +183,13 @@ class ExpertCache {
   // as it was (empty at start) and returns the error (DATA_LOSS or
   // FAILED_PRECONDITION) for the caller to report; it never crashes.
   absl::Status LoadState(const std::string& path);
+  // Places the policy's warm set (CachePolicy::WarmSet: static-layers' layers,
+  // static-popular's persisted most popular experts) into free slots at
+  // prefetch priority, so that a restarted daemon serves its first tokens
+  // from a placed arena. Loads start now while a layer's demand still fits
+  // (RoomForSpeculativeLoad), the rest at the next acquires; never evicts.
+  // Returns how many experts were queued.
+  int WarmUp();
 
   CachePhaseStats GetStats(Phase phase) const;
   void ResetStats();
@@ -277,6 +284,8 @@ class ExpertCache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void IssuePrefetches(const RequestOwner& owner, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts loads of warm_queue_ into empty slots while there is room.
+  void ContinueWarmUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Seconds of demand copies queued on the link (plus the rest of an
   // in-flight prefetch chunk a demand would wait behind).
   double LinkBacklogSeconds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -315,6 +324,7 @@ class ExpertCache {
   absl::flat_hash_map<RequestOwner, OwnerState> owners_ ABSL_GUARDED_BY(mu_);
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   int inflight_prefetches_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<ExpertKey> warm_queue_ ABSL_GUARDED_BY(mu_);  // best last
   CachePhaseStats stats_[2] ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> layer_hits_ ABSL_GUARDED_BY(mu_);    // num_layers
   std::vector<uint64_t> layer_misses_ ABSL_GUARDED_BY(mu_);  // num_layers

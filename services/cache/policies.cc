@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "services/cache/eamc_store.h"
 #include "services/cache/expertflow_policy.h"
 #include "services/cache/moe_infinity_policy.h"
 
@@ -117,6 +118,38 @@ size_t StaticPopularPolicy::ChooseVictim(absl::Span<const ExpertKey> candidates,
 
 bool StaticPopularPolicy::AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const {
   return victim == nullptr || tokens_[Index(key)] > tokens_[Index(*victim)];
+}
+
+void StaticPopularPolicy::ExportLearned(LearnedState* state) const {
+  if (oracle_.empty()) state->popularity = tokens_;
+}
+
+void StaticPopularPolicy::ImportLearned(const LearnedState& state) {
+  if (oracle_.empty() && state.popularity.size() == tokens_.size()) {
+    tokens_ = state.popularity;
+  }
+}
+
+std::vector<ExpertKey> StaticPopularPolicy::WarmSet(int slots) const {
+  std::vector<int> cells;
+  for (int c = 0; c < static_cast<int>(tokens_.size()); ++c) {
+    if (tokens_[c] > 0) cells.push_back(c);
+  }
+  std::stable_sort(cells.begin(), cells.end(),
+                   [&](int a, int b) { return tokens_[a] > tokens_[b]; });
+  if (static_cast<int>(cells.size()) > slots) cells.resize(std::max(0, slots));
+  std::vector<ExpertKey> keys;
+  for (int c : cells) keys.push_back({c / config_.num_experts, c % config_.num_experts});
+  return keys;
+}
+
+std::vector<ExpertKey> StaticLayersPolicy::WarmSet(int slots) const {
+  std::vector<ExpertKey> keys;
+  const int layers = std::min(config_.num_layers, std::max(0, slots) / config_.num_experts);
+  for (int l = 0; l < layers; ++l) {
+    for (int e = 0; e < config_.num_experts; ++e) keys.push_back({l, e});
+  }
+  return keys;
 }
 
 size_t StaticLayersPolicy::ChooseVictim(absl::Span<const ExpertKey> candidates,

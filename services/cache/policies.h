@@ -122,6 +122,12 @@ class StaticPopularPolicy : public TrackingPolicy {
   size_t ChooseVictim(absl::Span<const ExpertKey> candidates,
                       const VictimContext& context) override;
   bool AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const override;
+  // The counts persist (learned state section "popularity"), so a restarted
+  // daemon places the most popular experts before the first token.
+  void ExportLearned(LearnedState* state) const override;
+  void ImportLearned(const LearnedState& state) override;
+  // The `slots` most popular experts with any tokens, most popular first.
+  std::vector<ExpertKey> WarmSet(int slots) const override;
 
  private:
   std::vector<double> oracle_;
@@ -135,6 +141,8 @@ class StaticPopularPolicy : public TrackingPolicy {
 class StaticLayersPolicy : public TrackingPolicy {
  public:
   std::string name() const override { return "static-layers"; }
+  // Every expert of the first capacity / E layers, known before any traffic.
+  std::vector<ExpertKey> WarmSet(int slots) const override;
   size_t ChooseVictim(absl::Span<const ExpertKey> candidates,
                       const VictimContext& context) override;
   bool AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const override;

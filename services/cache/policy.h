@@ -123,6 +123,12 @@ class CachePolicy {
   // against this shape by eamc_store). Default: ignores it.
   virtual void ImportLearned(const LearnedState& state) {}
 
+  // The experts a placement policy wants resident before any traffic, best
+  // first, at most `slots` (a static placement known in advance or learned
+  // and persisted). ExpertCache::WarmUp loads them into free slots. Default:
+  // none (recency policies learn their set from the traffic).
+  virtual std::vector<ExpertKey> WarmSet(int slots) const { return {}; }
+
  protected:
   int Index(const ExpertKey& key) const { return key.layer * config_.num_experts + key.expert; }
   int cells() const { return config_.num_layers * config_.num_experts; }

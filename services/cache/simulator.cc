@@ -172,6 +172,7 @@ absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
   co.clock = &sim->clock;
   sim->prefetch = co.prefetch;
   ASSIGN_OR_RETURN(sim->cache, ExpertCache::Create(co, std::move(policy), sim->engine.get()));
+  sim->cache->WarmUp();  // as the daemon does at start
   return absl::OkStatus();
 }
 

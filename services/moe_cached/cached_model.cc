@@ -143,6 +143,10 @@ absl::Status CachedModel::Start() {
   }
   RETURN_IF_ERROR(cuda_engine_ != nullptr ? cuda_engine_->Start() : cpu_engine_->Start());
   started_ = true;
+  if (const int warm = cache_->WarmUp(); warm > 0) {
+    MOE_LOG(INFO) << "model " << name() << ": placing " << warm << " experts of policy "
+                  << cache_->policy_name() << "'s warm set before the first request";
+  }
   MOE_LOG(INFO) << "model " << name() << ": " << options_.capacity << " slots of "
                 << store_->block_bytes() << " bytes "
                 << (cuda_arena_ != nullptr ? "in CUDA device memory" : "in host shared memory")

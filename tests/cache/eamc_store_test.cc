@@ -6,6 +6,8 @@
 
 #include <fstream>
 #include <map>
+#include <numeric>
+#include <set>
 #include <random>
 
 #include "common/file_util.h"
@@ -108,7 +110,7 @@ LearnedState Export(const CachePolicy& p, int layers, int experts) {
   return s;
 }
 
-// A small valid file's bytes (EAMC + reuse + affinity sections).
+// A small valid file's bytes (EAMC + reuse + affinity + popularity sections).
 std::string SmallFileBytes() {
   trace::Trace t = SmallTrace(kLayers, kExperts, 4, 11);
   auto p = Trained(t, 4);
@@ -116,6 +118,7 @@ std::string SmallFileBytes() {
   s.affinity_lags = 1;
   s.affinity.assign(kLayers * kExperts * kExperts, 1.0f);
   s.affinity_from.assign(kLayers * kExperts, 2.0f);
+  s.popularity.assign(kLayers * kExperts, 3.0);
   auto bytes = EncodeLearnedState(s);
   EXPECT_TRUE(bytes.ok()) << bytes.status();
   return *bytes;
@@ -341,7 +344,8 @@ void Drive(ExpertCache& cache, FakeCopyEngine& engine, const trace::Trace& t,
   }
 }
 
-std::unique_ptr<ExpertCache> MakeCache(FakeCopyEngine* engine) {
+std::unique_ptr<ExpertCache> MakeCache(FakeCopyEngine* engine,
+                                       const std::string& policy = "moe-infinity") {
   ExpertCacheOptions o;
   o.num_layers = kLayers;
   o.num_experts = kExperts;
@@ -352,7 +356,19 @@ std::unique_ptr<ExpertCache> MakeCache(FakeCopyEngine* engine) {
   o.link_bytes_per_sec = 1e9;
   o.layer_seconds = 1e-3;
   return *ExpertCache::Create(
-      o, *MakePolicy("moe-infinity", Config(kLayers, kExperts, 2)), engine);
+      o, *MakePolicy(policy, Config(kLayers, kExperts, 2)), engine);
+}
+
+std::set<ExpertKey> Resident(const ExpertCache& cache) {
+  std::set<ExpertKey> keys;
+  for (const SlotInfo& s : cache.SlotsForTest()) {
+    if (s.state == SlotState::kReady) keys.insert(s.key);
+  }
+  return keys;
+}
+
+void RunLink(FakeCopyEngine& engine) {
+  while (auto t = engine.NextCompletionTime()) engine.AdvanceTo(*t);
 }
 
 TEST(EamcStoreTest, ExpertCacheSaveLoadState) {
@@ -379,6 +395,48 @@ TEST(EamcStoreTest, ExpertCacheSaveLoadState) {
   EXPECT_EQ(b->LoadState(pb).code(), absl::StatusCode::kDataLoss);
   Drive(*b, *e2, t, 6, 8);
   b->CheckInvariantsForTest();
+}
+
+// static-popular's counts persist; a restarted cache places the most
+// popular experts before any traffic (the first wave while a layer's demand
+// still fits, 12 - 6 slots, the rest at the next acquire). static-layers
+// places its layers with nothing learned.
+TEST(EamcStoreTest, StaticPlacementsPersistAndWarmUpBeforeTheFirstToken) {
+  trace::Trace t = SmallTrace(kLayers, kExperts, 8, 33);
+  auto e1 = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  auto e2 = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  auto a = MakeCache(e1.get(), "static-popular");
+  Drive(*a, *e1, t, 0, 6);
+  const std::string pa = TempPath("popular.eamc");
+  ASSERT_TRUE(a->SaveState(pa).ok());
+  auto saved = LoadLearnedState(pa, kLayers, kExperts);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_EQ(saved->popularity.size(), static_cast<size_t>(kLayers * kExperts));
+  // The most popular cells, best first (ties by cell order, as WarmSet).
+  std::vector<int> cells(kLayers * kExperts);
+  std::iota(cells.begin(), cells.end(), 0);
+  std::stable_sort(cells.begin(), cells.end(), [&](int x, int y) {
+    return saved->popularity[x] > saved->popularity[y];
+  });
+  ASSERT_GT(saved->popularity[cells[5]], 0);
+  std::set<ExpertKey> top6;
+  for (int i = 0; i < 6; ++i) top6.insert({cells[i] / kExperts, cells[i] % kExperts});
+
+  auto b = MakeCache(e2.get(), "static-popular");
+  EXPECT_EQ(b->WarmUp(), 0);  // nothing learned yet: nothing to place
+  ASSERT_TRUE(b->LoadState(pa).ok());
+  EXPECT_EQ(b->WarmUp(), 12);
+  RunLink(*e2);
+  EXPECT_EQ(Resident(*b), top6);
+  b->CheckInvariantsForTest();
+
+  auto e3 = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  auto c = MakeCache(e3.get(), "static-layers");
+  EXPECT_EQ(c->WarmUp(), 12);  // 12 slots / 6 experts: layers 0 and 1
+  RunLink(*e3);
+  for (const ExpertKey& k : Resident(*c)) EXPECT_EQ(k.layer, 0) << k.ToString();
+  EXPECT_EQ(Resident(*c).size(), 6u);
+  c->CheckInvariantsForTest();
 }
 
 }  // namespace
