@@ -1,6 +1,7 @@
 #include "services/cache/expert_cache.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -62,7 +63,8 @@ ExpertCache::ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<Cach
       slots_(options.capacity),
       meta_(options.capacity),
       layer_hits_(options.num_layers, 0),
-      layer_misses_(options.num_layers, 0) {}
+      layer_misses_(options.num_layers, 0),
+      host_(options.host) {}
 
 ExpertCache::OwnerState& ExpertCache::Owner(const RequestOwner& owner) {
   OwnerState& o = owners_[owner];
@@ -363,25 +365,70 @@ bool ExpertCache::StartSpeculativeLoad(SlotId slot, const ExpertKey& key, Phase 
   return true;
 }
 
+void ExpertCache::ReportHostRuns(const HostRunReport& report) {
+  const absl::Status valid = ValidateHostRunReport(report);
+  MOE_CHECK(valid.ok()) << valid;
+  const double w = options_.host_tracking_weight;
+  if (!(w > 0)) return;
+  const double per_expert = static_cast<double>(report.nanoseconds) * 1e-9 / report.experts;
+  const double tokens_each = static_cast<double>(report.tokens) / report.experts;
+  absl::MutexLock lock(&mu_);
+  const double read = host_.read_bytes_per_sec > 0
+                          ? options_.expert_bytes / host_.read_bytes_per_sec : 0;
+  const double compute = host_.flops_per_sec > 0
+                             ? options_.expert_flops_per_token * tokens_each / host_.flops_per_sec
+                             : 0;
+  if (compute > read && options_.expert_flops_per_token > 0) {
+    const double measured = options_.expert_flops_per_token * tokens_each / per_expert;
+    host_.flops_per_sec = (1 - w) * host_.flops_per_sec + w * measured;
+  } else {
+    const double measured = options_.expert_bytes / per_expert;
+    host_.read_bytes_per_sec = host_.read_bytes_per_sec > 0
+                                   ? (1 - w) * host_.read_bytes_per_sec + w * measured
+                                   : measured;
+  }
+}
+
+HostFigures ExpertCache::host_figures() const {
+  absl::MutexLock lock(&mu_);
+  return host_;
+}
+
 int ExpertCache::WarmUp() {
   absl::MutexLock lock(&mu_);
   warm_queue_ = policy_->WarmSet(options_.capacity);
   std::reverse(warm_queue_.begin(), warm_queue_.end());
   const int queued = static_cast<int>(warm_queue_.size());
-  ContinueWarmUp();
+  ContinueWarmUp(RequestOwner{}, Phase::kDecode);
   return queued;
 }
 
-void ExpertCache::ContinueWarmUp() {
+void ExpertCache::ContinueWarmUp(const RequestOwner& owner, Phase phase) {
   while (!warm_queue_.empty() && RoomForSpeculativeLoad()) {
     const ExpertKey key = warm_queue_.back();
     if (slots_.Lookup(key).has_value()) {
       warm_queue_.pop_back();
       continue;
     }
-    const std::optional<SlotId> slot = slots_.FindEmpty();
-    if (!slot.has_value() || !StartLoad(*slot, key, TransferPriority::kPrefetch, Phase::kDecode).ok()) {
-      warm_queue_.clear();  // the traffic placed the arena, or the engine refused
+    std::optional<SlotId> slot = slots_.FindEmpty();
+    if (!slot.has_value()) {
+      // Over a resident expert: one at a time, while the link is idle, and
+      // only if the policy ranks the key above its victim (the queue is best
+      // first: when this one does not pay, none after it does).
+      for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+        if (meta_[s].transfer != kNoTransfer) return;
+      }
+      const SlotId victim = ChooseSlot(VictimContext{owner, key.layer, phase, true},
+                                       [](const ExpertKey&) { return true; });
+      if (victim < 0 || !policy_->AdmitBehind(key, &slots_.Get(victim).key)) {
+        warm_queue_.clear();
+        return;
+      }
+      EvictSlot(victim);
+      slot = victim;
+    }
+    if (!StartLoad(*slot, key, TransferPriority::kPrefetch, phase).ok()) {
+      warm_queue_.clear();
       return;
     }
     meta_[*slot].prefetched = false;  // a placement, not a prediction to score
@@ -392,7 +439,12 @@ void ExpertCache::ContinueWarmUp() {
 
 void ExpertCache::CopyBehind(const RequestOwner& owner, const ExpertKey& key, Phase phase,
                              const std::function<bool(const ExpertKey&)>& keep) {
-  for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+  // Into a free slot at any time (it evicts nothing; it yields to demands at
+  // the next chunk); over a resident expert only while the link is idle
+  // (copying over residents behind a busy link measured slower on the
+  // benchmark traces: tests/bench/miss_mode_sim.py).
+  const bool any_free = slots_.FindEmpty().has_value();
+  for (SlotId s = 0; s < slots_.num_slots() && !any_free; ++s) {
     if (meta_[s].transfer != kNoTransfer) return;  // the link is not idle
   }
   if (!RoomForSpeculativeLoad()) return;
@@ -410,7 +462,6 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     bool host_ok) {
   CheckDemands(layer, demands);
   absl::MutexLock lock(&mu_);
-  if (!warm_queue_.empty()) ContinueWarmUp();
   ObserveComputeGap(owner, layer, phase);
   MaybeBeginIteration(owner, layer, phase);
   CancelUnneededPrefetches(owner, layer, demands);
@@ -429,28 +480,28 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     }
     return false;
   };
-  // The miss cost model: what is already queued on the link and on the host
-  // grows with each decision of this acquire.
+  // The miss cost model, per miss, in marginal terms: the worker waits for
+  // this acquire's copies and then runs its host answers (the simulator's
+  // layer time is stall + max(T, host runs)), so a copy costs the stall it
+  // adds beyond what the acquire already waits for, and a host run its own
+  // time. A copy already on the link as a demand adds nothing to the link
+  // (its wait is at most the backlog, which holds it).
   const bool may_host = host_ok && options_.miss_mode != MissMode::kFetch;
   const double copy_seconds = options_.link_bytes_per_sec > 0
                                   ? options_.expert_bytes / options_.link_bytes_per_sec
                                   : 0;
   double link_queue = -1;  // computed at the first miss
-  double host_queue = 0;
-  // `fetch_seconds` is what the copy adds to the link; a copy that is
-  // already a demand on the link is in the backlog and adds nothing (its
-  // wait is at most the backlog).
+  double waited = 0;       // when the copies this acquire waits for are done
   auto run_on_host = [&](int tokens, double fetch_seconds) {
     if (options_.miss_mode == MissMode::kHost) return true;
     if (!(options_.link_bytes_per_sec > 0)) return false;  // nothing to compare
     if (link_queue < 0) link_queue = LinkBacklogSeconds();
-    const double host = host_queue + HostRunSeconds(options_.host, options_.expert_bytes,
-                                                    options_.expert_flops_per_token, tokens);
-    if (host < link_queue + fetch_seconds) {
-      host_queue = host;
-      return true;
-    }
-    link_queue += fetch_seconds;
+    const double host = HostRunSeconds(host_, options_.expert_bytes,
+                                       options_.expert_flops_per_token, tokens);
+    const double done = link_queue + fetch_seconds;
+    if (host < done - waited) return true;
+    link_queue = done;
+    waited = std::max(waited, done);
     return false;
   };
   auto answer_on_host = [&](const ExpertKey& key) {
@@ -510,6 +561,14 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     p.entries.push_back(SlotLease{key, slot, slots_.Get(slot).generation});
   }
   if (options_.prefetch) IssuePrefetches(owner, layer, phase);
+  // A placement policy's set, learned online, is re-read now and then and
+  // placed while the link has nothing better to do.
+  if (warm_queue_.empty() && ++acquires_since_placement_ >= kPlacementInterval) {
+    acquires_since_placement_ = 0;
+    warm_queue_ = policy_->WarmSet(options_.capacity);
+    std::reverse(warm_queue_.begin(), warm_queue_.end());
+  }
+  if (!warm_queue_.empty()) ContinueWarmUp(owner, phase);
   const Ticket t = next_ticket_++;
   pending_.emplace(t, std::move(p));
   return t;
@@ -693,6 +752,7 @@ ExpertCache::Gauges ExpertCache::GetGauges() const {
   g.loading = slots_.CountInState(SlotState::kLoading);
   g.prefetch_stride = options_.prefetch ? policy_->MaxPrefetchDistance() : 0;
   g.eamc_entries = policy_->EamcEntries();
+  g.host = host_;
   g.layer_resident.assign(options_.num_layers, 0);
   for (SlotId s = 0; s < slots_.num_slots(); ++s) {
     const SlotInfo& info = slots_.Get(s);

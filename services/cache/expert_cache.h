@@ -82,12 +82,16 @@ struct ExpertCacheOptions {
   // docs/architecture.md). With kHost or kAuto, an acquire whose caller can
   // run experts from host memory (StartAcquire's `host_ok`) may get misses
   // answered "run on host" (AcquireResult::host) instead of a copy: kHost
-  // always, kAuto when HostRunSeconds plus the host work already given out
-  // in this acquire is below the link backlog plus the expert's own copy. A
-  // miss answered on the host is copied behind it when the link is idle.
+  // always, kAuto when HostRunSeconds is below the stall its copy would add
+  // to this acquire (link backlog plus its own copy, less what the acquire
+  // already waits for: the worker waits, then runs its host answers). A
+  // miss answered on the host may be copied behind it (CopyBehind).
   MissMode miss_mode = MissMode::kFetch;
   HostFigures host;                    // the caller's host: bandwidth, FLOP rate
   double expert_flops_per_token = 0;   // 2 x the expert's parameters
+  // Weight of each worker report in the online host figures (ReportHostRuns);
+  // 0 keeps `host` fixed.
+  double host_tracking_weight = 0.2;
 };
 
 // Seconds to run one expert of `bytes` (2 x params = `flops_per_token`) on
@@ -184,12 +188,25 @@ class ExpertCache {
   // FAILED_PRECONDITION) for the caller to report; it never crashes.
   absl::Status LoadState(const std::string& path);
   // Places the policy's warm set (CachePolicy::WarmSet: static-layers' layers,
-  // static-popular's persisted most popular experts) into free slots at
-  // prefetch priority, so that a restarted daemon serves its first tokens
-  // from a placed arena. Loads start now while a layer's demand still fits
-  // (RoomForSpeculativeLoad), the rest at the next acquires; never evicts.
+  // static-popular's persisted most popular experts) at prefetch priority,
+  // so that a restarted daemon serves its first tokens from a placed arena.
+  // Loads start now while a layer's demand still fits
+  // (RoomForSpeculativeLoad), the rest at the next acquires. The set is
+  // read again every kPlacementInterval acquires (popularity learned
+  // online) and placed the same way: into free slots, or over a resident
+  // the policy ranks lower, one at a time while the link is idle.
   // Returns how many experts were queued.
   int WarmUp();
+
+  // What a worker measured running experts on its CPU. Moves the host
+  // figures the cost model uses towards what was measured (an EWMA with
+  // options.host_tracking_weight): the per-expert time updates the read
+  // bandwidth when the current figures say the runs were read-bound, the
+  // FLOP rate when they say compute-bound.
+  // REQUIRES: ValidateHostRunReport(report).ok() (MOE_CHECKed).
+  void ReportHostRuns(const HostRunReport& report);
+  // The host figures the cost model uses now.
+  HostFigures host_figures() const;
 
   CachePhaseStats GetStats(Phase phase) const;
   void ResetStats();
@@ -203,6 +220,7 @@ class ExpertCache {
     int loading = 0;          // slots being filled
     int prefetch_stride = 0;  // layers ahead the policy prefetches
     int eamc_entries = 0;     // learned activation matrices
+    HostFigures host;         // what the miss cost model uses now
     // Per MoE layer (num_layers entries): ready experts, and demanded
     // experts that were hits / misses since creation (both phases; not
     // cleared by ResetStats, so monitoring counters never go down).
@@ -284,8 +302,9 @@ class ExpertCache {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void IssuePrefetches(const RequestOwner& owner, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts loads of warm_queue_ into empty slots while there is room.
-  void ContinueWarmUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts loads of warm_queue_ while there is room: into empty slots, or
+  // over the policy's victim while the link is idle if the policy admits it.
+  void ContinueWarmUp(const RequestOwner& owner, Phase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Seconds of demand copies queued on the link (plus the rest of an
   // in-flight prefetch chunk a demand would wait behind).
   double LinkBacklogSeconds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -299,9 +318,10 @@ class ExpertCache {
   bool StartSpeculativeLoad(SlotId slot, const ExpertKey& key, Phase phase,
                             const RequestOwner& owner, HintSource source)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A miss answered on the host: copy it into a slot behind the answer when
-  // nothing is on the link, so that the cache still adapts. `keep` says
-  // which keys may not be evicted (the acquire's own).
+  // A miss answered on the host: copy it into a slot behind the answer (a
+  // free slot at any time, over a resident only when nothing is on the
+  // link), so that the cache still adapts. `keep` says which keys may not
+  // be evicted (the acquire's own).
   void CopyBehind(const RequestOwner& owner, const ExpertKey& key, Phase phase,
                   const std::function<bool(const ExpertKey&)>& keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -325,9 +345,13 @@ class ExpertCache {
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   int inflight_prefetches_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ExpertKey> warm_queue_ ABSL_GUARDED_BY(mu_);  // best last
+  // Acquires between two readings of the policy's WarmSet.
+  static constexpr int kPlacementInterval = 64;
+  int acquires_since_placement_ ABSL_GUARDED_BY(mu_) = 0;
   CachePhaseStats stats_[2] ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> layer_hits_ ABSL_GUARDED_BY(mu_);    // num_layers
   std::vector<uint64_t> layer_misses_ ABSL_GUARDED_BY(mu_);  // num_layers
+  HostFigures host_ ABSL_GUARDED_BY(mu_);  // options_.host, tracked online
 };
 
 }  // namespace moe::cache

@@ -220,7 +220,7 @@ absl::StatusOr<LayerTime> ServeLayer(SimCache& sim, const SimOptions& o, const R
 absl::Status ValidateSimulation(const trace::TraceHeader& header, const std::string& policy,
                                 const SimOptions& options) {
   RETURN_IF_ERROR(ValidateSimOptions(header, options));
-  if (policy == "belady") return absl::OkStatus();
+  if (policy == "belady" || policy == "static-popular-oracle") return absl::OkStatus();
   return MakePolicy(policy, SimPolicyConfig(header, options)).status();
 }
 

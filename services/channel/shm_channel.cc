@@ -123,6 +123,8 @@ size_t RequestItemBytes(uint32_t type) {
       return sizeof(LeaseWire);
     case MsgType::kHints:
       return sizeof(HintWire);
+    case MsgType::kHostRuns:
+      return sizeof(HostRunWire);
     default:
       return 0;
   }
@@ -130,7 +132,7 @@ size_t RequestItemBytes(uint32_t type) {
 
 bool KnownType(uint32_t type) {
   return type >= static_cast<uint32_t>(MsgType::kAcquire) &&
-         type <= static_cast<uint32_t>(MsgType::kPing);
+         type <= static_cast<uint32_t>(MsgType::kHostRuns);
 }
 
 absl::Status ClosedStatus() {
@@ -323,6 +325,14 @@ void FromWire(const LeaseWire* items, uint32_t count, SlotLease* out) {
     out[i].slot = items[i].slot > 0x7fffffffu ? -1 : static_cast<SlotId>(items[i].slot);
     out[i].generation = items[i].generation;
   }
+}
+
+HostRunWire ToWire(const HostRunReport& r) {
+  return HostRunWire{r.experts, r.host_experts, r.tokens, r.nanoseconds};
+}
+
+HostRunReport FromWire(const HostRunWire& w) {
+  return HostRunReport{w.experts, w.host_experts, w.tokens, w.nanoseconds};
 }
 
 void ToWire(const AcquireResult& result, ResponseMsg* out) {

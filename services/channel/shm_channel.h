@@ -28,7 +28,7 @@
 namespace moe::channel {
 
 inline constexpr uint32_t kChannelMagic = 0x43454f4d;  // "MOEC"
-inline constexpr uint32_t kChannelVersion = 2;  // 2: leases carry their layer
+inline constexpr uint32_t kChannelVersion = 3;  // 2: leases carry their layer; 3: host-run reports
 inline constexpr uint32_t kRingSlots = 16;  // power of two
 inline constexpr uint32_t kMaxItems = 256;  // experts per message
 
@@ -39,6 +39,7 @@ enum class MsgType : uint32_t {
   kEndRequest = 4,    // request_id (reply)
   kHints = 5,         // hints (no reply)
   kPing = 6,          // (reply) liveness and latency probe
+  kHostRuns = 7,      // one host-run report (no reply)
 };
 
 inline constexpr uint32_t kFlagPrefill = 1u << 0;
@@ -65,7 +66,14 @@ struct HintWire {
   float probability;
   uint32_t reserved;
 };
-static_assert(sizeof(DemandWire) == 8 && sizeof(LeaseWire) == 24 && sizeof(HintWire) == 16);
+struct HostRunWire {
+  int32_t experts;
+  int32_t host_experts;
+  int64_t tokens;
+  int64_t nanoseconds;
+};
+static_assert(sizeof(DemandWire) == 8 && sizeof(LeaseWire) == 24 && sizeof(HintWire) == 16 &&
+              sizeof(HostRunWire) == 24);
 
 struct RequestMsg {
   uint32_t type;  // MsgType
@@ -79,6 +87,7 @@ struct RequestMsg {
     DemandWire demands[kMaxItems];
     LeaseWire leases[kMaxItems];
     HintWire hints[kMaxItems];
+    HostRunWire host_runs[1];
   };
 };
 
@@ -103,6 +112,8 @@ void ToWire(absl::Span<const SlotLease> items, LeaseWire* out);
 void FromWire(const DemandWire* items, uint32_t count, ExpertDemand* out);
 void FromWire(const HintWire* items, uint32_t count, ExpertHint* out);
 void FromWire(const LeaseWire* items, uint32_t count, SlotLease* out);
+HostRunWire ToWire(const HostRunReport& report);
+HostRunReport FromWire(const HostRunWire& wire);
 // A whole acquire answer: leases, then the host answers (flagged), and the
 // usage. REQUIRES leases + host <= kMaxItems.
 void ToWire(const AcquireResult& result, ResponseMsg* out);

@@ -291,6 +291,20 @@ absl::Status CacheClient::Hint(absl::Span<const ExpertHint> hints) {
   return im.PostHintsLocked(hints);
 }
 
+absl::Status CacheClient::ReportHostRuns(const HostRunReport& report) {
+  RETURN_IF_ERROR(ValidateHostRunReport(report));
+  Impl& im = *impl_;
+  if (!im.UseShm(Transport::kDefault) || !host_execution()) {
+    return absl::FailedPreconditionError(
+        "host-run reports need the shared-memory channel and host execution");
+  }
+  absl::MutexLock lock(&im.mu);
+  if (im.detached) return absl::FailedPreconditionError("client detached");
+  im.StartMessageLocked(channel::MsgType::kHostRuns, 1);
+  im.req->host_runs[0] = channel::ToWire(report);
+  return im.channel->Post(*im.req, im.options.timeout);
+}
+
 absl::StatusOr<AcquireResult> CacheClient::Acquire(int layer,
                                                   absl::Span<const ExpertDemand> experts,
                                                   bool prefill, absl::Span<const ExpertHint> hints,

@@ -114,6 +114,11 @@ class CacheClient {
   // logs bad leases. Over gRPC errors come back.
   absl::Status Release(absl::Span<const SlotLease> leases,
                        Transport transport = Transport::kDefault);
+  // Reports what running experts on this worker's CPU took, so that the
+  // daemon's miss cost model follows the real host speed. Posted without a
+  // reply over shm (checked here with ValidateHostRunReport, as hints are);
+  // FAILED_PRECONDITION without the shm channel or without host_execution().
+  absl::Status ReportHostRuns(const HostRunReport& report);
   // `request` != 0 (0 is the session's default request).
   absl::Status BeginRequest(uint64_t request, Transport transport = Transport::kDefault);
   absl::Status EndRequest(uint64_t request, Transport transport = Transport::kDefault);

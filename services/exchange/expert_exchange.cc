@@ -78,4 +78,24 @@ absl::Status ValidateHints(const ExchangeShape& shape, absl::Span<const ExpertHi
   return absl::OkStatus();
 }
 
+absl::Status ValidateHostRunReport(const HostRunReport& r) {
+  if (r.experts < 1 || r.experts > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host-run report of ", r.experts, " experts not in [1, 2^20]"));
+  }
+  if (r.host_experts < 0 || r.host_experts > r.experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host-run report: ", r.host_experts, " host answers of ", r.experts, " experts"));
+  }
+  if (r.tokens < r.experts || r.tokens > static_cast<int64_t>(r.experts) * kMaxDemandTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("host-run report: ", r.tokens,
+                                                   " tokens for ", r.experts, " experts"));
+  }
+  if (r.nanoseconds < 1 || r.nanoseconds > 1000000000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host-run report: ", r.nanoseconds, " ns not in [1, 10^12]"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace moe

@@ -10,7 +10,7 @@
 // Who validates what:
 //  - Anything that arrives from another process (a worker's acquire, hints,
 //    release) is checked once, by the daemon's SessionManager, with
-//    ValidateDemands / ValidateHints below (INVALID_ARGUMENT naming the bad
+//    ValidateDemands / ValidateHints / ValidateHostRunReport below (INVALID_ARGUMENT naming the bad
 //    value). The client checks hints with the same functions only because
 //    over shared memory hints are posted without a reply.
 //  - Below SessionManager, the cache core treats these as preconditions and
@@ -110,6 +110,18 @@ struct AcquireUsage {
   }
 };
 
+// What a worker measured running experts on its CPU (from host memory or
+// from an arena in host memory: the same kernel), reported so the daemon's
+// miss cost model tracks the real host speed: `experts` expert FFNs over
+// `tokens` tokens in total took `nanoseconds` of wall time; `host_experts`
+// of them were "run on host" answers (the rest ran from arena slots).
+struct HostRunReport {
+  int32_t experts = 0;
+  int32_t host_experts = 0;  // <= experts
+  int64_t tokens = 0;
+  int64_t nanoseconds = 0;
+};
+
 // The answer to one acquire. Every demanded expert is answered once, either
 // with a lease on a ready arena slot or as "run on host": compute it from
 // the daemon's host copy of the expert (no copy was waited for). Both lists
@@ -179,6 +191,12 @@ absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
 // The hint rule: at most kMaxHintsPerCall hints, each for an in-range layer
 // and expert, with a finite probability in [0, 1]. INVALID_ARGUMENT.
 absl::Status ValidateHints(const ExchangeShape& shape, absl::Span<const ExpertHint> hints);
+
+// The host-run report rule: experts in [1, 2^20], host_experts in
+// [0, experts], tokens in [experts,
+// experts * kMaxDemandTokens], nanoseconds in [1, 10^12] (a report covers
+// at most a few seconds of work). INVALID_ARGUMENT.
+absl::Status ValidateHostRunReport(const HostRunReport& report);
 
 }  // namespace moe
 

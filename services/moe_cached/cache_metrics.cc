@@ -48,6 +48,16 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const std::string& model, in
       host_executions_(Counter(r, "moe_cache_host_executions_total",
                                "Misses answered 'run on host' (--miss-mode host or auto)",
                                {{"model", model}})),
+      host_seconds_(Counter(r, "moe_cache_host_seconds_total",
+                            "Time workers spent running host-answered experts (their share of "
+                            "the CPU expert time workers report)",
+                            {{"model", model}})),
+      host_read_gbps_(Gauge(r, "moe_cache_host_read_gbps",
+                            "Host read bandwidth the miss cost model uses now (tracked online)",
+                            {{"model", model}})),
+      host_gflops_(Gauge(r, "moe_cache_host_gflops",
+                         "Host FLOP rate the miss cost model uses now (tracked online)",
+                         {{"model", model}})),
       acquire_seconds_(BuildHistogram()
                            .Name("moe_cache_acquire_seconds")
                            .Help("Acquire latency inside the daemon")
@@ -82,6 +92,13 @@ void CacheMetrics::RecordAcquire(double seconds, double stall_seconds) {
   if (stall_seconds > 0) stall_seconds_.Increment(stall_seconds);
 }
 
+void CacheMetrics::RecordHostRuns(const HostRunReport& r) {
+  if (r.host_experts > 0) {
+    host_seconds_.Increment(static_cast<double>(r.nanoseconds) * 1e-9 * r.host_experts /
+                            r.experts);
+  }
+}
+
 void CacheMetrics::Sync(const cache::CachePhaseStats& s,
                         const cache::ExpertCache::Gauges& gauges) {
   absl::MutexLock lock(&mu_);
@@ -97,6 +114,8 @@ void CacheMetrics::Sync(const cache::CachePhaseStats& s,
   add(bytes_copied_, s.bytes_moved, last_.bytes_moved);
   add(host_executions_, s.host_runs, last_.host_runs);
   resident_.Set(gauges.resident);
+  host_read_gbps_.Set(gauges.host.read_bytes_per_sec / 1e9);
+  host_gflops_.Set(gauges.host.flops_per_sec / 1e9);
   eamc_entries_.Set(gauges.eamc_entries);
   prefetch_stride_.Set(gauges.prefetch_stride);
   const size_t num_layers = gauges.layer_resident.size();

@@ -28,6 +28,9 @@ class CacheMetrics {
   // One acquire that took `seconds` of which `stall_seconds` waiting for
   // copies (0 on an all-hit acquire).
   void RecordAcquire(double seconds, double stall_seconds);
+  // A worker's measured host runs: the host-answered experts' share of the
+  // measured CPU time goes to moe_cache_host_seconds_total.
+  void RecordHostRuns(const HostRunReport& report);
   // Adds what `stats` (the cache's totals over both phases) and the gauges'
   // per-layer counters counted since the previous call; sets the gauges.
   void Sync(const cache::CachePhaseStats& stats, const cache::ExpertCache::Gauges& gauges);
@@ -42,6 +45,9 @@ class CacheMetrics {
   prometheus::Counter& stall_seconds_;
   prometheus::Counter& bytes_copied_;
   prometheus::Counter& host_executions_;
+  prometheus::Counter& host_seconds_;
+  prometheus::Gauge& host_read_gbps_;
+  prometheus::Gauge& host_gflops_;
   prometheus::Histogram& acquire_seconds_;
   prometheus::Gauge& resident_;
   prometheus::Gauge& capacity_;

@@ -228,6 +228,17 @@ absl::Status SessionManager::AddHints(uint64_t session_id, uint64_t request,
   return absl::OkStatus();
 }
 
+absl::Status SessionManager::ReportHostRuns(uint64_t session_id, const HostRunReport& report) {
+  ASSIGN_OR_RETURN(auto s, Find(session_id));
+  RETURN_IF_ERROR(ValidateHostRunReport(report));
+  if (!s->host_ok) {
+    return absl::FailedPreconditionError("host-run report from a worker without host execution");
+  }
+  s->model->cache().ReportHostRuns(report);
+  s->model->metrics().RecordHostRuns(report);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AcquireResult> SessionManager::Acquire(
     uint64_t session_id, uint64_t request, int layer, absl::Span<const ExpertDemand> demands,
     bool prefill, absl::Span<const ExpertHint> hints) {
@@ -316,6 +327,12 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
       channel::FromWire(req.leases, req.count, leases);
       absl::Status r = Release(s.id, absl::MakeConstSpan(leases, req.count));
       if (!r.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': release: " << r;
+      return;  // no reply
+    }
+    case channel::MsgType::kHostRuns: {
+      absl::Status r = req.count == 1 ? ReportHostRuns(s.id, channel::FromWire(req.host_runs[0]))
+                                      : absl::InvalidArgumentError("one report per message");
+      if (!r.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': host-run report: " << r;
       return;  // no reply
     }
     case channel::MsgType::kHints: {

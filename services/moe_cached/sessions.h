@@ -117,6 +117,10 @@ class SessionManager {
   absl::Status Release(uint64_t session_id, absl::Span<const SlotLease> leases);
   absl::Status AddHints(uint64_t session_id, uint64_t request,
                         absl::Span<const ExpertHint> hints);
+  // A worker's measured host runs (ValidateHostRunReport), for the cost
+  // model's online host figures. FAILED_PRECONDITION for a session that did
+  // not ask for host execution.
+  absl::Status ReportHostRuns(uint64_t session_id, const HostRunReport& report);
 
   // Joins the threads of sessions that ended (worker died, channel broke).
   void Reap();

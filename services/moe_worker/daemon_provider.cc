@@ -2,8 +2,11 @@
 
 #include "kernels/device_memory.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
@@ -178,10 +181,28 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
                          data + offsets_.down, dtype});
   }
   out.leases = std::move(reply->leases);
+  if (client_->host_execution()) {
+    computing_ = HostRunReport{static_cast<int32_t>(demands.size()),
+                               static_cast<int32_t>(reply->host.size()), 0, 0};
+    for (const ExpertDemand& d : demands) computing_.tokens += d.tokens;
+    answered_ns_ = absl::GetCurrentTimeNanos();
+  }
   return out;
 }
 
 void DaemonExpertProvider::Release(AcquiredExperts& acquired) {
+  if (client_ != nullptr && computing_.experts > 0) {
+    unreported_.experts += computing_.experts;
+    unreported_.host_experts += computing_.host_experts;
+    unreported_.tokens += computing_.tokens;
+    unreported_.nanoseconds += std::max<int64_t>(1, absl::GetCurrentTimeNanos() - answered_ns_);
+    computing_ = HostRunReport{};
+    if (unreported_.nanoseconds >= kHostReportIntervalNs) {
+      absl::Status s = client_->ReportHostRuns(unreported_);
+      if (!s.ok()) MOE_LOG(WARNING) << "reporting host runs: " << s;
+      unreported_ = HostRunReport{};
+    }
+  }
   if (client_ != nullptr && !acquired.leases.empty()) {  // else the daemon is gone
     absl::Status s = client_->Release(acquired.leases);
     if (!s.ok()) MOE_LOG(WARNING) << "releasing experts: " << s;

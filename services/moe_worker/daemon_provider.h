@@ -14,6 +14,13 @@
 // arena; with a device backend the daemon's CUDA arena is mapped over CUDA
 // IPC and the views are device pointers.
 //
+// With host execution (a CPU backend), the time from an Acquire's answer to
+// its Release is the CPU running that layer's experts (slots and host
+// answers alike: the same kernel on host memory). It is summed and reported
+// to the daemon (CacheClient::ReportHostRuns) about every
+// kHostReportInterval, so the daemon's miss cost model follows this
+// machine's real expert speed instead of its start-up calibration.
+//
 // Thread-compatible: driven by the engine thread.
 #ifndef MOECACHE_SERVICES_MOE_WORKER_DAEMON_PROVIDER_H_
 #define MOECACHE_SERVICES_MOE_WORKER_DAEMON_PROVIDER_H_
@@ -54,6 +61,9 @@ class DaemonExpertProvider : public ExpertProvider {
 
   int64_t reattaches() const { return reattaches_; }
 
+  // Least CPU expert time summed into one host-run report.
+  static constexpr int64_t kHostReportIntervalNs = 20'000'000;
+
  private:
   struct RoleOffsets {
     uint64_t gate = 0, up = 0, down = 0;
@@ -72,6 +82,11 @@ class DaemonExpertProvider : public ExpertProvider {
   DType expert_dtype_ = DType::kBF16;  // what the slots hold, from Attach
   std::vector<ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;
+  // The acquire being computed (answered, not yet released) and the sum of
+  // those not yet reported.
+  int64_t answered_ns_ = 0;
+  HostRunReport computing_;
+  HostRunReport unreported_;
 };
 
 }  // namespace moe::worker

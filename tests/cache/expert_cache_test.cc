@@ -295,6 +295,39 @@ TEST(ExpertCacheTest, AutoCountsAnInFlightDemandCopyOnce) {
   }
 }
 
+// Worker reports move the host figures: a read-bound report the read
+// bandwidth, a compute-bound one the FLOP rate (EWMA, weight 0.2); and the
+// decisions follow: once the host is measured slow, auto copies the miss.
+TEST(ExpertCacheTest, HostRunReportsTrackTheHostFigures) {
+  auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  ExpertCacheOptions o = LinkOptions(2 * kExperts, false);
+  o.miss_mode = MissMode::kAuto;
+  o.host = {10e9, 1e12};             // a 1 MB expert: 0.1 ms to read
+  o.expert_flops_per_token = 1e6;    // 1 us per token at 1 TFLOP/s
+  auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(o.capacity)), engine.get());
+  // Read-bound (1 token each): 2 experts in 2 ms -> 1 GB/s measured.
+  cache->ReportHostRuns({2, 2, 2, 2000000});
+  EXPECT_NEAR(cache->host_figures().read_bytes_per_sec, 0.8 * 10e9 + 0.2 * 1e9, 1);
+  EXPECT_EQ(cache->host_figures().flops_per_sec, 1e12);
+  // Compute-bound (1000 tokens each: 1 ms at 1 TFLOP/s > 0.12 ms read):
+  // 1 expert in 10 ms -> 0.1 TFLOP/s measured.
+  cache->ReportHostRuns({1, 1, 1000, 10000000});
+  EXPECT_NEAR(cache->host_figures().flops_per_sec, 0.8 * 1e12 + 0.2 * 1e11, 1);
+  // A host now measured at ~0.1 GB/s loses to a 1 ms copy.
+  for (int i = 0; i < 30; ++i) cache->ReportHostRuns({1, 1, 1, 10000000});
+  EXPECT_LT(cache->host_figures().read_bytes_per_sec, 0.15e9);
+  cache->BeginRequest(1);
+  auto t = cache->StartAcquire(1, 0, std::vector<ExpertDemand>{{1, 1}}, Phase::kDecode,
+                               /*host_ok=*/true);
+  ASSERT_TRUE(t.ok());
+  while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
+  auto r = cache->FinishAcquire(*t);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->host.empty());
+  EXPECT_EQ(r->leases.size(), 1u);
+  EXPECT_TRUE(cache->Release(1, r->leases).ok());
+}
+
 // Pre-gating hints arrive between acquires (after layer l, for layer l+1):
 // the copy must start when the hint arrives, not at the next acquire.
 TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {

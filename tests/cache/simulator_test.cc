@@ -252,6 +252,34 @@ TEST(SimulatorTest, MissModesFollowTheCostModel) {
   }
 }
 
+// The oracle placement knows the trace's counts: moectl validates every run
+// first (ValidateSimulation) and must accept it; placed before the first
+// token (WarmUp), with misses on the host it is never behind the online
+// static-popular on the first pass.
+TEST(SimulatorTest, OraclePopularityPlacesBeforeTheFirstToken) {
+  trace::SynthOptions so;
+  so.num_layers = 8;
+  so.num_experts = 8;
+  so.requests = 4;
+  so.prefill_tokens = 0;
+  so.decode_tokens = 40;
+  auto t = trace::GenerateSyntheticTrace(so);
+  ASSERT_TRUE(t.ok());
+  SimOptions o;
+  o.capacity = 24;
+  o.link.expert_mb = 336;
+  o.link.link_gbps = 25;
+  o.link.layer_ms = 1;
+  o.miss_mode = MissMode::kHost;
+  EXPECT_TRUE(ValidateSimulation(t->header, "static-popular-oracle", o).ok());
+  auto oracle = Simulate(*t, "static-popular-oracle", o);
+  auto online = Simulate(*t, "static-popular", o);
+  ASSERT_TRUE(oracle.ok()) << oracle.status();
+  ASSERT_TRUE(online.ok()) << online.status();
+  EXPECT_LE(oracle->decode.host_runs, online->decode.host_runs);
+  EXPECT_LT(oracle->decode.host_runs, oracle->decode.hits + oracle->decode.misses);
+}
+
 TEST(SimulatorTest, RejectsBadOptions) {
   Trace t = RandomTrace(1, 2, 4, 1, 1);
   SimOptions o;

@@ -346,6 +346,53 @@ TEST_F(MoeCachedTest, MetricsSeenThroughARealScrape) {
   EXPECT_GT(moe::testing::MetricValue(*body, "process_open_fds").value_or(-1), 3);
 }
 
+// A worker that runs experts on its CPU reports what they took; the daemon's
+// miss cost model moves its host figures towards that (an EWMA, weight 0.2)
+// and counts the host-answered share as host seconds. Reports are checked
+// (the client refuses a bad one; a session without host execution may not
+// report).
+TEST_F(MoeCachedTest, HostRunReportsMoveTheCostModelsHostFigures) {
+  StartDaemon({"--cache-experts", "16", "--miss-mode", "auto", "--link-gbps", "1",
+               "--host-gbps", "10", "--host-gflops", "100"},
+              /*metrics=*/true);
+  auto port = daemon_.MetricsPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  CacheClientOptions o;
+  o.address = daemon_.address();
+  o.model = "tiny";
+  o.worker_id = "cpu-worker";
+  o.host_execution = true;
+  o.timeout = absl::Seconds(20);
+  auto client = CacheClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->host_execution());
+  const std::string l = "{model=\"tiny\"}";
+  auto metric = [&](const std::string& name) {
+    auto body = moe::testing::HttpGet(*port, "/metrics");
+    return body.ok() ? moe::testing::MetricValue(*body, name + l).value_or(-1) : -1;
+  };
+  ASSERT_TRUE((*client)->GetStats().ok());
+  EXPECT_NEAR(metric("moe_cache_host_read_gbps"), 10, 1e-9);
+  // One expert on one token (read-bound here) at 1 GB/s: slot_bytes ns.
+  const int64_t ns = static_cast<int64_t>((*client)->slot_bytes());
+  ASSERT_TRUE((*client)->ReportHostRuns({4, 2, 4, 4 * ns}).ok());
+  double gbps = -1;
+  EXPECT_TRUE(moe::testing::WaitFor(absl::Seconds(10), [&] {
+    if (!(*client)->GetStats().ok()) return false;
+    gbps = metric("moe_cache_host_read_gbps");
+    return gbps != 10;
+  }));
+  EXPECT_NEAR(gbps, 0.8 * 10 + 0.2 * 1, 1e-6);
+  EXPECT_NEAR(metric("moe_cache_host_seconds_total"), 2 * ns * 1e-9, 1e-12);
+  EXPECT_NEAR(metric("moe_cache_host_gflops"), 100, 1e-9);  // not compute-bound: kept
+
+  EXPECT_EQ((*client)->ReportHostRuns({0, 0, 1, 1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*client)->ReportHostRuns({2, 3, 2, 1}).code(), absl::StatusCode::kInvalidArgument);
+  auto plain = Connect();
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(plain->ReportHostRuns({1, 0, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(MoeCachedTest, SigtermDrainsPersistsAndExitsZero) {
   const std::string state = dir_.Sub("state");
   StartDaemon({"--cache-experts", "8", "--state-dir", state, "--policy", "moe-infinity"});
