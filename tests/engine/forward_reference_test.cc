@@ -57,6 +57,22 @@ std::vector<Case> Cases() {
   q3.options.norm_topk_prob = true;
   cases.push_back(q3);
   cases.push_back({"olmoe", Tiny(ModelFamily::kOlmoe, 15)});
+  // MLA without q_lora_rank, group_limited_greedy, 2 shared experts,
+  // routed_scaling_factor 2, layer 0 dense.
+  cases.push_back({"deepseek_v2", Tiny(ModelFamily::kDeepseekV2, 16)});
+  // q_lora_rank, greedy with norm_topk_prob (no scaling then), YaRN with a
+  // cos/sin factor (mscale != mscale_all_dim) and the softmax correction,
+  // moe_layer_freq 2 (MoE layers 2 and 4).
+  Case v2y{"deepseek_v2_yarn_qlora", Tiny(ModelFamily::kDeepseekV2, 17)};
+  v2y.options.layers = 5;
+  v2y.options.moe_layer_freq = 2;
+  v2y.options.mla.q_lora_rank = 24;
+  v2y.options.topk_method = TopkMethod::kGreedy;
+  v2y.options.norm_topk_prob = true;
+  v2y.options.yarn = YarnConfig{4.0, 64, 32.0, 1.0, 1.0, 0.8};
+  cases.push_back(v2y);
+  // Sigmoid scores, noaux_tc with e_score_correction_bias, q_lora_rank.
+  cases.push_back({"deepseek_v3", Tiny(ModelFamily::kDeepseekV3, 18)});
   return cases;
 }
 
