@@ -95,6 +95,20 @@ def config_cases():
                   "intermediate_size": 32, "vocab_size": 300, "clip_qkv": 8.0,
                   "eos_token_id": 299, "pad_token_id": 1},
     }
+    base["deepseek_v2"] = {
+        "model_type": "deepseek_v2", "hidden_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 8,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "intermediate_size": 128,
+        "n_shared_experts": 2, "first_k_dense_replace": 1, "q_lora_rank": None,
+        "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+        "v_head_dim": 16, "topk_method": "group_limited_greedy", "n_group": 4,
+        "topk_group": 2, "vocab_size": 300, "eos_token_id": 299,
+        "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 64,
+                         "mscale": 0.707, "mscale_all_dim": 0.707}}
+    base["deepseek_v3"] = dict(base["deepseek_v2"], model_type="deepseek_v3",
+                               q_lora_rank=24, topk_method="noaux_tc",
+                               scoring_func="sigmoid", routed_scaling_factor=2.5,
+                               norm_topk_prob=True)
     for fam, cfg in base.items():
         put("config/valid_%s.json" % fam, json.dumps(cfg, indent=1), "OK")
     m = base["mixtral"]
@@ -119,6 +133,36 @@ def config_cases():
          "moe_intermediate_size must be positive"),
         ("huge_hidden", dict(m, hidden_size=1 << 40), "more than the supported"),
         ("gelu", dict(m, hidden_act="gelu"), "hidden_act 'gelu'"),
+        ("deepseek_odd_rope", dict(base["deepseek_v2"], qk_rope_head_dim=7),
+         "qk_rope_head_dim must be even"),
+        ("deepseek_zero_kv_lora", dict(base["deepseek_v2"], kv_lora_rank=0),
+         "kv_lora_rank must be positive"),
+        ("deepseek_groups_not_divisor", dict(base["deepseek_v2"], n_group=3),
+         "not a multiple of n_group"),
+        ("deepseek_topk_group_gt_groups", dict(base["deepseek_v2"], topk_group=5),
+         "topk_group is 5, more than the supported 4"),
+        ("deepseek_topk_beyond_groups", dict(base["deepseek_v2"], topk_group=1,
+                                             num_experts_per_tok=3),
+         "exceeds the 2 experts"),
+        ("deepseek_unknown_topk_method", dict(base["deepseek_v2"], topk_method="best"),
+         "topk_method 'best' is not supported"),
+        ("deepseek_v2_noaux", dict(base["deepseek_v2"], topk_method="noaux_tc"),
+         "deepseek_v2 routes with scoring_func softmax"),
+        ("deepseek_v3_softmax", dict(base["deepseek_v3"], scoring_func="softmax"),
+         "deepseek_v3 routes with scoring_func sigmoid"),
+        ("deepseek_v3_singleton_groups", dict(base["deepseek_v3"], n_group=8,
+                                              topk_group=2),
+         "at least 2 experts per group"),
+        ("deepseek_bad_yarn_factor",
+         dict(base["deepseek_v2"], rope_scaling={"type": "yarn", "factor": "x"}),
+         "rope_scaling.factor must be a number"),
+        ("deepseek_dense_model", {k: v for k, v in base["deepseek_v2"].items()
+                                  if k != "num_experts_per_tok"},
+         "num_experts_per_tok must be positive"),
+        ("deepseek_no_moe_layers", dict(base["deepseek_v2"], first_k_dense_replace=3),
+         "no MoE layers"),
+        ("deepseek_zero_scaling", dict(base["deepseek_v3"], routed_scaling_factor=0),
+         "routed_scaling_factor must be a positive"),
     ]
     for name, cfg, msg in cases:
         put("config/bad_%s.json" % name, json.dumps(cfg, indent=1), msg)
