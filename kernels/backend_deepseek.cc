@@ -13,9 +13,9 @@ namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 40;
 
-absl::Status CheckDims(absl::string_view op,
-                       std::initializer_list<std::pair<const char*, int64_t>>
-                           dims) {
+absl::Status CheckDims(
+    absl::string_view op,
+    std::initializer_list<std::pair<const char*, int64_t>> dims) {
   for (const auto& [name, value] : dims) {
     if (value < 0 || value > kMaxDim) {
       return absl::InvalidArgumentError(
@@ -34,8 +34,8 @@ absl::Status CheckPtr(absl::string_view op, const char* name, const void* p,
   return absl::OkStatus();
 }
 
-absl::Status CheckRouterSpec(int64_t experts, int64_t top_k,
-                             const float* bias, const RouterSpec& s) {
+absl::Status CheckRouterSpec(int64_t experts, int64_t top_k, const float* bias,
+                             const RouterSpec& s) {
   constexpr absl::string_view kOp = "RouterSelect";
   if (s.scoring != RouterScoring::kSoftmax &&
       s.scoring != RouterScoring::kSigmoid) {
@@ -88,9 +88,9 @@ absl::Status Backend::RouterSelect(const float* logits, const float* bias,
       kOp, {{"tokens", tokens}, {"experts", experts}, {"top_k", top_k}}));
   if (top_k < 1 || top_k > experts ||
       experts > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "RouterSelect: need 1 <= top_k (", top_k, ") <= experts (", experts,
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RouterSelect: need 1 <= top_k (", top_k, ") <= experts (",
+                     experts, ")"));
   }
   RETURN_IF_ERROR(CheckRouterSpec(experts, top_k, bias, spec));
   RETURN_IF_ERROR(CheckPtr(kOp, "logits", logits, tokens * experts));
@@ -113,10 +113,10 @@ absl::Status Backend::RopeInterleaved(float* x, const int32_t* positions,
                                   {"offset", offset},
                                   {"rot_dim", rot_dim}}));
   if (rot_dim == 0 || rot_dim % 2 != 0 || offset + rot_dim > stride) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "RopeInterleaved: rot_dim (", rot_dim,
-        ") must be positive and even, and offset + rot_dim (",
-        offset + rot_dim, ") <= stride (", stride, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RopeInterleaved: rot_dim (", rot_dim,
+                     ") must be positive and even, and offset + rot_dim (",
+                     offset + rot_dim, ") <= stride (", stride, ")"));
   }
   if (!(mscale > 0.0f)) {
     return absl::InvalidArgumentError(
@@ -152,14 +152,14 @@ absl::Status Backend::MlaAttention(const float* q, const void* kv_b,
   }
   if (kv_b_dtype != DType::kF32 && kv_b_dtype != DType::kF16 &&
       kv_b_dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MlaAttention: kv_b dtype ", DTypeName(kv_b_dtype),
-        " is not F32, F16 or BF16"));
+    return absl::InvalidArgumentError(absl::StrCat("MlaAttention: kv_b dtype ",
+                                                   DTypeName(kv_b_dtype),
+                                                   " is not F32, F16 or BF16"));
   }
   if (s.start_pos + s.tokens > s.max_seq) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "MlaAttention: positions up to ", s.start_pos + s.tokens,
-        " exceed the latent cache capacity ", s.max_seq));
+    return absl::OutOfRangeError(
+        absl::StrCat("MlaAttention: positions up to ", s.start_pos + s.tokens,
+                     " exceed the latent cache capacity ", s.max_seq));
   }
   if (!(scale > 0.0f)) {
     return absl::InvalidArgumentError(
@@ -167,8 +167,8 @@ absl::Status Backend::MlaAttention(const float* q, const void* kv_b,
   }
   const int64_t qk = s.nope_dim + s.rope_dim;
   RETURN_IF_ERROR(CheckPtr(kOp, "q", q, s.tokens * s.heads * qk));
-  RETURN_IF_ERROR(CheckPtr(kOp, "kv_b", kv_b,
-                           s.heads * (s.nope_dim + s.v_dim) * s.rank));
+  RETURN_IF_ERROR(
+      CheckPtr(kOp, "kv_b", kv_b, s.heads * (s.nope_dim + s.v_dim) * s.rank));
   RETURN_IF_ERROR(CheckPtr(kOp, "ckv_cache", ckv_cache, s.max_seq * s.rank));
   RETURN_IF_ERROR(
       CheckPtr(kOp, "kpe_cache", kpe_cache, s.max_seq * s.rope_dim));

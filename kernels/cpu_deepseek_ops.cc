@@ -81,8 +81,8 @@ void SelectRow(const float* l, const float* bias, int32_t* id, float* w,
 }  // namespace
 
 void RouterSelect(ThreadPool& pool, const float* logits, const float* bias,
-                  int32_t* ids, float* weights, int64_t tokens,
-                  int64_t experts, int64_t top_k, const RouterSpec& spec) {
+                  int32_t* ids, float* weights, int64_t tokens, int64_t experts,
+                  int64_t top_k, const RouterSpec& spec) {
   pool.ParallelFor(tokens, 1, [&](int64_t b, int64_t e) {
     std::vector<float> scratch(3 * experts);
     for (int64_t t = b; t < e; ++t) {
@@ -146,10 +146,10 @@ void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
       const int64_t len = s.start_pos + t + 1;
       float mx = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        p[j] = (vo.dot(q_lat.data(), ckv_cache + j * s.rank, s.rank) +
-                vo.dot(qv + s.nope_dim, kpe_cache + j * s.rope_dim,
-                       s.rope_dim)) *
-               scale;
+        p[j] =
+            (vo.dot(q_lat.data(), ckv_cache + j * s.rank, s.rank) +
+             vo.dot(qv + s.nope_dim, kpe_cache + j * s.rope_dim, s.rope_dim)) *
+            scale;
         mx = std::max(mx, p[j]);
       }
       float sum = 0.0f;

@@ -13,8 +13,8 @@
 namespace moe::cpu {
 
 void RouterSelect(ThreadPool& pool, const float* logits, const float* bias,
-                  int32_t* ids, float* weights, int64_t tokens,
-                  int64_t experts, int64_t top_k, const RouterSpec& spec);
+                  int32_t* ids, float* weights, int64_t tokens, int64_t experts,
+                  int64_t top_k, const RouterSpec& spec);
 void RopeInterleaved(ThreadPool& pool, float* x, const int32_t* positions,
                      const float* inv_freq, int64_t tokens, int64_t heads,
                      int64_t stride, int64_t offset, int64_t rot_dim,

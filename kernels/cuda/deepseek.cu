@@ -32,10 +32,9 @@ __device__ void TopKDescending(const float* x, int64_t n, int64_t k,
 // One block per token. Scores in parallel; the selection by thread 0 (a few
 // hundred experts: cheap, and identical in order to the CPU's).
 __global__ void RouterSelectKernel(const float* __restrict__ logits,
-                                   const float* __restrict__ bias,
-                                   int32_t* ids, float* weights,
-                                   int64_t experts, int64_t top_k,
-                                   MoeCudaRouterSpec spec) {
+                                   const float* __restrict__ bias, int32_t* ids,
+                                   float* weights, int64_t experts,
+                                   int64_t top_k, MoeCudaRouterSpec spec) {
   extern __shared__ float sh[];
   __shared__ float scratch[32];
   float* scores = sh;                        // [experts]
@@ -76,8 +75,7 @@ __global__ void RouterSelectKernel(const float* __restrict__ logits,
       TopKDescending(choice + g * per, per, biased ? 2 : 1, top_ids, top);
       group[g] = biased ? top[0] + top[1] : top[0];
     }
-    TopKDescending(group, spec.n_group, spec.topk_group, group_ids,
-                   group_vals);
+    TopKDescending(group, spec.n_group, spec.topk_group, group_ids, group_vals);
     for (int64_t j = 0; j < experts; ++j) {
       bool keep = false;
       for (int64_t g = 0; g < spec.topk_group; ++g)
@@ -102,8 +100,8 @@ __global__ void RopeInterleavedKernel(float* x,
                                       int64_t tokens, int64_t heads,
                                       int64_t stride, int64_t offset,
                                       int64_t half, float mscale) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x +
-                      threadIdx.x;
+  const int64_t idx =
+      static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= tokens * heads * half) return;
   const int64_t i = idx % half, th = idx / half, t = th / heads;
   double sn, cs;
@@ -127,8 +125,8 @@ __global__ void MlaAttentionKernel(const float* __restrict__ q,
                                    const T* __restrict__ kv_b,
                                    const float* __restrict__ ckv,
                                    const float* __restrict__ kpe,
-                                   float* __restrict__ out,
-                                   MoeCudaMlaShape s, float scale) {
+                                   float* __restrict__ out, MoeCudaMlaShape s,
+                                   float scale) {
   extern __shared__ float sh[];
   float* q_lat = sh;
   float* o_lat = q_lat + s.rank;
@@ -192,8 +190,8 @@ __global__ void MlaAttentionKernel(const float* __restrict__ q,
 }  // namespace
 
 int RouterSelect(const float* logits, const float* bias, int32_t* ids,
-                 float* weights, int64_t tokens, int64_t experts,
-                 int64_t top_k, const MoeCudaRouterSpec* spec, void* stream) {
+                 float* weights, int64_t tokens, int64_t experts, int64_t top_k,
+                 const MoeCudaRouterSpec* spec, void* stream) {
   MOE_CUDA_TRY(UseDevice());
   const int64_t groups = spec->selection == 0 ? 0 : spec->n_group;
   const size_t shared = sizeof(float) * (2 * experts + 3 * groups);
@@ -215,8 +213,8 @@ int RopeInterleaved(float* x, const int32_t* positions, const float* inv_freq,
                     void* stream) {
   MOE_CUDA_TRY(UseDevice());
   const int64_t half = rot_dim / 2;
-  RopeInterleavedKernel<<<Blocks(tokens * heads * half, kThreads), kThreads,
-                          0, AsStream(stream)>>>(
+  RopeInterleavedKernel<<<Blocks(tokens * heads * half, kThreads), kThreads, 0,
+                          AsStream(stream)>>>(
       x, positions, inv_freq, tokens, heads, stride, offset, half, mscale);
   return LaunchCode();
 }
@@ -247,8 +245,8 @@ int MlaAttention(const float* q, const void* kv_b, int kv_b_dtype,
       break;
     case MOE_CUDA_DTYPE_BF16:
       MlaAttentionKernel<<<grid, kThreads, shared, st>>>(
-          q, static_cast<const __nv_bfloat16*>(kv_b), ckv_cache, kpe_cache,
-          out, s, scale);
+          q, static_cast<const __nv_bfloat16*>(kv_b), ckv_cache, kpe_cache, out,
+          s, scale);
       break;
     default:
       return ModuleCode(MOE_CUDA_ERR_BAD_DTYPE);

@@ -26,8 +26,8 @@ MlaRope MlaRopeFor(const ModelConfig& c) {
   MlaRope r;
   const int64_t d = c.mla.qk_rope_head_dim;
   const double theta = c.rope_theta;
-  r.softmax_scale =
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.mla.qk_head_dim())));
+  r.softmax_scale = static_cast<float>(
+      1.0 / std::sqrt(static_cast<double>(c.mla.qk_head_dim())));
   r.inv_freq.resize(d / 2);
   for (int64_t i = 0; i < d / 2; ++i) {
     r.inv_freq[i] = static_cast<float>(
@@ -104,9 +104,9 @@ absl::Status Session::ReserveMla(int64_t tokens) {
 // The latent cache of layer l is kv_[2l] (c_kv, [max_seq, kv_lora_rank])
 // and kv_[2l+1] (k_pe, [max_seq, qk_rope_head_dim]); prefill and decode
 // both take the absorbed path (Backend::MlaAttention).
-absl::Status Session::MlaAttention(const LayerWeights& w, int layer,
-                                   int64_t t, float* h, float* q,
-                                   const int32_t* positions, float* out) {
+absl::Status Session::MlaAttention(const LayerWeights& w, int layer, int64_t t,
+                                   float* h, float* q, const int32_t* positions,
+                                   float* out) {
   const ModelConfig& c = model_.config();
   const MlaConfig& m = c.mla;
   const int64_t nh = c.num_attention_heads, hidden = c.hidden_size;
@@ -120,8 +120,7 @@ absl::Status Session::MlaAttention(const LayerWeights& w, int layer,
   if (m.q_lora_rank > 0) {
     RETURN_IF_ERROR(be_.MatMul(h, w.q_a.data, w.q_a.dtype, nullptr, cq, t,
                                m.q_lora_rank, hidden));
-    RETURN_IF_ERROR(
-        be_.RmsNorm(cq, w.q_a_norm, cq, t, m.q_lora_rank, eps));
+    RETURN_IF_ERROR(be_.RmsNorm(cq, w.q_a_norm, cq, t, m.q_lora_rank, eps));
     RETURN_IF_ERROR(be_.MatMul(cq, w.q_b.data, w.q_b.dtype, nullptr, q, t,
                                nh * qk, m.q_lora_rank));
   } else {
@@ -141,16 +140,15 @@ absl::Status Session::MlaAttention(const LayerWeights& w, int layer,
                                       m.qk_nope_head_dim, m.qk_rope_head_dim,
                                       rope.mscale));
   RETURN_IF_ERROR(be_.RopeInterleaved(kpe, positions, rope.inv_freq, t, 1,
-                                      m.qk_rope_head_dim, 0,
-                                      m.qk_rope_head_dim, rope.mscale));
+                                      m.qk_rope_head_dim, 0, m.qk_rope_head_dim,
+                                      rope.mscale));
   float* ckv_cache = static_cast<float*>(kv_[2 * layer]);
   float* kpe_cache = static_cast<float*>(kv_[2 * layer + 1]);
-  RETURN_IF_ERROR(be_.CopyDeviceToDevice(ckv_cache + pos_ * m.kv_lora_rank,
-                                         ckv,
+  RETURN_IF_ERROR(be_.CopyDeviceToDevice(ckv_cache + pos_ * m.kv_lora_rank, ckv,
                                          sizeof(float) * t * m.kv_lora_rank));
-  RETURN_IF_ERROR(be_.CopyDeviceToDevice(
-      kpe_cache + pos_ * m.qk_rope_head_dim, kpe,
-      sizeof(float) * t * m.qk_rope_head_dim));
+  RETURN_IF_ERROR(
+      be_.CopyDeviceToDevice(kpe_cache + pos_ * m.qk_rope_head_dim, kpe,
+                             sizeof(float) * t * m.qk_rope_head_dim));
   MlaShape shape;
   shape.tokens = t;
   shape.heads = nh;
@@ -161,8 +159,7 @@ absl::Status Session::MlaAttention(const LayerWeights& w, int layer,
   shape.max_seq = max_seq_;
   shape.start_pos = pos_;
   RETURN_IF_ERROR(be_.MlaAttention(q, w.kv_b.data, w.kv_b.dtype, ckv_cache,
-                                   kpe_cache, attn, shape,
-                                   rope.softmax_scale));
+                                   kpe_cache, attn, shape, rope.softmax_scale));
   return be_.MatMul(attn, w.o.data, w.o.dtype, nullptr, out, t, hidden,
                     nh * m.v_head_dim);
 }

@@ -140,16 +140,16 @@ struct RouterCase {
 
 TEST_P(DeepseekOpsTest, RouterSelectMatchesReference) {
   using S = RouterSelection;
-  const RouterSpec greedy{RouterScoring::kSoftmax, S::kGreedy, 1, 1, false,
-                          16.0f};
-  const RouterSpec limited{RouterScoring::kSoftmax, S::kGroupLimited, 8, 3,
-                           false, 1.0f};
-  const RouterSpec limited_norm{RouterScoring::kSoftmax, S::kGroupLimited, 4,
-                                2, true, 1.0f};
-  const RouterSpec noaux{RouterScoring::kSigmoid, S::kBiasedGroupLimited, 8,
-                         4, true, 2.5f};
-  const RouterSpec noaux_raw{RouterScoring::kSigmoid, S::kBiasedGroupLimited,
-                             4, 1, false, 1.0f};
+  const RouterSpec greedy{
+      RouterScoring::kSoftmax, S::kGreedy, 1, 1, false, 16.0f};
+  const RouterSpec limited{
+      RouterScoring::kSoftmax, S::kGroupLimited, 8, 3, false, 1.0f};
+  const RouterSpec limited_norm{
+      RouterScoring::kSoftmax, S::kGroupLimited, 4, 2, true, 1.0f};
+  const RouterSpec noaux{
+      RouterScoring::kSigmoid, S::kBiasedGroupLimited, 8, 4, true, 2.5f};
+  const RouterSpec noaux_raw{
+      RouterScoring::kSigmoid, S::kBiasedGroupLimited, 4, 1, false, 1.0f};
   for (const RouterCase& c :
        {RouterCase{"greedy", 7, 64, 6, greedy},
         RouterCase{"group_limited", 5, 160, 6, limited},
@@ -168,8 +168,7 @@ TEST_P(DeepseekOpsTest, RouterSelectMatchesReference) {
     int32_t* ids = Upload(std::vector<int32_t>(c.tokens * c.k, -1));
     float* w = Upload(std::vector<float>(c.tokens * c.k, NAN));
     absl::Status st = backend_->RouterSelect(
-        Upload(logits), Upload(bias), ids, w, c.tokens, c.experts, c.k,
-        c.spec);
+        Upload(logits), Upload(bias), ids, w, c.tokens, c.experts, c.k, c.spec);
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_EQ(Download(ids, want_ids.size()), want_ids);
     EXPECT_LE(MaxAbsDiff(Download(w, want_w.size()), want_w),
@@ -185,14 +184,18 @@ TEST_P(DeepseekOpsTest, RouterSelectBiasChoosesButDoesNotWeight) {
   const int64_t experts = 8, k = 2;
   std::vector<float> logits = {0, 0, 0, 0, 2, 1, 0, 0};
   std::vector<float> bias(experts, -5.0f);
-  RouterSpec s{RouterScoring::kSigmoid, RouterSelection::kBiasedGroupLimited,
-               2, 1, false, 1.0f};
+  RouterSpec s{RouterScoring::kSigmoid,
+               RouterSelection::kBiasedGroupLimited,
+               2,
+               1,
+               false,
+               1.0f};
   int32_t* ids = Upload(std::vector<int32_t>(k, -1));
   float* w = Upload(std::vector<float>(k, NAN));
-  ASSERT_TRUE(backend_
-                  ->RouterSelect(Upload(logits), Upload(bias), ids, w, 1,
-                                 experts, k, s)
-                  .ok());
+  ASSERT_TRUE(
+      backend_
+          ->RouterSelect(Upload(logits), Upload(bias), ids, w, 1, experts, k, s)
+          .ok());
   // Group 1 (experts 4..7) is kept; group 0 is masked to 0 > -5 + sigmoid.
   EXPECT_EQ(Download(ids, k), (std::vector<int32_t>{0, 1}));
   auto got = Download(w, k);
@@ -200,10 +203,10 @@ TEST_P(DeepseekOpsTest, RouterSelectBiasChoosesButDoesNotWeight) {
   EXPECT_NEAR(got[1], 0.5, 1e-6);
   // A neutral bias selects the two best sigmoid scores, weighted unbiased.
   std::vector<float> zero(experts, 0.0f);
-  ASSERT_TRUE(backend_
-                  ->RouterSelect(Upload(logits), Upload(zero), ids, w, 1,
-                                 experts, k, s)
-                  .ok());
+  ASSERT_TRUE(
+      backend_
+          ->RouterSelect(Upload(logits), Upload(zero), ids, w, 1, experts, k, s)
+          .ok());
   EXPECT_EQ(Download(ids, k), (std::vector<int32_t>{4, 5}));
   got = Download(w, k);
   EXPECT_NEAR(got[0], 1.0 / (1.0 + std::exp(-2.0)), 1e-6);
@@ -247,9 +250,8 @@ TEST_P(DeepseekOpsTest, MlaAttentionEqualsAttentionOverExpandedKeys) {
         MlaCase{12, 1, 2, 8, 4, 12, 24, 16, DType::kF32},
         MlaCase{40, 3, 4, 32, 16, 32, 64, 64, DType::kBF16},
         MlaCase{200, 1, 16, 128, 64, 128, 512, 256, DType::kBF16}}) {
-    SCOPED_TRACE(::testing::Message()
-                 << c.first << "+" << c.more << " h" << c.heads << " r"
-                 << c.rank);
+    SCOPED_TRACE(::testing::Message() << c.first << "+" << c.more << " h"
+                                      << c.heads << " r" << c.rank);
     const int64_t total = c.first + c.more, qk = c.nope + c.rope;
     const int64_t rows = c.heads * (c.nope + c.v);
     auto ckv = RandomVec(c.max_seq * c.rank, 41);
@@ -268,11 +270,11 @@ TEST_P(DeepseekOpsTest, MlaAttentionEqualsAttentionOverExpandedKeys) {
       w = Upload(wf);
     }
     float* out = Upload(std::vector<float>(c.more * c.heads * c.v, NAN));
-    MlaShape s{c.more, c.heads, c.nope, c.rope, c.v, c.rank, c.max_seq,
-               c.first};
+    MlaShape s{c.more, c.heads, c.nope,    c.rope,
+               c.v,    c.rank,  c.max_seq, c.first};
     const float scale = 1.0f / std::sqrt(float(qk));
-    absl::Status st = backend_->MlaAttention(
-        Upload(q), w, c.dtype, Upload(ckv), Upload(kpe), out, s, scale);
+    absl::Status st = backend_->MlaAttention(Upload(q), w, c.dtype, Upload(ckv),
+                                             Upload(kpe), out, s, scale);
     ASSERT_TRUE(st.ok()) << st;
     // Expanded: k = [c_kv W_UK^T, k_pe], v = c_kv W_UV^T, per head.
     std::vector<double> want(c.more * c.heads * c.v);
@@ -303,7 +305,8 @@ TEST_P(DeepseekOpsTest, MlaAttentionEqualsAttentionOverExpandedKeys) {
         double mx = -INFINITY, sum = 0;
         for (int64_t j = 0; j < len; ++j) {
           double d = 0;
-          for (int64_t i = 0; i < qk; ++i) d += double(qv[i]) * keys[j * qk + i];
+          for (int64_t i = 0; i < qk; ++i)
+            d += double(qv[i]) * keys[j * qk + i];
           p[j] = d * scale;
           mx = std::max(mx, p[j]);
         }
@@ -337,8 +340,12 @@ TEST_P(DeepseekOpsTest, RerunIsBitIdentical) {
 TEST_P(DeepseekOpsTest, BadShapesAreInvalidArgument) {
   float* f = Upload(std::vector<float>(4096));
   int32_t* ids = Upload(std::vector<int32_t>(64));
-  RouterSpec s{RouterScoring::kSoftmax, RouterSelection::kGroupLimited, 3, 1,
-               false, 1.0f};
+  RouterSpec s{RouterScoring::kSoftmax,
+               RouterSelection::kGroupLimited,
+               3,
+               1,
+               false,
+               1.0f};
   // 8 experts in 3 groups.
   EXPECT_EQ(backend_->RouterSelect(f, nullptr, ids, f, 1, 8, 2, s).code(),
             absl::StatusCode::kInvalidArgument);
@@ -349,12 +356,10 @@ TEST_P(DeepseekOpsTest, BadShapesAreInvalidArgument) {
   s.selection = RouterSelection::kBiasedGroupLimited;  // needs a bias
   EXPECT_EQ(backend_->RouterSelect(f, nullptr, ids, f, 1, 8, 2, s).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      backend_->RopeInterleaved(f, ids, f, 1, 1, 8, 4, 6, 1.0f).code(),
-      absl::StatusCode::kInvalidArgument);  // offset + rot_dim > stride
-  EXPECT_EQ(
-      backend_->RopeInterleaved(f, ids, f, 1, 1, 8, 0, 3, 1.0f).code(),
-      absl::StatusCode::kInvalidArgument);  // odd
+  EXPECT_EQ(backend_->RopeInterleaved(f, ids, f, 1, 1, 8, 4, 6, 1.0f).code(),
+            absl::StatusCode::kInvalidArgument);  // offset + rot_dim > stride
+  EXPECT_EQ(backend_->RopeInterleaved(f, ids, f, 1, 1, 8, 0, 3, 1.0f).code(),
+            absl::StatusCode::kInvalidArgument);  // odd
   MlaShape m{2, 1, 4, 4, 4, 8, 4, 3};  // positions up to 5 > max_seq 4
   EXPECT_EQ(backend_->MlaAttention(f, f, DType::kF32, f, f, f, m, 1.0f).code(),
             absl::StatusCode::kOutOfRange);

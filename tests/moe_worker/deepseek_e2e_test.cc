@@ -59,17 +59,16 @@ class DeepseekE2eTest : public ::testing::TestWithParam<ModelFamily> {
              nlohmann::json* stats) {
     WorkerProcess daemon;
     const std::string tag = absl::StrCat(policy, experts);
-    ASSERT_TRUE(daemon.Spawn({"--model", model_dir(), "--listen", cache_sock_,
-                              "--metrics-addr", "", "--cache-experts",
-                              std::to_string(experts), "--policy", policy},
-                             dir_.Sub("cached-" + tag + ".log"),
-                             CachedBinary()));
+    ASSERT_TRUE(daemon.Spawn(
+        {"--model", model_dir(), "--listen", cache_sock_, "--metrics-addr", "",
+         "--cache-experts", std::to_string(experts), "--policy", policy},
+        dir_.Sub("cached-" + tag + ".log"), CachedBinary()));
     ASSERT_TRUE(daemon.WaitServing(cache_sock_)) << daemon.Log();
     WorkerProcess worker;
-    ASSERT_TRUE(worker.Spawn({"--model", model_dir(), "--listen",
-                              worker_sock_, "--backend", "cpu",
-                              "--metrics-addr", "", "--cache", cache_sock_},
-                             dir_.Sub("worker-" + tag + ".log")));
+    ASSERT_TRUE(worker.Spawn(
+        {"--model", model_dir(), "--listen", worker_sock_, "--backend", "cpu",
+         "--metrics-addr", "", "--cache", cache_sock_},
+        dir_.Sub("worker-" + tag + ".log")));
     ASSERT_TRUE(worker.WaitServing(worker_sock_)) << worker.Log();
     auto addr = rpc::ParseListenAddress(worker_sock_);
     auto stub = v1::Inference::NewStub(rpc::MakeChannel(*addr));
@@ -106,11 +105,11 @@ class DeepseekE2eTest : public ::testing::TestWithParam<ModelFamily> {
 };
 
 TEST_P(DeepseekE2eTest, ServedTokensMatchTheFloat64ReferenceForEveryCache) {
-  const std::string out = RunCommand(absl::StrCat(
-      "/usr/bin/python3 ", MOE_SOURCE_DIR,
-      "/tests/reference/moe_reference.py --model ", model_dir(),
-      " --prompt-ids ", absl::StrJoin(kPrompt, ","), " --max-new-tokens ",
-      kNew));
+  const std::string out = RunCommand(
+      absl::StrCat("/usr/bin/python3 ", MOE_SOURCE_DIR,
+                   "/tests/reference/moe_reference.py --model ", model_dir(),
+                   " --prompt-ids ", absl::StrJoin(kPrompt, ","),
+                   " --max-new-tokens ", kNew));
   auto ref = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(ref.is_discarded()) << out;
   const auto want = ref["tokens"].get<std::vector<int32_t>>();
@@ -120,11 +119,8 @@ TEST_P(DeepseekE2eTest, ServedTokensMatchTheFloat64ReferenceForEveryCache) {
   // Tiny deepseek: 4 layers, layer 0 dense, so 3 MoE layers x 8 experts.
   std::vector<int32_t> first_tokens;
   std::vector<float> first_logprobs;
-  for (const auto& [experts, policy] :
-       std::vector<std::pair<int, std::string>>{{8, "lru"},
-                                                {13, "moe-infinity"},
-                                                {24, "lfu"},
-                                                {8, "expertflow"}}) {
+  for (const auto& [experts, policy] : std::vector<std::pair<int, std::string>>{
+           {8, "lru"}, {13, "moe-infinity"}, {24, "lfu"}, {8, "expertflow"}}) {
     SCOPED_TRACE(::testing::Message() << policy << " capacity " << experts);
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
