@@ -195,6 +195,47 @@ def micro_model():
     return cfg, {k: (s, "F32") for k, s in shapes.items()}
 
 
+def micro_deepseek():
+    """A 2-layer deepseek_v3 (layer 0 dense, layer 1 MoE with MLA, q_lora,
+    e_score_correction_bias, one shared expert): (config, tensors)."""
+    cfg = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+           "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+           "num_key_value_heads": 2, "n_routed_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 4, "intermediate_size": 6, "n_shared_experts": 1,
+           "first_k_dense_replace": 1, "q_lora_rank": 4, "kv_lora_rank": 4,
+           "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2,
+           "n_group": 2, "topk_group": 1, "vocab_size": 16, "bos_token_id": 1,
+           "eos_token_id": 2}
+    h, v = 8, 16
+    shapes = {"model.embed_tokens.weight": [v, h], "lm_head.weight": [v, h],
+              "model.norm.weight": [h],
+              "model.layers.0.mlp.gate_proj.weight": [6, h],
+              "model.layers.0.mlp.up_proj.weight": [6, h],
+              "model.layers.0.mlp.down_proj.weight": [h, 6],
+              "model.layers.1.mlp.gate.weight": [4, h],
+              "model.layers.1.mlp.gate.e_score_correction_bias": [4],
+              "model.layers.1.mlp.shared_experts.gate_proj.weight": [4, h],
+              "model.layers.1.mlp.shared_experts.up_proj.weight": [4, h],
+              "model.layers.1.mlp.shared_experts.down_proj.weight": [h, 4]}
+    for layer in (0, 1):
+        p = "model.layers.%d." % layer
+        a = p + "self_attn."
+        shapes.update({p + "input_layernorm.weight": [h],
+                       p + "post_attention_layernorm.weight": [h],
+                       a + "q_a_proj.weight": [4, h], a + "q_a_layernorm.weight": [4],
+                       a + "q_b_proj.weight": [2 * 4, 4],
+                       a + "kv_a_proj_with_mqa.weight": [4 + 2, h],
+                       a + "kv_a_layernorm.weight": [4],
+                       a + "kv_b_proj.weight": [2 * (2 + 2), 4],
+                       a + "o_proj.weight": [h, 2 * 2]})
+    for j in range(4):
+        p = "model.layers.1.mlp.experts.%d." % j
+        shapes[p + "gate_proj.weight"] = [4, h]
+        shapes[p + "up_proj.weight"] = [4, h]
+        shapes[p + "down_proj.weight"] = [h, 4]
+    return cfg, {k: (s, "F32") for k, s in shapes.items()}
+
+
 def write_model_file(path, tensors):
     header, data = {"__metadata__": {"format": "pt"}}, b""
     for name in sorted(tensors):
@@ -258,6 +299,22 @@ def model_cases():
     # No weights at all.
     put("model/bad_no_weights/config.json", json.dumps(cfg, indent=1), None)
     expected.append(("model/bad_no_weights", "no model.safetensors"))
+    # DeepSeek: MLA tensors, the router's correction bias.
+    cfg, tensors = micro_deepseek()
+    model("valid_micro_deepseek_v3", cfg, tensors, "OK")
+    no_bias = dict(tensors)
+    del no_bias["model.layers.1.mlp.gate.e_score_correction_bias"]
+    model("bad_deepseek_missing_score_bias", cfg, no_bias,
+          "lacks tensor 'model.layers.1.mlp.gate.e_score_correction_bias'")
+    kv_b = dict(tensors, **{"model.layers.1.self_attn.kv_b_proj.weight": ([8, 6], "F32")})
+    model("bad_deepseek_kv_b_shape", cfg, kv_b,
+          "'model.layers.1.self_attn.kv_b_proj.weight' has shape [8, 6], expected [8, 4]")
+    plain_q = dict(tensors)
+    for n in ("q_a_proj", "q_a_layernorm", "q_b_proj"):
+        del plain_q["model.layers.0.self_attn.%s.weight" % n]
+    plain_q["model.layers.0.self_attn.q_proj.weight"] = ([8, 8], "F32")
+    model("bad_deepseek_q_proj_with_q_lora", cfg, plain_q,
+          "lacks tensor 'model.layers.0.self_attn.q_a_proj.weight'")
 
 
 def main():
