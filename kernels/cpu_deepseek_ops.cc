@@ -130,8 +130,10 @@ void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
     std::vector<float> w(rows * s.rank), q_lat(s.rank), o_lat(s.rank);
     std::vector<float> p(span);
     int64_t loaded = -1;
-    for (int64_t th = b; th < e; ++th) {
-      const int64_t t = th / s.heads, h = th % s.heads;
+    // Head-major, so that a chunk converts each head's kv_b block once.
+    for (int64_t ht = b; ht < e; ++ht) {
+      const int64_t h = ht / s.tokens, t = ht % s.tokens;
+      const int64_t th = t * s.heads + h;
       if (h != loaded) {  // this head's [nope + v, rank] block of kv_b
         ConvertToF32(static_cast<const char*>(kv_b) +
                          static_cast<size_t>(h * rows * s.rank) * elem,
