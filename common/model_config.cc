@@ -44,6 +44,14 @@ FamilyDefaults DefaultsFor(ModelFamily family) {
     case ModelFamily::kOlmoe:
       return {50304, 2048, 2048, 16, 16, 0,  4096, 1e-5,
               1e4,   64,   8,    0,  0,  {}, 1,    {50279}};
+    // configuration_deepseek_v2.py / _v3.py; num_experts_per_tok is null
+    // (a dense model) by default for v2, which ValidateModelConfig refuses.
+    case ModelFamily::kDeepseekV2:
+      return {32000, 4096, 11008, 32, 32, 0, 2048, 1e-6,
+              1e4,   64,   0,     1407, 0, 1, {}, {2}};
+    case ModelFamily::kDeepseekV3:
+      return {129280, 7168, 18432, 61, 128, 0, 4096, 1e-6,
+              1e4,    256,  8,     2048, 0, 0, {}, {1}};
   }
   MOE_CHECK(false) << "unreachable";
   return {};
@@ -162,6 +170,82 @@ void ReadRope(FieldReader& r, const json& j, double def_theta, ModelConfig* c) {
   }
 }
 
+// deepseek_v2 / deepseek_v3: the fields of configuration_deepseek_v2.py and
+// configuration_deepseek_v3.py (transformers), plus those only DeepSeek's own
+// modeling_deepseek.py reads (moe_layer_freq, scoring_func, topk_method for
+// v3, the yarn mscale fields).
+void ReadDeepseekFields(FieldReader& r, const FamilyDefaults& d,
+                        ModelConfig* c) {
+  const bool v3 = c->family == ModelFamily::kDeepseekV3;
+  c->num_experts = r.Int("n_routed_experts", d.num_experts);
+  c->moe_intermediate_size =
+      r.Int("moe_intermediate_size", d.moe_intermediate_size);
+  c->n_shared_experts = r.IsExplicitNull("n_shared_experts")
+                            ? 0
+                            : r.Int("n_shared_experts", v3 ? 1 : 2);
+  c->shared_expert_intermediate_size =
+      c->moe_intermediate_size * c->n_shared_experts;
+  c->first_k_dense_replace = r.Int("first_k_dense_replace", v3 ? 3 : 0);
+  c->moe_layer_freq = r.Int("moe_layer_freq", 1);
+  c->norm_topk_prob = r.Bool("norm_topk_prob", v3);
+  c->routed_scaling_factor = r.Double("routed_scaling_factor", v3 ? 2.5 : 1.0);
+  c->n_group = r.Int("n_group", v3 ? 8 : 1);
+  c->topk_group = r.Int("topk_group", v3 ? 4 : 1);
+  const std::string scoring = r.String("scoring_func", v3 ? "sigmoid" : "softmax");
+  const std::string method = r.String("topk_method", v3 ? "noaux_tc" : "greedy");
+  if (scoring == "softmax") {
+    c->scoring_func = ScoringFunc::kSoftmax;
+  } else if (scoring == "sigmoid") {
+    c->scoring_func = ScoringFunc::kSigmoid;
+  } else {
+    r.Fail(absl::StrCat("scoring_func '", scoring,
+                        "' is not supported (softmax, sigmoid)"));
+  }
+  // "gready" is the spelling of modeling_deepseek.py's default for v2.
+  if (method == "greedy" || method == "gready") {
+    c->topk_method = TopkMethod::kGreedy;
+  } else if (method == "group_limited_greedy") {
+    c->topk_method = TopkMethod::kGroupLimitedGreedy;
+  } else if (method == "noaux_tc") {
+    c->topk_method = TopkMethod::kNoauxTc;
+  } else {
+    r.Fail(absl::StrCat("topk_method '", method,
+                        "' is not supported (greedy, group_limited_greedy, "
+                        "noaux_tc)"));
+  }
+  MlaConfig& m = c->mla;
+  m.q_lora_rank =
+      r.IsExplicitNull("q_lora_rank") ? 0 : r.Int("q_lora_rank", 1536);
+  m.kv_lora_rank = r.Int("kv_lora_rank", 512);
+  m.qk_nope_head_dim = r.Int("qk_nope_head_dim", 128);
+  m.qk_rope_head_dim = r.Int("qk_rope_head_dim", 64);
+  m.v_head_dim = r.Int("v_head_dim", 128);
+  c->head_dim = m.qk_head_dim();
+  c->qkv_bias = c->o_bias = r.Bool("attention_bias", false);
+  if (c->rope_scaling_type == "yarn") {
+    const nlohmann::json* s = r.Find("rope_scaling");
+    if (s == nullptr) s = r.Find("rope_parameters");
+    YarnConfig y;
+    auto num = [&](const char* key, double def) {
+      auto it = s->find(key);
+      if (it == s->end() || it->is_null()) return def;
+      if (!it->is_number()) {
+        r.Fail(absl::StrCat("rope_scaling.", key, " must be a number"));
+        return def;
+      }
+      return it->get<double>();
+    };
+    y.factor = num("factor", 1.0);
+    y.original_max_position_embeddings = static_cast<int64_t>(
+        num("original_max_position_embeddings", 4096));
+    y.beta_fast = num("beta_fast", 32);
+    y.beta_slow = num("beta_slow", 1);
+    y.mscale = num("mscale", 1);
+    y.mscale_all_dim = num("mscale_all_dim", 0);
+    c->yarn = y;
+  }
+}
+
 // Fields whose meaning differs between families.
 void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
   switch (c->family) {
@@ -203,6 +287,10 @@ void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
       c->qkv_bias = c->o_bias = r.Bool("attention_bias", false);
       c->qk_norm = QkNorm::kFull;
       if (r.Has("clip_qkv")) c->clip_qkv = r.Double("clip_qkv", 0);
+      break;
+    case ModelFamily::kDeepseekV2:
+    case ModelFamily::kDeepseekV3:
+      ReadDeepseekFields(r, d, c);
       break;
   }
 }
@@ -250,6 +338,10 @@ absl::string_view ModelFamilyName(ModelFamily family) {
       return "qwen3_moe";
     case ModelFamily::kOlmoe:
       return "olmoe";
+    case ModelFamily::kDeepseekV2:
+      return "deepseek_v2";
+    case ModelFamily::kDeepseekV3:
+      return "deepseek_v3";
   }
   return "?";
 }
@@ -264,18 +356,25 @@ absl::string_view ModelFamilyArchitecture(ModelFamily family) {
       return "Qwen3MoeForCausalLM";
     case ModelFamily::kOlmoe:
       return "OlmoeForCausalLM";
+    case ModelFamily::kDeepseekV2:
+      return "DeepseekV2ForCausalLM";
+    case ModelFamily::kDeepseekV3:
+      return "DeepseekV3ForCausalLM";
   }
   return "?";
 }
 
 absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view model_type) {
-  for (ModelFamily f : {ModelFamily::kMixtral, ModelFamily::kQwen2Moe,
-                        ModelFamily::kQwen3Moe, ModelFamily::kOlmoe}) {
+  for (ModelFamily f :
+       {ModelFamily::kMixtral, ModelFamily::kQwen2Moe, ModelFamily::kQwen3Moe,
+        ModelFamily::kOlmoe, ModelFamily::kDeepseekV2,
+        ModelFamily::kDeepseekV3}) {
     if (ModelFamilyName(f) == model_type) return f;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unsupported model_type '", std::string(model_type),
-                   "' (supported: mixtral, qwen2_moe, qwen3_moe, olmoe)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported model_type '", std::string(model_type),
+      "' (supported: mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+      "deepseek_v3)"));
 }
 
 int ModelConfig::MoeLayerIndex(int layer) const {
@@ -323,7 +422,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
                                      : 0);
   // transformers' OLMoE ignores `head_dim` (ValidateModelConfig insists it
   // matches the split of hidden_size).
-  bool derived_head_dim = !r.Has("head_dim") || c.family == ModelFamily::kOlmoe;
+  // DeepSeek's head sizes are qk_nope/qk_rope/v_head_dim instead.
+  bool derived_head_dim =
+      (!r.Has("head_dim") || c.family == ModelFamily::kOlmoe) &&
+      !c.is_deepseek();
   if (derived_head_dim && c.num_attention_heads > 0 &&
       c.hidden_size % c.num_attention_heads != 0) {
     r.Fail(absl::StrCat("hidden_size (", c.hidden_size,
@@ -407,12 +509,98 @@ absl::Status CheckSizes(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// MLA sizes and the router's groups (modeling_deepseek.py's assumptions).
+absl::Status CheckDeepseek(const ModelConfig& c) {
+  const MlaConfig& m = c.mla;
+  RETURN_IF_ERROR(CheckRange("q_lora_rank", m.q_lora_rank, 0, kMaxWidth));
+  RETURN_IF_ERROR(CheckRange("kv_lora_rank", m.kv_lora_rank, 1, kMaxWidth));
+  RETURN_IF_ERROR(
+      CheckRange("qk_nope_head_dim", m.qk_nope_head_dim, 1, kMaxWidth));
+  RETURN_IF_ERROR(
+      CheckRange("qk_rope_head_dim", m.qk_rope_head_dim, 2, kMaxWidth));
+  RETURN_IF_ERROR(CheckRange("v_head_dim", m.v_head_dim, 1, kMaxWidth));
+  RETURN_IF_ERROR(CheckRange("num_attention_heads * (qk_nope_head_dim + "
+                             "v_head_dim)",
+                             c.num_attention_heads *
+                                 (m.qk_nope_head_dim + m.v_head_dim),
+                             1, kMaxWidth));
+  if (m.qk_rope_head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "qk_rope_head_dim must be even, got ", m.qk_rope_head_dim));
+  }
+  RETURN_IF_ERROR(
+      CheckRange("n_shared_experts", c.n_shared_experts, 0, kMaxCount));
+  RETURN_IF_ERROR(CheckRange("first_k_dense_replace", c.first_k_dense_replace,
+                             0, kMaxCount));
+  RETURN_IF_ERROR(CheckRange("moe_layer_freq", c.moe_layer_freq, 1, kMaxCount));
+  RETURN_IF_ERROR(CheckRange("n_group", c.n_group, 1, kMaxCount));
+  RETURN_IF_ERROR(CheckRange("topk_group", c.topk_group, 1, c.n_group));
+  if (!(c.routed_scaling_factor > 0) ||
+      !std::isfinite(c.routed_scaling_factor)) {
+    return absl::InvalidArgumentError(
+        "routed_scaling_factor must be a positive finite number");
+  }
+  const bool v3 = c.family == ModelFamily::kDeepseekV3;
+  // The combinations DeepSeek's modeling code implements.
+  if (v3 && (c.scoring_func != ScoringFunc::kSigmoid ||
+             c.topk_method != TopkMethod::kNoauxTc)) {
+    return absl::InvalidArgumentError(
+        "deepseek_v3 routes with scoring_func sigmoid and topk_method "
+        "noaux_tc only");
+  }
+  if (!v3 && (c.scoring_func != ScoringFunc::kSoftmax ||
+              c.topk_method == TopkMethod::kNoauxTc)) {
+    return absl::InvalidArgumentError(
+        "deepseek_v2 routes with scoring_func softmax and topk_method greedy "
+        "or group_limited_greedy only");
+  }
+  if (c.topk_method != TopkMethod::kGreedy) {
+    if (c.num_experts % c.n_group != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("n_routed_experts (", c.num_experts,
+                       ") is not a multiple of n_group (", c.n_group, ")"));
+    }
+    const int64_t per_group = c.num_experts / c.n_group;
+    if (c.topk_method == TopkMethod::kNoauxTc && per_group < 2) {
+      return absl::InvalidArgumentError(
+          "noaux_tc scores each group by its top 2 experts: n_group must "
+          "leave at least 2 experts per group");
+    }
+    if (c.top_k > c.topk_group * per_group) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_experts_per_tok (", c.top_k, ") exceeds the ",
+          c.topk_group * per_group, " experts of the topk_group (",
+          c.topk_group, ") groups chosen"));
+    }
+  }
+  if (c.yarn.has_value()) {
+    const YarnConfig& y = *c.yarn;
+    if (!(y.factor >= 1.0) || !std::isfinite(y.factor)) {
+      return absl::InvalidArgumentError(
+          "rope_scaling.factor must be a finite number >= 1");
+    }
+    RETURN_IF_ERROR(CheckRange("rope_scaling.original_max_position_embeddings",
+                               y.original_max_position_embeddings, 1,
+                               int64_t{1} << 40));
+    if (!(y.beta_fast > 0) || !(y.beta_slow > 0) || !std::isfinite(y.mscale) ||
+        !std::isfinite(y.mscale_all_dim)) {
+      return absl::InvalidArgumentError(
+          "rope_scaling: beta_fast and beta_slow must be positive, mscale and "
+          "mscale_all_dim finite");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Fills moe_layer, moe_layers and moe_layer_index (qwen's rule; mixtral and
 // olmoe have decoder_sparse_step 1 and no mlp_only_layers).
 absl::Status AssignMoeLayers(ModelConfig& c) {
   c.moe_layer.assign(c.num_hidden_layers, false);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    c.moe_layer[i] = (i + 1) % c.decoder_sparse_step == 0;
+    c.moe_layer[i] = c.is_deepseek()
+                         ? i >= c.first_k_dense_replace &&
+                               i % c.moe_layer_freq == 0
+                         : (i + 1) % c.decoder_sparse_step == 0;
   }
   for (int64_t layer : c.mlp_only_layers) {
     if (layer < 0 || layer >= c.num_hidden_layers) {
@@ -461,6 +649,7 @@ absl::Status CheckMlpAndTokens(const ModelConfig& c) {
 
 absl::Status ValidateModelConfig(ModelConfig* config) {
   RETURN_IF_ERROR(CheckSizes(*config));
+  if (config->is_deepseek()) RETURN_IF_ERROR(CheckDeepseek(*config));
   RETURN_IF_ERROR(AssignMoeLayers(*config));
   return CheckMlpAndTokens(*config);
 }
@@ -476,6 +665,36 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   return config;
 }
 
+namespace {
+
+void DeepseekFieldsToJson(const ModelConfig& c, nlohmann::ordered_json& j) {
+  static constexpr const char* kMethods[] = {"greedy", "group_limited_greedy",
+                                             "noaux_tc"};
+  j["n_routed_experts"] = c.num_experts;
+  j["n_shared_experts"] =
+      c.n_shared_experts > 0 ? json(c.n_shared_experts) : json(nullptr);
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["first_k_dense_replace"] = c.first_k_dense_replace;
+  j["moe_layer_freq"] = c.moe_layer_freq;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["routed_scaling_factor"] = c.routed_scaling_factor;
+  j["scoring_func"] =
+      c.scoring_func == ScoringFunc::kSigmoid ? "sigmoid" : "softmax";
+  j["topk_method"] = kMethods[static_cast<int>(c.topk_method)];
+  j["n_group"] = c.n_group;
+  j["topk_group"] = c.topk_group;
+  j["q_lora_rank"] =
+      c.mla.q_lora_rank > 0 ? json(c.mla.q_lora_rank) : json(nullptr);
+  j["kv_lora_rank"] = c.mla.kv_lora_rank;
+  j["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
+  j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
+  j["v_head_dim"] = c.mla.v_head_dim;
+  j["attention_bias"] = c.qkv_bias;
+  if (c.family == ModelFamily::kDeepseekV3) j["rope_interleave"] = true;
+}
+
+}  // namespace
+
 std::string ModelConfigToJson(const ModelConfig& c) {
   nlohmann::ordered_json j;
   j["architectures"] = c.architectures.empty()
@@ -488,13 +707,25 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
-  j["head_dim"] = c.head_dim;
+  if (!c.is_deepseek()) j["head_dim"] = c.head_dim;
   j["vocab_size"] = c.vocab_size;
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
   j["rope_scaling"] = nullptr;
+  if (c.yarn.has_value()) {
+    const YarnConfig& y = *c.yarn;
+    j["rope_scaling"] = {
+        {"type", "yarn"},
+        {"factor", y.factor},
+        {"original_max_position_embeddings",
+         y.original_max_position_embeddings},
+        {"beta_fast", y.beta_fast},
+        {"beta_slow", y.beta_slow},
+        {"mscale", y.mscale},
+        {"mscale_all_dim", y.mscale_all_dim}};
+  }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["num_experts_per_tok"] = c.top_k;
   switch (c.family) {
@@ -527,6 +758,10 @@ std::string ModelConfigToJson(const ModelConfig& c) {
       j["norm_topk_prob"] = c.norm_topk_prob;
       j["attention_bias"] = c.qkv_bias;
       j["clip_qkv"] = c.clip_qkv ? json(*c.clip_qkv) : json(nullptr);
+      break;
+    case ModelFamily::kDeepseekV2:
+    case ModelFamily::kDeepseekV3:
+      DeepseekFieldsToJson(c, j);
       break;
   }
   j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);

@@ -1,5 +1,6 @@
 // `config.json` of a Hugging Face MoE checkpoint, for the families we serve:
-// mixtral, qwen2_moe (Qwen1.5-MoE), qwen3_moe and olmoe.
+// mixtral, qwen2_moe (Qwen1.5-MoE), qwen3_moe, olmoe, deepseek_v2 and
+// deepseek_v3.
 //
 // Field names and defaults follow transformers' configuration_<family>.py:
 // a field missing from config.json (or null) takes that family's default.
@@ -21,9 +22,17 @@
 
 namespace moe {
 
-enum class ModelFamily { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe };
+enum class ModelFamily {
+  kMixtral,
+  kQwen2Moe,
+  kQwen3Moe,
+  kOlmoe,
+  kDeepseekV2,
+  kDeepseekV3
+};
 
-// The Hugging Face `model_type`: "mixtral", "qwen2_moe", "qwen3_moe", "olmoe".
+// The Hugging Face `model_type`: "mixtral", "qwen2_moe", "qwen3_moe",
+// "olmoe", "deepseek_v2", "deepseek_v3".
 absl::string_view ModelFamilyName(ModelFamily family);
 // Inverse of ModelFamilyName; INVALID_ARGUMENT naming an unknown type.
 absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view model_type);
@@ -36,6 +45,31 @@ enum class QkNorm {
   kPerHead,  // qwen3_moe: weight [head_dim], applied to each head
   kFull,     // olmoe: weight [heads*head_dim] / [kv_heads*head_dim]
 };
+
+// DeepSeek's multi-head latent attention (deepseek_v2/v3 config fields).
+struct MlaConfig {
+  int64_t q_lora_rank = 0;  // 0 (`null` in config.json): plain q_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// `rope_scaling: {"type": "yarn", ...}` as DeepSeek's configs write it, with
+// the defaults of DeepseekV2YarnRotaryEmbedding.
+struct YarnConfig {
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+};
+
+// How a DeepSeek router scores experts and picks its top-k.
+enum class ScoringFunc { kSoftmax, kSigmoid };
+enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::kMixtral;
@@ -88,7 +122,37 @@ struct ModelConfig {
   std::optional<int64_t> pad_token_id;
   std::string torch_dtype;  // as written, e.g. "bfloat16"; may be empty
 
-  bool has_shared_expert() const { return family == ModelFamily::kQwen2Moe; }
+  // deepseek_v2 / deepseek_v3 only (see deepseek_config.cc).
+  MlaConfig mla;
+  std::optional<YarnConfig> yarn;  // rope_scaling type "yarn"
+  ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+  TopkMethod topk_method = TopkMethod::kGreedy;
+  int64_t n_group = 1;     // `null`: 1
+  int64_t topk_group = 1;  // `null`: 1
+  double routed_scaling_factor = 1.0;
+  int64_t n_shared_experts = 0;  // shared width = moe_intermediate * this
+  int64_t first_k_dense_replace = 0;
+  int64_t moe_layer_freq = 1;
+
+  bool is_deepseek() const {
+    return family == ModelFamily::kDeepseekV2 ||
+           family == ModelFamily::kDeepseekV3;
+  }
+  // Multi-head latent attention (a latent KV cache) instead of q/k/v.
+  bool is_mla() const { return is_deepseek(); }
+  // qwen2_moe's sigmoid-gated shared expert, or DeepSeek's ungated shared
+  // experts (n_shared_experts > 0), of shared_expert_intermediate_size.
+  bool has_shared_expert() const {
+    return family == ModelFamily::kQwen2Moe ||
+           (is_deepseek() && n_shared_experts > 0);
+  }
+  bool has_shared_expert_gate() const {
+    return family == ModelFamily::kQwen2Moe;
+  }
+  // The router adds mlp.gate.e_score_correction_bias to choose experts.
+  bool has_score_correction_bias() const {
+    return topk_method == TopkMethod::kNoauxTc;
+  }
   // These three are O(1). REQUIRES: the config was validated.
   int num_moe_layers() const { return static_cast<int>(moe_layers.size()); }
   // Index of `layer` among the MoE layers, or -1 for a dense layer (or one

@@ -61,6 +61,32 @@ class SpecBuilder {
         {h, inter});
   }
 
+  // DeepSeek MLA: no k/v projections; see TensorRole.
+  void AddMlaAttention(int i) {
+    const MlaConfig& m = c_.mla;
+    const int64_t h = c_.hidden_size, heads = c_.num_attention_heads;
+    const int64_t q = heads * m.qk_head_dim();
+    const std::string a = absl::StrCat(Layer(i), "self_attn.");
+    if (m.q_lora_rank > 0) {
+      Add(a + "q_a_proj.weight", TensorRole::kQAProj, i, -1,
+          {m.q_lora_rank, h});
+      Add(a + "q_a_layernorm.weight", TensorRole::kQANorm, i, -1,
+          {m.q_lora_rank});
+      Add(a + "q_b_proj.weight", TensorRole::kQBProj, i, -1,
+          {q, m.q_lora_rank});
+    } else {
+      Add(a + "q_proj.weight", TensorRole::kQProj, i, -1, {q, h});
+    }
+    Add(a + "kv_a_proj_with_mqa.weight", TensorRole::kKvAProj, i, -1,
+        {m.kv_lora_rank + m.qk_rope_head_dim, h});
+    Add(a + "kv_a_layernorm.weight", TensorRole::kKvANorm, i, -1,
+        {m.kv_lora_rank});
+    Add(a + "kv_b_proj.weight", TensorRole::kKvBProj, i, -1,
+        {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
+    Add(a + "o_proj.weight", TensorRole::kOProj, i, -1,
+        {h, heads * m.v_head_dim});
+  }
+
   void AddAttention(int i) {
     const int64_t h = c_.hidden_size;
     const int64_t q = c_.num_attention_heads * c_.head_dim;
@@ -70,6 +96,7 @@ class SpecBuilder {
         TensorRole::kInputNorm, i, -1, {h});
     Add(absl::StrCat(Layer(i), "post_attention_layernorm.weight"),
         TensorRole::kPostAttnNorm, i, -1, {h});
+    if (c_.is_mla()) return AddMlaAttention(i);
     Add(a + "q_proj.weight", TensorRole::kQProj, i, -1, {q, h});
     Add(a + "k_proj.weight", TensorRole::kKProj, i, -1, {kv, h});
     Add(a + "v_proj.weight", TensorRole::kVProj, i, -1, {kv, h});
@@ -103,9 +130,20 @@ class SpecBuilder {
     }
     const std::string m = absl::StrCat(Layer(i), "mlp.");
     Add(m + "gate.weight", TensorRole::kRouter, i, -1, {e, h});
+    if (c_.has_score_correction_bias()) {
+      Add(m + "gate.e_score_correction_bias", TensorRole::kScoreBias, i, -1,
+          {e});
+    }
     for (int j = 0; j < e; ++j) {
       AddMlp(absl::StrCat(m, "experts.", j, "."), i, TensorRole::kExpertGate,
              inter, j);
+    }
+    if (c_.is_deepseek()) {
+      if (c_.has_shared_expert()) {
+        AddMlp(m + "shared_experts.", i, TensorRole::kSharedGate,
+               c_.shared_expert_intermediate_size);
+      }
+      return;
     }
     if (c_.has_shared_expert()) {
       AddMlp(m + "shared_expert.", i, TensorRole::kSharedGate,
@@ -154,9 +192,16 @@ absl::string_view TensorRoleName(TensorRole role) {
                                                  "shared_expert_gate",
                                                  "mlp_gate",
                                                  "mlp_up",
-                                                 "mlp_down"};
+                                                 "mlp_down",
+                                                 "q_a_proj",
+                                                 "q_a_layernorm",
+                                                 "q_b_proj",
+                                                 "kv_a_proj_with_mqa",
+                                                 "kv_a_layernorm",
+                                                 "kv_b_proj",
+                                                 "e_score_correction_bias"};
   static_assert(std::size(kNames) ==
-                static_cast<size_t>(TensorRole::kMlpDown) + 1);
+                static_cast<size_t>(TensorRole::kScoreBias) + 1);
   return kNames[static_cast<size_t>(role)];
 }
 
@@ -174,10 +219,13 @@ uint64_t ExpectedTensorCount(const ModelConfig& c) {
   if (c.qkv_bias) per_layer += 3;
   if (c.o_bias) per_layer += 1;
   if (c.qk_norm != QkNorm::kNone) per_layer += 2;
+  // MLA: two norms, q (1 or 3), kv_a, kv_a_layernorm, kv_b, o.
+  if (c.is_mla()) per_layer = (c.mla.q_lora_rank > 0 ? 9 : 7);
   const uint64_t moe = static_cast<uint64_t>(c.num_moe_layers());
   const uint64_t dense = static_cast<uint64_t>(c.num_hidden_layers) - moe;
   uint64_t per_moe = 1 + 3 * static_cast<uint64_t>(c.num_experts);
-  if (c.has_shared_expert()) per_moe += 4;
+  if (c.has_shared_expert()) per_moe += c.has_shared_expert_gate() ? 4 : 3;
+  if (c.has_score_correction_bias()) per_moe += 1;
   return (c.tie_word_embeddings ? 2 : 3) +
          per_layer * static_cast<uint64_t>(c.num_hidden_layers) +
          moe * per_moe + dense * 3;

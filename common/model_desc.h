@@ -56,6 +56,7 @@ enum class TensorRole {
   kExpertGate,  // per expert [moe_inter, hidden] (mixtral w1)
   kExpertUp,    // per expert [moe_inter, hidden] (mixtral w3)
   kExpertDown,  // per expert [hidden, moe_inter] (mixtral w2)
+  // qwen2_moe mlp.shared_expert.*, deepseek mlp.shared_experts.*:
   kSharedGate,  // qwen2_moe mlp.shared_expert.gate_proj [shared_inter, hidden]
   kSharedUp,    // qwen2_moe mlp.shared_expert.up_proj   [shared_inter, hidden]
   kSharedDown,  // qwen2_moe mlp.shared_expert.down_proj [hidden, shared_inter]
@@ -64,6 +65,16 @@ enum class TensorRole {
   kMlpGate,  // mlp.gate_proj [intermediate, hidden]
   kMlpUp,    // mlp.up_proj   [intermediate, hidden]
   kMlpDown,  // mlp.down_proj [hidden, intermediate]
+  // DeepSeek multi-head latent attention (self_attn.*); nope/rope/v are
+  // qk_nope_head_dim, qk_rope_head_dim, v_head_dim, H the heads. Without
+  // q_lora_rank, kQProj is q_proj [H*(nope+rope), hidden].
+  kQAProj,    // q_a_proj.weight           [q_lora_rank, hidden]
+  kQANorm,    // q_a_layernorm.weight      [q_lora_rank]
+  kQBProj,    // q_b_proj.weight           [H*(nope+rope), q_lora_rank]
+  kKvAProj,   // kv_a_proj_with_mqa.weight [kv_lora_rank+rope, hidden]
+  kKvANorm,   // kv_a_layernorm.weight     [kv_lora_rank]
+  kKvBProj,   // kv_b_proj.weight          [H*(nope+v), kv_lora_rank]
+  kScoreBias,  // mlp.gate.e_score_correction_bias [experts] (noaux_tc)
 };
 
 // A short lower-case name, e.g. "expert_gate", for messages.

@@ -55,12 +55,14 @@ uint64_t TensorSeed(uint64_t seed, const std::string& name) {
 bool IsNorm(TensorRole r) {
   return r == TensorRole::kFinalNorm || r == TensorRole::kInputNorm ||
          r == TensorRole::kPostAttnNorm || r == TensorRole::kQNorm ||
-         r == TensorRole::kKNorm;
+         r == TensorRole::kKNorm || r == TensorRole::kQANorm ||
+         r == TensorRole::kKvANorm;
 }
 
 bool IsBias(TensorRole r) {
   return r == TensorRole::kQBias || r == TensorRole::kKBias ||
-         r == TensorRole::kVBias || r == TensorRole::kOBias;
+         r == TensorRole::kVBias || r == TensorRole::kOBias ||
+         r == TensorRole::kScoreBias;
 }
 
 std::vector<float> TensorValues(const TensorSpec& spec, const ModelConfig& c,
@@ -223,12 +225,44 @@ absl::Status CheckOptions(const MakeModelOptions& o) {
   if (o.qkv_bias.value_or(false) && o.arch == ModelFamily::kMixtral) {
     return absl::InvalidArgumentError("mixtral has no attention biases");
   }
-  if (o.heads > 0 && o.head_dim == 0 && o.hidden % o.heads != 0) {
+  const bool deepseek = o.arch == ModelFamily::kDeepseekV2 ||
+                        o.arch == ModelFamily::kDeepseekV3;
+  if (deepseek && o.qkv_bias.value_or(false)) {
+    return absl::InvalidArgumentError(
+        "attention_bias is not supported for deepseek models");
+  }
+  if (!deepseek && o.heads > 0 && o.head_dim == 0 && o.hidden % o.heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("hidden (", o.hidden, ") is not a multiple of heads (",
                      o.heads, "); pass head_dim"));
   }
   return absl::OkStatus();
+}
+
+// The deepseek_v2/v3 fields; dense layers use `intermediate` (2 * hidden
+// when unset), experts `moe_intermediate` (hidden when unset).
+void DeepseekFromOptions(const MakeModelOptions& o, ModelConfig* c) {
+  const bool v3 = o.arch == ModelFamily::kDeepseekV3;
+  c->num_key_value_heads = o.heads;
+  c->intermediate_size = o.intermediate > 0 ? o.intermediate : 2 * o.hidden;
+  c->moe_intermediate_size =
+      o.moe_intermediate > 0 ? o.moe_intermediate : o.hidden;
+  c->mla = o.mla;
+  c->head_dim = o.mla.qk_head_dim();
+  c->n_shared_experts = o.n_shared_experts;
+  c->shared_expert_intermediate_size =
+      c->moe_intermediate_size * o.n_shared_experts;
+  c->first_k_dense_replace = o.first_k_dense_replace;
+  c->moe_layer_freq = o.moe_layer_freq;
+  c->scoring_func = v3 ? ScoringFunc::kSigmoid : ScoringFunc::kSoftmax;
+  c->topk_method = v3 ? TopkMethod::kNoauxTc : o.topk_method;
+  c->n_group = o.n_group;
+  c->topk_group = o.topk_group;
+  c->routed_scaling_factor = o.routed_scaling_factor;
+  c->norm_topk_prob = o.norm_topk_prob.value_or(v3);
+  c->yarn = o.yarn;
+  c->rope_scaling_type = o.yarn.has_value() ? "yarn" : "";
+  c->qkv_bias = c->o_bias = false;
 }
 
 }  // namespace
@@ -263,6 +297,23 @@ MakeModelOptions TinyPreset(ModelFamily family) {
       o.intermediate = 64;
       o.rms_norm_eps = 1e-5;
       break;
+    case ModelFamily::kDeepseekV2:
+    case ModelFamily::kDeepseekV3: {
+      const bool v3 = family == ModelFamily::kDeepseekV3;
+      o.kv_heads = o.heads;
+      o.intermediate = 128;
+      o.moe_intermediate = 32;
+      o.mla = {v3 ? 32 : 0, 32, 16, 8, 16};
+      o.n_shared_experts = v3 ? 1 : 2;
+      o.first_k_dense_replace = 1;
+      o.topk_method =
+          v3 ? TopkMethod::kNoauxTc : TopkMethod::kGroupLimitedGreedy;
+      o.n_group = 4;
+      o.topk_group = 2;
+      o.routed_scaling_factor = v3 ? 2.5 : 2.0;
+      o.norm_topk_prob = v3;
+      break;
+    }
   }
   return o;
 }
@@ -313,6 +364,7 @@ absl::StatusOr<ModelConfig> ConfigFromOptions(const MakeModelOptions& o) {
   c.max_position_embeddings = o.max_position_embeddings;
   c.tie_word_embeddings = o.tie_word_embeddings;
   c.torch_dtype = TorchDtype(o.dtype);
+  if (c.is_deepseek()) DeepseekFromOptions(o, &c);
   if (o.vocab < 256 + static_cast<int64_t>(TinySpecialTokens().size()) ||
       o.vocab > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(

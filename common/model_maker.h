@@ -62,6 +62,18 @@ struct MakeModelOptions {
   double rms_norm_eps = 1e-6;
   std::optional<double> rope_theta;  // family default when unset
   int64_t max_position_embeddings = 4096;
+
+  // deepseek_v2 / deepseek_v3 (the config fields of the same names). `heads`
+  // is num_attention_heads; kv_heads and head_dim are ignored (MLA).
+  MlaConfig mla;
+  int64_t n_shared_experts = 0;  // 0: none (config null)
+  int64_t first_k_dense_replace = 0;
+  int64_t moe_layer_freq = 1;
+  TopkMethod topk_method = TopkMethod::kGreedy;  // v3: noaux_tc is forced
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  std::optional<YarnConfig> yarn;  // rope_scaling type yarn
 };
 
 // Small (a few MB) but structurally complete: >= 4 MoE layers, 8 experts,
@@ -71,6 +83,13 @@ struct MakeModelOptions {
 //   qwen3_moe 5 layers with layer 2 dense (mlp_only_layers), head_dim 32
 //             != hidden/heads, norm_topk_prob true (as Qwen3-30B-A3B).
 //   olmoe     4 layers, experts of width 64, clip_qkv unset.
+//   deepseek_v2  4 layers (layer 0 dense: first_k_dense_replace 1), MLA
+//             without q_lora_rank (as V2-Lite), kv_lora_rank 32, nope 16,
+//             rope 8, v 16; 8 experts of 32 in 4 groups, group_limited_greedy
+//             (topk_group 2), 2 shared experts, routed_scaling_factor 2.
+//   deepseek_v3  as deepseek_v2 with q_lora_rank 32, sigmoid + noaux_tc
+//             routing with e_score_correction_bias, 1 shared expert,
+//             norm_topk_prob, routed_scaling_factor 2.5.
 MakeModelOptions TinyPreset(ModelFamily family);
 
 // The config MakeModel writes for `options` (validated).

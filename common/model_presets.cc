@@ -30,6 +30,58 @@ constexpr RealShape kRealShapes[] = {
      50304, false},
 };
 
+// DeepSeek shapes at 2 decoder layers, the first dense (their
+// first_k_dense_replace, 1 for V2-Lite, 3 for V3, is cut to 1 so that the
+// second layer is MoE). From the published config.json files.
+struct DeepseekShape {
+  const char* name;
+  ModelFamily family;
+  int64_t hidden, heads, experts, top_k, intermediate, moe_intermediate,
+      n_shared, vocab, n_group, topk_group;
+  MlaConfig mla;
+  TopkMethod method;
+  double routed_scaling_factor;
+  bool norm_topk_prob;
+  YarnConfig yarn;
+  int64_t max_position_embeddings;
+};
+
+const DeepseekShape kDeepseekShapes[] = {
+    // DeepSeek-V2-Lite: 27 layers; 64 experts, 6 per token, 2 shared.
+    {"deepseek-v2-lite-2l", ModelFamily::kDeepseekV2, 2048, 16, 64, 6, 10944,
+     1408, 2, 102400, 1, 1, {0, 512, 128, 64, 128}, TopkMethod::kGreedy, 1.0,
+     false, {40, 4096, 32, 1, 0.707, 0.707}, 163840},
+    // DeepSeek-V3: 61 layers; 256 experts (22 GB per MoE layer in bf16: a
+    // shape for sizing, not for writing on a workstation).
+    {"deepseek-v3-2l", ModelFamily::kDeepseekV3, 7168, 128, 256, 8, 18432,
+     2048, 1, 129280, 8, 4, {1536, 512, 128, 64, 128}, TopkMethod::kNoauxTc,
+     2.5, true, {40, 4096, 32, 1, 1.0, 1.0}, 163840},
+};
+
+MakeModelOptions DeepseekPreset(const DeepseekShape& r) {
+  MakeModelOptions o;
+  o.arch = r.family;
+  o.layers = 2;
+  o.hidden = r.hidden;
+  o.heads = o.kv_heads = r.heads;
+  o.experts = r.experts;
+  o.top_k = r.top_k;
+  o.intermediate = r.intermediate;
+  o.moe_intermediate = r.moe_intermediate;
+  o.vocab = r.vocab;
+  o.mla = r.mla;
+  o.n_shared_experts = r.n_shared;
+  o.first_k_dense_replace = 1;
+  o.topk_method = r.method;
+  o.n_group = r.n_group;
+  o.topk_group = r.topk_group;
+  o.routed_scaling_factor = r.routed_scaling_factor;
+  o.norm_topk_prob = r.norm_topk_prob;
+  o.yarn = r.yarn;
+  o.max_position_embeddings = r.max_position_embeddings;
+  return o;
+}
+
 // Bigger than tiny, still seconds to write: 6 layers x 16 experts.
 MakeModelOptions SmallPreset(ModelFamily family) {
   MakeModelOptions o = TinyPreset(family);
@@ -52,6 +104,9 @@ MakeModelOptions SmallPreset(ModelFamily family) {
 std::string PresetNames() {
   std::string names = "tiny, small";
   for (const RealShape& r : kRealShapes) absl::StrAppend(&names, ", ", r.name);
+  for (const DeepseekShape& r : kDeepseekShapes) {
+    absl::StrAppend(&names, ", ", r.name);
+  }
   return names;
 }
 
@@ -83,6 +138,15 @@ absl::StatusOr<MakeModelOptions> PresetOptions(
     o.norm_topk_prob = r.norm_topk_prob;
     o.max_position_embeddings = 32768;
     return o;
+  }
+  for (const DeepseekShape& r : kDeepseekShapes) {
+    if (name != r.name) continue;
+    if (family.has_value() && *family != r.family) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("preset ", name, " is a ", ModelFamilyName(r.family),
+                       " model, not ", ModelFamilyName(*family)));
+    }
+    return DeepseekPreset(r);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown preset '", name, "' (known: ", PresetNames(), ")"));

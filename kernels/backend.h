@@ -81,6 +81,40 @@ struct AttentionShape {
   int64_t start_pos = 0;
 };
 
+// Geometry of DeepSeek's multi-head latent attention over a latent cache
+// (see Backend::MlaAttention).
+struct MlaShape {
+  int64_t tokens = 0;     // new query tokens in this call
+  int64_t heads = 0;      // query heads
+  int64_t nope_dim = 0;   // qk_nope_head_dim
+  int64_t rope_dim = 0;   // qk_rope_head_dim
+  int64_t v_dim = 0;      // v_head_dim
+  int64_t rank = 0;       // kv_lora_rank
+  int64_t max_seq = 0;    // capacity of the latent cache in positions
+  int64_t start_pos = 0;  // position of the first new token
+};
+
+// How RouterSelect scores and chooses experts (DeepSeek's MoEGate).
+enum class RouterScoring : int { kSoftmax = 0, kSigmoid = 1 };
+enum class RouterSelection : int {
+  kGreedy = 0,  // top_k of the scores
+  // Groups ranked by their best score; top_k among the topk_group best.
+  kGroupLimited = 1,
+  // Scores plus the correction bias choose; groups ranked by the sum of
+  // their two best biased scores (noaux_tc).
+  kBiasedGroupLimited = 2,
+};
+struct RouterSpec {
+  RouterScoring scoring = RouterScoring::kSoftmax;
+  RouterSelection selection = RouterSelection::kGreedy;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  // When top_k > 1: divide the k weights by (their sum + 1e-20).
+  bool renormalize = false;
+  // Then multiply them by this (routed_scaling_factor, or 1).
+  float scale = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -172,6 +206,52 @@ class Backend {
                           float* topk_weights,  // [tokens, top_k]
                           int64_t tokens, int64_t experts, int64_t top_k,
                           bool renormalize, Stream stream = nullptr);
+
+  // DeepSeek's router: scores = softmax(logits) or sigmoid(logits) per row;
+  // selection per `spec` (choice = scores, + bias for kBiasedGroupLimited;
+  // experts of the groups not chosen count as 0 when choosing, as the
+  // published masked_fill(..., 0.0)); ids in descending choice order (ties
+  // -> lower index); weights = the chosen experts' scores without the bias,
+  // then renormalized and scaled per `spec`.
+  // REQUIRES: experts % n_group == 0 for the grouped selections,
+  // 1 <= topk_group <= n_group, top_k <= topk_group * experts / n_group,
+  // groups of >= 2 experts and a bias for kBiasedGroupLimited.
+  absl::Status RouterSelect(const float* logits,  // [tokens, experts]
+                            const float* bias,    // [experts] or nullptr
+                            int32_t* topk_ids,    // [tokens, top_k]
+                            float* topk_weights,  // [tokens, top_k]
+                            int64_t tokens, int64_t experts, int64_t top_k,
+                            const RouterSpec& spec, Stream stream = nullptr);
+
+  // Rotary embedding on interleaved pairs (x[2i], x[2i+1]) of the `rot_dim`
+  // values at `offset` in each head of `x` (DeepSeek's q_pe / k_pe): the
+  // pair rotates by positions[t] * inv_freq[i] and is scaled by `mscale`
+  // (YaRN's cos/sin factor; 1 otherwise). In place. rot_dim even,
+  // offset + rot_dim <= stride.
+  absl::Status RopeInterleaved(float* x,  // [tokens, heads, stride]
+                               const int32_t* positions,  // [tokens]
+                               const float* inv_freq,     // [rot_dim / 2]
+                               int64_t tokens, int64_t heads, int64_t stride,
+                               int64_t offset, int64_t rot_dim, float mscale,
+                               Stream stream = nullptr);
+
+  // DeepSeek multi-head latent attention with kv_b_proj absorbed, over a
+  // cache of the normed latent c_kv and the roped k_pe of every position
+  // (which must already hold the new tokens). With W_UK[h] = kv_b rows
+  // [h*(nope+v), h*(nope+v)+nope) and W_UV[h] the next v rows, per token t
+  // and head h, over positions j <= start_pos + t:
+  //   s_j = (q_nope W_UK[h]) . c_kv[j] + q_pe . k_pe[j], p = softmax(s*scale)
+  //   out = W_UV[h] (sum_j p_j c_kv[j])
+  // which equals attention with keys [c_kv W_UK^T, k_pe] and values
+  // c_kv W_UV^T, without expanding them.
+  absl::Status MlaAttention(const float* q,  // [tokens, heads, nope+rope]
+                            const void* kv_b,  // [heads*(nope+v), rank]
+                            DType kv_b_dtype,
+                            const float* ckv_cache,  // [max_seq, rank]
+                            const float* kpe_cache,  // [max_seq, rope]
+                            float* out,              // [tokens, heads, v]
+                            const MlaShape& shape, float scale,
+                            Stream stream = nullptr);
 
   // One routed expert (SwiGLU) over the `count` tokens routed to it:
   //   out[row_i] += weight_i * down(silu(gate(x[row_i])) * up(x[row_i]))
@@ -286,6 +366,22 @@ class Backend {
   virtual absl::Status DoTopK(const float* x, int32_t* ids, float* values,
                               int64_t rows, int64_t n, int64_t k,
                               Stream stream) = 0;
+  virtual absl::Status DoRouterSelect(const float* logits, const float* bias,
+                                      int32_t* topk_ids, float* topk_weights,
+                                      int64_t tokens, int64_t experts,
+                                      int64_t top_k, const RouterSpec& spec,
+                                      Stream stream) = 0;
+  virtual absl::Status DoRopeInterleaved(float* x, const int32_t* positions,
+                                         const float* inv_freq,
+                                         int64_t tokens, int64_t heads,
+                                         int64_t stride, int64_t offset,
+                                         int64_t rot_dim, float mscale,
+                                         Stream stream) = 0;
+  virtual absl::Status DoMlaAttention(const float* q, const void* kv_b,
+                                      DType kv_b_dtype, const float* ckv_cache,
+                                      const float* kpe_cache, float* out,
+                                      const MlaShape& shape, float scale,
+                                      Stream stream) = 0;
 
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu_deepseek_ops.h"
 #include "kernels/cpu_ops.h"
 
 namespace moe {
@@ -240,6 +241,38 @@ absl::Status CpuBackend::DoLogSoftmax(const float* x, float* out,
 absl::Status CpuBackend::DoTopK(const float* x, int32_t* ids, float* values,
                                 int64_t rows, int64_t n, int64_t k, Stream) {
   cpu::TopK(*pool_, x, ids, values, rows, n, k);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoRouterSelect(const float* logits, const float* bias,
+                                        int32_t* topk_ids, float* topk_weights,
+                                        int64_t tokens, int64_t experts,
+                                        int64_t top_k, const RouterSpec& spec,
+                                        Stream) {
+  cpu::RouterSelect(*pool_, logits, bias, topk_ids, topk_weights, tokens,
+                    experts, top_k, spec);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoRopeInterleaved(float* x, const int32_t* positions,
+                                           const float* inv_freq,
+                                           int64_t tokens, int64_t heads,
+                                           int64_t stride, int64_t offset,
+                                           int64_t rot_dim, float mscale,
+                                           Stream) {
+  cpu::RopeInterleaved(*pool_, x, positions, inv_freq, tokens, heads, stride,
+                       offset, rot_dim, mscale);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoMlaAttention(const float* q, const void* kv_b,
+                                        DType kv_b_dtype,
+                                        const float* ckv_cache,
+                                        const float* kpe_cache, float* out,
+                                        const MlaShape& shape, float scale,
+                                        Stream) {
+  cpu::MlaAttention(*pool_, VectorOpsFor(simd_.load()), q, kv_b, kv_b_dtype,
+                    ckv_cache, kpe_cache, out, shape, scale);
   return absl::OkStatus();
 }
 

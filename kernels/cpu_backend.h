@@ -85,6 +85,20 @@ class CpuBackend : public Backend {
   absl::Status DoTopK(const float* x, int32_t* ids, float* values,
                       int64_t rows, int64_t n, int64_t k,
                       Stream stream) override;
+  absl::Status DoRouterSelect(const float* logits, const float* bias,
+                              int32_t* topk_ids, float* topk_weights,
+                              int64_t tokens, int64_t experts, int64_t top_k,
+                              const RouterSpec& spec, Stream stream) override;
+  absl::Status DoRopeInterleaved(float* x, const int32_t* positions,
+                                 const float* inv_freq, int64_t tokens,
+                                 int64_t heads, int64_t stride, int64_t offset,
+                                 int64_t rot_dim, float mscale,
+                                 Stream stream) override;
+  absl::Status DoMlaAttention(const float* q, const void* kv_b,
+                              DType kv_b_dtype, const float* ckv_cache,
+                              const float* kpe_cache, float* out,
+                              const MlaShape& shape, float scale,
+                              Stream stream) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;

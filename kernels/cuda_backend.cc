@@ -143,6 +143,43 @@ class CudaBackend : public Backend {
                                    S(stream)),
                  "RouterTopK");
   }
+  absl::Status DoRouterSelect(const float* logits, const float* bias,
+                              int32_t* topk_ids, float* topk_weights,
+                              int64_t tokens, int64_t experts, int64_t top_k,
+                              const RouterSpec& spec, Stream stream) override {
+    MoeCudaRouterSpec s{static_cast<int>(spec.scoring),
+                        static_cast<int>(spec.selection),
+                        spec.n_group,
+                        spec.topk_group,
+                        spec.renormalize ? 1 : 0,
+                        spec.scale};
+    return Check(api_->router_select(logits, bias, topk_ids, topk_weights,
+                                     tokens, experts, top_k, &s, S(stream)),
+                 "RouterSelect");
+  }
+  absl::Status DoRopeInterleaved(float* x, const int32_t* positions,
+                                 const float* inv_freq, int64_t tokens,
+                                 int64_t heads, int64_t stride, int64_t offset,
+                                 int64_t rot_dim, float mscale,
+                                 Stream stream) override {
+    return Check(api_->rope_interleaved(x, positions, inv_freq, tokens, heads,
+                                        stride, offset, rot_dim, mscale,
+                                        S(stream)),
+                 "RopeInterleaved");
+  }
+  absl::Status DoMlaAttention(const float* q, const void* kv_b,
+                              DType kv_b_dtype, const float* ckv_cache,
+                              const float* kpe_cache, float* out,
+                              const MlaShape& shape, float scale,
+                              Stream stream) override {
+    MoeCudaMlaShape s{shape.tokens,   shape.heads, shape.nope_dim,
+                      shape.rope_dim, shape.v_dim, shape.rank,
+                      shape.max_seq,  shape.start_pos};
+    return Check(api_->mla_attention(q, kv_b, static_cast<int>(kv_b_dtype),
+                                     ckv_cache, kpe_cache, out, &s, scale,
+                                     S(stream)),
+                 "MlaAttention");
+  }
   absl::Status DoExpertFfn(const float* x, const int32_t* rows,
                            const float* weights, const void* gate,
                            const void* up, const void* down, DType w_dtype,

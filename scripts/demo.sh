@@ -15,11 +15,15 @@ bin=build/bin
 $bin/moectl info
 # The demo's own model is remade on every run (make-model refuses a
 # non-empty directory without --force); a directory given in MOE_DEMO_MODEL
-# is written only if it is empty.
-model=${MOE_DEMO_MODEL:-build/demo/tiny-mixtral}
+# is written only if it is empty. MOE_DEMO_ARCH picks the family: mixtral
+# (default), qwen2_moe, qwen3_moe, olmoe, deepseek_v2 (MLA with a latent KV
+# cache, grouped routing, shared experts) or deepseek_v3 (sigmoid +
+# bias-corrected noaux_tc routing).
+arch=${MOE_DEMO_ARCH:-mixtral}
+model=${MOE_DEMO_MODEL:-build/demo/tiny-$arch}
 force=()
 [ -z "${MOE_DEMO_MODEL:-}" ] && force=(--force)
-$bin/moectl make-model --preset tiny --arch mixtral --out "$model" "${force[@]}"
+$bin/moectl make-model --preset tiny --arch "$arch" --out "$model" "${force[@]}"
 $bin/moectl inspect "$model"
 
 work=$(mktemp -d /tmp/moe-demo.XXXXXX)
@@ -44,9 +48,10 @@ wait_for_socket() {  # PATH PID NAME
   return 1
 }
 
-# 4 MoE layers x 8 experts = 32 experts; the cache holds 12 (1.5 layers), and
+# Tiny mixtral: 4 MoE layers x 8 experts = 32 experts (deepseek: 3 MoE
+# layers, its first layer is dense); the cache holds 12 (1.5 layers), and
 # copies are paced to 1 GB/s so that misses cost time, as over PCIe.
-echo "== starting moe-cached (12 of 32 experts cached, policy moe-infinity, link 1 GB/s, misses run where cheaper)"
+echo "== starting moe-cached ($arch: 12 experts cached, policy moe-infinity, link 1 GB/s, misses run where cheaper)"
 $bin/moe-cached --model "tiny=$model" --listen "unix:$work/cached.sock" \
   --metrics-addr "" --cache-experts 12 --policy moe-infinity --prefetch on \
   --link-gbps 1 --miss-mode auto --state-dir "$work/state" 2>"$work/cached.log" &

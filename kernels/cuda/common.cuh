@@ -112,6 +112,18 @@ int LogSoftmax(const float* x, float* out, int64_t rows, int64_t n,
 int TopK(const float* x, int32_t* ids, float* values, int64_t rows, int64_t n,
          int64_t k, void* stream);
 
+// deepseek.cu (ABI v4).
+int RouterSelect(const float* logits, const float* bias, int32_t* ids,
+                 float* weights, int64_t tokens, int64_t experts,
+                 int64_t top_k, const MoeCudaRouterSpec* spec, void* stream);
+int RopeInterleaved(float* x, const int32_t* positions, const float* inv_freq,
+                    int64_t tokens, int64_t heads, int64_t stride,
+                    int64_t offset, int64_t rot_dim, float mscale,
+                    void* stream);
+int MlaAttention(const float* q, const void* kv_b, int kv_b_dtype,
+                 const float* ckv_cache, const float* kpe_cache, float* out,
+                 const MoeCudaMlaShape* shape, float scale, void* stream);
+
 // arena.cu (ABI v3).
 int HostRegister(void* ptr, size_t bytes);
 int HostUnregister(void* ptr);

@@ -180,6 +180,9 @@ const MoeCudaModuleApi kApi = {
     &StreamCreateWithPriority,
     &StreamPriorityRange,
     &EventQuery,
+    &RouterSelect,
+    &RopeInterleaved,
+    &MlaAttention,
 };
 
 }  // namespace

@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define MOE_CUDA_MODULE_ABI_VERSION 3
+#define MOE_CUDA_MODULE_ABI_VERSION 4
 
 #define MOE_CUDA_CUBLAS_BASE 10000
 #define MOE_CUDA_MODULE_BASE 20000
@@ -54,6 +54,24 @@ extern "C" {
 typedef struct MoeCudaAttentionShape {
   int64_t tokens, heads, kv_heads, head_dim, max_seq, start_pos;
 } MoeCudaAttentionShape;
+
+// Backend::RouterSelect's RouterSpec (scoring, selection: the enum values).
+typedef struct MoeCudaRouterSpec {
+  int scoring, selection;
+  int64_t n_group, topk_group;
+  int renormalize;
+  float scale;
+} MoeCudaRouterSpec;
+
+// Backend::MlaAttention's MlaShape.
+typedef struct MoeCudaMlaShape {
+  int64_t tokens, heads, nope_dim, rope_dim, v_dim, rank, max_seq, start_pos;
+} MoeCudaMlaShape;
+
+// Largest kv_lora_rank + qk_rope_head_dim and experts the DeepSeek kernels
+// take (shared memory); larger ones return MOE_CUDA_ERR_BAD_ARGUMENT.
+#define MOE_CUDA_MAX_MLA_RANK 2048
+#define MOE_CUDA_MAX_ROUTER_EXPERTS 4096
 
 typedef struct MoeCudaModuleApi {
   int abi_version;
@@ -141,6 +159,20 @@ typedef struct MoeCudaModuleApi {
   // yet, else an error code. (event_create makes events with
   // cudaEventDisableTiming, so polling them is cheap.)
   int (*event_query)(void* event);
+
+  // ---- v4: DeepSeek (deepseek.cu) ----
+  int (*router_select)(const float* logits, const float* bias, int32_t* ids,
+                       float* weights, int64_t tokens, int64_t experts,
+                       int64_t top_k, const MoeCudaRouterSpec* spec,
+                       void* stream);
+  int (*rope_interleaved)(float* x, const int32_t* positions,
+                          const float* inv_freq, int64_t tokens, int64_t heads,
+                          int64_t stride, int64_t offset, int64_t rot_dim,
+                          float mscale, void* stream);
+  int (*mla_attention)(const float* q, const void* kv_b, int kv_b_dtype,
+                       const float* ckv_cache, const float* kpe_cache,
+                       float* out, const MoeCudaMlaShape* shape, float scale,
+                       void* stream);
 } MoeCudaModuleApi;
 
 // The module's single exported symbol.

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "services/engine/mla_attention.h"
 
 namespace moe {
 
@@ -10,7 +11,8 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Load(
     const std::string& dir, Backend* backend) {
   ASSIGN_OR_RETURN(ModelDescription desc, ModelDescription::Open(dir));
   const ModelConfig& c = desc.config();
-  if (!c.rope_scaling_type.empty()) {
+  const bool deepseek_yarn = c.is_deepseek() && c.yarn.has_value();
+  if (!c.rope_scaling_type.empty() && !deepseek_yarn) {
     return absl::UnimplementedError(absl::StrCat(
         dir, ": rope scaling '", c.rope_scaling_type, "' is not supported"));
   }
@@ -20,7 +22,9 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Load(
   }
   if (c.o_bias) {
     return absl::UnimplementedError(
-        absl::StrCat(dir, ": o_proj bias is not supported"));
+        absl::StrCat(dir, c.is_deepseek() ? ": attention_bias"
+                                          : ": o_proj bias",
+                     " is not supported"));
   }
   std::unique_ptr<MoeModel> model(new MoeModel());
   model->desc_ = std::make_unique<ModelDescription>(std::move(desc));
@@ -82,6 +86,11 @@ absl::Status MoeModel::Prepare() {
     LayerWeights& w = layers_[l];
     ASSIGN_OR_RETURN(w.input_norm, Vector(TensorRole::kInputNorm, l));
     ASSIGN_OR_RETURN(w.post_norm, Vector(TensorRole::kPostAttnNorm, l));
+    w.moe_index = c.MoeLayerIndex(l);
+    if (c.is_mla()) {
+      RETURN_IF_ERROR(PrepareMla(w, l));
+      continue;
+    }
     ASSIGN_OR_RETURN(w.q, Matrix(TensorRole::kQProj, l));
     ASSIGN_OR_RETURN(w.k, Matrix(TensorRole::kKProj, l));
     ASSIGN_OR_RETURN(w.v, Matrix(TensorRole::kVProj, l));
@@ -91,15 +100,57 @@ absl::Status MoeModel::Prepare() {
     ASSIGN_OR_RETURN(w.v_bias, Vector(TensorRole::kVBias, l));
     ASSIGN_OR_RETURN(w.q_norm, Vector(TensorRole::kQNorm, l));
     ASSIGN_OR_RETURN(w.k_norm, Vector(TensorRole::kKNorm, l));
-    w.moe_index = c.MoeLayerIndex(l);
+    RETURN_IF_ERROR(PrepareMlp(w, l));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MoeModel::PrepareMla(LayerWeights& w, int l) {
+  const ModelConfig& c = config();
+  if (c.mla.q_lora_rank > 0) {
+    ASSIGN_OR_RETURN(w.q_a, Matrix(TensorRole::kQAProj, l));
+    ASSIGN_OR_RETURN(w.q_a_norm, Vector(TensorRole::kQANorm, l));
+    ASSIGN_OR_RETURN(w.q_b, Matrix(TensorRole::kQBProj, l));
+  } else {
+    ASSIGN_OR_RETURN(w.q, Matrix(TensorRole::kQProj, l));
+  }
+  ASSIGN_OR_RETURN(w.kv_a, Matrix(TensorRole::kKvAProj, l));
+  ASSIGN_OR_RETURN(w.kv_a_norm, Vector(TensorRole::kKvANorm, l));
+  ASSIGN_OR_RETURN(w.kv_b, Matrix(TensorRole::kKvBProj, l));
+  ASSIGN_OR_RETURN(w.o, Matrix(TensorRole::kOProj, l));
+  if (IsQuantDType(w.kv_b.dtype)) {
+    return absl::UnimplementedError(
+        absl::StrCat("layer ", l, ": kv_b_proj must be F32, F16 or BF16"));
+  }
+  if (w.moe_index >= 0) {
+    ASSIGN_OR_RETURN(w.score_bias, Vector(TensorRole::kScoreBias, l));
+  }
+  if (mla_rope_.inv_freq == nullptr) {
+    MlaRope rope = MlaRopeFor(c);
+    const size_t bytes = sizeof(float) * rope.inv_freq.size();
+    ASSIGN_OR_RETURN(void* p, backend_->Alloc(bytes));
+    owned_.push_back(p);
+    RETURN_IF_ERROR(backend_->CopyToDevice(p, rope.inv_freq.data(), bytes));
+    mla_rope_.inv_freq = static_cast<const float*>(p);
+    mla_rope_.mscale = rope.mscale;
+    mla_rope_.softmax_scale = rope.softmax_scale;
+  }
+  return PrepareMlp(w, l);
+}
+
+absl::Status MoeModel::PrepareMlp(LayerWeights& w, int l) {
+  const ModelConfig& c = config();
+  {
     if (w.moe_index >= 0) {
       ASSIGN_OR_RETURN(w.router, Matrix(TensorRole::kRouter, l));
       if (c.has_shared_expert()) {
         ASSIGN_OR_RETURN(w.shared_gate, Matrix(TensorRole::kSharedGate, l));
         ASSIGN_OR_RETURN(w.shared_up, Matrix(TensorRole::kSharedUp, l));
         ASSIGN_OR_RETURN(w.shared_down, Matrix(TensorRole::kSharedDown, l));
-        ASSIGN_OR_RETURN(w.shared_expert_gate,
-                         Matrix(TensorRole::kSharedExpertGate, l));
+        if (c.has_shared_expert_gate()) {
+          ASSIGN_OR_RETURN(w.shared_expert_gate,
+                           Matrix(TensorRole::kSharedExpertGate, l));
+        }
         if (w.shared_gate.dtype != w.shared_up.dtype ||
             w.shared_gate.dtype != w.shared_down.dtype) {
           return absl::UnimplementedError(absl::StrCat(

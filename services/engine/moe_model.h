@@ -43,6 +43,11 @@ struct LayerWeights {
   Weight shared_gate, shared_up, shared_down;  // qwen2_moe shared expert
   Weight shared_expert_gate;                   // [1, hidden]
   Weight dense_gate, dense_up, dense_down;     // dense layers
+  // DeepSeek MLA (q is q_proj when there is no q_lora_rank).
+  Weight q_a, q_b, kv_a, kv_b;
+  const float* q_a_norm = nullptr;    // [q_lora_rank] or null
+  const float* kv_a_norm = nullptr;   // [kv_lora_rank]
+  const float* score_bias = nullptr;  // [experts] (noaux_tc) or null
 };
 
 class MoeModel {
@@ -65,9 +70,21 @@ class MoeModel {
   // Longest sequence a session may hold (sliding window or max positions).
   int64_t max_context() const;
 
+  // MLA models: the rope part's inverse frequencies (backend memory) and
+  // factors, from MlaRopeFor (mla_attention.h).
+  struct MlaRopeTable {
+    const float* inv_freq = nullptr;  // [qk_rope_head_dim / 2]
+    float mscale = 1.0f;
+    float softmax_scale = 1.0f;
+  };
+  const MlaRopeTable& mla_rope() const { return mla_rope_; }
+
  private:
   MoeModel() = default;
   absl::Status Prepare();
+  absl::Status PrepareMla(LayerWeights& w, int layer);
+  // Router, shared expert or dense MLP of `layer`.
+  absl::Status PrepareMlp(LayerWeights& w, int layer);
   absl::StatusOr<Weight> Matrix(TensorRole role, int layer);
   absl::StatusOr<const float*> Vector(TensorRole role, int layer);
   absl::StatusOr<const void*> Place(const TensorView& view);
@@ -79,6 +96,7 @@ class MoeModel {
   std::vector<LayerWeights> layers_;
   Weight embed_, lm_head_;
   const float* final_norm_ = nullptr;
+  MlaRopeTable mla_rope_;
 };
 
 }  // namespace moe

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "services/engine/mla_attention.h"
 
 namespace moe {
 namespace {
@@ -43,6 +44,11 @@ Session::Session(const MoeModel& model, ExpertProvider* experts,
 
 int64_t Session::KvCacheBytes(const MoeModel& model, int64_t max_seq) {
   const ModelConfig& c = model.config();
+  if (c.is_mla()) {
+    return c.num_hidden_layers * static_cast<int64_t>(sizeof(float)) *
+           std::min(max_seq, model.max_context()) *
+           (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
+  }
   return 2 * c.num_hidden_layers * static_cast<int64_t>(sizeof(float)) *
          std::min(max_seq, model.max_context()) * c.num_key_value_heads * c.head_dim;
 }
@@ -50,12 +56,25 @@ int64_t Session::KvCacheBytes(const MoeModel& model, int64_t max_seq) {
 Session::~Session() {
   for (void* p : kv_) be_.Free(p);
   for (void* p : bufs_) be_.Free(p);
+  for (void* p : mla_bufs_) be_.Free(p);
 }
 
 absl::Status Session::Reserve(int64_t tokens) {
   const ModelConfig& c = model_.config();
+  if (kv_.empty() && c.is_mla()) {
+    // Per layer: c_kv [max_seq, kv_lora_rank], k_pe [max_seq, qk_rope].
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      for (int64_t width : {c.mla.kv_lora_rank, c.mla.qk_rope_head_dim}) {
+        const size_t bytes = sizeof(float) * max_seq_ * width;
+        ASSIGN_OR_RETURN(void* p, be_.Alloc(bytes));
+        kv_.push_back(p);
+        kv_allocated_ += static_cast<int64_t>(bytes);
+      }
+    }
+  }
   if (kv_.empty()) {
     const size_t kv_bytes = KvCacheBytes(model_, max_seq_) / (2 * c.num_hidden_layers);
+    kv_allocated_ = KvCacheBytes(model_, max_seq_);
     for (int64_t l = 0; l < 2 * c.num_hidden_layers; ++l) {
       ASSIGN_OR_RETURN(void* p, be_.Alloc(kv_bytes));
       kv_.push_back(p);
@@ -145,6 +164,11 @@ absl::StatusOr<absl::Span<const float>> Session::Forward(
 
 absl::Status Session::Attention(const LayerWeights& w, int layer, int64_t t) {
   const ModelConfig& c = model_.config();
+  if (c.is_mla()) {
+    return MlaAttention(w, layer, t, Buf(kH), Buf(kQ),
+                        reinterpret_cast<int32_t*>(Buf(kPositions)),
+                        Buf(kOut));
+  }
   const int64_t hd = c.head_dim, nh = c.num_attention_heads,
                 nkv = c.num_key_value_heads, hidden = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -187,8 +211,7 @@ absl::Status Session::MoeBlock(const LayerWeights& w, int64_t t,
   RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.router.data, w.router.dtype, nullptr,
                              Buf(kRouter), t, e, hidden));
   int32_t* top_ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
-  RETURN_IF_ERROR(be_.RouterTopK(Buf(kRouter), top_ids, Buf(kTopW), t, e, k,
-                                 c.norm_topk_prob));
+  RETURN_IF_ERROR(Route(w, Buf(kRouter), top_ids, Buf(kTopW), t));
   host_ids_.resize(t * k);
   host_weights_.resize(t * k);
   RETURN_IF_ERROR(be_.CopyToHost(host_ids_.data(), top_ids, 4 * t * k));
@@ -242,8 +265,25 @@ absl::Status Session::MoeBlock(const LayerWeights& w, int64_t t,
   return absl::OkStatus();
 }
 
+absl::Status Session::Route(const LayerWeights& w, const float* logits,
+                            int32_t* ids, float* weights, int64_t t) {
+  const ModelConfig& c = model_.config();
+  if (!c.is_deepseek()) {
+    return be_.RouterTopK(logits, ids, weights, t, c.num_experts, c.top_k,
+                          c.norm_topk_prob);
+  }
+  return be_.RouterSelect(logits, w.score_bias, ids, weights, t,
+                          c.num_experts, c.top_k, RouterSpecFor(c));
+}
+
 absl::Status Session::SharedExpert(const LayerWeights& w, int64_t t) {
   const ModelConfig& c = model_.config();
+  if (!c.has_shared_expert_gate()) {  // DeepSeek: shared experts, no gate
+    return be_.ExpertFfn(Buf(kH), nullptr, nullptr, w.shared_gate.data,
+                         w.shared_up.data, w.shared_down.data,
+                         w.shared_gate.dtype, Buf(kOut), t, t, c.hidden_size,
+                         w.shared_gate.rows);
+  }
   // out += sigmoid(x . shared_expert_gate) * shared_expert(x), per token.
   RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.shared_expert_gate.data,
                              w.shared_expert_gate.dtype, nullptr, Buf(kGate),
@@ -286,8 +326,12 @@ absl::Status Session::PregateHints(int target_layer, int64_t t) {
   RETURN_IF_ERROR(be_.MatMul(Buf(kLast), next.router.data, next.router.dtype,
                              nullptr, Buf(kRouter), 1, e, c.hidden_size));
   int32_t* ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
-  RETURN_IF_ERROR(be_.RouterTopK(Buf(kRouter), ids, Buf(kTopW), 1, e, k,
-                                 /*renormalize=*/false));
+  if (c.is_deepseek()) {
+    RETURN_IF_ERROR(Route(next, Buf(kRouter), ids, Buf(kTopW), 1));
+  } else {
+    RETURN_IF_ERROR(be_.RouterTopK(Buf(kRouter), ids, Buf(kTopW), 1, e, k,
+                                   /*renormalize=*/false));
+  }
   std::vector<int32_t> hid(k);
   std::vector<float> hw(k);
   RETURN_IF_ERROR(be_.CopyToHost(hid.data(), ids, 4 * k));

@@ -94,8 +94,13 @@ class Session {
       absl::Span<const int32_t> tokens, bool prefill);
 
   // Bytes of KV cache a session of `max_seq` tokens of `model` holds (f32
-  // keys and values for every layer, allocated at its first Forward).
+  // keys and values for every layer, allocated at its first Forward). MLA
+  // models (DeepSeek) keep the latent instead: kv_lora_rank +
+  // qk_rope_head_dim f32 values per token per layer.
   static int64_t KvCacheBytes(const MoeModel& model, int64_t max_seq);
+  // The bytes of KV (or latent) cache this session has allocated: 0 before
+  // the first Forward, then KvCacheBytes(model, max_seq()).
+  int64_t kv_cache_allocated_bytes() const { return kv_allocated_; }
 
   int64_t position() const { return pos_; }
   int64_t max_seq() const { return max_seq_; }
@@ -119,6 +124,17 @@ class Session {
  private:
   absl::Status Reserve(int64_t tokens);
   absl::Status Attention(const LayerWeights& w, int layer, int64_t t);
+  // DeepSeek multi-head latent attention of one sequence's `t` new tokens
+  // at positions pos_..: h [t, hidden] -> out [t, hidden], with q
+  // [t, heads * qk_head_dim] as scratch; see mla_attention.cc.
+  absl::Status MlaAttention(const LayerWeights& w, int layer, int64_t t,
+                            float* h, float* q, const int32_t* positions,
+                            float* out);
+  absl::Status ReserveMla(int64_t tokens);
+  // The router of MoE layer `w` on logits [t, experts]: RouterTopK, or
+  // RouterSelect for DeepSeek.
+  absl::Status Route(const LayerWeights& w, const float* logits, int32_t* ids,
+                     float* weights, int64_t t);
   absl::Status MoeBlock(const LayerWeights& w, int64_t t, bool prefill);
   absl::Status DenseMlp(const LayerWeights& w, int64_t t);
   absl::Status SharedExpert(const LayerWeights& w, int64_t t);
@@ -134,6 +150,9 @@ class Session {
   int64_t capacity_ = 0;  // tokens the scratch buffers hold
   std::vector<void*> kv_;    // per layer: k_cache, v_cache
   std::vector<void*> bufs_;  // scratch, see session.cc
+  int64_t kv_allocated_ = 0;
+  std::vector<void*> mla_bufs_;  // MLA scratch, see mla_attention.cc
+  int64_t mla_capacity_ = 0;
   std::vector<float> host_logits_;
   std::vector<int32_t> host_ids_;
   std::vector<float> host_weights_;

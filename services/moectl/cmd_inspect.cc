@@ -41,6 +41,49 @@ int64_t ExpertBytesAs(const ModelDescription& d, DType format) {
   return total;
 }
 
+const char* TopkMethodName(TopkMethod m) {
+  switch (m) {
+    case TopkMethod::kGreedy:
+      return "greedy";
+    case TopkMethod::kGroupLimitedGreedy:
+      return "group_limited_greedy";
+    case TopkMethod::kNoauxTc:
+      return "noaux_tc";
+  }
+  return "?";
+}
+
+// Bytes of latent cache per token per layer (f32 c_kv and k_pe).
+int64_t LatentBytesPerToken(const ModelConfig& c) {
+  return 4 * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
+}
+
+void PrintDeepseek(const ModelConfig& c) {
+  const MlaConfig& m = c.mla;
+  std::printf(
+      "attention: MLA, q_lora_rank %lld, kv_lora_rank %lld, qk nope/rope "
+      "%lld/%lld, v %lld%s\n",
+      static_cast<long long>(m.q_lora_rank),
+      static_cast<long long>(m.kv_lora_rank),
+      static_cast<long long>(m.qk_nope_head_dim),
+      static_cast<long long>(m.qk_rope_head_dim),
+      static_cast<long long>(m.v_head_dim),
+      c.yarn ? absl::StrCat(", yarn factor ", c.yarn->factor).c_str() : "");
+  std::printf("latent cache: %lld bytes per token per layer (f32)\n",
+              static_cast<long long>(LatentBytesPerToken(c)));
+  std::printf(
+      "routing: %s, %s, n_group %lld, topk_group %lld, "
+      "routed_scaling_factor %g\n",
+      c.scoring_func == ScoringFunc::kSigmoid ? "sigmoid" : "softmax",
+      TopkMethodName(c.topk_method), static_cast<long long>(c.n_group),
+      static_cast<long long>(c.topk_group), c.routed_scaling_factor);
+  std::printf("shared experts: %lld of width %lld; dense layers: %lld\n",
+              static_cast<long long>(c.n_shared_experts),
+              static_cast<long long>(c.moe_intermediate_size),
+              static_cast<long long>(c.num_hidden_layers -
+                                     c.num_moe_layers()));
+}
+
 void PrintText(const std::string& dir, const ModelDescription& d) {
   const ModelConfig& c = d.config();
   const char* qk = c.qk_norm == QkNorm::kPerHead ? "per-head"
@@ -64,6 +107,7 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
       static_cast<long long>(c.moe_intermediate_size),
       static_cast<long long>(c.vocab_size), qk, c.qkv_bias ? "yes" : "no",
       c.has_shared_expert() ? "yes" : "no");
+  if (c.is_deepseek()) PrintDeepseek(c);
   std::printf("expert dtype: %s\n",
               std::string(DTypeName(d.expert_dtype())).c_str());
   std::printf("bytes per expert: %llu (%s)\n",
@@ -107,6 +151,13 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["dense_bytes"] = d.dense_bytes();
   j["total_bytes"] = d.total_bytes();
   j["files"] = d.checkpoint().files().size();
+  if (c.is_deepseek()) {
+    j["kv_lora_rank"] = c.mla.kv_lora_rank;
+    j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
+    j["latent_bytes_per_token_per_layer"] = LatentBytesPerToken(c);
+    j["topk_method"] = TopkMethodName(c.topk_method);
+    j["n_shared_experts"] = c.n_shared_experts;
+  }
   std::printf("%s\n", j.dump().c_str());
 }
 

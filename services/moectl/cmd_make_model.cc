@@ -18,7 +18,8 @@ namespace {
 
 void DeclareFlags(FlagSet& f) {
   f.String("arch", "mixtral",
-           "model family: mixtral, qwen2_moe, qwen3_moe, olmoe");
+           "model family: mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+           "deepseek_v3 (deepseek without --preset starts from tiny)");
   f.String("out", "", "output directory (created if missing; required)");
   f.Bool("force", false, "write into a non-empty --out directory");
   f.String("preset", "",
@@ -46,6 +47,78 @@ void DeclareFlags(FlagSet& f) {
   f.Bool("qkv-bias", false, "biases on q/k/v (qwen2_moe default true)");
   f.Double("clip-qkv", 0, "olmoe: clamp q/k/v to [-c, c]");
   f.Bool("tie-word-embeddings", false, "share embedding and lm_head");
+  f.Int("q-lora-rank", 0, "deepseek: q_lora_rank (0: plain q_proj)");
+  f.Int("kv-lora-rank", 0, "deepseek: kv_lora_rank (latent width)");
+  f.Int("qk-nope-head-dim", 0, "deepseek: qk_nope_head_dim");
+  f.Int("qk-rope-head-dim", 0, "deepseek: qk_rope_head_dim (even)");
+  f.Int("v-head-dim", 0, "deepseek: v_head_dim");
+  f.Int("n-shared-experts", 0, "deepseek: shared experts (0: none)");
+  f.Int("first-k-dense-replace", 0, "deepseek: leading dense layers");
+  f.Int("moe-layer-freq", 1, "deepseek: every n-th layer (from the first) is MoE");
+  f.String("topk-method", "",
+           "deepseek_v2: greedy or group_limited_greedy (v3: noaux_tc)");
+  f.Int("n-group", 1, "deepseek: expert groups");
+  f.Int("topk-group", 1, "deepseek: groups kept per token");
+  f.Double("routed-scaling-factor", 1.0, "deepseek: routed_scaling_factor");
+  f.Double("yarn-factor", 0, "deepseek: rope_scaling yarn factor (0: none)");
+  f.Int("yarn-original-max-position", 4096,
+        "deepseek: rope_scaling original_max_position_embeddings");
+}
+
+bool IsDeepseek(ModelFamily f) {
+  return f == ModelFamily::kDeepseekV2 || f == ModelFamily::kDeepseekV3;
+}
+
+// The deepseek_v2/v3 flags.
+absl::Status DeepseekFromFlags(const FlagSet& f, MakeModelOptions& o) {
+  struct IntFlag {
+    const char* name;
+    int64_t* field;
+  };
+  for (const IntFlag& i :
+       {IntFlag{"q-lora-rank", &o.mla.q_lora_rank},
+        {"kv-lora-rank", &o.mla.kv_lora_rank},
+        {"qk-nope-head-dim", &o.mla.qk_nope_head_dim},
+        {"qk-rope-head-dim", &o.mla.qk_rope_head_dim},
+        {"v-head-dim", &o.mla.v_head_dim},
+        {"n-shared-experts", &o.n_shared_experts},
+        {"first-k-dense-replace", &o.first_k_dense_replace},
+        {"moe-layer-freq", &o.moe_layer_freq},
+        {"n-group", &o.n_group},
+        {"topk-group", &o.topk_group}}) {
+    if (f.IsSet(i.name)) *i.field = f.GetInt(i.name);
+  }
+  if (f.IsSet("routed-scaling-factor")) {
+    o.routed_scaling_factor = f.GetDouble("routed-scaling-factor");
+  }
+  if (f.IsSet("topk-method")) {
+    const std::string& m = f.GetString("topk-method");
+    if (m == "greedy") {
+      o.topk_method = TopkMethod::kGreedy;
+    } else if (m == "group_limited_greedy") {
+      o.topk_method = TopkMethod::kGroupLimitedGreedy;
+    } else if (m == "noaux_tc") {
+      o.topk_method = TopkMethod::kNoauxTc;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--topk-method must be greedy, group_limited_greedy or noaux_tc, "
+          "got '", m, "'"));
+    }
+  }
+  if (f.IsSet("yarn-factor")) {
+    if (f.GetDouble("yarn-factor") == 0) {
+      o.yarn.reset();
+    } else {
+      YarnConfig y = o.yarn.value_or(YarnConfig{});
+      y.factor = f.GetDouble("yarn-factor");
+      o.yarn = y;
+    }
+  }
+  if (f.IsSet("yarn-original-max-position") && o.yarn.has_value()) {
+    o.yarn->original_max_position_embeddings =
+        f.GetInt("yarn-original-max-position");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
@@ -53,6 +126,7 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   const std::string& preset = f.GetString("preset");
   MakeModelOptions o;
   o.arch = family;
+  if (preset.empty() && IsDeepseek(family)) o = TinyPreset(family);
   if (!preset.empty()) {
     std::optional<ModelFamily> given;
     if (f.IsSet("arch")) given = family;
@@ -98,6 +172,7 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   if (f.IsSet("clip-qkv")) o.clip_qkv = f.GetDouble("clip-qkv");
   if (f.IsSet("tie-word-embeddings"))
     o.tie_word_embeddings = f.GetBool("tie-word-embeddings");
+  RETURN_IF_ERROR(DeepseekFromFlags(f, o));
   return o;
 }
 

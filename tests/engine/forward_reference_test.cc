@@ -57,6 +57,22 @@ std::vector<Case> Cases() {
   q3.options.norm_topk_prob = true;
   cases.push_back(q3);
   cases.push_back({"olmoe", Tiny(ModelFamily::kOlmoe, 15)});
+  // MLA without q_lora_rank, group_limited_greedy, 2 shared experts,
+  // routed_scaling_factor 2, layer 0 dense.
+  cases.push_back({"deepseek_v2", Tiny(ModelFamily::kDeepseekV2, 16)});
+  // q_lora_rank, greedy with norm_topk_prob (no scaling then), YaRN with a
+  // cos/sin factor (mscale != mscale_all_dim) and the softmax correction,
+  // moe_layer_freq 2 (MoE layers 2 and 4).
+  Case v2y{"deepseek_v2_yarn_qlora", Tiny(ModelFamily::kDeepseekV2, 17)};
+  v2y.options.layers = 5;
+  v2y.options.moe_layer_freq = 2;
+  v2y.options.mla.q_lora_rank = 24;
+  v2y.options.topk_method = TopkMethod::kGreedy;
+  v2y.options.norm_topk_prob = true;
+  v2y.options.yarn = YarnConfig{4.0, 64, 32.0, 1.0, 1.0, 0.8};
+  cases.push_back(v2y);
+  // Sigmoid scores, noaux_tc with e_score_correction_bias, q_lora_rank.
+  cases.push_back({"deepseek_v3", Tiny(ModelFamily::kDeepseekV3, 18)});
   return cases;
 }
 
@@ -147,6 +163,64 @@ TEST(SessionTest, IncrementalDecodeMatchesFullRecompute) {
     EXPECT_NEAR((*all)[i], inc_logits[i], 1e-4) << i;
   }
   EXPECT_EQ(inc.position(), 6);
+}
+
+// MLA keeps a latent cache: kv_lora_rank + qk_rope_head_dim f32 values per
+// token per layer (not 2 * heads * head_dim), measured from what the session
+// allocates; prefill-then-decode over it gives the logits of a full
+// recompute.
+TEST(SessionTest, MlaKeepsALatentCacheOfRankPlusRopeValuesPerToken) {
+  for (ModelFamily family :
+       {ModelFamily::kDeepseekV2, ModelFamily::kDeepseekV3}) {
+    SCOPED_TRACE(ModelFamilyName(family));
+    std::string dir = absl::StrCat(::testing::TempDir(), "/latent_",
+                                   ModelFamilyName(family));
+    MakeModelOptions o = TinyPreset(family);
+    o.seed = 26;
+    ASSERT_TRUE(MakeModel(o, dir).ok());
+    auto backend = CreateBackend("cpu");
+    auto model = MoeModel::Load(dir, backend->get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto experts = InMemoryExpertProvider::Create(**model);
+    const ModelConfig& c = (*model)->config();
+    const int64_t kSeq = 64;
+    Session inc(**model, experts->get(), kSeq);
+    EXPECT_EQ(inc.kv_cache_allocated_bytes(), 0);
+    std::vector<int32_t> seq = {5, 9, 13, 200, 77, 31, 8};
+    ASSERT_TRUE(inc.Forward(absl::MakeSpan(seq).subspan(0, 4), true).ok());
+    const int64_t per_token_layer =
+        inc.kv_cache_allocated_bytes() / (kSeq * c.num_hidden_layers);
+    std::printf("[%s] latent cache: %lld bytes per token per layer "
+                "(kv_lora_rank %lld + qk_rope_head_dim %lld, f32); full "
+                "keys and values would be %lld\n",
+                std::string(ModelFamilyName(family)).c_str(),
+                static_cast<long long>(per_token_layer),
+                static_cast<long long>(c.mla.kv_lora_rank),
+                static_cast<long long>(c.mla.qk_rope_head_dim),
+                static_cast<long long>(4 * c.num_attention_heads *
+                                       (c.mla.qk_head_dim() +
+                                        c.mla.v_head_dim)));
+    EXPECT_EQ(per_token_layer,
+              static_cast<int64_t>(sizeof(float)) *
+                  (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim));
+    EXPECT_EQ(inc.kv_cache_allocated_bytes(),
+              Session::KvCacheBytes(**model, kSeq));
+    EXPECT_EQ(kSeq * c.num_hidden_layers * per_token_layer,
+              inc.kv_cache_allocated_bytes());
+    absl::Span<const float> last;
+    for (size_t i = 4; i < seq.size(); ++i) {
+      auto l = inc.Forward(absl::MakeSpan(seq).subspan(i, 1), false);
+      ASSERT_TRUE(l.ok());
+      last = *l;
+    }
+    std::vector<float> inc_logits(last.begin(), last.end());
+    Session full(**model, experts->get(), kSeq);
+    auto all = full.Forward(seq, true);
+    ASSERT_TRUE(all.ok());
+    for (size_t i = 0; i < inc_logits.size(); ++i) {
+      EXPECT_NEAR((*all)[i], inc_logits[i], 1e-4) << i;
+    }
+  }
 }
 
 TEST(SessionTest, RejectsBadTokensAndOverflow) {

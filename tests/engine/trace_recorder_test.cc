@@ -75,6 +75,10 @@ TEST_P(TraceRecorderGenerateTest, RecordsObserverRoutingAsTrace) {
   const ModelConfig& c = l.model->config();
   const int L = c.num_moe_layers();
   const int k = static_cast<int>(c.top_k);
+  // DeepSeek's dense first layer is not a trace layer.
+  if (c.is_deepseek()) {
+    EXPECT_EQ(L, c.num_hidden_layers - 1);
+  }
 
   const std::string path =
       absl::StrCat(::testing::TempDir(), "/rec_", name, ".jsonl");
@@ -146,7 +150,9 @@ TEST_P(TraceRecorderGenerateTest, RecordsObserverRoutingAsTrace) {
 
 INSTANTIATE_TEST_SUITE_P(Families, TraceRecorderGenerateTest,
                          ::testing::Values(ModelFamily::kMixtral,
-                                           ModelFamily::kQwen3Moe),
+                                           ModelFamily::kQwen3Moe,
+                                           ModelFamily::kDeepseekV2,
+                                           ModelFamily::kDeepseekV3),
                          [](const auto& info) {
                            return std::string(ModelFamilyName(info.param));
                          });
@@ -255,8 +261,13 @@ TEST_P(TraceRecorderGenerateTest, RecordsPregateHintsAsGiven) {
   const trace::TraceRequest& r = on.request;
   const int tokens = 3 + 6 - 1;
   ASSERT_EQ(r.num_tokens(), tokens);
-  // Every decode iteration hints each MoE layer after the first.
-  EXPECT_EQ(on.hint_calls, static_cast<size_t>(5 * (L - 1)));
+  // Every decode iteration hints each MoE layer after the first decoder
+  // layer (all but the first MoE layer; all of them for DeepSeek, whose
+  // first layer is dense).
+  const ModelConfig& c = l.model->config();
+  int hinted_layers = 0;
+  for (int m = 0; m < L; ++m) hinted_layers += c.LayerOfMoeLayer(m) > 0;
+  EXPECT_EQ(on.hint_calls, static_cast<size_t>(5 * hinted_layers));
   ASSERT_EQ(r.hints.size(), static_cast<size_t>(tokens));
   ASSERT_EQ(on.hinted.size(), static_cast<size_t>(tokens));
   for (int t = 0; t < tokens; ++t) {
@@ -264,7 +275,8 @@ TEST_P(TraceRecorderGenerateTest, RecordsPregateHintsAsGiven) {
     for (int m = 0; m < L; ++m) {
       EXPECT_EQ(r.hints[t][m], on.hinted[t][m]) << "token " << t << " layer "
                                                 << m;
-      const bool hinted = r.phase[t] == trace::Phase::kDecode && m > 0;
+      const bool hinted =
+          r.phase[t] == trace::Phase::kDecode && c.LayerOfMoeLayer(m) > 0;
       EXPECT_EQ(r.hints[t][m].size(), hinted ? static_cast<size_t>(k) : 0u)
           << "token " << t << " layer " << m;
     }

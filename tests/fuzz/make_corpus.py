@@ -95,6 +95,20 @@ def config_cases():
                   "intermediate_size": 32, "vocab_size": 300, "clip_qkv": 8.0,
                   "eos_token_id": 299, "pad_token_id": 1},
     }
+    base["deepseek_v2"] = {
+        "model_type": "deepseek_v2", "hidden_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 8,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "intermediate_size": 128,
+        "n_shared_experts": 2, "first_k_dense_replace": 1, "q_lora_rank": None,
+        "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+        "v_head_dim": 16, "topk_method": "group_limited_greedy", "n_group": 4,
+        "topk_group": 2, "vocab_size": 300, "eos_token_id": 299,
+        "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 64,
+                         "mscale": 0.707, "mscale_all_dim": 0.707}}
+    base["deepseek_v3"] = dict(base["deepseek_v2"], model_type="deepseek_v3",
+                               q_lora_rank=24, topk_method="noaux_tc",
+                               scoring_func="sigmoid", routed_scaling_factor=2.5,
+                               norm_topk_prob=True)
     for fam, cfg in base.items():
         put("config/valid_%s.json" % fam, json.dumps(cfg, indent=1), "OK")
     m = base["mixtral"]
@@ -119,6 +133,36 @@ def config_cases():
          "moe_intermediate_size must be positive"),
         ("huge_hidden", dict(m, hidden_size=1 << 40), "more than the supported"),
         ("gelu", dict(m, hidden_act="gelu"), "hidden_act 'gelu'"),
+        ("deepseek_odd_rope", dict(base["deepseek_v2"], qk_rope_head_dim=7),
+         "qk_rope_head_dim must be even"),
+        ("deepseek_zero_kv_lora", dict(base["deepseek_v2"], kv_lora_rank=0),
+         "kv_lora_rank must be positive"),
+        ("deepseek_groups_not_divisor", dict(base["deepseek_v2"], n_group=3),
+         "not a multiple of n_group"),
+        ("deepseek_topk_group_gt_groups", dict(base["deepseek_v2"], topk_group=5),
+         "topk_group is 5, more than the supported 4"),
+        ("deepseek_topk_beyond_groups", dict(base["deepseek_v2"], topk_group=1,
+                                             num_experts_per_tok=3),
+         "exceeds the 2 experts"),
+        ("deepseek_unknown_topk_method", dict(base["deepseek_v2"], topk_method="best"),
+         "topk_method 'best' is not supported"),
+        ("deepseek_v2_noaux", dict(base["deepseek_v2"], topk_method="noaux_tc"),
+         "deepseek_v2 routes with scoring_func softmax"),
+        ("deepseek_v3_softmax", dict(base["deepseek_v3"], scoring_func="softmax"),
+         "deepseek_v3 routes with scoring_func sigmoid"),
+        ("deepseek_v3_singleton_groups", dict(base["deepseek_v3"], n_group=8,
+                                              topk_group=2),
+         "at least 2 experts per group"),
+        ("deepseek_bad_yarn_factor",
+         dict(base["deepseek_v2"], rope_scaling={"type": "yarn", "factor": "x"}),
+         "rope_scaling.factor must be a number"),
+        ("deepseek_dense_model", {k: v for k, v in base["deepseek_v2"].items()
+                                  if k != "num_experts_per_tok"},
+         "num_experts_per_tok must be positive"),
+        ("deepseek_no_moe_layers", dict(base["deepseek_v2"], first_k_dense_replace=3),
+         "no MoE layers"),
+        ("deepseek_zero_scaling", dict(base["deepseek_v3"], routed_scaling_factor=0),
+         "routed_scaling_factor must be a positive"),
     ]
     for name, cfg, msg in cases:
         put("config/bad_%s.json" % name, json.dumps(cfg, indent=1), msg)
@@ -148,6 +192,47 @@ def micro_model():
         shapes[p + "w1.weight"] = [i, h]
         shapes[p + "w3.weight"] = [i, h]
         shapes[p + "w2.weight"] = [h, i]
+    return cfg, {k: (s, "F32") for k, s in shapes.items()}
+
+
+def micro_deepseek():
+    """A 2-layer deepseek_v3 (layer 0 dense, layer 1 MoE with MLA, q_lora,
+    e_score_correction_bias, one shared expert): (config, tensors)."""
+    cfg = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+           "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+           "num_key_value_heads": 2, "n_routed_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 4, "intermediate_size": 6, "n_shared_experts": 1,
+           "first_k_dense_replace": 1, "q_lora_rank": 4, "kv_lora_rank": 4,
+           "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2,
+           "n_group": 2, "topk_group": 1, "vocab_size": 16, "bos_token_id": 1,
+           "eos_token_id": 2}
+    h, v = 8, 16
+    shapes = {"model.embed_tokens.weight": [v, h], "lm_head.weight": [v, h],
+              "model.norm.weight": [h],
+              "model.layers.0.mlp.gate_proj.weight": [6, h],
+              "model.layers.0.mlp.up_proj.weight": [6, h],
+              "model.layers.0.mlp.down_proj.weight": [h, 6],
+              "model.layers.1.mlp.gate.weight": [4, h],
+              "model.layers.1.mlp.gate.e_score_correction_bias": [4],
+              "model.layers.1.mlp.shared_experts.gate_proj.weight": [4, h],
+              "model.layers.1.mlp.shared_experts.up_proj.weight": [4, h],
+              "model.layers.1.mlp.shared_experts.down_proj.weight": [h, 4]}
+    for layer in (0, 1):
+        p = "model.layers.%d." % layer
+        a = p + "self_attn."
+        shapes.update({p + "input_layernorm.weight": [h],
+                       p + "post_attention_layernorm.weight": [h],
+                       a + "q_a_proj.weight": [4, h], a + "q_a_layernorm.weight": [4],
+                       a + "q_b_proj.weight": [2 * 4, 4],
+                       a + "kv_a_proj_with_mqa.weight": [4 + 2, h],
+                       a + "kv_a_layernorm.weight": [4],
+                       a + "kv_b_proj.weight": [2 * (2 + 2), 4],
+                       a + "o_proj.weight": [h, 2 * 2]})
+    for j in range(4):
+        p = "model.layers.1.mlp.experts.%d." % j
+        shapes[p + "gate_proj.weight"] = [4, h]
+        shapes[p + "up_proj.weight"] = [4, h]
+        shapes[p + "down_proj.weight"] = [h, 4]
     return cfg, {k: (s, "F32") for k, s in shapes.items()}
 
 
@@ -214,6 +299,22 @@ def model_cases():
     # No weights at all.
     put("model/bad_no_weights/config.json", json.dumps(cfg, indent=1), None)
     expected.append(("model/bad_no_weights", "no model.safetensors"))
+    # DeepSeek: MLA tensors, the router's correction bias.
+    cfg, tensors = micro_deepseek()
+    model("valid_micro_deepseek_v3", cfg, tensors, "OK")
+    no_bias = dict(tensors)
+    del no_bias["model.layers.1.mlp.gate.e_score_correction_bias"]
+    model("bad_deepseek_missing_score_bias", cfg, no_bias,
+          "lacks tensor 'model.layers.1.mlp.gate.e_score_correction_bias'")
+    kv_b = dict(tensors, **{"model.layers.1.self_attn.kv_b_proj.weight": ([8, 6], "F32")})
+    model("bad_deepseek_kv_b_shape", cfg, kv_b,
+          "'model.layers.1.self_attn.kv_b_proj.weight' has shape [8, 6], expected [8, 4]")
+    plain_q = dict(tensors)
+    for n in ("q_a_proj", "q_a_layernorm", "q_b_proj"):
+        del plain_q["model.layers.0.self_attn.%s.weight" % n]
+    plain_q["model.layers.0.self_attn.q_proj.weight"] = ([8, 8], "F32")
+    model("bad_deepseek_q_proj_with_q_lora", cfg, plain_q,
+          "lacks tensor 'model.layers.0.self_attn.q_a_proj.weight'")
 
 
 def main():

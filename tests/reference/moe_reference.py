@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent float64 reference forward pass for four MoE families.
+"""Independent float64 reference forward pass for six MoE families.
 
 Run with /usr/bin/python3 (numpy only). Reads a Hugging Face model directory
 (config.json plus model.safetensors, or model.safetensors.index.json and its
@@ -63,6 +63,61 @@ matching configuration_*.py files:
   Greedy = argmax (first index on ties).
 * Incremental decode with a float64 KV cache: the prompt in one pass, then
   one token per step.
+
+DeepSeek (deepseek_v2, deepseek_v3), read from DeepSeek's own
+modeling_deepseek.py and configuration_deepseek.py (the remote code shipped
+with the Hugging Face repositories deepseek-ai/DeepSeek-V2-Lite and
+deepseek-ai/DeepSeek-V3), checked against transformers'
+models/deepseek_v2/modular_deepseek_v2.py (commit 000c33fd) and
+models/deepseek_v3/modeling_deepseek_v3.py:
+
+* Config defaults (transformers' configuration_deepseek_v2/v3.py):
+  n_routed_experts 64 / 256, num_experts_per_tok None (a dense model:
+  refused) / 8, moe_intermediate_size 1407 / 2048, n_shared_experts 2 / 1
+  (null: none), first_k_dense_replace 0 / 3, moe_layer_freq 1,
+  norm_topk_prob False / True, routed_scaling_factor 1.0 / 2.5, n_group and
+  topk_group 1 / 8 and 4 (null: the default), scoring_func softmax / sigmoid,
+  topk_method greedy / noaux_tc, q_lora_rank 1536 (explicit null: plain
+  q_proj), kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64,
+  v_head_dim 128, rms_norm_eps 1e-6, rope_theta 1e4.
+* Layer i is MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0;
+  dense layers are mlp.{gate,up,down}_proj of intermediate_size.
+* Attention, the published (non-absorbed) way: q = q_proj(x) or
+  q_b_proj(q_a_layernorm(q_a_proj(x))), viewed [T, H, nope + rope];
+  kv_a_proj_with_mqa(x) splits into c_kv (kv_lora_rank) and k_pe (rope, one
+  head shared by all); kv_b_proj(kv_a_layernorm(c_kv)) viewed [T, H, nope + v]
+  splits into k_nope and the values. Rotary on q_pe and k_pe in the layout
+  of modeling_deepseek.py's apply_rotary_pos_emb: view [d/2, 2], transpose
+  (evens first, then odds), then x*cos + rotate_half(x)*sin with
+  cos = cat(freqs, freqs). (transformers' v2 multiplies interleaved pairs as
+  complex numbers instead; the same permutation of q_pe and k_pe leaves q.k
+  unchanged, so both give the same attention; the engine rotates the pairs
+  in place.) Keys = cat(k_nope, k_pe), queries = cat(q_nope, q_pe); full
+  keys and values are cached here (the engine caches only c_kv and k_pe).
+  softmax(q k^T * scale) v, causal; then o_proj.
+* YaRN (rope_scaling type yarn; DeepseekV2YarnRotaryEmbedding): with
+  d = qk_rope_head_dim, low = max(floor(cd(beta_fast)), 0),
+  high = min(ceil(cd(beta_slow)), d - 1), cd(r) = d ln(L / (2 pi r)) / (2 ln
+  theta), L = original_max_position_embeddings; mask_i = 1 - clamp((i - low)
+  / (high - low), 0, 1) (high += 0.001 when equal); inv_freq =
+  freq / factor * (1 - mask) + freq * mask; cos and sin times
+  yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim), where
+  yarn_mscale(s, m) = 1 if s <= 1 else 0.1 m ln(s) + 1. Softmax scale
+  (nope + rope)^-0.5, times yarn_mscale(factor, mscale_all_dim)^2 when
+  mscale_all_dim is set.
+* Router (MoEGate): v2: scores = softmax(logits); greedy = top-k of scores;
+  group_limited_greedy = groups ranked by their max score, the topk_group
+  best kept, other experts' scores set to 0, then top-k; weights = the
+  scores; if top_k > 1 and norm_topk_prob, divided by (sum + 1e-20), else
+  multiplied by routed_scaling_factor. (transformers' v2 always multiplies
+  and ignores norm_topk_prob; every published v2 config has it false, where
+  the two agree.) v3: scores = sigmoid(logits); choice = scores +
+  e_score_correction_bias; groups ranked by the sum of their two best
+  choices; the other groups' choices set to 0; top-k of choice; weights =
+  scores (no bias) of the chosen, divided by (sum + 1e-20) if top_k > 1
+  and norm_topk_prob, then multiplied by routed_scaling_factor.
+* MoE output: sum of weight * expert(x) plus shared_experts(x), a plain
+  SwiGLU MLP of moe_intermediate_size * n_shared_experts (no gate).
 """
 
 import argparse
@@ -74,7 +129,8 @@ import sys
 
 import numpy as np
 
-FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3")
+DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 
 _DTYPES = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
 
@@ -141,6 +197,9 @@ class Config:
         if self.family not in FAMILIES:
             raise ValueError("unsupported model_type %r" % self.family)
         fam = self.family
+        if fam in DEEPSEEK:
+            self._deepseek(d)
+            return
         self.hidden = d["hidden_size"]
         self.layers = d["num_hidden_layers"]
         self.heads = d["num_attention_heads"]
@@ -180,7 +239,60 @@ class Config:
         self.o_bias = fam in ("qwen3_moe", "olmoe") and self.qkv_bias
         self.clip_qkv = d.get("clip_qkv") if fam == "olmoe" else None
 
+    def _deepseek(self, d):
+        v3 = self.family == "deepseek_v3"
+
+        def get(key, default):
+            v = d.get(key)
+            return default if v is None else v
+
+        self.hidden = d["hidden_size"]
+        self.layers = d["num_hidden_layers"]
+        self.heads = d["num_attention_heads"]
+        self.vocab = d["vocab_size"]
+        self.eps = get("rms_norm_eps", 1e-6)
+        self.rope_theta = float(get("rope_theta", 1e4))
+        if get("hidden_act", "silu") != "silu":
+            raise NotImplementedError("hidden_act %r" % d.get("hidden_act"))
+        if get("attention_bias", False):
+            raise NotImplementedError("attention_bias")
+        self.tie = bool(get("tie_word_embeddings", False))
+        self.num_experts = get("n_routed_experts", 256 if v3 else 64)
+        self.top_k = get("num_experts_per_tok", 8 if v3 else None)
+        if self.top_k is None:
+            raise ValueError("num_experts_per_tok is null: a dense model")
+        self.moe_inter = get("moe_intermediate_size", 2048 if v3 else 1407)
+        self.n_shared = (0 if "n_shared_experts" in d and d["n_shared_experts"] is None
+                         else get("n_shared_experts", 1 if v3 else 2))
+        self.first_dense = get("first_k_dense_replace", 3 if v3 else 0)
+        self.moe_freq = get("moe_layer_freq", 1)
+        self.norm_topk = bool(get("norm_topk_prob", v3))
+        self.routed_scale = float(get("routed_scaling_factor", 2.5 if v3 else 1.0))
+        self.n_group = get("n_group", 8 if v3 else 1)
+        self.topk_group = get("topk_group", 4 if v3 else 1)
+        self.scoring = get("scoring_func", "sigmoid" if v3 else "softmax")
+        self.topk_method = get("topk_method", "noaux_tc" if v3 else "greedy")
+        if self.topk_method == "gready":
+            self.topk_method = "greedy"
+        self.q_lora = (None if "q_lora_rank" in d and d["q_lora_rank"] is None
+                       else get("q_lora_rank", 1536))
+        self.kv_lora = get("kv_lora_rank", 512)
+        self.nope = get("qk_nope_head_dim", 128)
+        self.rope_dim = get("qk_rope_head_dim", 64)
+        self.v_dim = get("v_head_dim", 128)
+        self.qk_dim = self.nope + self.rope_dim
+        self.sliding_window = None
+        self.qkv_bias = self.o_bias = False
+        self.clip_qkv = None
+        rope = d.get("rope_scaling") or {}
+        rope_type = rope.get("type", rope.get("rope_type", "default"))
+        if rope_type not in ("default", "yarn"):
+            raise NotImplementedError("rope type %r is not implemented" % rope_type)
+        self.yarn = rope if rope_type == "yarn" else None
+
     def is_sparse(self, i):
+        if self.family in DEEPSEEK:
+            return i >= self.first_dense and i % self.moe_freq == 0
         if self.family in ("mixtral", "olmoe"):
             return True
         return (i not in self.mlp_only and self.num_experts > 0
@@ -241,7 +353,39 @@ class Model:
             raise KeyError("tensor %s is missing from the checkpoint" % name)
         return self.w[name]
 
+    def _deepseek_layer_weights(self, i):
+        c, p, g = self.cfg, "model.layers.%d." % i, self._get
+        a = p + "self_attn."
+        lw = {"in_norm": g(p + "input_layernorm.weight"),
+              "post_norm": g(p + "post_attention_layernorm.weight"),
+              "kv_a": g(a + "kv_a_proj_with_mqa.weight"),
+              "kv_a_norm": g(a + "kv_a_layernorm.weight"),
+              "kv_b": g(a + "kv_b_proj.weight"),
+              "o": g(a + "o_proj.weight")}
+        if c.q_lora is None:
+            lw["q"] = g(a + "q_proj.weight")
+        else:
+            lw["q_a"] = g(a + "q_a_proj.weight")
+            lw["q_a_norm"] = g(a + "q_a_layernorm.weight")
+            lw["q_b"] = g(a + "q_b_proj.weight")
+        if not c.is_sparse(i):
+            lw["dense"] = tuple(g(p + "mlp.%s_proj.weight" % n) for n in ("gate", "up", "down"))
+            return lw
+        mp = p + "mlp."
+        lw["router"] = g(mp + "gate.weight")
+        if c.topk_method == "noaux_tc":
+            lw["score_bias"] = g(mp + "gate.e_score_correction_bias")
+        lw["experts"] = [tuple(g(mp + "experts.%d.%s_proj.weight" % (e, n))
+                               for n in ("gate", "up", "down"))
+                         for e in range(c.num_experts)]
+        if c.n_shared > 0:
+            lw["shared_experts"] = tuple(g(mp + "shared_experts.%s_proj.weight" % n)
+                                         for n in ("gate", "up", "down"))
+        return lw
+
     def _layer_weights(self, i):
+        if self.cfg.family in DEEPSEEK:
+            return self._deepseek_layer_weights(i)
         c, p, g = self.cfg, "model.layers.%d." % i, self._get
         lw = {"in_norm": g(p + "input_layernorm.weight"),
               "post_norm": g(p + "post_attention_layernorm.weight")}
@@ -276,7 +420,120 @@ class Model:
     def new_cache(self):
         return [{"k": None, "v": None} for _ in range(self.cfg.layers)]
 
+    def _deepseek_rope(self, positions):
+        """cos, sin [T, rope_dim] (cat(freqs, freqs)), YaRN-scaled when set."""
+        c = self.cfg
+        d, base = c.rope_dim, c.rope_theta
+        freq = 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        mscale = 1.0
+        if c.yarn is not None:
+            y = c.yarn
+            factor = float(y.get("factor", 1.0))
+            length = float(y.get("original_max_position_embeddings", 4096))
+
+            def corr_dim(rot):
+                return d * math.log(length / (rot * 2 * math.pi)) / (2 * math.log(base))
+
+            def yarn_mscale(s, m):
+                return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+
+            low = max(math.floor(corr_dim(float(y.get("beta_fast", 32)))), 0)
+            high = min(math.ceil(corr_dim(float(y.get("beta_slow", 1)))), d - 1)
+            if low == high:
+                high += 0.001
+            ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+            mask = 1.0 - ramp
+            freq = freq / factor * (1.0 - mask) + freq * mask
+            mscale = (yarn_mscale(factor, float(y.get("mscale", 1)))
+                      / yarn_mscale(factor, float(y.get("mscale_all_dim", 0))))
+        freqs = positions.astype(np.float64)[:, None] * freq[None, :]
+        emb = np.concatenate([freqs, freqs], axis=-1)
+        return np.cos(emb) * mscale, np.sin(emb) * mscale
+
+    def _softmax_scale(self):
+        c = self.cfg
+        scale = c.qk_dim ** -0.5
+        if c.yarn is not None and c.yarn.get("mscale_all_dim"):
+            factor = float(c.yarn.get("factor", 1.0))
+            m = 1.0 if factor <= 1 else 0.1 * float(c.yarn["mscale_all_dim"]) * math.log(factor) + 1
+            scale *= m * m
+        return scale
+
+    def _mla_attention(self, lw, x, cache, cos, sin, pos0):
+        c = self.cfg
+        t, nh = x.shape[0], c.heads
+        if "q" in lw:
+            q = x @ lw["q"].T
+        else:
+            q = rms_norm(x @ lw["q_a"].T, lw["q_a_norm"], c.eps) @ lw["q_b"].T
+        q = q.reshape(t, nh, c.qk_dim)
+        q_nope, q_pe = q[..., :c.nope], q[..., c.nope:]
+        ckv = x @ lw["kv_a"].T
+        ckv, k_pe = ckv[:, :c.kv_lora], ckv[:, c.kv_lora:]
+        kv = (rms_norm(ckv, lw["kv_a_norm"], c.eps) @ lw["kv_b"].T).reshape(t, nh, c.nope + c.v_dim)
+        k_nope, v = kv[..., :c.nope], kv[..., c.nope:]
+
+        def rotate(z):  # [T, heads, d]: evens then odds, then rotate_half
+            z = np.concatenate([z[..., 0::2], z[..., 1::2]], axis=-1)
+            return z * cos[:, None, :] + rotate_half(z) * sin[:, None, :]
+
+        q_pe = rotate(q_pe)
+        k_pe = rotate(k_pe[:, None, :])
+        queries = np.concatenate([q_nope, q_pe], axis=-1)
+        keys = np.concatenate([k_nope, np.broadcast_to(k_pe, (t, nh, c.rope_dim))], axis=-1)
+        cache["k"] = keys if cache["k"] is None else np.concatenate([cache["k"], keys], axis=0)
+        cache["v"] = v if cache["v"] is None else np.concatenate([cache["v"], v], axis=0)
+        keys, vals = cache["k"], cache["v"]
+        s = keys.shape[0]
+        masked = np.arange(s)[None, :] > (pos0 + np.arange(t)[:, None])
+        scale = self._softmax_scale()
+        out = np.empty((t, nh, c.v_dim))
+        for h in range(nh):
+            scores = (queries[:, h, :] @ keys[:, h, :].T) * scale
+            scores = np.where(masked, -np.inf, scores)
+            out[:, h, :] = softmax(scores) @ vals[:, h, :]
+        return out.reshape(t, nh * c.v_dim) @ lw["o"].T
+
+    def _deepseek_route(self, lw, x):
+        """(experts [T, k] in descending choice, weights [T, k])."""
+        c = self.cfg
+        logits = x @ lw["router"].T
+        if c.scoring == "softmax":
+            scores = softmax(logits)
+        elif c.scoring == "sigmoid":
+            scores = 1.0 / (1.0 + np.exp(-logits))
+        else:
+            raise NotImplementedError("scoring_func %r" % c.scoring)
+        choice = scores + lw["score_bias"] if c.topk_method == "noaux_tc" else scores.copy()
+        if c.topk_method in ("group_limited_greedy", "noaux_tc"):
+            grouped = choice.reshape(x.shape[0], c.n_group, -1)
+            if c.topk_method == "noaux_tc":
+                group_scores = np.sort(grouped, axis=-1)[..., -2:].sum(axis=-1)
+            else:
+                group_scores = grouped.max(axis=-1)
+            for t in range(x.shape[0]):
+                keep = np.argsort(-group_scores[t], kind="stable")[:c.topk_group]
+                drop = np.setdiff1d(np.arange(c.n_group), keep)
+                grouped[t, drop, :] = 0.0
+            choice = grouped.reshape(x.shape[0], -1)
+        elif c.topk_method != "greedy":
+            raise NotImplementedError("topk_method %r" % c.topk_method)
+        ids, weights = [], []
+        for t in range(x.shape[0]):
+            order = np.argsort(-choice[t], kind="stable")[:c.top_k]
+            w = scores[t, order]
+            normalized = c.top_k > 1 and c.norm_topk
+            if normalized:
+                w = w / (np.sum(w) + 1e-20)
+            if c.family == "deepseek_v3" or not normalized:
+                w = w * c.routed_scale
+            ids.append(order)
+            weights.append(w)
+        return ids, weights
+
     def _rope(self, positions):
+        if self.cfg.family in DEEPSEEK:
+            return self._deepseek_rope(positions)
         d = self.cfg.head_dim
         inv_freq = 1.0 / (self.cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
         freqs = positions.astype(np.float64)[:, None] * inv_freq[None, :]
@@ -285,6 +542,8 @@ class Model:
 
     def _attention(self, lw, x, cache, cos, sin, pos0):
         c = self.cfg
+        if c.family in DEEPSEEK:
+            return self._mla_attention(lw, x, cache, cos, sin, pos0)
         t = x.shape[0]
         q = x @ lw["q"].T
         k = x @ lw["k"].T
@@ -326,6 +585,15 @@ class Model:
 
     def _moe(self, lw, x):
         c = self.cfg
+        if c.family in DEEPSEEK:
+            ids, weights = self._deepseek_route(lw, x)
+            out = np.zeros_like(x)
+            for t in range(x.shape[0]):
+                for e, wgt in zip(ids[t], weights[t]):
+                    out[t] += wgt * swiglu(x[t], *lw["experts"][e])
+            if "shared_experts" in lw:
+                out += swiglu(x, *lw["shared_experts"])
+            return out, [[int(e) for e in order] for order in ids]
         probs = softmax(x @ lw["router"].T)  # [T, E]
         out = np.zeros_like(x)
         chosen = []

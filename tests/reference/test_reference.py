@@ -158,6 +158,76 @@ def make_tensors(config, seed):
     return t
 
 
+DEEPSEEK = {
+    "deepseek_v2": dict(BASE, model_type="deepseek_v2", num_hidden_layers=3,
+                        num_key_value_heads=4, intermediate_size=24, moe_intermediate_size=8,
+                        n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2,
+                        first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=12,
+                        qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5,
+                        topk_method="group_limited_greedy", n_group=4, topk_group=2,
+                        routed_scaling_factor=2.0, norm_topk_prob=False),
+    "deepseek_v3": dict(BASE, model_type="deepseek_v3", num_hidden_layers=3,
+                        num_key_value_heads=4, intermediate_size=24, moe_intermediate_size=8,
+                        n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+                        first_k_dense_replace=1, q_lora_rank=10, kv_lora_rank=12,
+                        qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5,
+                        n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                        norm_topk_prob=True,
+                        rope_scaling={"type": "yarn", "factor": 4.0,
+                                      "original_max_position_embeddings": 32,
+                                      "mscale": 1.0, "mscale_all_dim": 0.8}),
+}
+
+
+def make_deepseek_tensors(config, seed):
+    rng = np.random.default_rng(seed)
+    c = ref.Config(config)
+    t = {}
+
+    def mat(name, rows, cols, scale=0.35):
+        t[name] = round_bf16(rng.normal(0.0, scale, size=(rows, cols)))
+
+    def vec(name, n, center=1.0, scale=0.1):
+        t[name] = round_bf16(center + scale * rng.normal(size=n))
+
+    h = c.hidden
+    mat("model.embed_tokens.weight", c.vocab, h, 1.0)
+    mat("lm_head.weight", c.vocab, h)
+    vec("model.norm.weight", h)
+    for i in range(c.layers):
+        p = "model.layers.%d." % i
+        a = p + "self_attn."
+        vec(p + "input_layernorm.weight", h)
+        vec(p + "post_attention_layernorm.weight", h)
+        if c.q_lora is None:
+            mat(a + "q_proj.weight", c.heads * c.qk_dim, h)
+        else:
+            mat(a + "q_a_proj.weight", c.q_lora, h)
+            vec(a + "q_a_layernorm.weight", c.q_lora)
+            mat(a + "q_b_proj.weight", c.heads * c.qk_dim, c.q_lora)
+        mat(a + "kv_a_proj_with_mqa.weight", c.kv_lora + c.rope_dim, h)
+        vec(a + "kv_a_layernorm.weight", c.kv_lora)
+        mat(a + "kv_b_proj.weight", c.heads * (c.nope + c.v_dim), c.kv_lora)
+        mat(a + "o_proj.weight", h, c.heads * c.v_dim)
+        if not c.is_sparse(i):
+            for n, shape in (("gate", (24, h)), ("up", (24, h)), ("down", (h, 24))):
+                mat(p + "mlp.%s_proj.weight" % n, *shape)
+            continue
+        mp = p + "mlp."
+        mat(mp + "gate.weight", c.num_experts, h, 1.0)
+        if c.topk_method == "noaux_tc":
+            vec(mp + "gate.e_score_correction_bias", c.num_experts, 0.0, 0.2)
+        for e in range(c.num_experts):
+            mat(mp + "experts.%d.gate_proj.weight" % e, c.moe_inter, h)
+            mat(mp + "experts.%d.up_proj.weight" % e, c.moe_inter, h)
+            mat(mp + "experts.%d.down_proj.weight" % e, h, c.moe_inter)
+        s = c.moe_inter * c.n_shared
+        mat(mp + "shared_experts.gate_proj.weight", s, h)
+        mat(mp + "shared_experts.up_proj.weight", s, h)
+        mat(mp + "shared_experts.down_proj.weight", h, s)
+    return t
+
+
 # ------------------------------------------------------------------ tests
 
 FAILURES = []
@@ -399,6 +469,80 @@ def test_cli(tmp):
           "cli: log-probs equal a full recompute's log-softmax")
 
 
+def test_deepseek(tmp):
+    prompt = [3, 17, 5, 60, 9]
+    for fam, cfg in DEEPSEEK.items():
+        weights = make_deepseek_tensors(cfg, 61)
+        d = os.path.join(tmp, fam)
+        write_model(d, cfg, weights)
+        model = ref.Model(d)
+        check(model.moe_layers == [1, 2], "%s: layer 0 is dense (first_k_dense_replace)" % fam)
+        inc, full = logits_incremental_and_full(model, prompt, 6)
+        err = float(np.max(np.abs(inc - full)))
+        check(err < 1e-10 and float(np.max(np.abs(full))) > 0.1,
+              "%s: incremental decode logits == full recompute (max diff %.1e)" % (fam, err))
+        # The absorbed form the engine uses equals the published attention:
+        # scores (q_nope W_UK) . c_kv + q_pe . k_pe, output W_UV sum p c_kv.
+        lw = model._layer_weights(1)
+        c = model.cfg
+        x = ref.rms_norm(model.embed[prompt], lw["in_norm"], c.eps)
+        cos, sin = model._rope(np.arange(len(prompt)))
+        published = model._mla_attention(lw, x, {"k": None, "v": None}, cos, sin, 0)
+        q = x @ lw["q"].T if "q" in lw else (
+            ref.rms_norm(x @ lw["q_a"].T, lw["q_a_norm"], c.eps) @ lw["q_b"].T)
+        q = q.reshape(len(prompt), c.heads, c.qk_dim)
+        kv = x @ lw["kv_a"].T
+        ckv = ref.rms_norm(kv[:, :c.kv_lora], lw["kv_a_norm"], c.eps)
+        wkv = lw["kv_b"].reshape(c.heads, c.nope + c.v_dim, c.kv_lora)
+
+        def interleaved(z):  # pairs (2i, 2i+1) rotated in place
+            f = cos[:, :c.rope_dim // 2]
+            g = sin[:, :c.rope_dim // 2]
+            if z.ndim == 3:
+                f, g = f[:, None, :], g[:, None, :]
+            out = z.copy()
+            out[..., 0::2] = z[..., 0::2] * f - z[..., 1::2] * g
+            out[..., 1::2] = z[..., 1::2] * f + z[..., 0::2] * g
+            return out
+
+        q_pe = interleaved(q[..., c.nope:])
+        k_pe = interleaved(kv[:, c.kv_lora:])
+        out = np.empty((len(prompt), c.heads, c.v_dim))
+        mask = np.triu(np.ones((len(prompt), len(prompt)), dtype=bool), 1)
+        for h in range(c.heads):
+            q_lat = q[:, h, :c.nope] @ wkv[h, :c.nope, :]
+            scores = (q_lat @ ckv.T + q_pe[:, h, :] @ k_pe.T) * model._softmax_scale()
+            p = ref.softmax(np.where(mask, -np.inf, scores))
+            out[:, h, :] = (p @ ckv) @ wkv[h, c.nope:, :].T
+        absorbed = out.reshape(len(prompt), -1) @ lw["o"].T
+        diff = float(np.max(np.abs(absorbed - published)))
+        check(diff < 1e-10, "%s: absorbed MLA with in-place interleaved rope == published "
+              "(max diff %.1e)" % (fam, diff))
+    # Routing by hand. v2 group_limited_greedy: groups by their best score.
+    cfg = DEEPSEEK["deepseek_v2"]
+    m = ref.Model(None, cfg, make_deepseek_tensors(cfg, 62))
+    lw = {"router": np.eye(8)}
+    logits = np.log(np.array([[0.05, 0.2, 0.02, 0.03, 0.3, 0.1, 0.25, 0.05]]))
+    ids, w = m._deepseek_route(lw, logits)  # x @ I = logits
+    check(list(ids[0]) == [4, 6] and np.allclose(w[0], [0.6, 0.5]),
+          "v2 group_limited_greedy picks groups 2, 3 and scales by 2 (%s %s)" % (ids[0], w[0]))
+    # v3 noaux_tc: the bias chooses, the weights are the unbiased sigmoid
+    # scores, renormalised then scaled; dropped groups count as 0.
+    cfg = DEEPSEEK["deepseek_v3"]
+    m = ref.Model(None, cfg, make_deepseek_tensors(cfg, 63))
+    logits = np.array([[0.0, 0.0, 0.0, 0.0, 2.0, 1.0, 0.0, 0.0]])
+    bias = np.full(8, -5.0)
+    ids, w = m._deepseek_route({"router": np.eye(8), "score_bias": bias}, logits)
+    # Groups of 2: {4, 5} best, then a tie won by {0, 1}; {2, 3} and {6, 7}
+    # are dropped and their 0 beats every kept (negative) choice.
+    check(list(ids[0]) == [2, 3] and np.allclose(w[0], [1.25, 1.25]),
+          "v3 noaux_tc: masked groups count as 0 (%s %s)" % (ids[0], w[0]))
+    ids, w = m._deepseek_route({"router": np.eye(8), "score_bias": np.zeros(8)}, logits)
+    s4, s5 = 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(-1))
+    check(list(ids[0]) == [4, 5] and np.allclose(w[0], [2.5 * s4 / (s4 + s5), 2.5 * s5 / (s4 + s5)]),
+          "v3 noaux_tc weights: unbiased scores, renormalised, times 2.5")
+
+
 def test_speed(tmp):
     cfg = {"model_type": "qwen2_moe", "vocab_size": 2048, "hidden_size": 128,
            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -419,7 +563,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for test in (test_safetensors_roundtrip, test_incremental_matches_recompute,
                      test_topk_renormalisation_switch, test_dense_layers,
-                     test_hand_computed_mixtral, test_cli, test_speed):
+                     test_hand_computed_mixtral, test_cli, test_deepseek, test_speed):
             try:
                 test(tmp)
             except Exception as e:  # a crash is a failure, with its reason
