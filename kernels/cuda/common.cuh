@@ -112,6 +112,11 @@ int LogSoftmax(const float* x, float* out, int64_t rows, int64_t n,
 int TopK(const float* x, int32_t* ids, float* values, int64_t rows, int64_t n,
          int64_t k, void* stream);
 
+// quant_gemm.cu (ABI v4): matmul with MOE_CUDA_DTYPE_Q8 / Q4 weights.
+int QuantMatMulOnStream(const float* x, const void* w, int w_dtype,
+                        const float* bias, float* y, int64_t m, int64_t n,
+                        int64_t k, cudaStream_t stream);
+
 // arena.cu (ABI v3).
 int HostRegister(void* ptr, size_t bytes);
 int HostUnregister(void* ptr);
