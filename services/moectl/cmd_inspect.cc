@@ -84,10 +84,13 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
       std::printf("bytes per expert as %s: n/a (rows are not whole blocks)\n",
                   ExpertFormatName(f).c_str());
     } else {
-      std::printf("bytes per expert as %s: %lld (%s, %.2fx fewer)\n",
+      const double stored = static_cast<double>(d.bytes_per_expert());
+      const bool more = static_cast<double>(b) > stored;
+      std::printf("bytes per expert as %s: %lld (%s, %.2fx %s)\n",
                   ExpertFormatName(f).c_str(), static_cast<long long>(b),
                   Human(static_cast<uint64_t>(b)).c_str(),
-                  b > 0 ? double(d.bytes_per_expert()) / double(b) : 0.0);
+                  b > 0 && stored > 0 ? (more ? double(b) / stored : stored / double(b)) : 0.0,
+                  more ? "more" : "fewer");
     }
   }
   std::printf("dense bytes: %llu (%s)\n",
