@@ -214,6 +214,31 @@ TEST(Fp8WeightTest, DequantizesEveryBlockWithItsOwnScale) {
               HasSubstr("NaN"));
 }
 
+// Some releases store the scales as BF16: read as such, not as F32 bits.
+TEST(Fp8WeightTest, Bf16ScalesAreRead) {
+  const Fp8BlockScheme scheme{2, 2};
+  const std::vector<uint8_t> q = {0x38, 0x38, 0x38, 0x38,   // 1.0
+                                  0xb8, 0xb8, 0xb8, 0xb8};  // -1.0
+  std::vector<uint8_t> scales(2 * 2 * 2);
+  const float values[4] = {0.5f, 2.0f, 3.0f, 0.25f};
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t h = FloatToBF16(values[i]);
+    std::memcpy(scales.data() + 2 * i, &h, 2);
+  }
+  const std::string dir = WriteCheckpoint(
+      "bf16_scales", {{"w.weight", {DType::kF8E4M3, {4, 2}}},
+                      {"w.weight_scale_inv", {DType::kBF16, {2, 1}}}},
+      {q, std::vector<uint8_t>(scales.begin(), scales.begin() + 4)});
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto view = (*ckpt)->Get("w.weight");
+  ASSERT_TRUE(view.ok());
+  ASSERT_TRUE(ResolveWeightDType(**ckpt, "w.weight", scheme, &*view).ok());
+  std::vector<float> out(8);
+  ASSERT_TRUE(ConvertWeightView(*view, DType::kF32, out.data()).ok());
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, -2.0f, -2.0f, -2.0f, -2.0f}));
+}
+
 TEST(Fp8WeightTest, ValidationNamesTheProblem) {
   const Fp8BlockScheme scheme{4, 4};
   std::vector<uint8_t> q(8 * 6, 0x38);
