@@ -85,7 +85,8 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
         return absl::InvalidArgumentError(absl::StrCat(
             "expert ", roles[i], " rows of ", shape.empty() ? 0 : shape.back(),
             " weights cannot be held as ", ExpertFormatName(held),
-            ": they must be whole blocks of ", QuantGroupSize(held)));
+            ": they must be whole blocks of ", QuantGroupSize(held),
+            " (--expert-format bf16 holds any shape)"));
       }
       nbytes = static_cast<uint64_t>(b);
     }
