@@ -29,12 +29,28 @@ namespace moe {
 inline constexpr char kSingleFileName[] = "model.safetensors";
 inline constexpr char kIndexFileName[] = "model.safetensors.index.json";
 
+// The block scales of a block-quantized checkpoint weight (the
+// `weight_scale_inv` of FP8 checkpoints, common/fp8.h): one value per
+// [block_rows, block_cols] tile of the weight, a [rows, cols] row-major
+// matrix of `dtype` (F32, BF16 or F16). Empty (data == nullptr) otherwise.
+struct BlockScales {
+  DType dtype = DType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+  size_t nbytes = 0;
+};
+
 // A read-only view of one tensor's bytes (little-endian, row-major).
 struct TensorView {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
+  // Set by ModelDescription for F8_E4M3 weights; nbytes excludes them.
+  BlockScales scales;
 
   int64_t numel() const;
 };

@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 15> kDTypes = {{
+constexpr std::array<DTypeEntry, 17> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -33,9 +33,9 @@ constexpr std::array<DTypeEntry, 15> kDTypes = {{
     {DType::kF64, "F64", 8},
     {DType::kQ8, "Q8", 0},
     {DType::kQ4, "Q4", 0},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kF8E5M2, "F8_E5M2", 1},
 }};
-// The entries a safetensors header may name.
-constexpr size_t kSafetensorsDTypes = 13;
 
 const DTypeEntry& Entry(DType dtype) {
   return kDTypes[static_cast<size_t>(dtype)];
@@ -48,8 +48,9 @@ size_t DTypeSize(DType dtype) { return Entry(dtype).size; }
 absl::string_view DTypeName(DType dtype) { return Entry(dtype).name; }
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
-  for (size_t i = 0; i < kSafetensorsDTypes; ++i) {
-    if (kDTypes[i].name == name) return kDTypes[i].dtype;
+  for (const DTypeEntry& e : kDTypes) {
+    // The block formats are ours: no file may claim them.
+    if (e.name == name && !IsQuantDType(e.dtype)) return e.dtype;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype '", std::string(name), "'"));

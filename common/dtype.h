@@ -37,9 +37,15 @@ enum class DType : int32_t {
   // group. Their values are part of the CUDA module's C ABI too.
   kQ8 = 13,  // Q8_0-like: per 32 weights an f16 scale + 32 int8
   kQ4 = 14,  // per 64 weights an f16 scale + f16 minimum + 64 uint4
+  // 8-bit floats of safetensors ("F8_E4M3", "F8_E5M2"): read from files;
+  // E4M3 weights come with block scales (common/fp8.h), E5M2 is parsed only
+  // to be refused with a clear message.
+  kF8E4M3 = 15,
+  kF8E5M2 = 16,
 };
 
-// Bytes per element (BOOL is one byte); 0 for the block formats (kQ8, kQ4),
+// Bytes per element (BOOL and the F8 types are one byte); 0 for the block
+// formats (kQ8, kQ4),
 // whose sizes come from WeightBytes.
 size_t DTypeSize(DType dtype);
 

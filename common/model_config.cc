@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/fp8.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -450,6 +451,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
   ReadRope(r, j, d.rope_theta, &c);
   ReadFamilyFields(r, d, &c);
   RETURN_IF_ERROR(r.status());
+  ASSIGN_OR_RETURN(c.fp8, ParseQuantizationConfig(j));
   RETURN_IF_ERROR(ValidateModelConfig(&c));
   return c;
 }
@@ -773,6 +775,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   }
   j["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
   j["torch_dtype"] = c.torch_dtype.empty() ? "float32" : c.torch_dtype;
+  if (c.fp8) j["quantization_config"] = QuantizationConfigJson(*c.fp8);
   j["use_cache"] = true;
   return j.dump(2) + "\n";
 }

@@ -71,6 +71,13 @@ struct YarnConfig {
 enum class ScoringFunc { kSoftmax, kSigmoid };
 enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 
+// config.json's quantization_config of an FP8 block-scaled checkpoint
+// (common/fp8.h): weights per scale along rows (out) and columns (in).
+struct Fp8BlockScheme {
+  int64_t block_rows = 128;
+  int64_t block_cols = 128;
+};
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::kMixtral;
   std::vector<std::string> architectures;
@@ -121,6 +128,8 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // `eos_token_id`: an int or a list
   std::optional<int64_t> pad_token_id;
   std::string torch_dtype;  // as written, e.g. "bfloat16"; may be empty
+  // Set when quantization_config declares FP8 E4M3 block-scaled weights.
+  std::optional<Fp8BlockScheme> fp8;
 
   // deepseek_v2 / deepseek_v3 only (see deepseek_config.cc).
   MlaConfig mla;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/fp8.h"
 #include "common/status_macros.h"
 
 namespace moe {
@@ -277,14 +278,15 @@ absl::Status ModelDescription::Index() {
           ShapeString(view->shape), ", expected ", ShapeString(spec.shape),
           " for this config (", Describe(spec), ")"));
     }
-    if (!IsFloatDType(view->dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dir, ": tensor '", spec.name, "' has dtype ", DTypeName(view->dtype),
-          "; weights must be F32, F16 or BF16"));
+    if (absl::Status s =
+            ResolveWeightDType(*checkpoint_, spec.name, config_.fp8, &*view);
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, ": tensor '", spec.name, "' ", s.message()));
     }
     if (!IsExpertRole(spec.role)) {
       dense_[{spec.role, spec.layer}] = *view;
-      dense_bytes_ += view->nbytes;
+      dense_bytes_ += view->nbytes + view->scales.nbytes;
       continue;
     }
     if (have_expert && view->dtype != expert_dtype_) {
@@ -308,7 +310,9 @@ absl::Status ModelDescription::Index() {
                                  : std::string()));
   }
   if (!experts_.empty()) {
-    for (const TensorView& v : experts_[0]) bytes_per_expert_ += v.nbytes;
+    for (const TensorView& v : experts_[0]) {
+      bytes_per_expert_ += v.nbytes + v.scales.nbytes;
+    }
   }
   if (config_.tie_word_embeddings)
     dense_[{TensorRole::kLmHead, -1}] = dense_[{TensorRole::kEmbed, -1}];

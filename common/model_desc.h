@@ -4,7 +4,8 @@
 // with its Hugging Face name, role, layer, expert and shape (PyTorch layout:
 // Linear weights are [out_features, in_features]). ModelDescription opens a
 // model directory (config.json + safetensors), checks that every expected
-// tensor exists with exactly that shape and a float dtype (F32/F16/BF16), and
+// tensor exists with exactly that shape and a float dtype (F32/F16/BF16, or
+// F8_E4M3 with block scales when config.json says so: common/fp8.h), and
 // then hands out zero-copy views by role:
 //
 //   ASSIGN_OR_RETURN(ModelDescription model, ModelDescription::Open(dir));
@@ -130,7 +131,8 @@ class ModelDescription {
 
   // The dtype shared by all expert weights.
   DType expert_dtype() const { return expert_dtype_; }
-  // Bytes of one expert's gate + up + down weights, as stored.
+  // Bytes of one expert's gate + up + down weights, as stored (with the
+  // block scales of F8_E4M3 weights).
   uint64_t bytes_per_expert() const { return bytes_per_expert_; }
   // Bytes of every expected tensor that is not a routed expert (embeddings,
   // attention, norms, routers, shared experts, dense MLPs, lm_head).

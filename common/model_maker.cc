@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
+#include "common/fp8.h"
 #include "common/model_desc.h"
 #include "common/safetensors.h"
 #include "common/splitmix64.h"
@@ -89,6 +90,46 @@ std::vector<float> TensorValues(const TensorSpec& spec, const ModelConfig& c,
   return v;
 }
 
+// The Linear weights FP8 releases store as F8_E4M3 (routers and the
+// shared expert's 1-row gate stay in the model's dtype, as published).
+bool IsFp8Role(TensorRole r) {
+  switch (r) {
+    case TensorRole::kQProj:
+    case TensorRole::kKProj:
+    case TensorRole::kVProj:
+    case TensorRole::kOProj:
+    case TensorRole::kExpertGate:
+    case TensorRole::kExpertUp:
+    case TensorRole::kExpertDown:
+    case TensorRole::kSharedGate:
+    case TensorRole::kSharedUp:
+    case TensorRole::kSharedDown:
+    case TensorRole::kMlpGate:
+    case TensorRole::kMlpUp:
+    case TensorRole::kMlpDown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Adds `spec` with `values` as an F8_E4M3 weight and its F32 block scales.
+absl::Status AddFp8(SafetensorsWriter& w, const TensorSpec& spec,
+                    const std::vector<float>& values,
+                    const Fp8BlockScheme& scheme) {
+  const int64_t rows = spec.shape[0], cols = spec.shape[1];
+  const int64_t srows = (rows + scheme.block_rows - 1) / scheme.block_rows;
+  const int64_t scols = (cols + scheme.block_cols - 1) / scheme.block_cols;
+  std::vector<uint8_t> q(values.size());
+  std::vector<float> scales(static_cast<size_t>(srows * scols));
+  QuantizeFp8Blocks(values.data(), rows, cols, scheme, q.data(), scales.data());
+  RETURN_IF_ERROR(w.Add(spec.name, DType::kF8E4M3, spec.shape, q));
+  return w.Add(spec.name + kFp8ScaleSuffix, DType::kF32, {srows, scols},
+               absl::Span<const uint8_t>(
+                   reinterpret_cast<const uint8_t*>(scales.data()),
+                   scales.size() * sizeof(float)));
+}
+
 uint64_t SpecBytes(const TensorSpec& s, DType dtype) {
   uint64_t n = DTypeSize(dtype);
   for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
@@ -155,6 +196,12 @@ absl::Status WriteWeights(const MakeModelOptions& o, const ModelConfig& c,
     for (size_t i = 0; i < specs.size(); ++i) {
       if (shard_of[i] != k) continue;
       std::vector<float> values = TensorValues(specs[i], c, o.seed);
+      if (o.fp8 && IsFp8Role(specs[i].role)) {
+        RETURN_IF_ERROR(AddFp8(w, specs[i], values, *o.fp8));
+        weight_map[specs[i].name] = ShardName(k, o.shards);
+        weight_map[specs[i].name + kFp8ScaleSuffix] = ShardName(k, o.shards);
+        continue;
+      }
       std::vector<uint8_t> bytes(values.size() * DTypeSize(o.dtype));
       RETURN_IF_ERROR(ConvertFromFloat(values.data(), values.size(), o.dtype,
                                        bytes.data()));
@@ -212,6 +259,9 @@ absl::Status CheckOptions(const MakeModelOptions& o) {
   if (!IsFloatDType(o.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dtype must be F32, F16 or BF16, got ", DTypeName(o.dtype)));
+  }
+  if (o.fp8 && (o.fp8->block_rows <= 0 || o.fp8->block_cols <= 0)) {
+    return absl::InvalidArgumentError("fp8 block sizes must be positive");
   }
   if (!qwen && (o.decoder_sparse_step != 1 || !o.mlp_only_layers.empty())) {
     return absl::InvalidArgumentError(
@@ -365,6 +415,7 @@ absl::StatusOr<ModelConfig> ConfigFromOptions(const MakeModelOptions& o) {
   c.tie_word_embeddings = o.tie_word_embeddings;
   c.torch_dtype = TorchDtype(o.dtype);
   if (c.is_deepseek()) DeepseekFromOptions(o, &c);
+  c.fp8 = o.fp8;
   if (o.vocab < 256 + static_cast<int64_t>(TinySpecialTokens().size()) ||
       o.vocab > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -51,6 +51,12 @@ struct MakeModelOptions {
   uint64_t seed = 0;
   DType dtype = DType::kBF16;  // F32, F16 or BF16
   int shards = 1;
+  // FP8 E4M3 with block scales, laid out as the DeepSeek-V3 and Qwen3 FP8
+  // releases (common/fp8.h): every Linear weight except the embeddings,
+  // lm_head, routers and qwen2_moe's shared_expert_gate is F8_E4M3 with an
+  // F32 `<name>_scale_inv`, and config.json gets the quantization_config.
+  // The other tensors stay `dtype`. Unset: every weight is `dtype`.
+  std::optional<Fp8BlockScheme> fp8;
 
   // Family knobs; unset means the family's transformers default.
   std::optional<bool> norm_topk_prob;    // ignored for mixtral (always true)

@@ -62,6 +62,11 @@ struct BackendInfo {
   bool is_device = false;   // memory is not host-addressable
   bool supports_bf16 = true;
   bool supports_f16 = true;
+  // MatMul and ExpertFfn run kQ8/kQ4 weights (both backends since the CUDA
+  // module's ABI v4); a worker refuses a daemon holding a format its
+  // backend cannot run.
+  bool supports_q8 = true;
+  bool supports_q4 = true;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
   int threads = 1;                  // CPU worker threads (1 on a device)

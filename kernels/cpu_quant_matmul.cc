@@ -163,8 +163,11 @@ void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
   QuantizeActivations(a.x, a.m, a.k, &x);
   const bool q8 = a.dtype == DType::kQ8;
   const bool simd = level != SimdLevel::kScalar;
+  static const bool vnni = Q8VnniSupported();
   float (*dot)(const uint8_t*, const QuantizedActivations&, int64_t) =
-      q8 ? (simd ? &DotQ8Avx2 : &DotQ8Scalar) : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
+      q8 ? (simd ? (level == SimdLevel::kAvx512 && vnni ? &DotQ8Avx512Vnni : &DotQ8Avx2)
+                 : &DotQ8Scalar)
+         : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
   const int64_t row_bytes = WeightBytes(a.dtype, 1, a.k);
   const auto* w = static_cast<const uint8_t*>(a.w);
   int64_t grain = std::max<int64_t>(8, a.n / (pool.size() * 8));

@@ -40,8 +40,16 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k,
 // x rounded as the kernels see it (d * q), for references.
 std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k);
 
+// The AVX-512 VNNI q8 kernel (cpu_quant_vnni.cc): one output y[i, j] of
+// the q8 row `w`. REQUIRES: Q8VnniSupported().
+float DotQ8Avx512Vnni(const uint8_t* w, const QuantizedActivations& x, int64_t i);
+// AVX512_VNNI, AVX512BW and AVX512VL are all present.
+bool Q8VnniSupported();
+
 // REQUIRES: IsQuantDType(a.dtype), a.k a multiple of its group,
-// SimdLevelSupported(level). AVX-512 runs the AVX2 kernel.
+// SimdLevelSupported(level). At the AVX-512 level q8 runs a VNNI
+// (vpdpbusd) kernel where the CPU has AVX512_VNNI/BW/VL; q4, and q8 without
+// VNNI, run the AVX2 kernel.
 void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a);
 
 }  // namespace moe

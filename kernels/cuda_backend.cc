@@ -16,18 +16,12 @@ static_assert(static_cast<int>(ElementwiseKind::kSigmoid) == MOE_CUDA_EW_SIGMOID
 static_assert(static_cast<int>(DType::kF32) == MOE_CUDA_DTYPE_F32);
 static_assert(static_cast<int>(DType::kF16) == MOE_CUDA_DTYPE_F16);
 static_assert(static_cast<int>(DType::kBF16) == MOE_CUDA_DTYPE_BF16);
+static_assert(static_cast<int>(DType::kQ8) == MOE_CUDA_DTYPE_Q8);
+static_assert(static_cast<int>(DType::kQ4) == MOE_CUDA_DTYPE_Q4);
 
 namespace {
 
 void* S(Stream stream) { return static_cast<void*>(stream); }
-
-// The module has no kernels for the block formats yet (issue 12 step d):
-// a clear refusal, never a plain-dtype kernel reading quantized bytes.
-absl::Status NoBlockFormats(const char* op, DType t) {
-  if (!IsQuantDType(t)) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      op, ": the CUDA backend has no ", DTypeName(t), " kernels yet"));
-}
 
 class CudaBackend : public Backend {
  public:
@@ -100,7 +94,6 @@ class CudaBackend : public Backend {
   absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
                         const float* bias, float* y, int64_t m, int64_t n,
                         int64_t k, Stream stream) override {
-    RETURN_IF_ERROR(NoBlockFormats("MatMul", w_dtype));
     return Check(api_->matmul(x, w, static_cast<int>(w_dtype), bias, y, m, n,
                               k, S(stream)),
                  "MatMul");
@@ -186,7 +179,6 @@ class CudaBackend : public Backend {
                            float* out, int64_t tokens, int64_t count,
                            int64_t hidden, int64_t inter,
                            Stream stream) override {
-    RETURN_IF_ERROR(NoBlockFormats("ExpertFfn", w_dtype));
     return Check(api_->expert_ffn(x, rows, weights, gate, up, down,
                                   static_cast<int>(w_dtype), out, tokens,
                                   count, hidden, inter, S(stream)),

@@ -123,6 +123,10 @@ int RopeInterleaved(float* x, const int32_t* positions, const float* inv_freq,
 int MlaAttention(const float* q, const void* kv_b, int kv_b_dtype,
                  const float* ckv_cache, const float* kpe_cache, float* out,
                  const MoeCudaMlaShape* shape, float scale, void* stream);
+// quant_gemm.cu (ABI v4): matmul with MOE_CUDA_DTYPE_Q8 / Q4 weights.
+int QuantMatMulOnStream(const float* x, const void* w, int w_dtype,
+                        const float* bias, float* y, int64_t m, int64_t n,
+                        int64_t k, cudaStream_t stream);
 
 // arena.cu (ABI v3).
 int HostRegister(void* ptr, size_t bytes);

@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define MOE_CUDA_MODULE_ABI_VERSION 4
+#define MOE_CUDA_MODULE_ABI_VERSION 5
 
 #define MOE_CUDA_CUBLAS_BASE 10000
 #define MOE_CUDA_MODULE_BASE 20000
@@ -39,6 +39,10 @@ extern "C" {
 #define MOE_CUDA_DTYPE_F32 0
 #define MOE_CUDA_DTYPE_F16 1
 #define MOE_CUDA_DTYPE_BF16 2
+// v4: the block formats of common/quant.h, for matmul and expert_ffn weights
+// (activations rounded to 8 bits per 32, as the CPU kernels do).
+#define MOE_CUDA_DTYPE_Q8 13
+#define MOE_CUDA_DTYPE_Q4 14
 
 // memcpy kinds. Host<->device copies return when the data has arrived.
 #define MOE_CUDA_COPY_H2D 0

@@ -1,6 +1,7 @@
 #include "services/engine/in_memory_provider.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
 
@@ -14,7 +15,7 @@ InMemoryExpertProvider::Create(const MoeModel& model,
   const ModelDescription& d = model.description();
   Backend& be = model.backend();
   const bool device = be.Info().is_device;
-  const DType held = format.value_or(d.expert_dtype());
+  const DType held = format.value_or(DefaultHeldFormat(d.expert_dtype()));
   for (int l = 0; l < c.num_moe_layers(); ++l) {
     for (int e = 0; e < c.num_experts; ++e) {
       const void* ptrs[3];
@@ -34,8 +35,7 @@ InMemoryExpertProvider::Create(const MoeModel& model,
                 QuantGroupSize(held), ")"));
           }
           std::vector<uint8_t>& buf = p->converted_.emplace_back(b);
-          RETURN_IF_ERROR(ConvertWeights(v.data, v.dtype, v.shape[0],
-                                         v.shape[1], held, buf.data()));
+          RETURN_IF_ERROR(ConvertWeightView(v, held, buf.data()));
           ptrs[r] = buf.data();
           nbytes = static_cast<uint64_t>(b);
         }

@@ -1,6 +1,7 @@
 #include "services/engine/moe_model.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/engine/mla_attention.h"
@@ -56,6 +57,13 @@ absl::StatusOr<const void*> MoeModel::Place(const TensorView& view) {
 
 absl::StatusOr<Weight> MoeModel::Matrix(TensorRole role, int layer) {
   ASSIGN_OR_RETURN(TensorView view, desc_->Dense(role, layer));
+  if (view.dtype == DType::kF8E4M3) {
+    // Dense FP8 weights are a small share of the bytes: BF16 from here on.
+    std::vector<uint8_t>& buf = dequantized_.emplace_back(
+        static_cast<size_t>(view.numel()) * DTypeSize(DType::kBF16));
+    RETURN_IF_ERROR(ConvertWeightView(view, DType::kBF16, buf.data()));
+    view = TensorView{DType::kBF16, view.shape, buf.data(), buf.size(), {}};
+  }
   Weight w;
   w.dtype = view.dtype;
   w.rows = view.shape[0];

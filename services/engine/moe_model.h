@@ -93,6 +93,8 @@ class MoeModel {
   Backend* backend_ = nullptr;
   bool device_ = false;
   std::vector<void*> owned_;  // backend buffers we allocated
+  // Host copies of F8_E4M3 dense weights, dequantized to BF16 at load.
+  std::vector<std::vector<uint8_t>> dequantized_;
   std::vector<LayerWeights> layers_;
   Weight embed_, lm_head_;
   const float* final_norm_ = nullptr;

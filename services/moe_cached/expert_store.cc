@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/fp8.h"
 #include "common/logging.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
@@ -63,8 +64,9 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
   if (gate.dtype != up.dtype || gate.dtype != down.dtype) {
     return absl::InvalidArgumentError("expert tensors have different dtypes");
   }
-  const DType held = format.value_or(gate.dtype);
-  if (held != gate.dtype && (!IsFloatDType(gate.dtype) ||
+  const DType held = format.value_or(DefaultHeldFormat(gate.dtype));
+  const bool convertible = IsFloatDType(gate.dtype) || gate.dtype == DType::kF8E4M3;
+  if (held != gate.dtype && (!convertible ||
                              (!IsFloatDType(held) && !IsQuantDType(held)))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot convert experts of dtype ", DTypeName(gate.dtype), " to ",
@@ -83,7 +85,8 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
         return absl::InvalidArgumentError(absl::StrCat(
             "expert ", roles[i], " rows of ", shape.empty() ? 0 : shape.back(),
             " weights cannot be held as ", ExpertFormatName(held),
-            ": they must be whole blocks of ", QuantGroupSize(held)));
+            ": they must be whole blocks of ", QuantGroupSize(held),
+            " (--expert-format bf16 holds any shape)"));
       }
       nbytes = static_cast<uint64_t>(b);
     }
@@ -154,8 +157,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
               " differs in shape or dtype from expert L0/E0"));
         }
         if (convert) {
-          absl::Status s = ConvertWeights(view.data, source, slot.shape[0], slot.shape[1],
-                                          slot.dtype, block + slot.offset);
+          absl::Status s = ConvertWeightView(view, slot.dtype, block + slot.offset);
           if (!s.ok()) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "model ", name, ": expert L", l, "/E", e, " ", slot.role, ": ", s.message()));

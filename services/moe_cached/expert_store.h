@@ -50,7 +50,8 @@ struct ExpertTensorLayout {
 struct ExpertStoreOptions {
   // --expert-format: the dtype the store (and so every copy and arena slot)
   // holds; the checkpoint's experts are converted, quantized for kQ8/kQ4
-  // (common/quant.h), while loading. nullopt: as stored in the checkpoint.
+  // (common/quant.h), while loading. nullopt: as stored in the checkpoint
+  // (q8 for F8_E4M3 checkpoints, whose format no kernel reads).
   std::optional<DType> format;
   // Called once on the whole buffer after allocation, before it is filled
   // (CUDA: register it as pinned memory). A failure aborts the load with
@@ -76,7 +77,8 @@ class ExpertStore {
   ExpertStore& operator=(const ExpertStore&) = delete;
 
   // The layout of one block, for the given gate/up/down views held as
-  // `format` (nullopt: their own dtype). INVALID_ARGUMENT if the three dtypes
+  // `format` (nullopt: their own dtype, or q8 for F8_E4M3 experts:
+  // DefaultHeldFormat). INVALID_ARGUMENT if the three dtypes
   // differ, or a row is not whole blocks of `format`.
   static absl::StatusOr<std::vector<ExpertTensorLayout>> ComputeLayout(
       const TensorView& gate, const TensorView& up, const TensorView& down,

@@ -55,6 +55,18 @@ absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine
   return absl::OkStatus();
 }
 
+absl::Status CheckBackendRunsFormat(const BackendInfo& backend, DType format) {
+  const bool runs = IsFloatDType(format) ||
+                    (format == DType::kQ8 && backend.supports_q8) ||
+                    (format == DType::kQ4 && backend.supports_q4);
+  if (runs) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "moe-cached holds the experts as ", ExpertFormatName(format), " but this worker's ",
+      backend.name, " backend has no ", ExpertFormatName(format),
+      " kernels; restart moe-cached with --expert-format bf16, or run the worker with a "
+      "backend that has them (--backend cpu runs bf16, q8 and q4)"));
+}
+
 absl::Status DaemonExpertProvider::Attach() {
   ASSIGN_OR_RETURN(std::unique_ptr<client::CacheClient> client,
                    client::CacheClient::Connect(options_));
@@ -91,6 +103,7 @@ absl::Status DaemonExpertProvider::Attach() {
     expert_dtype_ = found->dtype;
     *offsets[r] = found->offset;
   }
+  RETURN_IF_ERROR(CheckBackendRunsFormat(model_.backend().Info(), expert_dtype_));
   MOE_LOG(INFO) << "attached to moe-cached at " << options_.address
                 << " for model '" << client->model() << "': "
                 << client->slot_count() << " slots of "

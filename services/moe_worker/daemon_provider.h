@@ -43,6 +43,11 @@ namespace moe::worker {
 absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine,
                              const char* role, uint64_t slot_bytes);
 
+// OK when `backend` has kernels for experts held as `format`, else
+// FAILED_PRECONDITION saying what to change (the daemon's --expert-format
+// or the worker's --backend).
+absl::Status CheckBackendRunsFormat(const BackendInfo& backend, DType format);
+
 class DaemonExpertProvider : public ExpertProvider {
  public:
   // Attaches to the daemon and checks that its expert layout matches

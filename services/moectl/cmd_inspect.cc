@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/fp8.h"
 #include "common/model_desc.h"
 #include "common/quant.h"
 #include "nlohmann/json.hpp"
@@ -110,19 +111,30 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
   if (c.is_deepseek()) PrintDeepseek(c);
   std::printf("expert dtype: %s\n",
               std::string(DTypeName(d.expert_dtype())).c_str());
+  if (c.fp8) {
+    std::printf("fp8 block scales: %lld x %lld weights per scale\n",
+                static_cast<long long>(c.fp8->block_rows),
+                static_cast<long long>(c.fp8->block_cols));
+  }
+  std::printf("experts held as (no --expert-format): %s\n",
+              ExpertFormatName(DefaultHeldFormat(d.expert_dtype())).c_str());
   std::printf("bytes per expert: %llu (%s)\n",
               static_cast<unsigned long long>(d.bytes_per_expert()),
               Human(d.bytes_per_expert()).c_str());
-  for (DType f : {DType::kQ8, DType::kQ4}) {
+  for (DType f : {DType::kBF16, DType::kQ8, DType::kQ4}) {
+    if (f == d.expert_dtype()) continue;
     const int64_t b = ExpertBytesAs(d, f);
     if (b < 0) {
       std::printf("bytes per expert as %s: n/a (rows are not whole blocks)\n",
                   ExpertFormatName(f).c_str());
     } else {
-      std::printf("bytes per expert as %s: %lld (%s, %.2fx fewer)\n",
+      const double stored = static_cast<double>(d.bytes_per_expert());
+      const bool more = static_cast<double>(b) > stored;
+      std::printf("bytes per expert as %s: %lld (%s, %.2fx %s)\n",
                   ExpertFormatName(f).c_str(), static_cast<long long>(b),
                   Human(static_cast<uint64_t>(b)).c_str(),
-                  b > 0 ? double(d.bytes_per_expert()) / double(b) : 0.0);
+                  b > 0 && stored > 0 ? (more ? double(b) / stored : stored / double(b)) : 0.0,
+                  more ? "more" : "fewer");
     }
   }
   std::printf("dense bytes: %llu (%s)\n",
@@ -146,6 +158,9 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["hidden_size"] = c.hidden_size;
   j["expert_dtype"] = std::string(DTypeName(d.expert_dtype()));
   j["bytes_per_expert"] = d.bytes_per_expert();
+  if (c.fp8) j["fp8_block_size"] = {c.fp8->block_rows, c.fp8->block_cols};
+  j["expert_held_format"] = ExpertFormatName(DefaultHeldFormat(d.expert_dtype()));
+  j["bytes_per_expert_bf16"] = ExpertBytesAs(d, DType::kBF16);
   j["bytes_per_expert_q8"] = ExpertBytesAs(d, DType::kQ8);
   j["bytes_per_expert_q4"] = ExpertBytesAs(d, DType::kQ4);
   j["dense_bytes"] = d.dense_bytes();

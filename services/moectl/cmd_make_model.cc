@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8.h"
 #include "common/model_desc.h"
 #include "common/model_maker.h"
 #include "common/model_presets.h"
@@ -40,6 +41,13 @@ void DeclareFlags(FlagSet& f) {
   f.Int("seed", 0, "random seed");
   f.String("dtype", "bf16", "weight dtype: bf16, f16 or f32");
   f.Int("shards", 1, "number of safetensors files (> 1 writes an index)");
+  f.String("expert-format", "bf16",
+           "bf16 (weights as --dtype) or fp8: F8_E4M3 Linear weights with "
+           "block scales, as the DeepSeek-V3 / Qwen3 FP8 releases (q8 and q4 "
+           "have no published safetensors layout: moe-cached --expert-format "
+           "converts at load)");
+  f.Int("fp8-block", 128,
+        "fp8: weights per scale along each dimension (published: 128)");
   f.Bool("norm-topk-prob", false,
          "renormalise the top-k weights (qwen, olmoe)");
   f.Int("decoder-sparse-step", 1, "qwen: every n-th layer is MoE");
@@ -162,6 +170,22 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("--dtype must be bf16, f16 or f32, got '", dtype, "'"));
+  }
+  const std::string& format = f.GetString("expert-format");
+  if (format == "fp8") {
+    o.fp8 = Fp8BlockScheme{f.GetInt("fp8-block"), f.GetInt("fp8-block")};
+  } else if (format == "q8" || format == "q4") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-format ", format,
+        ": there is no published safetensors layout for ", format,
+        " checkpoints; write bf16 or fp8 and give moe-cached (or moectl run) "
+        "--expert-format ", format, " to convert at load"));
+  } else if (format != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-format must be bf16 or fp8, got '", format, "'"));
+  }
+  if (f.IsSet("fp8-block") && !o.fp8) {
+    return absl::InvalidArgumentError("--fp8-block applies to --expert-format fp8 only");
   }
   if (f.IsSet("mlp-only-layers")) {
     ASSIGN_OR_RETURN(o.mlp_only_layers,

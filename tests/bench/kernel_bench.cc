@@ -367,6 +367,30 @@ int RunCuda(const Flags& f) {
               2.0 * m * pn * k / prefill_s / 1e12);
   std::printf("RESULT cuda decode_ratio=%.2f prefill_tflops=%.1f\n",
               decode_bw / copy_bw, 2.0 * m * pn * k / prefill_s / 1e12);
+  // The block formats (kernels/cuda/quant_gemm.cu) on the same weights:
+  // matvec weight bytes/s against the copy rate, and prefill TFLOP/s.
+  CpuBackend encoder;
+  for (DType dt : {DType::kQ8, DType::kQ4}) {
+    std::vector<uint8_t> q = Encode(encoder.pool(), hw.data(), n, k, dt);
+    ok = ok && b.CopyToDevice(*w2, q.data(), q.size()).ok();
+    double q_decode_s = timed([&] {
+      return b.MatMul(static_cast<float*>(*x), *w2, dt, nullptr,
+                      static_cast<float*>(*y), 1, n, k);
+    });
+    double q_prefill_s = timed([&] {
+      return b.MatMul(static_cast<float*>(*x), *w2, dt, nullptr,
+                      static_cast<float*>(*y), m, pn, k);
+    });
+    const double bw = q.size() / q_decode_s;
+    std::printf("  %s matvec   %8.1f GB/s  ratio %.2f, %.2fx the bf16 matvec's time; "
+                "prefill %.1f TFLOP/s\n",
+                std::string(DTypeName(dt)).c_str(), bw / 1e9, bw / copy_bw,
+                decode_s / q_decode_s, 2.0 * m * pn * k / q_prefill_s / 1e12);
+    std::printf("RESULT cuda format=%s decode_ratio=%.2f decode_speedup=%.2f "
+                "prefill_tflops=%.1f\n",
+                std::string(DTypeName(dt)).c_str(), bw / copy_bw, decode_s / q_decode_s,
+                2.0 * m * pn * k / q_prefill_s / 1e12);
+  }
   for (void* p : {*w, *w2, *x, *y}) b.Free(p);
   return ok ? 0 : 1;
 }

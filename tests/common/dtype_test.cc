@@ -47,7 +47,14 @@ TEST(DTypeTest, NamesSizesAndParsing) {
   auto bad = ParseDType("bf16");  // case-sensitive, as in the format
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("'bf16'"), std::string::npos);
-  EXPECT_FALSE(ParseDType("F8_E4M3").ok());
+  // The 8-bit floats of FP8 checkpoints are one byte; the block formats are
+  // ours and never parsed from a file.
+  ASSERT_TRUE(ParseDType("F8_E4M3").ok());
+  EXPECT_EQ(*ParseDType("F8_E4M3"), DType::kF8E4M3);
+  EXPECT_EQ(*ParseDType("F8_E5M2"), DType::kF8E5M2);
+  EXPECT_EQ(DTypeSize(DType::kF8E4M3), 1u);
+  EXPECT_FALSE(ParseDType("Q8").ok());
+  EXPECT_FALSE(ParseDType("F8_E4M3FN").ok());
   EXPECT_TRUE(IsFloatDType(DType::kBF16));
   EXPECT_FALSE(IsFloatDType(DType::kF64));
 }

@@ -27,7 +27,12 @@ DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (None, 2),
           "F64": (np.float64, 8), "I64": (np.int64, 8), "I32": (np.int32, 4),
           "I16": (np.int16, 2), "I8": (np.int8, 1), "U8": (np.uint8, 1),
           "BOOL": (np.bool_, 1), "U16": (np.uint16, 2), "U32": (np.uint32, 4),
-          "U64": (np.uint64, 8)}
+          "U64": (np.uint64, 8), "F8_E4M3": (np.uint8, 1)}
+
+# E4M3 ("fn": bias 7, 3 mantissa bits) codes of the magnitudes `values`
+# produces (k / 8, k <= 6), worked out by hand: (1 + m/8) 2^(e-7) -> e << 3 | m.
+E4M3 = {0.0: 0x00, 0.125: 0x20, 0.25: 0x28, 0.375: 0x2c, 0.5: 0x30, 0.625: 0x32,
+        0.75: 0x34}
 
 CONFIGS = {
     # Mixtral-style, BF16, one file.
@@ -64,6 +69,20 @@ CONFIGS = {
                 "attention_bias": False, "vocab_size": 300, "rms_norm_eps": 1e-06,
                 "rope_scaling": None, "rope_theta": 1000000.0, "eos_token_id": [298, 299],
                 "tie_word_embeddings": False, "torch_dtype": "float32"}),
+    # Qwen3-FP8-style: every Linear weight but the router F8_E4M3 with F32
+    # weight_scale_inv per 16 x 16 block (partial blocks: width 24), the rest BF16.
+    "qwen3_moe_fp8": dict(
+        dtype="BF16", shards=2, fp8_block=[16, 16],
+        config={"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                "hidden_size": 32, "head_dim": 16, "intermediate_size": 64,
+                "moe_intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
+                "norm_topk_prob": True, "mlp_only_layers": [1], "decoder_sparse_step": 1,
+                "vocab_size": 300, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+                "eos_token_id": 299, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                        "quant_method": "fp8",
+                                        "weight_block_size": [16, 16]}}),
     # OLMoE-style, BF16, tied embeddings, an extra non-model tensor.
     "olmoe": dict(
         dtype="BF16", shards=1,
@@ -89,6 +108,29 @@ def encode(arr, dtype):
         u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
         return u.astype("<u2").tobytes()
     return arr.astype(np.dtype(DTYPES[dtype][0]).newbyteorder("<")).tobytes()
+
+
+def is_fp8(name, shape):
+    """The tensors FP8 releases store as F8_E4M3: 2-D projections, not the
+    embeddings, lm_head or routers."""
+    return len(shape) == 2 and name.endswith("proj.weight") or ".experts." in name
+
+
+def fp8_scale(bi, bj):
+    """scale_inv of block (bi, bj): powers of two, so every product is exact."""
+    return float(2 ** ((bi + 2 * bj) % 3))
+
+
+def encode_fp8(name, shape, block):
+    """(codes, scale_inv bytes, scale shape): code * scale_inv == values(name)
+    * the block's scale, i.e. the stored weights are values() times scales."""
+    rows, cols = shape
+    v = values(name, rows * cols).reshape(rows, cols)
+    codes = np.array([[E4M3[abs(float(x))] | (0x80 if x < 0 else 0) for x in row]
+                      for row in v], dtype=np.uint8)
+    sr, sc = -(-rows // block[0]), -(-cols // block[1])
+    scales = np.array([[fp8_scale(i, j) for j in range(sc)] for i in range(sr)], "<f4")
+    return codes.tobytes(), scales.tobytes(), [sr, sc]
 
 
 def tensors_for(family, c):
@@ -172,20 +214,33 @@ def cmd_write(args):
     spec = CONFIGS[args.family]
     cfg, dtype, shards = dict(spec["config"]), spec["dtype"], spec["shards"]
     os.makedirs(args.out, exist_ok=True)
-    specs = tensors_for(args.family, cfg)
+    specs = tensors_for(cfg["model_type"], cfg)
     size = DTYPES[dtype][1]
     total = sum(int(np.prod(s)) * size for _, s, _ in specs)
     expert_bytes = sum(int(np.prod(s)) * size for _, s, e in specs if e)
     experts = cfg.get("num_local_experts") or cfg.get("num_experts")
     entries = []
-    for name, shape, _ in specs:
+    block = spec.get("fp8_block")
+    if block:  # F8 weights are 1 byte, plus their scales
+        total = expert_bytes = 0
+    for name, shape, is_expert in specs:
         if args.break_kind == "missing-expert" and name.endswith(
                 ("experts.1.up_proj.weight", "experts.1.w3.weight")):
             continue
         if args.break_kind == "bad-shape" and name == "model.layers.0.self_attn.q_proj.weight":
             shape = shape[::-1]
         n = int(np.prod(shape))
-        entries.append((name, dtype, shape, encode(values(name, n), dtype)))
+        if block and is_fp8(name, shape):
+            codes, scales, sshape = encode_fp8(name, shape, block)
+            entries.append((name, "F8_E4M3", shape, codes))
+            entries.append((name + "_scale_inv", "F32", sshape, scales))
+            nbytes = len(codes) + len(scales)
+        else:
+            entries.append((name, dtype, shape, encode(values(name, n), dtype)))
+            nbytes = len(entries[-1][3])
+        if block:
+            total += nbytes
+            expert_bytes += nbytes if is_expert else 0
     if args.family == "olmoe":  # older checkpoints carry rotary buffers
         entries.append(("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", [4],
                         encode(np.ones(4, np.float32), "F32")))

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8.h"
 #include "common/model_desc.h"
 #include "common/model_maker.h"
 #include "gmock/gmock.h"
@@ -123,6 +124,66 @@ TEST_P(PythonCheckpointTest, ModelDescriptionAndInspectReadIt) {
 INSTANTIATE_TEST_SUITE_P(Families, PythonCheckpointTest,
                          ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe",
                                            "olmoe"));
+
+// An FP8 checkpoint written without our code (Qwen3-FP8 layout, 16 x 16
+// blocks, partial ones at width 24, two shards): the byte counts are the
+// writer's, and every dequantized weight is exactly the writer's value times
+// its block's scale (powers of two, see hf_checkpoint.py).
+TEST(PythonCheckpointTest, Fp8CheckpointDequantizesExactly) {
+  TempDir dir, scratch;
+  nlohmann::json expect = WritePython("qwen3_moe_fp8", dir.path(), scratch);
+  auto d = ModelDescription::Open(dir.path());
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(d->config().fp8.has_value());
+  EXPECT_EQ(d->expert_dtype(), DType::kF8E4M3);
+  EXPECT_EQ(d->bytes_per_expert(), expect["bytes_per_expert"].get<uint64_t>());
+  EXPECT_EQ(d->dense_bytes(), expect["dense_bytes"].get<uint64_t>());
+  EXPECT_EQ(d->total_bytes(), expect["total_bytes"].get<uint64_t>());
+  auto scale = [](int64_t bi, int64_t bj) {
+    return static_cast<float>(1 << ((bi + 2 * bj) % 3));
+  };
+  struct Checked {
+    std::string name;
+    absl::StatusOr<TensorView> view;
+  };
+  const Checked checked[] = {
+      {"model.layers.0.mlp.experts.3.down_proj.weight",
+       d->Expert(0, 3, TensorRole::kExpertDown)},
+      {"model.layers.0.mlp.experts.1.gate_proj.weight",
+       d->Expert(0, 1, TensorRole::kExpertGate)},
+      {"model.layers.1.self_attn.q_proj.weight", d->Dense(TensorRole::kQProj, 1)},
+      {"model.layers.1.mlp.down_proj.weight", d->Dense(TensorRole::kMlpDown, 1)}};
+  for (const Checked& c : checked) {
+    ASSERT_TRUE(c.view.ok()) << c.name;
+    ASSERT_EQ(c.view->dtype, DType::kF8E4M3) << c.name;
+    const int64_t rows = c.view->shape[0], cols = c.view->shape[1];
+    std::vector<float> got(static_cast<size_t>(rows * cols));
+    ASSERT_TRUE(ConvertWeightView(*c.view, DType::kF32, got.data()).ok()) << c.name;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < cols; ++k) {
+        ASSERT_EQ(got[r * cols + k], Expected(c.name, r * cols + k) * scale(r / 16, k / 16))
+            << c.name << "[" << r << ", " << k << "]";
+      }
+    }
+  }
+  // The router stays BF16, as published.
+  EXPECT_EQ(d->Dense(TensorRole::kRouter, 0)->dtype, DType::kBF16);
+
+  // And the other way: make-model's FP8 output reads without our code.
+  TempDir made;
+  MakeModelOptions o = TinyPreset(ModelFamily::kQwen3Moe);
+  o.fp8 = Fp8BlockScheme{32, 32};
+  o.shards = 2;
+  ASSERT_TRUE(MakeModel(o, made.path()).ok());
+  auto md = ModelDescription::Open(made.path());
+  ASSERT_TRUE(md.ok()) << md.status();
+  RunResult r = RunCommand(std::string(kPython) + " " + kScript + " check " + made.path(),
+                           scratch);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tensors"].get<size_t>(), md->checkpoint().names().size());
+  EXPECT_EQ(j["total_bytes"].get<uint64_t>(), md->total_bytes());
+}
 
 struct Broken {
   const char* family;

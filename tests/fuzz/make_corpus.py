@@ -47,6 +47,12 @@ def safetensors_cases():
           "c": {"dtype": "I64", "shape": [], "data_offsets": [24, 32]}}
     put("safetensors/valid_small.safetensors", st_bytes(ok, f32(8)), "OK")
     put("safetensors/valid_empty_header.safetensors", st_bytes({}), "OK")
+    f8 = {"w": {"dtype": "F8_E4M3", "shape": [2, 4], "data_offsets": [0, 8]},
+          "w_scale_inv": {"dtype": "F32", "shape": [1, 1], "data_offsets": [8, 12]},
+          "i": {"dtype": "I8", "shape": [4], "data_offsets": [12, 16]},
+          "u": {"dtype": "U8", "shape": [4], "data_offsets": [16, 20]}}
+    put("safetensors/valid_f8_u8_i8.safetensors",
+        st_bytes(f8, bytes(range(0x30, 0x38)) + f32(1, 0.5) + bytes(8)), "OK")
     t = lambda **kw: {"x": dict({"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, **kw)}
     cases = [
         ("empty", b"", "too small"),
@@ -69,6 +75,7 @@ def safetensors_cases():
         ("metadata_not_strings", st_bytes({"__metadata__": {"n": 3}}), "not a string"),
         ("truncated_data", st_bytes(t(), f32(1)), "out of range"),
         ("entry_not_object", st_bytes({"x": [1, 2]}), "entry is not a JSON object"),
+        ("f8_size_mismatch", st_bytes(t(dtype="F8_E4M3", shape=[3]), f32(2)), "needs 3 bytes"),
     ]
     for name, blob, msg in cases:
         put("safetensors/bad_%s.safetensors" % name, blob, msg)
@@ -166,6 +173,24 @@ def config_cases():
     ]
     for name, cfg, msg in cases:
         put("config/bad_%s.json" % name, json.dumps(cfg, indent=1), msg)
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+           "weight_block_size": [128, 128]}
+    put("config/valid_mixtral_fp8.json", json.dumps(dict(m, quantization_config=fp8), indent=1),
+        "OK")
+    quant_cases = [
+        ("gptq", {"quant_method": "gptq", "bits": 4}, "quant_method 'gptq' is not supported"),
+        ("e5m2", dict(fp8, fmt="e5m2"), "fmt 'e5m2' is not supported"),
+        ("static", dict(fp8, activation_scheme="static"),
+         "activation_scheme 'static' is not supported"),
+        ("per_tensor", {k: v for k, v in fp8.items() if k != "weight_block_size"},
+         "no weight_block_size"),
+        ("block_3d", dict(fp8, weight_block_size=[128, 128, 1]), "not two positive integers"),
+        ("block_zero", dict(fp8, weight_block_size=[0, 128]), "not two positive integers"),
+        ("not_object", "fp8", "quantization_config is not an object"),
+    ]
+    for name, q, msg in quant_cases:
+        put("config/bad_quant_%s.json" % name,
+            json.dumps(dict(m, quantization_config=q), indent=1), msg)
     put("config/bad_not_json.json", '{"model_type": "mixtral", "hidden_size": 64,',
         "not valid JSON")
     put("config/bad_array.json", "[1, 2]", "not a JSON object")
@@ -239,14 +264,19 @@ def micro_deepseek():
 def write_model_file(path, tensors):
     header, data = {"__metadata__": {"format": "pt"}}, b""
     for name in sorted(tensors):
-        shape, dtype = tensors[name]
+        shape, dtype = tensors[name][:2]
+        raw = tensors[name][2] if len(tensors[name]) > 2 else None
         n = 1
         for d in shape:
             n *= d
-        size = {"F32": 4, "I32": 4, "BF16": 2}[dtype]
+        size = {"F32": 4, "I32": 4, "BF16": 2, "F8_E4M3": 1}[dtype]
+        if raw is None:
+            # F8_E4M3: 0x38 is 1.0; F32 scales/weights 0, 0.25, 0.5, ...
+            raw = f32(n) if dtype == "F32" else (
+                b"\x38" * n if dtype == "F8_E4M3" else bytes(n * size))
         header[name] = {"dtype": dtype, "shape": shape,
-                        "data_offsets": [len(data), len(data) + n * size]}
-        data += (f32(n) if dtype == "F32" else bytes(n * size))
+                        "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
     put(os.path.relpath(path, ROOT), st_bytes(header, data), None)
 
 
@@ -299,6 +329,7 @@ def model_cases():
     # No weights at all.
     put("model/bad_no_weights/config.json", json.dumps(cfg, indent=1), None)
     expected.append(("model/bad_no_weights", "no model.safetensors"))
+    fp8_cases(model, cfg, tensors)
     # DeepSeek: MLA tensors, the router's correction bias.
     cfg, tensors = micro_deepseek()
     model("valid_micro_deepseek_v3", cfg, tensors, "OK")
@@ -315,6 +346,40 @@ def model_cases():
     plain_q["model.layers.0.self_attn.q_proj.weight"] = ([8, 8], "F32")
     model("bad_deepseek_q_proj_with_q_lora", cfg, plain_q,
           "lacks tensor 'model.layers.0.self_attn.q_a_proj.weight'")
+
+
+def fp8_cases(model, cfg, tensors):
+    """The micro model as an FP8 checkpoint with 4 x 4 blocks (DeepSeek-V3 /
+    Qwen3 FP8 layout), valid and broken."""
+    q = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+         "weight_block_size": [4, 4]}
+    fcfg = dict(cfg, quantization_config=q)
+    fp8 = dict(tensors)
+    linear = [n for n in tensors if ("proj" in n or "experts" in n)]
+    for name in linear:
+        shape = tensors[name][0]
+        fp8[name] = (shape, "F8_E4M3")
+        fp8[name + "_scale_inv"] = ([-(-shape[0] // 4), -(-shape[1] // 4)], "F32")
+    model("valid_micro_fp8", fcfg, fp8, "OK")
+    w1 = "model.layers.0.block_sparse_moe.experts.1.w1.weight"
+    missing = {k: v for k, v in fp8.items() if k != w1 + "_scale_inv"}
+    model("bad_fp8_missing_scale", fcfg, missing, "lacks its scales '%s_scale_inv'" % w1)
+    model("bad_fp8_scale_shape", fcfg, dict(fp8, **{w1 + "_scale_inv": ([2, 2], "F32")}),
+          "of shape [2, 2], expected [1, 2]")
+    model("bad_fp8_scale_dtype", fcfg, dict(fp8, **{w1 + "_scale_inv": ([1, 2], "I32")}),
+          "of dtype I32; scales must be F32, BF16 or F16")
+    nan = struct.pack("<2f", 1.0, float("nan"))
+    model("bad_fp8_nan_scale", fcfg, dict(fp8, **{w1 + "_scale_inv": ([1, 2], "F32", nan)}),
+          "scales must be finite and non-negative")
+    model("bad_fp8_no_quant_config", cfg, fp8, "no fp8 quantization_config")
+    model("bad_fp8_quant_method", dict(cfg, quantization_config=dict(q, quant_method="awq")),
+          fp8, "quant_method 'awq' is not supported")
+    norm = "model.layers.0.input_layernorm.weight"
+    model("bad_fp8_norm", fcfg, dict(fp8, **{norm: ([8], "F8_E4M3")}),
+          "only 2-D weights may be F8_E4M3")
+    float_scaled = dict(tensors, **{w1 + "_scale_inv": ([1, 2], "F32")})
+    model("bad_fp8_float_with_scale", fcfg, float_scaled,
+          "only F8_E4M3 weights take block scales")
 
 
 def main():

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/fp8.h"
 #include "common/model_maker.h"
 #include "common/quant.h"
 #include "gtest/gtest.h"
@@ -50,6 +51,55 @@ TEST(ExpertStoreTest, OneAlignedBlockPerExpertEqualToTheCheckpoint) {
             << "L" << l << "/E" << e << " " << names[r];
       }
     }
+  }
+}
+
+// An FP8 checkpoint's experts are held as q8 unless asked otherwise (no
+// kernel reads F8), each block the quantization of the exactly dequantized
+// weights; bf16 and q4 may be asked for; a sharded FP8 checkpoint (scales in
+// the index too) loads the same.
+TEST(ExpertStoreTest, Fp8ExpertsAreHeldAsQ8ByDefault) {
+  moe::testing::ScratchDir dir;
+  MakeModelOptions o = TinyPreset(ModelFamily::kMixtral);
+  o.fp8 = Fp8BlockScheme{32, 48};
+  o.shards = 3;
+  ASSERT_TRUE(MakeModel(o, dir.Sub("m")).ok());
+  auto desc = ModelDescription::Open(dir.Sub("m"));
+  ASSERT_TRUE(desc.ok()) << desc.status();
+  ASSERT_TRUE(desc->checkpoint().sharded());
+  ASSERT_EQ(desc->expert_dtype(), DType::kF8E4M3);
+  auto store = ExpertStore::Load("m", *desc);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->format(), DType::kQ8);
+  const TensorRole roles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                               TensorRole::kExpertDown};
+  for (int r = 0; r < 3; ++r) {
+    auto v = desc->Expert(3, 5, roles[r]);
+    ASSERT_TRUE(v.ok());
+    const ExpertTensorLayout& t = (*store)->layout()[r];
+    ASSERT_EQ(t.nbytes, static_cast<uint64_t>(WeightBytes(DType::kQ8, v->shape[0], v->shape[1])));
+    // The reference: dequantize every row exactly, then quantize to q8.
+    std::vector<float> row(v->shape[1]);
+    std::vector<uint8_t> want(t.nbytes);
+    const int64_t row_bytes = WeightBytes(DType::kQ8, 1, v->shape[1]);
+    for (int64_t i = 0; i < v->shape[0]; ++i) {
+      for (int64_t c = 0; c < v->shape[1]; ++c) {
+        row[c] = Fp8E4M3ToFloat(v->data[i * v->shape[1] + c]) *
+                 reinterpret_cast<const float*>(
+                     v->scales.data)[(i / 32) * v->scales.cols + c / 48];
+      }
+      ASSERT_TRUE(QuantizeRow(row.data(), v->shape[1], DType::kQ8,
+                              want.data() + i * row_bytes).ok());
+    }
+    EXPECT_EQ(std::memcmp((*store)->Block(3, 5) + t.offset, want.data(), t.nbytes), 0)
+        << t.role;
+  }
+  for (DType f : {DType::kBF16, DType::kQ4}) {
+    ExpertStoreOptions opts;
+    opts.format = f;
+    auto other = ExpertStore::Load("m", *desc, opts);
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_EQ((*other)->format(), f);
   }
 }
 

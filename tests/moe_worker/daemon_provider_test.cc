@@ -22,6 +22,31 @@ TEST(CheckSlotTensorTest, LearnsEveryFormatWhoseSizeFitsTheShape) {
   }
 }
 
+// Both backends run every format the daemon can hold (the CUDA module has
+// q8/q4 kernels since ABI v4); a backend without them is refused at Attach
+// with what to change.
+TEST(CheckBackendRunsFormatTest, RefusesOnlyAFormatWithoutKernels) {
+  BackendInfo cpu;
+  cpu.name = "cpu";
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+    EXPECT_TRUE(CheckBackendRunsFormat(cpu, d).ok()) << DTypeName(d);
+  }
+  auto cpu_backend = CreateBackend("cpu");
+  ASSERT_TRUE(cpu_backend.ok());
+  EXPECT_TRUE((*cpu_backend)->Info().supports_q8);
+  EXPECT_TRUE((*cpu_backend)->Info().supports_q4);
+  BackendInfo old_gpu;
+  old_gpu.name = "cuda";
+  old_gpu.supports_q4 = false;
+  EXPECT_TRUE(CheckBackendRunsFormat(old_gpu, DType::kQ8).ok());
+  absl::Status s = CheckBackendRunsFormat(old_gpu, DType::kQ4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("holds the experts as q4 but this worker's cuda backend has no "
+                             "q4 kernels; restart moe-cached with --expert-format bf16"),
+            std::string::npos)
+      << s;
+}
+
 TEST(CheckSlotTensorTest, MismatchesAreClearErrors) {
   TensorView mine;
   mine.dtype = DType::kBF16;

@@ -218,6 +218,32 @@ TEST_F(OpsReportTest, MakeModelNeedsForceForANonEmptyDirectory) {
       out, HasSubstr("preset mixtral-8x7b-2l is a mixtral model, not olmoe"));
 }
 
+// Issue 12: make-model writes FP8 checkpoints in the published layout (and
+// says why it does not write q8/q4), inspect shows the format, the scales'
+// block and the bytes per expert stored and as each held format.
+TEST_F(OpsReportTest, MakeModelWritesFp8AndInspectShowsTheFormats) {
+  int code = -1;
+  const std::string fp8 = dir_.Sub("fp8");
+  std::string out = Moectl("make-model --expert-format fp8 --fp8-block 32 --out " + fp8, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("F8_E4M3"));
+  out = Moectl("inspect " + fp8, &code);
+  EXPECT_EQ(code, 0) << out;
+  // Tiny mixtral: 3 x [128, 64] per expert, 2 x 4 scales of 32 x 32 each.
+  EXPECT_THAT(out, HasSubstr("expert dtype: F8_E4M3"));
+  EXPECT_THAT(out, HasSubstr("fp8 block scales: 32 x 32 weights per scale"));
+  EXPECT_THAT(out, HasSubstr("experts held as (no --expert-format): q8"));
+  EXPECT_THAT(out, HasSubstr("bytes per expert: 24672 "));
+  EXPECT_THAT(out, HasSubstr("bytes per expert as bf16: 49152 (48.0 KiB, 1.99x more)"));
+  EXPECT_THAT(out, HasSubstr("bytes per expert as q8: 26112 "));
+  out = Moectl("inspect --json " + fp8, &code);
+  EXPECT_THAT(out, HasSubstr("\"fp8_block_size\":[32,32]"));
+  EXPECT_THAT(out, HasSubstr("\"expert_held_format\":\"q8\""));
+  out = Moectl("make-model --expert-format q4 --out " + dir_.Sub("q4"), &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, HasSubstr("no published safetensors layout for q4"));
+}
+
 // Point 8: simulate checks every policy and the sweep's output before it
 // prints anything, and shows progress when asked (auto: on a terminal).
 TEST_F(OpsReportTest, SimulateChecksEverythingFirstAndShowsProgress) {

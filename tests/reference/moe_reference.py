@@ -26,6 +26,12 @@ matching configuration_*.py files:
   (dtype, shape, data_offsets relative to the data section), raw data.
   BF16 is widened exactly (uint16 << 16 viewed as float32), F16/F32/F64 too;
   everything is then float64. Sharded checkpoints through weight_map.
+* FP8 block-scaled checkpoints (DeepSeek-V3 / Qwen3 FP8 layout, config
+  quantization_config {quant_method fp8, fmt e4m3, weight_block_size
+  [B0, B1]}): an F8_E4M3 weight W [out, in] (e4m3fn: bias 7, subnormals
+  m * 2^-9, S.1111.111 NaN, no infinities) is W * scale_inv[r // B0, c // B1]
+  with W.weight_scale_inv [ceil(out/B0), ceil(in/B1)]; the scales are then
+  dropped. transformers dequantizes the same way (finegrained_fp8).
 * Defaults when a key is absent from config.json: rms_norm_eps 1e-5
   (mixtral, olmoe) / 1e-6 (qwen2_moe, qwen3_moe); rope_theta 1e6 (mixtral) /
   1e4 (others), also read from rope_parameters.rope_theta (transformers v5);
@@ -135,9 +141,31 @@ DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 _DTYPES = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
 
 
+def _e4m3_table():
+    out = np.zeros(256, dtype=np.float64)
+    for b in range(256):
+        e, m = (b >> 3) & 15, b & 7
+        if e == 15 and m == 7:
+            v = float("nan")
+        elif e == 0:
+            v = m * 2.0 ** -9
+        else:
+            v = (1.0 + m / 8.0) * 2.0 ** (e - 7)
+        out[b] = -v if b & 0x80 else v
+    return out
+
+
+_E4M3 = _e4m3_table()
+_SCALE_SUFFIX = "_scale_inv"
+
+
 def _decode_tensor(dtype, shape, raw):
     count = int(np.prod(shape)) if shape else 1
-    if dtype == "BF16":
+    if dtype == "F8_E4M3":
+        if len(raw) != count:
+            raise ValueError("F8_E4M3 tensor size mismatch")
+        arr = _E4M3[np.frombuffer(raw, dtype=np.uint8)]
+    elif dtype == "BF16":
         if len(raw) != 2 * count:
             raise ValueError("BF16 tensor size mismatch")
         u16 = np.frombuffer(raw, dtype="<u2")
@@ -174,7 +202,32 @@ def read_safetensors(path):
     return out
 
 
+def apply_fp8_scales(weights, model_dir):
+    """Multiplies every X by X_scale_inv (block-wise) and drops the scales."""
+    scale_names = [k for k in weights if k.endswith(_SCALE_SUFFIX)]
+    if not scale_names:
+        return weights
+    with open(os.path.join(model_dir, "config.json")) as f:
+        q = json.load(f).get("quantization_config") or {}
+    if q.get("quant_method") != "fp8" or q.get("fmt", "e4m3") != "e4m3":
+        raise ValueError("block scales without an fp8 e4m3 quantization_config")
+    b0, b1 = q["weight_block_size"]
+    for sname in scale_names:
+        name = sname[:-len(_SCALE_SUFFIX)]
+        w, sc = weights[name], weights.pop(sname)
+        rows, cols = w.shape
+        if sc.shape != (-(-rows // b0), -(-cols // b1)):
+            raise ValueError("%s: shape %s does not fit %s" % (sname, sc.shape, w.shape))
+        full = np.repeat(np.repeat(sc, b0, axis=0), b1, axis=1)[:rows, :cols]
+        weights[name] = w * full
+    return weights
+
+
 def load_weights(model_dir):
+    return apply_fp8_scales(_load_raw_weights(model_dir), model_dir)
+
+
+def _load_raw_weights(model_dir):
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:

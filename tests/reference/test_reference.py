@@ -274,6 +274,36 @@ def test_safetensors_roundtrip(tmp):
           "safetensors: sharded checkpoint (index.json) loads the same tensors")
 
 
+def test_fp8_block_scales(tmp):
+    # E4M3 codes, decoded by hand: 0x38 = 1.0, 0x39 = 1.125, 0xb8 = -1.0,
+    # 0x7e = 448 (largest), 0x08 = 2^-6 (smallest normal), 0x01 = 2^-9.
+    table = ref._E4M3
+    check([table[b] for b in (0x38, 0x39, 0xb8, 0x7e, 0x08, 0x01)] ==
+          [1.0, 1.125, -1.0, 448.0, 2.0 ** -6, 2.0 ** -9] and np.isnan(table[0x7f]),
+          "fp8: e4m3 code table")
+    # A [3, 5] weight in 2 x 2 blocks: scales [2, 3], partial blocks at the edges.
+    codes = np.array([[0x38, 0x39, 0xb8, 0x7e, 0x08],
+                      [0x01, 0x38, 0x38, 0x38, 0x38],
+                      [0x38, 0xb8, 0x39, 0x38, 0x01]], dtype=np.uint8)
+    scales = np.array([[0.5, 2.0, 4.0], [8.0, 16.0, 32.0]], dtype="<f4")
+    header = {"w.weight": {"dtype": "F8_E4M3", "shape": [3, 5], "data_offsets": [0, 15]},
+              "w.weight_scale_inv": {"dtype": "F32", "shape": [2, 3],
+                                     "data_offsets": [15, 39]}}
+    text = json.dumps(header).encode()
+    d = os.path.join(tmp, "fp8")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + codes.tobytes() + scales.tobytes())
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                           "weight_block_size": [2, 2]}}, f)
+    w = ref.load_weights(d)
+    want = np.array([[table[c] * scales[r // 2, k // 2] for k, c in enumerate(row)]
+                     for r, row in enumerate(codes)])
+    check(sorted(w) == ["w.weight"] and np.array_equal(w["w.weight"], want),
+          "fp8: weights times their block's scale_inv, scales dropped")
+
+
 def logits_incremental_and_full(model, prompt, steps):
     cache = model.new_cache()
     logits, _ = model.forward(prompt, cache)
@@ -561,7 +591,8 @@ def test_speed(tmp):
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
-        for test in (test_safetensors_roundtrip, test_incremental_matches_recompute,
+        for test in (test_safetensors_roundtrip, test_fp8_block_scales,
+                     test_incremental_matches_recompute,
                      test_topk_renormalisation_switch, test_dense_layers,
                      test_hand_computed_mixtral, test_cli, test_deepseek, test_speed):
             try:
