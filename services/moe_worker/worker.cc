@@ -65,6 +65,12 @@ absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
     return absl::InvalidArgumentError(
         "--max-queue and --max-prompt-tokens must be >= 0");
   }
+  if (options_.runner.max_batch < 1 || options_.runner.max_batch > 256 ||
+      options_.runner.prefill_chunk < 0 || options_.runner.kv_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-batch must be in [1, 256] (got ", options_.runner.max_batch,
+        "); --prefill-chunk and --kv-budget-mb must be >= 0"));
+  }
   if (options_.cache != "none") {
     absl::StatusOr<rpc::ListenAddress> cache = rpc::ParseListenAddress(options_.cache);
     if (!cache.ok() || !cache->is_unix) {
@@ -161,7 +167,9 @@ absl::Status Worker::Init() {
     openai::ModelInfo info{ModelName(), tokenizer_.get(), chat_template_.get(),
                            model_->config().max_position_embeddings, kMaxNewTokensLimit};
     HttpOptions http = options_.http;
-    if (http.threads == 0) http.threads = options_.runner.max_queue + 4;
+    if (http.threads == 0) {
+      http.threads = options_.runner.max_queue + options_.runner.max_batch + 3;
+    }
     ASSIGN_OR_RETURN(http_, HttpServer::Start(http, options_.security, runner_.get(),
                                               std::move(info),
                                               [this] { return serving_.load(); }));
