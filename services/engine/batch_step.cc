@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,11 @@ enum Buf : size_t {
   kGate,    // [rows]
   kLast,    // [entries, hidden]
   kLogits,  // [entries, vocab]
+  kQ,       // [rows, heads*head_dim]
+  kK,       // [rows, kv_heads*head_dim]
+  kV,       // [rows, kv_heads*head_dim]
+  kAttn,    // [rows, heads*head_dim]
+  kPos,     // [rows] int32
   kNumBufs
 };
 
@@ -42,13 +48,17 @@ absl::Status BatchStep::Reserve(int64_t rows, int64_t entries) {
   const ModelConfig& c = model_.config();
   const int64_t t = std::max(rows, capacity_);
   const int64_t b = std::max(entries, entry_capacity_);
+  const int64_t q_width = c.num_attention_heads * c.head_dim;
+  const int64_t kv_width = c.num_key_value_heads * c.head_dim;
   for (void* p : bufs_) be_.Free(p);
   bufs_.assign(kNumBufs, nullptr);
   const int64_t sizes[kNumBufs] = {
       t * c.hidden_size, t * c.hidden_size, t * c.hidden_size,
       t * c.num_experts, t * c.top_k,       t * c.top_k,
       t,                 t,                 t,
-      t,                 b * c.hidden_size, b * model_.lm_head().rows};
+      t,                 b * c.hidden_size, b * model_.lm_head().rows,
+      t * q_width,       t * kv_width,      t * kv_width,
+      t * q_width,       t};
   for (size_t i = 0; i < kNumBufs; ++i) {
     ASSIGN_OR_RETURN(bufs_[i], be_.Alloc(4 * sizes[i]));  // f32 or int32
   }
@@ -83,6 +93,18 @@ absl::Status BatchStep::Run(absl::Span<const Entry> entries) {
   ids.reserve(rows);
   for (const Entry& e : entries) ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
   RETURN_IF_ERROR(be_.CopyToDevice(Buf(kIds), ids.data(), 4 * rows));
+  std::vector<int32_t> positions;
+  positions.reserve(rows);
+  for (const Entry& e : entries) {
+    for (size_t i = 0; i < e.tokens.size(); ++i) {
+      positions.push_back(static_cast<int32_t>(e.session->pos_ + static_cast<int64_t>(i)));
+    }
+  }
+  RETURN_IF_ERROR(be_.CopyToDevice(Buf(kPos), positions.data(), 4 * rows));
+  const ModelFamily f = c.family;
+  const bool batched_attention =
+      batched_projections_ && (f == ModelFamily::kMixtral || f == ModelFamily::kQwen2Moe ||
+                               f == ModelFamily::kQwen3Moe || f == ModelFamily::kOlmoe);
   const Weight& embed = model_.embed();
   RETURN_IF_ERROR(be_.Embedding(embed.data, embed.dtype,
                                 reinterpret_cast<int32_t*>(Buf(kIds)), Buf(kX),
@@ -93,7 +115,8 @@ absl::Status BatchStep::Run(absl::Span<const Entry> entries) {
     const LayerWeights& w = model_.layer(l);
     RETURN_IF_ERROR(be_.RmsNorm(Buf(kX), w.input_norm, Buf(kH), rows,
                                 c.hidden_size, eps));
-    RETURN_IF_ERROR(AttentionPerSequence(w, l, entries));
+    RETURN_IF_ERROR(batched_attention ? AttentionBatched(w, l, entries)
+                                      : AttentionPerSequence(w, l, entries));
     RETURN_IF_ERROR(be_.Add(Buf(kX), Buf(kOut), Buf(kX), n));
     RETURN_IF_ERROR(be_.RmsNorm(Buf(kX), w.post_norm, Buf(kH), rows,
                                 c.hidden_size, eps));
@@ -145,6 +168,50 @@ absl::Status BatchStep::AttentionPerSequence(const LayerWeights& w, int layer,
                                            s->attention_output(), bytes));
   }
   return absl::OkStatus();
+}
+
+absl::Status BatchStep::AttentionBatched(const LayerWeights& w, int layer,
+                                         absl::Span<const Entry> entries) {
+  // Session::Attention's math over all rows; only the cache is per sequence.
+  const ModelConfig& c = model_.config();
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads,
+                nkv = c.num_key_value_heads, hidden = c.hidden_size;
+  const int64_t t = rows_;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.q.data, w.q.dtype, w.q_bias, Buf(kQ),
+                             t, nh * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.k.data, w.k.dtype, w.k_bias, Buf(kK),
+                             t, nkv * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.v.data, w.v.dtype, w.v_bias, Buf(kV),
+                             t, nkv * hd, hidden));
+  if (c.qk_norm == QkNorm::kPerHead) {
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kQ), w.q_norm, Buf(kQ), t * nh, hd, eps));
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kK), w.k_norm, Buf(kK), t * nkv, hd, eps));
+  } else if (c.qk_norm == QkNorm::kFull) {
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kQ), w.q_norm, Buf(kQ), t, nh * hd, eps));
+    RETURN_IF_ERROR(be_.RmsNorm(Buf(kK), w.k_norm, Buf(kK), t, nkv * hd, eps));
+  }
+  RETURN_IF_ERROR(be_.Rope(Buf(kQ), Buf(kK), reinterpret_cast<int32_t*>(Buf(kPos)), t,
+                           nh, nkv, hd, static_cast<float>(c.rope_theta)));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Session* s = entries[i].session;
+    AttentionShape shape;
+    shape.tokens = static_cast<int64_t>(entries[i].tokens.size());
+    shape.heads = nh;
+    shape.kv_heads = nkv;
+    shape.head_dim = hd;
+    shape.max_seq = s->max_seq_;
+    shape.start_pos = s->pos_;
+    float* kc = static_cast<float*>(s->kv_[2 * layer]);
+    float* vc = static_cast<float*>(s->kv_[2 * layer + 1]);
+    const int64_t o = offsets_[i];
+    RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK) + o * nkv * hd, Buf(kV) + o * nkv * hd, kc,
+                                      vc, shape));
+    RETURN_IF_ERROR(be_.Attention(Buf(kQ) + o * nh * hd, kc, vc, Buf(kAttn) + o * nh * hd,
+                                  shape, 1.0f / std::sqrt(static_cast<float>(hd))));
+  }
+  return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, nullptr, Buf(kOut), t, hidden,
+                    nh * hd);
 }
 
 absl::Status BatchStep::MoeBlock(const LayerWeights& w,

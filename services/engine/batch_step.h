@@ -68,6 +68,14 @@ class BatchStep {
   // appear once. On error no session has advanced.
   absl::Status Run(absl::Span<const Entry> entries);
 
+  // Attention for the four standard families (mixtral, qwen2_moe,
+  // qwen3_moe, olmoe) runs its projections, q/k norms and rotary over all
+  // rows at once and only the KV append and the attention proper per
+  // sequence (same kernels, same bits as Session::Attention); any other
+  // family calls Session::Attention once per sequence. `on` = false forces
+  // the per-sequence path (tests of both paths).
+  void set_batched_projections(bool on) { batched_projections_ = on; }
+
   // Entry i's last-token logits from the last Run, valid until the next.
   absl::Span<const float> logits(size_t i) const;
   // Rows (tokens) of the last Run.
@@ -77,6 +85,8 @@ class BatchStep {
   absl::Status Reserve(int64_t rows, int64_t entries);
   absl::Status AttentionPerSequence(const LayerWeights& w, int layer,
                                     absl::Span<const Entry> entries);
+  absl::Status AttentionBatched(const LayerWeights& w, int layer,
+                                absl::Span<const Entry> entries);
   absl::Status MoeBlock(const LayerWeights& w, absl::Span<const Entry> entries,
                         bool prefill);
   absl::Status SharedExpert(const LayerWeights& w);
@@ -87,6 +97,7 @@ class BatchStep {
   const MoeModel& model_;
   Backend& be_;
   ExpertProvider* experts_;
+  bool batched_projections_ = true;
   int64_t rows_ = 0;
   int64_t capacity_ = 0;          // rows the scratch holds
   int64_t entry_capacity_ = 0;    // entries the logits scratch holds

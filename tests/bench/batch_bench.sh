@@ -13,7 +13,7 @@
 # usage: tests/bench/batch_bench.sh [BUILD_DIR]  (env: LINK_GBPS (1), CAP
 #        (experts cached, default half), NEW_TOKENS (32), WAVES (2),
 #        STREAMS ("1 4 16"), BATCH (16), CHUNK (prefill chunk, 16),
-#        LAYERS (4), KEEP_WORK=1)
+#        LAYERS (4), POLICY (lfu), KEEP_WORK=1)
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin
@@ -24,6 +24,7 @@ streams_list=${STREAMS:-1 4 16}
 batch=${BATCH:-16}
 chunk=${CHUNK:-16}
 layers=${LAYERS:-4}
+policy=${POLICY:-lfu}
 py=/usr/bin/python3
 
 work=$(mktemp -d /tmp/moe-batch.XXXXXX)
@@ -60,7 +61,7 @@ measure() {
   local mb=$1 streams=$2 tag=$3
   rm -f "$work/c.sock" "$work/w.sock"
   $bin/moe-cached --model "m=$model" --listen "unix:$work/c.sock" --metrics-addr "" \
-    --cache-experts "$cap" --policy lru --prefetch off --link-gbps "$link" \
+    --cache-experts "$cap" --policy "$policy" --prefetch off --link-gbps "$link" \
     --state-dir "$work/state-$tag" 2>"$work/$tag.cached.log" &
   local cpid=$!
   pids="$cpid"
@@ -75,7 +76,7 @@ measure() {
     --max-new-tokens 4 --ignore-eos --json >/dev/null 2>&1
   local before
   before=$($bin/moectl stats --cache "unix:$work/c.sock" --json | $py -c \
-    'import json,sys; print(json.load(sys.stdin)[0]["bytes_copied"])')
+    'import json,sys; print(json.load(sys.stdin)["cache"][0]["bytes_copied"])')
   : >"$work/$tag.usage"
   : >"$work/$tag.wall"
   for w in $(seq 1 "$waves"); do
@@ -96,7 +97,7 @@ measure() {
     done
   done
   $bin/moectl stats --cache "unix:$work/c.sock" --json | $py -c \
-    "import json,sys; print(json.load(sys.stdin)[0]['bytes_copied'] - $before)" >"$work/$tag.bytes"
+    "import json,sys; print(json.load(sys.stdin)['cache'][0]['bytes_copied'] - $before)" >"$work/$tag.bytes"
   kill -TERM $wpid; wait $wpid || true
   kill -TERM $cpid; wait $cpid || true
   pids=""
@@ -121,7 +122,7 @@ EOF
 }
 
 echo "model: mixtral $layers MoE layers x 8 experts (top-2, hidden 256, expert width 512);" \
-     "expert $expert_bytes bytes; cache $cap of $experts experts (lru, no prefetch);" \
+     "expert $expert_bytes bytes; cache $cap of $experts experts ($policy, no prefetch);" \
      "link $link GB/s; $new_tokens new tokens x $waves waves per stream;" \
      "batched: --max-batch $batch --prefill-chunk $chunk"
 printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' streams runner "tok/s" p50_tpot p99_tpot \
