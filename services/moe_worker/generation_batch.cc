@@ -223,6 +223,7 @@ void GenerationRunner::BatchLoop() {
         if (chunk > 0) take = std::min<size_t>(take, chunk);
         e.tokens = absl::Span<const int32_t>(prompt.data() + a->fed, take);
         e.prefill = true;
+        if (a->fed > 0 && a->recording.has_value()) a->recording->ContinuePrefill();
       } else {
         e.tokens = absl::Span<const int32_t>(&a->last, 1);
       }

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/engine/in_memory_provider.h"
+#include "services/exchange/expert_exchange.h"
 #include "services/moe_worker/daemon_provider.h"
 #include "services/rpc/build_info.h"
 #include "services/rpc/startup_log.h"
@@ -65,10 +66,11 @@ absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
     return absl::InvalidArgumentError(
         "--max-queue and --max-prompt-tokens must be >= 0");
   }
-  if (options_.runner.max_batch < 1 || options_.runner.max_batch > 256 ||
+  if (options_.runner.max_batch < 1 || options_.runner.max_batch > kMaxRequestsPerSession ||
       options_.runner.prefill_chunk < 0 || options_.runner.kv_budget_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--max-batch must be in [1, 256] (got ", options_.runner.max_batch,
+        "--max-batch must be in [1, ", kMaxRequestsPerSession, "] (got ",
+        options_.runner.max_batch,
         "); --prefill-chunk and --kv-budget-mb must be >= 0"));
   }
   if (options_.cache != "none") {

@@ -180,7 +180,7 @@ std::string WorkerUsage() {
       "(default 16)\n"
       "  --max-prompt-tokens N   longest prompt accepted (0: context window)\n"
       "  --max-batch N           sequences per forward step, continuous\n"
-      "                          batching (1-256; default 1: one at a time)\n"
+      "                          batching (1-64; default 1: one at a time)\n"
       "  --prefill-chunk N       with --max-batch > 1: prompt tokens a joining\n"
       "                          sequence runs per step (0: whole prompt)\n"
       "  --kv-budget-mb N        with --max-batch > 1: KV cache the running\n"

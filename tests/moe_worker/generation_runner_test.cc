@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -576,6 +577,32 @@ TEST_F(GenerationRunnerTest, BatchedProviderGoneFailsTheBatchAndStopCancels) {
   stopper.join();
   EXPECT_EQ(running->Wait().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(running->tokens().size(), 1u);
+}
+
+// A batched worker with chunked prefill records the same trace as one at a
+// time: the chunks form the one prefill iteration, and routing is the same.
+TEST_F(GenerationRunnerTest, BatchedRecordingEqualsOneAtATime) {
+  std::vector<std::string> lines[2];
+  for (int batched = 0; batched < 2; ++batched) {
+    std::ostringstream out;
+    auto recorder = TraceRecorder::ToStream(&out, TraceHeaderFor(*model_, "tiny"));
+    ASSERT_TRUE(recorder.ok()) << recorder.status();
+    RunnerOptions options;
+    options.recorder = recorder->get();
+    if (batched == 1) {
+      options.max_batch = 4;
+      options.prefill_chunk = 2;
+    }
+    auto runner = MakeRunner(provider_.get(), options);
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(runner->Submit(IdsRequest({9, 8, 7, 6, 5}, 4), absl::InfiniteFuture(), sink).ok());
+    ASSERT_TRUE(sink->Wait().ok());
+    runner->Stop(absl::Seconds(5));
+    std::istringstream in(out.str());
+    for (std::string line; std::getline(in, line);) lines[batched].push_back(line);
+  }
+  ASSERT_EQ(lines[0].size(), 2u);  // header + the request
+  EXPECT_EQ(lines[1], lines[0]);
 }
 
 }  // namespace
