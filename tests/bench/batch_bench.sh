@@ -13,7 +13,7 @@
 # usage: tests/bench/batch_bench.sh [BUILD_DIR]  (env: LINK_GBPS (1), CAP
 #        (experts cached, default half), NEW_TOKENS (32), WAVES (2),
 #        STREAMS ("1 4 16"), BATCH (16), CHUNK (prefill chunk, 16),
-#        LAYERS (4), POLICY (lfu), KEEP_WORK=1)
+#        LAYERS (4), POLICY (lfu), PREFETCH (off), HINTS (off), KEEP_WORK=1)
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin
@@ -25,6 +25,8 @@ batch=${BATCH:-16}
 chunk=${CHUNK:-16}
 layers=${LAYERS:-4}
 policy=${POLICY:-lfu}
+prefetch=${PREFETCH:-off}
+hints=${HINTS:-off}  # moe-worker --pregate-hints (both runners)
 py=/usr/bin/python3
 
 work=$(mktemp -d /tmp/moe-batch.XXXXXX)
@@ -61,14 +63,14 @@ measure() {
   local mb=$1 streams=$2 tag=$3
   rm -f "$work/c.sock" "$work/w.sock"
   $bin/moe-cached --model "m=$model" --listen "unix:$work/c.sock" --metrics-addr "" \
-    --cache-experts "$cap" --policy "$policy" --prefetch off --link-gbps "$link" \
+    --cache-experts "$cap" --policy "$policy" --prefetch "$prefetch" --link-gbps "$link" \
     --state-dir "$work/state-$tag" 2>"$work/$tag.cached.log" &
   local cpid=$!
   pids="$cpid"
   wait_for_socket "$work/c.sock" $cpid || { cat "$work/$tag.cached.log"; exit 1; }
   $bin/moe-worker --model "$model" --listen "unix:$work/w.sock" --cache "unix:$work/c.sock" \
     --cache-model m --backend cpu --metrics-addr "" --max-queue 64 --max-batch "$mb" \
-    --prefill-chunk "$chunk" 2>"$work/$tag.worker.log" &
+    --prefill-chunk "$chunk" --pregate-hints "$hints" 2>"$work/$tag.worker.log" &
   local wpid=$!
   pids="$wpid $cpid"
   wait_for_socket "$work/w.sock" $wpid || { cat "$work/$tag.worker.log"; exit 1; }
@@ -122,7 +124,7 @@ EOF
 }
 
 echo "model: mixtral $layers MoE layers x 8 experts (top-2, hidden 256, expert width 512);" \
-     "expert $expert_bytes bytes; cache $cap of $experts experts ($policy, no prefetch);" \
+     "expert $expert_bytes bytes; cache $cap of $experts experts ($policy, prefetch $prefetch, pregate hints $hints);" \
      "link $link GB/s; $new_tokens new tokens x $waves waves per stream;" \
      "batched: --max-batch $batch --prefill-chunk $chunk"
 printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' streams runner "tok/s" p50_tpot p99_tpot \
