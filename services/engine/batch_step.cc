@@ -52,13 +52,23 @@ absl::Status BatchStep::Reserve(int64_t rows, int64_t entries) {
   const int64_t kv_width = c.num_key_value_heads * c.head_dim;
   for (void* p : bufs_) be_.Free(p);
   bufs_.assign(kNumBufs, nullptr);
-  const int64_t sizes[kNumBufs] = {
-      t * c.hidden_size, t * c.hidden_size, t * c.hidden_size,
-      t * c.num_experts, t * c.top_k,       t * c.top_k,
-      t,                 t,                 t,
-      t,                 b * c.hidden_size, b * model_.lm_head().rows,
-      t * q_width,       t * kv_width,      t * kv_width,
-      t * q_width,       t};
+  const int64_t sizes[kNumBufs] = {t * c.hidden_size,
+                                   t * c.hidden_size,
+                                   t * c.hidden_size,
+                                   t * c.num_experts,
+                                   t * c.top_k,
+                                   t * c.top_k,
+                                   t,
+                                   t,
+                                   t,
+                                   t,
+                                   b * c.hidden_size,
+                                   b * model_.lm_head().rows,
+                                   t * q_width,
+                                   t * kv_width,
+                                   t * kv_width,
+                                   t * q_width,
+                                   t};
   for (size_t i = 0; i < kNumBufs; ++i) {
     ASSIGN_OR_RETURN(bufs_[i], be_.Alloc(4 * sizes[i]));  // f32 or int32
   }
@@ -91,20 +101,23 @@ absl::Status BatchStep::Run(absl::Span<const Entry> entries) {
   RETURN_IF_ERROR(Reserve(rows, static_cast<int64_t>(entries.size())));
   std::vector<int32_t> ids;
   ids.reserve(rows);
-  for (const Entry& e : entries) ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
+  for (const Entry& e : entries)
+    ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
   RETURN_IF_ERROR(be_.CopyToDevice(Buf(kIds), ids.data(), 4 * rows));
   std::vector<int32_t> positions;
   positions.reserve(rows);
   for (const Entry& e : entries) {
     for (size_t i = 0; i < e.tokens.size(); ++i) {
-      positions.push_back(static_cast<int32_t>(e.session->pos_ + static_cast<int64_t>(i)));
+      positions.push_back(
+          static_cast<int32_t>(e.session->pos_ + static_cast<int64_t>(i)));
     }
   }
   RETURN_IF_ERROR(be_.CopyToDevice(Buf(kPos), positions.data(), 4 * rows));
   const ModelFamily f = c.family;
   const bool batched_attention =
-      batched_projections_ && (f == ModelFamily::kMixtral || f == ModelFamily::kQwen2Moe ||
-                               f == ModelFamily::kQwen3Moe || f == ModelFamily::kOlmoe);
+      batched_projections_ &&
+      (f == ModelFamily::kMixtral || f == ModelFamily::kQwen2Moe ||
+       f == ModelFamily::kQwen3Moe || f == ModelFamily::kOlmoe);
   const Weight& embed = model_.embed();
   RETURN_IF_ERROR(be_.Embedding(embed.data, embed.dtype,
                                 reinterpret_cast<int32_t*>(Buf(kIds)), Buf(kX),
@@ -113,13 +126,13 @@ absl::Status BatchStep::Run(absl::Span<const Entry> entries) {
   const int64_t n = rows * c.hidden_size;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = model_.layer(l);
-    RETURN_IF_ERROR(be_.RmsNorm(Buf(kX), w.input_norm, Buf(kH), rows,
-                                c.hidden_size, eps));
+    RETURN_IF_ERROR(
+        be_.RmsNorm(Buf(kX), w.input_norm, Buf(kH), rows, c.hidden_size, eps));
     RETURN_IF_ERROR(batched_attention ? AttentionBatched(w, l, entries)
                                       : AttentionPerSequence(w, l, entries));
     RETURN_IF_ERROR(be_.Add(Buf(kX), Buf(kOut), Buf(kX), n));
-    RETURN_IF_ERROR(be_.RmsNorm(Buf(kX), w.post_norm, Buf(kH), rows,
-                                c.hidden_size, eps));
+    RETURN_IF_ERROR(
+        be_.RmsNorm(Buf(kX), w.post_norm, Buf(kH), rows, c.hidden_size, eps));
     if (w.moe_index >= 0) {
       RETURN_IF_ERROR(MoeBlock(w, entries, prefill));
     } else {
@@ -132,9 +145,11 @@ absl::Status BatchStep::Run(absl::Span<const Entry> entries) {
   const int64_t b = static_cast<int64_t>(entries.size());
   const size_t row_bytes = 4 * c.hidden_size;
   for (int64_t i = 0; i < b; ++i) {
-    const int64_t last = offsets_[i] + static_cast<int64_t>(entries[i].tokens.size()) - 1;
+    const int64_t last =
+        offsets_[i] + static_cast<int64_t>(entries[i].tokens.size()) - 1;
     RETURN_IF_ERROR(be_.CopyDeviceToDevice(Buf(kLast) + i * c.hidden_size,
-                                           Buf(kX) + last * c.hidden_size, row_bytes));
+                                           Buf(kX) + last * c.hidden_size,
+                                           row_bytes));
   }
   RETURN_IF_ERROR(be_.RmsNorm(Buf(kLast), model_.final_norm(), Buf(kLast), b,
                               c.hidden_size, eps));
@@ -142,9 +157,10 @@ absl::Status BatchStep::Run(absl::Span<const Entry> entries) {
   RETURN_IF_ERROR(be_.MatMul(Buf(kLast), head.data, head.dtype, nullptr,
                              Buf(kLogits), b, head.rows, c.hidden_size));
   host_logits_.resize(b * head.rows);
-  RETURN_IF_ERROR(be_.CopyToHost(host_logits_.data(), Buf(kLogits),
-                                 4 * b * head.rows));
-  for (const Entry& e : entries) e.session->pos_ += static_cast<int64_t>(e.tokens.size());
+  RETURN_IF_ERROR(
+      be_.CopyToHost(host_logits_.data(), Buf(kLogits), 4 * b * head.rows));
+  for (const Entry& e : entries)
+    e.session->pos_ += static_cast<int64_t>(e.tokens.size());
   return absl::OkStatus();
 }
 
@@ -161,8 +177,8 @@ absl::Status BatchStep::AttentionPerSequence(const LayerWeights& w, int layer,
     Session* s = entries[i].session;
     const int64_t t = static_cast<int64_t>(entries[i].tokens.size());
     const size_t bytes = 4 * t * hidden;
-    RETURN_IF_ERROR(be_.CopyDeviceToDevice(s->attention_input(),
-                                           Buf(kH) + offsets_[i] * hidden, bytes));
+    RETURN_IF_ERROR(be_.CopyDeviceToDevice(
+        s->attention_input(), Buf(kH) + offsets_[i] * hidden, bytes));
     RETURN_IF_ERROR(s->Attention(w, layer, t));
     RETURN_IF_ERROR(be_.CopyDeviceToDevice(Buf(kOut) + offsets_[i] * hidden,
                                            s->attention_output(), bytes));
@@ -178,12 +194,12 @@ absl::Status BatchStep::AttentionBatched(const LayerWeights& w, int layer,
                 nkv = c.num_key_value_heads, hidden = c.hidden_size;
   const int64_t t = rows_;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.q.data, w.q.dtype, w.q_bias, Buf(kQ),
-                             t, nh * hd, hidden));
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.k.data, w.k.dtype, w.k_bias, Buf(kK),
-                             t, nkv * hd, hidden));
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.v.data, w.v.dtype, w.v_bias, Buf(kV),
-                             t, nkv * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.q.data, w.q.dtype, w.q_bias, Buf(kQ), t,
+                             nh * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.k.data, w.k.dtype, w.k_bias, Buf(kK), t,
+                             nkv * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.v.data, w.v.dtype, w.v_bias, Buf(kV), t,
+                             nkv * hd, hidden));
   if (c.qk_norm == QkNorm::kPerHead) {
     RETURN_IF_ERROR(be_.RmsNorm(Buf(kQ), w.q_norm, Buf(kQ), t * nh, hd, eps));
     RETURN_IF_ERROR(be_.RmsNorm(Buf(kK), w.k_norm, Buf(kK), t * nkv, hd, eps));
@@ -191,8 +207,9 @@ absl::Status BatchStep::AttentionBatched(const LayerWeights& w, int layer,
     RETURN_IF_ERROR(be_.RmsNorm(Buf(kQ), w.q_norm, Buf(kQ), t, nh * hd, eps));
     RETURN_IF_ERROR(be_.RmsNorm(Buf(kK), w.k_norm, Buf(kK), t, nkv * hd, eps));
   }
-  RETURN_IF_ERROR(be_.Rope(Buf(kQ), Buf(kK), reinterpret_cast<int32_t*>(Buf(kPos)), t,
-                           nh, nkv, hd, static_cast<float>(c.rope_theta)));
+  RETURN_IF_ERROR(be_.Rope(Buf(kQ), Buf(kK),
+                           reinterpret_cast<int32_t*>(Buf(kPos)), t, nh, nkv,
+                           hd, static_cast<float>(c.rope_theta)));
   for (size_t i = 0; i < entries.size(); ++i) {
     Session* s = entries[i].session;
     AttentionShape shape;
@@ -205,17 +222,19 @@ absl::Status BatchStep::AttentionBatched(const LayerWeights& w, int layer,
     float* kc = static_cast<float*>(s->kv_[2 * layer]);
     float* vc = static_cast<float*>(s->kv_[2 * layer + 1]);
     const int64_t o = offsets_[i];
-    RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK) + o * nkv * hd, Buf(kV) + o * nkv * hd, kc,
-                                      vc, shape));
-    RETURN_IF_ERROR(be_.Attention(Buf(kQ) + o * nh * hd, kc, vc, Buf(kAttn) + o * nh * hd,
-                                  shape, 1.0f / std::sqrt(static_cast<float>(hd))));
+    RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK) + o * nkv * hd,
+                                      Buf(kV) + o * nkv * hd, kc, vc, shape));
+    RETURN_IF_ERROR(be_.Attention(Buf(kQ) + o * nh * hd, kc, vc,
+                                  Buf(kAttn) + o * nh * hd, shape,
+                                  1.0f / std::sqrt(static_cast<float>(hd))));
   }
-  return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, nullptr, Buf(kOut), t, hidden,
-                    nh * hd);
+  return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, nullptr, Buf(kOut), t,
+                    hidden, nh * hd);
 }
 
 absl::Status BatchStep::MoeBlock(const LayerWeights& w,
-                                 absl::Span<const Entry> entries, bool prefill) {
+                                 absl::Span<const Entry> entries,
+                                 bool prefill) {
   const ModelConfig& c = model_.config();
   const int64_t e = c.num_experts, k = c.top_k, hidden = c.hidden_size;
   const int64_t t = rows_;
@@ -231,8 +250,10 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
   std::vector<OwnerTokens> owners;
   for (size_t i = 0; i < entries.size(); ++i) {
     const int64_t rows = static_cast<int64_t>(entries[i].tokens.size());
-    const absl::Span<const int32_t> ids(host_ids_.data() + offsets_[i] * k, rows * k);
-    const absl::Span<const float> wts(host_weights_.data() + offsets_[i] * k, rows * k);
+    const absl::Span<const int32_t> ids(host_ids_.data() + offsets_[i] * k,
+                                        rows * k);
+    const absl::Span<const float> wts(host_weights_.data() + offsets_[i] * k,
+                                      rows * k);
     const RoutingObserver& observer = entries[i].session->observer_;
     if (observer) observer(w.moe_index, rows, ids, wts);
     owners.push_back({entries[i].request, rows * k});
@@ -248,13 +269,16 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
   }
   std::vector<ExpertDemand> demands;
   for (int32_t x = 0; x < e; ++x) {
-    if (!rows[x].empty()) demands.push_back({x, static_cast<int32_t>(rows[x].size())});
+    if (!rows[x].empty())
+      demands.push_back({x, static_cast<int32_t>(rows[x].size())});
   }
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(AcquiredExperts lease,
-                   experts_->AcquireBatch(w.moe_index, demands, owners, prefill));
+  ASSIGN_OR_RETURN(
+      AcquiredExperts lease,
+      experts_->AcquireBatch(w.moe_index, demands, owners, prefill));
   const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   const std::vector<AcquireUsage> shares = SplitUsage(lease.usage, owners);
   for (size_t i = 0; i < entries.size(); ++i) {
     SessionStats& st = entries[i].session->stats_;
@@ -270,12 +294,13 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
     const ExpertView& view = lease.views[i];
     const int64_t count = demands[i].tokens;
     status = be_.CopyToDevice(Buf(kRows), rows[x].data(), 4 * count);
-    if (status.ok()) status = be_.CopyToDevice(Buf(kRowW), row_w[x].data(), 4 * count);
+    if (status.ok())
+      status = be_.CopyToDevice(Buf(kRowW), row_w[x].data(), 4 * count);
     if (status.ok()) {
-      status = be_.ExpertFfn(Buf(kH), reinterpret_cast<int32_t*>(Buf(kRows)),
-                             Buf(kRowW), view.gate, view.up, view.down,
-                             view.dtype, Buf(kOut), t, count, hidden,
-                             c.moe_intermediate_size);
+      status =
+          be_.ExpertFfn(Buf(kH), reinterpret_cast<int32_t*>(Buf(kRows)),
+                        Buf(kRowW), view.gate, view.up, view.down, view.dtype,
+                        Buf(kOut), t, count, hidden, c.moe_intermediate_size);
     }
   }
   // The slots may be reused once released: finish reading them first.
@@ -290,8 +315,8 @@ absl::Status BatchStep::SharedExpert(const LayerWeights& w) {
   const ModelConfig& c = model_.config();
   const int64_t t = rows_;
   RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.shared_expert_gate.data,
-                             w.shared_expert_gate.dtype, nullptr, Buf(kGate),
-                             t, 1, c.hidden_size));
+                             w.shared_expert_gate.dtype, nullptr, Buf(kGate), t,
+                             1, c.hidden_size));
   RETURN_IF_ERROR(be_.Sigmoid(Buf(kGate), Buf(kGate), t));
   return be_.ExpertFfn(Buf(kH), nullptr, Buf(kGate), w.shared_gate.data,
                        w.shared_up.data, w.shared_down.data,
@@ -320,9 +345,9 @@ absl::Status BatchStep::Pregate(int layer, absl::Span<const Entry> entries) {
     // Session::PregateHints reads its last row of the residual stream.
     const int64_t t = static_cast<int64_t>(entries[i].tokens.size());
     const int64_t last = offsets_[i] + t - 1;
-    RETURN_IF_ERROR(be_.CopyDeviceToDevice(s->residual() + (t - 1) * c.hidden_size,
-                                           Buf(kX) + last * c.hidden_size,
-                                           4 * c.hidden_size));
+    RETURN_IF_ERROR(be_.CopyDeviceToDevice(
+        s->residual() + (t - 1) * c.hidden_size, Buf(kX) + last * c.hidden_size,
+        4 * c.hidden_size));
     RETURN_IF_ERROR(s->PregateHints(target, t));
   }
   return absl::OkStatus();

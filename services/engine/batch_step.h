@@ -49,10 +49,10 @@ namespace moe {
 class BatchStep {
  public:
   struct Entry {
-    Session* session = nullptr;         // not owned; of the same model
-    absl::Span<const int32_t> tokens;   // >= 1 token
-    bool prefill = false;               // prompt tokens (a whole prompt or a chunk)
-    uint64_t request = 0;               // owner, for usage attribution
+    Session* session = nullptr;        // not owned; of the same model
+    absl::Span<const int32_t> tokens;  // >= 1 token
+    bool prefill = false;  // prompt tokens (a whole prompt or a chunk)
+    uint64_t request = 0;  // owner, for usage attribution
   };
 
   // `model` and `experts` are not owned and must outlive the step.

@@ -18,7 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 }  // namespace
 
@@ -31,8 +33,8 @@ struct GenerationRunner::Active {
   std::optional<StopStringMatcher> stop_strings;
   std::optional<RequestRecording> recording;
   int64_t kv_bytes = 0;
-  size_t fed = 0;      // prompt tokens run so far
-  int32_t last = 0;    // the token the next decode step runs
+  size_t fed = 0;    // prompt tokens run so far
+  int32_t last = 0;  // the token the next decode step runs
   int generated = 0;
   double ttft = 0, tpot = 0;
   std::string finish;
@@ -41,8 +43,10 @@ struct GenerationRunner::Active {
 };
 
 absl::Status GenerationRunner::Interrupted(const Job& job) const {
-  if (job.sink->Cancelled()) return absl::CancelledError("cancelled by the client");
-  if (absl::Now() >= job.deadline) return absl::DeadlineExceededError("deadline exceeded");
+  if (job.sink->Cancelled())
+    return absl::CancelledError("cancelled by the client");
+  if (absl::Now() >= job.deadline)
+    return absl::DeadlineExceededError("deadline exceeded");
   if (absl::ToUnixNanos(absl::Now()) >= cancel_after_ns_.load()) {
     return absl::UnavailableError("worker is shutting down; request cancelled");
   }
@@ -55,13 +59,14 @@ void GenerationRunner::Admit(std::vector<std::unique_ptr<Active>>& active) {
     std::lock_guard<std::mutex> lock(mu_);
     // First come, first served: the head waits for room rather than being
     // overtaken by smaller requests (no starvation).
-    while (!queue_.empty() &&
-           static_cast<int>(active.size() + joined.size()) < options_.max_batch) {
+    while (!queue_.empty() && static_cast<int>(active.size() + joined.size()) <
+                                  options_.max_batch) {
       const Job& head = queue_.front();
       const int64_t kv = Session::KvCacheBytes(
           model_, static_cast<int64_t>(head.options.prompt.size()) +
                       head.options.max_new_tokens);
-      if (options_.kv_budget_bytes > 0 && kv_held_ + kv > options_.kv_budget_bytes &&
+      if (options_.kv_budget_bytes > 0 &&
+          kv_held_ + kv > options_.kv_budget_bytes &&
           !(active.empty() && joined.empty())) {
         break;  // waits until running sequences free their caches
       }
@@ -96,22 +101,27 @@ bool GenerationRunner::Join(Active& a) {
     Leave(a, absl::DeadlineExceededError("deadline passed while queued"));
     return false;
   }
-  a.start = Clock::now() - absl::ToChronoNanoseconds(absl::Now() - a.job.submitted);
+  a.start =
+      Clock::now() - absl::ToChronoNanoseconds(absl::Now() - a.job.submitted);
   a.stops = o.stop_token_ids;
   if (o.stop_at_eos) {
-    for (int64_t id : model_.config().eos_token_ids) a.stops.push_back(static_cast<int32_t>(id));
+    for (int64_t id : model_.config().eos_token_ids)
+      a.stops.push_back(static_cast<int32_t>(id));
   }
   if (tokenizer_ != nullptr) {
-    a.decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special=*/true);
+    a.decoder =
+        std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special=*/true);
   }
   a.stop_strings.emplace(a.job.stop_strings);
   a.sampler.emplace(o.sampling);
   a.session = std::make_unique<Session>(
-      model_, &experts_, static_cast<int64_t>(o.prompt.size()) + o.max_new_tokens);
+      model_, &experts_,
+      static_cast<int64_t>(o.prompt.size()) + o.max_new_tokens);
   a.session->set_pregate_hints(o.pregate_hints);
   absl::Status s = a.session->set_pregate_distance(o.pregate_distance);
   if (options_.recorder != nullptr) {
-    a.recording.emplace(options_.recorder->header(), absl::StrCat("req-", o.request_id));
+    a.recording.emplace(options_.recorder->header(),
+                        absl::StrCat("req-", o.request_id));
     a.session->set_routing_observer(a.recording->Observer());
   }
   if (s.ok()) s = experts_.BeginRequest(o.request_id);
@@ -120,7 +130,8 @@ bool GenerationRunner::Join(Active& a) {
     return false;
   }
   a.begun = true;
-  if (metrics_ != nullptr) metrics_->AddPromptTokens(static_cast<int64_t>(o.prompt.size()));
+  if (metrics_ != nullptr)
+    metrics_->AddPromptTokens(static_cast<int64_t>(o.prompt.size()));
   return true;
 }
 
@@ -132,7 +143,8 @@ bool GenerationRunner::Emit(Active& a, const SampledToken& t) {
   a.ttft = Seconds(a.first - a.start);
   if (a.generated > 1) a.tpot = Seconds(now - a.first) / (a.generated - 1);
   v1::GenerateResponse r = TokenResponse(t);
-  const bool stop_token = std::find(a.stops.begin(), a.stops.end(), t.token) != a.stops.end();
+  const bool stop_token =
+      std::find(a.stops.begin(), a.stops.end(), t.token) != a.stops.end();
   bool last = stop_token || a.generated == o.max_new_tokens;
   if (a.decoder != nullptr) {
     std::string text = a.decoder->Push(t.token);
@@ -166,7 +178,8 @@ void GenerationRunner::Leave(Active& a, absl::Status status) {
   ExpertCounters c;
   if (a.session != nullptr) {
     const SessionStats& st = a.session->stats();
-    c = {st.expert_hits, st.expert_misses, st.expert_stall_seconds, st.expert_wait_seconds};
+    c = {st.expert_hits, st.expert_misses, st.expert_stall_seconds,
+         st.expert_wait_seconds};
   }
   if (a.begun) {
     absl::Status ended = experts_.EndRequest(o.request_id);
@@ -178,7 +191,8 @@ void GenerationRunner::Leave(Active& a, absl::Status status) {
       }
     }
     if (metrics_ != nullptr) {
-      metrics_->AddExpertOutcome(c.hits, c.misses, c.wait_seconds, c.stall_seconds);
+      metrics_->AddExpertOutcome(c.hits, c.misses, c.wait_seconds,
+                                 c.stall_seconds);
     }
   }
   a.job.sink->Finish(status);
@@ -210,7 +224,8 @@ void GenerationRunner::BatchLoop() {
         a.reset();
       }
     }
-    active.erase(std::remove(active.begin(), active.end(), nullptr), active.end());
+    active.erase(std::remove(active.begin(), active.end(), nullptr),
+                 active.end());
     if (active.empty()) continue;
     std::vector<BatchStep::Entry> entries;
     for (auto& a : active) {
@@ -223,13 +238,15 @@ void GenerationRunner::BatchLoop() {
         if (chunk > 0) take = std::min<size_t>(take, chunk);
         e.tokens = absl::Span<const int32_t>(prompt.data() + a->fed, take);
         e.prefill = true;
-        if (a->fed > 0 && a->recording.has_value()) a->recording->ContinuePrefill();
+        if (a->fed > 0 && a->recording.has_value())
+          a->recording->ContinuePrefill();
       } else {
         e.tokens = absl::Span<const int32_t>(&a->last, 1);
       }
       entries.push_back(e);
     }
-    if (metrics_ != nullptr) metrics_->ObserveBatchStep(static_cast<int64_t>(entries.size()));
+    if (metrics_ != nullptr)
+      metrics_->ObserveBatchStep(static_cast<int64_t>(entries.size()));
     absl::Status status = step.Run(entries);
     if (!status.ok()) {
       // The step is shared: an engine or provider error fails every
@@ -242,14 +259,16 @@ void GenerationRunner::BatchLoop() {
       Active& a = *active[i];
       if (entries[i].prefill) {
         a.fed += entries[i].tokens.size();
-        if (a.fed < a.job.options.prompt.size()) continue;  // more prompt to run
+        if (a.fed < a.job.options.prompt.size())
+          continue;  // more prompt to run
       }
       if (!Emit(a, a.sampler->Next(step.logits(i)))) {
         Leave(a, absl::OkStatus());
         active[i].reset();
       }
     }
-    active.erase(std::remove(active.begin(), active.end(), nullptr), active.end());
+    active.erase(std::remove(active.begin(), active.end(), nullptr),
+                 active.end());
   }
 }
 

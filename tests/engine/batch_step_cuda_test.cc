@@ -39,7 +39,8 @@ TEST(BatchStepCudaTest, BatchedWithinToleranceOfAlone) {
   ASSERT_TRUE(model.ok()) << model.status();
   auto experts = InMemoryExpertProvider::Create(**model);
   ASSERT_TRUE(experts.ok()) << experts.status();
-  const std::vector<std::vector<int32_t>> prompts = {{3, 1, 4, 1, 5}, {9}, {2, 6, 5, 3}};
+  const std::vector<std::vector<int32_t>> prompts = {
+      {3, 1, 4, 1, 5}, {9}, {2, 6, 5, 3}};
   const std::vector<int32_t> decode = {7, 8, 9, 10};
   // Alone: prompt, then the decode tokens one at a time.
   std::vector<std::vector<std::vector<float>>> alone(prompts.size());
@@ -79,7 +80,8 @@ TEST(BatchStepCudaTest, BatchedWithinToleranceOfAlone) {
       float scale = 1.0f;
       for (float v : want) scale = std::max(scale, std::fabs(v));
       float worst = 0.0f;
-      for (size_t j = 0; j < want.size(); ++j) worst = std::max(worst, std::fabs(got[j] - want[j]));
+      for (size_t j = 0; j < want.size(); ++j)
+        worst = std::max(worst, std::fabs(got[j] - want[j]));
       EXPECT_LE(worst, 1e-3f * scale) << "sequence " << i << " step " << k;
     }
   }

@@ -27,10 +27,11 @@ namespace {
 class CountingProvider : public ExpertProvider {
  public:
   explicit CountingProvider(ExpertProvider* inner) : inner_(inner) {}
-  absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
-                                          absl::Span<const ExpertDemand> demands,
-                                          bool prefill) override {
-    absl::StatusOr<AcquiredExperts> a = inner_->Acquire(moe_layer, demands, prefill);
+  absl::StatusOr<AcquiredExperts> Acquire(
+      int moe_layer, absl::Span<const ExpertDemand> demands,
+      bool prefill) override {
+    absl::StatusOr<AcquiredExperts> a =
+        inner_->Acquire(moe_layer, demands, prefill);
     if (!a.ok()) return a;
     ++acquires;
     a->usage.hits = static_cast<int32_t>(demands.size());
@@ -42,10 +43,9 @@ class CountingProvider : public ExpertProvider {
     last_demands.assign(demands.begin(), demands.end());
     return a;
   }
-  absl::StatusOr<AcquiredExperts> AcquireBatch(int moe_layer,
-                                               absl::Span<const ExpertDemand> demands,
-                                               absl::Span<const OwnerTokens> owners,
-                                               bool prefill) override {
+  absl::StatusOr<AcquiredExperts> AcquireBatch(
+      int moe_layer, absl::Span<const ExpertDemand> demands,
+      absl::Span<const OwnerTokens> owners, bool prefill) override {
     last_owners.assign(owners.begin(), owners.end());
     return Acquire(moe_layer, demands, prefill);
   }
@@ -96,7 +96,8 @@ struct Seq {
 
 std::vector<Seq> MakeSeqs(int64_t vocab) {
   std::mt19937 rng(5);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
+  std::uniform_int_distribution<int32_t> tok(0,
+                                             static_cast<int32_t>(vocab) - 1);
   std::vector<Seq> seqs;
   const int prompt_lens[] = {7, 1, 12, 4, 9};
   const int decode_lens[] = {6, 9, 3, 7, 5};
@@ -191,7 +192,8 @@ std::vector<Logits> RunBatched(const MoeModel& model, ExpertProvider* experts,
 class BatchStepFamilyTest : public ::testing::TestWithParam<ModelFamily> {};
 
 TEST_P(BatchStepFamilyTest, BitIdenticalAloneAndBatched) {
-  Loaded l = Load(GetParam(), 31, absl::StrCat("family", static_cast<int>(GetParam())));
+  Loaded l = Load(GetParam(), 31,
+                  absl::StrCat("family", static_cast<int>(GetParam())));
   ASSERT_NE(l.model, nullptr);
   const std::vector<Seq> seqs = MakeSeqs(l.model->config().vocab_size);
   for (int chunk : {1, 3, 64}) {
@@ -215,8 +217,10 @@ TEST_P(BatchStepFamilyTest, BitIdenticalAloneAndBatched) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchStepFamilyTest,
-                         ::testing::Values(ModelFamily::kMixtral, ModelFamily::kQwen2Moe,
-                                           ModelFamily::kQwen3Moe, ModelFamily::kOlmoe));
+                         ::testing::Values(ModelFamily::kMixtral,
+                                           ModelFamily::kQwen2Moe,
+                                           ModelFamily::kQwen3Moe,
+                                           ModelFamily::kOlmoe));
 
 TEST(BatchStepTest, OneAcquirePerMoeLayerForTheUnion) {
   Loaded l = Load(ModelFamily::kMixtral, 32, "union");
@@ -248,7 +252,8 @@ TEST(BatchStepTest, OneAcquirePerMoeLayerForTheUnion) {
     hits += s->stats().expert_hits;
     misses += s->stats().expert_misses;
     stall += s->stats().expert_stall_seconds;
-    EXPECT_EQ(s->position(), static_cast<int64_t>(tokens[&s - &sessions[0]].size()));
+    EXPECT_EQ(s->position(),
+              static_cast<int64_t>(tokens[&s - &sessions[0]].size()));
   }
   EXPECT_EQ(hits, counting.total.hits);
   EXPECT_EQ(misses, counting.total.misses);
@@ -264,9 +269,11 @@ TEST(BatchStepTest, BadBatchesAreRefusedBeforeAnythingRuns) {
   EXPECT_EQ(step.Run({}).code(), absl::StatusCode::kInvalidArgument);
   std::vector<BatchStep::Entry> dup = {{&a, one, true, 1}, {&a, one, true, 1}};
   EXPECT_EQ(step.Run(dup).code(), absl::StatusCode::kInvalidArgument);
-  std::vector<BatchStep::Entry> too_long = {{&a, one, true, 1}, {&b, five, true, 2}};
+  std::vector<BatchStep::Entry> too_long = {{&a, one, true, 1},
+                                            {&b, five, true, 2}};
   EXPECT_EQ(step.Run(too_long).code(), absl::StatusCode::kOutOfRange);
-  std::vector<BatchStep::Entry> bad_id = {{&a, one, true, 1}, {&b, bad, true, 2}};
+  std::vector<BatchStep::Entry> bad_id = {{&a, one, true, 1},
+                                          {&b, bad, true, 2}};
   EXPECT_EQ(step.Run(bad_id).code(), absl::StatusCode::kInvalidArgument);
   std::vector<BatchStep::Entry> empty = {{&a, {}, true, 1}};
   EXPECT_EQ(step.Run(empty).code(), absl::StatusCode::kInvalidArgument);
