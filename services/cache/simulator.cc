@@ -38,13 +38,24 @@ PhaseResult ToPhase(const CachePhaseStats& s, double stall_ms, double time_ms,
 
 nlohmann::json PhaseJson(const trace::TraceHeader& h, const SimOptions& o, const PhaseResult& r,
                          const PhaseResult& belady) {
-  const double tokens = std::max<double>(1, r.iterations);
+  // Per step (what each stream waits per token) and per token (what the
+  // tokens share); the same with one request at a time.
+  const double steps = std::max<double>(1, r.iterations);
+  const double tokens = r.tokens > 0 ? static_cast<double>(r.tokens) : steps;
   const double accesses = std::max<double>(1, r.hits + r.misses);
   const double compute = h.num_layers * o.link.layer_ms;
-  const double floor = std::max(compute, belady.misses / tokens * o.link.transfer_ms());
-  const double tpot = r.time_ms / tokens;
+  const double floor =
+      std::max(compute, belady.misses / std::max<double>(1, belady.iterations) *
+                            o.link.transfer_ms());
+  const double tpot = r.time_ms / steps;
   nlohmann::json j;
-  j["tokens"] = r.iterations;
+  j["tokens"] = r.tokens > 0 ? r.tokens : r.iterations;
+  if (o.batch > 1) {
+    j["batch"] = o.batch;
+    j["steps"] = r.iterations;
+    j["tokens_per_s"] = r.time_ms > 0 ? tokens / (r.time_ms * 1e-3) : 0.0;
+    j["bytes_per_token"] = r.bytes_moved / tokens;
+  }
   j["hit_rate"] = r.hits / accesses;
   j["misses"] = r.misses;
   j["prefetches_issued"] = r.prefetches_issued;
@@ -69,8 +80,78 @@ absl::StatusOr<int> CapacityFromFraction(const trace::TraceHeader& h, double fra
   return std::max(1, static_cast<int>(std::lround(frac * h.num_layers * h.num_experts)));
 }
 
-std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const Trace& trace, int passes) {
+namespace {
+
+// One step of a batched replay: the union of its members' iterations.
+struct BatchPlanStep {
+  Iteration it;            // phase and per-layer union (ascending expert)
+  uint64_t tokens = 0;     // members (one iteration each)
+  size_t lead = 0;         // the oldest member (owner of the step's acquires)
+  std::vector<size_t> joins, leaves;  // request indexes
+};
+
+std::vector<BatchPlanStep> BatchPlan(const Trace& trace, int batch) {
+  const int num_layers = trace.header.num_layers;
+  struct Member {
+    size_t request;
+    std::vector<Iteration> its;
+    size_t next = 0;
+  };
+  std::vector<Member> active;
+  std::vector<BatchPlanStep> plan;
+  size_t next_request = 0;
+  while (next_request < trace.requests.size() || !active.empty()) {
+    BatchPlanStep step;
+    while (static_cast<int>(active.size()) < batch && next_request < trace.requests.size()) {
+      active.push_back(
+          {next_request, SplitIterations(trace.requests[next_request], num_layers)});
+      step.joins.push_back(next_request++);
+    }
+    step.lead = active.front().request;
+    std::vector<std::map<int32_t, int32_t>> sums(num_layers);
+    bool prefill = false;
+    for (Member& m : active) {
+      const Iteration& it = m.its[m.next++];
+      prefill = prefill || it.phase == Phase::kPrefill;
+      ++step.tokens;
+      for (int l = 0; l < num_layers; ++l) {
+        for (const ExpertDemand& d : it.layers[l]) sums[l][d.expert] += d.tokens;
+      }
+    }
+    step.it.phase = prefill ? Phase::kPrefill : Phase::kDecode;
+    step.it.layers.resize(num_layers);
+    for (int l = 0; l < num_layers; ++l) {
+      for (const auto& [e, t] : sums[l]) step.it.layers[l].push_back({e, t});
+    }
+    for (const Member& m : active) {
+      if (m.next == m.its.size()) step.leaves.push_back(m.request);
+    }
+    active.erase(std::remove_if(active.begin(), active.end(),
+                                [](const Member& m) { return m.next == m.its.size(); }),
+                 active.end());
+    plan.push_back(std::move(step));
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const Trace& trace, int passes,
+                                                        int batch) {
   std::vector<std::vector<ExpertKey>> groups;
+  if (batch > 1) {
+    const std::vector<BatchPlanStep> plan = BatchPlan(trace, batch);
+    for (int pass = 0; pass < passes; ++pass) {
+      for (const BatchPlanStep& step : plan) {
+        for (int l = 0; l < trace.header.num_layers; ++l) {
+          std::vector<ExpertKey> g;
+          for (const auto& d : step.it.layers[l]) g.push_back({l, d.expert});
+          groups.push_back(std::move(g));
+        }
+      }
+    }
+    return groups;
+  }
   for (int pass = 0; pass < passes; ++pass) {
     for (const auto& r : trace.requests) {
       for (const auto& it : SplitIterations(r, trace.header.num_layers)) {
@@ -113,6 +194,10 @@ absl::Status ValidateSimOptions(const trace::TraceHeader& h, const SimOptions& o
     return absl::InvalidArgumentError("link model needs expert_mb, link_gbps, chunk_mb > 0");
   }
   if (o.passes < 1) return absl::InvalidArgumentError("passes must be >= 1");
+  if (o.batch < 1 || o.batch > kMaxSimBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch must be in [1, ", kMaxSimBatch, "], got ", o.batch));
+  }
   return absl::OkStatus();
 }
 
@@ -137,7 +222,7 @@ absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
   std::unique_ptr<CachePolicy> policy;
   const bool belady = policy_spec == "belady";
   if (belady) {
-    policy = MakeBeladyPolicy(FlattenAccessGroups(trace, o.passes), pc);
+    policy = MakeBeladyPolicy(FlattenAccessGroups(trace, o.passes, o.batch), pc);
   } else if (policy_spec == "static-popular-oracle") {
     std::vector<double> tokens(static_cast<size_t>(h.num_layers) * h.num_experts, 0);
     for (const auto& r : trace.requests) {
@@ -224,12 +309,67 @@ absl::Status ValidateSimulation(const trace::TraceHeader& header, const std::str
   return MakePolicy(policy, SimPolicyConfig(header, options)).status();
 }
 
+namespace {
+
+// The batched replay (SimOptions::batch > 1).
+absl::StatusOr<SimResult> SimulateBatched(const Trace& trace, const std::string& policy_spec,
+                                          const SimOptions& o, SimCache& sim) {
+  const auto& h = trace.header;
+  ExpertCache& cache = *sim.cache;
+  const std::vector<BatchPlanStep> plan = BatchPlan(trace, o.batch);
+  const int64_t layer_ns = static_cast<int64_t>(std::llround(o.link.layer_ms * 1e6));
+  double stall_ms[2] = {0, 0}, time_ms[2] = {0, 0}, host_ms[2] = {0, 0};
+  uint64_t host_runs[2] = {0, 0}, tokens[2] = {0, 0};
+  const double total = static_cast<double>(o.passes) * std::max<size_t>(1, plan.size());
+  int64_t replayed = 0;
+  auto owner_of = [](size_t request) { return RequestOwner{1, request + 1}; };
+  for (int pass = 0; pass < o.passes; ++pass) {
+    if (pass == o.passes - 1) {
+      cache.ResetStats();
+      for (int i = 0; i < 2; ++i) {
+        stall_ms[i] = time_ms[i] = host_ms[i] = 0;
+        host_runs[i] = tokens[i] = 0;
+      }
+    }
+    for (const BatchPlanStep& step : plan) {
+      for (size_t r : step.joins) cache.BeginRequest(owner_of(r));
+      const int pi = step.it.phase == Phase::kPrefill ? 0 : 1;
+      for (int l = 0; l < h.num_layers; ++l) {
+        ASSIGN_OR_RETURN(const LayerTime t,
+                         ServeLayer(sim, o, owner_of(step.lead), l, step.it, layer_ns));
+        stall_ms[pi] += t.stall_ns * 1e-6;
+        host_ms[pi] += t.host_ns * 1e-6;
+        host_runs[pi] += t.host_runs;
+        time_ms[pi] += (t.stall_ns + std::max(layer_ns, t.host_ns)) * 1e-6;
+      }
+      tokens[pi] += step.tokens;
+      for (size_t r : step.leaves) cache.EndRequest(owner_of(r));
+      ++replayed;
+      if (o.progress) o.progress(static_cast<double>(replayed) / total);
+    }
+  }
+  SimResult res;
+  res.policy = policy_spec;
+  res.capacity = o.capacity;
+  res.prefetch = sim.prefetch;
+  res.prefill = ToPhase(cache.GetStats(Phase::kPrefill), stall_ms[0], time_ms[0], host_runs[0],
+                        host_ms[0]);
+  res.decode = ToPhase(cache.GetStats(Phase::kDecode), stall_ms[1], time_ms[1], host_runs[1],
+                       host_ms[1]);
+  res.prefill.tokens = tokens[0];
+  res.decode.tokens = tokens[1];
+  return res;
+}
+
+}  // namespace
+
 absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy_spec,
                                    const SimOptions& o) {
   const auto& h = trace.header;
   RETURN_IF_ERROR(ValidateSimOptions(h, o));
   SimCache sim;
   RETURN_IF_ERROR(BuildSimCache(trace, policy_spec, o, &sim));
+  if (o.batch > 1) return SimulateBatched(trace, policy_spec, o, sim);
   ExpertCache& cache = *sim.cache;
   // One client, one request at a time: like one worker.
   const RequestOwner owner{1, 0};

@@ -42,6 +42,15 @@ struct SimOptions {
   bool prefetch = false;
   LinkModel link;
   int passes = 1;  // replay the trace this many times; report the last pass
+  // Continuous batching (moe-worker --max-batch): up to `batch` requests run
+  // together, joining in arrival order as places free up; each step runs
+  // every member's next iteration (a whole prefill, or one decode token),
+  // and each layer makes ONE acquire for the union of their experts (token
+  // counts summed). A step with any prefill member counts as prefill. The
+  // shared acquire is made for the oldest member (its request's activation
+  // matrix sees the batch's union); hints are not replayed. 1: one request
+  // at a time, as before. In [1, kMaxSimBatch].
+  int batch = 1;
   // Where misses are served (the daemon's --miss-mode) and the host's
   // figures. A layer's time is its stall (copies waited for) plus
   // max(T, the host runs of its misses answered on the host): the device
@@ -55,8 +64,11 @@ struct SimOptions {
   std::function<void(double done)> progress;
 };
 
+inline constexpr int kMaxSimBatch = 64;
+
 struct PhaseResult {
-  uint64_t iterations = 0;
+  uint64_t iterations = 0;  // forward steps
+  uint64_t tokens = 0;      // tokens they ran (batch > 1: several per step); 0: iterations
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t prefetches_issued = 0;
@@ -81,7 +93,9 @@ absl::StatusOr<int> CapacityFromFraction(const trace::TraceHeader& header, doubl
 
 // The sequence of per-layer expert sets the simulator serves, in order
 // (passes x requests x iterations x layers); each set sorted by expert.
-std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const trace::Trace& trace, int passes);
+// With batch > 1, the groups of the batched replay (SimOptions::batch).
+std::vector<std::vector<ExpertKey>> FlattenAccessGroups(const trace::Trace& trace, int passes,
+                                                        int batch = 1);
 
 // What Simulate(trace, policy, options) would refuse before running:
 // capacity below one layer, a bad link model or pass count, an unknown

@@ -354,6 +354,11 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(int layer,
   return out;
 }
 
+void CacheClient::SetCurrentRequest(uint64_t request) {
+  absl::MutexLock lock(&impl_->mu);
+  impl_->request = request;
+}
+
 absl::Status CacheClient::Release(absl::Span<const SlotLease> leases, Transport transport) {
   Impl& im = *impl_;
   if (leases.empty()) return absl::OkStatus();

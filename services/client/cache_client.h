@@ -122,6 +122,11 @@ class CacheClient {
   // `request` != 0 (0 is the session's default request).
   absl::Status BeginRequest(uint64_t request, Transport transport = Transport::kDefault);
   absl::Status EndRequest(uint64_t request, Transport transport = Transport::kDefault);
+  // Makes `request` the current request without a message: the following
+  // Acquire and Hint calls are for it (the daemon refuses one that is not
+  // begun: FAILED_PRECONDITION). A batched worker points each shared acquire
+  // at the request it mostly serves. 0: the session's default request.
+  void SetCurrentRequest(uint64_t request);
   // Leaves the session (its leases are dropped). Later calls fail.
   absl::Status Detach();
   // Statistics of `model` (empty: all models of the daemon).

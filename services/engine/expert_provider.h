@@ -41,6 +41,23 @@ struct AcquiredExperts {
   std::vector<SlotLease> leases;  // one per view for a leasing provider
 };
 
+// The tokens one request contributes to a batched acquire: the sum of its
+// routed (token, expert) pairs in that layer (tokens x top_k).
+struct OwnerTokens {
+  uint64_t request = 0;
+  int64_t tokens = 0;
+};
+
+// Splits one acquire's usage among the requests that shared it, in
+// proportion to their tokens, so that the shares add up exactly to `usage`
+// (hits, misses, host and stall_ns each: floors, then the remainders go to
+// the largest fractional parts, ties to the earlier owner). One share per
+// owner, in owner order. An acquire reports only totals, so this is the
+// attribution a batch can make: see docs/architecture.md, "Batches".
+// REQUIRES: every owner's tokens >= 0 and at least one > 0.
+std::vector<AcquireUsage> SplitUsage(const AcquireUsage& usage,
+                                     absl::Span<const OwnerTokens> owners);
+
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
@@ -57,6 +74,18 @@ class ExpertProvider {
   // REQUIRES: demands are distinct experts of `moe_layer`.
   virtual absl::StatusOr<AcquiredExperts> Acquire(
       int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) = 0;
+
+  // One acquire for a batch of requests: `demands` is the union of their
+  // routed experts (token counts summed over the batch) and `owners` says
+  // how many of those tokens each request contributed. The default ignores
+  // the owners (the acquire is made for the provider's current request);
+  // a provider that keeps per-request accounts overrides it.
+  // REQUIRES: as Acquire; owners non-empty.
+  virtual absl::StatusOr<AcquiredExperts> AcquireBatch(
+      int moe_layer, absl::Span<const ExpertDemand> demands,
+      absl::Span<const OwnerTokens> owners, bool prefill) {
+    return Acquire(moe_layer, demands, prefill);
+  }
 
   // Ends the acquire's leases; the views must not be used afterwards.
   virtual void Release(AcquiredExperts& acquired) = 0;

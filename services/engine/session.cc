@@ -100,8 +100,7 @@ absl::Status Session::Reserve(int64_t tokens) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<absl::Span<const float>> Session::Forward(
-    absl::Span<const int32_t> tokens, bool prefill) {
+absl::Status Session::BeginStep(absl::Span<const int32_t> tokens) {
   const ModelConfig& c = model_.config();
   const int64_t t = static_cast<int64_t>(tokens.size());
   if (t == 0) return absl::InvalidArgumentError("no tokens to process");
@@ -120,7 +119,18 @@ absl::StatusOr<absl::Span<const float>> Session::Forward(
   std::vector<int32_t> positions(t);
   for (int64_t i = 0; i < t; ++i) positions[i] = static_cast<int32_t>(pos_ + i);
   RETURN_IF_ERROR(be_.CopyToDevice(Buf(kIds), tokens.data(), 4 * t));
-  RETURN_IF_ERROR(be_.CopyToDevice(Buf(kPositions), positions.data(), 4 * t));
+  return be_.CopyToDevice(Buf(kPositions), positions.data(), 4 * t);
+}
+
+float* Session::attention_input() { return Buf(kH); }
+float* Session::attention_output() { return Buf(kOut); }
+float* Session::residual() { return Buf(kX); }
+
+absl::StatusOr<absl::Span<const float>> Session::Forward(
+    absl::Span<const int32_t> tokens, bool prefill) {
+  const ModelConfig& c = model_.config();
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  RETURN_IF_ERROR(BeginStep(tokens));
   const Weight& embed = model_.embed();
   RETURN_IF_ERROR(be_.Embedding(embed.data, embed.dtype,
                                 reinterpret_cast<int32_t*>(Buf(kIds)), Buf(kX),

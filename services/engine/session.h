@@ -122,6 +122,17 @@ class Session {
   int pregate_distance() const { return pregate_distance_; }
 
  private:
+  // The batched step (batch_step.h) drives a session's own attention and KV
+  // cache, one sequence of the batch at a time.
+  friend class BatchStep;
+  // Checks `tokens` (ids, room in the context), sizes the scratch and
+  // writes their positions: the part of Forward before the layers.
+  absl::Status BeginStep(absl::Span<const int32_t> tokens);
+  // The scratch rows Attention reads (normed input), writes (its output)
+  // and PregateHints reads (the residual stream), for the batched step.
+  float* attention_input();
+  float* attention_output();
+  float* residual();
   absl::Status Reserve(int64_t tokens);
   absl::Status Attention(const LayerWeights& w, int layer, int64_t t);
   // DeepSeek multi-head latent attention of one sequence's `t` new tokens

@@ -81,15 +81,18 @@ void RequestRecording::Observe(int moe_layer, int64_t tokens,
     return;
   }
   if (moe_layer == 0) {
-    // A new iteration: the first is the prefill, each later one a decode
-    // step of exactly one token.
-    if (iterations_ > 0 && tokens != 1) {
+    // A new iteration: the first is the prefill (with its further chunks,
+    // ContinuePrefill), each later one a decode step of exactly one token.
+    const bool more_prefill = continue_prefill_ && iterations_ == 1 &&
+                              request_.phase.back() == trace::Phase::kPrefill;
+    continue_prefill_ = false;
+    if (iterations_ > 0 && tokens != 1 && !more_prefill) {
       error_ = absl::InternalError(absl::StrCat(
           "decode iteration ", iterations_, " has ", tokens, " tokens"));
       return;
     }
-    const trace::Phase phase =
-        iterations_ == 0 ? trace::Phase::kPrefill : trace::Phase::kDecode;
+    const trace::Phase phase = iterations_ == 0 || more_prefill ? trace::Phase::kPrefill
+                                                                : trace::Phase::kDecode;
     iter_start_ = request_.phase.size();
     iter_tokens_ = tokens;
     for (int64_t t = 0; t < tokens; ++t) {
@@ -98,7 +101,7 @@ void RequestRecording::Observe(int moe_layer, int64_t tokens,
       request_.weights.emplace_back(L);
       hints_.emplace_back(L);
     }
-    ++iterations_;
+    if (!more_prefill) ++iterations_;
   } else if (tokens != iter_tokens_) {
     error_ = absl::InternalError(
         absl::StrCat("MoE layer ", moe_layer, " routed ", tokens,

@@ -67,6 +67,11 @@ class RequestRecording {
   void Observe(int moe_layer, int64_t tokens, absl::Span<const int32_t> experts,
                absl::Span<const float> weights);
 
+  // The next iteration is another chunk of the prompt (chunked prefill in a
+  // batch): its tokens join the prefill, which the trace keeps as one
+  // iteration, instead of starting a decode step.
+  void ContinuePrefill() { continue_prefill_ = true; }
+
   // Records pre-gating hints (all for one MoE layer, one not yet routed in
   // this iteration; attached to the last token of the iteration when that
   // layer is routed). Several calls for one layer (predictions from several
@@ -86,6 +91,7 @@ class RequestRecording {
   trace::TraceHeader header_;
   trace::TraceRequest request_;
   int iterations_ = 0;
+  bool continue_prefill_ = false;
   int next_layer_ = 0;       // MoE layer expected next in this iteration
   int64_t iter_tokens_ = 0;  // tokens of the current iteration
   size_t iter_start_ = 0;    // first token index of the current iteration

@@ -203,6 +203,18 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
   return out;
 }
 
+absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireBatch(
+    int moe_layer, absl::Span<const ExpertDemand> demands, absl::Span<const OwnerTokens> owners,
+    bool prefill) {
+  RETURN_IF_ERROR(EnsureAttached());
+  const OwnerTokens* lead = nullptr;
+  for (const OwnerTokens& o : owners) {
+    if (lead == nullptr || o.tokens > lead->tokens) lead = &o;
+  }
+  if (lead != nullptr) client_->SetCurrentRequest(lead->request);
+  return Acquire(moe_layer, demands, prefill);
+}
+
 void DaemonExpertProvider::Release(AcquiredExperts& acquired) {
   if (client_ != nullptr && computing_.experts > 0) {
     unreported_.experts += computing_.experts;

@@ -61,6 +61,13 @@ class DaemonExpertProvider : public ExpertProvider {
   absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override;
+  // A batch's acquire is made for the request with the most of its tokens
+  // (the earliest owner among equals): the daemon's per-request state
+  // (moe-infinity's activation matrix) sees the batch's union under it.
+  absl::StatusOr<AcquiredExperts> AcquireBatch(int moe_layer,
+                                               absl::Span<const ExpertDemand> demands,
+                                               absl::Span<const OwnerTokens> owners,
+                                               bool prefill) override;
   void Release(AcquiredExperts& acquired) override;
   void Hint(absl::Span<const ExpertHint> hints) override;
 

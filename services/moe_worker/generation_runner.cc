@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "services/moe_worker/generate_responses.h"
 #include "services/moe_worker/stop_strings.h"
 
 namespace moe::worker {
@@ -23,29 +24,6 @@ double Seconds(Clock::duration d) {
 }
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
-
-v1::GenerateResponse TokenResponse(const SampledToken& t) {
-  v1::GenerateResponse r;
-  r.set_token_id(t.token);
-  r.set_logprob(t.logprob);
-  for (const auto& [id, lp] : t.top_logprobs) {
-    v1::TokenLogprob* alt = r.add_top_logprobs();
-    alt->set_token_id(id);
-    alt->set_logprob(lp);
-  }
-  return r;
-}
-
-void FillUsage(int prompt, int generated, double ttft, double tpot,
-               const ExpertCounters& experts, v1::Usage* u) {
-  u->set_prompt_tokens(prompt);
-  u->set_generated_tokens(generated);
-  u->set_time_to_first_token_seconds(ttft);
-  u->set_time_per_output_token_seconds(tpot);
-  u->set_expert_hits(experts.hits);
-  u->set_expert_misses(experts.misses);
-  u->set_expert_stall_seconds(experts.stall_seconds);
-}
 
 }  // namespace
 
@@ -136,11 +114,21 @@ absl::Status GenerationRunner::Submit(const v1::GenerateRequest& request,
     std::lock_guard<std::mutex> lock(mu_);
     if (!accepting_) {
       status = absl::UnavailableError("worker is not serving");
-    } else if (static_cast<int>(queue_.size()) + (busy_ ? 1 : 0) >
-               options_.max_queue) {
+    } else if (static_cast<int>(queue_.size()) + (busy_ ? 1 : 0) + running_ >
+               options_.max_queue + std::max(options_.max_batch, 1) - 1) {
       status = absl::ResourceExhaustedError(absl::StrCat(
           "request queue full (", options_.max_queue,
           " waiting); retry later"));
+    } else if (const int64_t kv = Session::KvCacheBytes(
+                   model_, static_cast<int64_t>(options->prompt.size()) +
+                               options->max_new_tokens);
+               options_.max_batch > 1 && options_.kv_budget_bytes > 0 &&
+               kv > options_.kv_budget_bytes) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "this request's KV cache (", kv, " bytes for ",
+          options->prompt.size(), " prompt + ", options->max_new_tokens,
+          " new tokens) exceeds the worker's --kv-budget-mb (",
+          options_.kv_budget_bytes, " bytes); lower max_new_tokens or the prompt"));
     } else {
       options->request_id = next_request_id_++;
       queue_.push_back(
@@ -182,6 +170,7 @@ int GenerationRunner::queued() const {
 }
 
 void GenerationRunner::Loop() {
+  if (options_.max_batch > 1) return BatchLoop();
   while (true) {
     Job job;
     {
@@ -217,8 +206,15 @@ void GenerationRunner::Run(Job& job) {
   }
   job.sink->Finish(status);
   Record(status, generated, ttft, tpot);
+  LogFinished(job, status, generated, ttft, tpot,
+              ran ? experts_.request() : ExpertCounters{}, finish);
+}
+
+void GenerationRunner::LogFinished(const Job& job, const absl::Status& status,
+                                   int generated, double ttft, double tpot,
+                                   const ExpertCounters& counters,
+                                   std::string finish) {
   // One line per finished request, for operators (journalctl) and scripts.
-  const ExpertCounters counters = ran ? experts_.request() : ExpertCounters{};
   if (!status.ok()) finish = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
   MOE_LOG(INFO) << "request " << job.options.request_id
                 << " finished: prompt_tokens=" << job.options.prompt.size()

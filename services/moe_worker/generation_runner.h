@@ -1,5 +1,12 @@
 // Runs Generate requests on one engine (one model, one backend, one expert
-// provider), one at a time, in arrival order, from a bounded queue.
+// provider) from a bounded first-come-first-served queue: one at a time
+// (max_batch 1, the default), or with continuous batching (max_batch > 1):
+// up to max_batch sequences share each forward step (BatchStep: one expert
+// acquire per MoE layer for the union of their experts); a queued request
+// joins at the next step when a place and its KV cache fit, its prompt in
+// chunks of prefill_chunk tokens so the running decodes keep going; a
+// finished, stopped, cancelled or expired sequence leaves at once. A
+// sequence's tokens are bit-identical to running it alone (CPU backend).
 //
 //   GenerationRunner runner(model, provider, tokenizer, metrics, options);
 //   RETURN_IF_ERROR(runner.Start());
@@ -50,8 +57,18 @@ class ResponseSink {
 };
 
 struct RunnerOptions {
-  // Requests waiting beyond the running one; more get RESOURCE_EXHAUSTED.
+  // Requests waiting beyond the running ones; more get RESOURCE_EXHAUSTED.
   int max_queue = 16;
+  // Sequences per forward step; 1 runs requests one at a time.
+  int max_batch = 1;
+  // With max_batch > 1: prompt tokens a joining sequence runs per step;
+  // 0: the whole prompt in one step.
+  int prefill_chunk = 0;
+  // With max_batch > 1: KV cache bytes the running sequences may hold
+  // together (each holds prompt + max_new_tokens positions); a request
+  // waits until its cache fits, and one that can never fit is refused
+  // (RESOURCE_EXHAUSTED). 0: no limit beyond max_batch.
+  int64_t kv_budget_bytes = 0;
   // Longest accepted prompt; 0 = only the context window limits it.
   int max_prompt_tokens = 0;
   // When set (not owned), every completed request's routing is appended.
@@ -106,8 +123,26 @@ class GenerationRunner {
     std::vector<std::string> stop_strings;  // GenerateRequest.stop
   };
 
+  // One sequence of the batched loop (generation_batch.cc).
+  struct Active;
+
   void Loop();
   void Run(Job& job);
+  // The continuous-batching loop (max_batch > 1), generation_batch.cc.
+  void BatchLoop();
+  // Moves queued jobs into `active` while places and KV budget allow.
+  void Admit(std::vector<std::unique_ptr<Active>>& active);
+  // Starts a joined sequence; false when it already failed (and finished).
+  bool Join(Active& a);
+  // Sends one sampled token; false when the sequence leaves after it.
+  bool Emit(Active& a, const SampledToken& t);
+  // Ends a sequence: provider request, trace, sink, metrics, log line.
+  void Leave(Active& a, absl::Status status);
+  // Why a running sequence must stop now (cancel, deadline, shutdown).
+  absl::Status Interrupted(const Job& job) const;
+  void LogFinished(const Job& job, const absl::Status& status, int generated,
+                   double ttft, double tpot, const ExpertCounters& counters,
+                   std::string finish);
   // `finish` gets "stop" or "length" once the last token is out.
   absl::Status RunGenerate(Job& job, int* generated, double* ttft,
                            double* tpot, std::string* finish);
@@ -128,6 +163,8 @@ class GenerationRunner {
   bool accepting_ = false;  // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
   bool busy_ = false;       // a request is running; guarded by mu_
+  int running_ = 0;         // batched sequences running; guarded by mu_
+  int64_t kv_held_ = 0;     // their KV cache bytes; guarded by mu_
   uint64_t next_request_id_ = 1;  // guarded by mu_
   // Absolute time (ns since epoch) after which the running request is
   // cancelled; int64 max while not stopping.

@@ -15,9 +15,16 @@ absl::Status MeteredProvider::EndRequest(uint64_t request_id) {
 
 absl::StatusOr<AcquiredExperts> MeteredProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
+  return AcquireBatch(moe_layer, demands, {}, prefill);
+}
+
+absl::StatusOr<AcquiredExperts> MeteredProvider::AcquireBatch(
+    int moe_layer, absl::Span<const ExpertDemand> demands,
+    absl::Span<const OwnerTokens> owners, bool prefill) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<AcquiredExperts> lease =
-      inner_->Acquire(moe_layer, demands, prefill);
+      owners.empty() ? inner_->Acquire(moe_layer, demands, prefill)
+                     : inner_->AcquireBatch(moe_layer, demands, owners, prefill);
   request_.wait_seconds += std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
                                .count();

@@ -31,6 +31,12 @@ class MeteredProvider : public ExpertProvider {
   absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override;
+  // Passed on with its owners; request() counts it too (the batched runner
+  // reads each request's share from its Session instead).
+  absl::StatusOr<AcquiredExperts> AcquireBatch(int moe_layer,
+                                               absl::Span<const ExpertDemand> demands,
+                                               absl::Span<const OwnerTokens> owners,
+                                               bool prefill) override;
   void Release(AcquiredExperts& lease) override { inner_->Release(lease); }
   void Hint(absl::Span<const ExpertHint> hints) override {
     inner_->Hint(hints);

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/engine/in_memory_provider.h"
+#include "services/exchange/expert_exchange.h"
 #include "services/moe_worker/daemon_provider.h"
 #include "services/rpc/build_info.h"
 #include "services/rpc/startup_log.h"
@@ -64,6 +65,13 @@ absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
   if (options_.runner.max_queue < 0 || options_.runner.max_prompt_tokens < 0) {
     return absl::InvalidArgumentError(
         "--max-queue and --max-prompt-tokens must be >= 0");
+  }
+  if (options_.runner.max_batch < 1 || options_.runner.max_batch > kMaxRequestsPerSession ||
+      options_.runner.prefill_chunk < 0 || options_.runner.kv_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-batch must be in [1, ", kMaxRequestsPerSession, "] (got ",
+        options_.runner.max_batch,
+        "); --prefill-chunk and --kv-budget-mb must be >= 0"));
   }
   if (options_.cache != "none") {
     absl::StatusOr<rpc::ListenAddress> cache = rpc::ParseListenAddress(options_.cache);
@@ -161,7 +169,9 @@ absl::Status Worker::Init() {
     openai::ModelInfo info{ModelName(), tokenizer_.get(), chat_template_.get(),
                            model_->config().max_position_embeddings, kMaxNewTokensLimit};
     HttpOptions http = options_.http;
-    if (http.threads == 0) http.threads = options_.runner.max_queue + 4;
+    if (http.threads == 0) {
+      http.threads = options_.runner.max_queue + options_.runner.max_batch + 3;
+    }
     ASSIGN_OR_RETURN(http_, HttpServer::Start(http, options_.security, runner_.get(),
                                               std::move(info),
                                               [this] { return serving_.load(); }));

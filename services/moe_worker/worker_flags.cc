@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log_level.h"
+#include "common/status_macros.h"
 #include "services/engine/session.h"
 
 namespace moe::worker {
@@ -54,6 +55,15 @@ absl::Status Apply(const std::string& name, const std::string& value,
     return ParseInt(name, value, &o.runner.max_queue);
   } else if (name == "max-prompt-tokens") {
     return ParseInt(name, value, &o.runner.max_prompt_tokens);
+  } else if (name == "max-batch") {
+    return ParseInt(name, value, &o.runner.max_batch);
+  } else if (name == "prefill-chunk") {
+    return ParseInt(name, value, &o.runner.prefill_chunk);
+  } else if (name == "kv-budget-mb") {
+    int mb = 0;
+    RETURN_IF_ERROR(ParseInt(name, value, &mb));
+    o.runner.kv_budget_bytes = static_cast<int64_t>(mb) << 20;
+    return absl::OkStatus();
   } else if (name == "metrics-addr") {
     o.metrics_addr = value;
   } else if (name == "record-trace") {
@@ -169,6 +179,13 @@ std::string WorkerUsage() {
       "  --max-queue N           requests waiting beyond the running one "
       "(default 16)\n"
       "  --max-prompt-tokens N   longest prompt accepted (0: context window)\n"
+      "  --max-batch N           sequences per forward step, continuous\n"
+      "                          batching (1-64; default 1: one at a time)\n"
+      "  --prefill-chunk N       with --max-batch > 1: prompt tokens a joining\n"
+      "                          sequence runs per step (0: whole prompt)\n"
+      "  --kv-budget-mb N        with --max-batch > 1: KV cache the running\n"
+      "                          sequences may hold (0: no limit); requests\n"
+      "                          wait for room, larger ones are refused\n"
       "  --metrics-addr A        /metrics HOST:PORT (default ",
       kDefaultMetricsAddr,
       "; \"\" disables)\n"

@@ -81,6 +81,21 @@ WorkerMetrics::WorkerMetrics()
                    .Help("KV cache memory held by the running requests")
                    .Register(*registry_)
                    .Add({});
+  batch_size_ = &prometheus::BuildGauge()
+                     .Name("moe_worker_batch_size")
+                     .Help("Sequences in the engine's last forward step (continuous batching)")
+                     .Register(*registry_)
+                     .Add({});
+  batch_steps_ = &prometheus::BuildCounter()
+                      .Name("moe_worker_batch_steps_total")
+                      .Help("Batched forward steps run (--max-batch > 1)")
+                      .Register(*registry_)
+                      .Add({});
+  batch_sequences_ = &prometheus::BuildCounter()
+                          .Name("moe_worker_batch_sequences_total")
+                          .Help("Sequences summed over batched forward steps (over steps_total: mean batch size)")
+                          .Register(*registry_)
+                          .Add({});
   process_ = std::make_shared<rpc::ProcessMetrics>(registry_, "moe-worker");
 }
 

@@ -43,6 +43,13 @@ class WorkerMetrics {
   // KV cache bytes held by the running requests.
   void SetKvCacheBytes(int64_t n) { kv_bytes_->Set(static_cast<double>(n)); }
 
+  // One batched forward step of `sequences` sequences.
+  void ObserveBatchStep(int64_t sequences) {
+    batch_size_->Set(static_cast<double>(sequences));
+    batch_steps_->Increment();
+    batch_sequences_->Increment(static_cast<double>(sequences));
+  }
+
   // The lower-case name of a status code ("ok", "resource_exhausted").
   static std::string CodeLabel(absl::StatusCode code);
 
@@ -61,6 +68,9 @@ class WorkerMetrics {
   prometheus::Gauge* waiting_ = nullptr;
   prometheus::Gauge* running_ = nullptr;
   prometheus::Gauge* kv_bytes_ = nullptr;
+  prometheus::Gauge* batch_size_ = nullptr;
+  prometheus::Counter* batch_steps_ = nullptr;
+  prometheus::Counter* batch_sequences_ = nullptr;
   std::shared_ptr<rpc::ProcessMetrics> process_;
 };
 

@@ -32,6 +32,7 @@ constexpr char kHelp[] =
     "                       (--capacity N | --capacity-frac F) [--prefetch on|off]\n"
     "                       [--expert-mb S] [--link-gbps B] [--layer-ms T] [--chunk-mb C]\n"
     "                       [--passes K] [--hints on|off] [--expert-format bf16|q8|q4] [--json]\n"
+    "                       [--batch N]\n"
     "                       [--miss-mode fetch|host|auto] [--host-gbps G] [--host-gflops F]\n"
     "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
@@ -41,6 +42,9 @@ constexpr char kHelp[] =
     "--prefetch defaults to off here, while moe-cached prefetches by default:\n"
     "pass --prefetch on to model a daemon as shipped.\n"
     "--passes K replays the trace K times and reports the last pass (warm EAMC).\n"
+    "--batch N replays the requests N at a time (continuous batching: they join\n"
+    "in arrival order; each step's layer is one acquire for the union of their\n"
+    "experts); per-token figures divide by tokens, tpot_ms is per step.\n"
     "--hints off ignores the trace's pre-gating hints (default on: replayed in\n"
     "decode). A trace with hints also gets their recall and precision (a line\n"
     "before the table; \"hints\" in each --json row).\n"
@@ -86,7 +90,7 @@ bool ParseFlags(const Args& args, Flags* f, std::string* error) {
                                  "prefetch",  "expert-mb", "link-gbps", "layer-ms",
                                  "chunk-mb",  "passes",    "sweep",     "out",
                                  "hints",     "miss-mode", "host-gbps", "host-gflops",
-                                 "progress",  "expert-format"};
+                                 "progress",  "expert-format", "batch"};
   for (const auto& [k, v] : f->values) {
     bool known = false;
     for (const char* n : kKnown) known |= k == n;
@@ -349,6 +353,10 @@ bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
   }
   if (!get("passes").empty() && !absl::SimpleAtoi(get("passes"), &o.passes)) {
     *err = "--passes takes an integer";
+    return false;
+  }
+  if (!get("batch").empty() && !absl::SimpleAtoi(get("batch"), &o.batch)) {
+    *err = "--batch takes an integer";
     return false;
   }
   const std::string progress = get("progress");

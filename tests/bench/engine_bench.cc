@@ -13,8 +13,9 @@
 // Each of --reps rounds measures the ceilings right before the engine runs
 // they are compared with, and the ratios are computed per round (medians
 // reported), so that load from other processes skews both sides alike.
-// Last, decode tokens/s with the experts held as bf16, q8 and q4 (issue 12),
-// side by side. The model is written with MakeModel into --dir (default: a fresh temp
+// Then decode tokens/s with the experts held as bf16, q8 and q4 (issue 12),
+// side by side; last, 16 sequences decoded one at a time against batches of
+// 4 and 16 (issue 14; --batch-only runs just that). The model is written with MakeModel into --dir (default: a fresh temp
 // directory, removed afterwards); --reuse loads an existing one instead.
 #include <unistd.h>
 
@@ -34,7 +35,9 @@
 #include "common/file_util.h"
 #include "common/model_maker.h"
 #include "common/quant.h"
+#include "common/status_macros.h"
 #include "kernels/cpu_backend.h"
+#include "services/engine/batch_step.h"
 #include "services/engine/generator.h"
 #include "services/engine/in_memory_provider.h"
 #include "services/engine/moe_model.h"
@@ -51,6 +54,7 @@ struct Flags {
   int reps = 5;
   int decode_tokens = 32;
   int prefill_tokens = 256;
+  bool batch_only = false;  // only the continuous-batching comparison
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -61,6 +65,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     const std::string v = eq == std::string::npos ? "" : a.substr(eq + 1);
     if (name == "--reuse" && v.empty()) {
       f->reuse = true;
+    } else if (name == "--batch-only" && v.empty()) {
+      f->batch_only = true;
     } else if (v.empty()) {
       std::fprintf(stderr, "engine_bench: bad flag %s\n", a.c_str());
       return false;
@@ -363,6 +369,71 @@ absl::Status ReportFormats(const Flags& f, const MoeModel& model) {
   return absl::OkStatus();
 }
 
+// Issue 14, in process (no daemon, every expert in memory): 16 sequences
+// decoded one at a time (Session::Forward, round robin) against BatchStep
+// with batches of 4 and 16, greedy, same prompts; the logits of every mode
+// must be bit-identical to one at a time.
+absl::Status ReportBatching(const Flags& f, const MoeModel& model, ExpertProvider* experts) {
+  constexpr int kSeqs = 16;
+  const ModelConfig& c = model.config();
+  std::printf("decode of %d sequences x %d tokens (whole forward pass, in process):\n", kSeqs,
+              f.decode_tokens);
+  double one_tps = 0;
+  std::vector<std::vector<float>> reference;
+  for (int b : {1, 4, 16}) {
+    std::vector<std::unique_ptr<Session>> sessions;
+    std::vector<int32_t> next(kSeqs);
+    std::vector<std::vector<float>> last(kSeqs);
+    auto take = [&](int i, absl::Span<const float> logits) {
+      next[i] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                     logits.begin());
+      last[i].assign(logits.begin(), logits.end());
+    };
+    for (int i = 0; i < kSeqs; ++i) {
+      sessions.push_back(std::make_unique<Session>(model, experts, 32 + f.decode_tokens));
+      std::vector<int32_t> prompt = Prompt(8 + i, c.vocab_size);
+      for (int32_t& t : prompt) t = static_cast<int32_t>((t + 7 * i) % c.vocab_size);
+      auto l = sessions[i]->Forward(prompt, true);
+      if (!l.ok()) return l.status();
+      take(i, *l);
+    }
+    BatchStep step(model, experts);
+    const double t0 = Now();
+    for (int k = 0; k < f.decode_tokens; ++k) {
+      for (int g = 0; g < kSeqs; g += b) {
+        if (b == 1) {
+          auto l = sessions[g]->Forward(absl::Span<const int32_t>(&next[g], 1), false);
+          if (!l.ok()) return l.status();
+          take(g, *l);
+          continue;
+        }
+        std::vector<BatchStep::Entry> entries;
+        for (int i = g; i < g + b; ++i) {
+          BatchStep::Entry e;
+          e.session = sessions[i].get();
+          e.tokens = absl::Span<const int32_t>(&next[i], 1);
+          e.request = static_cast<uint64_t>(i + 1);
+          entries.push_back(e);
+        }
+        RETURN_IF_ERROR(step.Run(entries));
+        for (int i = g; i < g + b; ++i) take(i, step.logits(static_cast<size_t>(i - g)));
+      }
+    }
+    const double tps = kSeqs * f.decode_tokens / (Now() - t0);
+    if (b == 1) {
+      one_tps = tps;
+      reference = last;
+    }
+    const bool same = last == reference;
+    std::printf("  batch %2d %8.1f tokens/s  %5.2fx one at a time  logits %s\n", b, tps,
+                tps / one_tps, same ? "bit-identical" : "DIFFER");
+    std::printf("RESULT engine_batch batch=%d decode_tok_s=%.1f vs_one=%.2f identical=%d\n", b,
+                tps, tps / one_tps, same ? 1 : 0);
+    if (!same) return absl::InternalError("batched logits differ from one at a time");
+  }
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "engine_bench: %s\n", s.ToString().c_str());
   return 1;
@@ -398,6 +469,16 @@ int Run(const Flags& f) {
       (long long)c.moe_intermediate_size,
       (*model)->description().total_bytes() / 1048576.0, be.pool().size(),
       be.Info().simd.c_str());
+  if (f.batch_only) {
+    absl::Status s = ReportBatching(f, **model, experts->get());
+    experts->reset();
+    model->reset();
+    if (remove_dir) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+    return s.ok() ? 0 : Fail(s);
+  }
   // Warm-up: a long prefill touches every expert's pages once.
   if (auto w = RunOnce(**model, experts->get(),
                        Prompt(f.prefill_tokens, c.vocab_size), 2);
@@ -413,6 +494,10 @@ int Run(const Flags& f) {
   Report(f, c, rounds);
   experts->reset();  // the provider refers to the model
   if (absl::Status fs = ReportFormats(f, **model); !fs.ok()) return Fail(fs);
+  experts = InMemoryExpertProvider::Create(**model);
+  if (!experts.ok()) return Fail(experts.status());
+  if (absl::Status bs = ReportBatching(f, **model, experts->get()); !bs.ok()) return Fail(bs);
+  experts->reset();
   model->reset();
   if (remove_dir) {
     std::error_code ec;
@@ -430,7 +515,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: engine_bench [--size-mb=1024] [--hidden=2048] "
                  "[--dir=DIR] [--reuse] [--threads=N] [--reps=5] "
-                 "[--decode-tokens=32] [--prefill-tokens=256]\n");
+                 "[--decode-tokens=32] [--prefill-tokens=256] [--batch-only]\n");
     return 2;
   }
   return moe::Run(flags);

@@ -259,7 +259,8 @@ def check(src_dir, bin_dir, tmp, procs, start):
         os.path.join(bin_dir, "moe-worker"), f"--model={model}",
         f"--cache=unix:{cached_sock}", "--cache-model=tiny", "--backend=cpu",
         f"--listen=unix:{worker_sock}", "--metrics-addr=127.0.0.1:0",
-        "--pregate-hints=on", f"--port-file={port_file}"])
+        "--pregate-hints=on", "--max-batch=4", "--prefill-chunk=4",
+        f"--port-file={port_file}"])  # batched: the batching panel has data
     worker_metrics = json.load(open(port_file))["metrics_port"]
     log(f"metrics: moe-cached :{cached_metrics}, moe-worker :{worker_metrics}")
 

@@ -389,6 +389,26 @@ TEST(RequestRecordingTest, PhasesFollowIterations) {
   EXPECT_TRUE(trace::ValidateRequest(SmallHeader(), *r).ok());
 }
 
+// Chunked prefill (a batched worker): the chunks join the one prefill
+// iteration; a multi-token iteration after decode began is still refused.
+TEST(RequestRecordingTest, PrefillChunksFormOnePrefill) {
+  RequestRecording rec(SmallHeader(), "r");
+  Iterate(rec, 2, 0);
+  rec.ContinuePrefill();
+  Iterate(rec, 3, 1);
+  Iterate(rec, 1, 2);
+  auto r = rec.Finish();
+  ASSERT_TRUE(r.ok()) << r.status();
+  using trace::Phase;
+  EXPECT_EQ(r->phase, (std::vector<Phase>{Phase::kPrefill, Phase::kPrefill, Phase::kPrefill,
+                                          Phase::kPrefill, Phase::kPrefill, Phase::kDecode}));
+  EXPECT_EQ(rec.iterations(), 2);
+  EXPECT_TRUE(trace::ValidateRequest(SmallHeader(), *r).ok());
+  rec.ContinuePrefill();  // too late: decode began
+  Iterate(rec, 2, 3);
+  EXPECT_FALSE(rec.Finish().ok());
+}
+
 TEST(RequestRecordingTest, RejectsBadRouting) {
   {
     RequestRecording rec(SmallHeader(), "empty");

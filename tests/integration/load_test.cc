@@ -202,7 +202,9 @@ bool GenerateOnce(v1::Inference::Stub* stub, int c, const std::vector<int32_t>& 
   return true;
 }
 
-class LoadTest : public ::testing::Test {
+// Param: moe-worker's --max-batch (1: one at a time; 16: every client's
+// stream in one continuous batch, issue 14).
+class LoadTest : public ::testing::TestWithParam<int> {
  protected:
   // The tiny model, moe-cached (12 of 32 experts), moe-worker on it, and
   // the in-process reference tokens of every client's prompt.
@@ -217,7 +219,8 @@ class LoadTest : public ::testing::Test {
     ASSERT_TRUE(daemon_.WaitServing(cache_sock)) << daemon_.Log();
     ASSERT_TRUE(worker_.Spawn({"--model", model_dir, "--listen", worker_sock, "--cache",
                                cache_sock, "--cache-model", "tiny", "--backend", "cpu",
-                               "--metrics-addr", "", "--max-queue", "32"},
+                               "--metrics-addr", "", "--max-queue", "32", "--max-batch",
+                               std::to_string(GetParam()), "--prefill-chunk", "3"},
                               dir_.Sub("worker.log")));
     ASSERT_TRUE(worker_.WaitServing(worker_sock)) << worker_.Log();
     daemon_pid_ = ChildPid("moe-cached");
@@ -285,7 +288,7 @@ class LoadTest : public ::testing::Test {
   std::vector<ClientResult> results_;
 };
 
-TEST_F(LoadTest, SixteenStreamingClientsLeakNothing) {
+TEST_P(LoadTest, SixteenStreamingClientsLeakNothing) {
   const auto duration = std::chrono::seconds(LongTests() ? 60 : 10);
   // Warm-up under the same load, so the servers' thread pools, connections
   // and allocator arenas reach their working size before the baseline.
@@ -369,6 +372,11 @@ TEST_F(LoadTest, SixteenStreamingClientsLeakNothing) {
   daemon_.Signal(SIGTERM);
   EXPECT_EQ(daemon_.Wait(), 0) << daemon_.Log();
 }
+
+INSTANTIATE_TEST_SUITE_P(MaxBatch, LoadTest, ::testing::Values(1, 16),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return "MaxBatch" + std::to_string(p.param);
+                         });
 
 }  // namespace
 }  // namespace moe::worker

@@ -494,6 +494,33 @@ TEST_F(MoeCachedTest, RequestsMustBeBegunAndAreBounded) {
 // Arenas and channels are unnamed memfds (nothing in /dev/shm to list or
 // guess); the descriptors go to the pid named in Attach, once; the daemon is
 // not dumpable, so its /proc/PID/fd is closed to other non-root processes.
+// SetCurrentRequest (a batched worker's per-acquire owner) sends its id
+// with the next acquire, over both transports: one ended is refused.
+TEST_F(MoeCachedTest, SetCurrentRequestPointsAcquiresAtThatRequest) {
+  StartDaemon({"--cache-experts", "8"});
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const std::vector<ExpertDemand> one = {{1, 1}};
+  for (Transport t : {Transport::kShm, Transport::kGrpc}) {
+    SCOPED_TRACE(t == Transport::kShm ? "shm" : "grpc");
+    ASSERT_TRUE(client->BeginRequest(1, t).ok());
+    ASSERT_TRUE(client->BeginRequest(2, t).ok());
+    client->SetCurrentRequest(1);
+    auto r = client->Acquire(0, one, false, {}, t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(client->Release(r->leases, t).ok());
+    ASSERT_TRUE(client->EndRequest(1, t).ok());
+    client->SetCurrentRequest(1);
+    auto ended = client->Acquire(0, one, false, {}, t);
+    EXPECT_EQ(ended.status().code(), absl::StatusCode::kFailedPrecondition) << ended.status();
+    client->SetCurrentRequest(2);
+    r = client->Acquire(0, one, false, {}, t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(client->Release(r->leases, t).ok());
+    ASSERT_TRUE(client->EndRequest(2, t).ok());
+  }
+}
+
 TEST_F(MoeCachedTest, WorkerCannotMapAnArenaItDidNotAttachTo) {
   DaemonConfig c;
   c.models = {"a=" + model_dir_, "b=" + model_dir_};

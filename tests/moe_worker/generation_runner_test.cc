@@ -1,8 +1,10 @@
 #include "services/moe_worker/generation_runner.h"
 
+#include <cmath>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -370,6 +372,237 @@ TEST_F(GenerationRunnerTest, StopFailsQueuedAndCancelsRunning) {
   EXPECT_EQ(runner->Submit(IdsRequest({1}, 1), absl::InfiniteFuture(), late)
                 .code(),
             absl::StatusCode::kUnavailable);
+}
+
+// Counts what every acquire reported, to check that the requests' usage
+// adds up to it exactly.
+class TotalsProvider : public ExpertProvider {
+ public:
+  explicit TotalsProvider(ExpertProvider* inner) : inner_(inner) {}
+  absl::StatusOr<AcquiredExperts> Acquire(int layer, absl::Span<const ExpertDemand> demands,
+                                          bool prefill) override {
+    absl::StatusOr<AcquiredExperts> a = inner_->Acquire(layer, demands, prefill);
+    if (a.ok()) {
+      a->usage.misses = 1;  // something to split besides the hits
+      a->usage.stall_ns = 1000;
+      std::lock_guard<std::mutex> lock(mu_);
+      total_ += a->usage;
+      ++acquires_;
+    }
+    return a;
+  }
+  void Release(AcquiredExperts& lease) override { inner_->Release(lease); }
+  AcquireUsage total() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return total_;
+  }
+
+ private:
+  ExpertProvider* inner_;
+  std::mutex mu_;
+  AcquireUsage total_;
+  int64_t acquires_ = 0;
+};
+
+std::vector<v1::GenerateRequest> MixedRequests() {
+  std::vector<v1::GenerateRequest> rs;
+  const std::vector<std::vector<int32_t>> prompts = {
+      {5, 17, 300, 42}, {1}, {9, 8, 7, 6, 5, 4, 3, 2, 1}, {77, 78}, {400, 3, 12}, {2, 4, 6, 8, 10}};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    v1::GenerateRequest r;
+    for (int32_t id : prompts[i]) r.add_prompt_token_ids(id);
+    r.set_max_new_tokens(4 + 3 * static_cast<int>(i % 3));
+    r.set_ignore_eos(true);
+    r.set_top_logprobs(2);
+    if (i % 2 == 1) {  // sampled, seeded
+      r.set_temperature(0.8f);
+      r.set_seed(100 + i);
+    }
+    rs.push_back(r);
+  }
+  return rs;
+}
+
+std::vector<std::shared_ptr<RecordingSink>> SubmitAll(GenerationRunner& runner,
+                                                      const std::vector<v1::GenerateRequest>& rs) {
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const v1::GenerateRequest& r : rs) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    EXPECT_TRUE(runner.Submit(r, absl::InfiniteFuture(), sinks.back()).ok());
+  }
+  return sinks;
+}
+
+// Issue 14: a request's tokens and logprobs are bit-identical whether it ran
+// alone (the one-at-a-time runner) or beside others in a batch with chunked
+// prefill; its usage is its own share, and the shares add up exactly.
+TEST_F(GenerationRunnerTest, BatchedRequestsEqualOneAtATime) {
+  const std::vector<v1::GenerateRequest> rs = MixedRequests();
+  std::vector<std::vector<v1::GenerateResponse>> alone;
+  {
+    auto runner = MakeRunner(provider_.get());
+    for (auto& sink : SubmitAll(*runner, rs)) {
+      ASSERT_TRUE(sink->Wait().ok());
+      alone.push_back(sink->responses());
+    }
+  }
+  for (int chunk : {0, 2}) {
+    GatedProvider gated(provider_.get());
+    TotalsProvider totals(&gated);
+    RunnerOptions options;
+    options.max_batch = 4;
+    options.prefill_chunk = chunk;
+    auto runner = MakeRunner(&totals, options);
+    // Hold the first step until all are queued, so that they run together.
+    auto first = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(runner->Submit(rs[0], absl::InfiniteFuture(), first).ok());
+    gated.WaitEntered();
+    std::vector<v1::GenerateRequest> rest(rs.begin() + 1, rs.end());
+    std::vector<std::shared_ptr<RecordingSink>> sinks = SubmitAll(*runner, rest);
+    sinks.insert(sinks.begin(), first);
+    gated.Open();
+    AcquireUsage sum;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      ASSERT_TRUE(sinks[i]->Wait().ok()) << i;
+      std::vector<v1::GenerateResponse> got = sinks[i]->responses();
+      ASSERT_EQ(got.size(), alone[i].size()) << "request " << i;
+      for (size_t t = 0; t < got.size(); ++t) {
+        EXPECT_EQ(got[t].token_id(), alone[i][t].token_id()) << i << "/" << t;
+        EXPECT_EQ(got[t].logprob(), alone[i][t].logprob()) << i << "/" << t;
+        ASSERT_EQ(got[t].top_logprobs_size(), alone[i][t].top_logprobs_size());
+        for (int j = 0; j < got[t].top_logprobs_size(); ++j) {
+          EXPECT_EQ(got[t].top_logprobs(j).logprob(), alone[i][t].top_logprobs(j).logprob());
+        }
+        EXPECT_EQ(got[t].text(), alone[i][t].text());
+      }
+      const v1::Usage& u = got.back().usage();
+      EXPECT_EQ(u.generated_tokens(), rs[i].max_new_tokens());
+      EXPECT_EQ(u.prompt_tokens(), rs[i].prompt_token_ids_size());
+      EXPECT_GT(u.expert_hits(), 0);
+      sum.hits += u.expert_hits();
+      sum.misses += u.expert_misses();
+      sum.stall_ns += static_cast<int64_t>(std::llround(u.expert_stall_seconds() * 1e9));
+    }
+    const AcquireUsage total = totals.total();
+    EXPECT_EQ(sum.hits, total.hits) << "chunk " << chunk;
+    EXPECT_EQ(sum.misses, total.misses);
+    EXPECT_NEAR(static_cast<double>(sum.stall_ns), static_cast<double>(total.stall_ns),
+                static_cast<double>(rs.size()));
+    runner->Stop(absl::Seconds(5));
+    const std::string m = metrics_.exposed()->Text();
+    const double steps = testing::MetricValue(m, "moe_worker_batch_steps_total");
+    const double seqs = testing::MetricValue(m, "moe_worker_batch_sequences_total");
+    EXPECT_GT(steps, 0);
+    EXPECT_GT(seqs / steps, 1.5) << "sequences did not share steps";
+  }
+}
+
+// A request whose KV cache can never fit the budget is refused at once;
+// others wait for room and then run.
+TEST_F(GenerationRunnerTest, KvBudgetRefusesTooLargeAndQueuesTheRest) {
+  RunnerOptions options;
+  options.max_batch = 8;
+  const int64_t one = Session::KvCacheBytes(*model_, 2 + 6);
+  options.kv_budget_bytes = one + one / 2;  // room for one such request at a time
+  auto runner = MakeRunner(provider_.get(), options);
+  auto big = std::make_shared<RecordingSink>();
+  absl::Status s = runner->Submit(IdsRequest({1, 2}, 60), absl::InfiniteFuture(), big);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("kv-budget-mb"));
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 6), absl::InfiniteFuture(), sinks.back()).ok());
+  }
+  GenerateOptions ref;
+  ref.prompt = {1, 2};
+  ref.max_new_tokens = 6;
+  ref.stop_at_eos = false;
+  const std::vector<int32_t> expected = ReferenceTokens(*model_, ref);
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->Wait().ok());
+    EXPECT_EQ(sink->tokens(), expected);
+  }
+  runner->Stop(absl::Seconds(5));
+  // Never more than one at a time: every step held one sequence.
+  const std::string m = metrics_.exposed()->Text();
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_batch_sequences_total"),
+            testing::MetricValue(m, "moe_worker_batch_steps_total"));
+}
+
+// One client cancelling or expiring leaves the batch at once; the others
+// are not disturbed.
+TEST_F(GenerationRunnerTest, BatchedCancelAndDeadlineLeaveAlone) {
+  RunnerOptions options;
+  options.max_batch = 4;
+  options.prefill_chunk = 1;
+  auto runner = MakeRunner(provider_.get(), options);
+  auto cancelled = std::make_shared<RecordingSink>(/*cancel_after=*/2);
+  auto expired = std::make_shared<RecordingSink>();
+  auto normal = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 30), absl::InfiniteFuture(), cancelled).ok());
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 5), absl::Now() - absl::Seconds(1), expired).ok());
+  ASSERT_TRUE(runner->Submit(IdsRequest({3, 4, 5}, 9), absl::InfiniteFuture(), normal).ok());
+  EXPECT_EQ(cancelled->Wait().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(cancelled->tokens().size(), 2u);
+  EXPECT_EQ(expired->Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(expired->tokens().empty());
+  ASSERT_TRUE(normal->Wait().ok());
+  GenerateOptions ref;
+  ref.prompt = {3, 4, 5};
+  ref.max_new_tokens = 9;
+  ref.stop_at_eos = false;
+  EXPECT_EQ(normal->tokens(), ReferenceTokens(*model_, ref));
+}
+
+TEST_F(GenerationRunnerTest, BatchedProviderGoneFailsTheBatchAndStopCancels) {
+  GoneProvider gone;
+  RunnerOptions options;
+  options.max_batch = 4;
+  auto runner = MakeRunner(&gone, options);
+  auto a = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner->Submit(IdsRequest({1, 2}, 5), absl::InfiniteFuture(), a).ok());
+  EXPECT_EQ(a->Wait().code(), absl::StatusCode::kUnavailable);
+
+  GatedProvider gated(provider_.get());
+  auto runner2 = MakeRunner(&gated, options);
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner2->Submit(IdsRequest({1, 2}, 40), absl::InfiniteFuture(), running).ok());
+  gated.WaitEntered();
+  auto queued = std::make_shared<RecordingSink>();  // waits: the step is held
+  ASSERT_TRUE(runner2->Submit(IdsRequest({3}, 3), absl::InfiniteFuture(), queued).ok());
+  std::thread stopper([&] { runner2->Stop(absl::ZeroDuration()); });
+  EXPECT_EQ(queued->Wait().code(), absl::StatusCode::kUnavailable);
+  gated.Open();
+  stopper.join();
+  EXPECT_EQ(running->Wait().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(running->tokens().size(), 1u);
+}
+
+// A batched worker with chunked prefill records the same trace as one at a
+// time: the chunks form the one prefill iteration, and routing is the same.
+TEST_F(GenerationRunnerTest, BatchedRecordingEqualsOneAtATime) {
+  std::vector<std::string> lines[2];
+  for (int batched = 0; batched < 2; ++batched) {
+    std::ostringstream out;
+    auto recorder = TraceRecorder::ToStream(&out, TraceHeaderFor(*model_, "tiny"));
+    ASSERT_TRUE(recorder.ok()) << recorder.status();
+    RunnerOptions options;
+    options.recorder = recorder->get();
+    if (batched == 1) {
+      options.max_batch = 4;
+      options.prefill_chunk = 2;
+    }
+    auto runner = MakeRunner(provider_.get(), options);
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(runner->Submit(IdsRequest({9, 8, 7, 6, 5}, 4), absl::InfiniteFuture(), sink).ok());
+    ASSERT_TRUE(sink->Wait().ok());
+    runner->Stop(absl::Seconds(5));
+    std::istringstream in(out.str());
+    for (std::string line; std::getline(in, line);) lines[batched].push_back(line);
+  }
+  ASSERT_EQ(lines[0].size(), 2u);  // header + the request
+  EXPECT_EQ(lines[1], lines[0]);
 }
 
 }  // namespace

@@ -30,6 +30,13 @@ TEST(WorkerFlagsTest, ListenRepeatsAndValuesParse) {
        "/tmp/p", "--pregate-hints", "on"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_TRUE(f->options.runner.pregate_hints);
+  EXPECT_EQ(f->options.runner.max_batch, 1);  // one at a time unless asked
+  auto b16 = ParseWorkerFlags({"--model=/m", "--max-batch", "16", "--prefill-chunk=8",
+                               "--kv-budget-mb", "3"});
+  ASSERT_TRUE(b16.ok()) << b16.status();
+  EXPECT_EQ(b16->options.runner.max_batch, 16);
+  EXPECT_EQ(b16->options.runner.prefill_chunk, 8);
+  EXPECT_EQ(b16->options.runner.kv_budget_bytes, int64_t{3} << 20);
   EXPECT_FALSE(ParseWorkerFlags({"--model=/m", "--pregate-hints", "yes"}).ok());
   EXPECT_EQ(f->options.runner.pregate_distance, 1);
   auto d = ParseWorkerFlags({"--model=/m", "--pregate-distance", "2"});
@@ -61,6 +68,8 @@ TEST(WorkerFlagsTest, BadFlagsAreNamed) {
       {{"--bogus", "1"}, "unknown flag --bogus"},
       {{"--model", "/a", "--model", "/b"}, "--model given more than once"},
       {{"--max-queue", "many"}, "--max-queue"},
+      {{"--max-batch", "lots"}, "--max-batch"},
+      {{"--kv-budget-mb", "1.5"}, "--kv-budget-mb"},
       {{"--backend", "tpu"}, "--backend"},
       {{"--model"}, "--model needs a value"},
       {{"stray"}, "unexpected argument 'stray'"},

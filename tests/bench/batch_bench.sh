@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Continuous batching (issue 14 item 6): total decode tokens/s, p50/p99 TPOT
+# and TTFT, and expert bytes moved per generated token, at 1, 4 and 16
+# concurrent streams, for today's one-at-a-time runner (--max-batch 1) and
+# the batched runner (--max-batch 16), side by side in one run, through the
+# real moe-cached (emulated link, a cache smaller than the model) and
+# moe-worker (CPU backend). The two runners alternate per stream count so
+# that drift of this shared CPU hits both alike.
+# Each stream is one `moectl generate` process sending WAVES requests back
+# to back; tokens/s = generated tokens of all streams / wall time of the
+# wave; TTFT and TPOT are the worker's own per-request figures (TTFT counts
+# queueing from the worker's Submit).
+# usage: tests/bench/batch_bench.sh [BUILD_DIR]  (env: LINK_GBPS (1), CAP
+#        (experts cached, default half), NEW_TOKENS (32), WAVES (2),
+#        STREAMS ("1 4 16"), BATCH (16), CHUNK (prefill chunk, 16),
+#        LAYERS (4), POLICY (lfu), PREFETCH (off), HINTS (off), KEEP_WORK=1)
+set -euo pipefail
+build=${1:-build}
+bin=$build/bin
+link=${LINK_GBPS:-1}
+new_tokens=${NEW_TOKENS:-32}
+waves=${WAVES:-2}
+streams_list=${STREAMS:-1 4 16}
+batch=${BATCH:-16}
+chunk=${CHUNK:-16}
+layers=${LAYERS:-4}
+policy=${POLICY:-lfu}
+prefetch=${PREFETCH:-off}
+hints=${HINTS:-off}  # moe-worker --pregate-hints (both runners)
+py=/usr/bin/python3
+
+work=$(mktemp -d /tmp/moe-batch.XXXXXX)
+pids=""
+cleanup() {
+  for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ -n "${KEEP_WORK:-}" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+# shellcheck source=tests/bench/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
+
+model=$work/model
+$bin/moectl make-model --arch mixtral --layers "$layers" --hidden 256 --heads 4 \
+  --kv-heads 4 --experts 8 --top-k 2 --intermediate 512 --vocab 512 --seed 7 \
+  --out "$model" >/dev/null
+experts=$(( layers * 8 ))
+cap=${CAP:-$(( experts / 2 ))}
+expert_bytes=$($bin/moectl inspect "$model" | sed -n 's/^bytes per expert: \([0-9]*\).*/\1/p')
+
+words=(expert cache link batch token layer route slot prefetch stall decode arena)
+prompt_for() {  # a different prompt per stream and wave
+  local s=$1 w=$2 out="" i
+  for i in 0 1 2 3 4 5; do out+="${words[$(( (s * 7 + w * 3 + i * 5) % ${#words[@]} ))]} "; done
+  echo "$out"
+}
+
+# measure MAX_BATCH STREAMS TAG: fresh daemon + worker, one warm-up request,
+# then WAVES waves of STREAMS concurrent requests. Writes $work/TAG.usage
+# (one JSON usage per request), $work/TAG.wall (seconds per wave) and
+# $work/TAG.bytes (bytes copied during the waves).
+measure() {
+  local mb=$1 streams=$2 tag=$3
+  rm -f "$work/c.sock" "$work/w.sock"
+  $bin/moe-cached --model "m=$model" --listen "unix:$work/c.sock" --metrics-addr "" \
+    --cache-experts "$cap" --policy "$policy" --prefetch "$prefetch" --link-gbps "$link" \
+    --state-dir "$work/state-$tag" 2>"$work/$tag.cached.log" &
+  local cpid=$!
+  pids="$cpid"
+  wait_for_socket "$work/c.sock" $cpid || { cat "$work/$tag.cached.log"; exit 1; }
+  $bin/moe-worker --model "$model" --listen "unix:$work/w.sock" --cache "unix:$work/c.sock" \
+    --cache-model m --backend cpu --metrics-addr "" --max-queue 64 --max-batch "$mb" \
+    --prefill-chunk "$chunk" --pregate-hints "$hints" 2>"$work/$tag.worker.log" &
+  local wpid=$!
+  pids="$wpid $cpid"
+  wait_for_socket "$work/w.sock" $wpid || { cat "$work/$tag.worker.log"; exit 1; }
+  $bin/moectl generate --target "unix:$work/w.sock" --prompt "warm up" \
+    --max-new-tokens 4 --ignore-eos --json >/dev/null 2>&1
+  local before
+  before=$($bin/moectl stats --cache "unix:$work/c.sock" --json | $py -c \
+    'import json,sys; print(json.load(sys.stdin)["cache"][0]["bytes_copied"])')
+  : >"$work/$tag.usage"
+  : >"$work/$tag.wall"
+  for w in $(seq 1 "$waves"); do
+    local t0 t1 cl=""
+    t0=$(date +%s.%N)
+    for s in $(seq 1 "$streams"); do
+      $bin/moectl generate --target "unix:$work/w.sock" --prompt "$(prompt_for "$s" "$w")" \
+        --max-new-tokens "$new_tokens" --ignore-eos --json >"$work/$tag.$w.$s.out" 2>&1 &
+      cl="$cl $!"
+    done
+    for p in $cl; do wait "$p" || { cat "$work/$tag.$w".*.out; exit 1; }; done
+    t1=$(date +%s.%N)
+    echo "$t0 $t1" | $py -c 'import sys; a,b=map(float,sys.stdin.read().split()); print(b-a)' \
+      >>"$work/$tag.wall"
+    for s in $(seq 1 "$streams"); do
+      tail -1 "$work/$tag.$w.$s.out" | $py -c \
+        'import json,sys; print(json.dumps(json.load(sys.stdin)["usage"]))' >>"$work/$tag.usage"
+    done
+  done
+  $bin/moectl stats --cache "unix:$work/c.sock" --json | $py -c \
+    "import json,sys; print(json.load(sys.stdin)['cache'][0]['bytes_copied'] - $before)" >"$work/$tag.bytes"
+  kill -TERM $wpid; wait $wpid || true
+  kill -TERM $cpid; wait $cpid || true
+  pids=""
+}
+
+# summary TAG STREAMS: "tok/s p50_tpot p99_tpot p50_ttft p99_ttft bytes/token"
+summary() {
+  $py - "$work/$1" <<'EOF'
+import json, sys
+base = sys.argv[1]
+us = [json.loads(l) for l in open(base + ".usage")]
+walls = [float(l) for l in open(base + ".wall")]
+gen = sum(int(u.get("generated_tokens", 0)) for u in us)
+def pct(v, p):
+    v = sorted(v); return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
+tpot = [float(u.get("time_per_output_token_seconds", 0)) * 1e3 for u in us]
+ttft = [float(u.get("time_to_first_token_seconds", 0)) * 1e3 for u in us]
+b = float(open(base + ".bytes").read())
+print("%.1f %.2f %.2f %.1f %.1f %.0f" % (gen / sum(walls), pct(tpot, 50), pct(tpot, 99),
+      pct(ttft, 50), pct(ttft, 99), b / gen))
+EOF
+}
+
+echo "model: mixtral $layers MoE layers x 8 experts (top-2, hidden 256, expert width 512);" \
+     "expert $expert_bytes bytes; cache $cap of $experts experts ($policy, prefetch $prefetch, pregate hints $hints);" \
+     "link $link GB/s; $new_tokens new tokens x $waves waves per stream;" \
+     "batched: --max-batch $batch --prefill-chunk $chunk"
+printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' streams runner "tok/s" p50_tpot p99_tpot \
+  p50_ttft p99_ttft bytes/token
+for streams in $streams_list; do
+  measure 1 "$streams" "one-$streams"
+  measure "$batch" "$streams" "batch-$streams"
+  set -- $(summary "one-$streams")
+  one_tps=$1 one_bpt=$6
+  printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' "$streams" one "$1" "$2" "$3" "$4" "$5" "$6"
+  set -- $(summary "batch-$streams")
+  printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' "$streams" batch "$1" "$2" "$3" "$4" "$5" "$6"
+  $py -c "print('%-7s ratio batch/one: throughput %.2fx, bytes per token %.2fx' % ('$streams', $1 / $one_tps, $6 / max($one_bpt, 1)))"
+done

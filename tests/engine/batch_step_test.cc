@@ -1,0 +1,326 @@
+// The batched step: a sequence's logits are bit-identical alone or batched
+// (with other sequences of other lengths, joining at other steps, prompts in
+// chunks), one acquire per MoE layer for the batch's union, and per-request
+// usage that adds up exactly.
+#include "services/engine/batch_step.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_maker.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "services/engine/in_memory_provider.h"
+#include "services/engine/session.h"
+
+namespace moe {
+namespace {
+
+// Counts acquires and reports made-up usage (so attribution has something
+// to split): hits = demands, misses = 1, stall = 1000 ns + tokens.
+class CountingProvider : public ExpertProvider {
+ public:
+  explicit CountingProvider(ExpertProvider* inner) : inner_(inner) {}
+  absl::StatusOr<AcquiredExperts> Acquire(
+      int moe_layer, absl::Span<const ExpertDemand> demands,
+      bool prefill) override {
+    absl::StatusOr<AcquiredExperts> a =
+        inner_->Acquire(moe_layer, demands, prefill);
+    if (!a.ok()) return a;
+    ++acquires;
+    a->usage.hits = static_cast<int32_t>(demands.size());
+    a->usage.misses = 1;
+    int64_t tokens = 0;
+    for (const ExpertDemand& d : demands) tokens += d.tokens;
+    a->usage.stall_ns = 1000 + tokens;
+    total += a->usage;
+    last_demands.assign(demands.begin(), demands.end());
+    return a;
+  }
+  absl::StatusOr<AcquiredExperts> AcquireBatch(
+      int moe_layer, absl::Span<const ExpertDemand> demands,
+      absl::Span<const OwnerTokens> owners, bool prefill) override {
+    last_owners.assign(owners.begin(), owners.end());
+    return Acquire(moe_layer, demands, prefill);
+  }
+  void Release(AcquiredExperts& a) override { inner_->Release(a); }
+
+  ExpertProvider* inner_;
+  int64_t acquires = 0;
+  AcquireUsage total;
+  std::vector<ExpertDemand> last_demands;
+  std::vector<OwnerTokens> last_owners;
+};
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<MoeModel> model;
+  std::unique_ptr<InMemoryExpertProvider> experts;
+};
+
+Loaded Load(ModelFamily family, uint64_t seed, const std::string& name) {
+  MakeModelOptions o = TinyPreset(family);
+  o.seed = seed;
+  o.kv_heads = o.heads / 2;
+  if (family == ModelFamily::kQwen2Moe) o.mlp_only_layers = {1};
+  // More than two experts per token, so that their order in each row's sum
+  // shows in the bits (two terms add the same either way).
+  if (family == ModelFamily::kQwen3Moe) o.top_k = 3;
+  if (family == ModelFamily::kOlmoe) o.top_k = 4;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/batch_", name);
+  Loaded l;
+  EXPECT_TRUE(MakeModel(o, dir).ok());
+  auto backend = CreateBackend("cpu");
+  EXPECT_TRUE(backend.ok());
+  l.backend = std::move(*backend);
+  auto model = MoeModel::Load(dir, l.backend.get());
+  EXPECT_TRUE(model.ok()) << model.status();
+  l.model = std::move(*model);
+  auto experts = InMemoryExpertProvider::Create(*l.model);
+  EXPECT_TRUE(experts.ok());
+  l.experts = std::move(*experts);
+  return l;
+}
+
+// A sequence: its prompt, then teacher-forced decode tokens.
+struct Seq {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> decode;
+};
+
+std::vector<Seq> MakeSeqs(int64_t vocab) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> tok(0,
+                                             static_cast<int32_t>(vocab) - 1);
+  std::vector<Seq> seqs;
+  const int prompt_lens[] = {7, 1, 12, 4, 9};
+  const int decode_lens[] = {6, 9, 3, 7, 5};
+  for (int i = 0; i < 5; ++i) {
+    Seq s;
+    for (int j = 0; j < prompt_lens[i]; ++j) s.prompt.push_back(tok(rng));
+    for (int j = 0; j < decode_lens[i]; ++j) s.decode.push_back(tok(rng));
+    seqs.push_back(s);
+  }
+  return seqs;
+}
+
+using Logits = std::vector<std::vector<float>>;  // per produced token
+
+// Alone: the whole prompt in one Forward, then one token per Forward.
+Logits RunAlone(const MoeModel& model, ExpertProvider* experts, const Seq& s) {
+  Session session(model, experts, 64);
+  session.set_pregate_hints(true);
+  Logits out;
+  auto l = session.Forward(s.prompt, /*prefill=*/true);
+  EXPECT_TRUE(l.ok()) << l.status();
+  if (!l.ok()) return out;
+  out.emplace_back(l->begin(), l->end());
+  for (int32_t t : s.decode) {
+    l = session.Forward(absl::Span<const int32_t>(&t, 1), /*prefill=*/false);
+    EXPECT_TRUE(l.ok()) << l.status();
+    if (!l.ok()) return out;
+    out.emplace_back(l->begin(), l->end());
+  }
+  return out;
+}
+
+// Batched: sequence i joins at step i; prompts run in chunks of `chunk`;
+// each step holds every live sequence's next chunk or decode token.
+std::vector<Logits> RunBatched(const MoeModel& model, ExpertProvider* experts,
+                               const std::vector<Seq>& seqs, int chunk,
+                               bool batched_projections) {
+  const size_t n = seqs.size();
+  std::vector<std::unique_ptr<Session>> sessions(n);
+  std::vector<size_t> fed(n, 0);  // prompt tokens fed so far
+  std::vector<size_t> decoded(n, 0);
+  std::vector<Logits> out(n);
+  BatchStep step(model, experts);
+  step.set_batched_projections(batched_projections);
+  for (int s = 0; s < 200; ++s) {
+    std::vector<BatchStep::Entry> entries;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < n && i <= static_cast<size_t>(s); ++i) {
+      if (!sessions[i]) {
+        sessions[i] = std::make_unique<Session>(model, experts, 64);
+        sessions[i]->set_pregate_hints(true);
+      }
+      const Seq& q = seqs[i];
+      BatchStep::Entry e;
+      e.session = sessions[i].get();
+      e.request = i + 1;
+      if (fed[i] < q.prompt.size()) {
+        const size_t take = std::min<size_t>(chunk, q.prompt.size() - fed[i]);
+        e.tokens = absl::Span<const int32_t>(q.prompt.data() + fed[i], take);
+        e.prefill = true;
+      } else if (decoded[i] < q.decode.size()) {
+        e.tokens = absl::Span<const int32_t>(q.decode.data() + decoded[i], 1);
+      } else {
+        continue;  // finished: left the batch
+      }
+      entries.push_back(e);
+      who.push_back(i);
+    }
+    if (entries.empty()) break;
+    absl::Status st = step.Run(entries);
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok()) return out;
+    for (size_t j = 0; j < who.size(); ++j) {
+      const size_t i = who[j];
+      bool produced;
+      if (entries[j].prefill) {
+        fed[i] += entries[j].tokens.size();
+        produced = fed[i] == seqs[i].prompt.size();
+      } else {
+        ++decoded[i];
+        produced = true;
+      }
+      if (produced) {
+        absl::Span<const float> l = step.logits(j);
+        out[i].emplace_back(l.begin(), l.end());
+      }
+    }
+  }
+  return out;
+}
+
+class BatchStepFamilyTest : public ::testing::TestWithParam<ModelFamily> {};
+
+TEST_P(BatchStepFamilyTest, BitIdenticalAloneAndBatched) {
+  Loaded l = Load(GetParam(), 31,
+                  absl::StrCat("family", static_cast<int>(GetParam())));
+  ASSERT_NE(l.model, nullptr);
+  const std::vector<Seq> seqs = MakeSeqs(l.model->config().vocab_size);
+  for (int chunk : {1, 3, 64}) {
+    for (bool projections : {true, false}) {
+      std::vector<Logits> batched =
+          RunBatched(*l.model, l.experts.get(), seqs, chunk, projections);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        Logits alone = RunAlone(*l.model, l.experts.get(), seqs[i]);
+        ASSERT_EQ(alone.size(), seqs[i].decode.size() + 1);
+        ASSERT_EQ(batched[i].size(), alone.size()) << "sequence " << i;
+        for (size_t t = 0; t < alone.size(); ++t) {
+          ASSERT_EQ(alone[t].size(), batched[i][t].size());
+          EXPECT_EQ(0, std::memcmp(alone[t].data(), batched[i][t].data(),
+                                   alone[t].size() * sizeof(float)))
+              << "chunk " << chunk << " batched projections " << projections
+              << " sequence " << i << " token " << t;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, BatchStepFamilyTest,
+                         ::testing::Values(ModelFamily::kMixtral,
+                                           ModelFamily::kQwen2Moe,
+                                           ModelFamily::kQwen3Moe,
+                                           ModelFamily::kOlmoe));
+
+TEST(BatchStepTest, OneAcquirePerMoeLayerForTheUnion) {
+  Loaded l = Load(ModelFamily::kMixtral, 32, "union");
+  ASSERT_NE(l.model, nullptr);
+  CountingProvider counting(l.experts.get());
+  const ModelConfig& c = l.model->config();
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::vector<int32_t>> tokens = {{1, 2, 3}, {4}, {5, 6}};
+  std::vector<BatchStep::Entry> entries;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    sessions.push_back(std::make_unique<Session>(*l.model, &counting, 16));
+    entries.push_back({sessions.back().get(), tokens[i], true, 10 + i});
+  }
+  BatchStep step(*l.model, &counting);
+  ASSERT_TRUE(step.Run(entries).ok());
+  EXPECT_EQ(counting.acquires, c.num_moe_layers());
+  int64_t demanded = 0;
+  for (const ExpertDemand& d : counting.last_demands) demanded += d.tokens;
+  EXPECT_EQ(demanded, 6 * c.top_k);  // every row's top_k, summed over experts
+  ASSERT_EQ(counting.last_owners.size(), 3u);
+  EXPECT_EQ(counting.last_owners[0].request, 10u);
+  EXPECT_EQ(counting.last_owners[0].tokens, 3 * c.top_k);
+  EXPECT_EQ(counting.last_owners[1].tokens, 1 * c.top_k);
+  EXPECT_EQ(counting.last_owners[2].tokens, 2 * c.top_k);
+  // The sessions' shares add up to exactly what the acquires reported.
+  int64_t hits = 0, misses = 0;
+  double stall = 0;
+  for (const auto& s : sessions) {
+    hits += s->stats().expert_hits;
+    misses += s->stats().expert_misses;
+    stall += s->stats().expert_stall_seconds;
+    EXPECT_EQ(s->position(),
+              static_cast<int64_t>(tokens[&s - &sessions[0]].size()));
+  }
+  EXPECT_EQ(hits, counting.total.hits);
+  EXPECT_EQ(misses, counting.total.misses);
+  EXPECT_NEAR(stall, counting.total.stall_seconds(), 1e-12);
+}
+
+TEST(BatchStepTest, BadBatchesAreRefusedBeforeAnythingRuns) {
+  Loaded l = Load(ModelFamily::kMixtral, 33, "bad");
+  ASSERT_NE(l.model, nullptr);
+  Session a(*l.model, l.experts.get(), 4), b(*l.model, l.experts.get(), 4);
+  BatchStep step(*l.model, l.experts.get());
+  std::vector<int32_t> one = {1}, five = {1, 2, 3, 4, 5}, bad = {-1};
+  EXPECT_EQ(step.Run({}).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<BatchStep::Entry> dup = {{&a, one, true, 1}, {&a, one, true, 1}};
+  EXPECT_EQ(step.Run(dup).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<BatchStep::Entry> too_long = {{&a, one, true, 1},
+                                            {&b, five, true, 2}};
+  EXPECT_EQ(step.Run(too_long).code(), absl::StatusCode::kOutOfRange);
+  std::vector<BatchStep::Entry> bad_id = {{&a, one, true, 1},
+                                          {&b, bad, true, 2}};
+  EXPECT_EQ(step.Run(bad_id).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<BatchStep::Entry> empty = {{&a, {}, true, 1}};
+  EXPECT_EQ(step.Run(empty).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.position(), 0);
+  EXPECT_EQ(b.position(), 0);
+}
+
+TEST(SplitUsageTest, SharesAddUpExactlyAndFollowTokens) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 500; ++trial) {
+    AcquireUsage u;
+    u.hits = static_cast<int32_t>(rng() % 200);
+    u.misses = static_cast<int32_t>(rng() % 50);
+    u.host = static_cast<int32_t>(rng() % (u.misses + 1));
+    u.stall_ns = static_cast<int64_t>(rng() % 100000000);
+    std::vector<OwnerTokens> owners(1 + rng() % 16);
+    int64_t sum = 0;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      owners[i] = {i, static_cast<int64_t>(rng() % 40)};
+      sum += owners[i].tokens;
+    }
+    if (sum == 0) owners[0].tokens = sum = 3;
+    std::vector<AcquireUsage> shares = SplitUsage(u, owners);
+    ASSERT_EQ(shares.size(), owners.size());
+    AcquireUsage total;
+    for (size_t i = 0; i < shares.size(); ++i) {
+      total += shares[i];
+      const double exact = static_cast<double>(u.hits) * owners[i].tokens / sum;
+      EXPECT_LT(std::abs(shares[i].hits - exact), 1.0) << trial;
+      if (owners[i].tokens == 0) {
+        EXPECT_EQ(shares[i].hits + shares[i].misses + shares[i].stall_ns, 0);
+      }
+    }
+    EXPECT_EQ(total.hits, u.hits);
+    EXPECT_EQ(total.misses, u.misses);
+    EXPECT_EQ(total.host, u.host);
+    EXPECT_EQ(total.stall_ns, u.stall_ns);
+  }
+  // One owner gets everything; equal owners split evenly, earlier first.
+  AcquireUsage u{5, 3, 0, 7};
+  std::vector<AcquireUsage> one = SplitUsage(u, {{1, 4}});
+  EXPECT_EQ(one[0].hits, 5);
+  EXPECT_EQ(one[0].stall_ns, 7);
+  std::vector<AcquireUsage> two = SplitUsage(u, {{1, 2}, {2, 2}});
+  EXPECT_EQ(two[0].hits, 3);
+  EXPECT_EQ(two[1].hits, 2);
+}
+
+}  // namespace
+}  // namespace moe
