@@ -136,7 +136,7 @@ absl::Status BatchStep::Run(absl::Span<const Entry> entries) {
     if (w.moe_index >= 0) {
       RETURN_IF_ERROR(MoeBlock(w, entries, prefill));
     } else {
-      RETURN_IF_ERROR(DenseMlp(w));
+      RETURN_IF_ERROR(moe::DenseMlp(be_, c, w, Mlp(), rows_));
     }
     RETURN_IF_ERROR(be_.Add(Buf(kX), Buf(kOut), Buf(kX), n));
     RETURN_IF_ERROR(Pregate(l, entries));
@@ -232,21 +232,31 @@ absl::Status BatchStep::AttentionBatched(const LayerWeights& w, int layer,
                     hidden, nh * hd);
 }
 
+MlpBuffers BatchStep::Mlp() {
+  MlpBuffers b;
+  b.x = Buf(kH);
+  b.out = Buf(kOut);
+  b.router = Buf(kRouter);
+  b.top_ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
+  b.top_w = Buf(kTopW);
+  b.rows = reinterpret_cast<int32_t*>(Buf(kRows));
+  b.row_w = Buf(kRowW);
+  b.gate = Buf(kGate);
+  return b;
+}
+
 absl::Status BatchStep::MoeBlock(const LayerWeights& w,
                                  absl::Span<const Entry> entries,
                                  bool prefill) {
   const ModelConfig& c = model_.config();
-  const int64_t e = c.num_experts, k = c.top_k, hidden = c.hidden_size;
+  const int64_t k = c.top_k;
   const int64_t t = rows_;
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.router.data, w.router.dtype, nullptr,
-                             Buf(kRouter), t, e, hidden));
-  int32_t* top_ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
-  RETURN_IF_ERROR(be_.RouterTopK(Buf(kRouter), top_ids, Buf(kTopW), t, e, k,
-                                 c.norm_topk_prob));
+  const MlpBuffers b = Mlp();
+  RETURN_IF_ERROR(RouteRows(be_, model_, w, b.x, b, t, c.norm_topk_prob));
   host_ids_.resize(t * k);
   host_weights_.resize(t * k);
-  RETURN_IF_ERROR(be_.CopyToHost(host_ids_.data(), top_ids, 4 * t * k));
-  RETURN_IF_ERROR(be_.CopyToHost(host_weights_.data(), Buf(kTopW), 4 * t * k));
+  RETURN_IF_ERROR(be_.CopyToHost(host_ids_.data(), b.top_ids, 4 * t * k));
+  RETURN_IF_ERROR(be_.CopyToHost(host_weights_.data(), b.top_w, 4 * t * k));
   std::vector<OwnerTokens> owners;
   for (size_t i = 0; i < entries.size(); ++i) {
     const int64_t rows = static_cast<int64_t>(entries[i].tokens.size());
@@ -261,21 +271,11 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
   // Rows by expert, experts in ascending id and each expert's rows in
   // ascending order: every row gets its experts summed in the order a lone
   // session sums them, so the bits do not depend on the batch.
-  std::vector<std::vector<int32_t>> rows(e);
-  std::vector<std::vector<float>> row_w(e);
-  for (int64_t i = 0; i < t * k; ++i) {
-    rows[host_ids_[i]].push_back(static_cast<int32_t>(i / k));
-    row_w[host_ids_[i]].push_back(host_weights_[i]);
-  }
-  std::vector<ExpertDemand> demands;
-  for (int32_t x = 0; x < e; ++x) {
-    if (!rows[x].empty())
-      demands.push_back({x, static_cast<int32_t>(rows[x].size())});
-  }
+  const ExpertRows er = GroupByExpert(host_ids_, host_weights_, t, k, c.num_experts);
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(
       AcquiredExperts lease,
-      experts_->AcquireBatch(w.moe_index, demands, owners, prefill));
+      experts_->AcquireBatch(w.moe_index, er.demands, owners, prefill));
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -288,49 +288,11 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
     st.expert_wait_seconds += waited * static_cast<double>(owners[i].tokens) /
                               static_cast<double>(t * k);
   }
-  absl::Status status = be_.MemsetZero(Buf(kOut), 4 * t * hidden);
-  for (size_t i = 0; status.ok() && i < demands.size(); ++i) {
-    const int32_t x = demands[i].expert;
-    const ExpertView& view = lease.views[i];
-    const int64_t count = demands[i].tokens;
-    status = be_.CopyToDevice(Buf(kRows), rows[x].data(), 4 * count);
-    if (status.ok())
-      status = be_.CopyToDevice(Buf(kRowW), row_w[x].data(), 4 * count);
-    if (status.ok()) {
-      status =
-          be_.ExpertFfn(Buf(kH), reinterpret_cast<int32_t*>(Buf(kRows)),
-                        Buf(kRowW), view.gate, view.up, view.down, view.dtype,
-                        Buf(kOut), t, count, hidden, c.moe_intermediate_size);
-    }
-  }
-  // The slots may be reused once released: finish reading them first.
-  if (status.ok()) status = be_.Synchronize();
+  const absl::Status status = RunRoutedExperts(be_, c, er, lease, b, t);
   experts_->Release(lease);
   RETURN_IF_ERROR(status);
-  if (c.has_shared_expert()) RETURN_IF_ERROR(SharedExpert(w));
+  if (c.has_shared_expert()) RETURN_IF_ERROR(SharedExperts(be_, c, w, b, t));
   return absl::OkStatus();
-}
-
-absl::Status BatchStep::SharedExpert(const LayerWeights& w) {
-  const ModelConfig& c = model_.config();
-  const int64_t t = rows_;
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.shared_expert_gate.data,
-                             w.shared_expert_gate.dtype, nullptr, Buf(kGate), t,
-                             1, c.hidden_size));
-  RETURN_IF_ERROR(be_.Sigmoid(Buf(kGate), Buf(kGate), t));
-  return be_.ExpertFfn(Buf(kH), nullptr, Buf(kGate), w.shared_gate.data,
-                       w.shared_up.data, w.shared_down.data,
-                       w.shared_gate.dtype, Buf(kOut), t, t, c.hidden_size,
-                       w.shared_gate.rows);
-}
-
-absl::Status BatchStep::DenseMlp(const LayerWeights& w) {
-  const ModelConfig& c = model_.config();
-  const int64_t t = rows_;
-  RETURN_IF_ERROR(be_.MemsetZero(Buf(kOut), 4 * t * c.hidden_size));
-  return be_.ExpertFfn(Buf(kH), nullptr, nullptr, w.dense_gate.data,
-                       w.dense_up.data, w.dense_down.data, w.dense_gate.dtype,
-                       Buf(kOut), t, t, c.hidden_size, w.dense_gate.rows);
 }
 
 absl::Status BatchStep::Pregate(int layer, absl::Span<const Entry> entries) {

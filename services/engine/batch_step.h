@@ -89,8 +89,8 @@ class BatchStep {
                                 absl::Span<const Entry> entries);
   absl::Status MoeBlock(const LayerWeights& w, absl::Span<const Entry> entries,
                         bool prefill);
-  absl::Status SharedExpert(const LayerWeights& w);
-  absl::Status DenseMlp(const LayerWeights& w);
+  // The MLP half on the batch's buffers (services/engine/mlp_blocks.h).
+  MlpBuffers Mlp();
   absl::Status Pregate(int layer, absl::Span<const Entry> entries);
   float* Buf(size_t i) { return static_cast<float*>(bufs_[i]); }
 

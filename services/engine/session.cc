@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "services/engine/mlp_blocks.h"
 #include "services/engine/mla_attention.h"
 
 namespace moe {
@@ -214,103 +215,52 @@ absl::Status Session::Attention(const LayerWeights& w, int layer, int64_t t) {
                     hidden, nh * hd);
 }
 
+MlpBuffers Session::Mlp() {
+  MlpBuffers b;
+  b.x = Buf(kH);
+  b.out = Buf(kOut);
+  b.router = Buf(kRouter);
+  b.top_ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
+  b.top_w = Buf(kTopW);
+  b.rows = reinterpret_cast<int32_t*>(Buf(kRows));
+  b.row_w = Buf(kRowW);
+  b.gate = Buf(kGate);
+  return b;
+}
+
 absl::Status Session::MoeBlock(const LayerWeights& w, int64_t t,
                                bool prefill) {
   const ModelConfig& c = model_.config();
-  const int64_t e = c.num_experts, k = c.top_k, hidden = c.hidden_size;
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.router.data, w.router.dtype, nullptr,
-                             Buf(kRouter), t, e, hidden));
-  int32_t* top_ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
-  RETURN_IF_ERROR(Route(w, Buf(kRouter), top_ids, Buf(kTopW), t));
+  const int64_t k = c.top_k;
+  const MlpBuffers b = Mlp();
+  RETURN_IF_ERROR(RouteRows(be_, model_, w, b.x, b, t, c.norm_topk_prob));
   host_ids_.resize(t * k);
   host_weights_.resize(t * k);
-  RETURN_IF_ERROR(be_.CopyToHost(host_ids_.data(), top_ids, 4 * t * k));
-  RETURN_IF_ERROR(be_.CopyToHost(host_weights_.data(), Buf(kTopW), 4 * t * k));
+  RETURN_IF_ERROR(be_.CopyToHost(host_ids_.data(), b.top_ids, 4 * t * k));
+  RETURN_IF_ERROR(be_.CopyToHost(host_weights_.data(), b.top_w, 4 * t * k));
   if (observer_) observer_(w.moe_index, t, host_ids_, host_weights_);
 
   // Group tokens by expert; ascending expert order keeps the sum's order
   // (and so the bits) independent of what the cache holds.
-  std::vector<std::vector<int32_t>> rows(e);
-  std::vector<std::vector<float>> row_w(e);
-  for (int64_t i = 0; i < t * k; ++i) {
-    rows[host_ids_[i]].push_back(static_cast<int32_t>(i / k));
-    row_w[host_ids_[i]].push_back(host_weights_[i]);
-  }
-  std::vector<ExpertDemand> demands;
-  for (int32_t x = 0; x < e; ++x) {
-    if (!rows[x].empty()) {
-      demands.push_back({x, static_cast<int32_t>(rows[x].size())});
-    }
-  }
+  const ExpertRows er = GroupByExpert(host_ids_, host_weights_, t, k, c.num_experts);
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(AcquiredExperts lease,
-                   experts_->Acquire(w.moe_index, demands, prefill));
+                   experts_->Acquire(w.moe_index, er.demands, prefill));
   stats_.expert_wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   stats_.expert_hits += lease.usage.hits;
   stats_.expert_misses += lease.usage.misses;
   stats_.expert_stall_seconds += lease.usage.stall_seconds();
-  absl::Status status = be_.MemsetZero(Buf(kOut), 4 * t * hidden);
-  for (size_t i = 0; status.ok() && i < demands.size(); ++i) {
-    const int32_t x = demands[i].expert;
-    const ExpertView& view = lease.views[i];
-    const int64_t count = demands[i].tokens;
-    status = be_.CopyToDevice(Buf(kRows), rows[x].data(), 4 * count);
-    if (status.ok()) {
-      status = be_.CopyToDevice(Buf(kRowW), row_w[x].data(), 4 * count);
-    }
-    if (status.ok()) {
-      status = be_.ExpertFfn(Buf(kH), reinterpret_cast<int32_t*>(Buf(kRows)),
-                             Buf(kRowW), view.gate, view.up, view.down,
-                             view.dtype, Buf(kOut), t, count, hidden,
-                             c.moe_intermediate_size);
-    }
-  }
-  // The slots may be reused once released: finish reading them first.
-  if (status.ok()) status = be_.Synchronize();
+  const absl::Status status = RunRoutedExperts(be_, c, er, lease, b, t);
   experts_->Release(lease);
   RETURN_IF_ERROR(status);
-  if (c.has_shared_expert()) RETURN_IF_ERROR(SharedExpert(w, t));
+  if (c.has_shared_expert()) RETURN_IF_ERROR(SharedExperts(be_, c, w, b, t));
   return absl::OkStatus();
 }
 
-absl::Status Session::Route(const LayerWeights& w, const float* logits,
-                            int32_t* ids, float* weights, int64_t t) {
-  const ModelConfig& c = model_.config();
-  if (!c.is_deepseek()) {
-    return be_.RouterTopK(logits, ids, weights, t, c.num_experts, c.top_k,
-                          c.norm_topk_prob);
-  }
-  return be_.RouterSelect(logits, w.score_bias, ids, weights, t,
-                          c.num_experts, c.top_k, RouterSpecFor(c));
-}
-
-absl::Status Session::SharedExpert(const LayerWeights& w, int64_t t) {
-  const ModelConfig& c = model_.config();
-  if (!c.has_shared_expert_gate()) {  // DeepSeek: shared experts, no gate
-    return be_.ExpertFfn(Buf(kH), nullptr, nullptr, w.shared_gate.data,
-                         w.shared_up.data, w.shared_down.data,
-                         w.shared_gate.dtype, Buf(kOut), t, t, c.hidden_size,
-                         w.shared_gate.rows);
-  }
-  // out += sigmoid(x . shared_expert_gate) * shared_expert(x), per token.
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.shared_expert_gate.data,
-                             w.shared_expert_gate.dtype, nullptr, Buf(kGate),
-                             t, 1, c.hidden_size));
-  RETURN_IF_ERROR(be_.Sigmoid(Buf(kGate), Buf(kGate), t));
-  return be_.ExpertFfn(Buf(kH), nullptr, Buf(kGate), w.shared_gate.data,
-                       w.shared_up.data, w.shared_down.data,
-                       w.shared_gate.dtype, Buf(kOut), t, t, c.hidden_size,
-                       w.shared_gate.rows);
-}
-
 absl::Status Session::DenseMlp(const LayerWeights& w, int64_t t) {
-  const ModelConfig& c = model_.config();
-  RETURN_IF_ERROR(be_.MemsetZero(Buf(kOut), 4 * t * c.hidden_size));
-  return be_.ExpertFfn(Buf(kH), nullptr, nullptr, w.dense_gate.data,
-                       w.dense_up.data, w.dense_down.data, w.dense_gate.dtype,
-                       Buf(kOut), t, t, c.hidden_size, w.dense_gate.rows);
+  return moe::DenseMlp(be_, model_.config(), w, Mlp(), t);
 }
 
 absl::Status Session::set_pregate_distance(int distance) {
@@ -326,22 +276,15 @@ absl::Status Session::set_pregate_distance(int distance) {
 absl::Status Session::PregateHints(int target_layer, int64_t t) {
   const ModelConfig& c = model_.config();
   const LayerWeights& next = model_.layer(target_layer);
-  const int64_t e = c.num_experts, k = c.top_k;
+  const int64_t k = c.top_k;
   // The target layer's router applied to this layer's output, normed as the
   // target layer would norm its MLP input: cheap (one [experts, hidden]
   // matvec) and far more accurate than history alone.
   RETURN_IF_ERROR(be_.RmsNorm(Buf(kX) + (t - 1) * c.hidden_size,
                               next.post_norm, Buf(kLast), 1, c.hidden_size,
                               static_cast<float>(c.rms_norm_eps)));
-  RETURN_IF_ERROR(be_.MatMul(Buf(kLast), next.router.data, next.router.dtype,
-                             nullptr, Buf(kRouter), 1, e, c.hidden_size));
   int32_t* ids = reinterpret_cast<int32_t*>(Buf(kTopIds));
-  if (c.is_deepseek()) {
-    RETURN_IF_ERROR(Route(next, Buf(kRouter), ids, Buf(kTopW), 1));
-  } else {
-    RETURN_IF_ERROR(be_.RouterTopK(Buf(kRouter), ids, Buf(kTopW), 1, e, k,
-                                   /*renormalize=*/false));
-  }
+  RETURN_IF_ERROR(RouteRows(be_, model_, next, Buf(kLast), Mlp(), 1, /*renormalize=*/false));
   std::vector<int32_t> hid(k);
   std::vector<float> hw(k);
   RETURN_IF_ERROR(be_.CopyToHost(hid.data(), ids, 4 * k));

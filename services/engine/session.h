@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "services/engine/expert_provider.h"
+#include "services/engine/mlp_blocks.h"
 #include "services/engine/moe_model.h"
 
 namespace moe {
@@ -142,13 +143,10 @@ class Session {
                             float* h, float* q, const int32_t* positions,
                             float* out);
   absl::Status ReserveMla(int64_t tokens);
-  // The router of MoE layer `w` on logits [t, experts]: RouterTopK, or
-  // RouterSelect for DeepSeek.
-  absl::Status Route(const LayerWeights& w, const float* logits, int32_t* ids,
-                     float* weights, int64_t t);
+  // The MLP half on this session's buffers (services/engine/mlp_blocks.h).
+  MlpBuffers Mlp();
   absl::Status MoeBlock(const LayerWeights& w, int64_t t, bool prefill);
   absl::Status DenseMlp(const LayerWeights& w, int64_t t);
-  absl::Status SharedExpert(const LayerWeights& w, int64_t t);
   // Hints for `target_layer` from the current residual stream.
   absl::Status PregateHints(int target_layer, int64_t t);
   float* Buf(size_t i) { return static_cast<float*>(bufs_[i]); }

@@ -67,7 +67,10 @@ struct Loaded {
 Loaded Load(ModelFamily family, uint64_t seed, const std::string& name) {
   MakeModelOptions o = TinyPreset(family);
   o.seed = seed;
-  o.kv_heads = o.heads / 2;
+  // DeepSeek's latent attention has as many key/value heads as query heads.
+  if (family != ModelFamily::kDeepseekV2 && family != ModelFamily::kDeepseekV3) {
+    o.kv_heads = o.heads / 2;
+  }
   if (family == ModelFamily::kQwen2Moe) o.mlp_only_layers = {1};
   // More than two experts per token, so that their order in each row's sum
   // shows in the bits (two terms add the same either way).
@@ -220,7 +223,9 @@ INSTANTIATE_TEST_SUITE_P(Families, BatchStepFamilyTest,
                          ::testing::Values(ModelFamily::kMixtral,
                                            ModelFamily::kQwen2Moe,
                                            ModelFamily::kQwen3Moe,
-                                           ModelFamily::kOlmoe));
+                                           ModelFamily::kOlmoe,
+                                           ModelFamily::kDeepseekV2,
+                                           ModelFamily::kDeepseekV3));
 
 TEST(BatchStepTest, OneAcquirePerMoeLayerForTheUnion) {
   Loaded l = Load(ModelFamily::kMixtral, 32, "union");

@@ -1,0 +1,74 @@
+// The MLP half of a decoder layer, written once and used by both forward
+// paths: Session (one sequence) and BatchStep (the rows of a batch). Each
+// function works on caller-owned backend buffers of `t` rows, so the two
+// paths cannot drift apart as families are added (a family's router,
+// shared-expert or dense-MLP rule lives here and nowhere else).
+//
+// Determinism (design invariant 4): every row is computed the same way
+// whatever the other rows are; routed experts are applied in ascending id
+// order, each expert's rows in ascending order.
+//
+// Thread-compatible: plain functions over the caller's buffers.
+#ifndef MOECACHE_SERVICES_ENGINE_MLP_BLOCKS_H_
+#define MOECACHE_SERVICES_ENGINE_MLP_BLOCKS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "services/engine/expert_provider.h"
+#include "services/engine/moe_model.h"
+
+namespace moe {
+
+// Backend buffers the blocks read and write; sizes for t rows.
+struct MlpBuffers {
+  const float* x = nullptr;   // [t, hidden] the normed input
+  float* out = nullptr;       // [t, hidden] the block's output (written)
+  float* router = nullptr;    // [t, experts] scratch
+  int32_t* top_ids = nullptr; // [t, top_k]
+  float* top_w = nullptr;     // [t, top_k]
+  int32_t* rows = nullptr;    // [t] scratch
+  float* row_w = nullptr;     // [t] scratch
+  float* gate = nullptr;      // [t] scratch
+};
+
+// The router of MoE layer `w` on t rows: logits into b.router, the chosen
+// experts and their weights into b.top_ids / b.top_w (RouterTopK, or
+// RouterSelect with the family's scoring for DeepSeek). `renormalize`
+// overrides norm_topk_prob for the softmax families (pre-gating asks for
+// raw probabilities); DeepSeek always uses its own rule.
+absl::Status RouteRows(Backend& be, const MoeModel& model, const LayerWeights& w,
+                       const float* x, const MlpBuffers& b, int64_t t, bool renormalize);
+
+// The routing of t rows, grouped by expert: per expert its rows (ascending)
+// and their weights; the demands list the used experts in ascending id with
+// their row counts (one row of the iteration's activation matrix).
+struct ExpertRows {
+  std::vector<std::vector<int32_t>> rows;
+  std::vector<std::vector<float>> weights;
+  std::vector<ExpertDemand> demands;
+};
+ExpertRows GroupByExpert(absl::Span<const int32_t> ids, absl::Span<const float> weights,
+                         int64_t t, int64_t top_k, int64_t num_experts);
+
+// out = sum over the demanded experts (ascending id) of weight x FFN(x), for
+// the rows routed to each, from the views of `lease` (in demand order); then
+// waits for the backend (the slots may be reused once released).
+absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
+                              const AcquiredExperts& lease, const MlpBuffers& b, int64_t t);
+
+// out += the layer's shared experts: Qwen2-MoE's sigmoid-gated one, or
+// DeepSeek's ungated ones. REQUIRES: c.has_shared_expert().
+absl::Status SharedExperts(Backend& be, const ModelConfig& c, const LayerWeights& w,
+                           const MlpBuffers& b, int64_t t);
+
+// out = the dense MLP of a non-MoE layer.
+absl::Status DenseMlp(Backend& be, const ModelConfig& c, const LayerWeights& w,
+                      const MlpBuffers& b, int64_t t);
+
+}  // namespace moe
+
+#endif  // MOECACHE_SERVICES_ENGINE_MLP_BLOCKS_H_
