@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/model_desc.h"
+#include "common/quant.h"
 #include "common/status_macros.h"
 #include "services/cache/policy.h"
 #include "services/rpc/build_info.h"
@@ -104,15 +105,17 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
   if (!options_.state_dir.empty()) {
     mo.state_path = absl::StrCat(options_.state_dir, "/", spec.name, ".eamc");
   }
+  // What the store holds (the --expert-format), not what the checkpoint stores.
+  const rpc::HeldExperts held{ExpertFormatName(store->format()), store->block_bytes()};
   ASSIGN_OR_RETURN(std::unique_ptr<CachedModel> model,
                    CachedModel::Create(std::move(store), mo, *registry_));
   RETURN_IF_ERROR(model->Start());
-  const uint64_t all = rpc::AllExpertBytes(plan.desc);
-  const uint64_t cached = plan.desc.bytes_per_expert() * static_cast<uint64_t>(capacity);
+  const uint64_t all = rpc::AllExpertBytes(plan.desc, &held);
+  const uint64_t cached = held.block_bytes * static_cast<uint64_t>(capacity);
   model_lines_.push_back(absl::StrFormat(
       "model %s (%s, %s on the host), cache %d slots = %s (%.0f%% of the experts) on %s, "
       "policy %s, prefetch %s, link %s, misses %s",
-      spec.name, rpc::ModelSummary(plan.desc), rpc::HumanBytes(all), capacity,
+      spec.name, rpc::ModelSummary(plan.desc, &held), rpc::HumanBytes(all), capacity,
       rpc::HumanBytes(cached), all > 0 ? 100.0 * cached / all : 0.0,
       device.is_cuda() ? "cuda" : "cpu", options_.policy, options_.prefetch ? "on" : "off",
       options_.link_gbps > 0 ? absl::StrCat(options_.link_gbps, " GB/s") : "unpaced",

@@ -27,22 +27,26 @@ std::string HumanBytes(uint64_t bytes) {
   return absl::StrFormat("%.*f %s", v < 10 ? 2 : 1, v, kUnits[unit]);
 }
 
-uint64_t AllExpertBytes(const ModelDescription& desc) {
+uint64_t AllExpertBytes(const ModelDescription& desc, const HeldExperts* held) {
   const ModelConfig& c = desc.config();
-  return desc.bytes_per_expert() * static_cast<uint64_t>(c.num_moe_layers()) *
-         static_cast<uint64_t>(c.num_experts);
+  const uint64_t each = held != nullptr ? held->block_bytes : desc.bytes_per_expert();
+  return each * static_cast<uint64_t>(c.num_moe_layers()) * static_cast<uint64_t>(c.num_experts);
 }
 
-std::string ModelSummary(const ModelDescription& desc) {
+std::string ModelSummary(const ModelDescription& desc, const HeldExperts* held) {
   const ModelConfig& c = desc.config();
   absl::StatusOr<TensorView> embed = desc.Dense(TensorRole::kEmbed);
   // Lower case, as the flags spell them (--dtype bf16).
   auto name = [](DType d) { return absl::AsciiStrToLower(DTypeName(d)); };
+  const std::string stored = name(desc.expert_dtype());
+  const std::string experts =
+      held == nullptr || held->format == stored
+          ? stored
+          : absl::StrCat(held->format, " (stored ", stored, ")");
   return absl::StrCat(ModelFamilyName(c.family), ", dense ",
-                      embed.ok() ? name(embed->dtype) : "?", ", experts ",
-                      name(desc.expert_dtype()), ", ", c.num_moe_layers(),
-                      " MoE layers x ", c.num_experts, " experts of ",
-                      HumanBytes(desc.bytes_per_expert()));
+                      embed.ok() ? name(embed->dtype) : "?", ", experts ", experts, ", ",
+                      c.num_moe_layers(), " MoE layers x ", c.num_experts, " experts of ",
+                      HumanBytes(held != nullptr ? held->block_bytes : desc.bytes_per_expert()));
 }
 
 }  // namespace moe::rpc

@@ -17,12 +17,23 @@ std::string ShownAddress(const std::string& address, int bound_port);
 // "512 B", "48.0 KiB", "1.25 GiB".
 std::string HumanBytes(uint64_t bytes);
 
-// "mixtral, dense bf16, experts bf16, 4 MoE layers x 8 experts of 48.0 KiB"
-std::string ModelSummary(const ModelDescription& desc);
+// How the experts are held when not as the checkpoint stores them (the
+// daemon's --expert-format): the held format and the bytes of one expert's
+// block in it.
+struct HeldExperts {
+  std::string format;  // as ExpertFormatName spells it, e.g. "q4"
+  uint64_t block_bytes = 0;
+};
+
+// "mixtral, dense bf16, experts bf16, 4 MoE layers x 8 experts of 48.0 KiB";
+// with `held`, the experts part names the held format and its block size
+// ("experts q4 (stored bf16), ... of 13.5 KiB").
+std::string ModelSummary(const ModelDescription& desc, const HeldExperts* held = nullptr);
 
 // Bytes of all routed experts of `desc` (what --cache none keeps in the
-// worker's memory, and what moe-cached keeps on the host).
-uint64_t AllExpertBytes(const ModelDescription& desc);
+// worker's memory, and what moe-cached keeps on the host), as stored or, with
+// `held`, as held.
+uint64_t AllExpertBytes(const ModelDescription& desc, const HeldExperts* held = nullptr);
 
 }  // namespace moe::rpc
 

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/rpc/startup_log.h"
 #include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
 
@@ -32,11 +33,13 @@ class OpsReportTest : public ::testing::Test {
     worker_sock_ = "unix:" + dir_.Sub("w.sock");
   }
 
-  void StartDaemon() {
-    ASSERT_TRUE(daemon_.Spawn(
-        {"--model", dir_.Sub("tiny"), "--listen", cache_, "--metrics-addr", "",
-         "--cache-experts", "16", "--policy", "lru"},
-        dir_.Sub("c.log"), CachedBinary()));
+  void StartDaemon(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--model",         dir_.Sub("tiny"), "--listen",
+                                     cache_,            "--metrics-addr", "",
+                                     "--cache-experts", "16",             "--policy",
+                                     "lru"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(daemon_.Spawn(args, dir_.Sub("c.log"), CachedBinary()));
     ASSERT_TRUE(daemon_.WaitServing(cache_)) << daemon_.Log();
   }
 
@@ -104,6 +107,22 @@ TEST_F(OpsReportTest, DaemonStartLineNamesCacheAndPolicy) {
       [&] { return worker_.Log().find("experts:") != std::string::npos; }));
   EXPECT_THAT(worker_.Log(), HasSubstr("; experts: moe-cached at " + cache_ +
                                        " (model 'tiny')"));
+}
+
+// The start line counts the experts as held: with --expert-format q8 the
+// cache is 16 q8 blocks (the size the arena line gives), not 16 bf16 ones.
+TEST_F(OpsReportTest, DaemonStartLineSizesTheHeldFormat) {
+  StartDaemon({"--expert-format", "q8"});
+  const std::string log = daemon_.Log();
+  EXPECT_THAT(log, HasSubstr("(mixtral, dense bf16, experts q8 (stored bf16), "
+                             "4 MoE layers x 8 experts of "));
+  const size_t at = log.find("16 slots of ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const uint64_t block = std::stoull(log.substr(at + 12));
+  const uint64_t bf16 = 3 * 64 * 128 * 2;  // tiny mixtral: hidden 64, width 128
+  EXPECT_LT(block, bf16);
+  EXPECT_THAT(log, HasSubstr("cache 16 slots = " + rpc::HumanBytes(16 * block) +
+                             " (50% of the experts)"));
 }
 
 // Point 6: prompt tokens, requests running and waiting, KV memory, process
