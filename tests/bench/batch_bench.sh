@@ -13,7 +13,10 @@
 # usage: tests/bench/batch_bench.sh [BUILD_DIR]  (env: LINK_GBPS (1), CAP
 #        (experts cached, default half), NEW_TOKENS (32), WAVES (2),
 #        STREAMS ("1 4 16"), BATCH (16), CHUNK (prefill chunk, 16),
-#        LAYERS (4), POLICY (lfu), PREFETCH (off), HINTS (off), KEEP_WORK=1)
+#        LAYERS (4), POLICY (lfu), PREFETCH (off), HINTS (off), KEEP_WORK=1,
+#        MODEL (a mixtral-layout model directory instead of the made one, e.g.
+#        the trained deploy/models/kjv-moe: learned routing; LAYERS is then
+#        read from it))
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin
@@ -40,11 +43,15 @@ trap cleanup EXIT
 # shellcheck source=tests/bench/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
 
-model=$work/model
-$bin/moectl make-model --arch mixtral --layers "$layers" --hidden 256 --heads 4 \
-  --kv-heads 4 --experts 8 --top-k 2 --intermediate 512 --vocab 512 --seed 7 \
-  --out "$model" >/dev/null
-experts=$(( layers * 8 ))
+model=${MODEL:-$work/model}
+if [ -z "${MODEL:-}" ]; then
+  $bin/moectl make-model --arch mixtral --layers "$layers" --hidden 256 --heads 4 \
+    --kv-heads 4 --experts 8 --top-k 2 --intermediate 512 --vocab 512 --seed 7 \
+    --out "$model" >/dev/null
+fi
+layers=$($py -c "import json; print(json.load(open('$model/config.json'))['num_hidden_layers'])")
+per_layer=$($py -c "import json; print(json.load(open('$model/config.json'))['num_local_experts'])")
+experts=$(( layers * per_layer ))
 cap=${CAP:-$(( experts / 2 ))}
 expert_bytes=$($bin/moectl inspect "$model" | sed -n 's/^bytes per expert: \([0-9]*\).*/\1/p')
 
@@ -123,7 +130,7 @@ print("%.1f %.2f %.2f %.1f %.1f %.0f" % (gen / sum(walls), pct(tpot, 50), pct(tp
 EOF
 }
 
-echo "model: mixtral $layers MoE layers x 8 experts (top-2, hidden 256, expert width 512);" \
+echo "model: ${MODEL:-made mixtral (hidden 256, expert width 512)}: $layers MoE layers x $per_layer experts (top-2);" \
      "expert $expert_bytes bytes; cache $cap of $experts experts ($policy, prefetch $prefetch, pregate hints $hints);" \
      "link $link GB/s; $new_tokens new tokens x $waves waves per stream;" \
      "batched: --max-batch $batch --prefill-chunk $chunk"

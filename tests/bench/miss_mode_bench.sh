@@ -8,7 +8,9 @@
 # host figure measured by the daemon, compute per layer calibrated with every
 # expert cached), and whether the tokens were identical across modes.
 # usage: tests/bench/miss_mode_bench.sh [BUILD_DIR]
-#   env: LINK_GBPS (1), REPS (2), NEW_TOKENS (24), LONG_PROMPT_WORDS (256)
+#   env: LINK_GBPS (1), REPS (2), NEW_TOKENS (24), LONG_PROMPT_WORDS (256),
+#        MODEL (a mixtral-layout model directory to use instead, e.g. the
+#        trained deploy/models/kjv-moe: real routing)
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin
@@ -17,7 +19,6 @@ reps=${REPS:-2}
 new_tokens=${NEW_TOKENS:-24}
 long_words=${LONG_PROMPT_WORDS:-256}
 py=/usr/bin/python3
-layers=4
 work=$(mktemp -d /tmp/moe-miss.XXXXXX)
 pids=""
 cleanup() {
@@ -27,13 +28,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-model=$work/model
-$bin/moectl make-model --arch mixtral --layers $layers --hidden 512 --heads 4 \
-  --kv-heads 4 --experts 8 --top-k 2 --intermediate 1024 --vocab 512 --seed 7 \
-  --out "$model" >/dev/null
+model=${MODEL:-$work/model}
+if [ -z "${MODEL:-}" ]; then
+  $bin/moectl make-model --arch mixtral --layers 4 --hidden 512 --heads 4 \
+    --kv-heads 4 --experts 8 --top-k 2 --intermediate 1024 --vocab 512 --seed 7 \
+    --out "$model" >/dev/null
+fi
+layers=$($py -c "import json; print(json.load(open('$model/config.json'))['num_hidden_layers'])")
+experts=$($py -c "import json; print(json.load(open('$model/config.json'))['num_local_experts'])")
 expert_bytes=$($bin/moectl inspect "$model" | sed -n 's/^bytes per expert: \([0-9]*\).*/\1/p')
 expert_mb=$($py -c "print($expert_bytes/1e6)")
-cap=$(( layers * 8 / 4 ))
+cap=$(( layers * experts / 4 ))
 
 # shellcheck source=tests/bench/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
@@ -77,8 +82,8 @@ print(u["time_per_output_token_seconds"], u["time_to_first_token_seconds"], ",".
 }
 
 # Compute per layer with no stall: every expert cached, warm pass.
-run fetch $(( layers * 8 )) all
-run fetch $(( layers * 8 )) all
+run fetch $(( layers * experts )) all
+run fetch $(( layers * experts )) all
 layer_ms=$($py -c "
 import statistics
 v=[float(x.split()[0]) for x in open('$work/all.decode')][${#prompts[@]}:]

@@ -709,11 +709,21 @@ def generate(model, prompt_ids, max_new_tokens, top_logprobs=0, eos_id=None):
     return result
 
 
+def score(model, ids):
+    """Teacher-forced next-token negative log-likelihoods of `ids` (one
+    prefill of the whole sequence): nll[i] = -log p(ids[i + 1] | ids[:i + 1])."""
+    logits, _ = model.forward(ids, model.new_cache())
+    nll = [-float(log_softmax(logits[i])[ids[i + 1]]) for i in range(len(ids) - 1)]
+    return {"nll": nll, "mean_nll": float(np.mean(nll))}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--prompt-ids", required=True)
-    ap.add_argument("--max-new-tokens", type=int, required=True)
+    ap.add_argument("--max-new-tokens", type=int, default=0)
+    ap.add_argument("--score", action="store_true",
+                    help="print the teacher-forced NLL of --prompt-ids instead of generating")
     ap.add_argument("--top-logprobs", type=int, default=0)
     ap.add_argument("--dump-routing", action="store_true")
     ap.add_argument("--eos-id", type=int, default=None)
@@ -729,6 +739,14 @@ def main(argv=None):
     except (OSError, ValueError, KeyError, NotImplementedError) as e:
         sys.stderr.write("moe_reference: cannot load %s: %s\n" % (args.model, e))
         return 2
+    if args.score:
+        if len(prompt) < 2:
+            ap.error("--score needs at least 2 ids")
+        json.dump(score(model, prompt), sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    if args.max_new_tokens < 1:
+        ap.error("--max-new-tokens must be at least 1 (or give --score)")
     result = generate(model, prompt, args.max_new_tokens, args.top_logprobs, args.eos_id)
     if not args.dump_routing:
         del result["routing"], result["moe_layers"]
