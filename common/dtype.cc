@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 17> kDTypes = {{
+constexpr std::array<DTypeEntry, 18> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -35,6 +35,7 @@ constexpr std::array<DTypeEntry, 17> kDTypes = {{
     {DType::kQ4, "Q4", 0},
     {DType::kF8E4M3, "F8_E4M3", 1},
     {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kMxfp4, "MXFP4", 0},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -50,7 +51,8 @@ absl::string_view DTypeName(DType dtype) { return Entry(dtype).name; }
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
   for (const DTypeEntry& e : kDTypes) {
     // The block formats are ours: no file may claim them.
-    if (e.name == name && !IsQuantDType(e.dtype)) return e.dtype;
+    if (e.name == name && !IsQuantDType(e.dtype) && e.dtype != DType::kMxfp4)
+      return e.dtype;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype '", std::string(name), "'"));
@@ -62,6 +64,8 @@ int64_t QuantGroupSize(DType dtype) {
       return 32;
     case DType::kQ4:
       return 64;
+    case DType::kMxfp4:
+      return 32;
     default:
       return 1;
   }
@@ -73,6 +77,8 @@ int64_t QuantBlockBytes(DType dtype) {
       return 2 + 32;
     case DType::kQ4:
       return 2 + 2 + 32;
+    case DType::kMxfp4:
+      return 1 + 16;
     default:
       return static_cast<int64_t>(DTypeSize(dtype));
   }

@@ -42,6 +42,11 @@ enum class DType : int32_t {
   // to be refused with a clear message.
   kF8E4M3 = 15,
   kF8E5M2 = 16,
+  // OCP MXFP4 as GPT-OSS checkpoints store routed experts (common/mxfp4.h):
+  // per 32 weights of a row one E8M0 scale byte and 16 bytes of FP4 E2M1
+  // pairs. Never a safetensors dtype (the file holds U8 `_blocks` and
+  // `_scales` tensors); a view of such a weight says kMxfp4.
+  kMxfp4 = 17,
 };
 
 // Bytes per element (BOOL and the F8 types are one byte); 0 for the block
@@ -49,7 +54,7 @@ enum class DType : int32_t {
 // whose sizes come from WeightBytes.
 size_t DTypeSize(DType dtype);
 
-// True for kQ8 and kQ4.
+// True for kQ8 and kQ4 (the formats kernels read; not kMxfp4).
 inline bool IsQuantDType(DType dtype) {
   return dtype == DType::kQ8 || dtype == DType::kQ4;
 }
