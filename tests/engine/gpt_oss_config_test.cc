@@ -18,6 +18,7 @@
 #include "common/model_config.h"
 #include "common/model_desc.h"
 #include "common/model_maker.h"
+#include "common/model_presets.h"
 #include "common/mxfp4.h"
 #include "common/safetensors.h"
 #include "gmock/gmock.h"
@@ -197,6 +198,23 @@ TEST(GptOssConfigTest, TensorNamesOfBf16AndMxfp4Checkpoints) {
   EXPECT_THAT(mx, ::testing::Not(::testing::Contains(
                       "model.layers.1.mlp.experts.down_proj")));
   EXPECT_EQ(ExpectedTensors(*c).size(), ExpectedTensorCount(*c));
+}
+
+TEST(GptOssConfigTest, PublishedShapePresets) {
+  for (const auto& [name, experts] :
+       std::vector<std::pair<const char*, int>>{{"gpt-oss-20b-2l", 32}, {"gpt-oss-120b-2l", 128}}) {
+    auto o = PresetOptions(name, std::nullopt);
+    ASSERT_TRUE(o.ok()) << o.status();
+    auto c = ConfigFromOptions(*o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->family, ModelFamily::kGptOss);
+    EXPECT_EQ(c->num_experts, experts);
+    EXPECT_EQ(c->hidden_size, 2880);
+    EXPECT_TRUE(c->gpt_oss.mxfp4);
+    EXPECT_EQ(c->sliding_window, 128);
+    EXPECT_DOUBLE_EQ(c->yarn->factor, 32.0);
+  }
+  EXPECT_FALSE(PresetOptions("gpt-oss-20b-2l", ModelFamily::kMixtral).ok());
 }
 
 std::vector<float> AsFloats(const TensorView& v) {
