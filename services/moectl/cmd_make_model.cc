@@ -186,7 +186,10 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
         ": there is no published safetensors layout for ", format,
         " checkpoints; write bf16 or fp8 and give moe-cached (or moectl run) "
         "--expert-format ", format, " to convert at load"));
-  } else if (format != "bf16") {
+  } else if (format == "bf16") {
+    // The gpt-oss presets write MXFP4 unless bf16 is asked for.
+    if (f.IsSet("expert-format")) o.mxfp4 = false;
+  } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--expert-format must be bf16, fp8 or mxfp4, got '", format, "'"));
   }
