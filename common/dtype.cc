@@ -51,8 +51,7 @@ absl::string_view DTypeName(DType dtype) { return Entry(dtype).name; }
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
   for (const DTypeEntry& e : kDTypes) {
     // The block formats are ours: no file may claim them.
-    if (e.name == name && !IsQuantDType(e.dtype) && e.dtype != DType::kMxfp4)
-      return e.dtype;
+    if (e.name == name && !IsQuantDType(e.dtype)) return e.dtype;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype '", std::string(name), "'"));
@@ -91,7 +90,7 @@ int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols) {
 }
 
 absl::StatusOr<DType> ParseWeightDType(absl::string_view name) {
-  for (DType q : {DType::kQ8, DType::kQ4}) {
+  for (DType q : {DType::kQ8, DType::kQ4, DType::kMxfp4}) {
     if (DTypeName(q) == name) return q;
   }
   return ParseDType(name);

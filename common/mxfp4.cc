@@ -96,6 +96,20 @@ absl::Status ConvertMxfp4View(const TensorView& view, DType to, void* dst) {
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* o = out + r * out_row;
+    if (to == DType::kMxfp4) {  // the same codes, packed per block
+      const uint8_t* codes = view.data + CodeOffset(view, r);
+      const uint8_t* scales = view.scales.data + ScaleOffset(view, r);
+      for (int64_t g = 0; g < cols / kMxfp4Group; ++g) {
+        if (scales[g] == 255) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("MXFP4 scale 255 (NaN) in row ", r, ", group ", g));
+        }
+        o[g * kMxfp4BlockBytes] = scales[g];
+        std::memcpy(o + g * kMxfp4BlockBytes + 1, codes + g * kMxfp4GroupBytes,
+                    kMxfp4GroupBytes);
+      }
+      continue;
+    }
     if (to == DType::kQ8) {
       const uint8_t* codes = view.data + CodeOffset(view, r);
       const uint8_t* scales = view.scales.data + ScaleOffset(view, r);

@@ -47,13 +47,21 @@ float E8M0ToFloat(uint8_t s);
 absl::Status DequantizeMxfp4Row(const TensorView& view, int64_t row,
                                 float* dst);
 
-// ConvertWeightView for kMxfp4 views: to a float dtype, kQ8 (exact codes
-// when the scale allows, see above) or kQ4. dst holds
-// WeightBytes(to, rows, cols).
+// ConvertWeightView for kMxfp4 views: to a float dtype, kMxfp4 (the same
+// codes and scales, packed: common/quant.h), kQ8 (exact codes when the
+// scale allows, see above) or kQ4. dst holds WeightBytes(to, rows, cols).
 absl::Status ConvertMxfp4View(const TensorView& view, DType to, void* dst);
 
 // ConvertWeightView for strided float views (gather, then convert).
 absl::Status ConvertStridedView(const TensorView& view, DType to, void* dst);
+
+// Whether a view must go through ConvertWeightView to be held as `held`
+// (another dtype, a strided view, or a checkpoint layout with separate
+// scales such as MXFP4's and FP8's); false means its bytes are the held
+// ones.
+inline bool ViewNeedsConversion(const TensorView& view, DType held) {
+  return held != view.dtype || view.strided() || view.scales.data != nullptr;
+}
 
 // A 1-D view (plain or strided, F32/F16/BF16) widened to view.numel()
 // floats (gpt_oss's per-expert biases).

@@ -17,6 +17,11 @@ InMemoryExpertProvider::Create(const MoeModel& model,
   Backend& be = model.backend();
   const bool device = be.Info().is_device;
   const DType held = format.value_or(DefaultHeldFormat(d.expert_dtype()));
+  if (held == DType::kMxfp4 && be.Info().is_device) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", be.Info().name, " backend has no mxfp4 kernels; hold the experts as q8 "
+        "(exact for MXFP4 checkpoints) or use the CPU backend"));
+  }
   for (int l = 0; l < c.num_moe_layers(); ++l) {
     for (int e = 0; e < c.num_experts; ++e) {
       const void* ptrs[3];
@@ -27,7 +32,7 @@ InMemoryExpertProvider::Create(const MoeModel& model,
         ASSIGN_OR_RETURN(TensorView v, d.Expert(l, e, roles[r]));
         ptrs[r] = v.data;
         uint64_t nbytes = v.nbytes;
-        if (held != v.dtype || v.strided()) {  // gpt_oss views are strided
+        if (ViewNeedsConversion(v, held)) {
           const int64_t b = WeightBytes(held, v.shape[0], v.shape[1]);
           if (b < 0) {
             return absl::InvalidArgumentError(absl::StrCat(

@@ -81,7 +81,7 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
   for (int i = 0; i < 3; ++i) {
     const std::vector<int64_t>& shape = views[i]->shape;
     uint64_t nbytes = views[i]->nbytes;
-    if (held != gate.dtype) {
+    if (held != gate.dtype || IsQuantDType(held)) {
       const int64_t b = shape.size() == 2 ? WeightBytes(held, shape[0], shape[1]) : -1;
       if (b < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -158,7 +158,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
                                            TensorRole::kExpertDown};
   // Strided views (gpt_oss's fused experts) are gathered even when the
   // format stays.
-  const bool convert = store->format() != source || g0.strided();
+  const bool convert = ViewNeedsConversion(g0, store->format());
   Progress progress(convert ? absl::StrCat(name, " (to ", ExpertFormatName(store->format()), ")")
                             : name,
                     store->total_bytes_, options.progress_interval_seconds);

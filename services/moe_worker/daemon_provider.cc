@@ -58,13 +58,15 @@ absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine
 absl::Status CheckBackendRunsFormat(const BackendInfo& backend, DType format) {
   const bool runs = IsFloatDType(format) ||
                     (format == DType::kQ8 && backend.supports_q8) ||
-                    (format == DType::kQ4 && backend.supports_q4);
+                    (format == DType::kQ4 && backend.supports_q4) ||
+                    // MXFP4 kernels exist on the CPU backend only (so far).
+                    (format == DType::kMxfp4 && !backend.is_device);
   if (runs) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "moe-cached holds the experts as ", ExpertFormatName(format), " but this worker's ",
       backend.name, " backend has no ", ExpertFormatName(format),
       " kernels; restart moe-cached with --expert-format bf16, or run the worker with a "
-      "backend that has them (--backend cpu runs bf16, q8 and q4)"));
+      "backend that has them (--backend cpu runs bf16, q8, q4 and mxfp4)"));
 }
 
 absl::Status DaemonExpertProvider::Attach() {

@@ -146,8 +146,10 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
   std::printf("bytes per expert: %llu (%s)\n",
               static_cast<unsigned long long>(d.bytes_per_expert()),
               Human(d.bytes_per_expert()).c_str());
-  for (DType f : {DType::kBF16, DType::kQ8, DType::kQ4}) {
-    if (f == d.expert_dtype()) continue;
+  for (DType f : {DType::kBF16, DType::kQ8, DType::kQ4, DType::kMxfp4}) {
+    // Held as stored, except that MXFP4 blocks are repacked and gpt_oss's
+    // biases widened to F32.
+    if (f == d.expert_dtype() && f != DType::kMxfp4) continue;
     const int64_t b = ExpertBytesAs(d, f);
     if (b < 0) {
       std::printf("bytes per expert as %s: n/a (rows are not whole blocks)\n",
@@ -188,6 +190,7 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["bytes_per_expert_bf16"] = ExpertBytesAs(d, DType::kBF16);
   j["bytes_per_expert_q8"] = ExpertBytesAs(d, DType::kQ8);
   j["bytes_per_expert_q4"] = ExpertBytesAs(d, DType::kQ4);
+  j["bytes_per_expert_mxfp4"] = ExpertBytesAs(d, DType::kMxfp4);
   j["dense_bytes"] = d.dense_bytes();
   j["total_bytes"] = d.total_bytes();
   j["files"] = d.checkpoint().files().size();

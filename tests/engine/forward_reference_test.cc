@@ -105,6 +105,11 @@ std::vector<Case> Cases() {
   mx.tolerance = kQ8Tolerance;
   mx.compare_alternatives = false;
   cases.push_back(mx);
+  // Held natively (--expert-format mxfp4): half q8's bytes, the same
+  // integer products.
+  mx.name = "gpt_oss_mxfp4_native";
+  mx.held = DType::kMxfp4;
+  cases.push_back(mx);
   // FP8 E4M3 checkpoints with block scales (DeepSeek-V3 / Qwen3 FP8
   // layout): the reference dequantizes them exactly; the engine dequantizes
   // the dense weights to bf16 and holds the experts as q8 (the default for

@@ -13,8 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint.h"
+#include "common/fp8.h"
+#include "common/mxfp4.h"
+#include "common/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu_quant_matmul.h"
 
 namespace moe {
 namespace {
@@ -316,6 +321,85 @@ TEST_P(GptOssOpsTest, BadShapesAreInvalidArgument) {
                             ClampedSwiglu{0.0f, 1.0f}, f, 2, 2, 4, 4)
           .code(),
       absl::StatusCode::kInvalidArgument);  // limit 0
+}
+
+// The native MXFP4 held format on the CPU: the product of the dequantized
+// weights and the 8-bit activations (RoundActivations), and the same numbers
+// as the weights held as q8 with their exact codes.
+TEST(Mxfp4MatMulTest, NativeMatchesTheExactQ8AndTheReference) {
+  auto cpu = CreateBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  const int64_t m = 3, n = 40, k = 96;
+  std::vector<float> w = RandomVec(n * k, 41, -2.0f, 2.0f);
+  for (int64_t i = 0; i < n * k; i += 7) w[i] *= 16.0f;  // spread the scales
+  // The checkpoint layout (codes and scales apart), as ModelDescription
+  // views it; held as mxfp4 (repacked) and as q8 (exact codes).
+  std::vector<uint8_t> codes(n * k / 2), scales(n * k / 32);
+  for (int64_t r = 0; r < n; ++r) {
+    QuantizeMxfp4Row(w.data() + r * k, k, codes.data() + r * k / 2,
+                     scales.data() + r * k / 32);
+  }
+  TensorView view;
+  view.dtype = DType::kMxfp4;
+  view.shape = {n, k};
+  view.data = codes.data();
+  view.nbytes = codes.size();
+  view.scales = {DType::kU8, scales.data(), n, k / 32, 1, 32, scales.size()};
+  std::vector<uint8_t> mx(
+      static_cast<size_t>(WeightBytes(DType::kMxfp4, n, k)));
+  std::vector<uint8_t> q8(static_cast<size_t>(WeightBytes(DType::kQ8, n, k)));
+  ASSERT_TRUE(ConvertWeightView(view, DType::kMxfp4, mx.data()).ok());
+  ASSERT_TRUE(ConvertWeightView(view, DType::kQ8, q8.data()).ok());
+  std::vector<float> deq(n * k);
+  for (int64_t i = 0; i < n * k; ++i) {
+    deq[i] = DequantizeElement(mx.data(), DType::kMxfp4, i);
+    ASSERT_EQ(DequantizeElement(q8.data(), DType::kQ8, i), deq[i]) << i;
+  }
+  // QuantizeRow to mxfp4 from floats packs the same codes.
+  std::vector<uint8_t> packed(mx.size());
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t rb = WeightBytes(DType::kMxfp4, 1, k);
+    ASSERT_TRUE(
+        QuantizeRow(w.data() + r * k, k, DType::kMxfp4, packed.data() + r * rb)
+            .ok());
+  }
+  EXPECT_EQ(packed, mx);
+  std::vector<float> x = RandomVec(m * k, 42), bias = RandomVec(n, 43);
+  std::vector<float> y_mx(m * n), y_q8(m * n);
+  ASSERT_TRUE((*cpu)
+                  ->MatMul(x.data(), mx.data(), DType::kMxfp4, bias.data(),
+                           y_mx.data(), m, n, k)
+                  .ok());
+  ASSERT_TRUE((*cpu)
+                  ->MatMul(x.data(), q8.data(), DType::kQ8, bias.data(),
+                           y_q8.data(), m, n, k)
+                  .ok());
+  std::vector<float> xr = RoundActivations(x.data(), m, k);
+  std::vector<double> want(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bias[j];
+      for (int64_t c = 0; c < k; ++c)
+        s += double(xr[i * k + c]) * deq[j * k + c];
+      want[i * n + j] = s;
+    }
+  }
+  EXPECT_LE(MaxAbsDiff(y_mx, want), 1e-4);
+  double worst = 0;
+  for (int64_t i = 0; i < m * n; ++i)
+    worst = std::max(worst, double(std::fabs(y_mx[i] - y_q8[i])));
+  // The same integer products; only the f32 order of the per-block terms
+  // may differ (q8 runs the VNNI kernel where the CPU has it).
+  double scale = 1.0;
+  for (float v : y_q8) scale = std::max(scale, double(std::fabs(v)));
+  EXPECT_LE(worst, 1e-6 * scale);
+  std::printf("mxfp4 vs q8 of the same codes: max |diff| %.3g\n", worst);
+  // Rows must be whole 32-weight blocks.
+  EXPECT_EQ((*cpu)
+                ->MatMul(x.data(), mx.data(), DType::kMxfp4, nullptr,
+                         y_mx.data(), 1, 1, 48)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, GptOssOpsTest,

@@ -41,13 +41,14 @@ std::string RunCommand(const std::string& cmd) {
   return out;
 }
 
-// true: MXFP4 experts (held as q8 by the daemon, exactly); false: bf16.
-class GptOssE2eTest : public ::testing::TestWithParam<bool> {
+// "bf16"; "mxfp4": MXFP4 experts held as q8 by the daemon (exactly, the
+// default); "mxfp4_native": held as MXFP4 (--expert-format mxfp4).
+class GptOssE2eTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     MakeModelOptions o = TinyPreset(ModelFamily::kGptOss);
     o.seed = 33;
-    o.mxfp4 = GetParam();
+    o.mxfp4 = GetParam() != "bf16";
     absl::Status s = MakeModel(o, model_dir());
     ASSERT_TRUE(s.ok()) << s;
     cache_sock_ = "unix:" + dir_.Sub("c.sock");
@@ -62,10 +63,17 @@ class GptOssE2eTest : public ::testing::TestWithParam<bool> {
              nlohmann::json* stats) {
     WorkerProcess daemon;
     const std::string tag = absl::StrCat(policy, experts);
-    ASSERT_TRUE(daemon.Spawn(
-        {"--model", model_dir(), "--listen", cache_sock_, "--metrics-addr", "",
-         "--cache-experts", std::to_string(experts), "--policy", policy},
-        dir_.Sub("cached-" + tag + ".log"), CachedBinary()));
+    std::vector<std::string> args = {"--model",         model_dir(),
+                                     "--listen",        cache_sock_,
+                                     "--metrics-addr",  "",
+                                     "--cache-experts", std::to_string(experts),
+                                     "--policy",        policy};
+    if (GetParam() == "mxfp4_native") {
+      args.push_back("--expert-format");
+      args.push_back("mxfp4");
+    }
+    ASSERT_TRUE(
+        daemon.Spawn(args, dir_.Sub("cached-" + tag + ".log"), CachedBinary()));
     ASSERT_TRUE(daemon.WaitServing(cache_sock_)) << daemon.Log();
     WorkerProcess worker;
     ASSERT_TRUE(worker.Spawn(
@@ -120,7 +128,7 @@ TEST_P(GptOssE2eTest, ServedTokensMatchTheFloat64ReferenceForEveryCache) {
   ASSERT_EQ(want.size(), static_cast<size_t>(kNew));
   // q8 rounds the activations of each product (forward_reference_test's
   // kQ8Tolerance); bf16 experts are exact.
-  const double tolerance = GetParam() ? 8e-2 : 2e-2;
+  const double tolerance = GetParam() != "bf16" ? 8e-2 : 2e-2;
 
   // 4 MoE layers x 8 experts.
   std::vector<int32_t> first_tokens;
@@ -138,8 +146,7 @@ TEST_P(GptOssE2eTest, ServedTokensMatchTheFloat64ReferenceForEveryCache) {
       max_diff = std::max(max_diff, std::abs(logprobs[i] - want_lp[i]));
     }
     std::printf("[gpt_oss %s %s %d] max |logprob - reference| = %.3g\n",
-                GetParam() ? "mxfp4" : "bf16", policy.c_str(), experts,
-                max_diff);
+                GetParam().c_str(), policy.c_str(), experts, max_diff);
     EXPECT_LE(max_diff, tolerance);
     EXPECT_EQ(stats["capacity_experts"], experts) << stats.dump();
     EXPECT_LE(stats["resident_experts"].get<int>(), std::min(experts, 32));
@@ -153,10 +160,9 @@ TEST_P(GptOssE2eTest, ServedTokensMatchTheFloat64ReferenceForEveryCache) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, GptOssE2eTest, ::testing::Bool(),
-                         [](const auto& info) {
-                           return info.param ? "mxfp4" : "bf16";
-                         });
+INSTANTIATE_TEST_SUITE_P(Formats, GptOssE2eTest,
+                         ::testing::Values("bf16", "mxfp4", "mxfp4_native"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace moe::worker
