@@ -28,9 +28,17 @@ TEST(CheckSlotTensorTest, LearnsEveryFormatWhoseSizeFitsTheShape) {
 TEST(CheckBackendRunsFormatTest, RefusesOnlyAFormatWithoutKernels) {
   BackendInfo cpu;
   cpu.name = "cpu";
-  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8, DType::kQ4,
+                 DType::kMxfp4}) {
     EXPECT_TRUE(CheckBackendRunsFormat(cpu, d).ok()) << DTypeName(d);
   }
+  // MXFP4 kernels are CPU-only: a device worker refuses a daemon holding it.
+  BackendInfo gpu;
+  gpu.name = "cuda";
+  gpu.is_device = true;
+  EXPECT_TRUE(CheckBackendRunsFormat(gpu, DType::kQ8).ok());
+  EXPECT_EQ(CheckBackendRunsFormat(gpu, DType::kMxfp4).code(),
+            absl::StatusCode::kFailedPrecondition);
   auto cpu_backend = CreateBackend("cpu");
   ASSERT_TRUE(cpu_backend.ok());
   EXPECT_TRUE((*cpu_backend)->Info().supports_q8);
