@@ -7,7 +7,7 @@
 //    device memory from Alloc() for a device backend. Scalars are by value.
 //  * Activations are f32, row-major. Weights are f32, f16 or bf16 (DType),
 //    row-major in the Hugging Face layout; accumulation is always f32.
-//    MatMul and ExpertFfn also take the block formats kQ8 and kQ4
+//    MatMul and ExpertFfn also take the block formats kQ8, kQ4 and kMxfp4
 //    (common/quant.h), read directly (dequantized on the fly); their rows
 //    must be whole blocks. A backend without kernels for them returns
 //    UNIMPLEMENTED.
@@ -67,6 +67,8 @@ struct BackendInfo {
   // backend cannot run.
   bool supports_q8 = true;
   bool supports_q4 = true;
+  // And kMxfp4 (the CPU since gpt_oss; CUDA since module ABI v6).
+  bool supports_mxfp4 = true;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
   int threads = 1;                  // CPU worker threads (1 on a device)

@@ -18,6 +18,7 @@ static_assert(static_cast<int>(DType::kF16) == MOE_CUDA_DTYPE_F16);
 static_assert(static_cast<int>(DType::kBF16) == MOE_CUDA_DTYPE_BF16);
 static_assert(static_cast<int>(DType::kQ8) == MOE_CUDA_DTYPE_Q8);
 static_assert(static_cast<int>(DType::kQ4) == MOE_CUDA_DTYPE_Q4);
+static_assert(static_cast<int>(DType::kMxfp4) == MOE_CUDA_DTYPE_MXFP4);
 
 namespace {
 

@@ -178,7 +178,8 @@ int MatMulOnStream(const float* x, const void* w, int w_dtype,
   if (k > INT32_MAX || n > INT32_MAX || m > INT32_MAX) {
     return ModuleCode(MOE_CUDA_ERR_BAD_ARGUMENT);
   }
-  if (w_dtype == MOE_CUDA_DTYPE_Q8 || w_dtype == MOE_CUDA_DTYPE_Q4) {
+  if (w_dtype == MOE_CUDA_DTYPE_Q8 || w_dtype == MOE_CUDA_DTYPE_Q4 ||
+      w_dtype == MOE_CUDA_DTYPE_MXFP4) {
     return QuantMatMulOnStream(x, w, w_dtype, bias, y, m, n, k, stream);
   }
   if (m <= kGemvMaxRows) {

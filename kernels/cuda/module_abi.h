@@ -43,6 +43,7 @@ extern "C" {
 // (activations rounded to 8 bits per 32, as the CPU kernels do).
 #define MOE_CUDA_DTYPE_Q8 13
 #define MOE_CUDA_DTYPE_Q4 14
+#define MOE_CUDA_DTYPE_MXFP4 17  // ABI v6
 
 // memcpy kinds. Host<->device copies return when the data has arrived.
 #define MOE_CUDA_COPY_H2D 0

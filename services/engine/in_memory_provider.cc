@@ -17,10 +17,10 @@ InMemoryExpertProvider::Create(const MoeModel& model,
   Backend& be = model.backend();
   const bool device = be.Info().is_device;
   const DType held = format.value_or(DefaultHeldFormat(d.expert_dtype()));
-  if (held == DType::kMxfp4 && be.Info().is_device) {
+  if (held == DType::kMxfp4 && !be.Info().supports_mxfp4) {
     return absl::UnimplementedError(absl::StrCat(
         "the ", be.Info().name, " backend has no mxfp4 kernels; hold the experts as q8 "
-        "(exact for MXFP4 checkpoints) or use the CPU backend"));
+        "(exact for MXFP4 checkpoints)"));
   }
   for (int l = 0; l < c.num_moe_layers(); ++l) {
     for (int e = 0; e < c.num_experts; ++e) {

@@ -59,8 +59,7 @@ absl::Status CheckBackendRunsFormat(const BackendInfo& backend, DType format) {
   const bool runs = IsFloatDType(format) ||
                     (format == DType::kQ8 && backend.supports_q8) ||
                     (format == DType::kQ4 && backend.supports_q4) ||
-                    // MXFP4 kernels exist on the CPU backend only (so far).
-                    (format == DType::kMxfp4 && !backend.is_device);
+                    (format == DType::kMxfp4 && backend.supports_mxfp4);
   if (runs) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "moe-cached holds the experts as ", ExpertFormatName(format), " but this worker's ",

@@ -5,6 +5,7 @@
 // Skips, with the reason, when there is no usable device.
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,13 @@ struct GreedyRun {
   std::vector<float> logprobs;
 };
 
-GreedyRun Greedy(const std::string& dir, Backend* backend) {
+GreedyRun Greedy(const std::string& dir, Backend* backend,
+                 std::optional<DType> held = std::nullopt) {
   GreedyRun out;
   auto model = MoeModel::Load(dir, backend);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return out;
-  auto experts = InMemoryExpertProvider::Create(**model);
+  auto experts = InMemoryExpertProvider::Create(**model, held);
   EXPECT_TRUE(experts.ok()) << experts.status();
   if (!experts.ok()) return out;
   GenerateOptions o;
@@ -61,12 +63,17 @@ TEST(GptOssCudaForwardTest, CudaGivesTheCpuTokens) {
     const std::string dir = absl::StrCat(::testing::TempDir(), "/cuda_gpt_oss_",
                                          mxfp4 ? "mxfp4" : "bf16");
     ASSERT_TRUE(MakeModel(o, dir).ok());
-    const GreedyRun want = Greedy(dir, cpu->get());
-    const GreedyRun got = Greedy(dir, cuda->get());
-    EXPECT_EQ(got.tokens, want.tokens);
-    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
-    for (size_t i = 0; i < got.logprobs.size(); ++i) {
-      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 2e-2) << i;
+    // MXFP4: held as q8 (the default) and natively as mxfp4.
+    for (std::optional<DType> held :
+         {std::optional<DType>(), mxfp4 ? std::optional<DType>(DType::kMxfp4)
+                                        : std::optional<DType>()}) {
+      const GreedyRun want = Greedy(dir, cpu->get(), held);
+      const GreedyRun got = Greedy(dir, cuda->get(), held);
+      EXPECT_EQ(got.tokens, want.tokens);
+      ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+      for (size_t i = 0; i < got.logprobs.size(); ++i) {
+        EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 2e-2) << i;
+      }
     }
   }
 }

@@ -286,6 +286,82 @@ TEST_P(GptOssOpsTest, BiasedRouterIsSoftmaxOverTheTopKLogits) {
   EXPECT_LE(MaxAbsDiff(Download(wts, want_w.size()), want_w), 1e-6);
 }
 
+// Native mxfp4 weights on every backend (CUDA: the decode GEMV for m <= 8,
+// the tiled GEMM above): the product of the dequantized weights and the
+// 8-bit activations of RoundActivations, and an expert on them.
+TEST_P(GptOssOpsTest, Mxfp4MatMulMatchesTheDequantizedProduct) {
+  const int64_t n = 70, k = 96;
+  std::vector<float> w = RandomVec(n * k, 51, -1.0f, 1.0f);
+  for (int64_t i = 0; i < n * k; i += 5) w[i] *= 8.0f;
+  std::vector<uint8_t> mx(
+      static_cast<size_t>(WeightBytes(DType::kMxfp4, n, k)));
+  const int64_t rb = WeightBytes(DType::kMxfp4, 1, k);
+  for (int64_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(
+        QuantizeRow(w.data() + r * k, k, DType::kMxfp4, mx.data() + r * rb)
+            .ok());
+  }
+  std::vector<float> deq(n * k);
+  for (int64_t i = 0; i < n * k; ++i)
+    deq[i] = DequantizeElement(mx.data(), DType::kMxfp4, i);
+  const uint8_t* dw = Upload(mx);
+  for (int64_t m : {3, 20}) {
+    std::vector<float> x = RandomVec(m * k, 52 + m), bias = RandomVec(n, 53);
+    float* y = Upload(std::vector<float>(m * n, NAN));
+    ASSERT_TRUE(
+        backend_->MatMul(Upload(x), dw, DType::kMxfp4, Upload(bias), y, m, n, k)
+            .ok());
+    std::vector<float> xr = RoundActivations(x.data(), m, k);
+    std::vector<double> want(m * n);
+    double scale = 1.0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = bias[j];
+        for (int64_t c = 0; c < k; ++c)
+          acc += double(xr[i * k + c]) * deq[j * k + c];
+        want[i * n + j] = acc;
+        scale = std::max(scale, std::fabs(acc));
+      }
+    }
+    EXPECT_LE(MaxAbsDiff(Download(y, m * n), want), 2e-6 * scale) << "m " << m;
+  }
+  // An expert of square mxfp4 weights (hidden = inter = 96, rows n' = 96).
+  const int64_t h = 96;
+  std::vector<uint8_t> sq(
+      static_cast<size_t>(WeightBytes(DType::kMxfp4, h, h)));
+  std::vector<float> ws = RandomVec(h * h, 54, -0.3f, 0.3f);
+  for (int64_t r = 0; r < h; ++r) {
+    ASSERT_TRUE(
+        QuantizeRow(ws.data() + r * h, h, DType::kMxfp4, sq.data() + r * rb)
+            .ok());
+  }
+  const uint8_t* dsq = Upload(sq);
+  auto x = RandomVec(2 * h, 55), gb = RandomVec(h, 56), ub = RandomVec(h, 57),
+       db = RandomVec(h, 58);
+  float* out = Upload(std::vector<float>(2 * h, 0.0f));
+  ASSERT_TRUE(backend_
+                  ->BiasedExpertFfn(Upload(x), nullptr, nullptr, dsq, dsq, dsq,
+                                    DType::kMxfp4, Upload(gb), Upload(ub),
+                                    Upload(db), ClampedSwiglu{}, out, 2, 2, h,
+                                    h)
+                  .ok());
+  std::vector<float> got = Download(out, 2 * h);
+  for (float v : got) ASSERT_TRUE(std::isfinite(v));
+  if (GetParam() == "cuda") {  // the CPU's numbers, up to the order of sums
+    auto cpu = CreateBackend("cpu");
+    ASSERT_TRUE(cpu.ok());
+    std::vector<float> ref(2 * h, 0.0f);
+    ASSERT_TRUE((*cpu)
+                    ->BiasedExpertFfn(x.data(), nullptr, nullptr, sq.data(),
+                                      sq.data(), sq.data(), DType::kMxfp4,
+                                      gb.data(), ub.data(), db.data(),
+                                      ClampedSwiglu{}, ref.data(), 2, 2, h, h)
+                    .ok());
+    std::vector<double> refd(ref.begin(), ref.end());
+    EXPECT_LE(MaxAbsDiff(got, refd), 1e-3);
+  }
+}
+
 TEST_P(GptOssOpsTest, RerunIsBitIdentical) {
   AttentionShape s{7, 4, 2, 16, 8, 1};
   auto q = Upload(RandomVec(7 * 4 * 16, 31));

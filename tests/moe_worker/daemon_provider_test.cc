@@ -32,10 +32,11 @@ TEST(CheckBackendRunsFormatTest, RefusesOnlyAFormatWithoutKernels) {
                  DType::kMxfp4}) {
     EXPECT_TRUE(CheckBackendRunsFormat(cpu, d).ok()) << DTypeName(d);
   }
-  // MXFP4 kernels are CPU-only: a device worker refuses a daemon holding it.
+  // A backend without mxfp4 kernels refuses a daemon holding it.
   BackendInfo gpu;
   gpu.name = "cuda";
   gpu.is_device = true;
+  gpu.supports_mxfp4 = false;
   EXPECT_TRUE(CheckBackendRunsFormat(gpu, DType::kQ8).ok());
   EXPECT_EQ(CheckBackendRunsFormat(gpu, DType::kMxfp4).code(),
             absl::StatusCode::kFailedPrecondition);
