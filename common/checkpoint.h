@@ -49,8 +49,18 @@ struct TensorView {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
-  // Set by ModelDescription for F8_E4M3 weights; nbytes excludes them.
+  // Set by ModelDescription for F8_E4M3 weights (and the E8M0 scales of
+  // kMxfp4 ones: U8, block 1 x 32); nbytes excludes them.
   BlockScales scales;
+  // Element strides of a view into a larger tensor (GPT-OSS's fused experts,
+  // ModelDescription::Expert): element (r, c) of a 2-D view (or i of a 1-D
+  // one, with row_stride 0) is at r * row_stride + c * col_stride. Both 0:
+  // dense row-major. kMxfp4 views have col_stride 0 or 1 (whole blocks per
+  // row) and their scale rows step by row_stride / 32. Only ConvertWeightView
+  // and ConvertVectorView (common/fp8.h, common/mxfp4.h) read strided views.
+  int64_t row_stride = 0;
+  int64_t col_stride = 0;
+  bool strided() const { return row_stride != 0 || col_stride != 0; }
 
   int64_t numel() const;
 };

@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 17> kDTypes = {{
+constexpr std::array<DTypeEntry, 18> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -35,6 +35,7 @@ constexpr std::array<DTypeEntry, 17> kDTypes = {{
     {DType::kQ4, "Q4", 0},
     {DType::kF8E4M3, "F8_E4M3", 1},
     {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kMxfp4, "MXFP4", 0},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -62,6 +63,8 @@ int64_t QuantGroupSize(DType dtype) {
       return 32;
     case DType::kQ4:
       return 64;
+    case DType::kMxfp4:
+      return 32;
     default:
       return 1;
   }
@@ -73,6 +76,8 @@ int64_t QuantBlockBytes(DType dtype) {
       return 2 + 32;
     case DType::kQ4:
       return 2 + 2 + 32;
+    case DType::kMxfp4:
+      return 1 + 16;
     default:
       return static_cast<int64_t>(DTypeSize(dtype));
   }
@@ -85,7 +90,7 @@ int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols) {
 }
 
 absl::StatusOr<DType> ParseWeightDType(absl::string_view name) {
-  for (DType q : {DType::kQ8, DType::kQ4}) {
+  for (DType q : {DType::kQ8, DType::kQ4, DType::kMxfp4}) {
     if (DTypeName(q) == name) return q;
   }
   return ParseDType(name);

@@ -42,6 +42,12 @@ enum class DType : int32_t {
   // to be refused with a clear message.
   kF8E4M3 = 15,
   kF8E5M2 = 16,
+  // OCP MXFP4 (common/mxfp4.h): per 32 weights of a row one E8M0 scale
+  // byte and 16 bytes of FP4 E2M1 pairs. As a held format (a block format
+  // like kQ8: 17-byte blocks, scale first) and as the dtype of a view of a
+  // GPT-OSS checkpoint's `_blocks` + `_scales` (scales then in
+  // TensorView::scales). Never a safetensors dtype.
+  kMxfp4 = 17,
 };
 
 // Bytes per element (BOOL and the F8 types are one byte); 0 for the block
@@ -49,9 +55,9 @@ enum class DType : int32_t {
 // whose sizes come from WeightBytes.
 size_t DTypeSize(DType dtype);
 
-// True for kQ8 and kQ4.
+// True for the block formats kernels read: kQ8, kQ4, kMxfp4.
 inline bool IsQuantDType(DType dtype) {
-  return dtype == DType::kQ8 || dtype == DType::kQ4;
+  return dtype == DType::kQ8 || dtype == DType::kQ4 || dtype == DType::kMxfp4;
 }
 // Weights per block (1 for plain dtypes) and bytes per block.
 int64_t QuantGroupSize(DType dtype);

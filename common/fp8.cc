@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mxfp4.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -226,6 +227,8 @@ absl::Status ConvertWeightView(const TensorView& view, DType to, void* dst) {
   if (view.shape.size() != 2) {
     return absl::InvalidArgumentError("ConvertWeightView: not a 2-D weight");
   }
+  if (view.dtype == DType::kMxfp4) return ConvertMxfp4View(view, to, dst);
+  if (view.strided()) return ConvertStridedView(view, to, dst);
   const int64_t rows = view.shape[0], cols = view.shape[1];
   if (view.dtype != DType::kF8E4M3) {
     return ConvertWeights(view.data, view.dtype, rows, cols, to, dst);
@@ -254,7 +257,8 @@ absl::Status ConvertWeightView(const TensorView& view, DType to, void* dst) {
 }
 
 DType DefaultHeldFormat(DType stored) {
-  return stored == DType::kF8E4M3 ? DType::kQ8 : stored;
+  return stored == DType::kF8E4M3 || stored == DType::kMxfp4 ? DType::kQ8
+                                                              : stored;
 }
 
 void QuantizeFp8Blocks(const float* w, int64_t rows, int64_t cols,

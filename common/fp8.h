@@ -68,13 +68,15 @@ absl::Status ResolveWeightDType(const Checkpoint& ckpt, const std::string& name,
 // INVALID_ARGUMENT for a NaN code. REQUIRES: view.scales is set.
 absl::Status DequantizeFp8Row(const TensorView& view, int64_t row, float* dst);
 
-// Converts a 2-D weight view (F32/F16/BF16, or F8_E4M3 with its scales) to
+// Converts a 2-D weight view (F32/F16/BF16, or F8_E4M3 with its scales, or
+// MXFP4, or a strided view: common/mxfp4.h) to
 // `to` (a float dtype or a block format) at dst, which holds
 // WeightBytes(to, rows, cols) bytes. INVALID_ARGUMENT as ConvertWeights.
 absl::Status ConvertWeightView(const TensorView& view, DType to, void* dst);
 
 // The format routed experts are held in when no --expert-format is given:
-// kQ8 for F8_E4M3 checkpoints (no kernel reads F8), else as stored.
+// kQ8 for F8_E4M3 and MXFP4 checkpoints (no kernel reads them; q8 holds
+// MXFP4 exactly), else as stored.
 DType DefaultHeldFormat(DType stored);
 
 // Quantizes a [rows, cols] float matrix as the published checkpoints do:

@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/config_reader.h"
 #include "common/file_util.h"
+#include "common/gpt_oss_config.h"
 #include "common/fp8.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -53,97 +55,16 @@ FamilyDefaults DefaultsFor(ModelFamily family) {
     case ModelFamily::kDeepseekV3:
       return {129280, 7168, 18432, 61, 128, 0, 4096, 1e-6,
               1e4,    256,  8,     2048, 0, 0, {}, {1}};
+    // configuration_gpt_oss.py (bos/eos/pad default to None).
+    case ModelFamily::kGptOss:
+      return {201088,   2880, 2880, 36, 64, 8,  131072, 1e-5,
+              150000.0, 128,  4,    0,  0,  {}, {},     {}};
   }
   MOE_CHECK(false) << "unreachable";
   return {};
 }
 
-// Reads typed fields; a missing or null field gives the default. The first
-// type error is kept in status() and later reads are no-ops.
-class FieldReader {
- public:
-  explicit FieldReader(const json& j) : j_(j) {}
-  const absl::Status& status() const { return status_; }
-
-  const json* Find(const char* key) const {
-    auto it = j_.find(key);
-    return (it == j_.end() || it->is_null()) ? nullptr : &*it;
-  }
-  bool Has(const char* key) const { return Find(key) != nullptr; }
-
-  int64_t Int(const char* key, int64_t def) {
-    const json* v = Find(key);
-    if (v == nullptr || !status_.ok()) return def;
-    return ToInt(key, *v, def);
-  }
-  // Token ids: missing gives `def`, an explicit null gives none (as
-  // transformers, where null overrides the default).
-  std::optional<int64_t> OptInt(const char* key, std::optional<int64_t> def) {
-    if (IsExplicitNull(key)) return std::nullopt;
-    if (!Has(key)) return def;
-    return Int(key, 0);
-  }
-  bool IsExplicitNull(const char* key) const {
-    auto it = j_.find(key);
-    return it != j_.end() && it->is_null();
-  }
-  double Double(const char* key, double def) {
-    const json* v = Find(key);
-    if (v == nullptr || !status_.ok()) return def;
-    if (!v->is_number()) return Fail(key, "must be a number", def);
-    return v->get<double>();
-  }
-  bool Bool(const char* key, bool def) {
-    const json* v = Find(key);
-    if (v == nullptr || !status_.ok()) return def;
-    if (!v->is_boolean()) return Fail(key, "must be true or false", def);
-    return v->get<bool>();
-  }
-  std::string String(const char* key, std::string def) {
-    const json* v = Find(key);
-    if (v == nullptr || !status_.ok()) return def;
-    if (!v->is_string()) return Fail(key, "must be a string", def);
-    return v->get<std::string>();
-  }
-  // An int or a list of ints (eos_token_id); `null` or missing gives `def`.
-  std::vector<int64_t> IntOrList(const char* key, std::vector<int64_t> def) {
-    if (IsExplicitNull(key)) return {};
-    const json* v = Find(key);
-    if (v == nullptr || !status_.ok()) return def;
-    if (!v->is_array()) return {ToInt(key, *v, 0)};
-    std::vector<int64_t> out;
-    for (const json& e : *v) out.push_back(ToInt(key, e, 0));
-    return out;
-  }
-  std::vector<int64_t> IntList(const char* key) {
-    const json* v = Find(key);
-    if (v == nullptr || !status_.ok()) return {};
-    if (!v->is_array())
-      return Fail(key, "must be a list of integers", std::vector<int64_t>{});
-    return IntOrList(key, {});
-  }
-  void Fail(const std::string& message) {
-    if (status_.ok()) status_ = absl::InvalidArgumentError(message);
-  }
-
- private:
-  template <typename T>
-  T Fail(const char* key, const char* what, T def) {
-    Fail(absl::StrCat(key, " ", what));
-    return def;
-  }
-  int64_t ToInt(const char* key, const json& v, int64_t def) {
-    if (v.is_number_integer() &&
-        !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)) {
-      return v.get<int64_t>();
-    }
-    return Fail(key, absl::StrCat("must be an integer, got ", v.dump()).c_str(),
-                def);
-  }
-
-  const json& j_;
-  absl::Status status_;
-};
+using config_internal::FieldReader;
 
 void ReadRope(FieldReader& r, const json& j, double def_theta, ModelConfig* c) {
   c->rope_theta = def_theta;
@@ -293,6 +214,9 @@ void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
     case ModelFamily::kDeepseekV3:
       ReadDeepseekFields(r, d, c);
       break;
+    case ModelFamily::kGptOss:
+      config_internal::ReadGptOssFields(r, c);
+      break;
   }
 }
 
@@ -319,7 +243,8 @@ absl::Status CheckTokenId(const char* name, int64_t id, int64_t vocab) {
 }
 
 bool UsesDenseIntermediate(const ModelConfig& c) {
-  if (c.family == ModelFamily::kMixtral || c.family == ModelFamily::kOlmoe)
+  if (c.family == ModelFamily::kMixtral || c.family == ModelFamily::kOlmoe ||
+      c.family == ModelFamily::kGptOss)
     return true;
   for (bool moe : c.moe_layer) {
     if (!moe) return true;
@@ -343,6 +268,8 @@ absl::string_view ModelFamilyName(ModelFamily family) {
       return "deepseek_v2";
     case ModelFamily::kDeepseekV3:
       return "deepseek_v3";
+    case ModelFamily::kGptOss:
+      return "gpt_oss";
   }
   return "?";
 }
@@ -361,6 +288,8 @@ absl::string_view ModelFamilyArchitecture(ModelFamily family) {
       return "DeepseekV2ForCausalLM";
     case ModelFamily::kDeepseekV3:
       return "DeepseekV3ForCausalLM";
+    case ModelFamily::kGptOss:
+      return "GptOssForCausalLM";
   }
   return "?";
 }
@@ -369,13 +298,13 @@ absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view model_type) {
   for (ModelFamily f :
        {ModelFamily::kMixtral, ModelFamily::kQwen2Moe, ModelFamily::kQwen3Moe,
         ModelFamily::kOlmoe, ModelFamily::kDeepseekV2,
-        ModelFamily::kDeepseekV3}) {
+        ModelFamily::kDeepseekV3, ModelFamily::kGptOss}) {
     if (ModelFamilyName(f) == model_type) return f;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unsupported model_type '", std::string(model_type),
       "' (supported: mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
-      "deepseek_v3)"));
+      "deepseek_v3, gpt_oss)"));
 }
 
 int ModelConfig::MoeLayerIndex(int layer) const {
@@ -426,7 +355,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
   // DeepSeek's head sizes are qk_nope/qk_rope/v_head_dim instead.
   bool derived_head_dim =
       (!r.Has("head_dim") || c.family == ModelFamily::kOlmoe) &&
-      !c.is_deepseek();
+      !c.is_deepseek() && !c.is_gpt_oss();
   if (derived_head_dim && c.num_attention_heads > 0 &&
       c.hidden_size % c.num_attention_heads != 0) {
     r.Fail(absl::StrCat("hidden_size (", c.hidden_size,
@@ -451,7 +380,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
   ReadRope(r, j, d.rope_theta, &c);
   ReadFamilyFields(r, d, &c);
   RETURN_IF_ERROR(r.status());
-  ASSIGN_OR_RETURN(c.fp8, ParseQuantizationConfig(j));
+  if (!c.is_gpt_oss()) {  // gpt_oss reads its own ("mxfp4")
+    ASSIGN_OR_RETURN(c.fp8, ParseQuantizationConfig(j));
+  }
   RETURN_IF_ERROR(ValidateModelConfig(&c));
   return c;
 }
@@ -652,6 +583,9 @@ absl::Status CheckMlpAndTokens(const ModelConfig& c) {
 absl::Status ValidateModelConfig(ModelConfig* config) {
   RETURN_IF_ERROR(CheckSizes(*config));
   if (config->is_deepseek()) RETURN_IF_ERROR(CheckDeepseek(*config));
+  if (config->is_gpt_oss()) {
+    RETURN_IF_ERROR(config_internal::CheckGptOss(*config));
+  }
   RETURN_IF_ERROR(AssignMoeLayers(*config));
   return CheckMlpAndTokens(*config);
 }
@@ -764,6 +698,9 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     case ModelFamily::kDeepseekV2:
     case ModelFamily::kDeepseekV3:
       DeepseekFieldsToJson(c, j);
+      break;
+    case ModelFamily::kGptOss:
+      config_internal::GptOssFieldsToJson(c, j);
       break;
   }
   j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);

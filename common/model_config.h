@@ -1,6 +1,6 @@
 // `config.json` of a Hugging Face MoE checkpoint, for the families we serve:
-// mixtral, qwen2_moe (Qwen1.5-MoE), qwen3_moe, olmoe, deepseek_v2 and
-// deepseek_v3.
+// mixtral, qwen2_moe (Qwen1.5-MoE), qwen3_moe, olmoe, deepseek_v2,
+// deepseek_v3 and gpt_oss.
 //
 // Field names and defaults follow transformers' configuration_<family>.py:
 // a field missing from config.json (or null) takes that family's default.
@@ -28,11 +28,12 @@ enum class ModelFamily {
   kQwen3Moe,
   kOlmoe,
   kDeepseekV2,
-  kDeepseekV3
+  kDeepseekV3,
+  kGptOss
 };
 
 // The Hugging Face `model_type`: "mixtral", "qwen2_moe", "qwen3_moe",
-// "olmoe", "deepseek_v2", "deepseek_v3".
+// "olmoe", "deepseek_v2", "deepseek_v3", "gpt_oss".
 absl::string_view ModelFamilyName(ModelFamily family);
 // Inverse of ModelFamilyName; INVALID_ARGUMENT naming an unknown type.
 absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view model_type);
@@ -65,6 +66,25 @@ struct YarnConfig {
   double beta_slow = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  // transformers' _compute_yarn_parameters: floor/ceil the correction range
+  // (DeepSeek's code always does; gpt_oss's configs say false).
+  bool truncate = true;
+};
+
+// gpt_oss only (configuration_gpt_oss.py; common/gpt_oss_config.cc).
+struct GptOssFields {
+  // layer_types: true for "sliding_attention" (attends to the last
+  // sliding_window positions), false for "full_attention". Default:
+  // sliding on even layers, full on odd ones.
+  std::vector<bool> sliding_layers;
+  double swiglu_limit = 7.0;
+  double swiglu_alpha = 1.702;
+  int64_t initial_context_length = 4096;
+  // quantization_config {"quant_method": "mxfp4"}: the routed experts are
+  // stored as `*_blocks` + `*_scales` (common/mxfp4.h).
+  bool mxfp4 = false;
+  // quantization_config.modules_to_not_convert, kept to write it back.
+  std::vector<std::string> modules_to_not_convert;
 };
 
 // How a DeepSeek router scores experts and picks its top-k.
@@ -106,7 +126,9 @@ struct ModelConfig {
   // rope_scaling / rope_parameters type other than "default"; empty if none.
   std::string rope_scaling_type;
   int64_t max_position_embeddings = 0;
-  int64_t sliding_window = 0;  // 0 = full attention
+  // 0 = full attention. gpt_oss: the window of its sliding layers only
+  // (gpt_oss.sliding_layers); other families: every layer (refused at load).
+  int64_t sliding_window = 0;
   bool tie_word_embeddings = false;
 
   bool qkv_bias = false;  // q/k/v projections have a bias
@@ -143,9 +165,22 @@ struct ModelConfig {
   int64_t first_k_dense_replace = 0;
   int64_t moe_layer_freq = 1;
 
+  GptOssFields gpt_oss;  // family gpt_oss only
+
   bool is_deepseek() const {
     return family == ModelFamily::kDeepseekV2 ||
            family == ModelFamily::kDeepseekV3;
+  }
+  bool is_gpt_oss() const { return family == ModelFamily::kGptOss; }
+  // gpt_oss: learned attention sinks, biased clamped-SwiGLU experts whose
+  // biases travel with them, a biased router (softmax over the top-k).
+  bool has_expert_biases() const { return is_gpt_oss(); }
+  // Whether decoder layer `layer` attends to the last sliding_window
+  // positions only (gpt_oss's sliding layers).
+  bool IsSlidingLayer(int layer) const {
+    return is_gpt_oss() && layer >= 0 &&
+           layer < static_cast<int>(gpt_oss.sliding_layers.size()) &&
+           gpt_oss.sliding_layers[layer];
   }
   // Multi-head latent attention (a latent KV cache) instead of q/k/v.
   bool is_mla() const { return is_deepseek(); }

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/fp8.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace moe {
@@ -43,6 +44,39 @@ class SpecBuilder {
   void Add(std::string name, TensorRole role, int layer, int expert,
            std::vector<int64_t> shape) {
     specs_.push_back({std::move(name), role, layer, expert, std::move(shape)});
+  }
+  void AddFused(std::string name, TensorRole role, int layer,
+                std::vector<int64_t> shape, DType dtype = DType::kF32) {
+    Add(std::move(name), role, layer, -1, std::move(shape));
+    specs_.back().fused = true;
+    specs_.back().dtype = dtype;
+  }
+
+  // gpt_oss: router with bias, the fused experts (model_desc.h).
+  void AddGptOssMoe(int i) {
+    const int64_t h = c_.hidden_size, e = c_.num_experts,
+                  inter = c_.moe_intermediate_size;
+    const std::string m = absl::StrCat(Layer(i), "mlp.");
+    Add(m + "router.weight", TensorRole::kRouter, i, -1, {e, h});
+    Add(m + "router.bias", TensorRole::kRouterBias, i, -1, {e});
+    const std::string x = m + "experts.";
+    if (c_.gpt_oss.mxfp4) {
+      AddFused(x + "gate_up_proj_blocks", TensorRole::kExpertGate, i,
+               {e, 2 * inter, h / 32, 16}, DType::kU8);
+      AddFused(x + "gate_up_proj_scales", TensorRole::kExpertGate, i,
+               {e, 2 * inter, h / 32}, DType::kU8);
+      AddFused(x + "down_proj_blocks", TensorRole::kExpertDown, i,
+               {e, h, inter / 32, 16}, DType::kU8);
+      AddFused(x + "down_proj_scales", TensorRole::kExpertDown, i,
+               {e, h, inter / 32}, DType::kU8);
+    } else {
+      AddFused(x + "gate_up_proj", TensorRole::kExpertGate, i,
+               {e, h, 2 * inter});
+      AddFused(x + "down_proj", TensorRole::kExpertDown, i, {e, inter, h});
+    }
+    AddFused(x + "gate_up_proj_bias", TensorRole::kExpertGateBias, i,
+             {e, 2 * inter});
+    AddFused(x + "down_proj_bias", TensorRole::kExpertDownBias, i, {e, h});
   }
 
   // gate/up/down projections under `prefix`; `gate_role` is followed by its
@@ -108,6 +142,9 @@ class SpecBuilder {
       Add(a + "v_proj.bias", TensorRole::kVBias, i, -1, {kv});
     }
     if (c_.o_bias) Add(a + "o_proj.bias", TensorRole::kOBias, i, -1, {h});
+    if (c_.is_gpt_oss()) {
+      Add(a + "sinks", TensorRole::kSinks, i, -1, {c_.num_attention_heads});
+    }
     if (c_.qk_norm == QkNorm::kPerHead) {
       Add(a + "q_norm.weight", TensorRole::kQNorm, i, -1, {c_.head_dim});
       Add(a + "k_norm.weight", TensorRole::kKNorm, i, -1, {c_.head_dim});
@@ -120,6 +157,7 @@ class SpecBuilder {
   void AddMoe(int i) {
     const int64_t h = c_.hidden_size, e = c_.num_experts,
                   inter = c_.moe_intermediate_size;
+    if (c_.is_gpt_oss()) return AddGptOssMoe(i);
     if (c_.family == ModelFamily::kMixtral) {
       const std::string m = absl::StrCat(Layer(i), "block_sparse_moe.");
       Add(m + "gate.weight", TensorRole::kRouter, i, -1, {e, h});
@@ -200,15 +238,43 @@ absl::string_view TensorRoleName(TensorRole role) {
                                                  "kv_a_proj_with_mqa",
                                                  "kv_a_layernorm",
                                                  "kv_b_proj",
-                                                 "e_score_correction_bias"};
+                                                 "e_score_correction_bias",
+                                                 "sinks",
+                                                 "router_bias",
+                                                 "expert_gate_bias",
+                                                 "expert_up_bias",
+                                                 "expert_down_bias"};
   static_assert(std::size(kNames) ==
-                static_cast<size_t>(TensorRole::kScoreBias) + 1);
+                static_cast<size_t>(TensorRole::kExpertDownBias) + 1);
   return kNames[static_cast<size_t>(role)];
 }
 
 bool IsExpertRole(TensorRole role) {
   return role == TensorRole::kExpertGate || role == TensorRole::kExpertUp ||
-         role == TensorRole::kExpertDown;
+         role == TensorRole::kExpertDown ||
+         role == TensorRole::kExpertGateBias ||
+         role == TensorRole::kExpertUpBias ||
+         role == TensorRole::kExpertDownBias;
+}
+
+int ExpertSlot(TensorRole role) {
+  switch (role) {
+    case TensorRole::kExpertGate:
+      return 0;
+    case TensorRole::kExpertUp:
+      return 1;
+    case TensorRole::kExpertDown:
+      return 2;
+    case TensorRole::kExpertGateBias:
+      return 3;
+    case TensorRole::kExpertUpBias:
+      return 4;
+    case TensorRole::kExpertDownBias:
+      return 5;
+    default:
+      MOE_CHECK(false) << "not an expert role: " << TensorRoleName(role);
+      return 0;
+  }
 }
 
 std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config) {
@@ -222,11 +288,14 @@ uint64_t ExpectedTensorCount(const ModelConfig& c) {
   if (c.qk_norm != QkNorm::kNone) per_layer += 2;
   // MLA: two norms, q (1 or 3), kv_a, kv_a_layernorm, kv_b, o.
   if (c.is_mla()) per_layer = (c.mla.q_lora_rank > 0 ? 9 : 7);
+  if (c.is_gpt_oss()) per_layer += 1;  // sinks
   const uint64_t moe = static_cast<uint64_t>(c.num_moe_layers());
   const uint64_t dense = static_cast<uint64_t>(c.num_hidden_layers) - moe;
   uint64_t per_moe = 1 + 3 * static_cast<uint64_t>(c.num_experts);
   if (c.has_shared_expert()) per_moe += c.has_shared_expert_gate() ? 4 : 3;
   if (c.has_score_correction_bias()) per_moe += 1;
+  // gpt_oss: router weight + bias, fused experts (2 or 4) + 2 biases.
+  if (c.is_gpt_oss()) per_moe = c.gpt_oss.mxfp4 ? 8 : 6;
   return (c.tie_word_embeddings ? 2 : 3) +
          per_layer * static_cast<uint64_t>(c.num_hidden_layers) +
          moe * per_moe + dense * 3;
@@ -272,6 +341,10 @@ absl::Status ModelDescription::Index() {
       ++missing;
       continue;
     }
+    if (spec.fused) {
+      RETURN_IF_ERROR(IndexGptOssExperts(spec));
+      continue;
+    }
     if (view->shape != spec.shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           dir, ": tensor '", spec.name, "' has shape ",
@@ -298,9 +371,8 @@ absl::Status ModelDescription::Index() {
     have_expert = true;
     expert_dtype_ = view->dtype;
     int moe = config_.MoeLayerIndex(spec.layer);
-    int k =
-        static_cast<int>(spec.role) - static_cast<int>(TensorRole::kExpertGate);
-    experts_[static_cast<size_t>(moe * num_experts + spec.expert)][k] = *view;
+    experts_[static_cast<size_t>(moe * num_experts + spec.expert)]
+            [ExpertSlot(spec.role)] = *view;
   }
   if (missing > 0) {
     return absl::InvalidArgumentError(
@@ -312,6 +384,15 @@ absl::Status ModelDescription::Index() {
   if (!experts_.empty()) {
     for (const TensorView& v : experts_[0]) {
       bytes_per_expert_ += v.nbytes + v.scales.nbytes;
+    }
+  }
+  if (config_.is_gpt_oss() && !experts_.empty()) {
+    expert_dtype_ = experts_[0][0].dtype;
+    if (experts_[0][2].dtype != expert_dtype_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, ": gpt_oss expert tensors gate_up_proj and down_proj have "
+          "dtypes ", DTypeName(expert_dtype_), " and ",
+          DTypeName(experts_[0][2].dtype), "; they must share one"));
     }
   }
   if (config_.tie_word_embeddings)
@@ -347,9 +428,13 @@ absl::StatusOr<TensorView> ModelDescription::Expert(int moe_layer, int expert,
                      ") out of range: ", config_.num_moe_layers(),
                      " MoE layers x ", config_.num_experts, " experts"));
   }
-  int k = static_cast<int>(role) - static_cast<int>(TensorRole::kExpertGate);
+  if (ExpertSlot(role) >= 3 && !config_.has_expert_biases()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ModelFamilyName(config_.family), " experts have no ",
+        TensorRoleName(role)));
+  }
   return experts_[static_cast<size_t>(moe_layer * config_.num_experts + expert)]
-                 [k];
+                 [ExpertSlot(role)];
 }
 
 uint64_t ModelDescription::total_bytes() const {

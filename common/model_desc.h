@@ -76,11 +76,37 @@ enum class TensorRole {
   kKvANorm,   // kv_a_layernorm.weight     [kv_lora_rank]
   kKvBProj,   // kv_b_proj.weight          [H*(nope+v), kv_lora_rank]
   kScoreBias,  // mlp.gate.e_score_correction_bias [experts] (noaux_tc)
+  // gpt_oss (see GptOss* below for the fused expert tensors).
+  kSinks,       // self_attn.sinks   [heads]
+  kRouterBias,  // mlp.router.bias   [experts] (the router is mlp.router.weight)
+  // Per expert, after Open (views into the fused tensors):
+  kExpertGateBias,  // [moe_inter]
+  kExpertUpBias,    // [moe_inter]
+  kExpertDownBias,  // [hidden]
 };
+
+// gpt_oss holds all experts of a layer in a few fused tensors (mlp.experts.*,
+// modeling_gpt_oss.py's GptOssExperts), gate and up interleaved:
+//   gate_up_proj [E, hidden, 2*inter] (x @ W: gate = [..., ::2], up = [..., 1::2])
+//   gate_up_proj_bias [E, 2*inter], down_proj [E, inter, hidden],
+//   down_proj_bias [E, hidden]
+// or, in MXFP4 checkpoints, instead of gate_up_proj / down_proj:
+//   gate_up_proj_blocks U8 [E, 2*inter, hidden/32, 16] + _scales U8
+//   [E, 2*inter, hidden/32]; down_proj_blocks [E, hidden, inter/32, 16] +
+//   _scales [E, hidden, inter/32] (rows are output features, common/mxfp4.h).
+// ExpectedTensors lists these with fused = true and expert -1; Open checks
+// them (shape and dtype, naming the tensor) and Expert() hands out per-expert
+// strided views in the Linear layout: gate/up [inter, hidden], down
+// [hidden, inter], and the three biases.
+
+// Index of an expert role in {gate, up, down, gate_bias, up_bias,
+// down_bias}. REQUIRES: IsExpertRole(role).
+int ExpertSlot(TensorRole role);
 
 // A short lower-case name, e.g. "expert_gate", for messages.
 absl::string_view TensorRoleName(TensorRole role);
-// True for kExpertGate, kExpertUp, kExpertDown.
+// True for kExpertGate, kExpertUp, kExpertDown and the three expert bias
+// roles (gpt_oss).
 bool IsExpertRole(TensorRole role);
 
 struct TensorSpec {
@@ -89,6 +115,11 @@ struct TensorSpec {
   int layer = -1;   // decoder layer, -1 for model-level tensors
   int expert = -1;  // expert index for expert roles, else -1
   std::vector<int64_t> shape;
+  // A gpt_oss tensor holding every expert of the layer (see above); `dtype`
+  // is required of it (U8 for MXFP4 blocks and scales) when not kF32, else
+  // any float dtype.
+  bool fused = false;
+  DType dtype = DType::kF32;
 };
 
 // Every tensor a checkpoint of `config` must hold, model-level first, then
@@ -123,16 +154,18 @@ class ModelDescription {
   absl::StatusOr<TensorView> Dense(TensorRole role, int layer = -1) const;
   bool HasDense(TensorRole role, int layer = -1) const;
 
-  // One expert weight. `moe_layer` counts MoE layers only
-  // (config().LayerOfMoeLayer maps it to a decoder layer).
-  // INVALID_ARGUMENT for out-of-range indices or a non-expert role.
+  // One expert weight (or, for gpt_oss, bias). `moe_layer` counts MoE layers
+  // only (config().LayerOfMoeLayer maps it to a decoder layer). gpt_oss
+  // views are strided (TensorView::strided()): read them with
+  // ConvertWeightView / ConvertVectorView. INVALID_ARGUMENT for out-of-range
+  // indices, a non-expert role, or a bias role of a family without them.
   absl::StatusOr<TensorView> Expert(int moe_layer, int expert,
                                     TensorRole role) const;
 
   // The dtype shared by all expert weights.
   DType expert_dtype() const { return expert_dtype_; }
   // Bytes of one expert's gate + up + down weights, as stored (with the
-  // block scales of F8_E4M3 weights).
+  // block scales of F8_E4M3 and MXFP4 weights, and gpt_oss's biases).
   uint64_t bytes_per_expert() const { return bytes_per_expert_; }
   // Bytes of every expected tensor that is not a routed expert (embeddings,
   // attention, norms, routers, shared experts, dense MLPs, lm_head).
@@ -148,8 +181,11 @@ class ModelDescription {
   std::unique_ptr<Checkpoint> checkpoint_;
   std::vector<TensorSpec> specs_;
   std::map<std::pair<TensorRole, int>, TensorView> dense_;
-  // [moe_layer * num_experts + expert] -> {gate, up, down}
-  std::vector<std::array<TensorView, 3>> experts_;
+  absl::Status IndexGptOssExperts(const TensorSpec& spec);
+
+  // [moe_layer * num_experts + expert] -> {gate, up, down, gate_bias,
+  // up_bias, down_bias} (the biases for gpt_oss only)
+  std::vector<std::array<TensorView, 6>> experts_;
   DType expert_dtype_ = DType::kF32;
   uint64_t bytes_per_expert_ = 0;
   uint64_t dense_bytes_ = 0;

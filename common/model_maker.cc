@@ -4,11 +4,13 @@
 #include <filesystem>
 #include <regex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/fp8.h"
 #include "common/model_desc.h"
+#include "common/mxfp4.h"
 #include "common/safetensors.h"
 #include "common/splitmix64.h"
 #include "common/status_macros.h"
@@ -63,7 +65,8 @@ bool IsNorm(TensorRole r) {
 bool IsBias(TensorRole r) {
   return r == TensorRole::kQBias || r == TensorRole::kKBias ||
          r == TensorRole::kVBias || r == TensorRole::kOBias ||
-         r == TensorRole::kScoreBias;
+         r == TensorRole::kScoreBias || r == TensorRole::kRouterBias ||
+         r == TensorRole::kExpertGateBias || r == TensorRole::kExpertDownBias;
 }
 
 std::vector<float> TensorValues(const TensorSpec& spec, const ModelConfig& c,
@@ -74,6 +77,11 @@ std::vector<float> TensorValues(const TensorSpec& spec, const ModelConfig& c,
   if (IsNorm(spec.role)) {
     mean = 1.0;
     stddev = 0.05;
+  } else if (spec.role == TensorRole::kSinks) {
+    stddev = 1.0;  // logits of the size of the attention scores
+  } else if (spec.fused && spec.dtype == DType::kU8) {
+    // An MXFP4 weight as AddMxfp4 asks: [E, out, in].
+    stddev = 1.0 / std::sqrt(static_cast<double>(spec.shape[2]));
   } else if (IsBias(spec.role)) {
     stddev = 0.1;
   } else if (spec.role == TensorRole::kEmbed) {
@@ -128,6 +136,28 @@ absl::Status AddFp8(SafetensorsWriter& w, const TensorSpec& spec,
                absl::Span<const uint8_t>(
                    reinterpret_cast<const uint8_t*>(scales.data()),
                    scales.size() * sizeof(float)));
+}
+
+// An MXFP4 `_blocks` spec [E, rows, cols / 32, 16]: random rows quantized
+// with QuantizeMxfp4Row, written with their `_scales`; the `_scales` spec
+// itself is then skipped (its name maps to the same shard).
+absl::Status AddMxfp4(SafetensorsWriter& w, const TensorSpec& spec,
+                      const ModelConfig& c, uint64_t seed) {
+  if (!absl::EndsWith(spec.name, kMxfp4BlocksSuffix)) return absl::OkStatus();
+  const int64_t rows = spec.shape[0] * spec.shape[1], cols = spec.shape[2] * 32;
+  TensorSpec logical = spec;
+  logical.shape = {spec.shape[0], spec.shape[1], cols};
+  std::vector<float> values = TensorValues(logical, c, seed);
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * cols / 2), 0);
+  std::vector<uint8_t> scales(static_cast<size_t>(rows * cols / 32));
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizeMxfp4Row(values.data() + r * cols, cols, codes.data() + r * cols / 2,
+                     scales.data() + r * cols / 32);
+  }
+  RETURN_IF_ERROR(w.Add(spec.name, DType::kU8, spec.shape, codes));
+  const std::string base = spec.name.substr(0, spec.name.size() - 7);
+  return w.Add(base + kMxfp4ScalesSuffix, DType::kU8,
+               {spec.shape[0], spec.shape[1], spec.shape[2]}, scales);
 }
 
 uint64_t SpecBytes(const TensorSpec& s, DType dtype) {
@@ -195,6 +225,14 @@ absl::Status WriteWeights(const MakeModelOptions& o, const ModelConfig& c,
     w.SetMetadata("format", "pt");
     for (size_t i = 0; i < specs.size(); ++i) {
       if (shard_of[i] != k) continue;
+      if (specs[i].fused && specs[i].dtype == DType::kU8) {
+        RETURN_IF_ERROR(AddMxfp4(w, specs[i], c, o.seed));
+        weight_map[specs[i].name] = ShardName(k, o.shards);
+        if (absl::EndsWith(specs[i].name, kMxfp4ScalesSuffix) && shard_of[i] != shard_of[i - 1]) {
+          return absl::InternalError("MXFP4 blocks and scales in different shards");
+        }
+        continue;
+      }
       std::vector<float> values = TensorValues(specs[i], c, o.seed);
       if (o.fp8 && IsFp8Role(specs[i].role)) {
         RETURN_IF_ERROR(AddFp8(w, specs[i], values, *o.fp8));
@@ -260,6 +298,13 @@ absl::Status CheckOptions(const MakeModelOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dtype must be F32, F16 or BF16, got ", DTypeName(o.dtype)));
   }
+  if (o.mxfp4 && o.arch != ModelFamily::kGptOss) {
+    return absl::InvalidArgumentError("MXFP4 experts apply to gpt_oss only");
+  }
+  if (o.fp8 && o.arch == ModelFamily::kGptOss) {
+    return absl::InvalidArgumentError(
+        "gpt_oss checkpoints are bf16 or MXFP4, not fp8");
+  }
   if (o.fp8 && (o.fp8->block_rows <= 0 || o.fp8->block_cols <= 0)) {
     return absl::InvalidArgumentError("fp8 block sizes must be positive");
   }
@@ -315,6 +360,27 @@ void DeepseekFromOptions(const MakeModelOptions& o, ModelConfig* c) {
   c->qkv_bias = c->o_bias = false;
 }
 
+// The gpt_oss fields (configuration_gpt_oss.py names, model_config.h).
+void GptOssFromOptions(const MakeModelOptions& o, ModelConfig* c) {
+  c->qkv_bias = c->o_bias = true;
+  c->norm_topk_prob = true;
+  c->sliding_window = o.sliding_window;
+  c->gpt_oss.sliding_layers.clear();
+  for (int64_t i = 0; i < o.layers; ++i) {
+    c->gpt_oss.sliding_layers.push_back((i + 1) % 2 != 0);
+  }
+  c->gpt_oss.swiglu_limit = o.swiglu_limit;
+  c->gpt_oss.mxfp4 = o.mxfp4;
+  if (o.mxfp4) {
+    c->gpt_oss.modules_to_not_convert = {"model.layers.*.self_attn",
+                                         "model.layers.*.mlp.router",
+                                         "model.embed_tokens", "lm_head"};
+  }
+  c->yarn = o.yarn;
+  c->rope_scaling_type = o.yarn.has_value() ? "yarn" : "";
+  c->rope_theta = o.rope_theta.value_or(150000.0);
+}
+
 }  // namespace
 
 const std::vector<std::string>& TinySpecialTokens() {
@@ -362,6 +428,20 @@ MakeModelOptions TinyPreset(ModelFamily family) {
       o.topk_group = 2;
       o.routed_scaling_factor = v3 ? 2.5 : 2.0;
       o.norm_topk_prob = v3;
+      break;
+    }
+    case ModelFamily::kGptOss: {
+      o.head_dim = 16;
+      o.intermediate = 64;
+      o.rms_norm_eps = 1e-5;
+      o.sliding_window = 8;
+      o.swiglu_limit = 1.5;
+      YarnConfig y;
+      y.factor = 4.0;
+      y.original_max_position_embeddings = 1024;
+      y.truncate = false;
+      o.yarn = y;
+      o.max_position_embeddings = 4096;  // factor x original, as published
       break;
     }
   }
@@ -415,6 +495,7 @@ absl::StatusOr<ModelConfig> ConfigFromOptions(const MakeModelOptions& o) {
   c.tie_word_embeddings = o.tie_word_embeddings;
   c.torch_dtype = TorchDtype(o.dtype);
   if (c.is_deepseek()) DeepseekFromOptions(o, &c);
+  if (c.is_gpt_oss()) GptOssFromOptions(o, &c);
   c.fp8 = o.fp8;
   if (o.vocab < 256 + static_cast<int64_t>(TinySpecialTokens().size()) ||
       o.vocab > (1 << 20)) {

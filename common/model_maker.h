@@ -80,6 +80,15 @@ struct MakeModelOptions {
   int64_t topk_group = 1;
   double routed_scaling_factor = 1.0;
   std::optional<YarnConfig> yarn;  // rope_scaling type yarn
+
+  // gpt_oss (attention biases, sinks and expert biases always; yarn as
+  // above, unset: plain rope). `intermediate` is the expert width.
+  int64_t sliding_window = 128;  // of the sliding (even) layers
+  double swiglu_limit = 7.0;
+  // Routed experts as MXFP4 `_blocks` + `_scales` (common/mxfp4.h) with a
+  // quantization_config {"quant_method": "mxfp4"}, as the published
+  // checkpoints; everything else stays `dtype`.
+  bool mxfp4 = false;
 };
 
 // Small (a few MB) but structurally complete: >= 4 MoE layers, 8 experts,
@@ -96,6 +105,10 @@ struct MakeModelOptions {
 //   deepseek_v3  as deepseek_v2 with q_lora_rank 32, sigmoid + noaux_tc
 //             routing with e_score_correction_bias, 1 shared expert,
 //             norm_topk_prob, routed_scaling_factor 2.5.
+//   gpt_oss   4 layers alternating sliding (window 8) and full attention,
+//             head_dim 16, experts of width 64, YaRN (factor 4 over 1024
+//             positions, truncate false), swiglu_limit 1.5 (so that the
+//             clamp acts on the tiny model's O(1) activations).
 MakeModelOptions TinyPreset(ModelFamily family);
 
 // The config MakeModel writes for `options` (validated).

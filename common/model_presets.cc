@@ -82,6 +82,34 @@ MakeModelOptions DeepseekPreset(const DeepseekShape& r) {
   return o;
 }
 
+// openai/gpt-oss-20b and -120b (config.json) at 2 layers, MXFP4 experts.
+struct GptOssShape {
+  const char* name;
+  int64_t experts;
+};
+constexpr GptOssShape kGptOssShapes[] = {{"gpt-oss-20b-2l", 32}, {"gpt-oss-120b-2l", 128}};
+
+MakeModelOptions GptOssPreset(const GptOssShape& r) {
+  MakeModelOptions o = TinyPreset(ModelFamily::kGptOss);
+  o.layers = 2;
+  o.hidden = 2880;
+  o.heads = 64;
+  o.kv_heads = 8;
+  o.head_dim = 64;
+  o.experts = r.experts;
+  o.top_k = 4;
+  o.intermediate = 2880;
+  o.vocab = 201088;
+  o.sliding_window = 128;
+  o.swiglu_limit = 7.0;
+  o.rms_norm_eps = 1e-5;
+  o.yarn->factor = 32.0;
+  o.yarn->original_max_position_embeddings = 4096;
+  o.max_position_embeddings = 131072;
+  o.mxfp4 = true;
+  return o;
+}
+
 // Bigger than tiny, still seconds to write: 6 layers x 16 experts.
 MakeModelOptions SmallPreset(ModelFamily family) {
   MakeModelOptions o = TinyPreset(family);
@@ -107,6 +135,7 @@ std::string PresetNames() {
   for (const DeepseekShape& r : kDeepseekShapes) {
     absl::StrAppend(&names, ", ", r.name);
   }
+  for (const GptOssShape& r : kGptOssShapes) absl::StrAppend(&names, ", ", r.name);
   return names;
 }
 
@@ -147,6 +176,14 @@ absl::StatusOr<MakeModelOptions> PresetOptions(
                        " model, not ", ModelFamilyName(*family)));
     }
     return DeepseekPreset(r);
+  }
+  for (const GptOssShape& r : kGptOssShapes) {
+    if (name != r.name) continue;
+    if (family.has_value() && *family != ModelFamily::kGptOss) {
+      return absl::InvalidArgumentError(absl::StrCat("preset ", name, " is a gpt_oss model, not ",
+                                                     ModelFamilyName(*family)));
+    }
+    return GptOssPreset(r);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown preset '", name, "' (known: ", PresetNames(), ")"));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mxfp4.h"
 
 namespace moe {
 namespace {
@@ -68,7 +69,12 @@ absl::Status QuantizeRow(const float* src, int64_t cols, DType format,
   auto* out = static_cast<uint8_t*>(dst);
   const int64_t bb = QuantBlockBytes(format);
   for (int64_t g = 0; g < cols / group; ++g) {
-    if (format == DType::kQ8) {
+    if (format == DType::kMxfp4) {
+      // QuantizeMxfp4Row's split layout, packed: scale, then the codes.
+      uint8_t codes[16] = {};
+      QuantizeMxfp4Row(src + g * group, group, codes, out + g * bb);
+      std::memcpy(out + g * bb + 1, codes, 16);
+    } else if (format == DType::kQ8) {
       QuantizeQ8Block(src + g * group, out + g * bb);
     } else {
       QuantizeQ4Block(src + g * group, out + g * bb);
@@ -81,8 +87,9 @@ absl::StatusOr<DType> ParseExpertFormat(absl::string_view name) {
   if (name == "bf16") return DType::kBF16;
   if (name == "q8") return DType::kQ8;
   if (name == "q4") return DType::kQ4;
+  if (name == "mxfp4") return DType::kMxfp4;
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown expert format '", name, "' (choose bf16, q8 or q4)"));
+      "unknown expert format '", name, "' (choose bf16, q8, q4 or mxfp4)"));
 }
 
 std::string ExpertFormatName(DType format) {
@@ -93,6 +100,8 @@ std::string ExpertFormatName(DType format) {
       return "q8";
     case DType::kQ4:
       return "q4";
+    case DType::kMxfp4:
+      return "mxfp4";
     default:
       return std::string(DTypeName(format));
   }

@@ -11,6 +11,10 @@
 //       qs[j] = q[j] | q[j + 32] << 4;  w[i] = d * q[i] + m, q in [0, 15]
 //       d = (max - min) / 15, m = min (asymmetric, like llama.cpp's Q4_1 and
 //       GPTQ/AWQ int4 with a zero point, with a 64-weight group)
+//   kMxfp4 (G = 32, 17 bytes, 4.25 bits/weight): uint8 e | uint8 qs[16]
+//       w[2j] = fp4(qs[j] & 15) * 2^(e - 127), w[2j+1] from qs[j] >> 4
+//       (OCP MXFP4 as GPT-OSS stores it; common/mxfp4.h), quantized from
+//       floats by QuantizeMxfp4Row's rule
 //
 // The nibble order (low nibbles: first half of the group) lets a 256-bit
 // load yield 32 + 32 weights with one mask and one shift. Scales are stored
@@ -21,6 +25,7 @@
 #ifndef MOECACHE_COMMON_QUANT_H_
 #define MOECACHE_COMMON_QUANT_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -36,8 +41,10 @@ inline constexpr int64_t kQ8Group = 32;
 inline constexpr int64_t kQ8BlockBytes = 34;
 inline constexpr int64_t kQ4Group = 64;
 inline constexpr int64_t kQ4BlockBytes = 36;
+inline constexpr int64_t kMxfp4BlockBytes = 17;
 
-// The --expert-format names: "bf16" (kBF16), "q8" (kQ8), "q4" (kQ4).
+// The --expert-format names: "bf16" (kBF16), "q8" (kQ8), "q4" (kQ4),
+// "mxfp4" (kMxfp4).
 // INVALID_ARGUMENT naming the choices otherwise.
 absl::StatusOr<DType> ParseExpertFormat(absl::string_view name);
 // The inverse ("bf16", "q8", "q4"); DTypeName for other dtypes.
@@ -64,6 +71,15 @@ void DequantizeRow(const void* src, DType format, int64_t cols, float* dst);
 // float. REQUIRES: format is kQ8 or kQ4.
 inline float DequantizeElement(const void* data, DType format, int64_t i) {
   const auto* p = static_cast<const uint8_t*>(data);
+  if (format == DType::kMxfp4) {
+    static constexpr float kFp4[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                       4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                       -2.0f, -3.0f, -4.0f, -6.0f};
+    const uint8_t* b = p + (i / 32) * kMxfp4BlockBytes;
+    const uint8_t byte = b[1 + (i % 32) / 2];
+    return std::ldexp(kFp4[i % 2 == 0 ? (byte & 15) : (byte >> 4)],
+                      static_cast<int>(b[0]) - 127);
+  }
   uint16_t d;
   if (format == DType::kQ8) {
     const uint8_t* b = p + (i / kQ8Group) * kQ8BlockBytes;

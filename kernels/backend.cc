@@ -1,6 +1,7 @@
 // Shape validation for every op (shared by all backends) and the factory.
 #include "kernels/backend.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
@@ -263,6 +264,72 @@ absl::Status Backend::ExpertFfn(const float* x, const int32_t* rows,
   if (count == 0) return absl::OkStatus();
   return DoExpertFfn(x, rows, weights, gate, up, down, w_dtype, out, tokens,
                      count, hidden, inter, stream);
+}
+
+absl::Status Backend::SinkAttention(const float* q, const float* k_cache,
+                                    const float* v_cache, const float* sinks,
+                                    float* out, const AttentionShape& shape,
+                                    float scale, int64_t window,
+                                    Stream stream) {
+  constexpr absl::string_view kOp = "SinkAttention";
+  RETURN_IF_ERROR(CheckAttentionShape(kOp, shape));
+  RETURN_IF_ERROR(CheckDims(kOp, {{"window", window}}));
+  if (!(scale > 0.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SinkAttention: scale = ", scale, " must be positive"));
+  }
+  const int64_t q_elems = shape.tokens * shape.heads * shape.head_dim;
+  const int64_t cache_elems = shape.max_seq * shape.kv_heads * shape.head_dim;
+  RETURN_IF_ERROR(CheckPtr(kOp, "q", q, q_elems));
+  RETURN_IF_ERROR(CheckPtr(kOp, "k_cache", k_cache, cache_elems));
+  RETURN_IF_ERROR(CheckPtr(kOp, "v_cache", v_cache, cache_elems));
+  RETURN_IF_ERROR(CheckPtr(kOp, "sinks", sinks, shape.heads));
+  RETURN_IF_ERROR(CheckPtr(kOp, "out", out, q_elems));
+  if (shape.tokens == 0) return absl::OkStatus();
+  return DoSinkAttention(q, k_cache, v_cache, sinks, out, shape, scale, window,
+                         stream);
+}
+
+absl::Status Backend::BiasedExpertFfn(
+    const float* x, const int32_t* rows, const float* weights, const void* gate,
+    const void* up, const void* down, DType w_dtype, const float* gate_bias,
+    const float* up_bias, const float* down_bias, const ClampedSwiglu& act,
+    float* out, int64_t tokens, int64_t count, int64_t hidden, int64_t inter,
+    Stream stream) {
+  constexpr absl::string_view kOp = "BiasedExpertFfn";
+  RETURN_IF_ERROR(CheckDims(kOp, {{"tokens", tokens},
+                                  {"count", count},
+                                  {"hidden", hidden},
+                                  {"inter", inter}}));
+  RETURN_IF_ERROR(CheckWeightDType(kOp, w_dtype, {hidden, inter}));
+  if (count > tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BiasedExpertFfn: count (", count, ") exceeds tokens (", tokens, ")"));
+  }
+  if (hidden == 0 || inter == 0) {
+    return absl::InvalidArgumentError(
+        "BiasedExpertFfn: hidden and inter must be > 0");
+  }
+  if (!(act.limit > 0.0f) || !std::isfinite(act.limit) ||
+      !std::isfinite(act.alpha)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BiasedExpertFfn: limit = ", act.limit,
+                     " must be positive and finite, alpha = ", act.alpha,
+                     " finite"));
+  }
+  RETURN_IF_ERROR(CheckPtr(kOp, "x", x, tokens * hidden));
+  RETURN_IF_ERROR(CheckPtr(kOp, "gate", gate, inter * hidden));
+  RETURN_IF_ERROR(CheckPtr(kOp, "up", up, inter * hidden));
+  RETURN_IF_ERROR(CheckPtr(kOp, "down", down, hidden * inter));
+  RETURN_IF_ERROR(CheckPtr(kOp, "gate_bias", gate_bias, inter));
+  RETURN_IF_ERROR(CheckPtr(kOp, "up_bias", up_bias, inter));
+  RETURN_IF_ERROR(CheckPtr(kOp, "down_bias", down_bias, hidden));
+  RETURN_IF_ERROR(CheckPtr(kOp, "out", out, tokens * hidden));
+  if (count == 0) return absl::OkStatus();
+  return DoBiasedExpertFfn(
+      x, rows, weights,
+      BiasedExpert{gate, up, down, w_dtype, gate_bias, up_bias, down_bias}, act,
+      out, tokens, count, hidden, inter, stream);
 }
 
 absl::Status Backend::Embedding(const void* table, DType dtype,

@@ -7,7 +7,7 @@
 //    device memory from Alloc() for a device backend. Scalars are by value.
 //  * Activations are f32, row-major. Weights are f32, f16 or bf16 (DType),
 //    row-major in the Hugging Face layout; accumulation is always f32.
-//    MatMul and ExpertFfn also take the block formats kQ8 and kQ4
+//    MatMul and ExpertFfn also take the block formats kQ8, kQ4 and kMxfp4
 //    (common/quant.h), read directly (dequantized on the fly); their rows
 //    must be whole blocks. A backend without kernels for them returns
 //    UNIMPLEMENTED.
@@ -67,6 +67,8 @@ struct BackendInfo {
   // backend cannot run.
   bool supports_q8 = true;
   bool supports_q4 = true;
+  // And kMxfp4 (the CPU since gpt_oss; CUDA since module ABI v6).
+  bool supports_mxfp4 = true;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
   int threads = 1;                  // CPU worker threads (1 on a device)
@@ -118,6 +120,15 @@ struct RouterSpec {
   bool renormalize = false;
   // Then multiply them by this (routed_scaling_factor, or 1).
   float scale = 1.0f;
+};
+
+// GPT-OSS's expert activation (modeling_gpt_oss.py, GptOssExperts): with
+// g, u the biased gate and up projections,
+//   g = min(g, limit); u = clamp(u, -limit, limit);
+//   act = (u + 1) * g * sigmoid(alpha * g)
+struct ClampedSwiglu {
+  float limit = 7.0f;
+  float alpha = 1.702f;
 };
 
 class Backend {
@@ -274,6 +285,42 @@ class Backend {
                          int64_t tokens, int64_t count, int64_t hidden,
                          int64_t inter, Stream stream = nullptr);
 
+  // GPT-OSS attention (backend_gpt_oss.cc checks the shapes): Attention
+  // with a learned logit per head that joins each softmax and is dropped
+  // afterwards, and an optional sliding window. Token t (position
+  // p = start_pos + t) attends to positions j with p - window < j <= p
+  // (transformers' sliding_window_overlay: exactly `window` positions once
+  // p >= window - 1); window 0 means all of [0, p]. Per head h:
+  //   s_j = q . k_j * scale, m = max(max_j s_j, sinks[h]),
+  //   out = sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sinks[h] - m))
+  absl::Status SinkAttention(const float* q,        // [tokens, heads, head_dim]
+                             const float* k_cache,  // [max_seq, kv_heads, head_dim]
+                             const float* v_cache,  // [max_seq, kv_heads, head_dim]
+                             const float* sinks,    // [heads]
+                             float* out,            // [tokens, heads, head_dim]
+                             const AttentionShape& shape, float scale,
+                             int64_t window, Stream stream = nullptr);
+
+  // One GPT-OSS routed expert over the `count` tokens routed to it, with
+  // its biases (f32) and the clamped SwiGLU `act`:
+  //   out[row_i] += weight_i * (down(act(gate(x) + gate_bias,
+  //                                      up(x) + up_bias)) + down_bias)
+  // Rows, weights and w_dtype as ExpertFfn.
+  absl::Status BiasedExpertFfn(const float* x,          // [tokens, hidden]
+                               const int32_t* rows,     // [count] or nullptr
+                               const float* weights,    // [count] or nullptr
+                               const void* gate,        // [inter, hidden]
+                               const void* up,          // [inter, hidden]
+                               const void* down,        // [hidden, inter]
+                               DType w_dtype,
+                               const float* gate_bias,  // [inter]
+                               const float* up_bias,    // [inter]
+                               const float* down_bias,  // [hidden]
+                               const ClampedSwiglu& act,
+                               float* out,              // [tokens, hidden]
+                               int64_t tokens, int64_t count, int64_t hidden,
+                               int64_t inter, Stream stream = nullptr);
+
   // Row gather from an embedding table, widened to f32.
   // REQUIRES: 0 <= ids[t] < vocab. The CPU backend returns INVALID_ARGUMENT
   // otherwise; a device writes NaN rows for such ids.
@@ -387,7 +434,29 @@ class Backend {
                                       const float* kpe_cache, float* out,
                                       const MlaShape& shape, float scale,
                                       Stream stream) = 0;
-
+  virtual absl::Status DoSinkAttention(const float* q, const float* k_cache,
+                                       const float* v_cache,
+                                       const float* sinks, float* out,
+                                       const AttentionShape& shape,
+                                       float scale, int64_t window,
+                                       Stream stream) = 0;
+  // Weights come as {gate, up, down}, biases as {gate, up, down}.
+  struct BiasedExpert {
+    const void* gate;
+    const void* up;
+    const void* down;
+    DType w_dtype;
+    const float* gate_bias;
+    const float* up_bias;
+    const float* down_bias;
+  };
+  virtual absl::Status DoBiasedExpertFfn(const float* x, const int32_t* rows,
+                                         const float* weights,
+                                         const BiasedExpert& e,
+                                         const ClampedSwiglu& act, float* out,
+                                         int64_t tokens, int64_t count,
+                                         int64_t hidden, int64_t inter,
+                                         Stream stream) = 0;
 };
 
 // "cpu", "cuda" or "auto" (CUDA when a device is usable, else CPU).

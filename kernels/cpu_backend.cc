@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cpu_deepseek_ops.h"
+#include "kernels/cpu_gpt_oss_ops.h"
 #include "kernels/cpu_ops.h"
 
 namespace moe {
@@ -149,34 +151,37 @@ absl::Status CpuBackend::DoRouterTopK(const float* logits, int32_t* topk_ids,
   return absl::OkStatus();
 }
 
+absl::StatusOr<const float*> CpuBackend::GatherRows(const char* op, const float* x,
+                                                    const int32_t* rows, int64_t tokens,
+                                                    int64_t count, int64_t hidden,
+                                                    float* scratch) {
+  if (rows == nullptr) return x;
+  for (int64_t i = 0; i < count; ++i) {
+    if (rows[i] < 0 || rows[i] >= tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": row ", rows[i], " at ", i, " is outside [0, ", tokens, ")"));
+    }
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(scratch + i * hidden, x + rows[i] * hidden, hidden * sizeof(float));
+  }
+  return scratch;
+}
+
 absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
                                      const float* weights, const void* gate,
                                      const void* up, const void* down,
                                      DType w_dtype, float* out, int64_t tokens,
                                      int64_t count, int64_t hidden,
                                      int64_t inter, Stream) {
-  if (rows != nullptr) {
-    for (int64_t i = 0; i < count; ++i) {
-      if (rows[i] < 0 || rows[i] >= tokens) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ExpertFfn: row ", rows[i], " at ", i, " is outside [0, ", tokens,
-            ")"));
-      }
-    }
-  }
   // xg [count, hidden] | g [count, inter] | u [count, inter] | d [count, hidden]
   std::vector<float> scratch(static_cast<size_t>(count * (2 * hidden + 2 * inter)));
   float* xg = scratch.data();
   float* g = xg + count * hidden;
   float* u = g + count * inter;
   float* d = u + count * inter;
-  const float* xin = x;
-  if (rows != nullptr) {
-    for (int64_t i = 0; i < count; ++i) {
-      std::memcpy(xg + i * hidden, x + rows[i] * hidden, hidden * sizeof(float));
-    }
-    xin = xg;
-  }
+  ASSIGN_OR_RETURN(const float* xin,
+                   GatherRows("ExpertFfn", x, rows, tokens, count, hidden, xg));
   const SimdLevel level = simd_.load();
   CpuMatMul(*pool_, level, {xin, gate, w_dtype, nullptr, g, count, inter, hidden});
   CpuMatMul(*pool_, level, {xin, up, w_dtype, nullptr, u, count, inter, hidden});
@@ -188,6 +193,41 @@ absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
     const float* di = d + i * hidden;
     for (int64_t h = 0; h < hidden; ++h) o[h] += w * di[h];
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoBiasedExpertFfn(const float* x, const int32_t* rows,
+                                           const float* weights, const BiasedExpert& e,
+                                           const ClampedSwiglu& act, float* out,
+                                           int64_t tokens, int64_t count, int64_t hidden,
+                                           int64_t inter, Stream) {
+  std::vector<float> scratch(static_cast<size_t>(count * (2 * hidden + 2 * inter)));
+  float* xg = scratch.data();
+  float* g = xg + count * hidden;
+  float* u = g + count * inter;
+  float* d = u + count * inter;
+  ASSIGN_OR_RETURN(const float* xin,
+                   GatherRows("BiasedExpertFfn", x, rows, tokens, count, hidden, xg));
+  const SimdLevel level = simd_.load();
+  CpuMatMul(*pool_, level, {xin, e.gate, e.w_dtype, e.gate_bias, g, count, inter, hidden});
+  CpuMatMul(*pool_, level, {xin, e.up, e.w_dtype, e.up_bias, u, count, inter, hidden});
+  cpu::ClampedSwigluRows(g, u, count, inter, act);
+  CpuMatMul(*pool_, level, {g, e.down, e.w_dtype, e.down_bias, d, count, hidden, inter});
+  for (int64_t i = 0; i < count; ++i) {
+    const float w = weights ? weights[i] : 1.0f;
+    float* o = out + (rows ? rows[i] : i) * hidden;
+    const float* di = d + i * hidden;
+    for (int64_t h = 0; h < hidden; ++h) o[h] += w * di[h];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DoSinkAttention(const float* q, const float* k_cache,
+                                         const float* v_cache, const float* sinks,
+                                         float* out, const AttentionShape& shape,
+                                         float scale, int64_t window, Stream) {
+  cpu::SinkAttention(*pool_, VectorOpsFor(simd_.load()), q, k_cache, v_cache, sinks, out,
+                     shape, scale, window);
   return absl::OkStatus();
 }
 

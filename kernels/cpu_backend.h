@@ -99,8 +99,24 @@ class CpuBackend : public Backend {
                               const float* kpe_cache, float* out,
                               const MlaShape& shape, float scale,
                               Stream stream) override;
+  absl::Status DoSinkAttention(const float* q, const float* k_cache,
+                               const float* v_cache, const float* sinks,
+                               float* out, const AttentionShape& shape,
+                               float scale, int64_t window,
+                               Stream stream) override;
+  absl::Status DoBiasedExpertFfn(const float* x, const int32_t* rows,
+                                 const float* weights, const BiasedExpert& e,
+                                 const ClampedSwiglu& act, float* out,
+                                 int64_t tokens, int64_t count, int64_t hidden,
+                                 int64_t inter, Stream stream) override;
 
  private:
+  // Rows of x the expert reads: x itself, or the gathered `rows` in
+  // `scratch` (INVALID_ARGUMENT for a row out of range).
+  absl::StatusOr<const float*> GatherRows(const char* op, const float* x,
+                                          const int32_t* rows, int64_t tokens,
+                                          int64_t count, int64_t hidden,
+                                          float* scratch);
   std::unique_ptr<ThreadPool> pool_;
   std::atomic<SimdLevel> simd_;
 };

@@ -57,6 +57,31 @@ float DotQ4Scalar(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
   return acc + macc;
 }
 
+// MXFP4 codes as integers: 2 * fp4(code), so a block's weights are
+// q * 2^(e - 128) with q in [-12, 12], and its dot product an exact integer
+// sum like q8's (the same numbers as the block held as q8 with
+// d = 2^(e - 128)).
+constexpr int8_t kFp4Twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float Mxfp4Scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
+
+float DotMxfp4Scalar(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
+  const int64_t blocks = x.k / 32;
+  const int8_t* xq = x.q.data() + i * x.k;
+  const float* xd = x.d.data() + i * blocks;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = w + b * kMxfp4BlockBytes;
+    int32_t s = 0;
+    for (int t = 0; t < 16; ++t) {
+      s += kFp4Twice[blk[1 + t] & 15] * xq[b * 32 + 2 * t];
+      s += kFp4Twice[blk[1 + t] >> 4] * xq[b * 32 + 2 * t + 1];
+    }
+    acc += static_cast<float>(s) * (Mxfp4Scale(blk[0]) * xd[b]);
+  }
+  return acc;
+}
+
 MOE_QUANT_AVX2 inline float HSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -91,6 +116,40 @@ MOE_QUANT_AVX2 float DotQ8Avx2(const uint8_t* w, const QuantizedActivations& x,
                        acc1);
   }
   if (b < blocks) acc0 = BlockQ8Avx2(w + b * kQ8BlockBytes, xq + b * kQ8Group, xd[b], acc0);
+  return HSum(_mm256_add_ps(acc0, acc1));
+}
+
+// One MXFP4 block: the codes through a 16-entry shuffle table (lane-local,
+// so the table sits in both lanes), interleaved back to element order, then
+// BlockQ8Avx2's signed 8-bit dot product.
+MOE_QUANT_AVX2 inline __m256 BlockMxfp4Avx2(const uint8_t* blk, const int8_t* xq, float xd,
+                                            __m256 acc) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4Twice));
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+  const __m128i low = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(bytes, low));
+  const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), low));
+  const __m256i wv = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  const __m256i p = _mm256_madd_epi16(
+      _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv)),
+      _mm256_set1_epi16(1));
+  const __m256 scale = _mm256_set1_ps(Mxfp4Scale(blk[0]) * xd);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
+}
+
+MOE_QUANT_AVX2 float DotMxfp4Avx2(const uint8_t* w, const QuantizedActivations& x,
+                                  int64_t i) {
+  const int64_t blocks = x.k / 32;
+  const int8_t* xq = x.q.data() + i * x.k;
+  const float* xd = x.d.data() + i * blocks;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    acc0 = BlockMxfp4Avx2(w + b * kMxfp4BlockBytes, xq + b * 32, xd[b], acc0);
+    acc1 = BlockMxfp4Avx2(w + (b + 1) * kMxfp4BlockBytes, xq + (b + 1) * 32, xd[b + 1], acc1);
+  }
+  if (b < blocks) acc0 = BlockMxfp4Avx2(w + b * kMxfp4BlockBytes, xq + b * 32, xd[b], acc0);
   return HSum(_mm256_add_ps(acc0, acc1));
 }
 
@@ -168,6 +227,7 @@ void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
       q8 ? (simd ? (level == SimdLevel::kAvx512 && vnni ? &DotQ8Avx512Vnni : &DotQ8Avx2)
                  : &DotQ8Scalar)
          : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
+  if (a.dtype == DType::kMxfp4) dot = simd ? &DotMxfp4Avx2 : &DotMxfp4Scalar;
   const int64_t row_bytes = WeightBytes(a.dtype, 1, a.k);
   const auto* w = static_cast<const uint8_t*>(a.w);
   int64_t grain = std::max<int64_t>(8, a.n / (pool.size() * 8));

@@ -1,4 +1,5 @@
-// CPU products with block-format weights (kQ8, kQ4; common/quant.h):
+// CPU products with block-format weights (kQ8, kQ4, kMxfp4;
+// common/quant.h):
 // y[m, n] = x[m, k] W[n, k]^T (+ bias), reading W's blocks directly.
 //
 // As in llama.cpp's vec_dot_q8_0_q8_0 / q4_1_q8_1, the activations are first
@@ -6,6 +7,7 @@
 // each block's dot product is an exact integer sum, scaled once:
 //   kQ8: y += d_w * d_x * sum(q_w * q_x)
 //   kQ4: y += d_w * d_x * sum(q_w * q_x) + m_w * d_x * sum(q_x)
+//   kMxfp4: y += 2^(e_w - 128) * d_x * sum((2 fp4_w) * q_x)
 // So the result is the product of the dequantized weights and the rounded
 // activations (RoundActivations) up to f32 rounding of the per-block terms;
 // the integer sums make the kernels ~4x cheaper per weight than converting

@@ -18,6 +18,7 @@ static_assert(static_cast<int>(DType::kF16) == MOE_CUDA_DTYPE_F16);
 static_assert(static_cast<int>(DType::kBF16) == MOE_CUDA_DTYPE_BF16);
 static_assert(static_cast<int>(DType::kQ8) == MOE_CUDA_DTYPE_Q8);
 static_assert(static_cast<int>(DType::kQ4) == MOE_CUDA_DTYPE_Q4);
+static_assert(static_cast<int>(DType::kMxfp4) == MOE_CUDA_DTYPE_MXFP4);
 
 namespace {
 
@@ -172,6 +173,28 @@ class CudaBackend : public Backend {
                                      ckv_cache, kpe_cache, out, &s, scale,
                                      S(stream)),
                  "MlaAttention");
+  }
+  absl::Status DoSinkAttention(const float* q, const float* k_cache,
+                               const float* v_cache, const float* sinks,
+                               float* out, const AttentionShape& shape,
+                               float scale, int64_t window,
+                               Stream stream) override {
+    MoeCudaAttentionShape s = ToAbi(shape);
+    return Check(api_->sink_attention(q, k_cache, v_cache, sinks, out, &s,
+                                      scale, window, S(stream)),
+                 "SinkAttention");
+  }
+  absl::Status DoBiasedExpertFfn(const float* x, const int32_t* rows,
+                                 const float* weights, const BiasedExpert& e,
+                                 const ClampedSwiglu& act, float* out,
+                                 int64_t tokens, int64_t count, int64_t hidden,
+                                 int64_t inter, Stream stream) override {
+    return Check(api_->biased_expert_ffn(
+                     x, rows, weights, e.gate, e.up, e.down,
+                     static_cast<int>(e.w_dtype), e.gate_bias, e.up_bias,
+                     e.down_bias, act.limit, act.alpha, out, tokens, count,
+                     hidden, inter, S(stream)),
+                 "BiasedExpertFfn");
   }
   absl::Status DoExpertFfn(const float* x, const int32_t* rows,
                            const float* weights, const void* gate,

@@ -17,8 +17,9 @@ $bin/moectl info
 # non-empty directory without --force); a directory given in MOE_DEMO_MODEL
 # is written only if it is empty. MOE_DEMO_ARCH picks the family: mixtral
 # (default), qwen2_moe, qwen3_moe, olmoe, deepseek_v2 (MLA with a latent KV
-# cache, grouped routing, shared experts) or deepseek_v3 (sigmoid +
-# bias-corrected noaux_tc routing).
+# cache, grouped routing, shared experts), deepseek_v3 (sigmoid +
+# bias-corrected noaux_tc routing) or gpt_oss (attention sinks, sliding and
+# full layers, biased clamped-SwiGLU experts).
 arch=${MOE_DEMO_ARCH:-mixtral}
 model=${MOE_DEMO_MODEL:-build/demo/tiny-$arch}
 force=()

@@ -3,6 +3,8 @@
 // each keeping an online softmax (running max, sum, weighted values), and
 // the partial results are merged at the end in a fixed order, so reruns
 // are bit-identical. Lanes hold head_dim / 32 elements each (head_dim <= 512).
+// GPT-OSS's SinkAttention is the same kernel over the last `window` keys
+// (0: all), with the head's sink logit merged into the softmax at the end.
 #include "kernels/cuda/common.cuh"
 
 namespace moe::cuda {
@@ -14,9 +16,10 @@ template <int kDpl>  // head elements per lane: ceil(head_dim / 32) <= kDpl
 __global__ void AttentionKernel(const float* __restrict__ q,
                                 const float* __restrict__ k_cache,
                                 const float* __restrict__ v_cache,
+                                const float* __restrict__ sinks,
                                 float* __restrict__ out, int heads,
                                 int kv_heads, int d, int64_t start_pos,
-                                float scale) {
+                                float scale, int64_t window) {
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps];
   __shared__ float s_acc[kAttnWarps][kDpl * 32];
   const int h = blockIdx.x;
@@ -24,6 +27,8 @@ __global__ void AttentionKernel(const float* __restrict__ q,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = h / (heads / kv_heads);
   const int64_t len = start_pos + t + 1;
+  // transformers' sliding_window_overlay: kv > q - window.
+  const int64_t first = window > 0 && len > window ? len - window : 0;
   const int64_t kv_row = static_cast<int64_t>(kv_heads) * d;
   const float* qv = q + (t * heads + h) * d;
 
@@ -35,7 +40,7 @@ __global__ void AttentionKernel(const float* __restrict__ q,
     acc[e] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t j = warp; j < len; j += kAttnWarps) {
+  for (int64_t j = first + warp; j < len; j += kAttnWarps) {
     const float* kr = k_cache + j * kv_row + static_cast<int64_t>(kvh) * d;
     float dot = 0.0f;
 #pragma unroll
@@ -63,9 +68,9 @@ __global__ void AttentionKernel(const float* __restrict__ q,
 #pragma unroll
   for (int e = 0; e < kDpl; ++e) s_acc[warp][lane + 32 * e] = acc[e];
   __syncthreads();
-  float mx = -INFINITY;
+  float mx = sinks != nullptr ? sinks[h] : -INFINITY;
   for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_m[w]);
-  float total = 0.0f;
+  float total = sinks != nullptr ? expf(sinks[h] - mx) : 0.0f;
   for (int w = 0; w < kAttnWarps; ++w) {
     total += s_m[w] == -INFINITY ? 0.0f : s_l[w] * expf(s_m[w] - mx);
   }
@@ -81,14 +86,35 @@ __global__ void AttentionKernel(const float* __restrict__ q,
 
 template <int kDpl>
 int LaunchAttention(const float* q, const float* k_cache, const float* v_cache,
-                    float* out, const MoeCudaAttentionShape& s, float scale,
-                    cudaStream_t stream) {
+                    const float* sinks, float* out,
+                    const MoeCudaAttentionShape& s, float scale,
+                    int64_t window, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(s.heads), static_cast<unsigned>(s.tokens));
   AttentionKernel<kDpl><<<grid, kAttnWarps * 32, 0, stream>>>(
-      q, k_cache, v_cache, out, static_cast<int>(s.heads),
+      q, k_cache, v_cache, sinks, out, static_cast<int>(s.heads),
       static_cast<int>(s.kv_heads), static_cast<int>(s.head_dim), s.start_pos,
-      scale);
+      scale, window);
   return LaunchCode();
+}
+
+int AttentionWithSinks(const float* q, const float* k_cache,
+                       const float* v_cache, const float* sinks, float* out,
+                       const MoeCudaAttentionShape* s, float scale,
+                       int64_t window, void* stream) {
+  MOE_CUDA_TRY(UseDevice());
+  if (s->head_dim > MOE_CUDA_MAX_HEAD_DIM) {
+    return ModuleCode(MOE_CUDA_ERR_HEAD_DIM);
+  }
+  if (s->tokens > 65535 || s->heads > INT32_MAX) {
+    return ModuleCode(MOE_CUDA_ERR_BAD_ARGUMENT);
+  }
+  cudaStream_t st = AsStream(stream);
+  const int64_t dpl = (s->head_dim + 31) / 32;
+  if (dpl <= 1) return LaunchAttention<1>(q, k_cache, v_cache, sinks, out, *s, scale, window, st);
+  if (dpl <= 2) return LaunchAttention<2>(q, k_cache, v_cache, sinks, out, *s, scale, window, st);
+  if (dpl <= 4) return LaunchAttention<4>(q, k_cache, v_cache, sinks, out, *s, scale, window, st);
+  if (dpl <= 8) return LaunchAttention<8>(q, k_cache, v_cache, sinks, out, *s, scale, window, st);
+  return LaunchAttention<16>(q, k_cache, v_cache, sinks, out, *s, scale, window, st);
 }
 
 }  // namespace
@@ -109,20 +135,16 @@ int KvCacheAppend(const float* k, const float* v, float* k_cache,
 int Attention(const float* q, const float* k_cache, const float* v_cache,
               float* out, const MoeCudaAttentionShape* s, float scale,
               void* stream) {
-  MOE_CUDA_TRY(UseDevice());
-  if (s->head_dim > MOE_CUDA_MAX_HEAD_DIM) {
-    return ModuleCode(MOE_CUDA_ERR_HEAD_DIM);
-  }
-  if (s->tokens > 65535 || s->heads > INT32_MAX) {
-    return ModuleCode(MOE_CUDA_ERR_BAD_ARGUMENT);
-  }
-  cudaStream_t st = AsStream(stream);
-  const int64_t dpl = (s->head_dim + 31) / 32;
-  if (dpl <= 1) return LaunchAttention<1>(q, k_cache, v_cache, out, *s, scale, st);
-  if (dpl <= 2) return LaunchAttention<2>(q, k_cache, v_cache, out, *s, scale, st);
-  if (dpl <= 4) return LaunchAttention<4>(q, k_cache, v_cache, out, *s, scale, st);
-  if (dpl <= 8) return LaunchAttention<8>(q, k_cache, v_cache, out, *s, scale, st);
-  return LaunchAttention<16>(q, k_cache, v_cache, out, *s, scale, st);
+  return AttentionWithSinks(q, k_cache, v_cache, nullptr, out, s, scale, 0,
+                            stream);
+}
+
+int SinkAttention(const float* q, const float* k_cache, const float* v_cache,
+                  const float* sinks, float* out,
+                  const MoeCudaAttentionShape* s, float scale, int64_t window,
+                  void* stream) {
+  return AttentionWithSinks(q, k_cache, v_cache, sinks, out, s, scale, window,
+                            stream);
 }
 
 }  // namespace moe::cuda

@@ -123,6 +123,17 @@ int RopeInterleaved(float* x, const int32_t* positions, const float* inv_freq,
 int MlaAttention(const float* q, const void* kv_b, int kv_b_dtype,
                  const float* ckv_cache, const float* kpe_cache, float* out,
                  const MoeCudaMlaShape* shape, float scale, void* stream);
+// attention.cu, gemm.cu (ABI v6): GPT-OSS.
+int SinkAttention(const float* q, const float* k_cache, const float* v_cache,
+                  const float* sinks, float* out,
+                  const MoeCudaAttentionShape* shape, float scale,
+                  int64_t window, void* stream);
+int BiasedExpertFfn(const float* x, const int32_t* rows, const float* weights,
+                    const void* gate, const void* up, const void* down,
+                    int w_dtype, const float* gate_bias, const float* up_bias,
+                    const float* down_bias, float limit, float alpha,
+                    float* out, int64_t tokens, int64_t count, int64_t hidden,
+                    int64_t inter, void* stream);
 // quant_gemm.cu (ABI v4): matmul with MOE_CUDA_DTYPE_Q8 / Q4 weights.
 int QuantMatMulOnStream(const float* x, const void* w, int w_dtype,
                         const float* bias, float* y, int64_t m, int64_t n,

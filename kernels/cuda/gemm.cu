@@ -178,7 +178,8 @@ int MatMulOnStream(const float* x, const void* w, int w_dtype,
   if (k > INT32_MAX || n > INT32_MAX || m > INT32_MAX) {
     return ModuleCode(MOE_CUDA_ERR_BAD_ARGUMENT);
   }
-  if (w_dtype == MOE_CUDA_DTYPE_Q8 || w_dtype == MOE_CUDA_DTYPE_Q4) {
+  if (w_dtype == MOE_CUDA_DTYPE_Q8 || w_dtype == MOE_CUDA_DTYPE_Q4 ||
+      w_dtype == MOE_CUDA_DTYPE_MXFP4) {
     return QuantMatMulOnStream(x, w, w_dtype, bias, y, m, n, k, stream);
   }
   if (m <= kGemvMaxRows) {
@@ -219,6 +220,26 @@ __global__ void SiluMulInPlaceKernel(float* __restrict__ g,
   }
 }
 
+// GPT-OSS: g = (clamp(u, -limit, limit) + 1) * min(g, limit) *
+// sigmoid(alpha * min(g, limit)), in place (the biases are already added).
+__global__ void ClampedSwigluInPlaceKernel(float* __restrict__ g,
+                                           const float* __restrict__ u,
+                                           int64_t n, float limit,
+                                           float alpha) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float gate = fminf(g[i], limit);
+    const float up = fminf(fmaxf(u[i], -limit), limit);
+    g[i] = (up + 1.0f) * (gate / (1.0f + expf(-alpha * gate)));
+  }
+}
+
+// The activation between the up and down projections of an expert.
+struct Activation {
+  bool clamped = false;  // false: SiLU-mul
+  float limit = 0.0f, alpha = 0.0f;
+};
+
 // rows are distinct, so no two threads add to the same element.
 __global__ void ScatterAddKernel(const float* __restrict__ d,
                                  const int32_t* __restrict__ rows,
@@ -243,10 +264,14 @@ int MatMul(const float* x, const void* w, int w_dtype, const float* bias,
   return MatMulOnStream(x, w, w_dtype, bias, y, m, n, k, AsStream(stream));
 }
 
-int ExpertFfn(const float* x, const int32_t* rows, const float* weights,
-              const void* gate, const void* up, const void* down, int w_dtype,
-              float* out, int64_t tokens, int64_t count, int64_t hidden,
-              int64_t inter, void* stream_ptr) {
+namespace {
+
+int ExpertFfnImpl(const float* x, const int32_t* rows, const float* weights,
+                  const void* gate, const void* up, const void* down,
+                  int w_dtype, const float* gate_bias, const float* up_bias,
+                  const float* down_bias, const Activation& act, float* out,
+                  int64_t tokens, int64_t count, int64_t hidden, int64_t inter,
+                  void* stream_ptr) {
   MOE_CUDA_TRY(UseDevice());
   cudaStream_t stream = AsStream(stream_ptr);
   // xg [count, hidden] | g [count, inter] | u [count, inter] | d [count, hidden]
@@ -267,20 +292,26 @@ int ExpertFfn(const float* x, const int32_t* rows, const float* weights,
     xin = xg;
   }
   if (code == 0) {
-    code = MatMulOnStream(xin, gate, w_dtype, nullptr, g, count, inter, hidden,
+    code = MatMulOnStream(xin, gate, w_dtype, gate_bias, g, count, inter,
+                          hidden, stream);
+  }
+  if (code == 0) {
+    code = MatMulOnStream(xin, up, w_dtype, up_bias, u, count, inter, hidden,
                           stream);
   }
   if (code == 0) {
-    code = MatMulOnStream(xin, up, w_dtype, nullptr, u, count, inter, hidden,
-                          stream);
-  }
-  if (code == 0) {
-    SiluMulInPlaceKernel<<<Blocks(count * inter, 256), 256, 0, stream>>>(
-        g, u, count * inter);
+    if (act.clamped) {
+      ClampedSwigluInPlaceKernel<<<Blocks(count * inter, 256), 256, 0,
+                                   stream>>>(g, u, count * inter, act.limit,
+                                             act.alpha);
+    } else {
+      SiluMulInPlaceKernel<<<Blocks(count * inter, 256), 256, 0, stream>>>(
+          g, u, count * inter);
+    }
     code = LaunchCode();
   }
   if (code == 0) {
-    code = MatMulOnStream(g, down, w_dtype, nullptr, d, count, hidden, inter,
+    code = MatMulOnStream(g, down, w_dtype, down_bias, d, count, hidden, inter,
                           stream);
   }
   if (code == 0) {
@@ -290,6 +321,28 @@ int ExpertFfn(const float* x, const int32_t* rows, const float* weights,
   }
   int free_code = Code(cudaFreeAsync(scratch, stream));
   return code != 0 ? code : free_code;
+}
+
+}  // namespace
+
+int ExpertFfn(const float* x, const int32_t* rows, const float* weights,
+              const void* gate, const void* up, const void* down, int w_dtype,
+              float* out, int64_t tokens, int64_t count, int64_t hidden,
+              int64_t inter, void* stream) {
+  return ExpertFfnImpl(x, rows, weights, gate, up, down, w_dtype, nullptr,
+                       nullptr, nullptr, Activation{}, out, tokens, count,
+                       hidden, inter, stream);
+}
+
+int BiasedExpertFfn(const float* x, const int32_t* rows, const float* weights,
+                    const void* gate, const void* up, const void* down,
+                    int w_dtype, const float* gate_bias, const float* up_bias,
+                    const float* down_bias, float limit, float alpha,
+                    float* out, int64_t tokens, int64_t count, int64_t hidden,
+                    int64_t inter, void* stream) {
+  return ExpertFfnImpl(x, rows, weights, gate, up, down, w_dtype, gate_bias,
+                       up_bias, down_bias, Activation{true, limit, alpha}, out,
+                       tokens, count, hidden, inter, stream);
 }
 
 }  // namespace moe::cuda

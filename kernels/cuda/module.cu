@@ -183,6 +183,8 @@ const MoeCudaModuleApi kApi = {
     &RouterSelect,
     &RopeInterleaved,
     &MlaAttention,
+    &SinkAttention,
+    &BiasedExpertFfn,
 };
 
 }  // namespace

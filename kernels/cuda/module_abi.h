@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define MOE_CUDA_MODULE_ABI_VERSION 5
+#define MOE_CUDA_MODULE_ABI_VERSION 6
 
 #define MOE_CUDA_CUBLAS_BASE 10000
 #define MOE_CUDA_MODULE_BASE 20000
@@ -43,6 +43,7 @@ extern "C" {
 // (activations rounded to 8 bits per 32, as the CPU kernels do).
 #define MOE_CUDA_DTYPE_Q8 13
 #define MOE_CUDA_DTYPE_Q4 14
+#define MOE_CUDA_DTYPE_MXFP4 17  // ABI v6
 
 // memcpy kinds. Host<->device copies return when the data has arrived.
 #define MOE_CUDA_COPY_H2D 0
@@ -177,6 +178,22 @@ typedef struct MoeCudaModuleApi {
                        const float* ckv_cache, const float* kpe_cache,
                        float* out, const MoeCudaMlaShape* shape, float scale,
                        void* stream);
+
+  // ---- v6: GPT-OSS (attention.cu, gemm.cu) ----
+  // Backend::SinkAttention: Attention with a per-head sink logit joining
+  // the softmax, over the last `window` positions (0: all).
+  int (*sink_attention)(const float* q, const float* k_cache,
+                        const float* v_cache, const float* sinks, float* out,
+                        const MoeCudaAttentionShape* shape, float scale,
+                        int64_t window, void* stream);
+  // Backend::BiasedExpertFfn with ClampedSwiglu{limit, alpha}.
+  int (*biased_expert_ffn)(const float* x, const int32_t* rows,
+                           const float* weights, const void* gate,
+                           const void* up, const void* down, int w_dtype,
+                           const float* gate_bias, const float* up_bias,
+                           const float* down_bias, float limit, float alpha,
+                           float* out, int64_t tokens, int64_t count,
+                           int64_t hidden, int64_t inter, void* stream);
 } MoeCudaModuleApi;
 
 // The module's single exported symbol.

@@ -1,5 +1,5 @@
-// Products with block-format weights (q8, q4; common/quant.h) read as
-// stored: y[m, n] = x[m, k] W[n, k]^T (+ bias).
+// Products with block-format weights (q8, q4, mxfp4; common/quant.h) read
+// as stored: y[m, n] = x[m, k] W[n, k]^T (+ bias).
 //
 // The op is the CPU one (kernels/cpu_quant_matmul.h): activations are first
 // rounded to 8 bits per 32 (f32 scale d_x = max|x| / 127, codes
@@ -8,6 +8,7 @@
 // product scaled once:
 //   q8: y += d_w d_x sum(q_w q_x)
 //   q4: y += d_w d_x sum(q_w q_x) + m_w d_x sum(q_x)
+//   mxfp4: y += 2^(e_w - 128) d_x sum((2 fp4_w) q_x)
 // Only the order of the f32 additions differs from the CPU.
 //  * m <= kQGemvMaxRows (decode, small expert groups): one warp per output
 //    column, lanes over the column's weight blocks; every weight byte is read
@@ -25,9 +26,30 @@ constexpr int kActGroup = 32;
 constexpr int kTileM = 32;
 constexpr int kTileN = 64;
 
+// The block formats, as template arguments.
+enum Fmt : int { kQ8 = 0, kQ4 = 1, kMx = 2 };
+template <int F>
+constexpr int kGroupOf = F == kQ4 ? 64 : 32;
+template <int F>
+constexpr int kBytesOf = F == kQ4 ? 36 : F == kMx ? 17 : 34;
+
+// MXFP4 codes as the integers 2 * fp4(code) (cpu_quant_matmul.cc).
+__constant__ int8_t kFp4Twice[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                     0, -1, -2, -3, -4, -6, -8, -12};
+
 __device__ __forceinline__ float LoadHalf(const uint8_t* p) {
   // Blocks are 2-byte aligned (34-byte q8 blocks).
   return __half2float(*reinterpret_cast<const __half*>(p));
+}
+
+// d_w of a block: its f16 scale, or 2^(e - 128) for mxfp4.
+template <int F>
+__device__ __forceinline__ float BlockScale(const uint8_t* blk) {
+  if constexpr (F == kMx) {
+    return ldexpf(1.0f, static_cast<int>(blk[0]) - 128);
+  } else {
+    return LoadHalf(blk);
+  }
 }
 
 // One thread per 32-activation group: codes, d_x and d_x * sum(q_x).
@@ -55,11 +77,17 @@ __global__ void QuantizeActivationsKernel(const float* __restrict__ x,
 
 // The integer dot product of 32 weight codes with 32 activation codes.
 // Q4: `lo`/`hi` picks the nibble (group 0 or 1 of the 64-weight block).
-template <bool kQ4>
+template <int F>
 __device__ __forceinline__ int Dot32(const uint8_t* codes, bool hi,
                                      const int8_t* xq) {
   int s = 0;
-  if constexpr (kQ4) {
+  if constexpr (F == kMx) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t b = codes[i];
+      s += kFp4Twice[b & 15] * xq[2 * i] + kFp4Twice[b >> 4] * xq[2 * i + 1];
+    }
+  } else if constexpr (F == kQ4) {
     const uint32_t* c4 = reinterpret_cast<const uint32_t*>(codes);
     const int* x4 = reinterpret_cast<const int*>(xq);
 #pragma unroll
@@ -77,7 +105,7 @@ __device__ __forceinline__ int Dot32(const uint8_t* codes, bool hi,
 }
 
 // One warp per output column j; lane l takes blocks l, l + 32, ...
-template <bool kQ4>
+template <int F>
 __global__ void QuantGemvKernel(const int8_t* __restrict__ xq,
                                 const float* __restrict__ xd,
                                 const float* __restrict__ xsd,
@@ -85,8 +113,8 @@ __global__ void QuantGemvKernel(const int8_t* __restrict__ xq,
                                 const float* __restrict__ bias,
                                 float* __restrict__ y, int m, int64_t n,
                                 int64_t k) {
-  constexpr int kGroup = kQ4 ? 64 : 32;
-  constexpr int kBytes = kQ4 ? 36 : 34;
+  constexpr int kGroup = kGroupOf<F>;
+  constexpr int kBytes = kBytesOf<F>;
   const int lane = threadIdx.x & 31;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kQGemvWarps + (threadIdx.x >> 5);
   if (j >= n) return;
@@ -98,15 +126,15 @@ __global__ void QuantGemvKernel(const int8_t* __restrict__ xq,
   for (int r = 0; r < kQGemvMaxRows; ++r) acc[r] = 0.0f;
   for (int64_t b = lane; b < blocks; b += 32) {
     const uint8_t* blk = row + b * kBytes;
-    const float dw = LoadHalf(blk);
-    if constexpr (kQ4) {
+    const float dw = BlockScale<F>(blk);
+    if constexpr (F == kQ4) {
       const float mw = LoadHalf(blk + 2);
 #pragma unroll
       for (int r = 0; r < kQGemvMaxRows; ++r) {
         if (r < m) {
           for (int h = 0; h < 2; ++h) {
             const int64_t g = r * act_groups + 2 * b + h;
-            const int s = Dot32<true>(blk + 4, h == 1, xq + g * kActGroup);
+            const int s = Dot32<kQ4>(blk + 4, h == 1, xq + g * kActGroup);
             acc[r] += dw * xd[g] * static_cast<float>(s) + mw * xsd[g];
           }
         }
@@ -116,7 +144,8 @@ __global__ void QuantGemvKernel(const int8_t* __restrict__ xq,
       for (int r = 0; r < kQGemvMaxRows; ++r) {
         if (r < m) {
           const int64_t g = r * act_groups + b;
-          const int s = Dot32<false>(blk + 2, false, xq + g * kActGroup);
+          const int s =
+              Dot32<F>(blk + (F == kMx ? 1 : 2), false, xq + g * kActGroup);
           acc[r] += dw * xd[g] * static_cast<float>(s);
         }
       }
@@ -135,7 +164,7 @@ __global__ void QuantGemvKernel(const int8_t* __restrict__ xq,
 // rows 2 ty, 2 ty + 1 and columns tx + 16 c, c < 4. Each step stages one
 // weight block per column (its codes widened to int8, its scale and min)
 // and the matching activation codes.
-template <bool kQ4>
+template <int F>
 __global__ void QuantGemmKernel(const int8_t* __restrict__ xq,
                                 const float* __restrict__ xd,
                                 const float* __restrict__ xsd,
@@ -143,8 +172,8 @@ __global__ void QuantGemmKernel(const int8_t* __restrict__ xq,
                                 const float* __restrict__ bias,
                                 float* __restrict__ y, int64_t m, int64_t n,
                                 int64_t k) {
-  constexpr int kGroup = kQ4 ? 64 : 32;
-  constexpr int kBytes = kQ4 ? 36 : 34;
+  constexpr int kGroup = kGroupOf<F>;
+  constexpr int kBytes = kBytesOf<F>;
   constexpr int kSub = kGroup / kActGroup;
   __shared__ int8_t xs[kTileM][kGroup];
   __shared__ float xds[kTileM][kSub];
@@ -178,9 +207,12 @@ __global__ void QuantGemmKernel(const int8_t* __restrict__ xq,
       int8_t v = 0;
       if (gc < n) {
         const uint8_t* blk = w + (gc * blocks + b) * kBytes;
-        if constexpr (kQ4) {
+        if constexpr (F == kQ4) {
           const uint8_t byte = blk[4 + (e % 32)];
           v = static_cast<int8_t>(e < 32 ? (byte & 0x0f) : (byte >> 4));
+        } else if constexpr (F == kMx) {
+          const uint8_t byte = blk[1 + e / 2];
+          v = kFp4Twice[e % 2 == 0 ? (byte & 0x0f) : (byte >> 4)];
         } else {
           v = static_cast<int8_t>(blk[2 + e]);
         }
@@ -190,8 +222,8 @@ __global__ void QuantGemmKernel(const int8_t* __restrict__ xq,
     for (int c = tid; c < kTileN; c += blockDim.x) {
       const int64_t gc = col0 + c;
       const uint8_t* blk = w + (gc * blocks + b) * kBytes;
-      wd[c] = gc < n ? LoadHalf(blk) : 0.0f;
-      wm[c] = gc < n && kQ4 ? LoadHalf(blk + 2) : 0.0f;
+      wd[c] = gc < n ? BlockScale<F>(blk) : 0.0f;
+      wm[c] = gc < n && F == kQ4 ? LoadHalf(blk + 2) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -209,7 +241,7 @@ __global__ void QuantGemmKernel(const int8_t* __restrict__ xq,
                  static_cast<int>(ws[c][h * kActGroup + e]);
           }
           acc[rr][cc] += wd[c] * xds[r][h] * static_cast<float>(s);
-          if constexpr (kQ4) acc[rr][cc] += wm[c] * xsds[r][h];
+          if constexpr (F == kQ4) acc[rr][cc] += wm[c] * xsds[r][h];
         }
       }
     }
@@ -225,17 +257,17 @@ __global__ void QuantGemmKernel(const int8_t* __restrict__ xq,
   }
 }
 
-template <bool kQ4>
+template <int F>
 int Launch(const int8_t* xq, const float* xd, const float* xsd, const void* w,
            const float* bias, float* y, int64_t m, int64_t n, int64_t k,
            cudaStream_t stream) {
   const auto* wb = static_cast<const uint8_t*>(w);
   if (m <= kQGemvMaxRows) {
-    QuantGemvKernel<kQ4><<<Blocks(n, kQGemvWarps), kQGemvWarps * 32, 0, stream>>>(
+    QuantGemvKernel<F><<<Blocks(n, kQGemvWarps), kQGemvWarps * 32, 0, stream>>>(
         xq, xd, xsd, wb, bias, y, static_cast<int>(m), n, k);
   } else {
     const dim3 grid(Blocks(n, kTileN), Blocks(m, kTileM));
-    QuantGemmKernel<kQ4><<<grid, 256, 0, stream>>>(xq, xd, xsd, wb, bias, y, m,
+    QuantGemmKernel<F><<<grid, 256, 0, stream>>>(xq, xd, xsd, wb, bias, y, m,
                                                    n, k);
   }
   return LaunchCode();
@@ -247,7 +279,10 @@ int QuantMatMulOnStream(const float* x, const void* w, int w_dtype,
                         const float* bias, float* y, int64_t m, int64_t n,
                         int64_t k, cudaStream_t stream) {
   const bool q4 = w_dtype == MOE_CUDA_DTYPE_Q4;
-  if (!q4 && w_dtype != MOE_CUDA_DTYPE_Q8) return ModuleCode(MOE_CUDA_ERR_BAD_DTYPE);
+  const bool mx = w_dtype == MOE_CUDA_DTYPE_MXFP4;
+  if (!q4 && !mx && w_dtype != MOE_CUDA_DTYPE_Q8) {
+    return ModuleCode(MOE_CUDA_ERR_BAD_DTYPE);
+  }
   const int64_t group = q4 ? 64 : 32;
   // q4 codes are read 4 bytes at a time: blocks (36 bytes) stay 4-aligned
   // only from a 4-aligned base.
@@ -267,8 +302,9 @@ int QuantMatMulOnStream(const float* x, const void* w, int w_dtype,
   QuantizeActivationsKernel<<<Blocks(groups, 128), 128, 0, stream>>>(x, xq, xd, xsd, groups);
   int code = LaunchCode();
   if (code == 0) {
-    code = q4 ? Launch<true>(xq, xd, xsd, w, bias, y, m, n, k, stream)
-              : Launch<false>(xq, xd, xsd, w, bias, y, m, n, k, stream);
+    code = q4   ? Launch<kQ4>(xq, xd, xsd, w, bias, y, m, n, k, stream)
+           : mx ? Launch<kMx>(xq, xd, xsd, w, bias, y, m, n, k, stream)
+                : Launch<kQ8>(xq, xd, xsd, w, bias, y, m, n, k, stream);
   }
   const int free_code = Code(cudaFreeAsync(scratch, stream));
   return code != 0 ? code : free_code;

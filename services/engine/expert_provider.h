@@ -22,13 +22,17 @@
 
 namespace moe {
 
-// One expert's SwiGLU weights in backend memory.
+// One expert's SwiGLU weights (and biases) in backend memory.
 struct ExpertView {
   int32_t expert = 0;
   const void* gate = nullptr;  // [inter, hidden]
   const void* up = nullptr;    // [inter, hidden]
   const void* down = nullptr;  // [hidden, inter]
   DType dtype = DType::kBF16;
+  // gpt_oss (ModelConfig::has_expert_biases), f32; else nullptr.
+  const float* gate_bias = nullptr;  // [inter]
+  const float* up_bias = nullptr;    // [inter]
+  const float* down_bias = nullptr;  // [hidden]
 };
 
 // What an Acquire hands the engine: views of one layer's demanded experts,

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fp8.h"
+#include "common/mxfp4.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
 
@@ -16,6 +17,11 @@ InMemoryExpertProvider::Create(const MoeModel& model,
   Backend& be = model.backend();
   const bool device = be.Info().is_device;
   const DType held = format.value_or(DefaultHeldFormat(d.expert_dtype()));
+  if (held == DType::kMxfp4 && !be.Info().supports_mxfp4) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", be.Info().name, " backend has no mxfp4 kernels; hold the experts as q8 "
+        "(exact for MXFP4 checkpoints)"));
+  }
   for (int l = 0; l < c.num_moe_layers(); ++l) {
     for (int e = 0; e < c.num_experts; ++e) {
       const void* ptrs[3];
@@ -26,7 +32,7 @@ InMemoryExpertProvider::Create(const MoeModel& model,
         ASSIGN_OR_RETURN(TensorView v, d.Expert(l, e, roles[r]));
         ptrs[r] = v.data;
         uint64_t nbytes = v.nbytes;
-        if (held != v.dtype) {
+        if (ViewNeedsConversion(v, held)) {
           const int64_t b = WeightBytes(held, v.shape[0], v.shape[1]);
           if (b < 0) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -46,10 +52,36 @@ InMemoryExpertProvider::Create(const MoeModel& model,
           ptrs[r] = dst;
         }
       }
-      p->views_.push_back({e, ptrs[0], ptrs[1], ptrs[2], held});
+      ExpertView view{e, ptrs[0], ptrs[1], ptrs[2], held};
+      if (c.has_expert_biases()) {
+        const float* biases[3];
+        for (int r = 0; r < 3; ++r) {
+          ASSIGN_OR_RETURN(biases[r], p->PlaceBias(l, e, r));
+        }
+        view.gate_bias = biases[0];
+        view.up_bias = biases[1];
+        view.down_bias = biases[2];
+      }
+      p->views_.push_back(view);
     }
   }
   return p;
+}
+
+absl::StatusOr<const float*> InMemoryExpertProvider::PlaceBias(int moe_layer, int expert,
+                                                               int which) {
+  static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGateBias,
+                                           TensorRole::kExpertUpBias,
+                                           TensorRole::kExpertDownBias};
+  ASSIGN_OR_RETURN(TensorView v, model_.description().Expert(moe_layer, expert, kRoles[which]));
+  std::vector<uint8_t>& buf = converted_.emplace_back(sizeof(float) * v.numel());
+  RETURN_IF_ERROR(ConvertVectorView(v, reinterpret_cast<float*>(buf.data())));
+  Backend& be = model_.backend();
+  if (!be.Info().is_device) return reinterpret_cast<const float*>(buf.data());
+  ASSIGN_OR_RETURN(void* dst, be.Alloc(buf.size()));
+  owned_.push_back(dst);
+  RETURN_IF_ERROR(be.CopyToDevice(dst, buf.data(), buf.size()));
+  return static_cast<const float*>(dst);
 }
 
 InMemoryExpertProvider::~InMemoryExpertProvider() {

@@ -33,6 +33,8 @@ class InMemoryExpertProvider : public ExpertProvider {
   int64_t acquires() const { return acquires_; }
 
  private:
+  // gpt_oss: expert bias `which` (gate, up, down) as f32 in backend memory.
+  absl::StatusOr<const float*> PlaceBias(int moe_layer, int expert, int which);
   explicit InMemoryExpertProvider(const MoeModel& model) : model_(model) {}
   const MoeModel& model_;
   std::vector<ExpertView> views_;  // [moe_layer * experts + expert]

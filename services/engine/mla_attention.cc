@@ -22,22 +22,21 @@ double CorrectionDim(double rotations, double dim, double theta,
 
 }  // namespace
 
-MlaRope MlaRopeFor(const ModelConfig& c) {
-  MlaRope r;
-  const int64_t d = c.mla.qk_rope_head_dim;
-  const double theta = c.rope_theta;
-  r.softmax_scale = static_cast<float>(
-      1.0 / std::sqrt(static_cast<double>(c.mla.qk_head_dim())));
+RopeTable YarnRopeFor(int64_t d, double theta, const std::optional<YarnConfig>& yarn) {
+  RopeTable r;
   r.inv_freq.resize(d / 2);
   for (int64_t i = 0; i < d / 2; ++i) {
-    r.inv_freq[i] = static_cast<float>(
-        1.0 / std::pow(theta, static_cast<double>(2 * i) / d));
+    r.inv_freq[i] = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / d));
   }
-  if (!c.yarn.has_value()) return r;
-  const YarnConfig& y = *c.yarn;
+  if (!yarn.has_value()) return r;
+  const YarnConfig& y = *yarn;
   const double len = static_cast<double>(y.original_max_position_embeddings);
-  double low = std::floor(CorrectionDim(y.beta_fast, d, theta, len));
-  double high = std::ceil(CorrectionDim(y.beta_slow, d, theta, len));
+  double low = CorrectionDim(y.beta_fast, d, theta, len);
+  double high = CorrectionDim(y.beta_slow, d, theta, len);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
   low = std::max(low, 0.0);
   high = std::min(high, static_cast<double>(d - 1));
   if (low == high) high += 0.001;
@@ -50,8 +49,19 @@ MlaRope MlaRopeFor(const ModelConfig& c) {
   }
   r.mscale = static_cast<float>(YarnMscale(y.factor, y.mscale) /
                                 YarnMscale(y.factor, y.mscale_all_dim));
-  if (y.mscale_all_dim != 0.0) {
-    const double m = YarnMscale(y.factor, y.mscale_all_dim);
+  return r;
+}
+
+MlaRope MlaRopeFor(const ModelConfig& c) {
+  MlaRope r;
+  const int64_t d = c.mla.qk_rope_head_dim;
+  r.softmax_scale = static_cast<float>(
+      1.0 / std::sqrt(static_cast<double>(c.mla.qk_head_dim())));
+  RopeTable t = YarnRopeFor(d, c.rope_theta, c.yarn);
+  r.inv_freq = std::move(t.inv_freq);
+  r.mscale = t.mscale;
+  if (c.yarn.has_value() && c.yarn->mscale_all_dim != 0.0) {
+    const double m = YarnMscale(c.yarn->factor, c.yarn->mscale_all_dim);
     r.softmax_scale = static_cast<float>(r.softmax_scale * m * m);
   }
   return r;

@@ -20,6 +20,7 @@
 #ifndef MOECACHE_SERVICES_ENGINE_MLA_ATTENTION_H_
 #define MOECACHE_SERVICES_ENGINE_MLA_ATTENTION_H_
 
+#include <optional>
 #include <vector>
 
 #include "common/model_config.h"
@@ -35,6 +36,17 @@ struct MlaRope {
 
 // REQUIRES: config.is_mla() and the config was validated.
 MlaRope MlaRopeFor(const ModelConfig& config);
+
+// Inverse frequencies of a rotary embedding over `dim` dimensions (base
+// theta), with YaRN when `yarn` is set (the formulas above; the correction
+// range is floored/ceiled only when yarn->truncate, as transformers'
+// _compute_yarn_parameters), and the cos/sin factor.
+struct RopeTable {
+  std::vector<float> inv_freq;  // [dim / 2]
+  float mscale = 1.0f;
+};
+RopeTable YarnRopeFor(int64_t dim, double theta,
+                      const std::optional<YarnConfig>& yarn);
 
 // The router of a DeepSeek MoE layer. v2 (modeling_deepseek.py of
 // DeepSeek-V2): weights renormalized when top_k > 1 and norm_topk_prob,

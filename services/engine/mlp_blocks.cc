@@ -8,7 +8,9 @@ namespace moe {
 absl::Status RouteRows(Backend& be, const MoeModel& model, const LayerWeights& w,
                        const float* x, const MlpBuffers& b, int64_t t, bool renormalize) {
   const ModelConfig& c = model.config();
-  RETURN_IF_ERROR(be.MatMul(x, w.router.data, w.router.dtype, nullptr, b.router, t,
+  // gpt_oss: logits = x W^T + b; its softmax over the top-k logits equals
+  // the softmax over all experts renormalized over the top-k.
+  RETURN_IF_ERROR(be.MatMul(x, w.router.data, w.router.dtype, w.router_bias, b.router, t,
                             c.num_experts, c.hidden_size));
   if (!c.is_deepseek()) {
     return be.RouterTopK(b.router, b.top_ids, b.top_w, t, c.num_experts, c.top_k, renormalize);
@@ -41,7 +43,13 @@ absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRow
     const int64_t count = er.demands[i].tokens;
     status = be.CopyToDevice(b.rows, er.rows[x].data(), 4 * count);
     if (status.ok()) status = be.CopyToDevice(b.row_w, er.weights[x].data(), 4 * count);
-    if (status.ok()) {
+    if (status.ok() && c.has_expert_biases()) {
+      const ClampedSwiglu act{static_cast<float>(c.gpt_oss.swiglu_limit),
+                              static_cast<float>(c.gpt_oss.swiglu_alpha)};
+      status = be.BiasedExpertFfn(b.x, b.rows, b.row_w, view.gate, view.up, view.down,
+                                  view.dtype, view.gate_bias, view.up_bias, view.down_bias,
+                                  act, b.out, t, count, c.hidden_size, c.moe_intermediate_size);
+    } else if (status.ok()) {
       status = be.ExpertFfn(b.x, b.rows, b.row_w, view.gate, view.up, view.down, view.dtype,
                             b.out, t, count, c.hidden_size, c.moe_intermediate_size);
     }

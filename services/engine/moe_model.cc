@@ -12,8 +12,8 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Load(
     const std::string& dir, Backend* backend) {
   ASSIGN_OR_RETURN(ModelDescription desc, ModelDescription::Open(dir));
   const ModelConfig& c = desc.config();
-  const bool deepseek_yarn = c.is_deepseek() && c.yarn.has_value();
-  if (!c.rope_scaling_type.empty() && !deepseek_yarn) {
+  const bool yarn = (c.is_deepseek() || c.is_gpt_oss()) && c.yarn.has_value();
+  if (!c.rope_scaling_type.empty() && !yarn) {
     return absl::UnimplementedError(absl::StrCat(
         dir, ": rope scaling '", c.rope_scaling_type, "' is not supported"));
   }
@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Load(
     return absl::UnimplementedError(
         absl::StrCat(dir, ": clip_qkv is not supported"));
   }
-  if (c.o_bias) {
+  if (c.o_bias && !c.is_gpt_oss()) {
     return absl::UnimplementedError(
         absl::StrCat(dir, c.is_deepseek() ? ": attention_bias"
                                           : ": o_proj bias",
@@ -43,7 +43,8 @@ int64_t MoeModel::max_context() const {
   const ModelConfig& c = config();
   int64_t n = c.max_position_embeddings > 0 ? c.max_position_embeddings
                                             : int64_t{1} << 20;
-  if (c.sliding_window > 0) n = std::min(n, c.sliding_window);
+  // gpt_oss's window applies to its sliding layers only (Session masks).
+  if (c.sliding_window > 0 && !c.is_gpt_oss()) n = std::min(n, c.sliding_window);
   return n;
 }
 
@@ -97,6 +98,10 @@ absl::Status MoeModel::Prepare() {
     w.moe_index = c.MoeLayerIndex(l);
     if (c.is_mla()) {
       RETURN_IF_ERROR(PrepareMla(w, l));
+      continue;
+    }
+    if (c.is_gpt_oss()) {
+      RETURN_IF_ERROR(PrepareGptOss(w, l));
       continue;
     }
     ASSIGN_OR_RETURN(w.q, Matrix(TensorRole::kQProj, l));

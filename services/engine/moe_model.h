@@ -48,6 +48,14 @@ struct LayerWeights {
   const float* q_a_norm = nullptr;    // [q_lora_rank] or null
   const float* kv_a_norm = nullptr;   // [kv_lora_rank]
   const float* score_bias = nullptr;  // [experts] (noaux_tc) or null
+  // gpt_oss: q and k (weights and biases) have each head's rows permuted
+  // so that the half-split rotary pairs (i, i + d/2) sit at (2i, 2i + 1):
+  // RopeInterleaved then rotates them as the published rotate-half does,
+  // and q . k is unchanged because both sides carry the same permutation.
+  const float* sinks = nullptr;        // [heads] or null
+  const float* o_bias = nullptr;       // [hidden] or null
+  const float* router_bias = nullptr;  // [experts] or null
+  bool sliding = false;                // attends to the last sliding_window
 };
 
 class MoeModel {
@@ -78,11 +86,18 @@ class MoeModel {
     float softmax_scale = 1.0f;
   };
   const MlaRopeTable& mla_rope() const { return mla_rope_; }
+  // gpt_oss: q/k rope (YaRN), from YarnRopeFor over head_dim; softmax_scale
+  // is head_dim^-0.5.
+  const MlaRopeTable& gpt_oss_rope() const { return gpt_oss_rope_; }
 
  private:
   MoeModel() = default;
   absl::Status Prepare();
   absl::Status PrepareMla(LayerWeights& w, int layer);
+  // gpt_oss_layer.cc: permuted q/k, sinks, o and router biases, rope table.
+  absl::Status PrepareGptOss(LayerWeights& w, int layer);
+  absl::StatusOr<Weight> HeadPermuted(TensorRole role, int layer);
+  absl::StatusOr<const float*> HeadPermutedBias(TensorRole role, int layer);
   // Router, shared expert or dense MLP of `layer`.
   absl::Status PrepareMlp(LayerWeights& w, int layer);
   absl::StatusOr<Weight> Matrix(TensorRole role, int layer);
@@ -99,6 +114,9 @@ class MoeModel {
   Weight embed_, lm_head_;
   const float* final_norm_ = nullptr;
   MlaRopeTable mla_rope_;
+  MlaRopeTable gpt_oss_rope_;
+  // Host copies of gpt_oss's head-permuted q/k weights.
+  std::vector<std::vector<uint8_t>> permuted_;
 };
 
 }  // namespace moe

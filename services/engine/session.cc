@@ -180,6 +180,7 @@ absl::Status Session::Attention(const LayerWeights& w, int layer, int64_t t) {
                         reinterpret_cast<int32_t*>(Buf(kPositions)),
                         Buf(kOut));
   }
+  if (c.is_gpt_oss()) return GptOssAttention(w, layer, t);
   const int64_t hd = c.head_dim, nh = c.num_attention_heads,
                 nkv = c.num_key_value_heads, hidden = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -212,6 +213,42 @@ absl::Status Session::Attention(const LayerWeights& w, int layer, int64_t t) {
   RETURN_IF_ERROR(be_.Attention(Buf(kQ), kc, vc, Buf(kAttn), shape,
                                 1.0f / std::sqrt(static_cast<float>(hd))));
   return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, nullptr, Buf(kOut), t,
+                    hidden, nh * hd);
+}
+
+absl::Status Session::GptOssAttention(const LayerWeights& w, int layer,
+                                      int64_t t) {
+  const ModelConfig& c = model_.config();
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads,
+                nkv = c.num_key_value_heads, hidden = c.hidden_size;
+  const int32_t* positions = reinterpret_cast<int32_t*>(Buf(kPositions));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.q.data, w.q.dtype, w.q_bias, Buf(kQ),
+                             t, nh * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.k.data, w.k.dtype, w.k_bias, Buf(kK),
+                             t, nkv * hd, hidden));
+  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.v.data, w.v.dtype, w.v_bias, Buf(kV),
+                             t, nkv * hd, hidden));
+  // q/k rows are head-permuted at load (moe_model.h): interleaved rope here
+  // is the published rotate-half rope.
+  const MoeModel::MlaRopeTable& rope = model_.gpt_oss_rope();
+  RETURN_IF_ERROR(be_.RopeInterleaved(Buf(kQ), positions, rope.inv_freq, t, nh,
+                                      hd, 0, hd, rope.mscale));
+  RETURN_IF_ERROR(be_.RopeInterleaved(Buf(kK), positions, rope.inv_freq, t,
+                                      nkv, hd, 0, hd, rope.mscale));
+  AttentionShape shape;
+  shape.tokens = t;
+  shape.heads = nh;
+  shape.kv_heads = nkv;
+  shape.head_dim = hd;
+  shape.max_seq = max_seq_;
+  shape.start_pos = pos_;
+  float* kc = static_cast<float*>(kv_[2 * layer]);
+  float* vc = static_cast<float*>(kv_[2 * layer + 1]);
+  RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK), Buf(kV), kc, vc, shape));
+  RETURN_IF_ERROR(be_.SinkAttention(Buf(kQ), kc, vc, w.sinks, Buf(kAttn),
+                                    shape, rope.softmax_scale,
+                                    w.sliding ? c.sliding_window : 0));
+  return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, w.o_bias, Buf(kOut), t,
                     hidden, nh * hd);
 }
 

@@ -143,6 +143,9 @@ class Session {
                             float* h, float* q, const int32_t* positions,
                             float* out);
   absl::Status ReserveMla(int64_t tokens);
+  // GPT-OSS attention of the `t` new tokens (gpt_oss_layer.cc): biased
+  // q/k/v, YaRN rope, SinkAttention (windowed on sliding layers), biased o.
+  absl::Status GptOssAttention(const LayerWeights& w, int layer, int64_t t);
   // The MLP half on this session's buffers (services/engine/mlp_blocks.h).
   MlpBuffers Mlp();
   absl::Status MoeBlock(const LayerWeights& w, int64_t t, bool prefill);

@@ -45,8 +45,10 @@ absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const
     ASSIGN_OR_RETURN(TensorView g, plan.desc.Expert(0, 0, TensorRole::kExpertGate));
     ASSIGN_OR_RETURN(TensorView u, plan.desc.Expert(0, 0, TensorRole::kExpertUp));
     ASSIGN_OR_RETURN(TensorView d, plan.desc.Expert(0, 0, TensorRole::kExpertDown));
+    ASSIGN_OR_RETURN(std::vector<TensorView> biases, ExpertStore::BiasViews(plan.desc, 0, 0));
     RETURN_IF_ERROR(
-        ExpertStore::ComputeLayout(g, u, d, &block_bytes, options_.expert_format).status());
+        ExpertStore::ComputeLayout(g, u, d, &block_bytes, options_.expert_format, biases)
+            .status());
   }
   const ModelConfig& config = plan.desc.config();
   // Per model: the free device memory shrinks with every arena.

@@ -143,7 +143,7 @@ std::string DaemonUsage() {
          "      answer misses of CPU workers 'run on host'; auto compares link and host)\n"
          "  [--host-gbps G]  (host read bandwidth; default 0: measured at start)\n"
          "  [--host-gflops F]  (host expert kernel, default 100)\n"
-         "  [--expert-format bf16|q8|q4]  (default: as stored, q8 for FP8 checkpoints; converted at load)\n"
+         "  [--expert-format bf16|q8|q4|mxfp4]  (default: as stored, q8 for FP8 and MXFP4 checkpoints; converted at load)\n"
          "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n"
          "  [--max-sessions N]  (default 64 attached workers)\n"
          "  [--log-level debug|info|warning|error]  (any case; default $MOE_LOG_LEVEL or info)\n"

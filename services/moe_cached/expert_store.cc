@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/fp8.h"
 #include "common/logging.h"
+#include "common/mxfp4.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
 
@@ -60,12 +61,13 @@ class Progress {
 
 absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
     const TensorView& gate, const TensorView& up, const TensorView& down,
-    uint64_t* block_bytes, std::optional<DType> format) {
+    uint64_t* block_bytes, std::optional<DType> format, const std::vector<TensorView>& biases) {
   if (gate.dtype != up.dtype || gate.dtype != down.dtype) {
     return absl::InvalidArgumentError("expert tensors have different dtypes");
   }
   const DType held = format.value_or(DefaultHeldFormat(gate.dtype));
-  const bool convertible = IsFloatDType(gate.dtype) || gate.dtype == DType::kF8E4M3;
+  const bool convertible = IsFloatDType(gate.dtype) || gate.dtype == DType::kF8E4M3 ||
+                           gate.dtype == DType::kMxfp4;
   if (held != gate.dtype && (!convertible ||
                              (!IsFloatDType(held) && !IsQuantDType(held)))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -79,7 +81,7 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
   for (int i = 0; i < 3; ++i) {
     const std::vector<int64_t>& shape = views[i]->shape;
     uint64_t nbytes = views[i]->nbytes;
-    if (held != gate.dtype) {
+    if (held != gate.dtype || IsQuantDType(held)) {
       const int64_t b = shape.size() == 2 ? WeightBytes(held, shape[0], shape[1]) : -1;
       if (b < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -92,6 +94,20 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
     }
     offset = AlignUp(offset, kTensorAlign);
     layout.push_back({roles[i], held, shape, offset, nbytes});
+    offset += nbytes;
+  }
+  if (!biases.empty() && biases.size() != 3) {
+    return absl::InvalidArgumentError("expert biases come as gate, up and down");
+  }
+  const char* bias_roles[3] = {"gate_bias", "up_bias", "down_bias"};
+  for (size_t i = 0; i < biases.size(); ++i) {
+    if (biases[i].shape.size() != 1 || !IsFloatDType(biases[i].dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", bias_roles[i], " is not a 1-D float tensor"));
+    }
+    const uint64_t nbytes = sizeof(float) * static_cast<uint64_t>(biases[i].shape[0]);
+    offset = AlignUp(offset, kTensorAlign);
+    layout.push_back({bias_roles[i], DType::kF32, biases[i].shape, offset, nbytes});
     offset += nbytes;
   }
   *block_bytes = AlignUp(offset, kBlockAlign);
@@ -111,8 +127,9 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
   ASSIGN_OR_RETURN(TensorView g0, model.Expert(0, 0, TensorRole::kExpertGate));
   ASSIGN_OR_RETURN(TensorView u0, model.Expert(0, 0, TensorRole::kExpertUp));
   ASSIGN_OR_RETURN(TensorView d0, model.Expert(0, 0, TensorRole::kExpertDown));
+  ASSIGN_OR_RETURN(std::vector<TensorView> b0, BiasViews(model, 0, 0));
   ASSIGN_OR_RETURN(store->layout_,
-                   ComputeLayout(g0, u0, d0, &store->block_bytes_, options.format));
+                   ComputeLayout(g0, u0, d0, &store->block_bytes_, options.format, b0));
   const DType source = g0.dtype;
   const uint64_t blocks = static_cast<uint64_t>(store->num_layers_) * store->num_experts_;
   store->total_bytes_ = blocks * store->block_bytes_;
@@ -139,7 +156,9 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
 
   static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                            TensorRole::kExpertDown};
-  const bool convert = store->format() != source;
+  // Strided views (gpt_oss's fused experts) are gathered even when the
+  // format stays.
+  const bool convert = ViewNeedsConversion(g0, store->format());
   Progress progress(convert ? absl::StrCat(name, " (to ", ExpertFormatName(store->format()), ")")
                             : name,
                     store->total_bytes_, options.progress_interval_seconds);
@@ -166,11 +185,39 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
           std::memcpy(block + slot.offset, view.data, view.nbytes);
         }
       }
+      RETURN_IF_ERROR(store->CopyBiases(name, model, l, e, block));
       progress.Add(store->block_bytes_);
     }
   }
   progress.Finish();
   return store;
+}
+
+absl::StatusOr<std::vector<TensorView>> ExpertStore::BiasViews(const ModelDescription& model,
+                                                              int layer, int expert) {
+  std::vector<TensorView> out;
+  if (!model.config().has_expert_biases()) return out;
+  for (TensorRole r : {TensorRole::kExpertGateBias, TensorRole::kExpertUpBias,
+                       TensorRole::kExpertDownBias}) {
+    ASSIGN_OR_RETURN(TensorView v, model.Expert(layer, expert, r));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+absl::Status ExpertStore::CopyBiases(const std::string& name, const ModelDescription& model,
+                                     int l, int e, uint8_t* block) const {
+  ASSIGN_OR_RETURN(std::vector<TensorView> biases, BiasViews(model, l, e));
+  for (size_t i = 0; i < biases.size(); ++i) {
+    const ExpertTensorLayout& slot = layout_[3 + i];
+    if (biases[i].shape != slot.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", name, ": expert L", l, "/E", e, " ", slot.role,
+          " differs in shape from expert L0/E0"));
+    }
+    RETURN_IF_ERROR(ConvertVectorView(biases[i], reinterpret_cast<float*>(block + slot.offset)));
+  }
+  return absl::OkStatus();
 }
 
 ExpertStore::~ExpertStore() {

@@ -4,7 +4,9 @@
 // moves one expert into an arena slot:
 //
 //   block (l, e) at (l * num_experts + e) * block_bytes()
-//   inside a block: gate | up | down, each at a kTensorAlign-aligned offset,
+//   inside a block: gate | up | down (| gate_bias | up_bias | down_bias, F32,
+//   for gpt_oss: the biases travel with their expert), each at a
+//   kTensorAlign-aligned offset,
 //   the block padded to kBlockAlign (a page), the same layout for all experts.
 //
 // The layout (role, dtype, shape, offset, nbytes) is what Attach reports to
@@ -40,7 +42,7 @@ inline constexpr uint64_t kBlockAlign = 4096;
 
 // Where one tensor of an expert lives inside its block (and inside a slot).
 struct ExpertTensorLayout {
-  std::string role;  // "gate", "up" or "down"
+  std::string role;  // "gate", "up", "down" (or "gate_bias", ...)
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   uint64_t offset = 0;  // bytes from the block start
@@ -77,12 +79,19 @@ class ExpertStore {
   ExpertStore& operator=(const ExpertStore&) = delete;
 
   // The layout of one block, for the given gate/up/down views held as
-  // `format` (nullopt: their own dtype, or q8 for F8_E4M3 experts:
-  // DefaultHeldFormat). INVALID_ARGUMENT if the three dtypes
+  // `format` (nullopt: their own dtype, or q8 for F8_E4M3 and MXFP4
+  // experts: DefaultHeldFormat), then `biases` (none, or the gate, up and
+  // down bias views, held as F32). INVALID_ARGUMENT if the three dtypes
   // differ, or a row is not whole blocks of `format`.
   static absl::StatusOr<std::vector<ExpertTensorLayout>> ComputeLayout(
       const TensorView& gate, const TensorView& up, const TensorView& down,
-      uint64_t* block_bytes, std::optional<DType> format = std::nullopt);
+      uint64_t* block_bytes, std::optional<DType> format = std::nullopt,
+      const std::vector<TensorView>& biases = {});
+
+  // The gate, up and down bias views of an expert of `model` (gpt_oss), or
+  // none for families without expert biases.
+  static absl::StatusOr<std::vector<TensorView>> BiasViews(const ModelDescription& model,
+                                                           int layer, int expert);
 
   // REQUIRES: 0 <= layer < num_layers(), 0 <= expert < num_experts().
   const uint8_t* Block(int layer, int expert) const;
@@ -103,6 +112,9 @@ class ExpertStore {
 
  private:
   ExpertStore() = default;
+  // Writes expert (l, e)'s biases (if any) as F32 into its block.
+  absl::Status CopyBiases(const std::string& name, const ModelDescription& model, int l, int e,
+                          uint8_t* block) const;
 
   int num_layers_ = 0;
   int num_experts_ = 0;

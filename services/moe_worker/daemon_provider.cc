@@ -58,13 +58,14 @@ absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine
 absl::Status CheckBackendRunsFormat(const BackendInfo& backend, DType format) {
   const bool runs = IsFloatDType(format) ||
                     (format == DType::kQ8 && backend.supports_q8) ||
-                    (format == DType::kQ4 && backend.supports_q4);
+                    (format == DType::kQ4 && backend.supports_q4) ||
+                    (format == DType::kMxfp4 && backend.supports_mxfp4);
   if (runs) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "moe-cached holds the experts as ", ExpertFormatName(format), " but this worker's ",
       backend.name, " backend has no ", ExpertFormatName(format),
       " kernels; restart moe-cached with --expert-format bf16, or run the worker with a "
-      "backend that has them (--backend cpu runs bf16, q8 and q4)"));
+      "backend that has them (--backend cpu runs bf16, q8, q4 and mxfp4)"));
 }
 
 absl::Status DaemonExpertProvider::Attach() {
@@ -104,6 +105,7 @@ absl::Status DaemonExpertProvider::Attach() {
     *offsets[r] = found->offset;
   }
   RETURN_IF_ERROR(CheckBackendRunsFormat(model_.backend().Info(), expert_dtype_));
+  RETURN_IF_ERROR(FindBiasOffsets(*client));
   MOE_LOG(INFO) << "attached to moe-cached at " << options_.address
                 << " for model '" << client->model() << "': "
                 << client->slot_count() << " slots of "
@@ -111,6 +113,32 @@ absl::Status DaemonExpertProvider::Attach() {
                 << (client->shm_enabled() ? "shared memory" : "gRPC")
                 << (client->host_execution() ? "; misses may run here from its host copy" : "");
   client_ = std::move(client);
+  return absl::OkStatus();
+}
+
+absl::Status DaemonExpertProvider::FindBiasOffsets(const client::CacheClient& client) {
+  const ModelConfig& c = model_.config();
+  has_biases_ = c.has_expert_biases();
+  if (!has_biases_) return absl::OkStatus();
+  const std::pair<const char*, int64_t> want[] = {{"gate_bias", c.moe_intermediate_size},
+                                                  {"up_bias", c.moe_intermediate_size},
+                                                  {"down_bias", c.hidden_size}};
+  uint64_t* offsets[] = {&offsets_.gate_bias, &offsets_.up_bias, &offsets_.down_bias};
+  for (int r = 0; r < 3; ++r) {
+    const client::SlotTensor* found = nullptr;
+    for (const client::SlotTensor& t : client.layout()) {
+      if (t.role == want[r].first) found = &t;
+    }
+    const uint64_t nbytes = sizeof(float) * static_cast<uint64_t>(want[r].second);
+    if (found == nullptr || found->dtype != DType::kF32 ||
+        found->shape != std::vector<int64_t>{want[r].second} || found->nbytes != nbytes ||
+        found->offset + nbytes > client.slot_bytes() || found->offset % sizeof(float) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "moe-cached's expert layout has no F32 ", want[r].first, " [", want[r].second,
+          "] tensor, which this model's experts carry"));
+    }
+    *offsets[r] = found->offset;
+  }
   return absl::OkStatus();
 }
 
@@ -190,8 +218,14 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
       return absl::InternalError(
           absl::StrCat("moe-cached did not answer expert ", d.expert, " in demand order"));
     }
-    out.views.push_back({d.expert, data + offsets_.gate, data + offsets_.up,
-                         data + offsets_.down, dtype});
+    ExpertView view{d.expert, data + offsets_.gate, data + offsets_.up, data + offsets_.down,
+                    dtype};
+    if (has_biases_) {
+      view.gate_bias = reinterpret_cast<const float*>(data + offsets_.gate_bias);
+      view.up_bias = reinterpret_cast<const float*>(data + offsets_.up_bias);
+      view.down_bias = reinterpret_cast<const float*>(data + offsets_.down_bias);
+    }
+    out.views.push_back(view);
   }
   out.leases = std::move(reply->leases);
   if (client_->host_execution()) {

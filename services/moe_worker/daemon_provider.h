@@ -79,6 +79,7 @@ class DaemonExpertProvider : public ExpertProvider {
  private:
   struct RoleOffsets {
     uint64_t gate = 0, up = 0, down = 0;
+    uint64_t gate_bias = 0, up_bias = 0, down_bias = 0;  // gpt_oss
   };
   DaemonExpertProvider(const MoeModel& model, client::CacheClientOptions o)
       : model_(model), options_(std::move(o)) {}
@@ -90,7 +91,11 @@ class DaemonExpertProvider : public ExpertProvider {
   const MoeModel& model_;
   const client::CacheClientOptions options_;
   std::unique_ptr<client::CacheClient> client_;
+  // gpt_oss: the F32 biases each slot carries after the weights.
+  absl::Status FindBiasOffsets(const client::CacheClient& client);
+
   RoleOffsets offsets_;
+  bool has_biases_ = false;
   DType expert_dtype_ = DType::kBF16;  // what the slots hold, from Attach
   std::vector<ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;

@@ -39,7 +39,31 @@ int64_t ExpertBytesAs(const ModelDescription& d, DType format) {
     if (b < 0) return -1;
     total += b;
   }
+  const ModelConfig& c = d.config();
+  if (c.has_expert_biases()) {  // gpt_oss: F32 biases travel in each block
+    total += 4 * (2 * c.moe_intermediate_size + c.hidden_size);
+  }
   return total;
+}
+
+void PrintGptOss(const ModelConfig& c) {
+  int sliding = 0;
+  for (bool s : c.gpt_oss.sliding_layers) sliding += s ? 1 : 0;
+  std::printf(
+      "attention: learned sinks, q/k/v/o biases, sliding window %lld on %d of "
+      "%lld layers%s\n",
+      static_cast<long long>(c.sliding_window), sliding,
+      static_cast<long long>(c.num_hidden_layers),
+      c.yarn ? absl::StrCat(", yarn factor ", c.yarn->factor, " over ",
+                            c.yarn->original_max_position_embeddings,
+                            c.yarn->truncate ? " (truncated)" : "")
+                   .c_str()
+             : "");
+  std::printf(
+      "experts: biased clamped SwiGLU (limit %g, alpha %g), router with "
+      "bias, softmax over the top-k%s\n",
+      c.gpt_oss.swiglu_limit, c.gpt_oss.swiglu_alpha,
+      c.gpt_oss.mxfp4 ? "; stored as MXFP4 (_blocks + _scales)" : "");
 }
 
 const char* TopkMethodName(TopkMethod m) {
@@ -109,6 +133,7 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
       static_cast<long long>(c.vocab_size), qk, c.qkv_bias ? "yes" : "no",
       c.has_shared_expert() ? "yes" : "no");
   if (c.is_deepseek()) PrintDeepseek(c);
+  if (c.is_gpt_oss()) PrintGptOss(c);
   std::printf("expert dtype: %s\n",
               std::string(DTypeName(d.expert_dtype())).c_str());
   if (c.fp8) {
@@ -121,8 +146,10 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
   std::printf("bytes per expert: %llu (%s)\n",
               static_cast<unsigned long long>(d.bytes_per_expert()),
               Human(d.bytes_per_expert()).c_str());
-  for (DType f : {DType::kBF16, DType::kQ8, DType::kQ4}) {
-    if (f == d.expert_dtype()) continue;
+  for (DType f : {DType::kBF16, DType::kQ8, DType::kQ4, DType::kMxfp4}) {
+    // Held as stored, except that MXFP4 blocks are repacked and gpt_oss's
+    // biases widened to F32.
+    if (f == d.expert_dtype() && f != DType::kMxfp4) continue;
     const int64_t b = ExpertBytesAs(d, f);
     if (b < 0) {
       std::printf("bytes per expert as %s: n/a (rows are not whole blocks)\n",
@@ -163,6 +190,7 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["bytes_per_expert_bf16"] = ExpertBytesAs(d, DType::kBF16);
   j["bytes_per_expert_q8"] = ExpertBytesAs(d, DType::kQ8);
   j["bytes_per_expert_q4"] = ExpertBytesAs(d, DType::kQ4);
+  j["bytes_per_expert_mxfp4"] = ExpertBytesAs(d, DType::kMxfp4);
   j["dense_bytes"] = d.dense_bytes();
   j["total_bytes"] = d.total_bytes();
   j["files"] = d.checkpoint().files().size();

@@ -42,8 +42,10 @@ void DeclareFlags(FlagSet& f) {
   f.String("dtype", "bf16", "weight dtype: bf16, f16 or f32");
   f.Int("shards", 1, "number of safetensors files (> 1 writes an index)");
   f.String("expert-format", "bf16",
-           "bf16 (weights as --dtype) or fp8: F8_E4M3 Linear weights with "
-           "block scales, as the DeepSeek-V3 / Qwen3 FP8 releases (q8 and q4 "
+           "bf16 (weights as --dtype); fp8: F8_E4M3 Linear weights with "
+           "block scales, as the DeepSeek-V3 / Qwen3 FP8 releases; mxfp4 "
+           "(gpt_oss): experts as MXFP4 _blocks + _scales, as the gpt-oss "
+           "releases (q8 and q4 "
            "have no published safetensors layout: moe-cached --expert-format "
            "converts at load)");
   f.Int("fp8-block", 128,
@@ -134,7 +136,9 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   const std::string& preset = f.GetString("preset");
   MakeModelOptions o;
   o.arch = family;
-  if (preset.empty() && IsDeepseek(family)) o = TinyPreset(family);
+  if (preset.empty() && (IsDeepseek(family) || family == ModelFamily::kGptOss)) {
+    o = TinyPreset(family);
+  }
   if (!preset.empty()) {
     std::optional<ModelFamily> given;
     if (f.IsSet("arch")) given = family;
@@ -174,15 +178,20 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   const std::string& format = f.GetString("expert-format");
   if (format == "fp8") {
     o.fp8 = Fp8BlockScheme{f.GetInt("fp8-block"), f.GetInt("fp8-block")};
+  } else if (format == "mxfp4") {
+    o.mxfp4 = true;
   } else if (format == "q8" || format == "q4") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--expert-format ", format,
         ": there is no published safetensors layout for ", format,
         " checkpoints; write bf16 or fp8 and give moe-cached (or moectl run) "
         "--expert-format ", format, " to convert at load"));
-  } else if (format != "bf16") {
+  } else if (format == "bf16") {
+    // The gpt-oss presets write MXFP4 unless bf16 is asked for.
+    if (f.IsSet("expert-format")) o.mxfp4 = false;
+  } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--expert-format must be bf16 or fp8, got '", format, "'"));
+        "--expert-format must be bf16, fp8 or mxfp4, got '", format, "'"));
   }
   if (f.IsSet("fp8-block") && !o.fp8) {
     return absl::InvalidArgumentError("--fp8-block applies to --expert-format fp8 only");

@@ -50,11 +50,12 @@ struct Totals {
 
 absl::StatusOr<Totals> Measure(const MoeModel& model, const std::vector<int32_t>& ids,
                                DType format) {
-  // No kernel reads F8 experts: "as stored" holds them dequantized to f32,
-  // which is exact.
-  const std::optional<DType> stored =
-      model.description().expert_dtype() == DType::kF8E4M3 ? std::optional<DType>(DType::kF32)
-                                                            : std::nullopt;
+  // No kernel reads F8 or MXFP4 experts: "as stored" holds them
+  // dequantized to f32, which is exact.
+  const DType dtype = model.description().expert_dtype();
+  const std::optional<DType> stored = dtype == DType::kF8E4M3 || dtype == DType::kMxfp4
+                                          ? std::optional<DType>(DType::kF32)
+                                          : std::nullopt;
   ASSIGN_OR_RETURN(std::unique_ptr<InMemoryExpertProvider> ref,
                    InMemoryExpertProvider::Create(model, stored));
   ASSIGN_OR_RETURN(std::unique_ptr<InMemoryExpertProvider> fmt,
@@ -102,7 +103,7 @@ absl::Status Run(const FlagSet& f) {
   const DType stored = model->description().expert_dtype();
   std::printf("as stored (%s%s): NLL %.6f per token, perplexity %.4f\n",
               std::string(DTypeName(stored)).c_str(),
-              stored == DType::kF8E4M3 ? ", dequantized to F32" : "",
+              stored == DType::kF8E4M3 || stored == DType::kMxfp4 ? ", dequantized to F32" : "",
               t.nll_ref / n, std::exp(t.nll_ref / n));
   std::printf("%s: NLL %.6f per token, perplexity %.4f\n", ExpertFormatName(format).c_str(),
               t.nll_fmt / n, std::exp(t.nll_fmt / n));

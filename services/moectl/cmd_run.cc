@@ -51,7 +51,7 @@ void DeclareFlags(FlagSet& f) {
   f.String("backend", "auto", "compute backend: cpu, cuda or auto");
   f.String("record-trace", "", "append the routing to this moe-trace/1 file");
   f.String("expert-format", "",
-           "hold the routed experts as bf16, q8 or q4 (converted at load; "
+           "hold the routed experts as bf16, q8, q4 or mxfp4 (converted at load; "
            "default: as stored)");
   f.Bool("verbose", false,
          "keep INFO logs on stderr (default: warnings and errors only, "

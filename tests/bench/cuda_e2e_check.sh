@@ -43,10 +43,14 @@ $bin/moectl make-model --preset tiny --out "$work/model" >/dev/null
 # default), for the quantized expert kernels (issue 12).
 $bin/moectl make-model --preset tiny --expert-format fp8 --fp8-block 32 \
   --out "$work/fp8" >/dev/null
+# Tiny gpt_oss (sinks, sliding window, biased experts whose biases travel in
+# the slots), bf16 and MXFP4 (held as q8): also 4 MoE layers x 8 experts.
+$bin/moectl make-model --arch gpt_oss --out "$work/gptoss" >/dev/null
+$bin/moectl make-model --arch gpt_oss --expert-format mxfp4 --out "$work/gptossmx" >/dev/null
 prompt="The expert cache keeps"
 fail=0
 # model dir | --expert-format ("" = as stored) | cache capacities
-for run in "model||8 32" "model|q8|8" "model|q4|8" "fp8||8 32"; do
+for run in "model||8 32" "model|q8|8" "model|q4|8" "fp8||8 32" "gptoss||8 32" "gptossmx||8"; do
   IFS='|' read -r dir fmt caps <<<"$run"
   fmt_args=()
   [ -n "$fmt" ] && fmt_args=(--expert-format "$fmt")

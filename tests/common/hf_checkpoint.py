@@ -11,6 +11,13 @@ our code.
       "moe_layers", "files"} computed here.
       Tensor values: element i of tensor `name` is
       ((7 * i + sum(name.encode()) % 101) % 13 - 6) / 8, exact in every dtype.
+  hf_checkpoint.py write --family gpt_oss_mxfp4 --out DIR
+      An openai/gpt-oss-style checkpoint (config as published, MXFP4 experts):
+      mlp.experts.{gate_up,down}_proj_blocks U8 [E, rows, cols/32, 16] with
+      byte i = (37 * i + 11) % 256 (two FP4 codes, low nibble first) and
+      _scales U8 [E, rows, cols/32] with scale i = 118 + (i % 5) (factors
+      2^-9 .. 2^-5); every other tensor BF16 from values(). Prints the same
+      byte counts (an expert: its codes, scales and BF16 biases).
   hf_checkpoint.py check DIR
       Reads DIR with numpy only, checks the layout, prints
       {"tensors", "total_bytes", "files", "merges"}.
@@ -210,7 +217,69 @@ def write_safetensors(path, entries):
             f.write(b)
 
 
+GPT_OSS = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+           "attention_bias": True, "hidden_size": 64, "intermediate_size": 32,
+           "head_dim": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "num_hidden_layers": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+           "experts_per_token": 2, "layer_types": ["sliding_attention", "full_attention"],
+           "sliding_window": 4, "vocab_size": 300, "rms_norm_eps": 1e-05,
+           "rope_theta": 150000, "max_position_embeddings": 4096,
+           "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0,
+                            "original_max_position_embeddings": 1024, "rope_type": "yarn",
+                            "truncate": False},
+           "swiglu_limit": 7.0, "initial_context_length": 1024, "eos_token_id": 299,
+           "pad_token_id": 298, "tie_word_embeddings": False, "hidden_act": "silu",
+           "quantization_config": {"modules_to_not_convert": [
+               "model.layers.*.self_attn", "model.layers.*.mlp.router",
+               "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+           "torch_dtype": "bfloat16"}
+
+
+def write_gpt_oss(out):
+    c = GPT_OSS
+    h, inter, e, v = c["hidden_size"], c["intermediate_size"], c["num_local_experts"], c["vocab_size"]
+    heads, kv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    dense = [("model.embed_tokens.weight", [v, h]), ("model.norm.weight", [h]),
+             ("lm_head.weight", [v, h])]
+    entries, expert_bytes = [], 0
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        dense += [(p + "input_layernorm.weight", [h]), (p + "post_attention_layernorm.weight", [h]),
+                  (p + "self_attn.q_proj.weight", [heads * hd, h]),
+                  (p + "self_attn.q_proj.bias", [heads * hd]),
+                  (p + "self_attn.k_proj.weight", [kv * hd, h]), (p + "self_attn.k_proj.bias", [kv * hd]),
+                  (p + "self_attn.v_proj.weight", [kv * hd, h]), (p + "self_attn.v_proj.bias", [kv * hd]),
+                  (p + "self_attn.o_proj.weight", [h, heads * hd]), (p + "self_attn.o_proj.bias", [h]),
+                  (p + "self_attn.sinks", [heads]), (p + "mlp.router.weight", [e, h]),
+                  (p + "mlp.router.bias", [e])]
+        x = p + "mlp.experts."
+        for name, shape in ((x + "gate_up_proj_bias", [e, 2 * inter]), (x + "down_proj_bias", [e, h])):
+            entries.append((name, "BF16", shape, encode(values(name, int(np.prod(shape))), "BF16")))
+            expert_bytes += len(entries[-1][3])
+        for name, rows, cols in ((x + "gate_up_proj", 2 * inter, h), (x + "down_proj", h, inter)):
+            g = cols // 32
+            n = e * rows * g * 16
+            codes = ((37 * np.arange(n, dtype=np.int64) + 11) % 256).astype(np.uint8)
+            scales = (118 + np.arange(e * rows * g, dtype=np.int64) % 5).astype(np.uint8)
+            entries.append((name + "_blocks", "U8", [e, rows, g, 16], codes.tobytes()))
+            entries.append((name + "_scales", "U8", [e, rows, g], scales.tobytes()))
+            expert_bytes += n + e * rows * g
+    for name, shape in dense:
+        entries.append((name, "BF16", shape, encode(values(name, int(np.prod(shape))), "BF16")))
+    total = sum(len(d) for _, _, _, d in entries)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    write_safetensors(os.path.join(out, "model.safetensors"), entries)
+    layers = c["num_hidden_layers"]
+    print(json.dumps({"total_bytes": total, "dense_bytes": total - expert_bytes,
+                      "bytes_per_expert": expert_bytes // (layers * e), "moe_layers": layers,
+                      "files": 1}))
+
+
 def cmd_write(args):
+    if args.family == "gpt_oss_mxfp4":
+        return write_gpt_oss(args.out)
     spec = CONFIGS[args.family]
     cfg, dtype, shards = dict(spec["config"]), spec["dtype"], spec["shards"]
     os.makedirs(args.out, exist_ok=True)
@@ -333,7 +402,7 @@ def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("write")
-    w.add_argument("--family", required=True, choices=sorted(CONFIGS))
+    w.add_argument("--family", required=True, choices=sorted(CONFIGS) + ["gpt_oss_mxfp4"])
     w.add_argument("--out", required=True)
     w.add_argument("--break", dest="break_kind", default="",
                    choices=["", "missing-expert", "bad-shape", "bad-config"])

@@ -13,6 +13,7 @@
 #include "common/fp8.h"
 #include "common/model_desc.h"
 #include "common/model_maker.h"
+#include "common/mxfp4.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -124,6 +125,61 @@ TEST_P(PythonCheckpointTest, ModelDescriptionAndInspectReadIt) {
 INSTANTIATE_TEST_SUITE_P(Families, PythonCheckpointTest,
                          ::testing::Values("mixtral", "qwen2_moe", "qwen3_moe",
                                            "olmoe"));
+
+// A gpt-oss-layout MXFP4 checkpoint written without our code: the byte
+// counts are the writer's, and every expert weight and bias view equals the
+// writer's formula (hf_checkpoint.py) dequantized here by hand: gate rows
+// are the even rows of gate_up_proj_blocks, up the odd ones.
+TEST(PythonCheckpointTest, GptOssMxfp4CheckpointDequantizesExactly) {
+  TempDir dir, scratch;
+  nlohmann::json expect = WritePython("gpt_oss_mxfp4", dir.path(), scratch);
+  auto d = ModelDescription::Open(dir.path());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->config().gpt_oss.mxfp4);
+  EXPECT_EQ(d->expert_dtype(), DType::kMxfp4);
+  EXPECT_EQ(d->bytes_per_expert(), expect["bytes_per_expert"].get<uint64_t>());
+  EXPECT_EQ(d->dense_bytes(), expect["dense_bytes"].get<uint64_t>());
+  EXPECT_EQ(d->total_bytes(), expect["total_bytes"].get<uint64_t>());
+  const float kFp4[16] = {0, .5, 1, 1.5, 2, 3, 4, 6, -0.0f, -.5, -1, -1.5, -2, -3, -4, -6};
+  const int64_t h = 64, inter = 32, experts = 4;
+  // Weight (row, col) of expert e of a [E, rows, cols] MXFP4 tensor.
+  auto weight = [&](int64_t e, int64_t rows, int64_t cols, int64_t row, int64_t col) {
+    const int64_t g = (e * rows + row) * (cols / 32) + col / 32;
+    const int64_t byte = (37 * (g * 16 + (col % 32) / 2) + 11) % 256;
+    const int code = col % 2 == 0 ? (byte & 15) : (byte >> 4);
+    return std::ldexp(kFp4[code], static_cast<int>(118 + g % 5) - 127);
+  };
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int64_t e = 0; e < experts; ++e) {
+      std::vector<float> gate(inter * h), up(inter * h), down(h * inter);
+      ASSERT_TRUE(ConvertWeightView(*d->Expert(layer, e, TensorRole::kExpertGate), DType::kF32,
+                                    gate.data()).ok());
+      ASSERT_TRUE(ConvertWeightView(*d->Expert(layer, e, TensorRole::kExpertUp), DType::kF32,
+                                    up.data()).ok());
+      ASSERT_TRUE(ConvertWeightView(*d->Expert(layer, e, TensorRole::kExpertDown), DType::kF32,
+                                    down.data()).ok());
+      for (int64_t r = 0; r < inter; ++r) {
+        for (int64_t c = 0; c < h; ++c) {
+          ASSERT_EQ(gate[r * h + c], weight(e, 2 * inter, h, 2 * r, c)) << e << " " << r;
+          ASSERT_EQ(up[r * h + c], weight(e, 2 * inter, h, 2 * r + 1, c)) << e << " " << r;
+          ASSERT_EQ(down[c * inter + r], weight(e, h, inter, c, r)) << e << " " << c;
+        }
+      }
+      const std::string bias =
+          "model.layers." + std::to_string(layer) + ".mlp.experts.gate_up_proj_bias";
+      std::vector<float> ub(inter);
+      ASSERT_TRUE(
+          ConvertVectorView(*d->Expert(layer, e, TensorRole::kExpertUpBias), ub.data()).ok());
+      for (int64_t r = 0; r < inter; ++r) {
+        ASSERT_EQ(ub[r], Expected(bias, e * 2 * inter + 2 * r + 1)) << e << " " << r;
+      }
+    }
+  }
+  RunResult text = RunCommand(kMoectl + " inspect " + dir.path(), scratch);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("expert dtype: MXFP4"));
+  EXPECT_THAT(text.out, HasSubstr("experts held as (no --expert-format): q8"));
+}
 
 // An FP8 checkpoint written without our code (Qwen3-FP8 layout, 16 x 16
 // blocks, partial ones at width 24, two shards): the byte counts are the

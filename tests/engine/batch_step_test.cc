@@ -76,6 +76,7 @@ Loaded Load(ModelFamily family, uint64_t seed, const std::string& name) {
   // shows in the bits (two terms add the same either way).
   if (family == ModelFamily::kQwen3Moe) o.top_k = 3;
   if (family == ModelFamily::kOlmoe) o.top_k = 4;
+  if (family == ModelFamily::kGptOss) o.top_k = 3;  // sinks, sliding window 8
   const std::string dir = absl::StrCat(::testing::TempDir(), "/batch_", name);
   Loaded l;
   EXPECT_TRUE(MakeModel(o, dir).ok());
@@ -225,7 +226,8 @@ INSTANTIATE_TEST_SUITE_P(Families, BatchStepFamilyTest,
                                            ModelFamily::kQwen3Moe,
                                            ModelFamily::kOlmoe,
                                            ModelFamily::kDeepseekV2,
-                                           ModelFamily::kDeepseekV3));
+                                           ModelFamily::kDeepseekV3,
+                                           ModelFamily::kGptOss));
 
 TEST(BatchStepTest, OneAcquirePerMoeLayerForTheUnion) {
   Loaded l = Load(ModelFamily::kMixtral, 32, "union");

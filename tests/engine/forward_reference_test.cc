@@ -89,6 +89,27 @@ std::vector<Case> Cases() {
   cases.push_back(v2y);
   // Sigmoid scores, noaux_tc with e_score_correction_bias, q_lora_rank.
   cases.push_back({"deepseek_v3", Tiny(ModelFamily::kDeepseekV3, 18)});
+  // gpt_oss: sinks, sliding layers (window 8 < the 19 positions), YaRN
+  // without truncation, biased router, biased clamped-SwiGLU experts
+  // (limit 1.5: the clamp acts), bf16 experts as stored.
+  cases.push_back({"gpt_oss", Tiny(ModelFamily::kGptOss, 19)});
+  // MXFP4 experts: the reference dequantizes the blocks exactly; held as F32
+  // (exact) they match as tightly as bf16; the default q8 holds the same
+  // weights exactly, only its activation rounding moves the logprobs.
+  Case mx{"gpt_oss_mxfp4_as_f32", Tiny(ModelFamily::kGptOss, 20)};
+  mx.options.mxfp4 = true;
+  mx.held = DType::kF32;
+  cases.push_back(mx);
+  mx.name = "gpt_oss_mxfp4_as_q8";
+  mx.held = std::nullopt;
+  mx.tolerance = kQ8Tolerance;
+  mx.compare_alternatives = false;
+  cases.push_back(mx);
+  // Held natively (--expert-format mxfp4): half q8's bytes, the same
+  // integer products.
+  mx.name = "gpt_oss_mxfp4_native";
+  mx.held = DType::kMxfp4;
+  cases.push_back(mx);
   // FP8 E4M3 checkpoints with block scales (DeepSeek-V3 / Qwen3 FP8
   // layout): the reference dequantizes them exactly; the engine dequantizes
   // the dense weights to bf16 and holds the experts as q8 (the default for
@@ -183,6 +204,47 @@ INSTANTIATE_TEST_SUITE_P(Families, ForwardReferenceTest,
 
 // The KV cache path (prefill, then one token at a time) gives the logits of
 // a full recompute of the same sequence.
+// A gpt-oss MXFP4 checkpoint written without our code
+// (tests/common/hf_checkpoint.py): experts held as F32 (the exact MXFP4
+// values) against the reference, which dequantizes the blocks itself.
+TEST(ForwardReferenceExternalTest, PythonWrittenGptOssMxfp4MatchesTheReference) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/ref_py_gpt_oss_mxfp4");
+  RunCommand(absl::StrCat("/usr/bin/python3 ", MOE_SOURCE_DIR,
+                          "/tests/common/hf_checkpoint.py write --family gpt_oss_mxfp4 --out ",
+                          dir));
+  auto backend = CreateBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  auto model = MoeModel::Load(dir, backend->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto experts = InMemoryExpertProvider::Create(**model, DType::kF32);
+  ASSERT_TRUE(experts.ok()) << experts.status();
+  const std::vector<int32_t> prompt = {1, 7, 42, 99, 3, 250, 17};  // > window 4
+  const int kNew = 8;
+  GenerateOptions opts;
+  opts.prompt = prompt;
+  opts.max_new_tokens = kNew;
+  opts.stop_at_eos = false;
+  std::vector<SampledToken> got;
+  ASSERT_TRUE(Generate(**model, experts->get(), opts, [&](const SampledToken& t) {
+                got.push_back(t);
+                return true;
+              }).ok());
+  ASSERT_EQ(got.size(), static_cast<size_t>(kNew));
+  auto ref = nlohmann::json::parse(
+      RunCommand(absl::StrCat("/usr/bin/python3 ", MOE_SOURCE_DIR,
+                              "/tests/reference/moe_reference.py --model ", dir, " --prompt-ids ",
+                              absl::StrJoin(prompt, ","), " --max-new-tokens ", kNew)),
+      nullptr, false);
+  ASSERT_FALSE(ref.is_discarded());
+  double max_diff = 0;
+  for (int i = 0; i < kNew; ++i) {
+    ASSERT_EQ(got[i].token, ref["tokens"][i].get<int>()) << "token " << i;
+    max_diff = std::max(max_diff, std::abs(got[i].logprob - ref["logprobs"][i].get<double>()));
+  }
+  std::printf("[python gpt_oss mxfp4] max |logprob - reference| = %.3g\n", max_diff);
+  EXPECT_LE(max_diff, 2e-2);
+}
+
 TEST(SessionTest, IncrementalDecodeMatchesFullRecompute) {
   std::string dir = absl::StrCat(::testing::TempDir(), "/kv_mixtral");
   ASSERT_TRUE(MakeModel(Tiny(ModelFamily::kMixtral, 21), dir).ok());

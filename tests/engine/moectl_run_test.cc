@@ -269,7 +269,7 @@ TEST_F(MoectlRunTest, ExpertFormatMatchesTheEngineOverTheSameFormat) {
   }
   Result bad = RunMoectl(absl::StrCat(Model(), " --prompt-ids 1 --expert-format q5"));
   EXPECT_EQ(bad.code, 2);
-  EXPECT_THAT(bad.err, HasSubstr("choose bf16, q8 or q4"));
+  EXPECT_THAT(bad.err, HasSubstr("choose bf16, q8, q4 or mxfp4"));
 }
 
 // moectl perplexity: the checkpoint's own format has KL 0 against itself;

@@ -116,6 +116,16 @@ def config_cases():
                                q_lora_rank=24, topk_method="noaux_tc",
                                scoring_func="sigmoid", routed_scaling_factor=2.5,
                                norm_topk_prob=True)
+    base["gpt_oss"] = {
+        "model_type": "gpt_oss", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32,
+        "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"],
+        "vocab_size": 300, "eos_token_id": 299,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "original_max_position_embeddings": 1024, "truncate": False}}
+    base["gpt_oss_mxfp4"] = dict(base["gpt_oss"], quantization_config={
+        "quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]})
     for fam, cfg in base.items():
         put("config/valid_%s.json" % fam, json.dumps(cfg, indent=1), "OK")
     m = base["mixtral"]
@@ -170,6 +180,17 @@ def config_cases():
          "no MoE layers"),
         ("deepseek_zero_scaling", dict(base["deepseek_v3"], routed_scaling_factor=0),
          "routed_scaling_factor must be a positive"),
+        ("gpt_oss_layer_types_length", dict(base["gpt_oss"], layer_types=["full_attention"]),
+         "layer_types has 1 entries for 2 layers"),
+        ("gpt_oss_layer_type_value",
+         dict(base["gpt_oss"], layer_types=["sliding_attention", "local"]),
+         "layer_types entry \"local\""),
+        ("gpt_oss_quant_fp8", dict(base["gpt_oss"], quantization_config={"quant_method": "fp8"}),
+         "not supported for gpt_oss"),
+        ("gpt_oss_mxfp4_partial_group", dict(base["gpt_oss_mxfp4"], intermediate_size=48),
+         "multiples of 32"),
+        ("gpt_oss_zero_swiglu_limit", dict(base["gpt_oss"], swiglu_limit=0),
+         "swiglu_limit must be positive"),
     ]
     for name, cfg, msg in cases:
         put("config/bad_%s.json" % name, json.dumps(cfg, indent=1), msg)
@@ -261,6 +282,66 @@ def micro_deepseek():
     return cfg, {k: (s, "F32") for k, s in shapes.items()}
 
 
+def micro_gpt_oss():
+    """A 1-layer gpt_oss with MXFP4 experts (sinks, biases, router bias):
+    (config, tensors); zero codes and scales are valid MXFP4."""
+    cfg = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 32,
+           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "head_dim": 4, "num_local_experts": 2, "num_experts_per_tok": 1,
+           "intermediate_size": 32, "sliding_window": 4, "vocab_size": 16, "eos_token_id": 2,
+           "quantization_config": {"quant_method": "mxfp4"}}
+    h, v, e, i = 32, 16, 2, 32
+    a = "model.layers.0.self_attn."
+    x = "model.layers.0.mlp.experts."
+    shapes = {"model.embed_tokens.weight": ([v, h], "F32"), "lm_head.weight": ([v, h], "F32"),
+              "model.norm.weight": ([h], "F32"),
+              "model.layers.0.input_layernorm.weight": ([h], "F32"),
+              "model.layers.0.post_attention_layernorm.weight": ([h], "F32"),
+              a + "q_proj.weight": ([8, h], "F32"), a + "q_proj.bias": ([8], "F32"),
+              a + "k_proj.weight": ([4, h], "F32"), a + "k_proj.bias": ([4], "F32"),
+              a + "v_proj.weight": ([4, h], "F32"), a + "v_proj.bias": ([4], "F32"),
+              a + "o_proj.weight": ([h, 8], "F32"), a + "o_proj.bias": ([h], "F32"),
+              a + "sinks": ([2], "F32"),
+              "model.layers.0.mlp.router.weight": ([e, h], "F32"),
+              "model.layers.0.mlp.router.bias": ([e], "F32"),
+              x + "gate_up_proj_blocks": ([e, 2 * i, h // 32, 16], "U8"),
+              x + "gate_up_proj_scales": ([e, 2 * i, h // 32], "U8"),
+              x + "gate_up_proj_bias": ([e, 2 * i], "F32"),
+              x + "down_proj_blocks": ([e, h, i // 32, 16], "U8"),
+              x + "down_proj_scales": ([e, h, i // 32], "U8"),
+              x + "down_proj_bias": ([e, h], "F32")}
+    return cfg, shapes
+
+
+def gpt_oss_cases(model):
+    cfg, tensors = micro_gpt_oss()
+    x = "model.layers.0.mlp.experts."
+    model("valid_micro_gpt_oss_mxfp4", cfg, tensors, "OK")
+    model("bad_gpt_oss_missing_scales", cfg,
+          {k: t for k, t in tensors.items() if k != x + "gate_up_proj_scales"},
+          "lacks tensor '%sgate_up_proj_scales'" % x)
+    model("bad_gpt_oss_blocks_f32", cfg,
+          dict(tensors, **{x + "down_proj_blocks": ([2, 32, 1, 16], "F32")}),
+          "'%sdown_proj_blocks' has dtype F32, expected U8" % x)
+    model("bad_gpt_oss_blocks_shape", cfg,
+          dict(tensors, **{x + "gate_up_proj_blocks": ([2, 32, 1, 16], "U8")}),
+          "'%sgate_up_proj_blocks' has shape [2, 32, 1, 16], expected [2, 64, 1, 16]" % x)
+    model("bad_gpt_oss_nan_scale", cfg,
+          dict(tensors, **{x + "down_proj_scales": ([2, 32, 1], "U8", b"\xff" * 64)}),
+          "'%sdown_proj_scales' holds the E8M0 NaN code 255" % x)
+    model("bad_gpt_oss_missing_sinks", cfg,
+          {k: t for k, t in tensors.items() if not k.endswith("sinks")},
+          "lacks tensor 'model.layers.0.self_attn.sinks'")
+    bf16 = {k: t for k, t in tensors.items() if "_blocks" not in k and "_scales" not in k}
+    bf16[x + "gate_up_proj"] = ([2, 32, 64], "F32")
+    bf16[x + "down_proj"] = ([2, 32, 32], "F32")
+    plain = {k: val for k, val in cfg.items() if k != "quantization_config"}
+    model("valid_micro_gpt_oss", plain, bf16, "OK")
+    model("bad_gpt_oss_gate_up_transposed", plain,
+          dict(bf16, **{x + "gate_up_proj": ([2, 64, 32], "F32")}),
+          "'%sgate_up_proj' has shape [2, 64, 32], expected [2, 32, 64]" % x)
+
+
 def write_model_file(path, tensors):
     header, data = {"__metadata__": {"format": "pt"}}, b""
     for name in sorted(tensors):
@@ -269,7 +350,7 @@ def write_model_file(path, tensors):
         n = 1
         for d in shape:
             n *= d
-        size = {"F32": 4, "I32": 4, "BF16": 2, "F8_E4M3": 1}[dtype]
+        size = {"F32": 4, "I32": 4, "BF16": 2, "F8_E4M3": 1, "U8": 1}[dtype]
         if raw is None:
             # F8_E4M3: 0x38 is 1.0; F32 scales/weights 0, 0.25, 0.5, ...
             raw = f32(n) if dtype == "F32" else (
@@ -346,6 +427,7 @@ def model_cases():
     plain_q["model.layers.0.self_attn.q_proj.weight"] = ([8, 8], "F32")
     model("bad_deepseek_q_proj_with_q_lora", cfg, plain_q,
           "lacks tensor 'model.layers.0.self_attn.q_a_proj.weight'")
+    gpt_oss_cases(model)
 
 
 def fp8_cases(model, cfg, tensors):

@@ -28,9 +28,18 @@ TEST(CheckSlotTensorTest, LearnsEveryFormatWhoseSizeFitsTheShape) {
 TEST(CheckBackendRunsFormatTest, RefusesOnlyAFormatWithoutKernels) {
   BackendInfo cpu;
   cpu.name = "cpu";
-  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8, DType::kQ4,
+                 DType::kMxfp4}) {
     EXPECT_TRUE(CheckBackendRunsFormat(cpu, d).ok()) << DTypeName(d);
   }
+  // A backend without mxfp4 kernels refuses a daemon holding it.
+  BackendInfo gpu;
+  gpu.name = "cuda";
+  gpu.is_device = true;
+  gpu.supports_mxfp4 = false;
+  EXPECT_TRUE(CheckBackendRunsFormat(gpu, DType::kQ8).ok());
+  EXPECT_EQ(CheckBackendRunsFormat(gpu, DType::kMxfp4).code(),
+            absl::StatusCode::kFailedPrecondition);
   auto cpu_backend = CreateBackend("cpu");
   ASSERT_TRUE(cpu_backend.ok());
   EXPECT_TRUE((*cpu_backend)->Info().supports_q8);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent float64 reference forward pass for six MoE families.
+"""Independent float64 reference forward pass for seven MoE families.
 
 Run with /usr/bin/python3 (numpy only). Reads a Hugging Face model directory
 (config.json plus model.safetensors, or model.safetensors.index.json and its
@@ -138,7 +138,7 @@ import numpy as np
 FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3")
 DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 
-_DTYPES = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
+_DTYPES = {"F16": "<f2", "F32": "<f4", "F64": "<f8", "U8": "<u1"}  # U8: MXFP4
 
 
 def _e4m3_table():
@@ -689,6 +689,18 @@ class Model:
         return x @ self.lm_head.T, routing
 
 
+def load_model(model_dir):
+    """Model, or gpt_oss_reference.GptOssModel for model_type gpt_oss."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    if config.get("model_type") == "gpt_oss":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import gpt_oss_reference
+        return gpt_oss_reference.GptOssModel(gpt_oss_reference.GptOssConfig(config),
+                                             _load_raw_weights(model_dir))
+    return Model(model_dir, config)
+
+
 def generate(model, prompt_ids, max_new_tokens, top_logprobs=0, eos_id=None):
     cache = model.new_cache()
     logits, routing = model.forward(prompt_ids, cache)
@@ -735,7 +747,7 @@ def main(argv=None):
     if not prompt:
         ap.error("--prompt-ids is empty")
     try:
-        model = Model(args.model)
+        model = load_model(args.model)
     except (OSError, ValueError, KeyError, NotImplementedError) as e:
         sys.stderr.write("moe_reference: cannot load %s: %s\n" % (args.model, e))
         return 2

@@ -573,6 +573,107 @@ def test_deepseek(tmp):
           "v3 noaux_tc weights: unbiased scores, renormalised, times 2.5")
 
 
+GPT_OSS = {"model_type": "gpt_oss", "vocab_size": 64, "hidden_size": 32,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 8, "intermediate_size": 16, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "sliding_window": 3,
+           "layer_types": ["sliding_attention", "full_attention"], "swiglu_limit": 1.0,
+           "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                            "beta_slow": 1.0, "original_max_position_embeddings": 64,
+                            "truncate": False}}
+
+
+def make_gpt_oss_tensors(c, seed):
+    rng = np.random.default_rng(seed)
+    h, e, i, hd = c["hidden_size"], c["num_local_experts"], c["intermediate_size"], c["head_dim"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    t = {"model.embed_tokens.weight": rng.normal(size=(c["vocab_size"], h)),
+         "model.norm.weight": 1 + 0.05 * rng.normal(size=h),
+         "lm_head.weight": rng.normal(size=(c["vocab_size"], h)) / math.sqrt(h)}
+    for layer in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % layer
+        shapes = {"input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
+                  "self_attn.q_proj.weight": (q, h), "self_attn.q_proj.bias": (q,),
+                  "self_attn.k_proj.weight": (kv, h), "self_attn.k_proj.bias": (kv,),
+                  "self_attn.v_proj.weight": (kv, h), "self_attn.v_proj.bias": (kv,),
+                  "self_attn.o_proj.weight": (h, q), "self_attn.o_proj.bias": (h,),
+                  "self_attn.sinks": (c["num_attention_heads"],),
+                  "mlp.router.weight": (e, h), "mlp.router.bias": (e,),
+                  "mlp.experts.gate_up_proj": (e, h, 2 * i),
+                  "mlp.experts.gate_up_proj_bias": (e, 2 * i),
+                  "mlp.experts.down_proj": (e, i, h), "mlp.experts.down_proj_bias": (e, h)}
+        for name, shape in shapes.items():
+            scale = 1.0 if name.endswith(("sinks", "norm.weight")) else 1 / math.sqrt(shape[-1])
+            v = rng.normal(size=shape) * scale
+            t[p + name] = 1 + 0.05 * v if "norm" in name else v
+    return t
+
+
+def test_gpt_oss(tmp):
+    import gpt_oss_reference as go
+    d = os.path.join(tmp, "gpt_oss")
+    write_model(d, GPT_OSS, make_gpt_oss_tensors(GPT_OSS, 71))
+    model = ref.load_model(d)
+    inc, full = logits_incremental_and_full(model, [3, 17, 5, 60, 9, 1, 2], 5)
+    err = float(np.max(np.abs(inc - full)))
+    check(err < 1e-10, "gpt_oss: incremental decode == full recompute (%.1e)" % err)
+    # One sliding layer: position p sees only tokens p-2..p (window 3), so
+    # changing token 0 moves the logits at positions 1 and 2 but not 3+;
+    # with a full layer, every later position moves.
+    one = dict(GPT_OSS, num_hidden_layers=1)
+    tens = {k: v for k, v in make_gpt_oss_tensors(GPT_OSS, 72).items()
+            if not k.startswith("model.layers.1.")}
+    for kind, moved_at_3 in (("sliding_attention", False), ("full_attention", True)):
+        cfg = dict(one, layer_types=[kind])
+        m = go.GptOssModel(go.GptOssConfig(cfg), dict(tens))
+        a, _ = m.forward([5, 6, 7, 8, 9], m.new_cache())
+        b, _ = m.forward([40, 6, 7, 8, 9], m.new_cache())
+        diff = np.max(np.abs(a - b), axis=-1)
+        check(diff[2] > 1e-6 and (diff[3] > 1e-6) == moved_at_3 and (diff[4] > 1e-6) == moved_at_3,
+              "gpt_oss %s: window of exactly 3 keys (diffs %s)" % (kind, np.round(diff, 6)))
+    # A sink of -1e9 takes no share: plain softmax attention; a large one
+    # takes almost all of it, leaving the o_proj bias.
+    lw = m._layer(0)
+    x = np.random.default_rng(5).normal(size=(4, GPT_OSS["hidden_size"]))
+    cos, sin = m.rope(np.arange(4))
+    outs = []
+    for sink in (-1e9, 60.0):
+        lw2 = dict(lw, sinks=np.full_like(lw["sinks"], sink))
+        outs.append(m.attention(lw2, x, {"k": None, "v": None}, cos, sin, 0, False))
+    q = go.GptOssModel._rotate((x @ lw["q"].T + lw["q_b"]).reshape(4, 4, 8), cos, sin)
+    k = go.GptOssModel._rotate((x @ lw["k"].T + lw["k_b"]).reshape(4, 2, 8), cos, sin)
+    v = (x @ lw["v"].T + lw["v_b"]).reshape(4, 2, 8)
+    plain = np.empty((4, 4, 8))
+    for hh in range(4):
+        sc = q[:, hh] @ k[:, hh // 2].T / math.sqrt(8) + np.triu(np.full((4, 4), -np.inf), 1)
+        plain[:, hh] = ref.softmax(sc) @ v[:, hh // 2]
+    plain = plain.reshape(4, 32) @ lw["o"].T + lw["o_b"]
+    check(np.max(np.abs(outs[0] - plain)) < 1e-12 and np.max(np.abs(outs[1] - lw["o_b"])) < 1e-6,
+          "gpt_oss: sinks join the softmax and are dropped")
+    # MXFP4: byte 0x21 holds codes 1 (0.5, element 0) and 2 (1.0, element 1);
+    # scale 128 doubles them; the result is transposed to [E, cols, rows].
+    blocks = np.zeros((1, 2, 1, 16), dtype=np.uint8)
+    blocks[0, 0, 0, 0], blocks[0, 1, 0, 15] = 0x21, 0xF9
+    scales = np.array([[[128], [126]]], dtype=np.uint8)
+    w = go.dequantize_mxfp4(blocks, scales)
+    check(w.shape == (1, 32, 2) and w[0, 0, 0] == 1.0 and w[0, 1, 0] == 2.0
+          and w[0, 30, 1] == -0.25 and w[0, 31, 1] == -3.0 and np.count_nonzero(w) == 4,
+          "gpt_oss: MXFP4 nibble order, E8M0 scale and transpose")
+    # Router: softmax over the top-k logits (bias included); clamped SwiGLU
+    # reads gate from the even columns of gate_up.
+    lw = dict(m._layer(0), router=np.eye(4, GPT_OSS["hidden_size"]),
+              router_b=np.array([0.0, 1.0, 0.5, -3.0]))
+    xr = np.zeros((1, GPT_OSS["hidden_size"]))
+    xr[0, 3] = 10.0  # expert 3's logit 7, then 1 (expert 1)
+    _, chosen = m.moe(lw, xr)
+    check(chosen == [[3, 1]], "gpt_oss: top-k of the biased logits (%s)" % chosen)
+    e_out = m.expert(lw, 0, xr[0])
+    gu = xr[0] @ lw["gate_up_proj"][0] + lw["gate_up_proj_bias"][0]
+    g, u = np.minimum(gu[0::2], 1.0), np.clip(gu[1::2], -1.0, 1.0)
+    want = ((u + 1) * g / (1 + np.exp(-1.702 * g))) @ lw["down_proj"][0] + lw["down_proj_bias"][0]
+    check(np.max(np.abs(e_out - want)) < 1e-12, "gpt_oss: interleaved clamped SwiGLU expert")
+
+
 def test_speed(tmp):
     cfg = {"model_type": "qwen2_moe", "vocab_size": 2048, "hidden_size": 128,
            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -594,7 +695,8 @@ def main():
         for test in (test_safetensors_roundtrip, test_fp8_block_scales,
                      test_incremental_matches_recompute,
                      test_topk_renormalisation_switch, test_dense_layers,
-                     test_hand_computed_mixtral, test_cli, test_deepseek, test_speed):
+                     test_hand_computed_mixtral, test_cli, test_deepseek, test_gpt_oss,
+                     test_speed):
             try:
                 test(tmp)
             except Exception as e:  # a crash is a failure, with its reason

@@ -1,0 +1,91 @@
+// MoeModel's loading of gpt_oss layers (moe_model.h): head-permuted q/k for
+// the rope, sinks, o_proj and router biases, and the YaRN table.
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "services/engine/mla_attention.h"
+#include "services/engine/moe_model.h"
+
+namespace moe {
+namespace {
+
+// Row of head h at `i` in the permuted layout: pairs (j, j + d/2) of the
+// published half-split rope move to (2j, 2j + 1).
+int64_t SourceRow(int64_t i, int64_t d) {
+  return i % 2 == 0 ? i / 2 : i / 2 + d / 2;
+}
+
+}  // namespace
+
+absl::StatusOr<Weight> MoeModel::HeadPermuted(TensorRole role, int layer) {
+  ASSIGN_OR_RETURN(TensorView view, desc_->Dense(role, layer));
+  const int64_t d = config().head_dim;
+  if (!IsFloatDType(view.dtype) || view.shape.size() != 2 ||
+      view.shape[0] % d != 0) {
+    return absl::UnimplementedError(absl::StrCat("layer ", layer, ": ",
+                                                 TensorRoleName(role),
+                                                 " must be F32, F16 or BF16"));
+  }
+  const int64_t rows = view.shape[0], cols = view.shape[1];
+  const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(view.dtype);
+  std::vector<uint8_t>& buf = permuted_.emplace_back(rows * row_bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t src = (r / d) * d + SourceRow(r % d, d);
+    std::memcpy(buf.data() + r * row_bytes, view.data + src * row_bytes,
+                row_bytes);
+  }
+  TensorView permuted = view;
+  permuted.data = buf.data();
+  Weight w;
+  w.dtype = view.dtype;
+  w.rows = rows;
+  w.cols = cols;
+  ASSIGN_OR_RETURN(w.data, Place(permuted));
+  return w;
+}
+
+absl::StatusOr<const float*> MoeModel::HeadPermutedBias(TensorRole role,
+                                                        int layer) {
+  ASSIGN_OR_RETURN(TensorView view, desc_->Dense(role, layer));
+  const int64_t d = config().head_dim, n = view.numel();
+  std::vector<float> src(n), dst(n);
+  RETURN_IF_ERROR(ConvertToFloat(view.data, view.dtype, static_cast<size_t>(n),
+                                 src.data()));
+  for (int64_t r = 0; r < n; ++r)
+    dst[r] = src[(r / d) * d + SourceRow(r % d, d)];
+  ASSIGN_OR_RETURN(void* p, backend_->Alloc(sizeof(float) * n));
+  owned_.push_back(p);
+  RETURN_IF_ERROR(backend_->CopyToDevice(p, dst.data(), sizeof(float) * n));
+  return static_cast<const float*>(p);
+}
+
+absl::Status MoeModel::PrepareGptOss(LayerWeights& w, int l) {
+  const ModelConfig& c = config();
+  ASSIGN_OR_RETURN(w.q, HeadPermuted(TensorRole::kQProj, l));
+  ASSIGN_OR_RETURN(w.k, HeadPermuted(TensorRole::kKProj, l));
+  ASSIGN_OR_RETURN(w.v, Matrix(TensorRole::kVProj, l));
+  ASSIGN_OR_RETURN(w.o, Matrix(TensorRole::kOProj, l));
+  ASSIGN_OR_RETURN(w.q_bias, HeadPermutedBias(TensorRole::kQBias, l));
+  ASSIGN_OR_RETURN(w.k_bias, HeadPermutedBias(TensorRole::kKBias, l));
+  ASSIGN_OR_RETURN(w.v_bias, Vector(TensorRole::kVBias, l));
+  ASSIGN_OR_RETURN(w.o_bias, Vector(TensorRole::kOBias, l));
+  ASSIGN_OR_RETURN(w.sinks, Vector(TensorRole::kSinks, l));
+  ASSIGN_OR_RETURN(w.router_bias, Vector(TensorRole::kRouterBias, l));
+  w.sliding = c.IsSlidingLayer(l) && c.sliding_window > 0;
+  if (gpt_oss_rope_.inv_freq == nullptr) {
+    RopeTable rope = YarnRopeFor(c.head_dim, c.rope_theta, c.yarn);
+    const size_t bytes = sizeof(float) * rope.inv_freq.size();
+    ASSIGN_OR_RETURN(void* p, backend_->Alloc(bytes));
+    owned_.push_back(p);
+    RETURN_IF_ERROR(backend_->CopyToDevice(p, rope.inv_freq.data(), bytes));
+    gpt_oss_rope_.inv_freq = static_cast<const float*>(p);
+    gpt_oss_rope_.mscale = rope.mscale;
+    gpt_oss_rope_.softmax_scale =
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  }
+  return PrepareMlp(w, l);
+}
+
+}  // namespace moe
