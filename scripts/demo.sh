@@ -13,18 +13,32 @@ cmake --build build -j"$(nproc)"
 
 bin=build/bin
 $bin/moectl info
-# The demo's own model is remade on every run (make-model refuses a
-# non-empty directory without --force); a directory given in MOE_DEMO_MODEL
-# is written only if it is empty. MOE_DEMO_ARCH picks the family: mixtral
-# (default), qwen2_moe, qwen3_moe, olmoe, deepseek_v2 (MLA with a latent KV
-# cache, grouped routing, shared experts), deepseek_v3 (sigmoid +
-# bias-corrected noaux_tc routing) or gpt_oss (attention sinks, sliding and
-# full layers, biased clamped-SwiGLU experts).
-arch=${MOE_DEMO_ARCH:-mixtral}
-model=${MOE_DEMO_MODEL:-build/demo/tiny-$arch}
-force=()
-[ -z "${MOE_DEMO_MODEL:-}" ] && force=(--force)
-$bin/moectl make-model --preset tiny --arch "$arch" --out "$model" "${force[@]}"
+# The default model is the project's own, trained on the King James Bible
+# (deploy/models/kjv-moe, scripts/train-small-moe.py): 6 MoE layers x 16
+# experts, so its text reads like (archaic) English. MOE_DEMO_ARCH picks a
+# made model of random weights instead, whose text is noise: mixtral,
+# qwen2_moe, qwen3_moe, olmoe, deepseek_v2 (MLA with a latent KV cache,
+# grouped routing, shared experts), deepseek_v3 (sigmoid + bias-corrected
+# noaux_tc routing) or gpt_oss (attention sinks, sliding and full layers,
+# biased clamped-SwiGLU experts). A made demo model is remade on every run
+# (make-model refuses a non-empty directory without --force); a directory
+# given in MOE_DEMO_MODEL is written only if it is empty.
+arch=${MOE_DEMO_ARCH:-}
+if [ -z "$arch" ]; then
+  model=deploy/models/kjv-moe
+  cache_experts=32
+  prompts=("And God said" "The LORD is my shepherd" "And God said")
+  sampling=(--temperature 0.8 --top-p 0.95 --seed 7)
+else
+  model=${MOE_DEMO_MODEL:-build/demo/tiny-$arch}
+  force=()
+  [ -z "${MOE_DEMO_MODEL:-}" ] && force=(--force)
+  $bin/moectl make-model --preset tiny --arch "$arch" --out "$model" "${force[@]}"
+  cache_experts=12
+  prompts=("The expert cache keeps" "Mixture of experts models route each token"
+           "The expert cache keeps")
+  sampling=()
+fi
 $bin/moectl inspect "$model"
 
 work=$(mktemp -d /tmp/moe-demo.XXXXXX)
@@ -49,12 +63,13 @@ wait_for_socket() {  # PATH PID NAME
   return 1
 }
 
-# Tiny mixtral: 4 MoE layers x 8 experts = 32 experts (deepseek: 3 MoE
-# layers, its first layer is dense); the cache holds 12 (1.5 layers), and
-# copies are paced to 1 GB/s so that misses cost time, as over PCIe.
-echo "== starting moe-cached ($arch: 12 experts cached, policy moe-infinity, link 1 GB/s, misses run where cheaper)"
+# The trained model has 96 experts, the cache holds 32 (2 layers' worth);
+# tiny mixtral: 4 MoE layers x 8 experts = 32 experts (deepseek: 3 MoE
+# layers, its first layer is dense), the cache holds 12 (1.5 layers). Copies
+# are paced to 1 GB/s so that misses cost time, as over PCIe.
+echo "== starting moe-cached (${arch:-kjv-moe}: $cache_experts experts cached, policy moe-infinity, link 1 GB/s, misses run where cheaper)"
 $bin/moe-cached --model "tiny=$model" --listen "unix:$work/cached.sock" \
-  --metrics-addr "" --cache-experts 12 --policy moe-infinity --prefetch on \
+  --metrics-addr "" --cache-experts "$cache_experts" --policy moe-infinity --prefetch on \
   --link-gbps 1 --miss-mode auto --state-dir "$work/state" 2>"$work/cached.log" &
 cached_pid=$!
 wait_for_socket "$work/cached.sock" "$cached_pid" moe-cached || { cat "$work/cached.log"; exit 1; }
@@ -68,13 +83,12 @@ $bin/moe-worker --model "$model" --listen "unix:$work/worker.sock" \
 worker_pid=$!
 wait_for_socket "$work/worker.sock" "$worker_pid" moe-worker || { cat "$work/worker.log"; exit 1; }
 
-# Random weights: the text is noise, but it is the same noise for every cache
-# size and policy (see tests/integration).
-for prompt in "The expert cache keeps" "Mixture of experts models route each token" \
-              "The expert cache keeps"; do
+# The same prompt and seed give the same text for every cache size, policy
+# and miss mode (see tests/integration): the third prompt repeats the first.
+for prompt in "${prompts[@]}"; do
   echo "== moectl generate: \"$prompt\""
   $bin/moectl generate --target "unix:$work/worker.sock" --prompt "$prompt" \
-    --max-new-tokens 24 --ignore-eos
+    --max-new-tokens 40 --ignore-eos "${sampling[@]}"
   echo
 done
 

@@ -29,11 +29,14 @@ std::string HumanBytes(uint64_t bytes) {
 
 uint64_t AllExpertBytes(const ModelDescription& desc, const HeldExperts* held) {
   const ModelConfig& c = desc.config();
-  const uint64_t each = held != nullptr ? held->block_bytes : desc.bytes_per_expert();
-  return each * static_cast<uint64_t>(c.num_moe_layers()) * static_cast<uint64_t>(c.num_experts);
+  const uint64_t each =
+      held != nullptr ? held->block_bytes : desc.bytes_per_expert();
+  return each * static_cast<uint64_t>(c.num_moe_layers()) *
+         static_cast<uint64_t>(c.num_experts);
 }
 
-std::string ModelSummary(const ModelDescription& desc, const HeldExperts* held) {
+std::string ModelSummary(const ModelDescription& desc,
+                         const HeldExperts* held) {
   const ModelConfig& c = desc.config();
   absl::StatusOr<TensorView> embed = desc.Dense(TensorRole::kEmbed);
   // Lower case, as the flags spell them (--dtype bf16).
@@ -44,9 +47,11 @@ std::string ModelSummary(const ModelDescription& desc, const HeldExperts* held) 
           ? stored
           : absl::StrCat(held->format, " (stored ", stored, ")");
   return absl::StrCat(ModelFamilyName(c.family), ", dense ",
-                      embed.ok() ? name(embed->dtype) : "?", ", experts ", experts, ", ",
-                      c.num_moe_layers(), " MoE layers x ", c.num_experts, " experts of ",
-                      HumanBytes(held != nullptr ? held->block_bytes : desc.bytes_per_expert()));
+                      embed.ok() ? name(embed->dtype) : "?", ", experts ",
+                      experts, ", ", c.num_moe_layers(), " MoE layers x ",
+                      c.num_experts, " experts of ",
+                      HumanBytes(held != nullptr ? held->block_bytes
+                                                 : desc.bytes_per_expert()));
 }
 
 }  // namespace moe::rpc

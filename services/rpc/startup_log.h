@@ -28,12 +28,14 @@ struct HeldExperts {
 // "mixtral, dense bf16, experts bf16, 4 MoE layers x 8 experts of 48.0 KiB";
 // with `held`, the experts part names the held format and its block size
 // ("experts q4 (stored bf16), ... of 13.5 KiB").
-std::string ModelSummary(const ModelDescription& desc, const HeldExperts* held = nullptr);
+std::string ModelSummary(const ModelDescription& desc,
+                         const HeldExperts* held = nullptr);
 
 // Bytes of all routed experts of `desc` (what --cache none keeps in the
 // worker's memory, and what moe-cached keeps on the host), as stored or, with
 // `held`, as held.
-uint64_t AllExpertBytes(const ModelDescription& desc, const HeldExperts* held = nullptr);
+uint64_t AllExpertBytes(const ModelDescription& desc,
+                        const HeldExperts* held = nullptr);
 
 }  // namespace moe::rpc
 

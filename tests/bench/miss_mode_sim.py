@@ -13,8 +13,9 @@ learned state of the first kept, as a restarted daemon with its state file).
 
 Usage: tests/bench/miss_mode_sim.py BUILD_DIR [--traces DIR] [--extra NAME=FILE:MB:MS ...]
 The traces are generated into DIR (default: a temporary directory) with
-`moectl synth-trace`; --extra adds a recorded trace (e.g. the trained
-model's) with its expert size (MB) and compute per layer (ms).
+`moectl synth-trace`; the recorded traces in RECORDED (the trained model's
+routing) are read from the repository; --extra adds another recorded trace
+with its expert size (MB) and compute per layer (ms).
 """
 import argparse
 import json
@@ -40,6 +41,13 @@ TRACES = {
     "mixtral-uniform": (["--regime", "mixtral-uniform"], 336, 1.0),
     "wide-256": (["--regime", "wide-256"], 17, 0.3),
 }
+# Recorded traces kept in the repository: name -> (path from the repository
+# root, expert MB, layer ms). The trained model's routing on held-out text
+# (deploy/models/kjv-moe, docs/benchmarks.md "Routing of the trained model"),
+# replayed with the many-expert link model.
+RECORDED = {
+    "kjv-moe (6x16 top-2, trained)": ("tests/bench/traces/kjv-moe.jsonl", 17, 0.3),
+}
 
 
 def run(cmd):
@@ -61,21 +69,28 @@ def main():
     ap.add_argument("build")
     ap.add_argument("--traces", default="")
     ap.add_argument("--extra", action="append", default=[])
+    ap.add_argument("--only", default="", help="run only the traces whose name starts so")
     a = ap.parse_args()
     moectl = os.path.join(a.build, "bin", "moectl")
     tdir = a.traces or tempfile.mkdtemp(prefix="miss-mode-sim.")
     os.makedirs(tdir, exist_ok=True)
     traces = []
     for name, (args, mb, ms) in TRACES.items():
+        if not name.startswith(a.only):
+            continue
         path = os.path.join(tdir, name.split()[0] + ".jsonl")
         if not os.path.exists(path):
             run([moectl, "synth-trace", "--out", path] + args)
         traces.append((name, path, mb, ms))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for name, (rel, mb, ms) in RECORDED.items():
+        traces.append((name, os.path.join(root, rel), mb, ms))
     for spec in a.extra:
         name, rest = spec.split("=", 1)
         path, mb, ms = rest.rsplit(":", 2)
         traces.append((name, path, float(mb), float(ms)))
 
+    traces = [t for t in traces if t[0].startswith(a.only)]
     worst_fetch, worst_oracle = 0.0, 0.0
     for host in (60, 200):
         print(f"\nlink 25 GB/s, host {host} GB/s, warm pass (--passes 2), decode TPOT ms")
@@ -83,7 +98,12 @@ def main():
               "oracle static popularity | auto / oracle |")
         print("|---|---|---|---|---|---|---|")
         for name, path, mb, ms in traces:
+            head = json.loads(open(path).readline())
             for frac in (0.1, 0.25, 0.5):
+                if int(frac * head["num_layers"] * head["num_experts"]) < head["num_experts"]:
+                    print(f"| {name} | {int(frac * 100)}% | below one layer's experts: "
+                          "not a valid cache | | | | |")
+                    continue
                 fetch = simulate(moectl, path, FETCH_POLICIES, frac, "fetch", mb, ms, host)
                 auto = simulate(moectl, path, AUTO_POLICIES, frac, "auto", mb, ms, host)
                 oracle = min(simulate(moectl, path, [ORACLE], frac, m, mb, ms, host)[ORACLE]

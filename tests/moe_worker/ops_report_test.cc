@@ -34,10 +34,9 @@ class OpsReportTest : public ::testing::Test {
   }
 
   void StartDaemon(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"--model",         dir_.Sub("tiny"), "--listen",
-                                     cache_,            "--metrics-addr", "",
-                                     "--cache-experts", "16",             "--policy",
-                                     "lru"};
+    std::vector<std::string> args = {
+        "--model", dir_.Sub("tiny"),  "--listen", cache_,     "--metrics-addr",
+        "",        "--cache-experts", "16",       "--policy", "lru"};
     args.insert(args.end(), extra.begin(), extra.end());
     ASSERT_TRUE(daemon_.Spawn(args, dir_.Sub("c.log"), CachedBinary()));
     ASSERT_TRUE(daemon_.WaitServing(cache_)) << daemon_.Log();
@@ -243,7 +242,8 @@ TEST_F(OpsReportTest, MakeModelNeedsForceForANonEmptyDirectory) {
 TEST_F(OpsReportTest, MakeModelWritesFp8AndInspectShowsTheFormats) {
   int code = -1;
   const std::string fp8 = dir_.Sub("fp8");
-  std::string out = Moectl("make-model --expert-format fp8 --fp8-block 32 --out " + fp8, &code);
+  std::string out = Moectl(
+      "make-model --expert-format fp8 --fp8-block 32 --out " + fp8, &code);
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("F8_E4M3"));
   out = Moectl("inspect " + fp8, &code);
@@ -253,7 +253,8 @@ TEST_F(OpsReportTest, MakeModelWritesFp8AndInspectShowsTheFormats) {
   EXPECT_THAT(out, HasSubstr("fp8 block scales: 32 x 32 weights per scale"));
   EXPECT_THAT(out, HasSubstr("experts held as (no --expert-format): q8"));
   EXPECT_THAT(out, HasSubstr("bytes per expert: 24672 "));
-  EXPECT_THAT(out, HasSubstr("bytes per expert as bf16: 49152 (48.0 KiB, 1.99x more)"));
+  EXPECT_THAT(
+      out, HasSubstr("bytes per expert as bf16: 49152 (48.0 KiB, 1.99x more)"));
   EXPECT_THAT(out, HasSubstr("bytes per expert as q8: 26112 "));
   out = Moectl("inspect --json " + fp8, &code);
   EXPECT_THAT(out, HasSubstr("\"fp8_block_size\":[32,32]"));
