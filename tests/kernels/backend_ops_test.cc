@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "common/quant.h"
 #include "kernels/backend.h"
+#include "tests/kernels/backend_test_fixture.h"
 #include "kernels/cpu_matmul.h"
 #include "kernels/cpu_quant_matmul.h"
 #include "tests/kernels/reference_ops.h"
@@ -72,46 +73,8 @@ double ErrorRatio(const std::vector<float>& got, const std::vector<float>& want,
   return worst;
 }
 
-class BackendOpsTest : public ::testing::TestWithParam<std::string> {
+class BackendOpsTest : public BackendParamTest {
  protected:
-  void SetUp() override {
-    auto created = CreateBackend(GetParam());
-    if (!created.ok()) {
-      ASSERT_EQ(GetParam(), "cuda") << created.status();
-      // scripts/gpu-check.sh sets this: on the GPU machine a skip is a bug.
-      const char* require = std::getenv("MOE_REQUIRE_CUDA");
-      ASSERT_FALSE(require != nullptr && *require == '1') << created.status();
-      GTEST_SKIP() << "no CUDA device: " << created.status().message();
-    }
-    backend_ = std::move(*created);
-  }
-  void TearDown() override {
-    for (void* p : allocations_) backend_->Free(p);
-  }
-
-  template <typename T>
-  T* Upload(const std::vector<T>& host) {
-    return static_cast<T*>(UploadBytes(host.data(), host.size() * sizeof(T)));
-  }
-  void* UploadBytes(const void* data, size_t bytes) {
-    auto p = backend_->Alloc(std::max<size_t>(bytes, 1));
-    EXPECT_TRUE(p.ok()) << p.status();
-    if (!p.ok()) return nullptr;
-    allocations_.push_back(*p);
-    EXPECT_TRUE(backend_->CopyToDevice(*p, data, bytes).ok());
-    return *p;
-  }
-  template <typename T>
-  std::vector<T> Download(const T* p, size_t n) {
-    std::vector<T> out(n);
-    absl::Status s = backend_->Synchronize();
-    EXPECT_TRUE(s.ok()) << s;
-    s = backend_->CopyToHost(out.data(), p, n * sizeof(T));
-    EXPECT_TRUE(s.ok()) << s;
-    return out;
-  }
-  bool is_device() const { return backend_->Info().is_device; }
-
   // MatMul tolerance scales with sqrt(k). On a device, prefill-shaped
   // products (m > 8) run through cuBLAS with activations rounded to the
   // weight dtype.
@@ -122,9 +85,6 @@ class BackendOpsTest : public ::testing::TestWithParam<std::string> {
     }
     return base * std::sqrt(double(k) + 1.0);
   }
-
-  std::unique_ptr<Backend> backend_;
-  std::vector<void*> allocations_;
 };
 
 struct MatMulCase {

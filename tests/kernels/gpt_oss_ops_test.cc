@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_quant_matmul.h"
+#include "tests/kernels/backend_test_fixture.h"
 
 namespace moe {
 namespace {
@@ -114,42 +115,7 @@ std::vector<double> RefExpert(
   return out;
 }
 
-class GptOssOpsTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    auto created = CreateBackend(GetParam());
-    if (!created.ok()) {
-      ASSERT_EQ(GetParam(), "cuda") << created.status();
-      const char* require = std::getenv("MOE_REQUIRE_CUDA");
-      ASSERT_FALSE(require != nullptr && *require == '1') << created.status();
-      GTEST_SKIP() << "no CUDA device: " << created.status().message();
-    }
-    backend_ = std::move(*created);
-  }
-  void TearDown() override {
-    for (void* p : allocations_) backend_->Free(p);
-  }
-  template <typename T>
-  T* Upload(const std::vector<T>& host) {
-    auto p = backend_->Alloc(std::max<size_t>(host.size() * sizeof(T), 1));
-    EXPECT_TRUE(p.ok()) << p.status();
-    if (!p.ok()) return nullptr;
-    allocations_.push_back(*p);
-    EXPECT_TRUE(
-        backend_->CopyToDevice(*p, host.data(), host.size() * sizeof(T)).ok());
-    return static_cast<T*>(*p);
-  }
-  template <typename T>
-  std::vector<T> Download(const T* p, size_t n) {
-    std::vector<T> out(n);
-    EXPECT_TRUE(backend_->Synchronize().ok());
-    EXPECT_TRUE(backend_->CopyToHost(out.data(), p, n * sizeof(T)).ok());
-    return out;
-  }
-
-  std::unique_ptr<Backend> backend_;
-  std::vector<void*> allocations_;
-};
+class GptOssOpsTest : public BackendParamTest {};
 
 TEST_P(GptOssOpsTest, SinkAttentionMatchesReferenceFullAndWindowed) {
   struct Case {
