@@ -110,7 +110,13 @@ void ExpertCache::AddHints(const RequestOwner& owner, absl::Span<const ExpertHin
   }
 }
 
-void ExpertCache::CheckDemands(int layer, absl::Span<const ExpertDemand> demands) const {
+void ExpertCache::CheckDemands(int layer, absl::Span<const ExpertDemand> demands,
+                               absl::Span<const MemberDemands> members) const {
+  if (!members.empty()) {
+    const absl::Status valid = ValidateMembers(
+        ExchangeShape{options_.num_layers, options_.num_experts}, layer, demands, members);
+    MOE_CHECK(valid.ok()) << valid;
+  }
   MOE_CHECK(layer >= 0 && layer < options_.num_layers) << "layer " << layer << " out of range";
   for (size_t i = 0; i < demands.size(); ++i) {
     MOE_CHECK(demands[i].expert >= 0 && demands[i].expert < options_.num_experts)
@@ -459,14 +465,32 @@ void ExpertCache::CopyBehind(const RequestOwner& owner, const ExpertKey& key, Ph
 
 absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     const RequestOwner& owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase,
-    bool host_ok) {
-  CheckDemands(layer, demands);
+    bool host_ok, absl::Span<const MemberDemands> members) {
+  CheckDemands(layer, demands, members);
   absl::MutexLock lock(&mu_);
   ObserveComputeGap(owner, layer, phase);
-  MaybeBeginIteration(owner, layer, phase);
-  CancelUnneededPrefetches(owner, layer, demands);
-  policy_->OnRoute(owner, layer, phase, demands);
-  prefetcher_.OnRoute(owner, layer, phase, demands);
+  // Whose routing this is: each member's own row, or the owner's.
+  struct Routed {
+    RequestOwner owner;
+    Phase phase;
+    absl::Span<const ExpertDemand> demands;
+  };
+  std::vector<Routed> routed;
+  if (members.empty()) {
+    routed.push_back({owner, phase, demands});
+  } else {
+    for (const MemberDemands& m : members) {
+      routed.push_back({RequestOwner{owner.session, m.request},
+                        m.prefill ? Phase::kPrefill : Phase::kDecode, m.demands});
+    }
+  }
+  for (const Routed& r : routed) {
+    MaybeBeginIteration(r.owner, layer, r.phase);
+    // A member's prefetch that another member needs is kept: the union.
+    CancelUnneededPrefetches(r.owner, layer, demands);
+    policy_->OnRoute(r.owner, layer, r.phase, r.demands);
+    prefetcher_.OnRoute(r.owner, layer, r.phase, r.demands);
+  }
   CachePhaseStats& st = stats_[PhaseIndex(phase)];
   Pending p;
   p.owner = owner;
@@ -560,7 +584,9 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     ++(hit ? layer_hits_ : layer_misses_)[layer];
     p.entries.push_back(SlotLease{key, slot, slots_.Get(slot).generation});
   }
-  if (options_.prefetch) IssuePrefetches(owner, layer, phase);
+  if (options_.prefetch) {
+    for (const Routed& r : routed) IssuePrefetches(r.owner, layer, r.phase);
+  }
   // A placement policy's set, learned online, is re-read now and then and
   // placed while the link has nothing better to do.
   if (warm_queue_.empty() && ++acquires_since_placement_ >= kPlacementInterval) {
@@ -663,8 +689,9 @@ absl::StatusOr<AcquireResult> ExpertCache::FinishAcquire(Ticket ticket) {
 
 absl::StatusOr<AcquireResult> ExpertCache::Acquire(const RequestOwner& owner, int layer,
                                                    absl::Span<const ExpertDemand> demands,
-                                                   Phase phase, bool host_ok) {
-  ASSIGN_OR_RETURN(Ticket t, StartAcquire(owner, layer, demands, phase, host_ok));
+                                                   Phase phase, bool host_ok,
+                                                   absl::Span<const MemberDemands> members) {
+  ASSIGN_OR_RETURN(Ticket t, StartAcquire(owner, layer, demands, phase, host_ok, members));
   {
     absl::MutexLock lock(&mu_);
     while (true) {

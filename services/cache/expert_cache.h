@@ -152,9 +152,17 @@ class ExpertCache {
   // freed (every slot leased, loading or needed).
   // `host_ok`: the caller can run experts from host memory (misses may then
   // be answered in AcquireResult::host, per options.miss_mode).
+  // `members` (empty: the acquire is `owner`'s alone): a batched acquire,
+  // `demands` being the union of the members' rows (ValidateMembers holds;
+  // each member is request `request` of `owner`'s session). The routing
+  // events (iteration boundaries, the policy's OnRoute, the prefetcher's
+  // routed experts, prefetch issue) then go to each member with its own row
+  // and phase, so per-request state (moe-infinity's activation matrices)
+  // follows each request; `owner` holds the ticket, its leases and stall.
   absl::StatusOr<Ticket> StartAcquire(const RequestOwner& owner, int layer,
                                       absl::Span<const ExpertDemand> demands, Phase phase,
-                                      bool host_ok = false);
+                                      bool host_ok = false,
+                                      absl::Span<const MemberDemands> members = {});
   // True once every expert of the ticket is ready. NOT_FOUND: unknown ticket.
   absl::StatusOr<bool> IsReady(Ticket ticket) const;
   // Leases the ticket's slots (in demand order, to the owner's session) and
@@ -168,7 +176,8 @@ class ExpertCache {
   // FinishAcquire. Not for FakeCopyEngine (nobody would advance it).
   absl::StatusOr<AcquireResult> Acquire(const RequestOwner& owner, int layer,
                                         absl::Span<const ExpertDemand> demands, Phase phase,
-                                        bool host_ok = false);
+                                        bool host_ok = false,
+                                        absl::Span<const MemberDemands> members = {});
 
   // Returns leases of `session`. INVALID_ARGUMENT / FAILED_PRECONDITION (from
   // SlotTable) for a lease it does not hold; the others are still released.
@@ -276,7 +285,8 @@ class ExpertCache {
               CopyEngine* engine, HostBlockFn host_block);
 
   // MOE_CHECKs StartAcquire's preconditions.
-  void CheckDemands(int layer, absl::Span<const ExpertDemand> demands) const;
+  void CheckDemands(int layer, absl::Span<const ExpertDemand> demands,
+                    absl::Span<const MemberDemands> members) const;
   OwnerState& Owner(const RequestOwner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeBeginIteration(const RequestOwner& owner, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -52,6 +52,7 @@ nlohmann::json PhaseJson(const trace::TraceHeader& h, const SimOptions& o, const
   j["tokens"] = r.tokens > 0 ? r.tokens : r.iterations;
   if (o.batch > 1) {
     j["batch"] = o.batch;
+    if (!o.batch_members) j["batch_members"] = false;
     j["steps"] = r.iterations;
     j["tokens_per_s"] = r.time_ms > 0 ? tokens / (r.time_ms * 1e-3) : 0.0;
     j["bytes_per_token"] = r.bytes_moved / tokens;
@@ -88,6 +89,8 @@ struct BatchPlanStep {
   uint64_t tokens = 0;     // members (one iteration each)
   size_t lead = 0;         // the oldest member (owner of the step's acquires)
   std::vector<size_t> joins, leaves;  // request indexes
+  // Per layer, each member's own row (request = index + 1, as owner_of).
+  std::vector<std::vector<MemberDemands>> members;
 };
 
 std::vector<BatchPlanStep> BatchPlan(const Trace& trace, int batch) {
@@ -109,6 +112,7 @@ std::vector<BatchPlanStep> BatchPlan(const Trace& trace, int batch) {
     }
     step.lead = active.front().request;
     std::vector<std::map<int32_t, int32_t>> sums(num_layers);
+    step.members.resize(num_layers);
     bool prefill = false;
     for (Member& m : active) {
       const Iteration& it = m.its[m.next++];
@@ -116,6 +120,12 @@ std::vector<BatchPlanStep> BatchPlan(const Trace& trace, int batch) {
       ++step.tokens;
       for (int l = 0; l < num_layers; ++l) {
         for (const ExpertDemand& d : it.layers[l]) sums[l][d.expert] += d.tokens;
+        if (it.layers[l].empty()) continue;
+        MemberDemands row;
+        row.request = m.request + 1;
+        row.prefill = it.phase == Phase::kPrefill;
+        row.demands = it.layers[l];
+        step.members[l].push_back(std::move(row));
       }
     }
     step.it.phase = prefill ? Phase::kPrefill : Phase::kDecode;
@@ -270,11 +280,12 @@ struct LayerTime {
 // Serves one layer of one iteration on the virtual clock, then computes for
 // max(`layer_ns`, the host runs).
 absl::StatusOr<LayerTime> ServeLayer(SimCache& sim, const SimOptions& o, const RequestOwner& owner,
-                                     int layer, const Iteration& it, int64_t layer_ns) {
+                                     int layer, const Iteration& it, int64_t layer_ns,
+                                     absl::Span<const MemberDemands> members = {}) {
   FakeCopyEngine& engine = *sim.engine;
   const int64_t t0 = engine.now_ns();
   ASSIGN_OR_RETURN(auto ticket, sim.cache->StartAcquire(owner, layer, it.layers[layer], it.phase,
-                                                        /*host_ok=*/true));
+                                                        /*host_ok=*/true, members));
   while (true) {
     ASSIGN_OR_RETURN(bool ready, sim.cache->IsReady(ticket));
     if (ready) break;
@@ -319,7 +330,7 @@ absl::StatusOr<SimResult> SimulateBatched(const Trace& trace, const std::string&
   const std::vector<BatchPlanStep> plan = BatchPlan(trace, o.batch);
   const int64_t layer_ns = static_cast<int64_t>(std::llround(o.link.layer_ms * 1e6));
   double stall_ms[2] = {0, 0}, time_ms[2] = {0, 0}, host_ms[2] = {0, 0};
-  uint64_t host_runs[2] = {0, 0}, tokens[2] = {0, 0};
+  uint64_t host_runs[2] = {0, 0}, tokens[2] = {0, 0}, steps[2] = {0, 0};
   const double total = static_cast<double>(o.passes) * std::max<size_t>(1, plan.size());
   int64_t replayed = 0;
   auto owner_of = [](size_t request) { return RequestOwner{1, request + 1}; };
@@ -328,21 +339,25 @@ absl::StatusOr<SimResult> SimulateBatched(const Trace& trace, const std::string&
       cache.ResetStats();
       for (int i = 0; i < 2; ++i) {
         stall_ms[i] = time_ms[i] = host_ms[i] = 0;
-        host_runs[i] = tokens[i] = 0;
+        host_runs[i] = tokens[i] = steps[i] = 0;
       }
     }
     for (const BatchPlanStep& step : plan) {
       for (size_t r : step.joins) cache.BeginRequest(owner_of(r));
       const int pi = step.it.phase == Phase::kPrefill ? 0 : 1;
       for (int l = 0; l < h.num_layers; ++l) {
-        ASSIGN_OR_RETURN(const LayerTime t,
-                         ServeLayer(sim, o, owner_of(step.lead), l, step.it, layer_ns));
+        ASSIGN_OR_RETURN(
+            const LayerTime t,
+            ServeLayer(sim, o, owner_of(step.lead), l, step.it, layer_ns,
+                       o.batch_members ? absl::MakeConstSpan(step.members[l])
+                                       : absl::Span<const MemberDemands>()));
         stall_ms[pi] += t.stall_ns * 1e-6;
         host_ms[pi] += t.host_ns * 1e-6;
         host_runs[pi] += t.host_runs;
         time_ms[pi] += (t.stall_ns + std::max(layer_ns, t.host_ns)) * 1e-6;
       }
       tokens[pi] += step.tokens;
+      ++steps[pi];
       for (size_t r : step.leaves) cache.EndRequest(owner_of(r));
       ++replayed;
       if (o.progress) o.progress(static_cast<double>(replayed) / total);
@@ -358,6 +373,9 @@ absl::StatusOr<SimResult> SimulateBatched(const Trace& trace, const std::string&
                        host_ms[1]);
   res.prefill.tokens = tokens[0];
   res.decode.tokens = tokens[1];
+  // The cache counts each member's iterations; a batched phase reports steps.
+  res.prefill.iterations = steps[0];
+  res.decode.iterations = steps[1];
   return res;
 }
 

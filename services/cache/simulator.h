@@ -47,10 +47,15 @@ struct SimOptions {
   // every member's next iteration (a whole prefill, or one decode token),
   // and each layer makes ONE acquire for the union of their experts (token
   // counts summed). A step with any prefill member counts as prefill. The
-  // shared acquire is made for the oldest member (its request's activation
-  // matrix sees the batch's union); hints are not replayed. 1: one request
-  // at a time, as before. In [1, kMaxSimBatch].
+  // shared acquire is made for the oldest member and carries every member's
+  // own row (ExpertCache::StartAcquire's members, as moe-worker sends them),
+  // so each request's activation matrix sees its own experts; hints are not
+  // replayed. 1: one request at a time, as before. In [1, kMaxSimBatch].
   int batch = 1;
+  // false: the shared acquire carries no members, so the oldest member's
+  // per-request state sees the batch's union (how moe-worker batched before
+  // members existed), for comparison.
+  bool batch_members = true;
   // Where misses are served (the daemon's --miss-mode) and the host's
   // figures. A layer's time is its stall (copies waited for) plus
   // max(T, the host runs of its misses answered on the host): the device

@@ -118,6 +118,7 @@ void Publish(Word& word, Word& asleep, uint32_t value) {
 size_t RequestItemBytes(uint32_t type) {
   switch (static_cast<MsgType>(type)) {
     case MsgType::kAcquire:
+    case MsgType::kMember:
       return sizeof(DemandWire);
     case MsgType::kRelease:
       return sizeof(LeaseWire);
@@ -132,7 +133,7 @@ size_t RequestItemBytes(uint32_t type) {
 
 bool KnownType(uint32_t type) {
   return type >= static_cast<uint32_t>(MsgType::kAcquire) &&
-         type <= static_cast<uint32_t>(MsgType::kHostRuns);
+         type <= static_cast<uint32_t>(MsgType::kMember);
 }
 
 absl::Status ClosedStatus() {

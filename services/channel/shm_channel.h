@@ -28,7 +28,8 @@
 namespace moe::channel {
 
 inline constexpr uint32_t kChannelMagic = 0x43454f4d;  // "MOEC"
-inline constexpr uint32_t kChannelVersion = 3;  // 2: leases carry their layer; 3: host-run reports
+// 2: leases carry their layer; 3: host-run reports; 4: members of batched acquires
+inline constexpr uint32_t kChannelVersion = 4;
 inline constexpr uint32_t kRingSlots = 16;  // power of two
 inline constexpr uint32_t kMaxItems = 256;  // experts per message
 
@@ -40,9 +41,15 @@ enum class MsgType : uint32_t {
   kHints = 5,         // hints (no reply)
   kPing = 6,          // (reply) liveness and latency probe
   kHostRuns = 7,      // one host-run report (no reply)
+  // One member of the next (batched) acquire: request_id, layer, its own
+  // demands, kFlagPrefill (no reply). The daemon keeps the members until
+  // an acquire with kFlagMembers takes them; errors come back on it.
+  kMember = 8,
 };
 
 inline constexpr uint32_t kFlagPrefill = 1u << 0;
+// On kAcquire: its members were posted just before it (kMember messages).
+inline constexpr uint32_t kFlagMembers = 1u << 1;
 
 // Fixed-layout images of the exchange types (expert_exchange.h) as they lie
 // in the shared ring. Only the converters below translate between the two.

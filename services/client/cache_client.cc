@@ -308,20 +308,38 @@ absl::Status CacheClient::ReportHostRuns(const HostRunReport& report) {
 absl::StatusOr<AcquireResult> CacheClient::Acquire(int layer,
                                                   absl::Span<const ExpertDemand> experts,
                                                   bool prefill, absl::Span<const ExpertHint> hints,
+                                                  absl::Span<const MemberDemands> members,
                                                   Transport transport) {
   Impl& im = *impl_;
   AcquireResult out;
+  if (members.size() > static_cast<size_t>(kMaxRequestsPerSession)) {
+    return absl::InvalidArgumentError("too many members for one acquire");
+  }
   if (im.UseShm(transport)) {
     if (experts.size() > channel::kMaxItems) {
       return absl::InvalidArgumentError("too many experts for one message");
+    }
+    for (const MemberDemands& m : members) {
+      if (m.demands.size() > channel::kMaxItems) {
+        return absl::InvalidArgumentError("too many experts for one member message");
+      }
     }
     RETURN_IF_ERROR(CheckHints(hints));
     absl::MutexLock lock(&im.mu);
     if (im.detached) return absl::FailedPreconditionError("client detached");
     if (!hints.empty()) RETURN_IF_ERROR(im.PostHintsLocked(hints));
+    for (const MemberDemands& m : members) {
+      im.StartMessageLocked(channel::MsgType::kMember, static_cast<uint32_t>(m.demands.size()));
+      im.req->layer = layer;
+      im.req->request_id = m.request;
+      im.req->flags = m.prefill ? channel::kFlagPrefill : 0;
+      channel::ToWire(m.demands, im.req->demands);
+      RETURN_IF_ERROR(im.channel->Post(*im.req, im.options.timeout));
+    }
     im.StartMessageLocked(channel::MsgType::kAcquire, static_cast<uint32_t>(experts.size()));
     im.req->layer = layer;
-    im.req->flags = prefill ? channel::kFlagPrefill : 0;
+    im.req->flags = (prefill ? channel::kFlagPrefill : 0) |
+                    (members.empty() ? 0 : channel::kFlagMembers);
     channel::ToWire(experts, im.req->demands);
     RETURN_IF_ERROR(im.channel->Call(*im.req, im.reply.get(), im.options.timeout,
                                      [&im] { return im.PeerAlive(); }));
@@ -333,6 +351,7 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(int layer,
     req.set_prefill(prefill);
     ToProtoList(experts, req.mutable_experts());
     ToProtoList(hints, req.mutable_hints());
+    ToProtoList(members, req.mutable_members());
     {
       absl::MutexLock lock(&im.mu);
       req.set_request(im.request);

@@ -102,8 +102,13 @@ class CacheClient {
   CacheClient(const CacheClient&) = delete;
   CacheClient& operator=(const CacheClient&) = delete;
 
+  // `members`: a batched acquire's rows, one per request sharing it (their
+  // tokens add up to `experts`; ValidateMembers); empty for a request's own
+  // acquire. The acquire itself is for the current request (SetCurrentRequest),
+  // which should be one of the members.
   absl::StatusOr<AcquireResult> Acquire(int layer, absl::Span<const ExpertDemand> experts,
                                        bool prefill, absl::Span<const ExpertHint> hints = {},
+                                       absl::Span<const MemberDemands> members = {},
                                        Transport transport = Transport::kDefault);
   // Prefetch hints on their own, as soon as the worker has them (pre-gating
   // predicts layer l+1 while layer l finishes). Over shm they are posted

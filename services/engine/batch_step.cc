@@ -257,7 +257,11 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
   host_weights_.resize(t * k);
   RETURN_IF_ERROR(be_.CopyToHost(host_ids_.data(), b.top_ids, 4 * t * k));
   RETURN_IF_ERROR(be_.CopyToHost(host_weights_.data(), b.top_w, 4 * t * k));
-  std::vector<OwnerTokens> owners;
+  // Each sequence's own row of the layer's activation matrix (its experts in
+  // ascending id with its tokens), so the cache can keep per-request state.
+  std::vector<MemberDemands> members(entries.size());
+  std::vector<int64_t> member_tokens(entries.size());
+  std::vector<int32_t> count(c.num_experts);
   for (size_t i = 0; i < entries.size(); ++i) {
     const int64_t rows = static_cast<int64_t>(entries[i].tokens.size());
     const absl::Span<const int32_t> ids(host_ids_.data() + offsets_[i] * k,
@@ -266,7 +270,15 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
                                       rows * k);
     const RoutingObserver& observer = entries[i].session->observer_;
     if (observer) observer(w.moe_index, rows, ids, wts);
-    owners.push_back({entries[i].request, rows * k});
+    std::fill(count.begin(), count.end(), 0);
+    for (const int32_t e : ids) ++count[e];
+    MemberDemands& m = members[i];
+    m.request = entries[i].request;
+    m.prefill = entries[i].prefill;
+    for (int32_t e = 0; e < c.num_experts; ++e) {
+      if (count[e] > 0) m.demands.push_back({e, count[e]});
+    }
+    member_tokens[i] = rows * k;
   }
   // Rows by expert, experts in ascending id and each expert's rows in
   // ascending order: every row gets its experts summed in the order a lone
@@ -275,17 +287,17 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(
       AcquiredExperts lease,
-      experts_->AcquireBatch(w.moe_index, er.demands, owners, prefill));
+      experts_->AcquireBatch(w.moe_index, er.demands, members, prefill));
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  const std::vector<AcquireUsage> shares = SplitUsage(lease.usage, owners);
+  const std::vector<AcquireUsage> shares = SplitUsage(lease.usage, member_tokens);
   for (size_t i = 0; i < entries.size(); ++i) {
     SessionStats& st = entries[i].session->stats_;
     st.expert_hits += shares[i].hits;
     st.expert_misses += shares[i].misses;
     st.expert_stall_seconds += shares[i].stall_seconds();
-    st.expert_wait_seconds += waited * static_cast<double>(owners[i].tokens) /
+    st.expert_wait_seconds += waited * static_cast<double>(member_tokens[i]) /
                               static_cast<double>(t * k);
   }
   const absl::Status status = RunRoutedExperts(be_, c, er, lease, b, t);

@@ -22,6 +22,8 @@
 
 namespace moe {
 
+class Backend;  // kernels/backend.h
+
 // One expert's SwiGLU weights (and biases) in backend memory.
 struct ExpertView {
   int32_t expert = 0;
@@ -33,6 +35,10 @@ struct ExpertView {
   const float* gate_bias = nullptr;  // [inter]
   const float* up_bias = nullptr;    // [inter]
   const float* down_bias = nullptr;  // [hidden]
+  // The weights lie in host memory (a "run on host" answer of moe-cached),
+  // not in backend memory: readable by the CPU backend; for a device
+  // backend, computed by AcquiredExperts::host_backend.
+  bool on_host = false;
 };
 
 // What an Acquire hands the engine: views of one layer's demanded experts,
@@ -43,24 +49,23 @@ struct AcquiredExperts {
   std::vector<ExpertView> views;  // one per demand, in demand order
   AcquireUsage usage;
   std::vector<SlotLease> leases;  // one per view for a leasing provider
-};
-
-// The tokens one request contributes to a batched acquire: the sum of its
-// routed (token, expert) pairs in that layer (tokens x top_k).
-struct OwnerTokens {
-  uint64_t request = 0;
-  int64_t tokens = 0;
+  // Set by a provider whose views may be on_host while the engine computes
+  // on a device: the CPU backend (the provider's, valid as long as it) that
+  // runs those experts from host memory beside the device, their sum then
+  // added on the device (RunRoutedExperts). Null: every view is readable by
+  // the engine's backend.
+  Backend* host_backend = nullptr;
 };
 
 // Splits one acquire's usage among the requests that shared it, in
-// proportion to their tokens, so that the shares add up exactly to `usage`
-// (hits, misses, host and stall_ns each: floors, then the remainders go to
-// the largest fractional parts, ties to the earlier owner). One share per
-// owner, in owner order. An acquire reports only totals, so this is the
-// attribution a batch can make: see docs/architecture.md, "Batches".
-// REQUIRES: every owner's tokens >= 0 and at least one > 0.
-std::vector<AcquireUsage> SplitUsage(const AcquireUsage& usage,
-                                     absl::Span<const OwnerTokens> owners);
+// proportion to `tokens` (each member's routed (token, expert) pairs in that
+// layer: MemberDemands::tokens()), so that the shares add up exactly to
+// `usage` (hits, misses, host and stall_ns each: floors, then the remainders
+// go to the largest fractional parts, ties to the earlier member). One share
+// per member, in member order. An acquire reports only totals, so this is
+// the attribution a batch can make: see docs/architecture.md, "Batches".
+// REQUIRES: every count >= 0 and at least one > 0.
+std::vector<AcquireUsage> SplitUsage(const AcquireUsage& usage, absl::Span<const int64_t> tokens);
 
 class ExpertProvider {
  public:
@@ -80,14 +85,15 @@ class ExpertProvider {
       int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) = 0;
 
   // One acquire for a batch of requests: `demands` is the union of their
-  // routed experts (token counts summed over the batch) and `owners` says
-  // how many of those tokens each request contributed. The default ignores
-  // the owners (the acquire is made for the provider's current request);
-  // a provider that keeps per-request accounts overrides it.
-  // REQUIRES: as Acquire; owners non-empty.
+  // routed experts (token counts summed over the batch) and `members` gives
+  // each request's own row of it (ValidateMembers holds). `prefill`: some
+  // member is in its prompt. The default ignores the members (the acquire is
+  // made for the provider's current request); a provider that keeps
+  // per-request accounts overrides it.
+  // REQUIRES: as Acquire; members non-empty.
   virtual absl::StatusOr<AcquiredExperts> AcquireBatch(
       int moe_layer, absl::Span<const ExpertDemand> demands,
-      absl::Span<const OwnerTokens> owners, bool prefill) {
+      absl::Span<const MemberDemands> members, bool prefill) {
     return Acquire(moe_layer, demands, prefill);
   }
 

@@ -1,5 +1,8 @@
 #include "services/engine/mlp_blocks.h"
 
+#include <thread>
+#include <vector>
+
 #include "common/status_macros.h"
 #include "services/engine/mla_attention.h"
 
@@ -34,28 +37,89 @@ ExpertRows GroupByExpert(absl::Span<const int32_t> ids, absl::Span<const float> 
   return er;
 }
 
-absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
-                              const AcquiredExperts& lease, const MlpBuffers& b, int64_t t) {
+namespace {
+
+// out += the routed rows of one expert through `view`, on `be`; `rows` and
+// `row_w` are backend memory of `be` holding `er`'s rows of the expert.
+absl::Status RunOneExpert(Backend& be, const ModelConfig& c, const ExpertView& view,
+                          const float* x, const int32_t* rows, const float* row_w, float* out,
+                          int64_t t, int64_t count) {
+  if (c.has_expert_biases()) {
+    const ClampedSwiglu act{static_cast<float>(c.gpt_oss.swiglu_limit),
+                            static_cast<float>(c.gpt_oss.swiglu_alpha)};
+    return be.BiasedExpertFfn(x, rows, row_w, view.gate, view.up, view.down, view.dtype,
+                              view.gate_bias, view.up_bias, view.down_bias, act, out, t, count,
+                              c.hidden_size, c.moe_intermediate_size);
+  }
+  return be.ExpertFfn(x, rows, row_w, view.gate, view.up, view.down, view.dtype, out, t, count,
+                      c.hidden_size, c.moe_intermediate_size);
+}
+
+// out = the sum of the lease's experts (ascending id) on `be`, leaving out
+// the on_host ones when `skip_on_host`; then waits for `be`.
+absl::Status RunBackendExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
+                               const AcquiredExperts& lease, const MlpBuffers& b, int64_t t,
+                               bool skip_on_host) {
   absl::Status status = be.MemsetZero(b.out, 4 * t * c.hidden_size);
   for (size_t i = 0; status.ok() && i < er.demands.size(); ++i) {
-    const int32_t x = er.demands[i].expert;
-    const ExpertView& view = lease.views[i];
+    if (skip_on_host && lease.views[i].on_host) continue;
+    const int32_t e = er.demands[i].expert;
     const int64_t count = er.demands[i].tokens;
-    status = be.CopyToDevice(b.rows, er.rows[x].data(), 4 * count);
-    if (status.ok()) status = be.CopyToDevice(b.row_w, er.weights[x].data(), 4 * count);
-    if (status.ok() && c.has_expert_biases()) {
-      const ClampedSwiglu act{static_cast<float>(c.gpt_oss.swiglu_limit),
-                              static_cast<float>(c.gpt_oss.swiglu_alpha)};
-      status = be.BiasedExpertFfn(b.x, b.rows, b.row_w, view.gate, view.up, view.down,
-                                  view.dtype, view.gate_bias, view.up_bias, view.down_bias,
-                                  act, b.out, t, count, c.hidden_size, c.moe_intermediate_size);
-    } else if (status.ok()) {
-      status = be.ExpertFfn(b.x, b.rows, b.row_w, view.gate, view.up, view.down, view.dtype,
-                            b.out, t, count, c.hidden_size, c.moe_intermediate_size);
+    status = be.CopyToDevice(b.rows, er.rows[e].data(), 4 * count);
+    if (status.ok()) status = be.CopyToDevice(b.row_w, er.weights[e].data(), 4 * count);
+    if (status.ok()) {
+      status = RunOneExpert(be, c, lease.views[i], b.x, b.rows, b.row_w, b.out, t, count);
     }
   }
   if (status.ok()) status = be.Synchronize();
   return status;
+}
+
+// The device runs the resident experts while `host` runs the on_host ones
+// from host memory on a host copy of x; the host sum is then added to the
+// device's. Each part sums its experts in ascending id, so the result is
+// deterministic but rounds differently from one ascending sum (the
+// tolerance of docs/architecture.md, "Where a miss is served").
+absl::Status RunSplitExperts(Backend& be, Backend& host, const ModelConfig& c,
+                             const ExpertRows& er, const AcquiredExperts& lease,
+                             const MlpBuffers& b, int64_t t) {
+  const int64_t n = t * c.hidden_size;
+  std::vector<float> x(n), host_out(n, 0.0f), sum(n);
+  // x first: behind the device's experts the copy would wait for them.
+  RETURN_IF_ERROR(be.CopyToHost(x.data(), b.x, 4 * n));
+  // The host's experts on their own thread, so they overlap the device's
+  // whatever the device copies block on.
+  absl::Status host_status;
+  std::thread host_thread([&] {
+    for (size_t i = 0; host_status.ok() && i < er.demands.size(); ++i) {
+      if (!lease.views[i].on_host) continue;
+      const int32_t e = er.demands[i].expert;
+      host_status = RunOneExpert(host, c, lease.views[i], x.data(), er.rows[e].data(),
+                                 er.weights[e].data(), host_out.data(), t,
+                                 er.demands[i].tokens);
+    }
+    if (host_status.ok()) host_status = host.Synchronize();
+  });
+  absl::Status status = RunBackendExperts(be, c, er, lease, b, t, /*skip_on_host=*/true);
+  host_thread.join();
+  if (status.ok()) status = host_status;
+  if (status.ok()) status = be.CopyToHost(sum.data(), b.out, 4 * n);
+  if (!status.ok()) return status;
+  for (int64_t j = 0; j < n; ++j) sum[j] += host_out[j];
+  RETURN_IF_ERROR(be.CopyToDevice(b.out, sum.data(), 4 * n));
+  return be.Synchronize();
+}
+
+}  // namespace
+
+absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
+                              const AcquiredExperts& lease, const MlpBuffers& b, int64_t t) {
+  if (lease.host_backend != nullptr) {
+    for (const ExpertView& v : lease.views) {
+      if (v.on_host) return RunSplitExperts(be, *lease.host_backend, c, er, lease, b, t);
+    }
+  }
+  return RunBackendExperts(be, c, er, lease, b, t, /*skip_on_host=*/false);
 }
 
 absl::Status SharedExperts(Backend& be, const ModelConfig& c, const LayerWeights& w,

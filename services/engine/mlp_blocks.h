@@ -56,7 +56,11 @@ ExpertRows GroupByExpert(absl::Span<const int32_t> ids, absl::Span<const float> 
 
 // out = sum over the demanded experts (ascending id) of weight x FFN(x), for
 // the rows routed to each, from the views of `lease` (in demand order); then
-// waits for the backend (the slots may be reused once released).
+// waits for the backend (the slots may be reused once released). With
+// `lease.host_backend` and on_host views, those run there from host memory
+// on their own thread beside the device's experts, and their sum (ascending
+// id) is added to the device's: deterministic, within the backend parity
+// tolerance of the one-sum result, not bit-equal to it.
 absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
                               const AcquiredExperts& lease, const MlpBuffers& b, int64_t t);
 

@@ -22,6 +22,12 @@ void ToProto(const SlotLease& l, v1::Lease* out) {
   out->set_generation(l.generation);
 }
 
+void ToProto(const MemberDemands& m, v1::MemberDemands* out) {
+  out->set_request(m.request);
+  out->set_prefill(m.prefill);
+  ToProtoList<ExpertDemand>(m.demands, out->mutable_experts());
+}
+
 void ToProto(const AcquireResult& r, v1::AcquireResponse* out) {
   ToProtoList<SlotLease>(r.leases, out->mutable_leases());
   for (const ExpertKey& k : r.host) out->add_host_experts(k.expert);
@@ -41,6 +47,14 @@ SlotLease FromProto(const v1::Lease& l) {
   out.key = {l.layer(), l.expert()};
   out.slot = l.slot() > 0x7fffffffu ? -1 : static_cast<SlotId>(l.slot());
   out.generation = l.generation();
+  return out;
+}
+
+MemberDemands FromProto(const v1::MemberDemands& m) {
+  MemberDemands out;
+  out.request = m.request();
+  out.prefill = m.prefill();
+  out.demands = FromProtoList<ExpertDemand>(m.experts());
   return out;
 }
 

@@ -17,6 +17,7 @@ namespace moe {
 void ToProto(const ExpertDemand& d, v1::ExpertDemand* out);
 void ToProto(const ExpertHint& h, v1::ExpertHint* out);
 void ToProto(const SlotLease& l, v1::Lease* out);
+void ToProto(const MemberDemands& m, v1::MemberDemands* out);
 // A whole answer (leases, host experts, usage).
 void ToProto(const AcquireResult& r, v1::AcquireResponse* out);
 
@@ -24,6 +25,7 @@ ExpertDemand FromProto(const v1::ExpertDemand& d);
 // Hints from the wire are the worker's own predictions (HintSource::kHint).
 ExpertHint FromProto(const v1::ExpertHint& h);
 SlotLease FromProto(const v1::Lease& l);
+MemberDemands FromProto(const v1::MemberDemands& m);
 // The answer to an acquire of `layer`.
 AcquireResult AcquireResultFromProto(const v1::AcquireResponse& r, int layer);
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
@@ -54,6 +55,46 @@ absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
     if (d.tokens < 1 || d.tokens > kMaxDemandTokens) {
       return absl::InvalidArgumentError(
           absl::StrCat("expert ", d.expert, ": token count ", d.tokens, " not in [1, 2^24]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMembers(const ExchangeShape& shape, int layer,
+                             absl::Span<const ExpertDemand> demands,
+                             absl::Span<const MemberDemands> members) {
+  if (members.empty() || members.size() > static_cast<size_t>(kMaxRequestsPerSession)) {
+    return absl::InvalidArgumentError(absl::StrCat("a batched acquire names 1 to ",
+                                                   kMaxRequestsPerSession, " members, got ",
+                                                   members.size()));
+  }
+  absl::flat_hash_map<int32_t, int64_t> left;  // expert -> union tokens not yet claimed
+  for (const ExpertDemand& d : demands) left[d.expert] = d.tokens;
+  absl::flat_hash_set<uint64_t> requests;
+  for (const MemberDemands& m : members) {
+    if (!requests.insert(m.request).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", m.request, " is a member of the acquire twice"));
+    }
+    absl::Status own = ValidateDemands(shape, layer, m.demands);
+    if (!own.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("member request ", m.request, ": ", own.message()));
+    }
+    for (const ExpertDemand& d : m.demands) {
+      auto it = left.find(d.expert);
+      if (it == left.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "member request ", m.request, " names expert ", d.expert, " outside the acquire"));
+      }
+      it->second -= d.tokens;
+    }
+  }
+  for (const ExpertDemand& d : demands) {
+    if (left[d.expert] != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert ", d.expert, ": the members' tokens add up to ",
+                       d.tokens - left[d.expert], ", the acquire names ", d.tokens));
     }
   }
   return absl::OkStatus();

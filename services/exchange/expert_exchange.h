@@ -78,6 +78,24 @@ struct ExpertHint {
   HintSource source = HintSource::kHint;
 };
 
+// One request's own part of a batched acquire (one acquire that serves the
+// union of several requests' routed experts in a layer): the experts it
+// routed there with its own token counts (a row of that request's
+// activation matrix) and whether those tokens are prompt (prefill) or one
+// decode step. The union's tokens for an expert are the sum of its members'.
+struct MemberDemands {
+  uint64_t request = 0;
+  bool prefill = false;
+  std::vector<ExpertDemand> demands;
+
+  // The member's routed (token, expert) pairs: the sum of its tokens.
+  int64_t tokens() const {
+    int64_t n = 0;
+    for (const ExpertDemand& d : demands) n += d.tokens;
+    return n;
+  }
+};
+
 // Index of a slot in a model's arena.
 using SlotId = int32_t;
 
@@ -187,6 +205,15 @@ inline constexpr int kMaxRequestsPerSession = 64;
 // INVALID_ARGUMENT naming the first violation.
 absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
                              absl::Span<const ExpertDemand> demands);
+
+// The batch rule, for an acquire of `demands` (already valid) that names its
+// members: 1..kMaxRequestsPerSession members of distinct requests, each with
+// valid demands of its own (ValidateDemands), naming only experts of
+// `demands`, and for every expert of `demands` the members' tokens add up to
+// its tokens. INVALID_ARGUMENT naming the first violation.
+absl::Status ValidateMembers(const ExchangeShape& shape, int layer,
+                             absl::Span<const ExpertDemand> demands,
+                             absl::Span<const MemberDemands> members);
 
 // The hint rule: at most kMaxHintsPerCall hints, each for an in-range layer
 // and expert, with a finite probability in [0, 1]. INVALID_ARGUMENT.

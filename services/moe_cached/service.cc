@@ -81,11 +81,17 @@ grpc::Status ExpertCacheService::Acquire(grpc::ServerContext*, const moe::v1::Ac
                                          moe::v1::AcquireResponse* resp) {
   absl::Status len = CheckLength(req->experts_size(), "experts");
   if (len.ok()) len = CheckLength(req->hints_size(), "hints");
+  if (len.ok()) len = CheckLength(req->members_size(), "members");
+  for (const moe::v1::MemberDemands& m : req->members()) {
+    if (len.ok()) len = CheckLength(m.experts_size(), "member experts");
+  }
   if (!len.ok()) return ToGrpcStatus(len);
   const std::vector<ExpertDemand> demands = FromProtoList<ExpertDemand>(req->experts());
   const std::vector<ExpertHint> hints = FromProtoList<ExpertHint>(req->hints());
-  absl::StatusOr<AcquireResult> r = sessions_->Acquire(
-      req->session_id(), req->request(), req->layer(), demands, req->prefill(), hints);
+  const std::vector<MemberDemands> members = FromProtoList<MemberDemands>(req->members());
+  absl::StatusOr<AcquireResult> r = sessions_->Acquire(req->session_id(), req->request(),
+                                                       req->layer(), demands, req->prefill(),
+                                                       hints, members);
   if (!r.ok()) return ToGrpcStatus(r.status());
   ToProto(*r, resp);
   return grpc::Status::OK;

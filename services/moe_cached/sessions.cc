@@ -29,6 +29,11 @@ struct SessionManager::Session {
   bool host_ok = false;  // may get "run on host" answers (has the store)
   absl::Mutex requests_mu;
   absl::flat_hash_set<uint64_t> requests ABSL_GUARDED_BY(requests_mu);  // begun, not ended
+  // kMember messages posted for the next batched acquire (touched only by
+  // the session's serving thread); `staged_error` is answered on it.
+  std::vector<MemberDemands> staged;
+  int32_t staged_layer = -1;
+  absl::Status staged_error;
 };
 
 namespace {
@@ -241,16 +246,29 @@ absl::Status SessionManager::ReportHostRuns(uint64_t session_id, const HostRunRe
 
 absl::StatusOr<AcquireResult> SessionManager::Acquire(
     uint64_t session_id, uint64_t request, int layer, absl::Span<const ExpertDemand> demands,
-    bool prefill, absl::Span<const ExpertHint> hints) {
+    bool prefill, absl::Span<const ExpertHint> hints, absl::Span<const MemberDemands> members) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
   CachedModel& m = *s->model;
   RETURN_IF_ERROR(ValidateDemands(ShapeOf(m), layer, demands));
   RETURN_IF_ERROR(ValidateHints(ShapeOf(m), hints));
   ASSIGN_OR_RETURN(RequestOwner owner, OwnerOf(*s, request));
+  if (!members.empty()) {
+    RETURN_IF_ERROR(ValidateMembers(ShapeOf(m), layer, demands, members));
+    bool lead = false;
+    for (const MemberDemands& mb : members) {
+      RETURN_IF_ERROR(OwnerOf(*s, mb.request).status());
+      lead |= mb.request == request;
+    }
+    if (!lead) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the acquire's request ", request, " is not one of its members"));
+    }
+  }
   if (!hints.empty()) m.cache().AddHints(owner, hints);
   const cache::Phase phase = prefill ? cache::Phase::kPrefill : cache::Phase::kDecode;
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(AcquireResult r, m.cache().Acquire(owner, layer, demands, phase, s->host_ok));
+  ASSIGN_OR_RETURN(AcquireResult r,
+                   m.cache().Acquire(owner, layer, demands, phase, s->host_ok, members));
   s->leases += static_cast<int64_t>(r.leases.size());
   m.metrics().RecordAcquire(absl::ToDoubleSeconds(absl::Now() - start), r.usage.stall_seconds());
   return r;
@@ -315,12 +333,56 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
     case channel::MsgType::kAcquire: {
       ExpertDemand demands[channel::kMaxItems];
       channel::FromWire(req.demands, req.count, demands);
+      // Members posted for this acquire, taken whatever the outcome.
+      std::vector<MemberDemands> members = std::move(s.staged);
+      absl::Status staged = std::move(s.staged_error);
+      const int32_t staged_layer = s.staged_layer;
+      s.staged.clear();
+      s.staged_error = absl::OkStatus();
+      s.staged_layer = -1;
+      const bool batched = (req.flags & channel::kFlagMembers) != 0;
+      if (staged.ok() && batched && members.empty()) {
+        staged = absl::InvalidArgumentError("a batched acquire without its members");
+      } else if (staged.ok() && !batched && !members.empty()) {
+        staged = absl::InvalidArgumentError("members posted without a batched acquire");
+      } else if (staged.ok() && batched && staged_layer != req.layer) {
+        staged = absl::InvalidArgumentError(absl::StrCat(
+            "members posted for layer ", staged_layer, ", acquire of layer ", req.layer));
+      }
+      if (!staged.ok()) {
+        status = staged;
+        break;
+      }
       absl::StatusOr<AcquireResult> r =
           Acquire(s.id, req.request_id, req.layer, absl::MakeConstSpan(demands, req.count),
-                  (req.flags & channel::kFlagPrefill) != 0, {});
+                  (req.flags & channel::kFlagPrefill) != 0, {}, members);
       status = r.status();
       if (r.ok()) channel::ToWire(*r, &reply);
       break;
+    }
+    case channel::MsgType::kMember: {
+      // Kept for the acquire that follows; an error waits for it too.
+      if (!s.staged_error.ok()) return;
+      if (s.staged.size() >= static_cast<size_t>(kMaxRequestsPerSession)) {
+        s.staged_error = absl::InvalidArgumentError(absl::StrCat(
+            "more than ", kMaxRequestsPerSession, " members posted for one acquire"));
+        s.staged.clear();
+        return;
+      }
+      if (!s.staged.empty() && s.staged_layer != req.layer) {
+        s.staged_error = absl::InvalidArgumentError(absl::StrCat(
+            "members posted for layers ", s.staged_layer, " and ", req.layer));
+        s.staged.clear();
+        return;
+      }
+      MemberDemands m;
+      m.request = req.request_id;
+      m.prefill = (req.flags & channel::kFlagPrefill) != 0;
+      m.demands.resize(req.count);
+      channel::FromWire(req.demands, req.count, m.demands.data());
+      s.staged_layer = req.layer;
+      s.staged.push_back(std::move(m));
+      return;  // no reply
     }
     case channel::MsgType::kRelease: {
       SlotLease leases[channel::kMaxItems];

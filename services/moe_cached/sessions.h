@@ -109,11 +109,15 @@ class SessionManager {
   absl::Status EndRequest(uint64_t session_id, uint64_t request);
   // Blocks until every demanded expert is ready; the leases pin their slots
   // until Release. `hints` (may be empty) go to the cache first. The result's
-  // usage is this acquire's own.
+  // usage is this acquire's own. `members` (empty: not batched) are the rows
+  // of the requests sharing a batched acquire: ValidateMembers, each a live
+  // request of the session (FAILED_PRECONDITION otherwise) and `request`
+  // one of them (INVALID_ARGUMENT otherwise); the cache keeps each one's
+  // per-request state from its own row.
   absl::StatusOr<AcquireResult> Acquire(uint64_t session_id, uint64_t request, int layer,
-                                               absl::Span<const ExpertDemand> demands,
-                                               bool prefill,
-                                               absl::Span<const ExpertHint> hints);
+                                        absl::Span<const ExpertDemand> demands, bool prefill,
+                                        absl::Span<const ExpertHint> hints,
+                                        absl::Span<const MemberDemands> members = {});
   absl::Status Release(uint64_t session_id, absl::Span<const SlotLease> leases);
   absl::Status AddHints(uint64_t session_id, uint64_t request,
                         absl::Span<const ExpertHint> hints);

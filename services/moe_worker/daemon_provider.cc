@@ -1,5 +1,6 @@
 #include "services/moe_worker/daemon_provider.h"
 
+#include "kernels/backend.h"
 #include "kernels/device_memory.h"
 
 #include <algorithm>
@@ -34,6 +35,9 @@ DaemonExpertProvider::Connect(const MoeModel& model,
     o.host_execution = true;
   }
   std::unique_ptr<DaemonExpertProvider> p(new DaemonExpertProvider(model, o));
+  if (model.backend().Info().is_device && o.host_execution) {
+    ASSIGN_OR_RETURN(p->host_backend_, CreateBackend("cpu"));
+  }
   RETURN_IF_ERROR(p->Attach());
   return p;
 }
@@ -192,9 +196,15 @@ void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
 
 absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
+  return AcquireFor(moe_layer, demands, {}, prefill);
+}
+
+absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
+    int moe_layer, absl::Span<const ExpertDemand> demands,
+    absl::Span<const MemberDemands> members, bool prefill) {
   RETURN_IF_ERROR(EnsureAttached());
   absl::StatusOr<AcquireResult> reply =
-      client_->Acquire(moe_layer, demands, prefill, hints_);
+      client_->Acquire(moe_layer, demands, prefill, hints_, members);
   hints_.clear();
   if (!reply.ok()) return Check(reply.status());
   if (reply->leases.size() + reply->host.size() != demands.size()) {
@@ -209,10 +219,12 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
   size_t li = 0, hi = 0;
   for (const ExpertDemand& d : demands) {
     const uint8_t* data = nullptr;
+    bool on_host = false;
     if (li < reply->leases.size() && reply->leases[li].key.expert == d.expert) {
       data = client_->SlotData(reply->leases[li++].slot);
     } else if (hi < reply->host.size() && reply->host[hi].expert == d.expert) {
       data = client_->HostData(reply->host[hi++]);  // run where it lies
+      on_host = true;
     } else {
       client_->Release(reply->leases).IgnoreError();
       return absl::InternalError(
@@ -220,6 +232,7 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
     }
     ExpertView view{d.expert, data + offsets_.gate, data + offsets_.up, data + offsets_.down,
                     dtype};
+    view.on_host = on_host;
     if (has_biases_) {
       view.gate_bias = reinterpret_cast<const float*>(data + offsets_.gate_bias);
       view.up_bias = reinterpret_cast<const float*>(data + offsets_.up_bias);
@@ -228,7 +241,9 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
     out.views.push_back(view);
   }
   out.leases = std::move(reply->leases);
-  if (client_->host_execution()) {
+  if (!reply->host.empty()) out.host_backend = host_backend_.get();  // null on the CPU
+  // A CPU worker's expert time is all host time: reported for the cost model.
+  if (client_->host_execution() && host_backend_ == nullptr) {
     computing_ = HostRunReport{static_cast<int32_t>(demands.size()),
                                static_cast<int32_t>(reply->host.size()), 0, 0};
     for (const ExpertDemand& d : demands) computing_.tokens += d.tokens;
@@ -238,15 +253,20 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
 }
 
 absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireBatch(
-    int moe_layer, absl::Span<const ExpertDemand> demands, absl::Span<const OwnerTokens> owners,
+    int moe_layer, absl::Span<const ExpertDemand> demands, absl::Span<const MemberDemands> members,
     bool prefill) {
   RETURN_IF_ERROR(EnsureAttached());
-  const OwnerTokens* lead = nullptr;
-  for (const OwnerTokens& o : owners) {
-    if (lead == nullptr || o.tokens > lead->tokens) lead = &o;
+  const MemberDemands* lead = nullptr;
+  int64_t lead_tokens = 0;
+  for (const MemberDemands& m : members) {
+    const int64_t n = m.tokens();
+    if (lead == nullptr || n > lead_tokens) {
+      lead = &m;
+      lead_tokens = n;
+    }
   }
   if (lead != nullptr) client_->SetCurrentRequest(lead->request);
-  return Acquire(moe_layer, demands, prefill);
+  return AcquireFor(moe_layer, demands, members, prefill);
 }
 
 void DaemonExpertProvider::Release(AcquiredExperts& acquired) {

@@ -52,7 +52,11 @@ class DaemonExpertProvider : public ExpertProvider {
  public:
   // Attaches to the daemon and checks that its expert layout matches
   // `model` (same experts, dtype and tensor sizes): FAILED_PRECONDITION
-  // naming the difference. `model` must outlive the provider.
+  // naming the difference. `model` must outlive the provider. A CPU-backend
+  // worker always offers host execution; a device-backend worker when
+  // `options.host_execution` says so: its "run on host" answers are then
+  // computed by a CPU backend of the provider beside the device
+  // (AcquiredExperts::host_backend).
   static absl::StatusOr<std::unique_ptr<DaemonExpertProvider>> Connect(
       const MoeModel& model, const client::CacheClientOptions& options);
 
@@ -61,12 +65,14 @@ class DaemonExpertProvider : public ExpertProvider {
   absl::StatusOr<AcquiredExperts> Acquire(int moe_layer,
                                       absl::Span<const ExpertDemand> demands,
                                       bool prefill) override;
-  // A batch's acquire is made for the request with the most of its tokens
-  // (the earliest owner among equals): the daemon's per-request state
-  // (moe-infinity's activation matrix) sees the batch's union under it.
+  // A batch's acquire carries each member's own row (the daemon's
+  // per-request state, moe-infinity's activation matrices and the
+  // prefetcher, follows each request) and is made for the request with the
+  // most of its tokens (the earliest member among equals), whose session
+  // holds the leases.
   absl::StatusOr<AcquiredExperts> AcquireBatch(int moe_layer,
                                                absl::Span<const ExpertDemand> demands,
-                                               absl::Span<const OwnerTokens> owners,
+                                               absl::Span<const MemberDemands> members,
                                                bool prefill) override;
   void Release(AcquiredExperts& acquired) override;
   void Hint(absl::Span<const ExpertHint> hints) override;
@@ -77,6 +83,12 @@ class DaemonExpertProvider : public ExpertProvider {
   static constexpr int64_t kHostReportIntervalNs = 20'000'000;
 
  private:
+  // Acquire, with the members of a batched one (empty: not batched).
+  absl::StatusOr<AcquiredExperts> AcquireFor(int moe_layer,
+                                             absl::Span<const ExpertDemand> demands,
+                                             absl::Span<const MemberDemands> members,
+                                             bool prefill);
+
   struct RoleOffsets {
     uint64_t gate = 0, up = 0, down = 0;
     uint64_t gate_bias = 0, up_bias = 0, down_bias = 0;  // gpt_oss
@@ -104,6 +116,8 @@ class DaemonExpertProvider : public ExpertProvider {
   int64_t answered_ns_ = 0;
   HostRunReport computing_;
   HostRunReport unreported_;
+  // A device worker's CPU backend for "run on host" answers (null otherwise).
+  std::unique_ptr<Backend> host_backend_;
 };
 
 }  // namespace moe::worker

@@ -20,11 +20,11 @@ absl::StatusOr<AcquiredExperts> MeteredProvider::Acquire(
 
 absl::StatusOr<AcquiredExperts> MeteredProvider::AcquireBatch(
     int moe_layer, absl::Span<const ExpertDemand> demands,
-    absl::Span<const OwnerTokens> owners, bool prefill) {
+    absl::Span<const MemberDemands> members, bool prefill) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<AcquiredExperts> lease =
-      owners.empty() ? inner_->Acquire(moe_layer, demands, prefill)
-                     : inner_->AcquireBatch(moe_layer, demands, owners, prefill);
+      members.empty() ? inner_->Acquire(moe_layer, demands, prefill)
+                     : inner_->AcquireBatch(moe_layer, demands, members, prefill);
   request_.wait_seconds += std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
                                .count();

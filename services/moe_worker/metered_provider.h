@@ -35,7 +35,7 @@ class MeteredProvider : public ExpertProvider {
   // reads each request's share from its Session instead).
   absl::StatusOr<AcquiredExperts> AcquireBatch(int moe_layer,
                                                absl::Span<const ExpertDemand> demands,
-                                               absl::Span<const OwnerTokens> owners,
+                                               absl::Span<const MemberDemands> members,
                                                bool prefill) override;
   void Release(AcquiredExperts& lease) override { inner_->Release(lease); }
   void Hint(absl::Span<const ExpertHint> hints) override {

@@ -22,7 +22,8 @@ namespace moe::worker {
 
 absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     const std::string& cache, const std::string& model_name,
-    const MoeModel& model, const rpc::ClientSecurity& cache_security) {
+    const MoeModel& model, const rpc::ClientSecurity& cache_security,
+    bool device_host_experts) {
   if (cache == "none") {
     ASSIGN_OR_RETURN(std::unique_ptr<InMemoryExpertProvider> p,
                      InMemoryExpertProvider::Create(model));
@@ -34,6 +35,7 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     o.model = model_name;
     o.worker_id = absl::StrCat("moe-worker-", ::getpid());
     o.security = cache_security;
+    o.host_execution = device_host_experts;  // a CPU backend sets it anyway
     absl::StatusOr<std::unique_ptr<DaemonExpertProvider>> p =
         DaemonExpertProvider::Connect(model, o);
     if (!p.ok()) {
@@ -146,7 +148,7 @@ absl::Status Worker::Init() {
   cache_security.auth_token_file = options_.cache_auth_token_file;
   ASSIGN_OR_RETURN(provider_, WaitForCache(options_.cache, options_.cache_wait, [&] {
                      return MakeExpertProvider(options_.cache, cache_model, *model_,
-                                               cache_security);
+                                               cache_security, options_.device_host_experts);
                    }));
   RunnerOptions runner_options = options_.runner;
   if (!options_.record_trace.empty()) {

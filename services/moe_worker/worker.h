@@ -55,6 +55,11 @@ struct WorkerOptions {
   std::string cache_auth_token_file;
   rpc::SecurityOptions security;  // this worker's server (see security.h)
   RunnerOptions runner;
+  // A device (CUDA) worker offers host execution to moe-cached: misses it is
+  // answered "run on host" run on its CPU beside the GPU, rounding within
+  // the backend parity tolerance (--device-host-experts). A CPU worker
+  // always offers it (same kernel, same bits).
+  bool device_host_experts = false;
   std::string metrics_addr = kDefaultMetricsAddr;  // "" disables
   std::string record_trace;                        // "" disables
   // When set, {"grpc_port":N,"metrics_port":M} is written here (atomically)
@@ -71,7 +76,8 @@ struct WorkerOptions {
 // `model_name` (DaemonExpertProvider). INVALID_ARGUMENT for anything else.
 absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     const std::string& cache, const std::string& model_name,
-    const MoeModel& model, const rpc::ClientSecurity& cache_security = {});
+    const MoeModel& model, const rpc::ClientSecurity& cache_security = {},
+    bool device_host_experts = false);
 
 class Worker {
  public:

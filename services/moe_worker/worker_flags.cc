@@ -68,6 +68,12 @@ absl::Status Apply(const std::string& name, const std::string& value,
     o.metrics_addr = value;
   } else if (name == "record-trace") {
     o.record_trace = value;
+  } else if (name == "device-host-experts") {
+    if (value != "on" && value != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device-host-experts: want on or off, got '", value, "'"));
+    }
+    o.device_host_experts = value == "on";
   } else if (name == "pregate-hints") {
     if (value != "on" && value != "off") {
       return absl::InvalidArgumentError(
@@ -190,6 +196,10 @@ std::string WorkerUsage() {
       kDefaultMetricsAddr,
       "; \"\" disables)\n"
       "  --record-trace FILE     record routing as moe-trace/1\n"
+      "  --device-host-experts on|off  a CUDA worker offers to run misses on\n"
+      "                          its CPU from moe-cached's host copy (its\n"
+      "                          --miss-mode host|auto then may answer so);\n"
+      "                          default off (a CPU worker always does)\n"
       "  --pregate-hints on|off  send the next layer's router top-k to the\n"
       "                          daemon as prefetch hints (default off)\n"
       "  --pregate-distance D    with --pregate-hints on: after layer l, hint\n"

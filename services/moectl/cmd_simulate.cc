@@ -32,7 +32,7 @@ constexpr char kHelp[] =
     "                       (--capacity N | --capacity-frac F) [--prefetch on|off]\n"
     "                       [--expert-mb S] [--link-gbps B] [--layer-ms T] [--chunk-mb C]\n"
     "                       [--passes K] [--hints on|off] [--expert-format bf16|q8|q4] [--json]\n"
-    "                       [--batch N]\n"
+    "                       [--batch N [--batch-members on|off]]\n"
     "                       [--miss-mode fetch|host|auto] [--host-gbps G] [--host-gflops F]\n"
     "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
@@ -45,6 +45,8 @@ constexpr char kHelp[] =
     "--batch N replays the requests N at a time (continuous batching: they join\n"
     "in arrival order; each step's layer is one acquire for the union of their\n"
     "experts); per-token figures divide by tokens, tpot_ms is per step.\n"
+    "--batch-members off makes that acquire for the oldest member alone (its\n"
+    "per-request state sees the union), default on: each member's own row.\n"
     "--hints off ignores the trace's pre-gating hints (default on: replayed in\n"
     "decode). A trace with hints also gets their recall and precision (a line\n"
     "before the table; \"hints\" in each --json row).\n"
@@ -90,7 +92,7 @@ bool ParseFlags(const Args& args, Flags* f, std::string* error) {
                                  "prefetch",  "expert-mb", "link-gbps", "layer-ms",
                                  "chunk-mb",  "passes",    "sweep",     "out",
                                  "hints",     "miss-mode", "host-gbps", "host-gflops",
-                                 "progress",  "expert-format", "batch"};
+                                 "progress",  "expert-format", "batch", "batch-members"};
   for (const auto& [k, v] : f->values) {
     bool known = false;
     for (const char* n : kKnown) known |= k == n;
@@ -358,6 +360,13 @@ bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
   if (!get("batch").empty() && !absl::SimpleAtoi(get("batch"), &o.batch)) {
     *err = "--batch takes an integer";
     return false;
+  }
+  if (const std::string m = get("batch-members"); !m.empty()) {
+    if (m != "on" && m != "off") {
+      *err = "--batch-members takes on or off";
+      return false;
+    }
+    o.batch_members = m == "on";
   }
   const std::string progress = get("progress");
   if (progress.empty() || progress == "auto") {

@@ -31,7 +31,7 @@ Percentiles Measure(CacheClient& client, Transport t, int iterations, int expert
   us.reserve(iterations);
   for (int i = -iterations / 10; i < iterations; ++i) {  // first 10%: warm-up
     absl::Time start = absl::Now();
-    auto r = client.Acquire(i & 3, demands, false, {}, t);
+    auto r = client.Acquire(i & 3, demands, false, {}, {}, t);
     double elapsed = absl::ToDoubleMicroseconds(absl::Now() - start);
     if (!r.ok() || (r->usage.misses != 0 && i >= 0)) {
       std::fprintf(stderr, "acquire failed or missed: %s\n", r.status().ToString().c_str());

@@ -1,6 +1,7 @@
 #include "services/cache/expert_cache.h"
 
 #include <atomic>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -610,6 +611,133 @@ TEST(ExpertCacheTest, EngineErrorsFailTheAcquireAfterBoundedRetries) {
       cache->CheckInvariantsForTest();
     }
     engine.Stop();  // callbacks reach the cache: stop before it goes
+  }
+}
+
+// Records the request-scoped events it gets, and evicts the first candidate.
+class RecordingPolicy : public CachePolicy {
+ public:
+  struct Route {
+    RequestOwner owner;
+    int layer;
+    Phase phase;
+    std::vector<std::pair<int32_t, int32_t>> demands;  // (expert, tokens)
+  };
+  std::string name() const override { return "recording"; }
+  void OnBeginIteration(const RequestOwner& owner, Phase phase) override {
+    iterations.push_back({owner, phase});
+  }
+  void OnRoute(const RequestOwner& owner, int layer, Phase phase,
+               absl::Span<const ExpertDemand> demands) override {
+    Route r{owner, layer, phase, {}};
+    for (const ExpertDemand& d : demands) r.demands.push_back({d.expert, d.tokens});
+    routes.push_back(r);
+  }
+  size_t ChooseVictim(absl::Span<const ExpertKey>, const VictimContext&) override { return 0; }
+
+  std::vector<std::pair<RequestOwner, Phase>> iterations;
+  std::vector<Route> routes;
+};
+
+// A batched acquire's routing goes to each member with its own row and
+// phase (one iteration each), while the ticket, its leases and its usage
+// belong to the acquiring owner; without members the owner gets the union.
+TEST(ExpertCacheTest, BatchedAcquireRoutesEachMemberItsOwnRow) {
+  auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  auto policy = std::make_unique<RecordingPolicy>();
+  RecordingPolicy* rec = policy.get();
+  policy->Configure(Config(12));
+  auto cache = *ExpertCache::Create(LinkOptions(12, /*prefetch=*/false), std::move(policy),
+                                    engine.get());
+  const RequestOwner a{5, 1}, b{5, 2};
+  cache->BeginRequest(a);
+  cache->BeginRequest(b);
+  const std::vector<ExpertDemand> uni = {{0, 3}, {2, 1}, {4, 2}};
+  std::vector<MemberDemands> members(2);
+  members[0].request = 1;
+  members[0].demands = {{0, 2}, {4, 2}};  // a: a prompt chunk of two tokens
+  members[0].prefill = true;
+  members[1].request = 2;
+  members[1].demands = {{0, 1}, {2, 1}};  // b: one decode token
+  auto t = cache->StartAcquire(a, 1, uni, Phase::kPrefill, false, members);
+  ASSERT_TRUE(t.ok()) << t.status();
+  while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
+  auto r = cache->FinishAcquire(*t);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->leases.size(), 3u);
+  EXPECT_EQ(r->usage.misses, 3);
+  ASSERT_EQ(rec->routes.size(), 2u);
+  EXPECT_EQ(rec->routes[0].owner, a);
+  EXPECT_EQ(rec->routes[0].phase, Phase::kPrefill);
+  EXPECT_EQ(rec->routes[0].demands, (std::vector<std::pair<int32_t, int32_t>>{{0, 2}, {4, 2}}));
+  EXPECT_EQ(rec->routes[1].owner, b);
+  EXPECT_EQ(rec->routes[1].phase, Phase::kDecode);
+  EXPECT_EQ(rec->routes[1].demands, (std::vector<std::pair<int32_t, int32_t>>{{0, 1}, {2, 1}}));
+  ASSERT_EQ(rec->iterations.size(), 2u);
+  EXPECT_EQ(rec->iterations[0].first, a);
+  EXPECT_EQ(rec->iterations[1].first, b);
+  EXPECT_EQ(cache->GetStats(Phase::kPrefill).iterations, 1u);
+  EXPECT_EQ(cache->GetStats(Phase::kDecode).iterations, 1u);
+  // The leases are the session's: released once, by it.
+  ASSERT_TRUE(cache->Release(5, r->leases).ok());
+  // The next layer of the same step is no new iteration for either member.
+  members[0].demands = {{1, 4}};
+  members[1].demands = {{1, 1}};
+  const std::vector<ExpertDemand> uni2 = {{1, 5}};
+  auto t2 = cache->StartAcquire(a, 2, uni2, Phase::kPrefill, false, members);
+  ASSERT_TRUE(t2.ok());
+  while (!*cache->IsReady(*t2)) engine->AdvanceTo(*engine->NextCompletionTime());
+  auto r2 = cache->FinishAcquire(*t2);
+  ASSERT_TRUE(r2.ok());
+  ASSERT_TRUE(cache->Release(5, r2->leases).ok());
+  EXPECT_EQ(rec->iterations.size(), 2u);
+  ASSERT_EQ(rec->routes.size(), 4u);
+  EXPECT_EQ(rec->routes[3].demands, (std::vector<std::pair<int32_t, int32_t>>{{1, 1}}));
+  // Without members the acquiring owner routes the union.
+  auto t3 = cache->StartAcquire(a, 3, uni, Phase::kDecode);
+  ASSERT_TRUE(t3.ok());
+  while (!*cache->IsReady(*t3)) engine->AdvanceTo(*engine->NextCompletionTime());
+  ASSERT_TRUE(cache->Release(5, cache->FinishAcquire(*t3)->leases).ok());
+  ASSERT_EQ(rec->routes.size(), 5u);
+  EXPECT_EQ(rec->routes[4].owner, a);
+  EXPECT_EQ(rec->routes[4].demands.size(), 3u);
+  cache->CheckInvariantsForTest();
+}
+
+// moe-infinity with members: each request's activation matrix holds its own
+// experts, so the EAMC learns one distinct matrix per request at its end;
+// made for the first request alone, the other requests learn nothing.
+TEST(MoeInfinityTest, BatchedMembersEachLearnTheirOwnMatrix) {
+  for (bool with_members : {true, false}) {
+    SCOPED_TRACE(with_members ? "members" : "lead only");
+    auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+    auto cache = *ExpertCache::Create(LinkOptions(kLayers * kExperts, false),
+                                      *MakePolicy("moe-infinity", Config(kLayers * kExperts)),
+                                      engine.get());
+    const int kRequests = 3;
+    for (int q = 1; q <= kRequests; ++q) cache->BeginRequest(RequestOwner{7, uint64_t(q)});
+    for (int token = 0; token < 4; ++token) {
+      for (int layer = 0; layer < kLayers; ++layer) {
+        std::map<int32_t, int32_t> sum;
+        std::vector<MemberDemands> members(kRequests);
+        for (int q = 0; q < kRequests; ++q) {
+          members[q].request = q + 1;
+          // Request q always uses experts 2q and 2q+1: disjoint rows.
+          members[q].demands = {{2 * q, 1}, {2 * q + 1, 1}};
+          for (const ExpertDemand& d : members[q].demands) sum[d.expert] += d.tokens;
+        }
+        std::vector<ExpertDemand> uni;
+        for (const auto& [e, n] : sum) uni.push_back({e, n});
+        auto t = cache->StartAcquire(RequestOwner{7, 1}, layer, uni, Phase::kDecode, false,
+                                     with_members ? absl::MakeConstSpan(members)
+                                                  : absl::Span<const MemberDemands>());
+        ASSERT_TRUE(t.ok()) << t.status();
+        while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
+        ASSERT_TRUE(cache->Release(7, cache->FinishAcquire(*t)->leases).ok());
+      }
+    }
+    for (int q = 1; q <= kRequests; ++q) cache->EndRequest(RequestOwner{7, uint64_t(q)});
+    EXPECT_EQ(cache->GetGauges().eamc_entries, with_members ? kRequests : 1);
   }
 }
 

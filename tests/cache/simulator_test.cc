@@ -366,6 +366,17 @@ TEST(SimulatorTest, BatchedReplayAcquiresTheUnionOncePerStep) {
             alone->decode.iterations + alone->prefill.iterations);
   EXPECT_LE(batched_bel->decode.misses + batched_bel->prefill.misses,
             batched->decode.misses + batched->prefill.misses);
+  // Members only change per-request state: a policy that keeps none (lru)
+  // replays the same with or without them; moe-infinity's matrices differ.
+  SimOptions lead_only = eight;
+  lead_only.batch_members = false;
+  auto batched_lead = Simulate(*st, "lru", lead_only);
+  ASSERT_TRUE(batched_lead.ok());
+  EXPECT_EQ(batched_lead->decode.misses, batched->decode.misses);
+  EXPECT_EQ(batched_lead->prefill.misses, batched->prefill.misses);
+  EXPECT_EQ(batched_lead->decode.iterations, batched->decode.iterations);
+  EXPECT_EQ(ReportJson(st->header, lead_only, *batched_lead, *batched_bel)["batch_members"],
+            false);
   SimOptions bad = one;
   bad.batch = 0;
   EXPECT_EQ(Simulate(*st, "lru", bad).status().code(), absl::StatusCode::kInvalidArgument);

@@ -87,5 +87,78 @@ TEST(BatchStepCudaTest, BatchedWithinToleranceOfAlone) {
   }
 }
 
+// A device worker's host answers (--device-host-experts): odd experts come
+// as views of host memory (here the same model's CPU copy) computed by a
+// CPU backend beside the GPU, their sum added on the device. Logits stay
+// within the same tolerance of the all-device run.
+TEST(BatchStepCudaTest, HostAnswersBesideTheDeviceWithinTolerance) {
+  auto backend = CreateBackend("cuda");
+  if (!backend.ok()) {
+    const char* require = std::getenv("MOE_REQUIRE_CUDA");
+    ASSERT_FALSE(require != nullptr && *require == '1') << backend.status();
+    GTEST_SKIP() << "no CUDA device: " << backend.status().message();
+  }
+  auto cpu = CreateBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  MakeModelOptions o = TinyPreset(ModelFamily::kMixtral);
+  o.seed = 43;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/split_cuda");
+  ASSERT_TRUE(MakeModel(o, dir).ok());
+  auto model = MoeModel::Load(dir, backend->get());
+  auto host_model = MoeModel::Load(dir, cpu->get());
+  ASSERT_TRUE(model.ok() && host_model.ok());
+  auto experts = InMemoryExpertProvider::Create(**model);
+  auto host_experts = InMemoryExpertProvider::Create(**host_model);
+  ASSERT_TRUE(experts.ok() && host_experts.ok());
+
+  class Split : public ExpertProvider {
+   public:
+    Split(ExpertProvider* device, ExpertProvider* host, Backend* host_be)
+        : device_(device), host_(host), host_be_(host_be) {}
+    absl::StatusOr<AcquiredExperts> Acquire(int layer, absl::Span<const ExpertDemand> d,
+                                            bool prefill) override {
+      absl::StatusOr<AcquiredExperts> a = device_->Acquire(layer, d, prefill);
+      absl::StatusOr<AcquiredExperts> h = host_->Acquire(layer, d, prefill);
+      if (!a.ok()) return a;
+      if (!h.ok()) return h.status();
+      for (size_t i = 0; i < a->views.size(); ++i) {
+        if (a->views[i].expert % 2 == 0) continue;
+        a->views[i] = h->views[i];
+        a->views[i].on_host = true;
+        ++runs;
+      }
+      host_->Release(*h);
+      a->host_backend = host_be_;
+      return a;
+    }
+    void Release(AcquiredExperts& a) override { device_->Release(a); }
+    ExpertProvider* device_;
+    ExpertProvider* host_;
+    Backend* host_be_;
+    int64_t runs = 0;
+  } split(experts->get(), host_experts->get(), cpu->get());
+
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+  const std::vector<int32_t> decode = {7, 8, 9, 10, 11};
+  Session want(**model, experts->get(), 32);
+  Session got(**model, &split, 32);
+  for (size_t k = 0; k <= decode.size(); ++k) {
+    const absl::Span<const int32_t> in =
+        k == 0 ? absl::Span<const int32_t>(prompt) : absl::Span<const int32_t>(&decode[k - 1], 1);
+    auto w = want.Forward(in, k == 0);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const std::vector<float> ref(w->begin(), w->end());
+    auto g = got.Forward(in, k == 0);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_EQ(g->size(), ref.size());
+    float scale = 1.0f;
+    for (float v : ref) scale = std::max(scale, std::fabs(v));
+    float worst = 0.0f;
+    for (size_t j = 0; j < ref.size(); ++j) worst = std::max(worst, std::fabs((*g)[j] - ref[j]));
+    EXPECT_LE(worst, 1e-3f * scale) << "step " << k;
+  }
+  EXPECT_GT(split.runs, 0);
+}
+
 }  // namespace
 }  // namespace moe

@@ -45,8 +45,8 @@ class CountingProvider : public ExpertProvider {
   }
   absl::StatusOr<AcquiredExperts> AcquireBatch(
       int moe_layer, absl::Span<const ExpertDemand> demands,
-      absl::Span<const OwnerTokens> owners, bool prefill) override {
-    last_owners.assign(owners.begin(), owners.end());
+      absl::Span<const MemberDemands> members, bool prefill) override {
+    last_members.assign(members.begin(), members.end());
     return Acquire(moe_layer, demands, prefill);
   }
   void Release(AcquiredExperts& a) override { inner_->Release(a); }
@@ -55,7 +55,7 @@ class CountingProvider : public ExpertProvider {
   int64_t acquires = 0;
   AcquireUsage total;
   std::vector<ExpertDemand> last_demands;
-  std::vector<OwnerTokens> last_owners;
+  std::vector<MemberDemands> last_members;
 };
 
 struct Loaded {
@@ -220,6 +220,71 @@ TEST_P(BatchStepFamilyTest, BitIdenticalAloneAndBatched) {
   }
 }
 
+// Answers odd experts "on host" and hands a separate CPU backend to run
+// them, as DaemonExpertProvider does for a device worker.
+class SplitHostProvider : public ExpertProvider {
+ public:
+  SplitHostProvider(ExpertProvider* inner, Backend* host, bool mark)
+      : inner_(inner), host_(host), mark_(mark) {}
+  absl::StatusOr<AcquiredExperts> Acquire(int moe_layer, absl::Span<const ExpertDemand> demands,
+                                          bool prefill) override {
+    absl::StatusOr<AcquiredExperts> a = inner_->Acquire(moe_layer, demands, prefill);
+    if (!a.ok()) return a;
+    for (ExpertView& v : a->views) {
+      v.on_host = mark_ && v.expert % 2 == 1;
+      host_runs += v.on_host;
+    }
+    a->host_backend = host_;
+    return a;
+  }
+  void Release(AcquiredExperts& a) override { inner_->Release(a); }
+
+  ExpertProvider* inner_;
+  Backend* host_;
+  bool mark_;
+  int64_t host_runs = 0;
+};
+
+// Host answers computed by another backend beside the engine's (a device
+// worker's path, run here with two CPU backends): the host part's sum is
+// added to the device part's, so logits move only by rounding (the stated
+// tolerance: 1e-4 of the largest logit), alone and batched; with nothing
+// answered on the host, the bits are the one-backend bits.
+TEST_P(BatchStepFamilyTest, HostAnswersOnAnotherBackendStayWithinTolerance) {
+  Loaded l = Load(GetParam(), 37, absl::StrCat("split", static_cast<int>(GetParam())));
+  ASSERT_NE(l.model, nullptr);
+  auto host = CreateBackend("cpu");
+  ASSERT_TRUE(host.ok());
+  const std::vector<Seq> seqs = MakeSeqs(l.model->config().vocab_size);
+  SplitHostProvider split(l.experts.get(), host->get(), true);
+  SplitHostProvider unmarked(l.experts.get(), host->get(), false);
+  std::vector<Logits> batched = RunBatched(*l.model, &split, seqs, 3, true);
+  double worst = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Logits alone = RunAlone(*l.model, l.experts.get(), seqs[i]);
+    const Logits split_alone = RunAlone(*l.model, &split, seqs[i]);
+    const Logits same = RunAlone(*l.model, &unmarked, seqs[i]);
+    ASSERT_EQ(split_alone.size(), alone.size());
+    ASSERT_EQ(batched[i].size(), alone.size());
+    ASSERT_EQ(same.size(), alone.size());
+    for (size_t t = 0; t < alone.size(); ++t) {
+      float scale = 0;
+      for (float v : alone[t]) scale = std::max(scale, std::abs(v));
+      for (size_t j = 0; j < alone[t].size(); ++j) {
+        for (const Logits* other : {&split_alone, static_cast<const Logits*>(&batched[i])}) {
+          const double d = std::abs(static_cast<double>((*other)[t][j]) - alone[t][j]);
+          worst = std::max(worst, d / std::max(scale, 1e-6f));
+          ASSERT_LE(d, 1e-4 * std::max(scale, 1.0f)) << "sequence " << i << " token " << t;
+        }
+      }
+      EXPECT_EQ(0, std::memcmp(alone[t].data(), same[t].data(), alone[t].size() * 4));
+    }
+  }
+  EXPECT_GT(split.host_runs, 0);
+  EXPECT_EQ(unmarked.host_runs, 0);
+  RecordProperty("worst_relative_logit_difference", std::to_string(worst));
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, BatchStepFamilyTest,
                          ::testing::Values(ModelFamily::kMixtral,
                                            ModelFamily::kQwen2Moe,
@@ -247,11 +312,23 @@ TEST(BatchStepTest, OneAcquirePerMoeLayerForTheUnion) {
   int64_t demanded = 0;
   for (const ExpertDemand& d : counting.last_demands) demanded += d.tokens;
   EXPECT_EQ(demanded, 6 * c.top_k);  // every row's top_k, summed over experts
-  ASSERT_EQ(counting.last_owners.size(), 3u);
-  EXPECT_EQ(counting.last_owners[0].request, 10u);
-  EXPECT_EQ(counting.last_owners[0].tokens, 3 * c.top_k);
-  EXPECT_EQ(counting.last_owners[1].tokens, 1 * c.top_k);
-  EXPECT_EQ(counting.last_owners[2].tokens, 2 * c.top_k);
+  ASSERT_EQ(counting.last_members.size(), 3u);
+  EXPECT_EQ(counting.last_members[0].request, 10u);
+  EXPECT_EQ(counting.last_members[2].request, 12u);
+  EXPECT_EQ(counting.last_members[0].tokens(), 3 * c.top_k);
+  EXPECT_EQ(counting.last_members[1].tokens(), 1 * c.top_k);
+  EXPECT_EQ(counting.last_members[2].tokens(), 2 * c.top_k);
+  for (const MemberDemands& m : counting.last_members) {
+    EXPECT_TRUE(m.prefill);
+    for (size_t j = 1; j < m.demands.size(); ++j) {
+      EXPECT_LT(m.demands[j - 1].expert, m.demands[j].expert);  // ascending, distinct
+    }
+  }
+  // Each member's row is its own, and the rows add up to the union.
+  EXPECT_TRUE(ValidateMembers(ExchangeShape{c.num_moe_layers(), static_cast<int>(c.num_experts)},
+                              c.num_moe_layers() - 1, counting.last_demands,
+                              counting.last_members)
+                  .ok());
   // The sessions' shares add up to exactly what the acquires reported.
   int64_t hits = 0, misses = 0;
   double stall = 0;
@@ -296,21 +373,21 @@ TEST(SplitUsageTest, SharesAddUpExactlyAndFollowTokens) {
     u.misses = static_cast<int32_t>(rng() % 50);
     u.host = static_cast<int32_t>(rng() % (u.misses + 1));
     u.stall_ns = static_cast<int64_t>(rng() % 100000000);
-    std::vector<OwnerTokens> owners(1 + rng() % 16);
+    std::vector<int64_t> owners(1 + rng() % 16);
     int64_t sum = 0;
     for (size_t i = 0; i < owners.size(); ++i) {
-      owners[i] = {i, static_cast<int64_t>(rng() % 40)};
-      sum += owners[i].tokens;
+      owners[i] = static_cast<int64_t>(rng() % 40);
+      sum += owners[i];
     }
-    if (sum == 0) owners[0].tokens = sum = 3;
+    if (sum == 0) owners[0] = sum = 3;
     std::vector<AcquireUsage> shares = SplitUsage(u, owners);
     ASSERT_EQ(shares.size(), owners.size());
     AcquireUsage total;
     for (size_t i = 0; i < shares.size(); ++i) {
       total += shares[i];
-      const double exact = static_cast<double>(u.hits) * owners[i].tokens / sum;
+      const double exact = static_cast<double>(u.hits) * owners[i] / sum;
       EXPECT_LT(std::abs(shares[i].hits - exact), 1.0) << trial;
-      if (owners[i].tokens == 0) {
+      if (owners[i] == 0) {
         EXPECT_EQ(shares[i].hits + shares[i].misses + shares[i].stall_ns, 0);
       }
     }
@@ -321,10 +398,10 @@ TEST(SplitUsageTest, SharesAddUpExactlyAndFollowTokens) {
   }
   // One owner gets everything; equal owners split evenly, earlier first.
   AcquireUsage u{5, 3, 0, 7};
-  std::vector<AcquireUsage> one = SplitUsage(u, {{1, 4}});
+  std::vector<AcquireUsage> one = SplitUsage(u, {4});
   EXPECT_EQ(one[0].hits, 5);
   EXPECT_EQ(one[0].stall_ns, 7);
-  std::vector<AcquireUsage> two = SplitUsage(u, {{1, 2}, {2, 2}});
+  std::vector<AcquireUsage> two = SplitUsage(u, {2, 2});
   EXPECT_EQ(two[0].hits, 3);
   EXPECT_EQ(two[1].hits, 2);
 }

@@ -54,6 +54,35 @@ TEST(ValidateHintsTest, RangesProbabilitiesAndLength) {
   }
 }
 
+TEST(ValidateMembersTest, RowsMustAddUpToTheUnion) {
+  using V = std::vector<ExpertDemand>;
+  using M = std::vector<MemberDemands>;
+  const V uni = {{1, 3}, {5, 1}};
+  EXPECT_TRUE(ValidateMembers(kShape, 2, uni, M{{7, false, {{1, 2}}}, {9, true, {{1, 1}, {5, 1}}}})
+                  .ok());
+  EXPECT_TRUE(ValidateMembers(kShape, 2, uni, M{{7, false, uni}}).ok());
+  struct Case {
+    M members;
+    const char* message;
+  };
+  const Case bad[] = {
+      {M{}, "1 to 64 members, got 0"},
+      {M(65, MemberDemands{1, false, uni}), "1 to 64 members, got 65"},
+      {M{{7, false, {{1, 3}}}, {7, false, {{5, 1}}}}, "request 7 is a member of the acquire twice"},
+      {M{{7, false, {}}, {9, false, uni}}, "member request 7: an acquire names 1 to 8"},
+      {M{{7, false, {{1, 3}, {1, 1}}}}, "member request 7: expert 1 demanded twice"},
+      {M{{7, false, {{1, 3}, {5, 1}, {2, 1}}}}, "names expert 2 outside the acquire"},
+      {M{{7, false, {{1, 2}, {5, 1}}}}, "expert 1: the members' tokens add up to 2, the acquire names 3"},
+      {M{{7, false, {{1, 3}}}}, "expert 5: the members' tokens add up to 0"},
+      {M{{7, false, {{1, 3}, {5, 2}}}}, "expert 5: the members' tokens add up to 2"},
+  };
+  for (const Case& c : bad) {
+    absl::Status s = ValidateMembers(kShape, 2, uni, c.members);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(s.message().find(c.message), absl::string_view::npos) << s;
+  }
+}
+
 TEST(ShmConverterTest, RoundTripsEveryField) {
   const std::vector<ExpertDemand> demands = {{3, 7}, {0, 1}};
   const std::vector<ExpertHint> hints = {{2, 5, 0.25f, HintSource::kHint}};
@@ -118,6 +147,17 @@ TEST(ProtoConverterTest, RoundTripsEveryField) {
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0].expert, 3);
   EXPECT_EQ(d[0].tokens, 7);
+  const std::vector<MemberDemands> members = {{41, true, {{3, 5}}}, {42, false, {{3, 2}, {0, 1}}}};
+  ToProtoList<MemberDemands>(members, req.mutable_members());
+  const auto m = FromProtoList<MemberDemands>(req.members());
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].request, 41u);
+  EXPECT_TRUE(m[0].prefill);
+  ASSERT_EQ(m[1].demands.size(), 2u);
+  EXPECT_EQ(m[1].request, 42u);
+  EXPECT_FALSE(m[1].prefill);
+  EXPECT_EQ(m[1].demands[1].expert, 0);
+  EXPECT_EQ(m[1].demands[0].tokens, 2);
   const auto h = FromProtoList<ExpertHint>(req.hints());
   ASSERT_EQ(h.size(), 1u);
   EXPECT_EQ(h[0].layer, 2);

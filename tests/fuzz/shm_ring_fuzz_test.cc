@@ -126,7 +126,7 @@ class ShmRingFuzzTest : public ServiceFuzzTest {
   void BadMessage(RequestMsg* m) {
     std::memset(m, 0, sizeof(*m));
     const int32_t L = world_.num_layers, E = world_.num_experts;
-    m->type = Pick<uint32_t>({1, 1, 1, 2, 2, 3, 4, 5, 5, 6, 7, 7, 0, 8, 77, UINT32_MAX});
+    m->type = Pick<uint32_t>({1, 1, 1, 2, 2, 3, 4, 5, 5, 6, 7, 7, 8, 8, 0, 9, 77, UINT32_MAX});
     m->layer = Pick<int32_t>({0, 1, L - 1, L, -1, INT_MIN, INT_MAX});
     m->count = Pick<uint32_t>({0, 1, 2, 3, 8, 9, kMaxItems, kMaxItems + 1, UINT32_MAX,
                                static_cast<uint32_t>(rng_() % 16)});
@@ -194,8 +194,9 @@ TEST_F(ShmRingFuzzTest, LayoutAssumptionsHold) {
 }
 
 // Well-formed messages with bad fields: each gets a clear answer and the
-// session goes on (Release, Hints and HostRuns have no answer: a Ping after
-// them must succeed).
+// session goes on (Release, Hints, HostRuns and Member have no answer: a
+// Ping after them must succeed; members' errors come back on the next
+// acquire).
 TEST_F(ShmRingFuzzTest, BadFieldsGetClearRepliesAndTheSessionGoesOn) {
   ASSERT_EQ(channel::ChannelBytes(), kChannelEnd);
   auto req = std::make_unique<RequestMsg>();
@@ -213,7 +214,8 @@ TEST_F(ShmRingFuzzTest, BadFieldsGetClearRepliesAndTheSessionGoesOn) {
       const auto type = static_cast<MsgType>(req->type);
       const std::string what = absl::StrCat("message type ", req->type, " layer ", req->layer,
                                             " count ", req->count);
-      if (type == MsgType::kRelease || type == MsgType::kHints || type == MsgType::kHostRuns) {
+      if (type == MsgType::kRelease || type == MsgType::kHints || type == MsgType::kHostRuns ||
+          type == MsgType::kMember) {
         ASSERT_TRUE(s->client().Post(*req, kWait).ok()) << what;
         ASSERT_TRUE(s->client().Call(*ping, reply.get(), kWait).ok()) << "ping after " << what;
         continue;

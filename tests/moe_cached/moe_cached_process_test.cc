@@ -148,7 +148,7 @@ void FollowTrace(CacheClient& client, Transport transport,
       for (int layer = 0; layer < client.num_layers(); ++layer) {
         const std::vector<ExpertDemand>& demands = it.layers[layer];
         *demanded += demands.size();
-        auto r = client.Acquire(layer, demands, is_prefill, {}, transport);
+        auto r = client.Acquire(layer, demands, is_prefill, {}, {}, transport);
         ASSERT_TRUE(r.ok()) << r.status();
         ASSERT_EQ(r->leases.size(), demands.size());
         EXPECT_EQ(r->usage.hits + r->usage.misses, static_cast<int>(demands.size()));
@@ -209,11 +209,11 @@ TEST_F(MoeCachedTest, BadInputFromTheWireIsInvalidArgument) {
         {-1, V{{0, 1}}}, {4, V{{0, 1}}},          {0, V{{8, 1}}}, {0, V{{-1, 1}}},
         {0, V{{1, 1}, {1, 2}}}, {0, V{{0, 0}}}, {0, V{}}};
     for (const auto& [layer, demands] : bad) {
-      auto r = client->Acquire(layer, demands, false, {}, t);
+      auto r = client->Acquire(layer, demands, false, {}, {}, t);
       EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
           << "layer " << layer << ": " << r.status();
     }
-    auto hint = client->Acquire(0, V{{0, 1}}, false, {{9, 0, 0.5f}}, t);
+    auto hint = client->Acquire(0, V{{0, 1}}, false, {{9, 0, 0.5f}}, {}, t);
     EXPECT_EQ(hint.status().code(), absl::StatusCode::kInvalidArgument);
   }
   // A lease that was never granted.
@@ -222,7 +222,7 @@ TEST_F(MoeCachedTest, BadInputFromTheWireIsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
   // Still serving, and good calls work on both transports.
   for (Transport t : {Transport::kShm, Transport::kGrpc}) {
-    auto r = client->Acquire(2, std::vector<ExpertDemand>{{3, 2}}, false, {}, t);
+    auto r = client->Acquire(2, std::vector<ExpertDemand>{{3, 2}}, false, {}, {}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ExpectSlotMatches(*client, 2, r->leases[0]);
     EXPECT_TRUE(client->Release(r->leases, t).ok());
@@ -233,6 +233,60 @@ TEST_F(MoeCachedTest, BadInputFromTheWireIsInvalidArgument) {
   auto other = CacheClient::Connect(o);
   EXPECT_EQ(other.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(other.status().message(), HasSubstr("tiny"));
+}
+
+// A batched acquire names its members (each request's own row): good ones
+// are served on both transports, with as many members as a session may have
+// requests (over shm that is more member messages than the ring has slots);
+// bad ones are refused with the rule they break, and the session serves on.
+TEST_F(MoeCachedTest, BatchedAcquireMembersAreCheckedOnBothTransports) {
+  StartDaemon({"--cache-experts", "16"});
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (uint64_t q = 1; q <= static_cast<uint64_t>(kMaxRequestsPerSession); ++q) {
+    ASSERT_TRUE(client->BeginRequest(q).ok());
+  }
+  using V = std::vector<ExpertDemand>;
+  using M = std::vector<MemberDemands>;
+  const V uni = {{1, 3}, {4, 1}};
+  const M good = {{1, false, {{1, 2}}}, {2, true, {{1, 1}, {4, 1}}}};
+  M all;
+  for (uint64_t q = 1; q <= static_cast<uint64_t>(kMaxRequestsPerSession); ++q) {
+    all.push_back({q, false, {{2, 1}}});
+  }
+  for (Transport t : {Transport::kShm, Transport::kGrpc}) {
+    SCOPED_TRACE(t == Transport::kShm ? "shm" : "grpc");
+    client->SetCurrentRequest(1);
+    auto r = client->Acquire(1, uni, true, {}, good, t);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->leases.size(), 2u);
+    EXPECT_TRUE(client->Release(r->leases, t).ok());
+    auto many = client->Acquire(2, V{{2, kMaxRequestsPerSession}}, false, {}, all, t);
+    ASSERT_TRUE(many.ok()) << many.status();
+    EXPECT_TRUE(client->Release(many->leases, t).ok());
+    struct Case {
+      M members;
+      absl::StatusCode code;
+      const char* message;
+    };
+    const Case bad[] = {
+        {M{{1, false, {{1, 3}}}}, absl::StatusCode::kInvalidArgument, "expert 4: the members'"},
+        {M{{1, false, {{1, 3}, {4, 1}, {5, 1}}}}, absl::StatusCode::kInvalidArgument,
+         "outside the acquire"},
+        {M{{2, false, uni}}, absl::StatusCode::kInvalidArgument, "is not one of its members"},
+        {M{{1, false, {{1, 2}}}, {99, false, {{1, 1}, {4, 1}}}},
+         absl::StatusCode::kFailedPrecondition, "request 99 was not begun"},
+    };
+    for (const Case& c : bad) {
+      auto b = client->Acquire(1, uni, false, {}, c.members, t);
+      EXPECT_EQ(b.status().code(), c.code) << b.status();
+      EXPECT_THAT(b.status().message(), HasSubstr(c.message));
+    }
+    // Nothing of a refused batch is left over for the next acquire.
+    auto after = client->Acquire(3, V{{0, 1}}, false, {}, {}, t);
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_TRUE(client->Release(after->leases, t).ok());
+  }
 }
 
 TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
@@ -464,7 +518,7 @@ TEST_F(MoeCachedTest, RequestsMustBeBegunAndAreBounded) {
     EXPECT_TRUE(client->BeginRequest(3, t).ok());  // a live one restarts
     ASSERT_TRUE(client->EndRequest(3, t).ok());
     EXPECT_TRUE(client->BeginRequest(kMaxRequestsPerSession + 1, t).ok());  // room again
-    auto r = client->Acquire(1, std::vector<ExpertDemand>{{2, 1}}, false, {}, t);
+    auto r = client->Acquire(1, std::vector<ExpertDemand>{{2, 1}}, false, {}, {}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases, t).ok());
     for (uint64_t id = 1; id <= static_cast<uint64_t>(kMaxRequestsPerSession) + 1; ++id) {
@@ -506,15 +560,15 @@ TEST_F(MoeCachedTest, SetCurrentRequestPointsAcquiresAtThatRequest) {
     ASSERT_TRUE(client->BeginRequest(1, t).ok());
     ASSERT_TRUE(client->BeginRequest(2, t).ok());
     client->SetCurrentRequest(1);
-    auto r = client->Acquire(0, one, false, {}, t);
+    auto r = client->Acquire(0, one, false, {}, {}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases, t).ok());
     ASSERT_TRUE(client->EndRequest(1, t).ok());
     client->SetCurrentRequest(1);
-    auto ended = client->Acquire(0, one, false, {}, t);
+    auto ended = client->Acquire(0, one, false, {}, {}, t);
     EXPECT_EQ(ended.status().code(), absl::StatusCode::kFailedPrecondition) << ended.status();
     client->SetCurrentRequest(2);
-    r = client->Acquire(0, one, false, {}, t);
+    r = client->Acquire(0, one, false, {}, {}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases, t).ok());
     ASSERT_TRUE(client->EndRequest(2, t).ok());
