@@ -106,7 +106,7 @@ void ExpertCache::AddHints(const RequestOwner& owner, absl::Span<const ExpertHin
   auto it = owners_.find(owner);
   if (options_.prefetch && !hints.empty() && it != owners_.end() && it->second.last_layer >= 0 &&
       it->second.phase == Phase::kDecode) {
-    IssuePrefetches(owner, it->second.last_layer, Phase::kDecode);
+    IssuePrefetches({owner}, it->second.last_layer, Phase::kDecode);
   }
 }
 
@@ -467,6 +467,11 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     const RequestOwner& owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase,
     bool host_ok, absl::Span<const MemberDemands> members) {
   CheckDemands(layer, demands, members);
+  if (!members.empty()) {
+    bool lead = false;
+    for (const MemberDemands& m : members) lead |= m.request == owner.request;
+    MOE_CHECK(lead) << "the acquiring request " << owner.request << " is not a member";
+  }
   absl::MutexLock lock(&mu_);
   ObserveComputeGap(owner, layer, phase);
   // Whose routing this is: each member's own row, or the owner's.
@@ -585,7 +590,14 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     p.entries.push_back(SlotLease{key, slot, slots_.Get(slot).generation});
   }
   if (options_.prefetch) {
-    for (const Routed& r : routed) IssuePrefetches(r.owner, layer, r.phase);
+    // A batch prefetches for its next union within the acquiring owner's
+    // quota: each member proposes from its own state, and an expert's
+    // chance is that any member needs it.
+    std::vector<RequestOwner> owners = {owner};
+    for (const Routed& r : routed) {
+      if (r.owner != owner) owners.push_back(r.owner);
+    }
+    IssuePrefetches(owners, layer, phase);
   }
   // A placement policy's set, learned online, is re-read now and then and
   // placed while the link has nothing better to do.
@@ -600,20 +612,57 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
   return t;
 }
 
-void ExpertCache::IssuePrefetches(const RequestOwner& owner, int layer, Phase phase) {
-  if (phase != Phase::kDecode) return;
-  // Targets: the owner's next `distance` layers (expertflow's stride), each at
-  // most max_prefetch_per_layer times per iteration of that owner.
-  const int last = std::min(options_.num_layers - 1,
-                            layer + std::max(1, policy_->PrefetchDistance(owner)));
-  std::vector<ExpertHint> proposals;
-  policy_->ProposePrefetch(owner, layer, &proposals);
+void ExpertCache::IssuePrefetches(absl::Span<const RequestOwner> owners, int layer,
+                                  Phase phase) {
+  if (phase != Phase::kDecode || owners.empty()) return;
+  const RequestOwner& owner = owners[0];
+  // Targets: the owners' next `distance` layers (expertflow's stride), each at
+  // most max_prefetch_per_layer times per iteration of the first owner.
+  int distance = 1;
+  std::vector<std::vector<ExpertHint>> proposals(owners.size());
+  for (size_t i = 0; i < owners.size(); ++i) {
+    distance = std::max(distance, policy_->PrefetchDistance(owners[i]));
+    policy_->ProposePrefetch(owners[i], layer, &proposals[i]);
+  }
+  const int last = std::min(options_.num_layers - 1, layer + distance);
   std::vector<int>& issued_for_layer = Owner(owner).issued_for_layer;
+  struct Candidate {
+    ExpertHint hint;      // probability: that any owner needs it
+    RequestOwner owner;   // the owner most likely to
+    float best = 0;
+  };
   for (int target = layer + 1; target <= last; ++target) {
     int& issued = issued_for_layer[target];
     if (issued >= options_.max_prefetch_per_layer) continue;
-    const std::vector<ExpertHint> cands = prefetcher_.Candidates(owner, target, proposals);
-    for (const ExpertHint& c : cands) {
+    std::vector<Candidate> cands;
+    if (owners.size() == 1) {  // one owner's list as it is, best first
+      for (const ExpertHint& h : prefetcher_.Candidates(owner, target, proposals[0])) {
+        cands.push_back({h, owner, h.probability});
+      }
+    }
+    for (size_t i = 0; owners.size() > 1 && i < owners.size(); ++i) {
+      for (const ExpertHint& h : prefetcher_.Candidates(owners[i], target, proposals[i])) {
+        auto same = std::find_if(cands.begin(), cands.end(),
+                                 [&](const Candidate& c) { return c.hint.expert == h.expert; });
+        if (same == cands.end()) {
+          cands.push_back({h, owners[i], h.probability});
+          continue;
+        }
+        same->hint.probability = 1 - (1 - same->hint.probability) * (1 - h.probability);
+        if (h.probability > same->best) {
+          same->best = h.probability;
+          same->owner = owners[i];
+          same->hint.source = h.source;
+        }
+      }
+    }
+    if (owners.size() > 1) {
+      std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+        return a.hint.probability > b.hint.probability;
+      });
+    }
+    for (const Candidate& cand : cands) {
+      const ExpertHint& c = cand.hint;
       if (issued >= options_.max_prefetch_per_layer) break;
       const ExpertKey key{target, c.expert};
       if (slots_.Lookup(key).has_value()) continue;
@@ -625,7 +674,7 @@ void ExpertCache::IssuePrefetches(const RequestOwner& owner, int layer, Phase ph
       const double value =
           info.state == SlotState::kReady ? policy_->RetentionValue(info.key) : 0.0;
       if (!prefetcher_.Gate(c, value)) break;  // the best did not pay
-      if (!StartSpeculativeLoad(slot, key, phase, owner, c.source)) return;
+      if (!StartSpeculativeLoad(slot, key, phase, cand.owner, c.source)) return;
       prefetcher_.OnIssued(c);
       ++issued;
     }

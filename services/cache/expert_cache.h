@@ -158,7 +158,10 @@ class ExpertCache {
   // events (iteration boundaries, the policy's OnRoute, the prefetcher's
   // routed experts, prefetch issue) then go to each member with its own row
   // and phase, so per-request state (moe-infinity's activation matrices)
-  // follows each request; `owner` holds the ticket, its leases and stall.
+  // follows each request; `owner` holds the ticket, its leases and stall,
+  // and the members' prefetch candidates merge within its per-iteration
+  // quota (a batch prefetches as much as one request). REQUIRES: `owner` is one of the
+  // members (its request).
   absl::StatusOr<Ticket> StartAcquire(const RequestOwner& owner, int layer,
                                       absl::Span<const ExpertDemand> demands, Phase phase,
                                       bool host_ok = false,
@@ -310,7 +313,10 @@ class ExpertCache {
   void EvictSlot(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StartLoad(SlotId slot, const ExpertKey& key, TransferPriority priority, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void IssuePrefetches(const RequestOwner& owner, int layer, Phase phase)
+  // Prefetches for the layers after `layer` from the candidates of `owners`
+  // (merged: an expert's probability is that any of them needs it), within
+  // the per-iteration quota of owners[0]; nothing outside decode.
+  void IssuePrefetches(absl::Span<const RequestOwner> owners, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts loads of warm_queue_ while there is room: into empty slots, or
   // over the policy's victim while the link is idle if the policy admits it.

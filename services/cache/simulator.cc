@@ -322,6 +322,13 @@ absl::Status ValidateSimulation(const trace::TraceHeader& header, const std::str
 
 namespace {
 
+bool HasMember(absl::Span<const MemberDemands> members, uint64_t request) {
+  for (const MemberDemands& m : members) {
+    if (m.request == request) return true;
+  }
+  return false;
+}
+
 // The batched replay (SimOptions::batch > 1).
 absl::StatusOr<SimResult> SimulateBatched(const Trace& trace, const std::string& policy_spec,
                                           const SimOptions& o, SimCache& sim) {
@@ -349,8 +356,9 @@ absl::StatusOr<SimResult> SimulateBatched(const Trace& trace, const std::string&
         ASSIGN_OR_RETURN(
             const LayerTime t,
             ServeLayer(sim, o, owner_of(step.lead), l, step.it, layer_ns,
-                       o.batch_members ? absl::MakeConstSpan(step.members[l])
-                                       : absl::Span<const MemberDemands>()));
+                       o.batch_members && HasMember(step.members[l], step.lead + 1)
+                           ? absl::MakeConstSpan(step.members[l])
+                           : absl::Span<const MemberDemands>()));
         stall_ms[pi] += t.stall_ns * 1e-6;
         host_ms[pi] += t.host_ns * 1e-6;
         host_runs[pi] += t.host_runs;
@@ -387,7 +395,13 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
   RETURN_IF_ERROR(ValidateSimOptions(h, o));
   SimCache sim;
   RETURN_IF_ERROR(BuildSimCache(trace, policy_spec, o, &sim));
-  if (o.batch > 1) return SimulateBatched(trace, policy_spec, o, sim);
+  if (o.batch > 1) {
+    // Belady finds its place by counting OnRoute calls (one per acquire) and
+    // keeps no per-request state: it replays without members.
+    SimOptions batched = o;
+    if (policy_spec == "belady") batched.batch_members = false;
+    return SimulateBatched(trace, policy_spec, batched, sim);
+  }
   ExpertCache& cache = *sim.cache;
   // One client, one request at a time: like one worker.
   const RequestOwner owner{1, 0};
