@@ -569,6 +569,12 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     } else {
       slot = ChooseSlot(VictimContext{owner, layer, phase, false},
                         [&](const ExpertKey& k) { return !needed(k); });
+      if (slot < 0 && may_host) {
+        // Every slot is leased, loading or needed: a caller that can run it
+        // from host memory does so rather than fail.
+        answer_on_host(key);
+        continue;
+      }
       if (slot < 0) {
         for (const SlotLease& l : p.entries) --meta_[l.slot].pins;
         return absl::ResourceExhaustedError(absl::StrCat(

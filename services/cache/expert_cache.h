@@ -149,7 +149,8 @@ class ExpertCache {
   // layer that it does not need and issues prefetches for its later layers.
   // REQUIRES: layer in range; demands of distinct in-range experts with
   // tokens >= 1 (ValidateDemands). RESOURCE_EXHAUSTED when no slot can be
-  // freed (every slot leased, loading or needed).
+  // freed (every slot leased, loading or needed), unless the miss may run on
+  // the host (`host_ok` and miss_mode host or auto): it is then answered so.
   // `host_ok`: the caller can run experts from host memory (misses may then
   // be answered in AcquireResult::host, per options.miss_mode).
   // `members` (empty: the acquire is `owner`'s alone): a batched acquire,

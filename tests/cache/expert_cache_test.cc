@@ -329,6 +329,47 @@ TEST(ExpertCacheTest, HostRunReportsTrackTheHostFigures) {
   EXPECT_TRUE(cache->Release(1, r->leases).ok());
 }
 
+// Every slot leased by one session: another session's miss that auto would
+// copy is answered on the host when it may run there, and refused with
+// RESOURCE_EXHAUSTED when it may not (fetch mode, or no host execution).
+TEST(ExpertCacheTest, NoFreeSlotRunsTheMissOnTheHostWhenItMay) {
+  for (MissMode mode : {MissMode::kAuto, MissMode::kFetch}) {
+    for (bool host_ok : {true, false}) {
+      SCOPED_TRACE(absl::StrCat(MissModeName(mode), host_ok ? " host_ok" : ""));
+      auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+      ExpertCacheOptions o = LinkOptions(kExperts, false);  // exactly one layer
+      o.miss_mode = mode;
+      o.host = {1e9, 1e12};  // a 1 MB expert: 1 ms on the host, as long as its copy
+      o.expert_flops_per_token = 1e6;
+      o.host_tracking_weight = 0;
+      auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(kExperts)), engine.get());
+      std::vector<ExpertDemand> all;
+      for (int e = 0; e < kExperts; ++e) all.push_back({e, 1000});  // prefill: copies win
+      cache->BeginRequest(1);
+      auto held = cache->StartAcquire(1, 0, all, Phase::kPrefill, false);
+      ASSERT_TRUE(held.ok()) << held.status();
+      while (!*cache->IsReady(*held)) engine->AdvanceTo(*engine->NextCompletionTime());
+      auto leases = cache->FinishAcquire(*held);
+      ASSERT_TRUE(leases.ok());
+      cache->BeginRequest(2);
+      auto t = cache->StartAcquire(2, 1, std::vector<ExpertDemand>{{3, 1000}}, Phase::kPrefill,
+                                   host_ok);
+      if (mode == MissMode::kAuto && host_ok) {
+        ASSERT_TRUE(t.ok()) << t.status();
+        auto r = cache->FinishAcquire(*t);
+        ASSERT_TRUE(r.ok()) << r.status();
+        ASSERT_EQ(r->host.size(), 1u);
+        EXPECT_EQ(r->host[0], (ExpertKey{1, 3}));
+        EXPECT_TRUE(r->leases.empty());
+      } else {
+        EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
+      }
+      EXPECT_TRUE(cache->Release(1, leases->leases).ok());
+      cache->CheckInvariantsForTest();
+    }
+  }
+}
+
 // Pre-gating hints arrive between acquires (after layer l, for layer l+1):
 // the copy must start when the hint arrives, not at the next acquire.
 TEST(ExpertCacheTest, HintForTheNextLayerStartsItsCopyAtOnce) {
