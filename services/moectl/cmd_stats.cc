@@ -66,7 +66,8 @@ absl::StatusOr<json> CacheStats(const FlagSet& f, const std::string& address) {
         {"miss_mode", m.miss_mode()},
         {"bytes_copied", m.bytes_copied()},
         {"resident_experts", m.resident_experts()},
-        {"capacity_experts", m.capacity_experts()}});
+        {"capacity_experts", m.capacity_experts()},
+        {"eamc_entries", m.eamc_entries()}});
   }
   return models;
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/fp8.h"
@@ -179,6 +180,39 @@ TEST_F(DaemonE2eTest, TokensDoNotDependOnWhereMissesRun) {
       EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
     }
   }
+}
+
+// A batched worker's acquires carry each request's own row over the shm
+// channel: with moe-infinity every one of the concurrent requests ends with
+// an activation matrix of its own in the daemon's EAMC (were the batch's
+// acquires the leading request's alone, the others would learn nothing),
+// and every request still gets the in-memory tokens.
+TEST_F(DaemonE2eTest, BatchedRequestsEachTeachTheDaemonTheirOwnMatrix) {
+  const std::vector<int32_t> want = Reference();
+  WorkerProcess daemon;
+  StartDaemon(daemon, 16, "moe-infinity", "cached-members.log");
+  StartWorker({"--max-batch", "4", "--prefill-chunk", "2"});
+  constexpr int kRequests = 4;
+  std::vector<std::vector<v1::GenerateResponse>> rs(kRequests);
+  std::vector<grpc::Status> st(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] { st[i] = Call(&rs[i]); });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(st[i].ok()) << st[i].error_message() << "\n" << worker_.Log();
+    std::vector<int32_t> tokens;
+    for (const auto& r : rs[i]) tokens.push_back(r.token_id());
+    EXPECT_EQ(tokens, want) << "request " << i;
+  }
+  nlohmann::json m;
+  ASSERT_NO_FATAL_FAILURE(CacheStats(&m));
+  EXPECT_EQ(m["eamc_entries"].get<int>(), kRequests) << m.dump();
+  worker_.Signal(SIGTERM);
+  EXPECT_EQ(worker_.Wait(), 0) << worker_.Log();
+  daemon.Signal(SIGTERM);
+  EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
 }
 
 // Pre-gating two layers ahead, hints posted to the daemon (prefetch on, half
