@@ -288,6 +288,7 @@ class ExpertCache {
   ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy,
               CopyEngine* engine, HostBlockFn host_block);
 
+  static int PhaseIndex(Phase p) { return p == Phase::kPrefill ? 0 : 1; }
   // MOE_CHECKs StartAcquire's preconditions.
   void CheckDemands(int layer, absl::Span<const ExpertDemand> demands,
                     absl::Span<const MemberDemands> members) const;
