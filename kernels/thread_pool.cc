@@ -1,10 +1,29 @@
 #include "kernels/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <chrono>
 
 namespace moe {
 namespace {
 thread_local bool t_in_pool_task = false;
+
+// Polls `done` for up to `nanos`, pausing, and yielding the CPU every few
+// polls so that a thread that needs it (the peer, another process) runs.
+template <typename Done>
+void SpinUntil(const Done& done, int64_t nanos) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(nanos);
+  for (int i = 1; !done(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 32 == 0) {
+      if (std::chrono::steady_clock::now() >= end) return;
+      sched_yield();
+    }
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int threads)
@@ -46,6 +65,8 @@ void ThreadPool::WorkerLoop() {
   Job job;
   t_in_pool_task = true;  // a worker only ever runs chunks
   for (;;) {
+    SpinUntil([&] { return published_generation_.load(std::memory_order_acquire) != seen; },
+              kSpinNanos);
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -55,11 +76,13 @@ void ThreadPool::WorkerLoop() {
       if (stop_) return;
       seen = generation_;
       ++busy_workers_;
+      published_busy_.store(busy_workers_, std::memory_order_release);
       job = job_;
     }
     RunChunks(job);
     absl::MutexLock lock(&mu_);
     --busy_workers_;
+    published_busy_.store(busy_workers_, std::memory_order_release);
   }
 }
 
@@ -86,12 +109,14 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     next_chunk_.store(0, std::memory_order_relaxed);
     participants_.store(0, std::memory_order_relaxed);
     ++generation_;
+    published_generation_.store(generation_, std::memory_order_release);
   }
   t_in_pool_task = true;
   RunChunks(job);
   t_in_pool_task = false;
   // Chunks are all claimed; wait for workers still inside one. A worker that
   // wakes late finds no chunk left and only touches the counters.
+  SpinUntil([&] { return published_busy_.load(std::memory_order_acquire) == 0; }, kSpinNanos);
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return busy_workers_ == 0;

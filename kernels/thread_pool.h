@@ -64,6 +64,13 @@ class ThreadPool {
   // The current job. A new job is installed only when no worker is busy, so
   // a worker's copy (taken under mu_) always matches next_chunk_.
   Job job_ ABSL_GUARDED_BY(mu_);
+  // Mirrors of generation_ and busy_workers_ (written under mu_) that an
+  // idle worker and a waiting caller poll for up to kSpinNanos, yielding,
+  // before they block on mu_: the next small op then starts without a
+  // futex wake-up (a cross-CPU interrupt, tens of microseconds in a VM).
+  static constexpr int64_t kSpinNanos = 50'000;
+  std::atomic<uint64_t> published_generation_{0};
+  std::atomic<int> published_busy_{0};
   std::atomic<int64_t> next_chunk_{0};
   std::atomic<int> participants_{0};
   std::atomic<int> last_participants_{0};

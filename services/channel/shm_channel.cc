@@ -68,8 +68,13 @@ inline void CpuRelax() {
 // Spinning briefly before sleeping keeps a hit round trip in the
 // microseconds; the futex keeps an idle side off the CPU. The spin is bounded
 // in time and yields, so that when both sides share one core the spinner
-// hands the core to its peer instead of holding it for the whole spin.
-constexpr absl::Duration kSpinFor = absl::Microseconds(20);
+// hands the core to its peer instead of holding it for the whole spin. It
+// outlasts a small model's layer (tens of microseconds of compute between a
+// worker's acquires): 20 us let the daemon fall asleep before every acquire,
+// and each futex wake-up (a cross-CPU interrupt, costly in a VM) made the
+// trained model's served TPOT 0.87-1.06 ms against 0.55-0.79 ms with 200 us
+// (docs/benchmarks.md, "Daemon hot path").
+constexpr absl::Duration kSpinFor = absl::Microseconds(200);
 constexpr int kYieldEvery = 32;
 constexpr absl::Duration kPollSlice = absl::Milliseconds(5);
 
