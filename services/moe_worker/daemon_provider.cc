@@ -266,7 +266,9 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireBatch(
     }
   }
   if (lead != nullptr) client_->SetCurrentRequest(lead->request);
-  return AcquireFor(moe_layer, demands, members, prefill);
+  // A batch of one is that request's own acquire: no member rows to send.
+  return AcquireFor(moe_layer, demands,
+                    members.size() > 1 ? members : absl::Span<const MemberDemands>(), prefill);
 }
 
 void DaemonExpertProvider::Release(AcquiredExperts& acquired) {
