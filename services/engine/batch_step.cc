@@ -322,7 +322,7 @@ absl::Status BatchStep::Pregate(int layer, absl::Span<const Entry> entries) {
     RETURN_IF_ERROR(be_.CopyDeviceToDevice(
         s->residual() + (t - 1) * c.hidden_size, Buf(kX) + last * c.hidden_size,
         4 * c.hidden_size));
-    RETURN_IF_ERROR(s->PregateHints(target, t));
+    RETURN_IF_ERROR(s->PregateHints(target, t, entries[i].request));
   }
   return absl::OkStatus();
 }

@@ -102,6 +102,9 @@ class ExpertProvider {
 
   // Optional prefetch hints; the default ignores them.
   virtual void Hint(absl::Span<const ExpertHint> hints) {}
+  // Hints of one member of a batch (`request`), so that a provider keeping
+  // per-request state files them under it; the default is Hint.
+  virtual void HintFor(uint64_t request, absl::Span<const ExpertHint> hints) { Hint(hints); }
 };
 
 }  // namespace moe

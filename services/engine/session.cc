@@ -310,7 +310,7 @@ absl::Status Session::set_pregate_distance(int distance) {
   return absl::OkStatus();
 }
 
-absl::Status Session::PregateHints(int target_layer, int64_t t) {
+absl::Status Session::PregateHints(int target_layer, int64_t t, uint64_t request) {
   const ModelConfig& c = model_.config();
   const LayerWeights& next = model_.layer(target_layer);
   const int64_t k = c.top_k;
@@ -330,7 +330,11 @@ absl::Status Session::PregateHints(int target_layer, int64_t t) {
   for (int64_t i = 0; i < k; ++i) {
     hints.push_back({next.moe_index, hid[i], hw[i], HintSource::kHint});
   }
-  experts_->Hint(hints);
+  if (request != 0) {
+    experts_->HintFor(request, hints);
+  } else {
+    experts_->Hint(hints);
+  }
   observer_.Hints(hints);
   return absl::OkStatus();
 }

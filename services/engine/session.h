@@ -150,8 +150,9 @@ class Session {
   MlpBuffers Mlp();
   absl::Status MoeBlock(const LayerWeights& w, int64_t t, bool prefill);
   absl::Status DenseMlp(const LayerWeights& w, int64_t t);
-  // Hints for `target_layer` from the current residual stream.
-  absl::Status PregateHints(int target_layer, int64_t t);
+  // Hints for `target_layer` from the current residual stream; `request`
+  // (a batch member's, BatchStep) != 0 files them under that request.
+  absl::Status PregateHints(int target_layer, int64_t t, uint64_t request = 0);
   float* Buf(size_t i) { return static_cast<float*>(bufs_[i]); }
 
   const MoeModel& model_;

@@ -194,6 +194,11 @@ void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
   hints_.insert(hints_.end(), hints.begin(), hints.end());
 }
 
+void DaemonExpertProvider::HintFor(uint64_t request, absl::Span<const ExpertHint> hints) {
+  if (client_ != nullptr && client_->shm_enabled()) client_->SetCurrentRequest(request);
+  Hint(hints);
+}
+
 absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
   return AcquireFor(moe_layer, demands, {}, prefill);

@@ -76,6 +76,9 @@ class DaemonExpertProvider : public ExpertProvider {
                                                bool prefill) override;
   void Release(AcquiredExperts& acquired) override;
   void Hint(absl::Span<const ExpertHint> hints) override;
+  // Over shm posted for `request` (the next batched acquire names its own
+  // request again); without shm they ride on the next acquire, as Hint's.
+  void HintFor(uint64_t request, absl::Span<const ExpertHint> hints) override;
 
   int64_t reattaches() const { return reattaches_; }
 

@@ -41,6 +41,9 @@ class MeteredProvider : public ExpertProvider {
   void Hint(absl::Span<const ExpertHint> hints) override {
     inner_->Hint(hints);
   }
+  void HintFor(uint64_t request, absl::Span<const ExpertHint> hints) override {
+    inner_->HintFor(request, hints);
+  }
 
   // Since the last BeginRequest.
   const ExpertCounters& request() const { return request_; }

@@ -4,6 +4,7 @@
 // usage that adds up exactly.
 #include "services/engine/batch_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -363,6 +364,49 @@ TEST(BatchStepTest, BadBatchesAreRefusedBeforeAnythingRuns) {
   EXPECT_EQ(step.Run(empty).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(a.position(), 0);
   EXPECT_EQ(b.position(), 0);
+}
+
+// Pre-gating hints of a batch are filed under the member that made them.
+TEST(BatchStepTest, PregateHintsNameTheirMember) {
+  class HintRecorder : public ExpertProvider {
+   public:
+    explicit HintRecorder(ExpertProvider* inner) : inner_(inner) {}
+    absl::StatusOr<AcquiredExperts> Acquire(int layer, absl::Span<const ExpertDemand> d,
+                                            bool prefill) override {
+      return inner_->Acquire(layer, d, prefill);
+    }
+    void Release(AcquiredExperts& a) override { inner_->Release(a); }
+    void Hint(absl::Span<const ExpertHint> hints) override { requests.push_back(0); }
+    void HintFor(uint64_t request, absl::Span<const ExpertHint> hints) override {
+      requests.push_back(request);
+    }
+    ExpertProvider* inner_;
+    std::vector<uint64_t> requests;
+  };
+  Loaded l = Load(ModelFamily::kMixtral, 17, "hints");
+  ASSERT_NE(l.model, nullptr);
+  HintRecorder rec(l.experts.get());
+  Session a(*l.model, &rec, 16), b(*l.model, &rec, 16);
+  a.set_pregate_hints(true);
+  b.set_pregate_hints(true);
+  BatchStep step(*l.model, &rec);
+  const std::vector<int32_t> pa = {1, 2, 3}, pb = {4, 5};
+  ASSERT_TRUE(step.Run({{&a, pa, true, 10}, {&b, pb, true, 11}}).ok());
+  EXPECT_TRUE(rec.requests.empty());  // no hints for prompts
+  const int32_t ta = 6, tb = 7;
+  ASSERT_TRUE(step.Run({{&a, absl::Span<const int32_t>(&ta, 1), false, 10},
+                        {&b, absl::Span<const int32_t>(&tb, 1), false, 11}})
+                  .ok());
+  ASSERT_FALSE(rec.requests.empty());
+  EXPECT_EQ(std::count(rec.requests.begin(), rec.requests.end(), 10u),
+            std::count(rec.requests.begin(), rec.requests.end(), 11u));
+  EXPECT_EQ(std::count(rec.requests.begin(), rec.requests.end(), 0u), 0);
+  // Alone, a session's hints are the provider's current request's.
+  rec.requests.clear();
+  ASSERT_TRUE(a.Forward(absl::Span<const int32_t>(&tb, 1), false).ok());
+  ASSERT_FALSE(rec.requests.empty());
+  EXPECT_EQ(std::count(rec.requests.begin(), rec.requests.end(), 0u),
+            static_cast<long>(rec.requests.size()));
 }
 
 TEST(SplitUsageTest, SharesAddUpExactlyAndFollowTokens) {
