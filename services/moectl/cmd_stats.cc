@@ -190,7 +190,8 @@ void PrintText(const json& cache, const json& worker) {
     std::printf(
         "cache %s (%s): hit rate %.1f%% (%llu hits, %llu misses), stall "
         "%.3f s, prefetch %llu issued / %llu used / %llu wasted, resident "
-        "%u/%u experts, %llu misses run on the host (miss mode %s)\n",
+        "%u/%u experts, %llu misses run on the host (miss mode %s), %u activation "
+        "matrices learned\n",
         m["model"].get<std::string>().c_str(),
         m["policy"].get<std::string>().c_str(),
         100 * m["hit_rate"].get<double>(), m["hits"].get<unsigned long long>(),
@@ -200,7 +201,7 @@ void PrintText(const json& cache, const json& worker) {
         m["prefetch_wasted"].get<unsigned long long>(),
         m["resident_experts"].get<unsigned>(),
         m["capacity_experts"].get<unsigned>(), m["host_runs"].get<unsigned long long>(),
-        m["miss_mode"].get<std::string>().c_str());
+        m["miss_mode"].get<std::string>().c_str(), m["eamc_entries"].get<unsigned>());
   }
   if (worker.is_null()) return;
   std::string requests;
