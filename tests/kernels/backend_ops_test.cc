@@ -21,15 +21,6 @@
 namespace moe {
 namespace {
 
-std::vector<float> RandomVec(size_t n, uint32_t seed, float lo = -1.0f,
-                             float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 // Weights of `dt` as raw bytes (16-bit types rounded from random f32).
 std::vector<uint8_t> RandomWeights(size_t n, DType dt, uint32_t seed,
                                    float range = 1.0f) {

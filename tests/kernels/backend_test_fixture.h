@@ -3,13 +3,16 @@
 // scripts/gpu-check.sh sets, where a skip would hide a bug), uploads and
 // downloads buffers, and frees every upload on tear-down. Shared by the op
 // parity tests (backend_ops_test.cc, deepseek_ops_test.cc,
-// gpt_oss_ops_test.cc).
+// gpt_oss_ops_test.cc), with their random inputs and error measure.
 #ifndef MOECACHE_TESTS_KERNELS_BACKEND_TEST_FIXTURE_H_
 #define MOECACHE_TESTS_KERNELS_BACKEND_TEST_FIXTURE_H_
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,26 @@
 #include "kernels/backend.h"
 
 namespace moe {
+
+// n values uniform in [lo, hi), reproducible from `seed`.
+inline std::vector<float> RandomVec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Largest |a - b| against a float64 reference (infinity for a NaN in `a`).
+inline double MaxAbsDiff(const std::vector<float>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (std::isnan(a[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
+  return worst;
+}
 
 class BackendParamTest : public ::testing::TestWithParam<std::string> {
  protected:

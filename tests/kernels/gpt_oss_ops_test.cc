@@ -25,25 +25,6 @@
 namespace moe {
 namespace {
 
-std::vector<float> RandomVec(size_t n, uint32_t seed, float lo = -1.0f,
-                             float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-double MaxAbsDiff(const std::vector<float>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::isnan(a[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(a[i] - b[i]));
-  }
-  return worst;
-}
-
 // eager_attention_forward of modeling_gpt_oss.py in double: scores with the
 // causal and sliding_window_overlay masks (kv > q - window), the sink column
 // in the softmax, dropped.
