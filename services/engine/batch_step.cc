@@ -212,15 +212,11 @@ absl::Status BatchStep::AttentionBatched(const LayerWeights& w, int layer,
                            hd, static_cast<float>(c.rope_theta)));
   for (size_t i = 0; i < entries.size(); ++i) {
     Session* s = entries[i].session;
-    AttentionShape shape;
-    shape.tokens = static_cast<int64_t>(entries[i].tokens.size());
-    shape.heads = nh;
-    shape.kv_heads = nkv;
-    shape.head_dim = hd;
-    shape.max_seq = s->max_seq_;
-    shape.start_pos = s->pos_;
-    float* kc = static_cast<float*>(s->kv_[2 * layer]);
-    float* vc = static_cast<float*>(s->kv_[2 * layer + 1]);
+    const Session::KvCaches kv =
+        s->Kv(layer, static_cast<int64_t>(entries[i].tokens.size()));
+    const AttentionShape& shape = kv.shape;
+    float* kc = kv.k;
+    float* vc = kv.v;
     const int64_t o = offsets_[i];
     RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK) + o * nkv * hd,
                                       Buf(kV) + o * nkv * hd, kc, vc, shape));

@@ -200,20 +200,29 @@ absl::Status Session::Attention(const LayerWeights& w, int layer, int64_t t) {
   RETURN_IF_ERROR(be_.Rope(Buf(kQ), Buf(kK),
                            reinterpret_cast<int32_t*>(Buf(kPositions)), t, nh,
                            nkv, hd, static_cast<float>(c.rope_theta)));
-  AttentionShape shape;
-  shape.tokens = t;
-  shape.heads = nh;
-  shape.kv_heads = nkv;
-  shape.head_dim = hd;
-  shape.max_seq = max_seq_;
-  shape.start_pos = pos_;
-  float* kc = static_cast<float*>(kv_[2 * layer]);
-  float* vc = static_cast<float*>(kv_[2 * layer + 1]);
+  const KvCaches kv = Kv(layer, t);
+  const AttentionShape& shape = kv.shape;
+  float* kc = kv.k;
+  float* vc = kv.v;
   RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK), Buf(kV), kc, vc, shape));
   RETURN_IF_ERROR(be_.Attention(Buf(kQ), kc, vc, Buf(kAttn), shape,
                                 1.0f / std::sqrt(static_cast<float>(hd))));
   return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, nullptr, Buf(kOut), t,
                     hidden, nh * hd);
+}
+
+Session::KvCaches Session::Kv(int layer, int64_t t) const {
+  const ModelConfig& c = model_.config();
+  KvCaches kv;
+  kv.shape.tokens = t;
+  kv.shape.heads = c.num_attention_heads;
+  kv.shape.kv_heads = c.num_key_value_heads;
+  kv.shape.head_dim = c.head_dim;
+  kv.shape.max_seq = max_seq_;
+  kv.shape.start_pos = pos_;
+  kv.k = static_cast<float*>(kv_[2 * layer]);
+  kv.v = static_cast<float*>(kv_[2 * layer + 1]);
+  return kv;
 }
 
 absl::Status Session::GptOssAttention(const LayerWeights& w, int layer,
@@ -235,15 +244,10 @@ absl::Status Session::GptOssAttention(const LayerWeights& w, int layer,
                                       hd, 0, hd, rope.mscale));
   RETURN_IF_ERROR(be_.RopeInterleaved(Buf(kK), positions, rope.inv_freq, t,
                                       nkv, hd, 0, hd, rope.mscale));
-  AttentionShape shape;
-  shape.tokens = t;
-  shape.heads = nh;
-  shape.kv_heads = nkv;
-  shape.head_dim = hd;
-  shape.max_seq = max_seq_;
-  shape.start_pos = pos_;
-  float* kc = static_cast<float*>(kv_[2 * layer]);
-  float* vc = static_cast<float*>(kv_[2 * layer + 1]);
+  const KvCaches kv = Kv(layer, t);
+  const AttentionShape& shape = kv.shape;
+  float* kc = kv.k;
+  float* vc = kv.v;
   RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK), Buf(kV), kc, vc, shape));
   RETURN_IF_ERROR(be_.SinkAttention(Buf(kQ), kc, vc, w.sinks, Buf(kAttn),
                                     shape, rope.softmax_scale,

@@ -146,6 +146,15 @@ class Session {
   // GPT-OSS attention of the `t` new tokens (gpt_oss_layer.cc): biased
   // q/k/v, YaRN rope, SinkAttention (windowed on sliding layers), biased o.
   absl::Status GptOssAttention(const LayerWeights& w, int layer, int64_t t);
+  // The key and value caches of `layer` and their shape for `t` new tokens
+  // at this session's position (the standard and GPT-OSS attention; the
+  // batched step's too).
+  struct KvCaches {
+    float* k = nullptr;
+    float* v = nullptr;
+    AttentionShape shape;
+  };
+  KvCaches Kv(int layer, int64_t t) const;
   // The MLP half on this session's buffers (services/engine/mlp_blocks.h).
   MlpBuffers Mlp();
   absl::Status MoeBlock(const LayerWeights& w, int64_t t, bool prefill);
