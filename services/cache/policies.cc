@@ -170,10 +170,12 @@ namespace {
 
 class BeladyPolicy : public CachePolicy {
  public:
-  explicit BeladyPolicy(const std::vector<std::vector<ExpertKey>>& groups)
-      : groups_(groups) {}
+  // `foresight`: also admits copies behind by next use and proposes the
+  // experts the next layers of this iteration use (the "oracle" policy).
+  BeladyPolicy(const std::vector<std::vector<ExpertKey>>& groups, bool foresight)
+      : groups_(groups), foresight_(foresight) {}
 
-  std::string name() const override { return "belady"; }
+  std::string name() const override { return foresight_ ? "oracle" : "belady"; }
 
   void Configure(const PolicyConfig& config) override {
     CachePolicy::Configure(config);
@@ -203,9 +205,38 @@ class BeladyPolicy : public CachePolicy {
     return best;
   }
 
+  // A copy behind pays when the key is used again before the victim.
+  bool AdmitBehind(const ExpertKey& key, const ExpertKey* victim) const override {
+    if (!foresight_) return true;
+    const int64_t next = NextUse(Index(key));
+    if (next == std::numeric_limits<int64_t>::max()) return false;
+    return victim == nullptr || next < NextUse(Index(*victim));
+  }
+
+  // Exactly the experts the rest of this iteration routes to: groups
+  // group_ + 1.. are the same iteration's later layers while their layer
+  // grows.
+  void ProposePrefetch(const RequestOwner& owner, int routed_layer,
+                       std::vector<ExpertHint>* out) override {
+    if (!foresight_) return;
+    for (int l = routed_layer + 1; l < config_.num_layers; ++l) {
+      const int64_t g = group_ + (l - routed_layer);
+      if (g < 0 || g >= static_cast<int64_t>(groups_.size())) break;
+      for (const ExpertKey& k : groups_[g]) {
+        if (k.layer != l) return;  // the next iteration already
+        out->push_back(ExpertHint{l, k.expert, 1.0f, HintSource::kPolicy});
+      }
+    }
+  }
+  int PrefetchDistance(const RequestOwner& owner) const override {
+    return foresight_ ? std::max(1, config_.num_layers - 1) : 1;
+  }
+  int MaxPrefetchDistance() const override { return PrefetchDistance(RequestOwner{}); }
+
  private:
-  // First use strictly after the current group; max int64 if none.
-  int64_t NextUse(int cell) {
+  // First use strictly after the current group; max int64 if none. The
+  // cursors only move forward as group_ does (hence mutable).
+  int64_t NextUse(int cell) const {
     const auto& u = uses_[cell];
     size_t& c = cursor_[cell];
     while (c < u.size() && u[c] <= group_) ++c;
@@ -213,8 +244,9 @@ class BeladyPolicy : public CachePolicy {
   }
 
   std::vector<std::vector<ExpertKey>> groups_;
+  const bool foresight_;
   std::vector<std::vector<int64_t>> uses_;
-  std::vector<size_t> cursor_;
+  mutable std::vector<size_t> cursor_;
   int64_t group_ = -1;
 };
 
@@ -282,7 +314,14 @@ std::unique_ptr<CachePolicy> MakeOraclePopularPolicy(std::vector<double> tokens,
 
 std::unique_ptr<CachePolicy> MakeBeladyPolicy(
     const std::vector<std::vector<ExpertKey>>& groups, const PolicyConfig& config) {
-  auto p = std::make_unique<BeladyPolicy>(groups);
+  auto p = std::make_unique<BeladyPolicy>(groups, /*foresight=*/false);
+  p->Configure(config);
+  return p;
+}
+
+std::unique_ptr<CachePolicy> MakeOraclePolicy(
+    const std::vector<std::vector<ExpertKey>>& groups, const PolicyConfig& config) {
+  auto p = std::make_unique<BeladyPolicy>(groups, /*foresight=*/true);
   p->Configure(config);
   return p;
 }

@@ -153,6 +153,17 @@ std::vector<std::string> OnlinePolicyNames();
 std::unique_ptr<CachePolicy> MakeBeladyPolicy(
     const std::vector<std::vector<ExpertKey>>& groups, const PolicyConfig& config);
 
+// Belady's eviction with foresight of everything else a policy decides:
+// copies behind admitted when the key is used again before its victim,
+// prefetches of exactly the experts the rest of the iteration routes to
+// (probability 1; only with prefetch on). What an online policy could reach
+// with a perfect predictor under --miss-mode host|auto, within this cache's
+// mechanisms (prefetches target the rest of the iteration: a copy slower
+// than that lead lands late, so compare prefetch on and off). Simulator
+// only ("oracle").
+std::unique_ptr<CachePolicy> MakeOraclePolicy(
+    const std::vector<std::vector<ExpertKey>>& groups, const PolicyConfig& config);
+
 // static-popular with its popularity known in advance: `tokens[l * E + e]`
 // is how many tokens the whole trace routes to (l, e). The bound of what a
 // static popularity placement (Fiddler's) can do. Simulator only.

@@ -233,6 +233,8 @@ absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
   const bool belady = policy_spec == "belady";
   if (belady) {
     policy = MakeBeladyPolicy(FlattenAccessGroups(trace, o.passes, o.batch), pc);
+  } else if (policy_spec == "oracle") {
+    policy = MakeOraclePolicy(FlattenAccessGroups(trace, o.passes, o.batch), pc);
   } else if (policy_spec == "static-popular-oracle") {
     std::vector<double> tokens(static_cast<size_t>(h.num_layers) * h.num_experts, 0);
     for (const auto& r : trace.requests) {
@@ -316,7 +318,9 @@ absl::StatusOr<LayerTime> ServeLayer(SimCache& sim, const SimOptions& o, const R
 absl::Status ValidateSimulation(const trace::TraceHeader& header, const std::string& policy,
                                 const SimOptions& options) {
   RETURN_IF_ERROR(ValidateSimOptions(header, options));
-  if (policy == "belady" || policy == "static-popular-oracle") return absl::OkStatus();
+  if (policy == "belady" || policy == "oracle" || policy == "static-popular-oracle") {
+    return absl::OkStatus();
+  }
   return MakePolicy(policy, SimPolicyConfig(header, options)).status();
 }
 
@@ -399,7 +403,7 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
     // Belady finds its place by counting OnRoute calls (one per acquire) and
     // keeps no per-request state: it replays without members.
     SimOptions batched = o;
-    if (policy_spec == "belady") batched.batch_members = false;
+    if (policy_spec == "belady" || policy_spec == "oracle") batched.batch_members = false;
     return SimulateBatched(trace, policy_spec, batched, sim);
   }
   ExpertCache& cache = *sim.cache;

@@ -37,6 +37,8 @@ constexpr char kHelp[] =
     "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
     "          static-popular static-layers static-popular-oracle (for host execution)\n"
+    "          oracle (Belady's eviction, and copies behind and prefetches of exactly\n"
+    "          the experts used next: a perfect predictor's bound; with --prefetch on)\n"
     "          (moe-infinity options: moe-infinity:fair_share=0,lrfu=1,...)\n"
     "link model defaults: 17 MB experts, 25 GB/s, 0.3 ms per layer, 1 MB chunks.\n"
     "--prefetch defaults to off here, while moe-cached prefetches by default:\n"

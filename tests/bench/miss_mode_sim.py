@@ -12,6 +12,10 @@ all on the warm pass (`--passes 2`: the second replay of the trace, the
 learned state of the first kept, as a restarted daemon with its state file).
 
 Usage: tests/bench/miss_mode_sim.py BUILD_DIR [--traces DIR] [--extra NAME=FILE:MB:MS ...]
+         [--only PREFIX] [--hosts 60,200] [--fracs 0.1,0.25,0.5] [--perfect]
+--perfect adds the perfect predictor (policy `oracle`: Belady's eviction, and
+copies behind and prefetches of exactly the experts used next) under auto,
+prefetch on or off, the better one.
 The traces are generated into DIR (default: a temporary directory) with
 `moectl synth-trace`; the recorded traces in RECORDED (the trained model's
 routing) are read from the repository; --extra adds another recorded trace
@@ -27,6 +31,9 @@ import tempfile
 FETCH_POLICIES = ["lru", "lfu", "lru-layer", "minvisit", "expertflow", "moe-infinity"]
 AUTO_POLICIES = FETCH_POLICIES + ["static-popular", "static-layers"]
 ORACLE = "static-popular-oracle"
+# Belady's eviction plus copies behind and prefetches of exactly the experts
+# used next: what a perfect predictor would reach (--perfect).
+PERFECT = "oracle"
 
 # name: (synth-trace arguments, expert MB, layer ms). Mixtral-like 32x8
 # traces use 336 MB experts and 1 ms per layer; the many-expert ones 17 MB
@@ -55,9 +62,9 @@ def run(cmd):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def simulate(moectl, trace, policies, frac, mode, mb, ms, host_gbps):
+def simulate(moectl, trace, policies, frac, mode, mb, ms, host_gbps, prefetch="on"):
     cmd = [moectl, "simulate", "--trace", trace, "--policy", ",".join(policies),
-           "--capacity-frac", str(frac), "--prefetch", "on", "--passes", "2",
+           "--capacity-frac", str(frac), "--prefetch", prefetch, "--passes", "2",
            "--expert-mb", str(mb), "--layer-ms", str(ms), "--link-gbps", "25",
            "--miss-mode", mode, "--host-gbps", str(host_gbps), "--json"]
     rows = run(cmd)
@@ -70,6 +77,10 @@ def main():
     ap.add_argument("--traces", default="")
     ap.add_argument("--extra", action="append", default=[])
     ap.add_argument("--only", default="", help="run only the traces whose name starts so")
+    ap.add_argument("--hosts", default="60,200", help="host GB/s values, comma separated")
+    ap.add_argument("--fracs", default="0.1,0.25,0.5", help="capacity fractions")
+    ap.add_argument("--perfect", action="store_true",
+                    help="add the perfect predictor (policy oracle, --miss-mode auto)")
     a = ap.parse_args()
     moectl = os.path.join(a.build, "bin", "moectl")
     tdir = a.traces or tempfile.mkdtemp(prefix="miss-mode-sim.")
@@ -92,14 +103,17 @@ def main():
 
     traces = [t for t in traces if t[0].startswith(a.only)]
     worst_fetch, worst_oracle = 0.0, 0.0
-    for host in (60, 200):
-        print(f"\nlink 25 GB/s, host {host} GB/s, warm pass (--passes 2), decode TPOT ms")
+    hosts = [float(h) for h in a.hosts.split(",")]
+    fracs = [float(f) for f in a.fracs.split(",")]
+    for host in hosts:
+        print(f"\nlink 25 GB/s, host {host:g} GB/s, warm pass (--passes 2), decode TPOT ms")
         print("| trace | capacity | best fetch-only | best auto | auto / fetch | "
-              "oracle static popularity | auto / oracle |")
-        print("|---|---|---|---|---|---|---|")
+              "oracle static popularity | auto / oracle |" +
+              (" perfect predictor | perfect / fetch |" if a.perfect else ""))
+        print("|---|---|---|---|---|---|---|" + ("---|---|" if a.perfect else ""))
         for name, path, mb, ms in traces:
             head = json.loads(open(path).readline())
-            for frac in (0.1, 0.25, 0.5):
+            for frac in fracs:
                 if int(frac * head["num_layers"] * head["num_experts"]) < head["num_experts"]:
                     print(f"| {name} | {int(frac * 100)}% | below one layer's experts: "
                           "not a valid cache | | | | |")
@@ -114,8 +128,14 @@ def main():
                 r_oracle = auto[ba] / oracle
                 worst_fetch = max(worst_fetch, r_fetch)
                 worst_oracle = max(worst_oracle, r_oracle)
+                extra = ""
+                if a.perfect:
+                    perfect = min(simulate(moectl, path, [PERFECT], frac, "auto", mb, ms,
+                                           host, pf)[PERFECT] for pf in ("on", "off"))
+                    extra = f" {perfect:.2f} | {perfect / fetch[bf]:.3f} |"
                 print(f"| {name} | {int(frac * 100)}% | {fetch[bf]:.2f} ({bf}) | "
-                      f"{auto[ba]:.2f} ({ba}) | {r_fetch:.3f} | {oracle:.2f} | {r_oracle:.3f} |")
+                      f"{auto[ba]:.2f} ({ba}) | {r_fetch:.3f} | {oracle:.2f} | {r_oracle:.3f} |"
+                      + extra)
         sys.stdout.flush()
     print(f"\nworst auto / best fetch-only: {worst_fetch:.3f} (target <= 0.45); "
           f"worst auto / oracle placement: {worst_oracle:.3f} (target <= 1.0)")

@@ -280,6 +280,98 @@ TEST(SimulatorTest, OraclePopularityPlacesBeforeTheFirstToken) {
   EXPECT_LT(oracle->decode.host_runs, oracle->decode.hits + oracle->decode.misses);
 }
 
+// The oracle sees the trace: after layer l of an iteration it proposes
+// exactly the experts of that iteration's later layers, and admits a copy
+// behind only when the key is used again before its victim.
+TEST(SimulatorTest, OracleProposesExactlyTheRestOfTheIteration) {
+  Trace t = RandomTrace(7, /*layers=*/4, /*experts=*/6, /*top_k=*/2, /*requests=*/3);
+  const auto groups = FlattenAccessGroups(t, /*passes=*/1, /*batch=*/1);
+  PolicyConfig pc;
+  pc.num_layers = 4;
+  pc.num_experts = 6;
+  pc.top_k = 2;
+  pc.capacity = 8;
+  auto oracle = MakeOraclePolicy(groups, pc);
+  EXPECT_EQ(oracle->name(), "oracle");
+  EXPECT_EQ(oracle->PrefetchDistance(RequestOwner{1, 0}), 3);
+  const RequestOwner owner{1, 0};
+  // Walk the first two iterations; after layer l, proposals = groups of
+  // layers l+1..3 of the same iteration.
+  for (size_t g = 0; g < 8; ++g) {
+    const int layer = static_cast<int>(g % 4);
+    std::vector<ExpertDemand> demands;
+    for (const ExpertKey& k : groups[g]) demands.push_back({k.expert, 1});
+    oracle->OnRoute(owner, layer, Phase::kDecode, demands);
+    std::vector<ExpertHint> got;
+    oracle->ProposePrefetch(owner, layer, &got);
+    std::vector<std::pair<int, int>> want, have;
+    for (int l = layer + 1; l < 4; ++l) {
+      for (const ExpertKey& k : groups[g + (l - layer)]) want.emplace_back(k.layer, k.expert);
+    }
+    for (const ExpertHint& h : got) {
+      have.emplace_back(h.layer, h.expert);
+      EXPECT_EQ(h.probability, 1.0f);
+    }
+    EXPECT_EQ(have, want) << "group " << g;
+  }
+  // Now at group 7 (iteration 1, layer 3). A key never used again is not
+  // worth a copy; one used at group 8 beats one used later (or never).
+  const ExpertKey soon = groups[8][0];
+  EXPECT_TRUE(oracle->AdmitBehind(soon, nullptr));
+  for (int e = 0; e < 6; ++e) {
+    const ExpertKey other{soon.layer, e};
+    if (e == soon.expert) continue;
+    bool in_next = false;
+    for (const ExpertKey& k : groups[8]) in_next |= k == other;
+    if (in_next) continue;
+    EXPECT_TRUE(oracle->AdmitBehind(soon, &other)) << e;
+    EXPECT_FALSE(oracle->AdmitBehind(other, &soon)) << e;
+  }
+  // Plain belady keeps its demand-only behaviour.
+  auto belady = MakeBeladyPolicy(groups, pc);
+  std::vector<ExpertHint> none;
+  belady->ProposePrefetch(owner, 0, &none);
+  EXPECT_TRUE(none.empty());
+}
+
+// With host execution the oracle's foresight (Belady's victims, copies
+// behind only of keys used before their victim) beats every online policy's
+// host runs and decode time on a synthetic Mixtral-like trace, and moectl
+// accepts it. Its in-iteration prefetches are exact but can land late (a
+// 336 MB copy takes 13 layers of 1 ms): with prefetch on it only has to
+// issue them.
+TEST(SimulatorTest, OracleBoundsTheOnlinePoliciesUnderAuto) {
+  trace::SynthOptions so;
+  so.num_layers = 8;
+  so.num_experts = 8;
+  so.requests = 4;
+  so.prefill_tokens = 0;
+  so.decode_tokens = 40;
+  auto t = trace::GenerateSyntheticTrace(so);
+  ASSERT_TRUE(t.ok());
+  SimOptions o;
+  o.capacity = 24;
+  o.link.expert_mb = 336;
+  o.link.link_gbps = 25;
+  o.link.layer_ms = 1;
+  o.miss_mode = MissMode::kAuto;
+  o.host_gbps = 60;
+  EXPECT_TRUE(ValidateSimulation(t->header, "oracle", o).ok());
+  auto oracle = Simulate(*t, "oracle", o);
+  ASSERT_TRUE(oracle.ok()) << oracle.status();
+  for (const std::string policy :
+       {"lru", "lfu", "lru-layer", "minvisit", "moe-infinity", "static-popular"}) {
+    auto r = Simulate(*t, policy, o);
+    ASSERT_TRUE(r.ok()) << policy << ": " << r.status();
+    EXPECT_LT(oracle->decode.host_runs, r->decode.host_runs) << policy;
+    EXPECT_LT(oracle->decode.time_ms, r->decode.time_ms) << policy;
+  }
+  o.prefetch = true;
+  auto prefetching = Simulate(*t, "oracle", o);
+  ASSERT_TRUE(prefetching.ok()) << prefetching.status();
+  EXPECT_GT(prefetching->decode.prefetches_issued, oracle->decode.prefetches_issued);
+}
+
 TEST(SimulatorTest, RejectsBadOptions) {
   Trace t = RandomTrace(1, 2, 4, 1, 1);
   SimOptions o;
