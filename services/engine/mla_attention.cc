@@ -166,7 +166,7 @@ absl::Status Session::MlaAttention(const LayerWeights& w, int layer, int64_t t,
   shape.rope_dim = m.qk_rope_head_dim;
   shape.v_dim = m.v_head_dim;
   shape.rank = m.kv_lora_rank;
-  shape.max_seq = max_seq_;
+  shape.max_seq = kv_tokens_;
   shape.start_pos = pos_;
   RETURN_IF_ERROR(be_.MlaAttention(q, w.kv_b.data, w.kv_b.dtype, ckv_cache,
                                    kpe_cache, attn, shape, rope.softmax_scale));

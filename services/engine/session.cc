@@ -60,26 +60,57 @@ Session::~Session() {
   for (void* p : mla_bufs_) be_.Free(p);
 }
 
+int64_t Session::KvPositions(int64_t tokens) const {
+  if (kv_block_ <= 0) return max_seq_;
+  const int64_t blocks = (std::max<int64_t>(tokens, 1) + kv_block_ - 1) / kv_block_;
+  return std::min(max_seq_, blocks * kv_block_);
+}
+
+int64_t Session::KvBytesAfter(int64_t tokens) const {
+  return KvCacheBytes(model_, KvPositions(std::min(max_seq_, pos_ + tokens)));
+}
+
+absl::Status Session::set_kv_block_tokens(int64_t tokens) {
+  if (tokens < 0) return absl::InvalidArgumentError("KV block tokens must be >= 0");
+  if (!kv_.empty()) {
+    return absl::FailedPreconditionError("the KV layout is fixed at the first Forward");
+  }
+  kv_block_ = tokens;
+  return absl::OkStatus();
+}
+
 absl::Status Session::Reserve(int64_t tokens) {
   const ModelConfig& c = model_.config();
-  if (kv_.empty() && c.is_mla()) {
-    // Per layer: c_kv [max_seq, kv_lora_rank], k_pe [max_seq, qk_rope].
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      for (int64_t width : {c.mla.kv_lora_rank, c.mla.qk_rope_head_dim}) {
-        const size_t bytes = sizeof(float) * max_seq_ * width;
-        ASSIGN_OR_RETURN(void* p, be_.Alloc(bytes));
-        kv_.push_back(p);
-        kv_allocated_ += static_cast<int64_t>(bytes);
+  // Per cache buffer, its f32 values per position: MLA keeps per layer
+  // c_kv [positions, kv_lora_rank] and k_pe [positions, qk_rope]; the others
+  // k and v [positions, kv_heads * head_dim].
+  const int64_t positions = KvPositions(pos_ + tokens);
+  if (positions > kv_tokens_) {
+    std::vector<void*> grown;
+    int64_t bytes_total = 0;
+    for (int64_t i = 0; i < 2 * c.num_hidden_layers; ++i) {
+      const int64_t width = c.is_mla() ? (i % 2 == 0 ? c.mla.kv_lora_rank : c.mla.qk_rope_head_dim)
+                                       : c.num_key_value_heads * c.head_dim;
+      const size_t bytes = sizeof(float) * positions * width;
+      absl::StatusOr<void*> p = be_.Alloc(bytes);
+      absl::Status s = p.status();
+      // The positions already run move over; the rest is written before it
+      // is read (KvCacheAppend, then attention up to the new tokens).
+      if (s.ok() && !kv_.empty() && pos_ > 0) {
+        s = be_.CopyDeviceToDevice(*p, kv_[i], sizeof(float) * pos_ * width);
       }
+      if (!s.ok()) {
+        if (p.ok()) be_.Free(*p);
+        for (void* q : grown) be_.Free(q);
+        return s;
+      }
+      grown.push_back(*p);
+      bytes_total += static_cast<int64_t>(bytes);
     }
-  }
-  if (kv_.empty()) {
-    const size_t kv_bytes = KvCacheBytes(model_, max_seq_) / (2 * c.num_hidden_layers);
-    kv_allocated_ = KvCacheBytes(model_, max_seq_);
-    for (int64_t l = 0; l < 2 * c.num_hidden_layers; ++l) {
-      ASSIGN_OR_RETURN(void* p, be_.Alloc(kv_bytes));
-      kv_.push_back(p);
-    }
+    for (void* p : kv_) be_.Free(p);
+    kv_ = std::move(grown);
+    kv_tokens_ = positions;
+    kv_allocated_ = bytes_total;
   }
   if (tokens <= capacity_) return absl::OkStatus();
   for (void* p : bufs_) be_.Free(p);
@@ -218,7 +249,7 @@ Session::KvCaches Session::Kv(int layer, int64_t t) const {
   kv.shape.heads = c.num_attention_heads;
   kv.shape.kv_heads = c.num_key_value_heads;
   kv.shape.head_dim = c.head_dim;
-  kv.shape.max_seq = max_seq_;
+  kv.shape.max_seq = kv_tokens_;
   kv.shape.start_pos = pos_;
   kv.k = static_cast<float*>(kv_[2 * layer]);
   kv.v = static_cast<float*>(kv_[2 * layer + 1]);

@@ -100,8 +100,20 @@ class Session {
   // qk_rope_head_dim f32 values per token per layer.
   static int64_t KvCacheBytes(const MoeModel& model, int64_t max_seq);
   // The bytes of KV (or latent) cache this session has allocated: 0 before
-  // the first Forward, then KvCacheBytes(model, max_seq()).
+  // the first Forward, then KvCacheBytes(model, positions held): max_seq()
+  // by default, or the positions run so far rounded up to whole blocks.
   int64_t kv_cache_allocated_bytes() const { return kv_allocated_; }
+  // KV blocks: with `tokens` > 0 the cache holds whole blocks of that many
+  // positions and grows by blocks as the sequence does (the positions run
+  // so far move to the larger cache: one device-to-device copy per block
+  // added, amortized against attention, which reads them every step); 0
+  // (the default) allocates max_seq() positions at the first Forward.
+  // FAILED_PRECONDITION after the first Forward, INVALID_ARGUMENT if < 0.
+  // Tokens are bit-identical either way (same kernels, same rows).
+  absl::Status set_kv_block_tokens(int64_t tokens);
+  // The bytes kv_cache_allocated_bytes() will be once `tokens` more
+  // positions have run (what the next Forward of that many would allocate).
+  int64_t KvBytesAfter(int64_t tokens) const;
 
   int64_t position() const { return pos_; }
   int64_t max_seq() const { return max_seq_; }
@@ -173,6 +185,10 @@ class Session {
   std::vector<void*> kv_;    // per layer: k_cache, v_cache
   std::vector<void*> bufs_;  // scratch, see session.cc
   int64_t kv_allocated_ = 0;
+  int64_t kv_block_ = 0;   // positions per KV block; 0 = max_seq_ at once
+  int64_t kv_tokens_ = 0;  // positions the KV caches hold
+  // Positions the caches hold to run up to `tokens` positions.
+  int64_t KvPositions(int64_t tokens) const;
   std::vector<void*> mla_bufs_;  // MLA scratch, see mla_attention.cc
   int64_t mla_capacity_ = 0;
   std::vector<float> host_logits_;

@@ -65,10 +65,16 @@ struct RunnerOptions {
   // 0: the whole prompt in one step.
   int prefill_chunk = 0;
   // With max_batch > 1: KV cache bytes the running sequences may hold
-  // together (each holds prompt + max_new_tokens positions); a request
-  // waits until its cache fits, and one that can never fit is refused
-  // (RESOURCE_EXHAUSTED). 0: no limit beyond max_batch.
+  // together. Each sequence's cache grows in blocks of kv_block_tokens
+  // positions as it runs; a request joins when its prompt's blocks fit
+  // beside what the others hold; when a step needs a block that does not
+  // fit, the youngest sequences give theirs up (preempted: they wait at the
+  // head and resume by recomputing their positions, with the same tokens)
+  // until it fits. One that could never fit alone (prompt + max_new_tokens)
+  // is refused (RESOURCE_EXHAUSTED). 0: no limit beyond max_batch.
   int64_t kv_budget_bytes = 0;
+  // With max_batch > 1: positions per KV cache block (> 0).
+  int kv_block_tokens = 64;
   // Longest accepted prompt; 0 = only the context window limits it.
   int max_prompt_tokens = 0;
   // When set (not owned), every completed request's routing is appended.
@@ -130,10 +136,22 @@ class GenerationRunner {
   void Run(Job& job);
   // The continuous-batching loop (max_batch > 1), generation_batch.cc.
   void BatchLoop();
-  // Moves queued jobs into `active` while places and KV budget allow.
-  void Admit(std::vector<std::unique_ptr<Active>>& active);
+  // Moves queued jobs into `active` while places and KV budget allow
+  // (preempted sequences first, oldest first).
+  void Admit(std::vector<std::unique_ptr<Active>>& active,
+             std::deque<std::unique_ptr<Active>>& preempted);
   // Starts a joined sequence; false when it already failed (and finished).
   bool Join(Active& a);
+  // A fresh session for `a` (at Join, and when a preempted one resumes);
+  // an error for a bad pre-gating distance.
+  absl::Status NewSession(Active& a);
+  // The tokens `a` runs in the next step (a prompt chunk, the replay of a
+  // resumed sequence's positions, or its last token).
+  absl::Span<const int32_t> NextTokens(Active& a, bool* prefill) const;
+  // Grows every sequence's KV reservation for the next step within the
+  // budget, preempting the youngest into `preempted` when it is full.
+  void FitKv(std::vector<std::unique_ptr<Active>>& active,
+             std::deque<std::unique_ptr<Active>>& preempted);
   // Sends one sampled token; false when the sequence leaves after it.
   bool Emit(Active& a, const SampledToken& t);
   // Ends a sequence: provider request, trace, sink, metrics, log line.
@@ -165,6 +183,7 @@ class GenerationRunner {
   bool busy_ = false;       // a request is running; guarded by mu_
   int running_ = 0;         // batched sequences running; guarded by mu_
   int64_t kv_held_ = 0;     // their KV cache bytes; guarded by mu_
+  uint64_t next_order_ = 0;  // admission order of batched sequences (BatchLoop only)
   uint64_t next_request_id_ = 1;  // guarded by mu_
   // Absolute time (ns since epoch) after which the running request is
   // cancelled; int64 max while not stopping.

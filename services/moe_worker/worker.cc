@@ -69,11 +69,12 @@ absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
         "--max-queue and --max-prompt-tokens must be >= 0");
   }
   if (options_.runner.max_batch < 1 || options_.runner.max_batch > kMaxRequestsPerSession ||
-      options_.runner.prefill_chunk < 0 || options_.runner.kv_budget_bytes < 0) {
+      options_.runner.prefill_chunk < 0 || options_.runner.kv_budget_bytes < 0 ||
+      options_.runner.kv_block_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max-batch must be in [1, ", kMaxRequestsPerSession, "] (got ",
         options_.runner.max_batch,
-        "); --prefill-chunk and --kv-budget-mb must be >= 0"));
+        "); --prefill-chunk and --kv-budget-mb must be >= 0, --kv-block-tokens >= 1"));
   }
   if (options_.cache != "none") {
     absl::StatusOr<rpc::ListenAddress> cache = rpc::ParseListenAddress(options_.cache);

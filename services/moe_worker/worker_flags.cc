@@ -64,6 +64,8 @@ absl::Status Apply(const std::string& name, const std::string& value,
     RETURN_IF_ERROR(ParseInt(name, value, &mb));
     o.runner.kv_budget_bytes = static_cast<int64_t>(mb) << 20;
     return absl::OkStatus();
+  } else if (name == "kv-block-tokens") {
+    return ParseInt(name, value, &o.runner.kv_block_tokens);
   } else if (name == "metrics-addr") {
     o.metrics_addr = value;
   } else if (name == "record-trace") {
@@ -191,7 +193,11 @@ std::string WorkerUsage() {
       "                          sequence runs per step (0: whole prompt)\n"
       "  --kv-budget-mb N        with --max-batch > 1: KV cache the running\n"
       "                          sequences may hold (0: no limit); requests\n"
-      "                          wait for room, larger ones are refused\n"
+      "                          wait for room, when full the youngest give\n"
+      "                          their blocks up and resume by recomputing;\n"
+      "                          one too large alone is refused\n"
+      "  --kv-block-tokens N     with --max-batch > 1: positions per KV cache\n"
+      "                          block (default 64)\n"
       "  --metrics-addr A        /metrics HOST:PORT (default ",
       kDefaultMetricsAddr,
       "; \"\" disables)\n"

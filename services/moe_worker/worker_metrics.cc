@@ -81,6 +81,12 @@ WorkerMetrics::WorkerMetrics()
                    .Help("KV cache memory held by the running requests")
                    .Register(*registry_)
                    .Add({});
+  kv_preemptions_ = &prometheus::BuildCounter()
+                        .Name("moe_worker_kv_preemptions_total")
+                        .Help("Running sequences that gave up their KV cache blocks to older ones "
+                              "(--kv-budget-mb full) and resumed by recomputing them")
+                        .Register(*registry_)
+                        .Add({});
   batch_size_ = &prometheus::BuildGauge()
                      .Name("moe_worker_batch_size")
                      .Help("Sequences in the engine's last forward step (continuous batching)")

@@ -43,6 +43,10 @@ class WorkerMetrics {
   // KV cache bytes held by the running requests.
   void SetKvCacheBytes(int64_t n) { kv_bytes_->Set(static_cast<double>(n)); }
 
+  // A running sequence gave up its KV cache for the oldest ones to grow
+  // (it resumes by recomputing its positions).
+  void AddKvPreemption() { kv_preemptions_->Increment(); }
+
   // One batched forward step of `sequences` sequences.
   void ObserveBatchStep(int64_t sequences) {
     batch_size_->Set(static_cast<double>(sequences));
@@ -68,6 +72,7 @@ class WorkerMetrics {
   prometheus::Gauge* waiting_ = nullptr;
   prometheus::Gauge* running_ = nullptr;
   prometheus::Gauge* kv_bytes_ = nullptr;
+  prometheus::Counter* kv_preemptions_ = nullptr;
   prometheus::Gauge* batch_size_ = nullptr;
   prometheus::Counter* batch_steps_ = nullptr;
   prometheus::Counter* batch_sequences_ = nullptr;

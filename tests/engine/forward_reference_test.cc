@@ -272,6 +272,52 @@ TEST(SessionTest, IncrementalDecodeMatchesFullRecompute) {
   EXPECT_EQ(inc.position(), 6);
 }
 
+// KV blocks: a session whose caches grow in blocks of 3 positions gives
+// the logits of one that allocates its whole context at once, bit for bit,
+// every family (standard, MLA latent, GPT-OSS sinks and windows), while
+// holding only the blocks its positions need; KvBytesAfter predicts what
+// the next Forward allocates.
+TEST(SessionTest, KvBlocksGrowWithTheSequenceAndKeepTheTokens) {
+  for (ModelFamily family : {ModelFamily::kMixtral, ModelFamily::kQwen2Moe,
+                             ModelFamily::kDeepseekV3, ModelFamily::kGptOss}) {
+    SCOPED_TRACE(ModelFamilyName(family));
+    std::string dir =
+        absl::StrCat(::testing::TempDir(), "/kv_blocks_", ModelFamilyName(family));
+    MakeModelOptions o = TinyPreset(family);
+    o.seed = 31;
+    ASSERT_TRUE(MakeModel(o, dir).ok());
+    auto backend = CreateBackend("cpu");
+    auto model = MoeModel::Load(dir, backend->get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto experts = InMemoryExpertProvider::Create(**model);
+    const int64_t kSeq = 14;
+    Session whole(**model, experts->get(), kSeq);
+    Session blocks(**model, experts->get(), kSeq);
+    EXPECT_EQ(blocks.set_kv_block_tokens(-1).code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(blocks.set_kv_block_tokens(3).ok());
+    const std::vector<int32_t> seq = {5, 9, 13, 200, 77, 31, 8, 2, 40, 41, 42, 43, 44, 45};
+    size_t pos = 0;
+    for (size_t step : {4, 1, 1, 3, 1, 1, 1, 2}) {
+      const auto tokens = absl::MakeConstSpan(seq).subspan(pos, step);
+      const int64_t predicted = blocks.KvBytesAfter(static_cast<int64_t>(step));
+      auto a = whole.Forward(tokens, step > 1);
+      ASSERT_TRUE(a.ok()) << a.status();
+      std::vector<float> want(a->begin(), a->end());
+      auto b = blocks.Forward(tokens, step > 1);
+      ASSERT_TRUE(b.ok()) << b.status();
+      pos += step;
+      ASSERT_EQ(b->size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ((*b)[i], want[i]) << pos << "/" << i;
+      const int64_t held = std::min<int64_t>(kSeq, (static_cast<int64_t>(pos) + 2) / 3 * 3);
+      EXPECT_EQ(blocks.kv_cache_allocated_bytes(), Session::KvCacheBytes(**model, held)) << pos;
+      EXPECT_EQ(blocks.kv_cache_allocated_bytes(), predicted) << pos;
+      EXPECT_EQ(whole.kv_cache_allocated_bytes(), Session::KvCacheBytes(**model, kSeq));
+    }
+    EXPECT_EQ(pos, seq.size());
+    EXPECT_EQ(blocks.set_kv_block_tokens(4).code(), absl::StatusCode::kFailedPrecondition);
+  }
+}
+
 // MLA keeps a latent cache: kv_lora_rank + qk_rope_head_dim f32 values per
 // token per layer (not 2 * heads * head_dim), measured from what the session
 // allocates; prefill-then-decode over it gives the logits of a full

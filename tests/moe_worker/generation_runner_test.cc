@@ -1,5 +1,6 @@
 #include "services/moe_worker/generation_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <memory>
@@ -433,6 +434,20 @@ std::vector<std::shared_ptr<RecordingSink>> SubmitAll(GenerationRunner& runner,
   return sinks;
 }
 
+// Submits `rs` with the first step held until all are queued, so that they
+// start together.
+std::vector<std::shared_ptr<RecordingSink>> SubmitTogether(
+    GenerationRunner& runner, GatedProvider& gated, const std::vector<v1::GenerateRequest>& rs) {
+  auto first = std::make_shared<RecordingSink>();
+  EXPECT_TRUE(runner.Submit(rs[0], absl::InfiniteFuture(), first).ok());
+  gated.WaitEntered();
+  std::vector<v1::GenerateRequest> rest(rs.begin() + 1, rs.end());
+  std::vector<std::shared_ptr<RecordingSink>> sinks = SubmitAll(runner, rest);
+  sinks.insert(sinks.begin(), first);
+  gated.Open();
+  return sinks;
+}
+
 // Issue 14: a request's tokens and logprobs are bit-identical whether it ran
 // alone (the one-at-a-time runner) or beside others in a batch with chunked
 // prefill; its usage is its own share, and the shares add up exactly.
@@ -453,14 +468,7 @@ TEST_F(GenerationRunnerTest, BatchedRequestsEqualOneAtATime) {
     options.max_batch = 4;
     options.prefill_chunk = chunk;
     auto runner = MakeRunner(&totals, options);
-    // Hold the first step until all are queued, so that they run together.
-    auto first = std::make_shared<RecordingSink>();
-    ASSERT_TRUE(runner->Submit(rs[0], absl::InfiniteFuture(), first).ok());
-    gated.WaitEntered();
-    std::vector<v1::GenerateRequest> rest(rs.begin() + 1, rs.end());
-    std::vector<std::shared_ptr<RecordingSink>> sinks = SubmitAll(*runner, rest);
-    sinks.insert(sinks.begin(), first);
-    gated.Open();
+    std::vector<std::shared_ptr<RecordingSink>> sinks = SubmitTogether(*runner, gated, rs);
     AcquireUsage sum;
     for (size_t i = 0; i < rs.size(); ++i) {
       ASSERT_TRUE(sinks[i]->Wait().ok()) << i;
@@ -528,6 +536,69 @@ TEST_F(GenerationRunnerTest, KvBudgetRefusesTooLargeAndQueuesTheRest) {
   const std::string m = metrics_.exposed()->Text();
   EXPECT_EQ(testing::MetricValue(m, "moe_worker_batch_sequences_total"),
             testing::MetricValue(m, "moe_worker_batch_steps_total"));
+}
+
+// KV caches grow in blocks; when the budget cannot hold the next step's
+// blocks the youngest sequences give theirs up and later resume by
+// recomputing their positions: every token, logprob, usage figure and
+// recorded trace line is what each request gets alone, including the
+// seeded sampled ones (their samplers carry on).
+TEST_F(GenerationRunnerTest, KvBlocksPreemptTheYoungestAndResumeWithTheSameTokens) {
+  const std::vector<v1::GenerateRequest> rs = MixedRequests();
+  std::vector<std::vector<v1::GenerateResponse>> alone;
+  std::vector<std::string> lines[2];
+  for (int batched = 0; batched < 2; ++batched) {
+    std::ostringstream out;
+    auto recorder = TraceRecorder::ToStream(&out, TraceHeaderFor(*model_, "tiny"));
+    ASSERT_TRUE(recorder.ok()) << recorder.status();
+    RunnerOptions options;
+    options.recorder = recorder->get();
+    int64_t largest = 0;
+    for (const auto& r : rs) {
+      largest = std::max<int64_t>(largest, r.prompt_token_ids_size() + r.max_new_tokens());
+    }
+    if (batched == 1) {
+      options.max_batch = 6;
+      options.prefill_chunk = 3;
+      options.kv_block_tokens = 2;
+      // The largest request fits alone, with a little room beside it.
+      options.kv_budget_bytes = Session::KvCacheBytes(*model_, largest + 4);
+    }
+    GatedProvider gated(provider_.get());
+    auto runner = MakeRunner(&gated, options);
+    std::vector<std::shared_ptr<RecordingSink>> sinks = SubmitTogether(*runner, gated, rs);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      ASSERT_TRUE(sinks[i]->Wait().ok()) << i;
+      std::vector<v1::GenerateResponse> got = sinks[i]->responses();
+      const v1::Usage& u = got.back().usage();
+      EXPECT_EQ(u.generated_tokens(), rs[i].max_new_tokens());
+      EXPECT_EQ(u.prompt_tokens(), rs[i].prompt_token_ids_size());
+      EXPECT_GT(u.expert_hits() + u.expert_misses(), 0);
+      if (batched == 0) {
+        alone.push_back(got);
+        continue;
+      }
+      ASSERT_EQ(got.size(), alone[i].size()) << "request " << i;
+      for (size_t t = 0; t < got.size(); ++t) {
+        EXPECT_EQ(got[t].token_id(), alone[i][t].token_id()) << i << "/" << t;
+        EXPECT_EQ(got[t].logprob(), alone[i][t].logprob()) << i << "/" << t;
+        EXPECT_EQ(got[t].text(), alone[i][t].text());
+      }
+    }
+    runner->Stop(absl::Seconds(5));
+    std::istringstream in(out.str());
+    for (std::string line; std::getline(in, line);) lines[batched].push_back(line);
+    std::sort(lines[batched].begin(), lines[batched].end());
+  }
+  const std::string m = metrics_.exposed()->Text();
+  EXPECT_GT(testing::MetricValue(m, "moe_worker_kv_preemptions_total"), 0)
+      << "the budget never ran out: the test does not exercise preemption";
+  EXPECT_GT(testing::MetricValue(m, "moe_worker_batch_sequences_total") /
+                testing::MetricValue(m, "moe_worker_batch_steps_total"),
+            1.2)
+      << "sequences did not share steps";
+  ASSERT_EQ(lines[0].size(), rs.size() + 1);  // header + one line per request
+  EXPECT_EQ(lines[1], lines[0]);
 }
 
 // One client cancelling or expiring leaves the batch at once; the others
