@@ -1,5 +1,6 @@
 #include "services/moe_worker/worker_flags.h"
 
+#include <cmath>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -60,9 +61,13 @@ absl::Status Apply(const std::string& name, const std::string& value,
   } else if (name == "prefill-chunk") {
     return ParseInt(name, value, &o.runner.prefill_chunk);
   } else if (name == "kv-budget-mb") {
-    int mb = 0;
-    RETURN_IF_ERROR(ParseInt(name, value, &mb));
-    o.runner.kv_budget_bytes = static_cast<int64_t>(mb) << 20;
+    // MiB, fractions allowed (a small model's sequences hold kilobytes).
+    double mb = 0;
+    if (!absl::SimpleAtod(value, &mb) || !(mb >= 0) || mb > (1 << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv-budget-mb wants a size in MiB in [0, 2^30], got '", value, "'"));
+    }
+    o.runner.kv_budget_bytes = static_cast<int64_t>(std::llround(mb * (1 << 20)));
     return absl::OkStatus();
   } else if (name == "kv-block-tokens") {
     return ParseInt(name, value, &o.runner.kv_block_tokens);
@@ -191,8 +196,9 @@ std::string WorkerUsage() {
       "                          batching (1-64; default 1: one at a time)\n"
       "  --prefill-chunk N       with --max-batch > 1: prompt tokens a joining\n"
       "                          sequence runs per step (0: whole prompt)\n"
-      "  --kv-budget-mb N        with --max-batch > 1: KV cache the running\n"
-      "                          sequences may hold (0: no limit); requests\n"
+      "  --kv-budget-mb M        with --max-batch > 1: KV cache (MiB, 0.5 ok)\n"
+      "                          the running sequences may hold (0: no\n"
+      "                          limit); requests\n"
       "                          wait for room, when full the youngest give\n"
       "                          their blocks up and resume by recomputing;\n"
       "                          one too large alone is refused\n"

@@ -31,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "gtest/gtest.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
+#include "services/engine/session.h"
 #include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
 
@@ -203,8 +204,16 @@ bool GenerateOnce(v1::Inference::Stub* stub, int c, const std::vector<int32_t>& 
 }
 
 // Param: moe-worker's --max-batch (1: one at a time; 16: every client's
-// stream in one continuous batch, issue 14).
-class LoadTest : public ::testing::TestWithParam<int> {
+// stream in one continuous batch, issue 14) and whether its KV budget is
+// tight: room for the KV of 4 of the 16 sequences, in blocks of 2
+// positions, so sequences give their blocks up and recompute them all the
+// time (preemption), every token still checked.
+struct LoadParam {
+  int max_batch = 1;
+  bool tight_kv = false;
+};
+
+class LoadTest : public ::testing::TestWithParam<LoadParam> {
  protected:
   // The tiny model, moe-cached (12 of 32 experts), moe-worker on it, and
   // the in-process reference tokens of every client's prompt.
@@ -217,11 +226,22 @@ class LoadTest : public ::testing::TestWithParam<int> {
                                "--metrics-addr", "", "--cache-experts", "12"},
                               dir_.Sub("cached.log"), CachedBinary()));
     ASSERT_TRUE(daemon_.WaitServing(cache_sock)) << daemon_.Log();
-    ASSERT_TRUE(worker_.Spawn({"--model", model_dir, "--listen", worker_sock, "--cache",
-                               cache_sock, "--cache-model", "tiny", "--backend", "cpu",
-                               "--metrics-addr", "", "--max-queue", "32", "--max-batch",
-                               std::to_string(GetParam()), "--prefill-chunk", "3"},
-                              dir_.Sub("worker.log")));
+    std::vector<std::string> args = {"--model", model_dir, "--listen", worker_sock, "--cache",
+                                     cache_sock, "--cache-model", "tiny", "--backend", "cpu",
+                                     "--metrics-addr", "", "--max-queue", "32", "--max-batch",
+                                     std::to_string(GetParam().max_batch), "--prefill-chunk", "3"};
+    if (GetParam().tight_kv) {
+      auto backend = CreateBackend("cpu");
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      auto model = MoeModel::Load(model_dir, backend->get());
+      ASSERT_TRUE(model.ok()) << model.status();
+      const int64_t one = Session::KvCacheBytes(
+          **model, static_cast<int64_t>(PromptFor(0).size()) + kNewTokens);
+      char mb[64];
+      std::snprintf(mb, sizeof(mb), "%.9f", 4.0 * static_cast<double>(one) / (1 << 20));
+      args.insert(args.end(), {"--kv-budget-mb", mb, "--kv-block-tokens", "2"});
+    }
+    ASSERT_TRUE(worker_.Spawn(args, dir_.Sub("worker.log")));
     ASSERT_TRUE(worker_.WaitServing(worker_sock)) << worker_.Log();
     daemon_pid_ = ChildPid("moe-cached");
     worker_pid_ = ChildPid("moe-worker");
@@ -367,15 +387,29 @@ TEST_P(LoadTest, SixteenStreamingClientsLeakNothing) {
     }
   }
 
+  if (GetParam().tight_kv) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::GetMetricsResponse metrics;
+    grpc::Status s = stubs_[0]->GetMetrics(&ctx, v1::GetMetricsRequest(), &metrics);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    const double preemptions =
+        testing::MetricValue(metrics.text(), "moe_worker_kv_preemptions_total");
+    std::printf("KV preemptions: %.0f\n", preemptions);
+    EXPECT_GT(preemptions, 0) << "the tight KV budget never ran out";
+  }
   worker_.Signal(SIGTERM);
   EXPECT_EQ(worker_.Wait(), 0) << worker_.Log();
   daemon_.Signal(SIGTERM);
   EXPECT_EQ(daemon_.Wait(), 0) << daemon_.Log();
 }
 
-INSTANTIATE_TEST_SUITE_P(MaxBatch, LoadTest, ::testing::Values(1, 16),
-                         [](const ::testing::TestParamInfo<int>& p) {
-                           return "MaxBatch" + std::to_string(p.param);
+INSTANTIATE_TEST_SUITE_P(MaxBatch, LoadTest,
+                         ::testing::Values(LoadParam{1, false}, LoadParam{16, false},
+                                           LoadParam{16, true}),
+                         [](const ::testing::TestParamInfo<LoadParam>& p) {
+                           return "MaxBatch" + std::to_string(p.param.max_batch) +
+                                  (p.param.tight_kv ? "TightKv" : "");
                          });
 
 }  // namespace

@@ -37,6 +37,12 @@ TEST(WorkerFlagsTest, ListenRepeatsAndValuesParse) {
   EXPECT_EQ(b16->options.runner.max_batch, 16);
   EXPECT_EQ(b16->options.runner.prefill_chunk, 8);
   EXPECT_EQ(b16->options.runner.kv_budget_bytes, int64_t{3} << 20);
+  EXPECT_EQ(b16->options.runner.kv_block_tokens, 64);
+  auto small = ParseWorkerFlags({"--model=/m", "--max-batch", "4", "--kv-budget-mb", "0.25",
+                                 "--kv-block-tokens", "16"});
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->options.runner.kv_budget_bytes, int64_t{1} << 18);
+  EXPECT_EQ(small->options.runner.kv_block_tokens, 16);
   EXPECT_FALSE(ParseWorkerFlags({"--model=/m", "--pregate-hints", "yes"}).ok());
   EXPECT_EQ(f->options.runner.pregate_distance, 1);
   auto d = ParseWorkerFlags({"--model=/m", "--pregate-distance", "2"});
@@ -69,7 +75,10 @@ TEST(WorkerFlagsTest, BadFlagsAreNamed) {
       {{"--model", "/a", "--model", "/b"}, "--model given more than once"},
       {{"--max-queue", "many"}, "--max-queue"},
       {{"--max-batch", "lots"}, "--max-batch"},
-      {{"--kv-budget-mb", "1.5"}, "--kv-budget-mb"},
+      {{"--kv-budget-mb", "-1"}, "--kv-budget-mb"},
+      {{"--kv-budget-mb", "lots"}, "--kv-budget-mb"},
+      {{"--kv-budget-mb", "nan"}, "--kv-budget-mb"},
+      {{"--kv-block-tokens", "few"}, "--kv-block-tokens"},
       {{"--backend", "tpu"}, "--backend"},
       {{"--model"}, "--model needs a value"},
       {{"stray"}, "unexpected argument 'stray'"},
