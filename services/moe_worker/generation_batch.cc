@@ -93,8 +93,15 @@ void GenerationRunner::Admit(std::vector<std::unique_ptr<Active>>& active,
   {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t wanted = 0;  // the joining ones' first blocks
+    // Headroom: a block of growth for every sequence that would then run,
+    // so that a join does not preempt someone at the next block boundary.
+    const int64_t block_bytes =
+        Session::KvCacheBytes(model_, std::max(1, options_.kv_block_tokens));
     auto room = [&](int64_t kv) {
-      return !budget || kv_held_ + wanted + kv <= options_.kv_budget_bytes ||
+      const int64_t running =
+          static_cast<int64_t>(active.size() + joined.size() + resumed.size()) + 1;
+      const int64_t headroom = running * block_bytes;
+      return !budget || kv_held_ + wanted + kv + headroom <= options_.kv_budget_bytes ||
              (active.empty() && joined.empty() && resumed.empty());
     };
     // Preempted sequences are older than anything queued: they go first,

@@ -67,7 +67,8 @@ struct RunnerOptions {
   // With max_batch > 1: KV cache bytes the running sequences may hold
   // together. Each sequence's cache grows in blocks of kv_block_tokens
   // positions as it runs; a request joins when its prompt's blocks fit
-  // beside what the others hold; when a step needs a block that does not
+  // beside what the others hold, with a block of headroom for each running
+  // sequence (fewer preemptions: 27 -> 7 in docs/benchmarks.md); when a step needs a block that does not
   // fit, the youngest sequences give theirs up (preempted: they wait at the
   // head and resume by recomputing their positions, with the same tokens)
   // until it fits. One that could never fit alone (prompt + max_new_tokens)

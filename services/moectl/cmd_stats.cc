@@ -182,7 +182,9 @@ absl::StatusOr<json> WorkerStats(const FlagSet& f, const std::string& address) {
                                   s["moe_worker_tpot_seconds_count"])},
       {"expert_hit_rate", Ratio(hits, hits + misses)},
       {"expert_wait_seconds", s["moe_worker_expert_wait_seconds_total"]},
-      {"expert_stall_seconds", s["moe_worker_expert_stall_seconds_total"]}};
+      {"expert_stall_seconds", s["moe_worker_expert_stall_seconds_total"]},
+      {"kv_cache_bytes", s["moe_worker_kv_cache_bytes"]},
+      {"kv_preemptions", s["moe_worker_kv_preemptions_total"]}};
 }
 
 void PrintText(const json& cache, const json& worker) {
@@ -211,13 +213,15 @@ void PrintText(const json& cache, const json& worker) {
   }
   std::printf(
       "worker: requests {%s}, %.0f tokens, TTFT %.2f ms, TPOT %.3f ms, "
-      "expert hit rate %.1f%%, expert wait %.3f s, stall %.3f s\n",
+      "expert hit rate %.1f%%, expert wait %.3f s, stall %.3f s, KV %.0f bytes held, "
+      "%.0f KV preemptions\n",
       requests.c_str(), worker["tokens_generated"].get<double>(),
       worker["ttft_mean_seconds"].get<double>() * 1e3,
       worker["tpot_mean_seconds"].get<double>() * 1e3,
       100 * worker["expert_hit_rate"].get<double>(),
       worker["expert_wait_seconds"].get<double>(),
-      worker["expert_stall_seconds"].get<double>());
+      worker["expert_stall_seconds"].get<double>(), worker["kv_cache_bytes"].get<double>(),
+      worker["kv_preemptions"].get<double>());
 }
 
 int RunStats(const Args& args) {

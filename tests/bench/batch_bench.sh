@@ -14,6 +14,8 @@
 #        (experts cached, default half), NEW_TOKENS (32), WAVES (2),
 #        STREAMS ("1 4 16"), BATCH (16), CHUNK (prefill chunk, 16),
 #        LAYERS (4), POLICY (lfu), PREFETCH (off), HINTS (off), KEEP_WORK=1,
+#        KV_MB (the batched worker's --kv-budget-mb, default 0: none),
+#        KV_BLOCK (its --kv-block-tokens, default 64),
 #        MODEL (a mixtral-layout model directory instead of the made one, e.g.
 #        the trained deploy/models/kjv-moe: learned routing; LAYERS is then
 #        read from it))
@@ -30,6 +32,8 @@ layers=${LAYERS:-4}
 policy=${POLICY:-lfu}
 prefetch=${PREFETCH:-off}
 hints=${HINTS:-off}  # moe-worker --pregate-hints (both runners)
+kv_mb=${KV_MB:-0}
+kv_block=${KV_BLOCK:-64}
 py=/usr/bin/python3
 
 work=$(mktemp -d /tmp/moe-batch.XXXXXX)
@@ -77,7 +81,8 @@ measure() {
   wait_for_socket "$work/c.sock" $cpid || { cat "$work/$tag.cached.log"; exit 1; }
   $bin/moe-worker --model "$model" --listen "unix:$work/w.sock" --cache "unix:$work/c.sock" \
     --cache-model m --backend cpu --metrics-addr "" --max-queue 64 --max-batch "$mb" \
-    --prefill-chunk "$chunk" --pregate-hints "$hints" 2>"$work/$tag.worker.log" &
+    --prefill-chunk "$chunk" --pregate-hints "$hints" --kv-budget-mb "$kv_mb" \
+    --kv-block-tokens "$kv_block" 2>"$work/$tag.worker.log" &
   local wpid=$!
   pids="$wpid $cpid"
   wait_for_socket "$work/w.sock" $wpid || { cat "$work/$tag.worker.log"; exit 1; }
@@ -107,6 +112,8 @@ measure() {
   done
   $bin/moectl stats --cache "unix:$work/c.sock" --json | $py -c \
     "import json,sys; print(json.load(sys.stdin)['cache'][0]['bytes_copied'] - $before)" >"$work/$tag.bytes"
+  $bin/moectl stats --worker "unix:$work/w.sock" --json | $py -c \
+    "import json,sys; print(int(json.load(sys.stdin)['worker']['kv_preemptions']))" >"$work/$tag.preempt"
   kill -TERM $wpid; wait $wpid || true
   kill -TERM $cpid; wait $cpid || true
   pids=""
@@ -133,7 +140,7 @@ EOF
 echo "model: ${MODEL:-made mixtral (hidden 256, expert width 512)}: $layers MoE layers x $per_layer experts (top-2);" \
      "expert $expert_bytes bytes; cache $cap of $experts experts ($policy, prefetch $prefetch, pregate hints $hints);" \
      "link $link GB/s; $new_tokens new tokens x $waves waves per stream;" \
-     "batched: --max-batch $batch --prefill-chunk $chunk"
+     "batched: --max-batch $batch --prefill-chunk $chunk --kv-budget-mb $kv_mb --kv-block-tokens $kv_block"
 printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' streams runner "tok/s" p50_tpot p99_tpot \
   p50_ttft p99_ttft bytes/token
 for streams in $streams_list; do
@@ -144,5 +151,5 @@ for streams in $streams_list; do
   printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' "$streams" one "$1" "$2" "$3" "$4" "$5" "$6"
   set -- $(summary "batch-$streams")
   printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' "$streams" batch "$1" "$2" "$3" "$4" "$5" "$6"
-  $py -c "print('%-7s ratio batch/one: throughput %.2fx, bytes per token %.2fx' % ('$streams', $1 / $one_tps, $6 / max($one_bpt, 1)))"
+  $py -c "print('%-7s ratio batch/one: throughput %.2fx, bytes per token %.2fx; batched KV preemptions %s' % ('$streams', $1 / $one_tps, $6 / max($one_bpt, 1), '$(cat "$work/batch-$streams.preempt")'))"
 done

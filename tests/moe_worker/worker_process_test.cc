@@ -270,6 +270,8 @@ TEST_F(WorkerProcessTest, MoectlGenerateMatchesMoectlRunAndStatsSeeIt) {
   EXPECT_GT(j["worker"]["ttft_mean_seconds"].get<double>(), 0);
   EXPECT_GT(j["worker"]["tpot_mean_seconds"].get<double>(), 0);
   EXPECT_EQ(j["worker"]["expert_hit_rate"].get<double>(), 1.0);
+  EXPECT_EQ(j["worker"]["kv_cache_bytes"].get<double>(), 0);  // idle again
+  EXPECT_EQ(j["worker"]["kv_preemptions"].get<double>(), 0);  // one at a time
 
   // A refused request exits 2 with the worker's message.
   RunCommand(moectl + " generate --target " + socket_ +
