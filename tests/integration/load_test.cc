@@ -213,6 +213,10 @@ struct LoadParam {
   bool tight_kv = false;
 };
 
+void PrintTo(const LoadParam& p, std::ostream* os) {
+  *os << "max_batch " << p.max_batch << (p.tight_kv ? ", tight KV" : "");
+}
+
 class LoadTest : public ::testing::TestWithParam<LoadParam> {
  protected:
   // The tiny model, moe-cached (12 of 32 experts), moe-worker on it, and
