@@ -60,14 +60,29 @@ Session::~Session() {
   for (void* p : mla_bufs_) be_.Free(p);
 }
 
+namespace {
+
+// Positions held to have run `positions` of at most `max_seq`: whole
+// blocks of `block` (all of max_seq without blocks).
+int64_t BlockPositions(int64_t positions, int64_t block, int64_t max_seq) {
+  if (block <= 0) return max_seq;
+  const int64_t blocks = (std::max<int64_t>(positions, 1) + block - 1) / block;
+  return std::min(max_seq, blocks * block);
+}
+
+}  // namespace
+
+int64_t Session::KvBlockBytes(const MoeModel& model, int64_t positions, int64_t block_tokens,
+                              int64_t max_seq) {
+  return KvCacheBytes(model, BlockPositions(positions, block_tokens, max_seq));
+}
+
 int64_t Session::KvPositions(int64_t tokens) const {
-  if (kv_block_ <= 0) return max_seq_;
-  const int64_t blocks = (std::max<int64_t>(tokens, 1) + kv_block_ - 1) / kv_block_;
-  return std::min(max_seq_, blocks * kv_block_);
+  return BlockPositions(tokens, kv_block_, max_seq_);
 }
 
 int64_t Session::KvBytesAfter(int64_t tokens) const {
-  return KvCacheBytes(model_, KvPositions(std::min(max_seq_, pos_ + tokens)));
+  return KvBlockBytes(model_, pos_ + tokens, kv_block_, max_seq_);
 }
 
 absl::Status Session::set_kv_block_tokens(int64_t tokens) {

@@ -99,6 +99,11 @@ class Session {
   // models (DeepSeek) keep the latent instead: kv_lora_rank +
   // qk_rope_head_dim f32 values per token per layer.
   static int64_t KvCacheBytes(const MoeModel& model, int64_t max_seq);
+  // The bytes a session of `max_seq` positions in KV blocks of
+  // `block_tokens` (0: none) holds once `positions` have run: whole blocks,
+  // at most max_seq (KvCacheBytes(model, max_seq) without blocks).
+  static int64_t KvBlockBytes(const MoeModel& model, int64_t positions,
+                              int64_t block_tokens, int64_t max_seq);
   // The bytes of KV (or latent) cache this session has allocated: 0 before
   // the first Forward, then KvCacheBytes(model, positions held): max_seq()
   // by default, or the positions run so far rounded up to whole blocks.

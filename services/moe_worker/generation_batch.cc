@@ -84,9 +84,8 @@ void GenerationRunner::Admit(std::vector<std::unique_ptr<Active>>& active,
   // A joining sequence reserves its first step's blocks (all its prompt,
   // or its recomputed positions, plus the first token).
   auto first_blocks = [&](int64_t tokens, int64_t limit) {
-    const int64_t block = std::max(1, options_.kv_block_tokens);
-    const int64_t positions = std::min(limit, (tokens + block) / block * block);
-    return Session::KvCacheBytes(model_, positions);
+    return Session::KvBlockBytes(model_, tokens + 1, options_.kv_block_tokens,
+                                 std::min(limit, model_.max_context()));
   };
   std::vector<std::unique_ptr<Active>> joined;
   std::vector<std::unique_ptr<Active>> resumed;
@@ -96,7 +95,7 @@ void GenerationRunner::Admit(std::vector<std::unique_ptr<Active>>& active,
     // Headroom: a block of growth for every sequence that would then run,
     // so that a join does not preempt someone at the next block boundary.
     const int64_t block_bytes =
-        Session::KvCacheBytes(model_, std::max(1, options_.kv_block_tokens));
+        Session::KvCacheBytes(model_, std::max(0, options_.kv_block_tokens));
     auto room = [&](int64_t kv) {
       const int64_t running =
           static_cast<int64_t>(active.size() + joined.size() + resumed.size()) + 1;

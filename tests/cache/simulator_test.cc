@@ -252,24 +252,35 @@ TEST(SimulatorTest, MissModesFollowTheCostModel) {
   }
 }
 
-// The oracle placement knows the trace's counts: moectl validates every run
-// first (ValidateSimulation) and must accept it; placed before the first
-// token (WarmUp), with misses on the host it is never behind the online
-// static-popular on the first pass.
-TEST(SimulatorTest, OraclePopularityPlacesBeforeTheFirstToken) {
+// 4 requests x 40 decode tokens, no prompt, 8 layers x 8 experts.
+trace::SynthOptions DecodeOnlySynth() {
   trace::SynthOptions so;
   so.num_layers = 8;
   so.num_experts = 8;
   so.requests = 4;
   so.prefill_tokens = 0;
   so.decode_tokens = 40;
-  auto t = trace::GenerateSyntheticTrace(so);
-  ASSERT_TRUE(t.ok());
+  return so;
+}
+
+// Mixtral-size experts (336 MB) over 25 GB/s, 1 ms per layer.
+SimOptions MixtralLink(int capacity) {
   SimOptions o;
-  o.capacity = 24;
+  o.capacity = capacity;
   o.link.expert_mb = 336;
   o.link.link_gbps = 25;
   o.link.layer_ms = 1;
+  return o;
+}
+
+// The oracle placement knows the trace's counts: moectl validates every run
+// first (ValidateSimulation) and must accept it; placed before the first
+// token (WarmUp), with misses on the host it is never behind the online
+// static-popular on the first pass.
+TEST(SimulatorTest, OraclePopularityPlacesBeforeTheFirstToken) {
+  auto t = trace::GenerateSyntheticTrace(DecodeOnlySynth());
+  ASSERT_TRUE(t.ok());
+  SimOptions o = MixtralLink(/*capacity=*/24);
   o.miss_mode = MissMode::kHost;
   EXPECT_TRUE(ValidateSimulation(t->header, "static-popular-oracle", o).ok());
   auto oracle = Simulate(*t, "static-popular-oracle", o);
@@ -341,19 +352,9 @@ TEST(SimulatorTest, OracleProposesExactlyTheRestOfTheIteration) {
 // 336 MB copy takes 13 layers of 1 ms): with prefetch on it only has to
 // issue them.
 TEST(SimulatorTest, OracleBoundsTheOnlinePoliciesUnderAuto) {
-  trace::SynthOptions so;
-  so.num_layers = 8;
-  so.num_experts = 8;
-  so.requests = 4;
-  so.prefill_tokens = 0;
-  so.decode_tokens = 40;
-  auto t = trace::GenerateSyntheticTrace(so);
+  auto t = trace::GenerateSyntheticTrace(DecodeOnlySynth());
   ASSERT_TRUE(t.ok());
-  SimOptions o;
-  o.capacity = 24;
-  o.link.expert_mb = 336;
-  o.link.link_gbps = 25;
-  o.link.layer_ms = 1;
+  SimOptions o = MixtralLink(/*capacity=*/24);
   o.miss_mode = MissMode::kAuto;
   o.host_gbps = 60;
   EXPECT_TRUE(ValidateSimulation(t->header, "oracle", o).ok());
