@@ -35,7 +35,6 @@ struct GenerationRunner::Active {
   int64_t kv_bytes = 0;  // KV cache bytes accounted to it in kv_held_
   size_t fed = 0;    // tokens of Feed() run so far
   int32_t last = 0;  // the token the next decode step runs
-  int generated = 0;
   uint64_t order = 0;            // admission order: preemption takes the youngest
   std::vector<int32_t> output;   // the tokens sent so far
   // A resumed sequence's positions to recompute (prompt + output but the
@@ -43,6 +42,7 @@ struct GenerationRunner::Active {
   std::vector<int32_t> replay;
   ExpertCounters carried;  // expert usage of the sessions it gave up
 
+  int generated() const { return static_cast<int>(output.size()); }
   // Positions its session may hold: prompt + max_new_tokens.
   int64_t Limit() const {
     return static_cast<int64_t>(job.options.prompt.size()) + job.options.max_new_tokens;
@@ -269,14 +269,14 @@ bool GenerationRunner::Join(Active& a) {
 bool GenerationRunner::Emit(Active& a, const SampledToken& t) {
   const GenerateOptions& o = a.job.options;
   const Clock::time_point now = Clock::now();
-  if (a.generated == 0) a.first = now;
-  ++a.generated;
+  if (a.output.empty()) a.first = now;
+  a.output.push_back(t.token);
   a.ttft = Seconds(a.first - a.start);
-  if (a.generated > 1) a.tpot = Seconds(now - a.first) / (a.generated - 1);
+  if (a.generated() > 1) a.tpot = Seconds(now - a.first) / (a.generated() - 1);
   v1::GenerateResponse r = TokenResponse(t);
   const bool stop_token =
       std::find(a.stops.begin(), a.stops.end(), t.token) != a.stops.end();
-  bool last = stop_token || a.generated == o.max_new_tokens;
+  bool last = stop_token || a.generated() == o.max_new_tokens;
   if (a.decoder != nullptr) {
     std::string text = a.decoder->Push(t.token);
     if (last) text += a.decoder->Flush();
@@ -294,12 +294,11 @@ bool GenerationRunner::Emit(Active& a, const SampledToken& t) {
     a.finish = stop_token || a.stop_strings->matched() ? "stop" : "length";
     r.set_finish_reason(a.finish);
     const ExpertCounters c = a.Counters();
-    FillUsage(static_cast<int>(o.prompt.size()), a.generated, a.ttft, a.tpot, c,
+    FillUsage(static_cast<int>(o.prompt.size()), a.generated(), a.ttft, a.tpot, c,
               r.mutable_usage());
   }
   a.job.sink->Write(std::move(r));
   a.last = t.token;
-  a.output.push_back(t.token);
   return !last;
 }
 
@@ -321,8 +320,8 @@ void GenerationRunner::Leave(Active& a, absl::Status status) {
     }
   }
   a.job.sink->Finish(status);
-  Record(status, a.generated, a.ttft, a.tpot);
-  LogFinished(a.job, status, a.generated, a.ttft, a.tpot, c, a.finish);
+  Record(status, a.generated(), a.ttft, a.tpot);
+  LogFinished(a.job, status, a.generated(), a.ttft, a.tpot, c, a.finish);
   std::lock_guard<std::mutex> lock(mu_);
   kv_held_ -= a.kv_bytes;
   --running_;
@@ -344,21 +343,18 @@ void GenerationRunner::BatchLoop() {
     }
     // Leave before the step when the client went away, the deadline
     // passed or the shutdown grace is over (waiting preempted ones too).
-    for (auto& a : active) {
-      if (absl::Status s = Interrupted(a->job); !s.ok()) {
-        Leave(*a, s);
-        a.reset();
+    auto leave_interrupted = [this](auto& sequences) {
+      for (auto& a : sequences) {
+        if (absl::Status s = Interrupted(a->job); !s.ok()) {
+          Leave(*a, s);
+          a.reset();
+        }
       }
-    }
-    active.erase(std::remove(active.begin(), active.end(), nullptr), active.end());
-    for (auto& a : preempted) {
-      if (absl::Status s = Interrupted(a->job); !s.ok()) {
-        Leave(*a, s);
-        a.reset();
-      }
-    }
-    preempted.erase(std::remove(preempted.begin(), preempted.end(), nullptr),
-                    preempted.end());
+      sequences.erase(std::remove(sequences.begin(), sequences.end(), nullptr),
+                      sequences.end());
+    };
+    leave_interrupted(active);
+    leave_interrupted(preempted);
     if (active.empty()) continue;
     FitKv(active, preempted);
     std::vector<BatchStep::Entry> entries;
