@@ -20,6 +20,12 @@ if(MOE_SANITIZE)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
+# Adds `target` to the binaries that the quick_tests target builds
+# (tests/CMakeLists.txt defines it once every folder has been added).
+function(moe_mark_quick target)
+  set_property(GLOBAL APPEND PROPERTY MOE_QUICK_TARGETS ${target})
+endfunction()
+
 # moe_add_library(NAME SOURCES ... DEPS ...)
 function(moe_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
@@ -39,10 +45,18 @@ function(moe_add_executable name)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
 endfunction()
 
-# moe_add_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s])
-# One GoogleTest binary; each TEST becomes its own ctest entry.
+# moe_add_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [QUICK])
+# One GoogleTest binary; each TEST becomes its own ctest entry. QUICK puts
+# it in the sanitizer pass that CI runs after the full suite
+# (`scripts/test.sh --sanitize --quick`: label "quick", built by the target
+# quick_tests): parsers, malformed input, fuzzing, the services' input
+# handling, concurrency and faults.
 function(moe_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "QUICK" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(ARG_QUICK)
+    list(APPEND ARG_LABELS quick)
+    moe_mark_quick(${name})
+  endif()
   add_executable(${name} ${ARG_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(${name} PRIVATE ${MOE_WARNINGS})

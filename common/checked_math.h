@@ -71,8 +71,8 @@ inline absl::StatusOr<int64_t> CheckedMulOrError(int64_t a, int64_t b,
 inline absl::StatusOr<int64_t> DoubleToIntInRange(double v, int64_t lo,
                                                   int64_t hi,
                                                   absl::string_view what) {
-  if (!std::isfinite(v) || v != std::floor(v) ||
-      v < static_cast<double>(lo) || v > static_cast<double>(hi)) {
+  if (!std::isfinite(v) || v != std::floor(v) || v < static_cast<double>(lo) ||
+      v > static_cast<double>(hi)) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, " must be an integer in [", lo, ", ", hi, "], got ", v));
   }

@@ -1,5 +1,11 @@
 // The typed field reader of ParseModelConfig (model_config.cc), shared with
 // the per-family readers (gpt_oss_config.cc). Internal to common/.
+//
+// Check before compute: every integer is range-checked as it is read, against
+// the bounds of its field (IntFieldBounds, one table in model_config.cc), so
+// that no value a config.json sets takes part in arithmetic before it is known
+// to be small. ValidateModelConfig checks configs built in code against the
+// same table (CheckIntField).
 #ifndef MOECACHE_COMMON_CONFIG_READER_H_
 #define MOECACHE_COMMON_CONFIG_READER_H_
 
@@ -10,14 +16,35 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/checked_math.h"
 #include "nlohmann/json.hpp"
 
 namespace moe::config_internal {
 
 using nlohmann::json;
 
-// Reads typed fields; a missing or null field gives the default. The first
-// type error is kept in status() and later reads are no-ops.
+struct IntBounds {
+  int64_t lo;
+  int64_t hi;
+};
+
+// The bounds of the integer field `field` (a ModelConfig field name, or
+// "object.key" for a nested one). MOE_CHECK-fails for a field without an
+// entry: every integer the parser reads has one.
+IntBounds IntFieldBounds(absl::string_view field);
+
+// INVALID_ARGUMENT unless lo <= v <= hi: "<field> must be positive, got v",
+// "<field> must be at least lo, got v" or "<field> is v, more than the
+// supported hi".
+absl::Status CheckRange(absl::string_view field, int64_t v, int64_t lo,
+                        int64_t hi);
+// CheckRange against IntFieldBounds(field).
+absl::Status CheckIntField(absl::string_view field, int64_t v);
+
+// Reads typed fields; a missing or null field gives the default (defaults are
+// not range-checked here; ValidateModelConfig checks the result). The first
+// error is kept in status() and later reads are no-ops.
 class FieldReader {
  public:
   explicit FieldReader(const json& j) : j_(j) {}
@@ -29,10 +56,14 @@ class FieldReader {
   }
   bool Has(const char* key) const { return Find(key) != nullptr; }
 
-  int64_t Int(const char* key, int64_t def) {
+  // The integer at `key`, checked against the bounds of `field` (default:
+  // the key itself; e.g. mixtral's "num_local_experts" is field
+  // "num_experts"). An error names the field, and the key when it differs.
+  int64_t Int(const char* key, int64_t def, const char* field = nullptr) {
+    if (int_keys_ != nullptr) int_keys_->push_back(key);
     const json* v = Find(key);
     if (v == nullptr || !status_.ok()) return def;
-    return ToInt(key, *v, def);
+    return ToInt(key, field, *v, def);
   }
   // Token ids: missing gives `def`, an explicit null gives none (as
   // transformers, where null overrides the default).
@@ -65,12 +96,13 @@ class FieldReader {
   }
   // An int or a list of ints (eos_token_id); `null` or missing gives `def`.
   std::vector<int64_t> IntOrList(const char* key, std::vector<int64_t> def) {
+    if (int_keys_ != nullptr) int_keys_->push_back(key);
     if (IsExplicitNull(key)) return {};
     const json* v = Find(key);
     if (v == nullptr || !status_.ok()) return def;
-    if (!v->is_array()) return {ToInt(key, *v, 0)};
+    if (!v->is_array()) return {ToInt(key, nullptr, *v, 0)};
     std::vector<int64_t> out;
-    for (const json& e : *v) out.push_back(ToInt(key, e, 0));
+    for (const json& e : *v) out.push_back(ToInt(key, nullptr, e, 0));
     return out;
   }
   std::vector<int64_t> IntList(const char* key) {
@@ -80,8 +112,40 @@ class FieldReader {
       return Fail(key, "must be a list of integers", std::vector<int64_t>{});
     return IntOrList(key, {});
   }
+  // A number inside the object `obj` found at `obj_key` (rope_scaling's
+  // factor, say); missing or null gives `def`. Errors name "obj_key.key".
+  double SubDouble(const json& obj, const char* obj_key, const char* key,
+                   double def) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null() || !status_.ok()) return def;
+    if (!it->is_number()) {
+      Fail(absl::StrCat(obj_key, ".", key, " must be a number"));
+      return def;
+    }
+    return it->get<double>();
+  }
+  // An integer inside `obj` (an integral number, 4096 or 4096.0), checked
+  // against the bounds of field "obj_key.key" before it is converted.
+  int64_t SubInt(const json& obj, const char* obj_key, const char* key,
+                 int64_t def) {
+    const std::string field = absl::StrCat(obj_key, ".", key);
+    const double v = SubDouble(obj, obj_key, key, static_cast<double>(def));
+    if (!status_.ok()) return def;
+    const IntBounds b = IntFieldBounds(field);
+    auto i = DoubleToIntInRange(v, b.lo, b.hi, field);
+    if (!i.ok()) {
+      Fail(std::string(i.status().message()));
+      return def;
+    }
+    return *i;
+  }
   void Fail(const std::string& message) {
     if (status_.ok()) status_ = absl::InvalidArgumentError(message);
+  }
+  // Test seam: appends the key of every top-level integer read (present or
+  // not) to `keys`.
+  void RecordIntKeysForTest(std::vector<std::string>* keys) {
+    int_keys_ = keys;
   }
 
  private:
@@ -90,17 +154,34 @@ class FieldReader {
     Fail(absl::StrCat(key, " ", what));
     return def;
   }
-  int64_t ToInt(const char* key, const json& v, int64_t def) {
-    if (v.is_number_integer() &&
-        !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)) {
-      return v.get<int64_t>();
+  int64_t ToInt(const char* key, const char* field, const json& v,
+                int64_t def) {
+    if (!v.is_number_integer()) {
+      return Fail(
+          key, absl::StrCat("must be an integer, got ", v.dump()).c_str(), def);
     }
-    return Fail(key, absl::StrCat("must be an integer, got ", v.dump()).c_str(),
-                def);
+    const char* name = field != nullptr ? field : key;
+    // Past INT64_MAX (an unsigned JSON integer): too large for any field.
+    const int64_t i = v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX
+                          ? INT64_MAX
+                          : v.get<int64_t>();
+    if (absl::Status s = CheckIntField(name, i); !s.ok()) {
+      if (i == INT64_MAX) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat(name, " is ", v.dump(), ", more than the supported ",
+                         IntFieldBounds(name).hi));
+      }
+      Fail(field == nullptr || absl::string_view(field) == key
+               ? std::string(s.message())
+               : absl::StrCat(s.message(), " (config key ", key, ")"));
+      return def;
+    }
+    return i;
   }
 
   const json& j_;
   absl::Status status_;
+  std::vector<std::string>* int_keys_ = nullptr;
 };
 
 }  // namespace moe::config_internal

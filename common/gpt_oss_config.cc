@@ -29,21 +29,12 @@ void ReadYarn(FieldReader& r, ModelConfig* c) {
     }
     return;  // plain rope
   }
-  auto num = [&](const char* key, double def) {
-    auto it = s->find(key);
-    if (it == s->end() || it->is_null()) return def;
-    if (!it->is_number()) {
-      r.Fail(absl::StrCat("rope_scaling.", key, " must be a number"));
-      return def;
-    }
-    return it->get<double>();
-  };
-  y.factor = num("factor", 1.0);
-  y.beta_fast = num("beta_fast", 32);
-  y.beta_slow = num("beta_slow", 1);
-  y.original_max_position_embeddings = static_cast<int64_t>(
-      num("original_max_position_embeddings",
-          static_cast<double>(c->max_position_embeddings)));
+  const char* obj = "rope_scaling";
+  y.factor = r.SubDouble(*s, obj, "factor", 1.0);
+  y.beta_fast = r.SubDouble(*s, obj, "beta_fast", 32);
+  y.beta_slow = r.SubDouble(*s, obj, "beta_slow", 1);
+  y.original_max_position_embeddings = r.SubInt(
+      *s, obj, "original_max_position_embeddings", c->max_position_embeddings);
   auto t = s->find("truncate");
   y.truncate = true;  // _compute_yarn_parameters' default
   if (t != s->end() && !t->is_null()) {
@@ -108,7 +99,9 @@ void ReadQuantization(FieldReader& r, ModelConfig* c) {
 }  // namespace
 
 void ReadGptOssFields(FieldReader& r, ModelConfig* c) {
-  c->num_experts = r.Int("num_local_experts", r.Int("num_experts", 128));
+  c->num_experts =
+      r.Int("num_local_experts", r.Int("num_experts", 128, "num_experts"),
+            "num_experts");
   c->moe_intermediate_size = c->intermediate_size;
   c->norm_topk_prob = true;  // softmax over the top-k logits
   c->head_dim = r.Int("head_dim", 64);

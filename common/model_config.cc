@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/config_reader.h"
 #include "common/file_util.h"
-#include "common/gpt_oss_config.h"
 #include "common/fp8.h"
+#include "common/gpt_oss_config.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -20,6 +20,48 @@ using nlohmann::json;
 constexpr int64_t kMaxWidth = int64_t{1}
                               << 24;  // hidden, ffn, vocab, q/kv dims
 constexpr int64_t kMaxCount = int64_t{1} << 16;  // layers, heads, experts
+constexpr int64_t kMaxPositions = int64_t{1} << 40;
+
+// The bounds of every integer field, checked as it is read and again by
+// ValidateModelConfig (configs built in code). Relations between fields
+// (top_k <= num_experts, token ids inside the vocabulary, ...) are checked
+// after reading, when every operand is known to be in range.
+struct IntField {
+  const char* name;
+  int64_t lo, hi;
+};
+constexpr IntField kIntFields[] = {
+    {"hidden_size", 1, kMaxWidth},
+    {"num_hidden_layers", 1, kMaxCount},
+    {"num_attention_heads", 1, kMaxCount},
+    {"num_key_value_heads", 1, kMaxCount},
+    {"head_dim", 1, kMaxWidth},
+    {"vocab_size", 1, kMaxWidth},
+    {"intermediate_size", 0, kMaxWidth},  // 0: no dense MLP
+    {"moe_intermediate_size", 1, kMaxWidth},
+    {"shared_expert_intermediate_size", 1, kMaxWidth},
+    {"num_experts", 1, kMaxCount},
+    {"num_experts_per_tok", 1, kMaxCount},
+    {"max_position_embeddings", 1, kMaxPositions},
+    {"decoder_sparse_step", 1, kMaxCount},
+    {"mlp_only_layers", 0, kMaxCount},
+    {"sliding_window", 0, kMaxPositions},
+    {"bos_token_id", 0, kMaxWidth},
+    {"eos_token_id", 0, kMaxWidth},
+    {"pad_token_id", 0, kMaxWidth},
+    {"q_lora_rank", 0, kMaxWidth},  // 0: plain q_proj
+    {"kv_lora_rank", 1, kMaxWidth},
+    {"qk_nope_head_dim", 1, kMaxWidth},
+    {"qk_rope_head_dim", 2, kMaxWidth},
+    {"v_head_dim", 1, kMaxWidth},
+    {"n_shared_experts", 0, kMaxCount},
+    {"first_k_dense_replace", 0, kMaxCount},
+    {"moe_layer_freq", 1, kMaxCount},
+    {"n_group", 1, kMaxCount},
+    {"topk_group", 1, kMaxCount},
+    {"initial_context_length", 1, kMaxPositions},
+    {"rope_scaling.original_max_position_embeddings", 1, kMaxPositions},
+};
 
 // transformers' defaults for the fields we read (configuration_<family>.py).
 struct FamilyDefaults {
@@ -50,11 +92,11 @@ FamilyDefaults DefaultsFor(ModelFamily family) {
     // configuration_deepseek_v2.py / _v3.py; num_experts_per_tok is null
     // (a dense model) by default for v2, which ValidateModelConfig refuses.
     case ModelFamily::kDeepseekV2:
-      return {32000, 4096, 11008, 32, 32, 0, 2048, 1e-6,
-              1e4,   64,   0,     1407, 0, 1, {}, {2}};
+      return {32000, 4096, 11008, 32,   32, 0, 2048, 1e-6,
+              1e4,   64,   0,     1407, 0,  1, {},   {2}};
     case ModelFamily::kDeepseekV3:
-      return {129280, 7168, 18432, 61, 128, 0, 4096, 1e-6,
-              1e4,    256,  8,     2048, 0, 0, {}, {1}};
+      return {129280, 7168, 18432, 61,   128, 0, 4096, 1e-6,
+              1e4,    256,  8,     2048, 0,   0, {},   {1}};
     // configuration_gpt_oss.py (bos/eos/pad default to None).
     case ModelFamily::kGptOss:
       return {201088,   2880, 2880, 36, 64, 8,  131072, 1e-5,
@@ -64,6 +106,8 @@ FamilyDefaults DefaultsFor(ModelFamily family) {
   return {};
 }
 
+using config_internal::CheckIntField;
+using config_internal::CheckRange;
 using config_internal::FieldReader;
 
 void ReadRope(FieldReader& r, const json& j, double def_theta, ModelConfig* c) {
@@ -99,7 +143,7 @@ void ReadRope(FieldReader& r, const json& j, double def_theta, ModelConfig* c) {
 void ReadDeepseekFields(FieldReader& r, const FamilyDefaults& d,
                         ModelConfig* c) {
   const bool v3 = c->family == ModelFamily::kDeepseekV3;
-  c->num_experts = r.Int("n_routed_experts", d.num_experts);
+  c->num_experts = r.Int("n_routed_experts", d.num_experts, "num_experts");
   c->moe_intermediate_size =
       r.Int("moe_intermediate_size", d.moe_intermediate_size);
   c->n_shared_experts = r.IsExplicitNull("n_shared_experts")
@@ -113,8 +157,10 @@ void ReadDeepseekFields(FieldReader& r, const FamilyDefaults& d,
   c->routed_scaling_factor = r.Double("routed_scaling_factor", v3 ? 2.5 : 1.0);
   c->n_group = r.Int("n_group", v3 ? 8 : 1);
   c->topk_group = r.Int("topk_group", v3 ? 4 : 1);
-  const std::string scoring = r.String("scoring_func", v3 ? "sigmoid" : "softmax");
-  const std::string method = r.String("topk_method", v3 ? "noaux_tc" : "greedy");
+  const std::string scoring =
+      r.String("scoring_func", v3 ? "sigmoid" : "softmax");
+  const std::string method =
+      r.String("topk_method", v3 ? "noaux_tc" : "greedy");
   if (scoring == "softmax") {
     c->scoring_func = ScoringFunc::kSoftmax;
   } else if (scoring == "sigmoid") {
@@ -147,23 +193,15 @@ void ReadDeepseekFields(FieldReader& r, const FamilyDefaults& d,
   if (c->rope_scaling_type == "yarn") {
     const nlohmann::json* s = r.Find("rope_scaling");
     if (s == nullptr) s = r.Find("rope_parameters");
+    const char* obj = "rope_scaling";
     YarnConfig y;
-    auto num = [&](const char* key, double def) {
-      auto it = s->find(key);
-      if (it == s->end() || it->is_null()) return def;
-      if (!it->is_number()) {
-        r.Fail(absl::StrCat("rope_scaling.", key, " must be a number"));
-        return def;
-      }
-      return it->get<double>();
-    };
-    y.factor = num("factor", 1.0);
-    y.original_max_position_embeddings = static_cast<int64_t>(
-        num("original_max_position_embeddings", 4096));
-    y.beta_fast = num("beta_fast", 32);
-    y.beta_slow = num("beta_slow", 1);
-    y.mscale = num("mscale", 1);
-    y.mscale_all_dim = num("mscale_all_dim", 0);
+    y.factor = r.SubDouble(*s, obj, "factor", 1.0);
+    y.original_max_position_embeddings =
+        r.SubInt(*s, obj, "original_max_position_embeddings", 4096);
+    y.beta_fast = r.SubDouble(*s, obj, "beta_fast", 32);
+    y.beta_slow = r.SubDouble(*s, obj, "beta_slow", 1);
+    y.mscale = r.SubDouble(*s, obj, "mscale", 1);
+    y.mscale_all_dim = r.SubDouble(*s, obj, "mscale_all_dim", 0);
     c->yarn = y;
   }
 }
@@ -173,7 +211,8 @@ void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
   switch (c->family) {
     case ModelFamily::kMixtral:
       c->num_experts =
-          r.Int("num_local_experts", r.Int("num_experts", d.num_experts));
+          r.Int("num_local_experts", r.Int("num_experts", d.num_experts),
+                "num_experts");
       c->moe_intermediate_size = c->intermediate_size;
       c->norm_topk_prob = true;  // MixtralSparseMoeBlock always renormalises
       c->sliding_window = r.Int("sliding_window", 0);
@@ -182,7 +221,8 @@ void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
     case ModelFamily::kQwen3Moe: {
       bool qwen2 = c->family == ModelFamily::kQwen2Moe;
       c->num_experts =
-          r.Int("num_experts", r.Int("num_local_experts", d.num_experts));
+          r.Int("num_experts",
+                r.Int("num_local_experts", d.num_experts, "num_experts"));
       c->moe_intermediate_size =
           r.Int("moe_intermediate_size", d.moe_intermediate_size);
       c->norm_topk_prob = r.Bool("norm_topk_prob", false);
@@ -203,7 +243,8 @@ void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
     }
     case ModelFamily::kOlmoe:
       c->num_experts =
-          r.Int("num_experts", r.Int("num_local_experts", d.num_experts));
+          r.Int("num_experts",
+                r.Int("num_local_experts", d.num_experts, "num_experts"));
       c->moe_intermediate_size = c->intermediate_size;
       c->norm_topk_prob = r.Bool("norm_topk_prob", false);
       c->qkv_bias = c->o_bias = r.Bool("attention_bias", false);
@@ -218,20 +259,6 @@ void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
       config_internal::ReadGptOssFields(r, c);
       break;
   }
-}
-
-absl::Status CheckRange(const char* name, int64_t v, int64_t lo, int64_t hi) {
-  if (v < lo) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name,
-        lo == 1 ? " must be positive" : absl::StrCat(" must be at least ", lo),
-        ", got ", v));
-  }
-  if (v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " is ", v, ", more than the supported ", hi));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CheckTokenId(const char* name, int64_t id, int64_t vocab) {
@@ -253,6 +280,38 @@ bool UsesDenseIntermediate(const ModelConfig& c) {
 }
 
 }  // namespace
+
+namespace config_internal {
+
+IntBounds IntFieldBounds(absl::string_view field) {
+  for (const IntField& f : kIntFields) {
+    if (field == f.name) return {f.lo, f.hi};
+  }
+  MOE_CHECK(false) << "no bounds declared for config field " << field;
+  return {0, 0};
+}
+
+absl::Status CheckRange(absl::string_view name, int64_t v, int64_t lo,
+                        int64_t hi) {
+  if (v < lo) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name,
+        lo == 1 ? " must be positive" : absl::StrCat(" must be at least ", lo),
+        ", got ", v));
+  }
+  if (v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", v, ", more than the supported ", hi));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckIntField(absl::string_view field, int64_t v) {
+  const IntBounds b = IntFieldBounds(field);
+  return CheckRange(field, v, b.lo, b.hi);
+}
+
+}  // namespace config_internal
 
 absl::string_view ModelFamilyName(ModelFamily family) {
   switch (family) {
@@ -297,8 +356,8 @@ absl::string_view ModelFamilyArchitecture(ModelFamily family) {
 absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view model_type) {
   for (ModelFamily f :
        {ModelFamily::kMixtral, ModelFamily::kQwen2Moe, ModelFamily::kQwen3Moe,
-        ModelFamily::kOlmoe, ModelFamily::kDeepseekV2,
-        ModelFamily::kDeepseekV3, ModelFamily::kGptOss}) {
+        ModelFamily::kOlmoe, ModelFamily::kDeepseekV2, ModelFamily::kDeepseekV3,
+        ModelFamily::kGptOss}) {
     if (ModelFamilyName(f) == model_type) return f;
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -318,7 +377,10 @@ int ModelConfig::LayerOfMoeLayer(int moe_index) const {
   return moe_layers[moe_index];
 }
 
-absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
+namespace {
+
+absl::StatusOr<ModelConfig> Parse(absl::string_view text,
+                                  std::vector<std::string>* int_keys) {
   json j = json::parse(text.begin(), text.end(), nullptr,
                        /*allow_exceptions=*/false);
   if (j.is_discarded())
@@ -326,6 +388,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
   if (!j.is_object())
     return absl::InvalidArgumentError("config is not a JSON object");
   FieldReader r(j);
+  r.RecordIntKeysForTest(int_keys);
   if (!r.Has("model_type"))
     return absl::InvalidArgumentError("config has no \"model_type\"");
   std::string model_type = r.String("model_type", "");
@@ -387,30 +450,37 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
   return c;
 }
 
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
+  return Parse(text, nullptr);
+}
+
+std::vector<std::string> IntKeysReadForTest(absl::string_view text) {
+  std::vector<std::string> keys;
+  (void)Parse(text, &keys);
+  return keys;
+}
+
 namespace {
 
 absl::Status CheckSizes(const ModelConfig& c) {
-  RETURN_IF_ERROR(CheckRange("hidden_size", c.hidden_size, 1, kMaxWidth));
-  RETURN_IF_ERROR(
-      CheckRange("num_hidden_layers", c.num_hidden_layers, 1, kMaxCount));
-  RETURN_IF_ERROR(
-      CheckRange("num_attention_heads", c.num_attention_heads, 1, kMaxCount));
-  RETURN_IF_ERROR(
-      CheckRange("num_key_value_heads", c.num_key_value_heads, 1, kMaxCount));
-  RETURN_IF_ERROR(CheckRange("head_dim", c.head_dim, 1, kMaxWidth));
+  RETURN_IF_ERROR(CheckIntField("hidden_size", c.hidden_size));
+  RETURN_IF_ERROR(CheckIntField("num_hidden_layers", c.num_hidden_layers));
+  RETURN_IF_ERROR(CheckIntField("num_attention_heads", c.num_attention_heads));
+  RETURN_IF_ERROR(CheckIntField("num_key_value_heads", c.num_key_value_heads));
+  RETURN_IF_ERROR(CheckIntField("head_dim", c.head_dim));
   RETURN_IF_ERROR(CheckRange("num_attention_heads * head_dim",
                              c.num_attention_heads * c.head_dim, 1, kMaxWidth));
-  RETURN_IF_ERROR(CheckRange("vocab_size", c.vocab_size, 1, kMaxWidth));
-  RETURN_IF_ERROR(CheckRange("num_experts", c.num_experts, 1, kMaxCount));
-  RETURN_IF_ERROR(CheckRange("num_experts_per_tok", c.top_k, 1, kMaxCount));
-  RETURN_IF_ERROR(CheckRange("moe_intermediate_size", c.moe_intermediate_size,
-                             1, kMaxWidth));
-  RETURN_IF_ERROR(CheckRange("max_position_embeddings",
-                             c.max_position_embeddings, 1, int64_t{1} << 40));
+  RETURN_IF_ERROR(CheckIntField("vocab_size", c.vocab_size));
+  RETURN_IF_ERROR(CheckIntField("num_experts", c.num_experts));
+  RETURN_IF_ERROR(CheckIntField("num_experts_per_tok", c.top_k));
   RETURN_IF_ERROR(
-      CheckRange("decoder_sparse_step", c.decoder_sparse_step, 1, kMaxCount));
+      CheckIntField("moe_intermediate_size", c.moe_intermediate_size));
   RETURN_IF_ERROR(
-      CheckRange("sliding_window", c.sliding_window, 0, int64_t{1} << 40));
+      CheckIntField("max_position_embeddings", c.max_position_embeddings));
+  RETURN_IF_ERROR(CheckIntField("decoder_sparse_step", c.decoder_sparse_step));
+  RETURN_IF_ERROR(CheckIntField("sliding_window", c.sliding_window));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_attention_heads (", c.num_attention_heads,
@@ -445,28 +515,25 @@ absl::Status CheckSizes(const ModelConfig& c) {
 // MLA sizes and the router's groups (modeling_deepseek.py's assumptions).
 absl::Status CheckDeepseek(const ModelConfig& c) {
   const MlaConfig& m = c.mla;
-  RETURN_IF_ERROR(CheckRange("q_lora_rank", m.q_lora_rank, 0, kMaxWidth));
-  RETURN_IF_ERROR(CheckRange("kv_lora_rank", m.kv_lora_rank, 1, kMaxWidth));
+  RETURN_IF_ERROR(CheckIntField("q_lora_rank", m.q_lora_rank));
+  RETURN_IF_ERROR(CheckIntField("kv_lora_rank", m.kv_lora_rank));
+  RETURN_IF_ERROR(CheckIntField("qk_nope_head_dim", m.qk_nope_head_dim));
+  RETURN_IF_ERROR(CheckIntField("qk_rope_head_dim", m.qk_rope_head_dim));
+  RETURN_IF_ERROR(CheckIntField("v_head_dim", m.v_head_dim));
   RETURN_IF_ERROR(
-      CheckRange("qk_nope_head_dim", m.qk_nope_head_dim, 1, kMaxWidth));
-  RETURN_IF_ERROR(
-      CheckRange("qk_rope_head_dim", m.qk_rope_head_dim, 2, kMaxWidth));
-  RETURN_IF_ERROR(CheckRange("v_head_dim", m.v_head_dim, 1, kMaxWidth));
-  RETURN_IF_ERROR(CheckRange("num_attention_heads * (qk_nope_head_dim + "
-                             "v_head_dim)",
-                             c.num_attention_heads *
-                                 (m.qk_nope_head_dim + m.v_head_dim),
-                             1, kMaxWidth));
+      CheckRange("num_attention_heads * (qk_nope_head_dim + "
+                 "v_head_dim)",
+                 c.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim), 1,
+                 kMaxWidth));
   if (m.qk_rope_head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "qk_rope_head_dim must be even, got ", m.qk_rope_head_dim));
   }
+  RETURN_IF_ERROR(CheckIntField("n_shared_experts", c.n_shared_experts));
   RETURN_IF_ERROR(
-      CheckRange("n_shared_experts", c.n_shared_experts, 0, kMaxCount));
-  RETURN_IF_ERROR(CheckRange("first_k_dense_replace", c.first_k_dense_replace,
-                             0, kMaxCount));
-  RETURN_IF_ERROR(CheckRange("moe_layer_freq", c.moe_layer_freq, 1, kMaxCount));
-  RETURN_IF_ERROR(CheckRange("n_group", c.n_group, 1, kMaxCount));
+      CheckIntField("first_k_dense_replace", c.first_k_dense_replace));
+  RETURN_IF_ERROR(CheckIntField("moe_layer_freq", c.moe_layer_freq));
+  RETURN_IF_ERROR(CheckIntField("n_group", c.n_group));
   RETURN_IF_ERROR(CheckRange("topk_group", c.topk_group, 1, c.n_group));
   if (!(c.routed_scaling_factor > 0) ||
       !std::isfinite(c.routed_scaling_factor)) {
@@ -500,10 +567,10 @@ absl::Status CheckDeepseek(const ModelConfig& c) {
           "leave at least 2 experts per group");
     }
     if (c.top_k > c.topk_group * per_group) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "num_experts_per_tok (", c.top_k, ") exceeds the ",
-          c.topk_group * per_group, " experts of the topk_group (",
-          c.topk_group, ") groups chosen"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_experts_per_tok (", c.top_k, ") exceeds the ",
+                       c.topk_group * per_group, " experts of the topk_group (",
+                       c.topk_group, ") groups chosen"));
     }
   }
   if (c.yarn.has_value()) {
@@ -512,9 +579,9 @@ absl::Status CheckDeepseek(const ModelConfig& c) {
       return absl::InvalidArgumentError(
           "rope_scaling.factor must be a finite number >= 1");
     }
-    RETURN_IF_ERROR(CheckRange("rope_scaling.original_max_position_embeddings",
-                               y.original_max_position_embeddings, 1,
-                               int64_t{1} << 40));
+    RETURN_IF_ERROR(
+        CheckIntField("rope_scaling.original_max_position_embeddings",
+                      y.original_max_position_embeddings));
     if (!(y.beta_fast > 0) || !(y.beta_slow > 0) || !std::isfinite(y.mscale) ||
         !std::isfinite(y.mscale_all_dim)) {
       return absl::InvalidArgumentError(
@@ -530,10 +597,9 @@ absl::Status CheckDeepseek(const ModelConfig& c) {
 absl::Status AssignMoeLayers(ModelConfig& c) {
   c.moe_layer.assign(c.num_hidden_layers, false);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    c.moe_layer[i] = c.is_deepseek()
-                         ? i >= c.first_k_dense_replace &&
-                               i % c.moe_layer_freq == 0
-                         : (i + 1) % c.decoder_sparse_step == 0;
+    c.moe_layer[i] = c.is_deepseek() ? i >= c.first_k_dense_replace &&
+                                           i % c.moe_layer_freq == 0
+                                     : (i + 1) % c.decoder_sparse_step == 0;
   }
   for (int64_t layer : c.mlp_only_layers) {
     if (layer < 0 || layer >= c.num_hidden_layers) {
@@ -557,16 +623,14 @@ absl::Status AssignMoeLayers(ModelConfig& c) {
 }
 
 absl::Status CheckMlpAndTokens(const ModelConfig& c) {
-  RETURN_IF_ERROR(
-      CheckRange("intermediate_size", c.intermediate_size, 0, kMaxWidth));
+  RETURN_IF_ERROR(CheckIntField("intermediate_size", c.intermediate_size));
   if (UsesDenseIntermediate(c)) {
     RETURN_IF_ERROR(
         CheckRange("intermediate_size", c.intermediate_size, 1, kMaxWidth));
   }
   if (c.has_shared_expert()) {
-    RETURN_IF_ERROR(CheckRange("shared_expert_intermediate_size",
-                               c.shared_expert_intermediate_size, 1,
-                               kMaxWidth));
+    RETURN_IF_ERROR(CheckIntField("shared_expert_intermediate_size",
+                                  c.shared_expert_intermediate_size));
   }
   if (c.bos_token_id) {
     RETURN_IF_ERROR(
@@ -652,15 +716,14 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["rope_scaling"] = nullptr;
   if (c.yarn.has_value()) {
     const YarnConfig& y = *c.yarn;
-    j["rope_scaling"] = {
-        {"type", "yarn"},
-        {"factor", y.factor},
-        {"original_max_position_embeddings",
-         y.original_max_position_embeddings},
-        {"beta_fast", y.beta_fast},
-        {"beta_slow", y.beta_slow},
-        {"mscale", y.mscale},
-        {"mscale_all_dim", y.mscale_all_dim}};
+    j["rope_scaling"] = {{"type", "yarn"},
+                         {"factor", y.factor},
+                         {"original_max_position_embeddings",
+                          y.original_max_position_embeddings},
+                         {"beta_fast", y.beta_fast},
+                         {"beta_slow", y.beta_slow},
+                         {"mscale", y.mscale},
+                         {"mscale_all_dim", y.mscale_all_dim}};
   }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["num_experts_per_tok"] = c.top_k;

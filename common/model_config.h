@@ -5,7 +5,8 @@
 // Field names and defaults follow transformers' configuration_<family>.py:
 // a field missing from config.json (or null) takes that family's default.
 // ParseModelConfig validates every size so that later code can multiply
-// them without checks: all positive, within sane limits, heads divisible by
+// them without checks (every integer is range-checked as it is read, before
+// any arithmetic on it): all positive, within sane limits, heads divisible by
 // kv heads, top_k <= num_experts, at least one MoE layer, token ids inside
 // the vocabulary. Errors are INVALID_ARGUMENT naming the field.
 #ifndef MOECACHE_COMMON_MODEL_CONFIG_H_
@@ -54,6 +55,8 @@ struct MlaConfig {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
+  // REQUIRES: both parts range-checked (ParseModelConfig checks each field
+  // as it reads it, before it derives head_dim from this sum).
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
@@ -209,6 +212,10 @@ struct ModelConfig {
 
 // Parses config.json text. Unknown `model_type` is refused by name.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json);
+
+// Test seam: the config.json keys whose integers ParseModelConfig(json)
+// reads (given in the file or not), in reading order.
+std::vector<std::string> IntKeysReadForTest(absl::string_view json);
 
 // Reads and parses `dir`/config.json; errors are prefixed with the path.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);

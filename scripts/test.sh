@@ -2,17 +2,24 @@
 # Installs what is missing, builds everything and runs every test.
 #   scripts/test.sh              all tests (CUDA module too where nvcc exists)
 #   scripts/test.sh --sanitize   the same suite under ASan+UBSan (no CUDA module)
-#   scripts/test.sh --long       also the long variants (soak, long fuzzing)
+#   scripts/test.sh --quick      only the tests labelled "quick" (parsers,
+#                                fuzzers, malformed input, the services' input
+#                                handling, concurrency, faults); CI runs
+#                                `--sanitize --quick` after the full suite
+#   scripts/test.sh --long       also the long variants (soak, fuzzing for a
+#                                time budget from fresh seeds)
 # Exit code: 0 only if the build and every test passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=0
+quick=0
 for arg in "$@"; do
   case "$arg" in
     --sanitize) sanitize=1 ;;
+    --quick) quick=1 ;;
     --long) export MOE_LONG_TESTS=1 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown flag $arg" >&2; exit 2 ;;
   esac
 done
@@ -31,5 +38,10 @@ fi
 
 jobs=$(nproc)
 cmake -S . -B "$build" "${cmake_flags[@]}"
-cmake --build "$build" -j"$jobs"
-ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 900
+if [ "$quick" = 1 ]; then
+  cmake --build "$build" -j"$jobs" --target quick_tests
+  ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 900 -L quick
+else
+  cmake --build "$build" -j"$jobs"
+  ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 900
+fi

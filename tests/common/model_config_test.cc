@@ -1,10 +1,13 @@
 #include "common/model_config.h"
 
+#include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/common/test_util.h"
 
 namespace moe {
@@ -333,6 +336,67 @@ TEST(ModelConfigTest, LoadNamesThePath) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'gpt2'"));
   moe::testing::WriteText(dir.Sub("config.json"), kOlmoe1B7B);
   EXPECT_TRUE(LoadModelConfig(dir.path()).ok());
+}
+
+// Issue 31: every integer a config.json sets is range-checked before any
+// arithmetic uses it. For each family's valid corpus config and every key
+// the parser reads as an integer, 2^63-1, -1 and 1e30 must give an error
+// naming that key (under UBSan: no overflow on the way there).
+TEST(ModelConfigTest, AbsurdIntegersAreRefusedByNameInEveryFamily) {
+  const std::string dir = std::string(MOE_SOURCE_DIR) + "/tests/fuzz/corpus/config";
+  int families = 0, cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("valid_", 0) != 0) continue;
+    const std::string text = moe::testing::ReadText(entry.path().string());
+    ASSERT_TRUE(ParseModelConfig(text).ok()) << name;
+    ++families;
+    const std::vector<std::string> keys = IntKeysReadForTest(text);
+    EXPECT_GE(keys.size(), 8u) << name;
+    for (const std::string& key : keys) {
+      for (const char* bad : {"9223372036854775807", "-1", "1e30",
+                              "18446744073709551615"}) {
+        nlohmann::json j = nlohmann::json::parse(text);
+        j[key] = nlohmann::json::parse(bad);
+        auto c = ParseModelConfig(j.dump());
+        ASSERT_FALSE(c.ok()) << name << ": " << key << " = " << bad;
+        EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(c.status().message()), HasSubstr(key))
+            << name << ": " << key << " = " << bad;
+        ++cases;
+      }
+    }
+  }
+  EXPECT_GE(families, 7);
+  EXPECT_GE(cases, 7 * 8 * 4);
+}
+
+// The regression input of issue 31: qk_nope_head_dim + qk_rope_head_dim
+// overflowed int64 before the range check ran.
+TEST(ModelConfigTest, DeepseekHeadDimSumIsCheckedBeforeItIsComputed) {
+  const std::string dir = std::string(MOE_SOURCE_DIR) + "/tests/fuzz/corpus/config";
+  nlohmann::json j = nlohmann::json::parse(
+      moe::testing::ReadText(dir + "/valid_deepseek_v3.json"));
+  j["qk_nope_head_dim"] = INT64_MAX;
+  j["qk_rope_head_dim"] = 8;
+  auto c = ParseModelConfig(j.dump());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("qk_nope_head_dim is 9223372036854775807, more than "
+                        "the supported"));
+  // A nested integer written as a double is checked before its conversion.
+  for (const char* fam : {"valid_deepseek_v2.json", "valid_gpt_oss.json"}) {
+    nlohmann::json y = nlohmann::json::parse(moe::testing::ReadText(dir + "/" + fam));
+    for (double bad : {1e30, -1.0, 0.5}) {
+      y["rope_scaling"]["original_max_position_embeddings"] = bad;
+      auto r = ParseModelConfig(y.dump());
+      ASSERT_FALSE(r.ok()) << fam << " " << bad;
+      EXPECT_THAT(std::string(r.status().message()),
+                  HasSubstr("rope_scaling.original_max_position_embeddings"));
+    }
+    y["rope_scaling"]["original_max_position_embeddings"] = 64.0;
+    EXPECT_TRUE(ParseModelConfig(y.dump()).ok()) << fam;
+  }
 }
 
 }  // namespace

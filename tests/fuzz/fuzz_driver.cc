@@ -1,15 +1,23 @@
 // A standalone driver for the LLVMFuzzerTestOneInput targets, used when the
 // build has no libFuzzer (g++). It runs every seed file once, then mutates
 // seeds with a seeded RNG (bit flips, interesting bytes, JSON-aware number
-// and string swaps, header-length edits, splices, truncation) until the time
-// bound, and reports how many inputs it tried.
+// and string swaps, header-length edits, splices, truncation) and reports
+// how many inputs it tried.
 //
-//   fuzz_safetensors --seconds 10 [--long-seconds 120] [--seed N]
-//                    [--max-len BYTES] CORPUS_DIR...
+//   fuzz_config --runs 20000 [--seed N] [--long-seconds 120]
+//               [--max-len BYTES] CORPUS_DIR...
+//   fuzz_config --seconds 60 [--seed N] CORPUS_DIR...
 //
-// With MOE_LONG_TESTS=1 in the environment --long-seconds is used instead of
-// --seconds. On a crash the input is written to fuzz-crash-<pid> in the
-// current directory (or $MOE_FUZZ_ARTIFACT_DIR) before the process dies.
+// --runs N tries exactly N mutated inputs: with the same seed, the same
+// inputs on every machine however slow or busy it is (the default suite).
+// With MOE_LONG_TESTS=1 in the environment, --long-seconds M fuzzes for M
+// seconds instead, from a fresh seed (printed first; MOE_FUZZ_SEED=S fixes
+// it). --seconds N is a time budget with the given seed.
+//
+// On a crash the input is written to fuzz-crash-<pid> in the current
+// directory (or $MOE_FUZZ_ARTIFACT_DIR) and the seed and input number are
+// printed, before the process dies; rerun with --seed S --runs K+1 to get
+// the same input again.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -31,9 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
 
-// The input being run, for the crash handler.
+// The input being run, its number and the seed, for the crash handler.
 const std::string* g_current = nullptr;
 char g_crash_path[512];
+char g_crash_note[128];
 
 void OnCrash(int sig) {
   if (g_current != nullptr) {
@@ -48,7 +57,8 @@ void OnCrash(int sig) {
     ssize_t u2 =
         ::write(STDERR_FILENO, g_crash_path, std::strlen(g_crash_path));
     ssize_t u3 = ::write(STDERR_FILENO, "\n", 1);
-    (void)u1, (void)u2, (void)u3;
+    ssize_t u4 = ::write(STDERR_FILENO, g_crash_note, std::strlen(g_crash_note));
+    (void)u1, (void)u2, (void)u3, (void)u4;
   }
   ::signal(sig, SIG_DFL);
   ::raise(sig);
@@ -211,80 +221,113 @@ void RunOne(const std::string& input) {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: fuzz_driver --seconds N [--long-seconds M] [--seed S] "
-               "[--max-len B] "
-               "CORPUS_DIR...\n");
+               "usage: fuzz_driver (--runs N | --seconds S) [--long-seconds M] "
+               "[--seed S] [--max-len B] CORPUS_DIR...\n");
   return 2;
+}
+
+struct Options {
+  uint64_t runs = 0;     // > 0: exactly this many mutated inputs
+  double seconds = 0;    // > 0 and runs == 0: a time budget
+  double long_seconds = 0;
+  uint64_t seed = 1;
+  size_t max_len = 1 << 16;
+  std::vector<std::string> dirs;
+};
+
+bool ParseArgs(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (a == "--runs" && v) {
+      o.runs = std::strtoull(v, nullptr, 10);
+    } else if (a == "--seconds" && v) {
+      o.seconds = std::atof(v);
+    } else if (a == "--long-seconds" && v) {
+      o.long_seconds = std::atof(v);
+    } else if (a == "--seed" && v) {
+      o.seed = std::strtoull(v, nullptr, 10);
+    } else if (a == "--max-len" && v) {
+      o.max_len = std::strtoull(v, nullptr, 10);
+    } else if (!a.empty() && a[0] != '-') {
+      o.dirs.push_back(a);
+      continue;
+    } else {
+      return false;
+    }
+    ++i;
+  }
+  // MOE_LONG_TESTS: a time budget from a fresh seed instead of fixed runs.
+  const char* long_env = std::getenv("MOE_LONG_TESTS");
+  if (long_env != nullptr && std::strcmp(long_env, "1") == 0 &&
+      o.long_seconds > 0) {
+    o.runs = 0;
+    o.seconds = o.long_seconds;
+    const char* fixed = std::getenv("MOE_FUZZ_SEED");
+    o.seed = fixed != nullptr
+                 ? std::strtoull(fixed, nullptr, 10)
+                 : static_cast<uint64_t>(
+                       std::chrono::system_clock::now().time_since_epoch()
+                           .count()) ^
+                       (static_cast<uint64_t>(::getpid()) << 32);
+  }
+  return !o.dirs.empty() && (o.runs > 0 || o.seconds > 0);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  double seconds = 10, long_seconds = -1;
-  uint64_t seed = 1;
-  size_t max_len = 1 << 16;
-  std::vector<std::string> dirs;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      return i + 1 < argc ? argv[++i] : nullptr;
-    };
-    const char* v = nullptr;
-    if (a == "--seconds" && (v = value())) {
-      seconds = std::atof(v);
-    } else if (a == "--long-seconds" && (v = value())) {
-      long_seconds = std::atof(v);
-    } else if (a == "--seed" && (v = value())) {
-      seed = std::strtoull(v, nullptr, 10);
-    } else if (a == "--max-len" && (v = value())) {
-      max_len = std::strtoull(v, nullptr, 10);
-    } else if (!a.empty() && a[0] != '-') {
-      dirs.push_back(a);
-    } else {
-      return Usage();
-    }
-  }
-  if (dirs.empty()) return Usage();
-  const char* long_env = std::getenv("MOE_LONG_TESTS");
-  if (long_env != nullptr && std::strcmp(long_env, "1") == 0 &&
-      long_seconds > 0) {
-    seconds = long_seconds;
-  }
+  Options o;
+  if (!ParseArgs(argc, argv, o)) return Usage();
   const char* art = std::getenv("MOE_FUZZ_ARTIFACT_DIR");
   std::snprintf(g_crash_path, sizeof(g_crash_path), "%s/fuzz-crash-%d",
                 art ? art : ".", static_cast<int>(::getpid()));
   for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL})
     ::signal(sig, OnCrash);
 
-  std::vector<std::string> seeds = LoadSeeds(dirs);
+  std::vector<std::string> seeds = LoadSeeds(o.dirs);
   if (seeds.empty()) {
     std::fprintf(stderr,
                  "fuzz_driver: no seed files under the given directories\n");
     return 2;
   }
+  std::printf("fuzz_driver: seed %llu, %s\n",
+              static_cast<unsigned long long>(o.seed),
+              o.runs > 0 ? "fixed runs" : "time budget");
+  std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
-  for (const std::string& s : seeds) RunOne(s);
-  Rng rng(seed);
-  uint64_t tried = seeds.size();
+  for (size_t k = 0; k < seeds.size(); ++k) {
+    std::snprintf(g_crash_note, sizeof(g_crash_note),
+                  "fuzz_driver: crashed on seed file %zu (sorted)\n", k);
+    RunOne(seeds[k]);
+  }
+  Rng rng(o.seed);
+  uint64_t tried = 0;
   std::string input;
-  while (true) {
-    // Check the clock every 64 inputs; inputs are small and fast.
-    if (tried % 64 == 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                .count() >= seconds) {
-      break;
-    }
+  while (o.runs > 0 ? tried < o.runs
+                    // Check the clock every 64 inputs; they are small.
+                    : (tried % 64 != 0 ||
+                       std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                               .count() < o.seconds)) {
     input = seeds[rng.Below(seeds.size())];
     for (size_t k = 1 + rng.Below(4); k > 0; --k)
-      Mutate(input, seeds, rng, max_len);
-    RunOne(input);
+      Mutate(input, seeds, rng, o.max_len);
     ++tried;
+    std::snprintf(g_crash_note, sizeof(g_crash_note),
+                  "fuzz_driver: seed %llu, input %llu (rerun with --seed %llu "
+                  "--runs %llu)\n",
+                  static_cast<unsigned long long>(o.seed),
+                  static_cast<unsigned long long>(tried),
+                  static_cast<unsigned long long>(o.seed),
+                  static_cast<unsigned long long>(tried));
+    RunOne(input);
   }
   double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  std::printf("fuzz_driver: %llu inputs (%zu seeds) in %.1f s, seed %llu\n",
+  std::printf("fuzz_driver: %llu inputs (+%zu seeds) in %.1f s, seed %llu\n",
               static_cast<unsigned long long>(tried), seeds.size(), took,
-              static_cast<unsigned long long>(seed));
+              static_cast<unsigned long long>(o.seed));
   return 0;
 }

@@ -191,6 +191,15 @@ def config_cases():
          "multiples of 32"),
         ("gpt_oss_zero_swiglu_limit", dict(base["gpt_oss"], swiglu_limit=0),
          "swiglu_limit must be positive"),
+        # Issue 31: summed into head_dim before any range check (UB).
+        ("deepseek_qk_nope_overflow", dict(base["deepseek_v3"], qk_nope_head_dim=2**63 - 1),
+         "qk_nope_head_dim is 9223372036854775807, more than the supported"),
+        ("deepseek_yarn_huge_original",
+         dict(base["deepseek_v2"], rope_scaling=dict(base["deepseek_v2"]["rope_scaling"],
+                                                     original_max_position_embeddings=1e30)),
+         "rope_scaling.original_max_position_embeddings must be an integer in"),
+        ("mixtral_negative_experts", dict(m, num_local_experts=-1),
+         "num_experts must be positive, got -1 (config key num_local_experts)"),
     ]
     for name, cfg, msg in cases:
         put("config/bad_%s.json" % name, json.dumps(cfg, indent=1), msg)
