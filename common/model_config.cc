@@ -60,51 +60,9 @@ constexpr IntField kIntFields[] = {
     {"n_group", 1, kMaxCount},
     {"topk_group", 1, kMaxCount},
     {"initial_context_length", 1, kMaxPositions},
+    {"num_nextn_predict_layers", 0, kMaxCount},
     {"rope_scaling.original_max_position_embeddings", 1, kMaxPositions},
 };
-
-// transformers' defaults for the fields we read (configuration_<family>.py).
-struct FamilyDefaults {
-  int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers;
-  int64_t num_attention_heads, num_key_value_heads;  // 0: = heads
-  int64_t max_position_embeddings;
-  double rms_norm_eps, rope_theta;
-  int64_t num_experts, top_k, moe_intermediate_size,
-      shared_expert_intermediate_size;
-  std::optional<int64_t> bos, pad;
-  std::vector<int64_t> eos;
-};
-
-FamilyDefaults DefaultsFor(ModelFamily family) {
-  switch (family) {
-    case ModelFamily::kMixtral:
-      return {32000, 4096, 14336, 32, 32, 8, 4096 * 32, 1e-5,
-              1e6,   8,    2,     0,  0,  1, {},        {2}};
-    case ModelFamily::kQwen2Moe:
-      return {151936, 2048, 5632, 24,   16,   16, 32768, 1e-6,
-              1e4,    60,   4,    1408, 5632, {}, {},    {}};
-    case ModelFamily::kQwen3Moe:
-      return {151936, 2048, 6144, 24,  32, 4,  32768, 1e-6,
-              1e4,    128,  8,    768, 0,  {}, {},    {}};
-    case ModelFamily::kOlmoe:
-      return {50304, 2048, 2048, 16, 16, 0,  4096, 1e-5,
-              1e4,   64,   8,    0,  0,  {}, 1,    {50279}};
-    // configuration_deepseek_v2.py / _v3.py; num_experts_per_tok is null
-    // (a dense model) by default for v2, which ValidateModelConfig refuses.
-    case ModelFamily::kDeepseekV2:
-      return {32000, 4096, 11008, 32,   32, 0, 2048, 1e-6,
-              1e4,   64,   0,     1407, 0,  1, {},   {2}};
-    case ModelFamily::kDeepseekV3:
-      return {129280, 7168, 18432, 61,   128, 0, 4096, 1e-6,
-              1e4,    256,  8,     2048, 0,   0, {},   {1}};
-    // configuration_gpt_oss.py (bos/eos/pad default to None).
-    case ModelFamily::kGptOss:
-      return {201088,   2880, 2880, 36, 64, 8,  131072, 1e-5,
-              150000.0, 128,  4,    0,  0,  {}, {},     {}};
-  }
-  MOE_CHECK(false) << "unreachable";
-  return {};
-}
 
 using config_internal::CheckIntField;
 using config_internal::CheckRange;
@@ -136,6 +94,36 @@ void ReadRope(FieldReader& r, const json& j, double def_theta, ModelConfig* c) {
   }
 }
 
+// The scored router's defaults: configuration_deepseek_v2.py, _v3.py and
+// configuration_glm4_moe.py.
+struct ScoredRouterDefaults {
+  int64_t n_shared_experts, first_k_dense_replace;
+  bool norm_topk_prob;
+  double routed_scaling_factor;
+  int64_t n_group, topk_group;
+};
+
+// The fields of a scored, group-limited router with shared experts
+// (DeepSeek's layout, shared by glm4_moe).
+void ReadScoredRouterFields(FieldReader& r, const FamilyDefaults& d,
+                            const ScoredRouterDefaults& s, ModelConfig* c) {
+  c->num_experts = r.Int("n_routed_experts", d.num_experts, "num_experts");
+  c->moe_intermediate_size =
+      r.Int("moe_intermediate_size", d.moe_intermediate_size);
+  c->n_shared_experts = r.IsExplicitNull("n_shared_experts")
+                            ? 0
+                            : r.Int("n_shared_experts", s.n_shared_experts);
+  c->shared_expert_intermediate_size =
+      c->moe_intermediate_size * c->n_shared_experts;
+  c->first_k_dense_replace =
+      r.Int("first_k_dense_replace", s.first_k_dense_replace);
+  c->norm_topk_prob = r.Bool("norm_topk_prob", s.norm_topk_prob);
+  c->routed_scaling_factor =
+      r.Double("routed_scaling_factor", s.routed_scaling_factor);
+  c->n_group = r.Int("n_group", s.n_group);
+  c->topk_group = r.Int("topk_group", s.topk_group);
+}
+
 // deepseek_v2 / deepseek_v3: the fields of configuration_deepseek_v2.py and
 // configuration_deepseek_v3.py (transformers), plus those only DeepSeek's own
 // modeling_deepseek.py reads (moe_layer_freq, scoring_func, topk_method for
@@ -143,20 +131,11 @@ void ReadRope(FieldReader& r, const json& j, double def_theta, ModelConfig* c) {
 void ReadDeepseekFields(FieldReader& r, const FamilyDefaults& d,
                         ModelConfig* c) {
   const bool v3 = c->family == ModelFamily::kDeepseekV3;
-  c->num_experts = r.Int("n_routed_experts", d.num_experts, "num_experts");
-  c->moe_intermediate_size =
-      r.Int("moe_intermediate_size", d.moe_intermediate_size);
-  c->n_shared_experts = r.IsExplicitNull("n_shared_experts")
-                            ? 0
-                            : r.Int("n_shared_experts", v3 ? 1 : 2);
-  c->shared_expert_intermediate_size =
-      c->moe_intermediate_size * c->n_shared_experts;
-  c->first_k_dense_replace = r.Int("first_k_dense_replace", v3 ? 3 : 0);
+  ReadScoredRouterFields(r, d,
+                         v3 ? ScoredRouterDefaults{1, 3, true, 2.5, 8, 4}
+                            : ScoredRouterDefaults{2, 0, false, 1.0, 1, 1},
+                         c);
   c->moe_layer_freq = r.Int("moe_layer_freq", 1);
-  c->norm_topk_prob = r.Bool("norm_topk_prob", v3);
-  c->routed_scaling_factor = r.Double("routed_scaling_factor", v3 ? 2.5 : 1.0);
-  c->n_group = r.Int("n_group", v3 ? 8 : 1);
-  c->topk_group = r.Int("topk_group", v3 ? 4 : 1);
   const std::string scoring =
       r.String("scoring_func", v3 ? "sigmoid" : "softmax");
   const std::string method =
@@ -203,6 +182,24 @@ void ReadDeepseekFields(FieldReader& r, const FamilyDefaults& d,
     y.mscale = r.SubDouble(*s, obj, "mscale", 1);
     y.mscale_all_dim = r.SubDouble(*s, obj, "mscale_all_dim", 0);
     c->yarn = y;
+  }
+}
+
+// glm4_moe: configuration_glm4_moe.py. DeepSeek-V3's router (sigmoid,
+// e_score_correction_bias, groups) with grouped-query attention: q/k/v
+// biases (attention_bias), optional per-head q/k RMSNorm (use_qk_norm) and
+// rope over the first head_dim * partial_rotary_factor values.
+void ReadGlmFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
+  ReadScoredRouterFields(r, d, {1, 1, true, 1.0, 1, 1}, c);
+  c->scoring_func = ScoringFunc::kSigmoid;
+  c->topk_method = TopkMethod::kNoauxTc;
+  c->qkv_bias = r.Bool("attention_bias", false);
+  if (r.Bool("use_qk_norm", false)) c->qk_norm = QkNorm::kPerHead;
+  c->partial_rotary_factor = r.Double("partial_rotary_factor", 0.5);
+  c->num_nextn_predict_layers = r.Int("num_nextn_predict_layers", 0);
+  if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1)) {
+    r.Fail(absl::StrCat("partial_rotary_factor must be in (0, 1], got ",
+                        c->partial_rotary_factor));
   }
 }
 
@@ -257,6 +254,9 @@ void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
       break;
     case ModelFamily::kGptOss:
       config_internal::ReadGptOssFields(r, c);
+      break;
+    case ModelFamily::kGlm4Moe:
+      ReadGlmFields(r, d, c);
       break;
   }
 }
@@ -313,59 +313,6 @@ absl::Status CheckIntField(absl::string_view field, int64_t v) {
 
 }  // namespace config_internal
 
-absl::string_view ModelFamilyName(ModelFamily family) {
-  switch (family) {
-    case ModelFamily::kMixtral:
-      return "mixtral";
-    case ModelFamily::kQwen2Moe:
-      return "qwen2_moe";
-    case ModelFamily::kQwen3Moe:
-      return "qwen3_moe";
-    case ModelFamily::kOlmoe:
-      return "olmoe";
-    case ModelFamily::kDeepseekV2:
-      return "deepseek_v2";
-    case ModelFamily::kDeepseekV3:
-      return "deepseek_v3";
-    case ModelFamily::kGptOss:
-      return "gpt_oss";
-  }
-  return "?";
-}
-
-absl::string_view ModelFamilyArchitecture(ModelFamily family) {
-  switch (family) {
-    case ModelFamily::kMixtral:
-      return "MixtralForCausalLM";
-    case ModelFamily::kQwen2Moe:
-      return "Qwen2MoeForCausalLM";
-    case ModelFamily::kQwen3Moe:
-      return "Qwen3MoeForCausalLM";
-    case ModelFamily::kOlmoe:
-      return "OlmoeForCausalLM";
-    case ModelFamily::kDeepseekV2:
-      return "DeepseekV2ForCausalLM";
-    case ModelFamily::kDeepseekV3:
-      return "DeepseekV3ForCausalLM";
-    case ModelFamily::kGptOss:
-      return "GptOssForCausalLM";
-  }
-  return "?";
-}
-
-absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view model_type) {
-  for (ModelFamily f :
-       {ModelFamily::kMixtral, ModelFamily::kQwen2Moe, ModelFamily::kQwen3Moe,
-        ModelFamily::kOlmoe, ModelFamily::kDeepseekV2, ModelFamily::kDeepseekV3,
-        ModelFamily::kGptOss}) {
-    if (ModelFamilyName(f) == model_type) return f;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported model_type '", std::string(model_type),
-      "' (supported: mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
-      "deepseek_v3, gpt_oss)"));
-}
-
 int ModelConfig::MoeLayerIndex(int layer) const {
   if (layer < 0 || layer >= static_cast<int>(moe_layer_index.size())) return -1;
   return moe_layer_index[layer];
@@ -395,7 +342,7 @@ absl::StatusOr<ModelConfig> Parse(absl::string_view text,
   RETURN_IF_ERROR(r.status());
   ModelConfig c;
   ASSIGN_OR_RETURN(c.family, ParseModelFamily(model_type));
-  const FamilyDefaults d = DefaultsFor(c.family);
+  const FamilyDefaults& d = c.traits().defaults;
 
   if (const json* arch = r.Find("architectures"); arch != nullptr) {
     if (!arch->is_array())
@@ -442,6 +389,13 @@ absl::StatusOr<ModelConfig> Parse(absl::string_view text,
     r.Fail(absl::StrCat("hidden_act '", act, "' is not supported (only silu)"));
   ReadRope(r, j, d.rope_theta, &c);
   ReadFamilyFields(r, d, &c);
+  // int(head_dim * partial_rotary_factor), as transformers' rope init (the
+  // factor is 1 but for glm4_moe; head_dim is final only now, DeepSeek's
+  // reader derives it).
+  if (r.status().ok()) {
+    c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) *
+                                        c.partial_rotary_factor);
+  }
   RETURN_IF_ERROR(r.status());
   if (!c.is_gpt_oss()) {  // gpt_oss reads its own ("mxfp4")
     ASSIGN_OR_RETURN(c.fp8, ParseQuantizationConfig(j));
@@ -512,8 +466,8 @@ absl::Status CheckSizes(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// MLA sizes and the router's groups (modeling_deepseek.py's assumptions).
-absl::Status CheckDeepseek(const ModelConfig& c) {
+// MLA sizes (modeling_deepseek.py's assumptions).
+absl::Status CheckMla(const ModelConfig& c) {
   const MlaConfig& m = c.mla;
   RETURN_IF_ERROR(CheckIntField("q_lora_rank", m.q_lora_rank));
   RETURN_IF_ERROR(CheckIntField("kv_lora_rank", m.kv_lora_rank));
@@ -529,6 +483,22 @@ absl::Status CheckDeepseek(const ModelConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "qk_rope_head_dim must be even, got ", m.qk_rope_head_dim));
   }
+  return absl::OkStatus();
+}
+
+// Partial rotary (glm4_moe): rope pairs within the first rotary_dim values.
+absl::Status CheckRotary(const ModelConfig& c) {
+  if (c.rotary_dim < 2 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim * partial_rotary_factor must be even and in [2, head_dim ",
+        c.head_dim, "], got ", c.rotary_dim));
+  }
+  return absl::OkStatus();
+}
+
+// The scored router's groups and its shared experts (modeling_deepseek.py's
+// and modeling_glm4_moe.py's assumptions).
+absl::Status CheckScoredRouter(const ModelConfig& c) {
   RETURN_IF_ERROR(CheckIntField("n_shared_experts", c.n_shared_experts));
   RETURN_IF_ERROR(
       CheckIntField("first_k_dense_replace", c.first_k_dense_replace));
@@ -540,8 +510,9 @@ absl::Status CheckDeepseek(const ModelConfig& c) {
     return absl::InvalidArgumentError(
         "routed_scaling_factor must be a positive finite number");
   }
-  const bool v3 = c.family == ModelFamily::kDeepseekV3;
-  // The combinations DeepSeek's modeling code implements.
+  const bool v3 = c.family != ModelFamily::kDeepseekV2;
+  // The combinations DeepSeek's modeling code implements (glm4_moe routes
+  // as deepseek_v3 does).
   if (v3 && (c.scoring_func != ScoringFunc::kSigmoid ||
              c.topk_method != TopkMethod::kNoauxTc)) {
     return absl::InvalidArgumentError(
@@ -597,7 +568,7 @@ absl::Status CheckDeepseek(const ModelConfig& c) {
 absl::Status AssignMoeLayers(ModelConfig& c) {
   c.moe_layer.assign(c.num_hidden_layers, false);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    c.moe_layer[i] = c.is_deepseek() ? i >= c.first_k_dense_replace &&
+    c.moe_layer[i] = c.has_scored_router() ? i >= c.first_k_dense_replace &&
                                            i % c.moe_layer_freq == 0
                                      : (i + 1) % c.decoder_sparse_step == 0;
   }
@@ -646,7 +617,11 @@ absl::Status CheckMlpAndTokens(const ModelConfig& c) {
 
 absl::Status ValidateModelConfig(ModelConfig* config) {
   RETURN_IF_ERROR(CheckSizes(*config));
-  if (config->is_deepseek()) RETURN_IF_ERROR(CheckDeepseek(*config));
+  if (config->is_mla()) RETURN_IF_ERROR(CheckMla(*config));
+  if (config->has_scored_router()) {
+    RETURN_IF_ERROR(CheckScoredRouter(*config));
+  }
+  if (config->has_partial_rotary()) RETURN_IF_ERROR(CheckRotary(*config));
   if (config->is_gpt_oss()) {
     RETURN_IF_ERROR(config_internal::CheckGptOss(*config));
   }
@@ -667,22 +642,35 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
 
 namespace {
 
-void DeepseekFieldsToJson(const ModelConfig& c, nlohmann::ordered_json& j) {
-  static constexpr const char* kMethods[] = {"greedy", "group_limited_greedy",
-                                             "noaux_tc"};
+void ScoredRouterFieldsToJson(const ModelConfig& c,
+                              nlohmann::ordered_json& j) {
   j["n_routed_experts"] = c.num_experts;
   j["n_shared_experts"] =
       c.n_shared_experts > 0 ? json(c.n_shared_experts) : json(nullptr);
   j["moe_intermediate_size"] = c.moe_intermediate_size;
   j["first_k_dense_replace"] = c.first_k_dense_replace;
-  j["moe_layer_freq"] = c.moe_layer_freq;
   j["norm_topk_prob"] = c.norm_topk_prob;
   j["routed_scaling_factor"] = c.routed_scaling_factor;
+  j["n_group"] = c.n_group;
+  j["topk_group"] = c.topk_group;
+}
+
+void GlmFieldsToJson(const ModelConfig& c, nlohmann::ordered_json& j) {
+  ScoredRouterFieldsToJson(c, j);
+  j["attention_bias"] = c.qkv_bias;
+  j["use_qk_norm"] = c.qk_norm == QkNorm::kPerHead;
+  j["partial_rotary_factor"] = c.partial_rotary_factor;
+  j["num_nextn_predict_layers"] = c.num_nextn_predict_layers;
+}
+
+void DeepseekFieldsToJson(const ModelConfig& c, nlohmann::ordered_json& j) {
+  static constexpr const char* kMethods[] = {"greedy", "group_limited_greedy",
+                                             "noaux_tc"};
+  ScoredRouterFieldsToJson(c, j);
+  j["moe_layer_freq"] = c.moe_layer_freq;
   j["scoring_func"] =
       c.scoring_func == ScoringFunc::kSigmoid ? "sigmoid" : "softmax";
   j["topk_method"] = kMethods[static_cast<int>(c.topk_method)];
-  j["n_group"] = c.n_group;
-  j["topk_group"] = c.topk_group;
   j["q_lora_rank"] =
       c.mla.q_lora_rank > 0 ? json(c.mla.q_lora_rank) : json(nullptr);
   j["kv_lora_rank"] = c.mla.kv_lora_rank;
@@ -764,6 +752,9 @@ std::string ModelConfigToJson(const ModelConfig& c) {
       break;
     case ModelFamily::kGptOss:
       config_internal::GptOssFieldsToJson(c, j);
+      break;
+    case ModelFamily::kGlm4Moe:
+      GlmFieldsToJson(c, j);
       break;
   }
   j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);

@@ -1,6 +1,5 @@
-// `config.json` of a Hugging Face MoE checkpoint, for the families we serve:
-// mixtral, qwen2_moe (Qwen1.5-MoE), qwen3_moe, olmoe, deepseek_v2,
-// deepseek_v3 and gpt_oss.
+// `config.json` of a Hugging Face MoE checkpoint, for the families of
+// common/model_family.h (one row each: names, defaults, kinds).
 //
 // Field names and defaults follow transformers' configuration_<family>.py:
 // a field missing from config.json (or null) takes that family's default.
@@ -20,26 +19,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/model_family.h"
 
 namespace moe {
-
-enum class ModelFamily {
-  kMixtral,
-  kQwen2Moe,
-  kQwen3Moe,
-  kOlmoe,
-  kDeepseekV2,
-  kDeepseekV3,
-  kGptOss
-};
-
-// The Hugging Face `model_type`: "mixtral", "qwen2_moe", "qwen3_moe",
-// "olmoe", "deepseek_v2", "deepseek_v3", "gpt_oss".
-absl::string_view ModelFamilyName(ModelFamily family);
-// Inverse of ModelFamilyName; INVALID_ARGUMENT naming an unknown type.
-absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view model_type);
-// The `architectures` entry transformers writes, e.g. "MixtralForCausalLM".
-absl::string_view ModelFamilyArchitecture(ModelFamily family);
 
 // Where q/k RMSNorm applies (after the projections, before RoPE).
 enum class QkNorm {
@@ -110,6 +92,10 @@ struct ModelConfig {
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;  // default: num_attention_heads
   int64_t head_dim = 0;             // `head_dim` if given, else hidden/heads
+  // Rotary width of each q/k head: head_dim, or head_dim *
+  // partial_rotary_factor (glm4_moe) on the head's first rotary_dim values.
+  int64_t rotary_dim = 0;
+  double partial_rotary_factor = 1.0;
   int64_t vocab_size = 0;
 
   // Dense MLP width (qwen2_moe/qwen3_moe dense layers). For mixtral and olmoe
@@ -169,32 +155,54 @@ struct ModelConfig {
   int64_t moe_layer_freq = 1;
 
   GptOssFields gpt_oss;  // family gpt_oss only
+  // glm4_moe: multi-token-prediction layers stored after the decoder layers
+  // (not run; kept to write the config back).
+  int64_t num_nextn_predict_layers = 0;
 
+  // The family's row (common/model_family.h): ask it, not the family.
+  const FamilyTraits& traits() const { return TraitsOf(family); }
   bool is_deepseek() const {
     return family == ModelFamily::kDeepseekV2 ||
            family == ModelFamily::kDeepseekV3;
   }
   bool is_gpt_oss() const { return family == ModelFamily::kGptOss; }
-  // gpt_oss: learned attention sinks, biased clamped-SwiGLU experts whose
-  // biases travel with them, a biased router (softmax over the top-k).
-  bool has_expert_biases() const { return is_gpt_oss(); }
+  // Biased clamped-SwiGLU experts whose biases travel with them.
+  bool has_expert_biases() const {
+    return traits().activation == ExpertActivation::kClampedSwiglu;
+  }
+  // Learned per-head attention sinks and alternating sliding layers.
+  bool has_attention_sinks() const { return has_expert_biases(); }
   // Whether decoder layer `layer` attends to the last sliding_window
-  // positions only (gpt_oss's sliding layers).
+  // positions only (per-layer layer_types).
   bool IsSlidingLayer(int layer) const {
-    return is_gpt_oss() && layer >= 0 &&
+    return layer >= 0 &&
            layer < static_cast<int>(gpt_oss.sliding_layers.size()) &&
            gpt_oss.sliding_layers[layer];
   }
   // Multi-head latent attention (a latent KV cache) instead of q/k/v.
-  bool is_mla() const { return is_deepseek(); }
-  // qwen2_moe's sigmoid-gated shared expert, or DeepSeek's ungated shared
-  // experts (n_shared_experts > 0), of shared_expert_intermediate_size.
+  bool is_mla() const { return traits().attention == AttentionKind::kLatent; }
+  // Scored, group-limited routing (Backend::RouterSelect) instead of a
+  // softmax top-k.
+  bool has_scored_router() const {
+    return traits().router == RouterKind::kScoredGroups;
+  }
+  // q/k rotate over their first rotary_dim values only.
+  bool has_partial_rotary() const { return rotary_dim != head_dim; }
+  // A sigmoid-gated shared expert, or ungated shared experts
+  // (n_shared_experts > 0), of shared_expert_intermediate_size.
   bool has_shared_expert() const {
-    return family == ModelFamily::kQwen2Moe ||
-           (is_deepseek() && n_shared_experts > 0);
+    switch (traits().shared_expert) {
+      case SharedExpertKind::kNone:
+        return false;
+      case SharedExpertKind::kSigmoidGated:
+        return true;
+      case SharedExpertKind::kUngated:
+        return n_shared_experts > 0;
+    }
+    return false;
   }
   bool has_shared_expert_gate() const {
-    return family == ModelFamily::kQwen2Moe;
+    return traits().shared_expert == SharedExpertKind::kSigmoidGated;
   }
   // The router adds mlp.gate.e_score_correction_bias to choose experts.
   bool has_score_correction_bias() const {

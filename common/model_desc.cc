@@ -142,7 +142,7 @@ class SpecBuilder {
       Add(a + "v_proj.bias", TensorRole::kVBias, i, -1, {kv});
     }
     if (c_.o_bias) Add(a + "o_proj.bias", TensorRole::kOBias, i, -1, {h});
-    if (c_.is_gpt_oss()) {
+    if (c_.has_attention_sinks()) {
       Add(a + "sinks", TensorRole::kSinks, i, -1, {c_.num_attention_heads});
     }
     if (c_.qk_norm == QkNorm::kPerHead) {
@@ -154,39 +154,31 @@ class SpecBuilder {
     }
   }
 
+  // Names from the family's row: model.layers.i.<moe_block>.<router_name>,
+  // .experts.j.<expert_names>, .<shared_block>.
   void AddMoe(int i) {
     const int64_t h = c_.hidden_size, e = c_.num_experts,
                   inter = c_.moe_intermediate_size;
-    if (c_.is_gpt_oss()) return AddGptOssMoe(i);
-    if (c_.family == ModelFamily::kMixtral) {
-      const std::string m = absl::StrCat(Layer(i), "block_sparse_moe.");
-      Add(m + "gate.weight", TensorRole::kRouter, i, -1, {e, h});
-      for (int j = 0; j < e; ++j) {
-        AddMlp(absl::StrCat(m, "experts.", j, "."), i, TensorRole::kExpertGate,
-               inter, j, "w1", "w3", "w2");
-      }
-      return;
-    }
-    const std::string m = absl::StrCat(Layer(i), "mlp.");
-    Add(m + "gate.weight", TensorRole::kRouter, i, -1, {e, h});
+    if (c_.has_expert_biases()) return AddGptOssMoe(i);
+    const FamilyTraits& f = c_.traits();
+    const std::string m = absl::StrCat(Layer(i), f.moe_block, ".");
+    const std::string router = absl::StrCat(m, f.router_name, ".");
+    Add(router + "weight", TensorRole::kRouter, i, -1, {e, h});
     if (c_.has_score_correction_bias()) {
-      Add(m + "gate.e_score_correction_bias", TensorRole::kScoreBias, i, -1,
+      Add(router + "e_score_correction_bias", TensorRole::kScoreBias, i, -1,
           {e});
     }
+    const std::string names[3] = {std::string(f.expert_names[0]),
+                                  std::string(f.expert_names[1]),
+                                  std::string(f.expert_names[2])};
     for (int j = 0; j < e; ++j) {
       AddMlp(absl::StrCat(m, "experts.", j, "."), i, TensorRole::kExpertGate,
-             inter, j);
+             inter, j, names[0].c_str(), names[1].c_str(), names[2].c_str());
     }
-    if (c_.is_deepseek()) {
-      if (c_.has_shared_expert()) {
-        AddMlp(m + "shared_experts.", i, TensorRole::kSharedGate,
-               c_.shared_expert_intermediate_size);
-      }
-      return;
-    }
-    if (c_.has_shared_expert()) {
-      AddMlp(m + "shared_expert.", i, TensorRole::kSharedGate,
-             c_.shared_expert_intermediate_size);
+    if (!c_.has_shared_expert()) return;
+    AddMlp(absl::StrCat(m, f.shared_block, "."), i, TensorRole::kSharedGate,
+           c_.shared_expert_intermediate_size);
+    if (c_.has_shared_expert_gate()) {
       Add(m + "shared_expert_gate.weight", TensorRole::kSharedExpertGate, i, -1,
           {1, h});
     }
@@ -288,14 +280,14 @@ uint64_t ExpectedTensorCount(const ModelConfig& c) {
   if (c.qk_norm != QkNorm::kNone) per_layer += 2;
   // MLA: two norms, q (1 or 3), kv_a, kv_a_layernorm, kv_b, o.
   if (c.is_mla()) per_layer = (c.mla.q_lora_rank > 0 ? 9 : 7);
-  if (c.is_gpt_oss()) per_layer += 1;  // sinks
+  if (c.has_attention_sinks()) per_layer += 1;
   const uint64_t moe = static_cast<uint64_t>(c.num_moe_layers());
   const uint64_t dense = static_cast<uint64_t>(c.num_hidden_layers) - moe;
   uint64_t per_moe = 1 + 3 * static_cast<uint64_t>(c.num_experts);
   if (c.has_shared_expert()) per_moe += c.has_shared_expert_gate() ? 4 : 3;
   if (c.has_score_correction_bias()) per_moe += 1;
   // gpt_oss: router weight + bias, fused experts (2 or 4) + 2 biases.
-  if (c.is_gpt_oss()) per_moe = c.gpt_oss.mxfp4 ? 8 : 6;
+  if (c.has_expert_biases()) per_moe = c.gpt_oss.mxfp4 ? 8 : 6;
   return (c.tie_word_embeddings ? 2 : 3) +
          per_layer * static_cast<uint64_t>(c.num_hidden_layers) +
          moe * per_moe + dense * 3;
@@ -386,7 +378,7 @@ absl::Status ModelDescription::Index() {
       bytes_per_expert_ += v.nbytes + v.scales.nbytes;
     }
   }
-  if (config_.is_gpt_oss() && !experts_.empty()) {
+  if (config_.has_expert_biases() && !experts_.empty()) {
     expert_dtype_ = experts_[0][0].dtype;
     if (experts_[0][2].dtype != expert_dtype_) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -320,8 +320,7 @@ absl::Status CheckOptions(const MakeModelOptions& o) {
   if (o.qkv_bias.value_or(false) && o.arch == ModelFamily::kMixtral) {
     return absl::InvalidArgumentError("mixtral has no attention biases");
   }
-  const bool deepseek = o.arch == ModelFamily::kDeepseekV2 ||
-                        o.arch == ModelFamily::kDeepseekV3;
+  const bool deepseek = TraitsOf(o.arch).attention == AttentionKind::kLatent;
   if (deepseek && o.qkv_bias.value_or(false)) {
     return absl::InvalidArgumentError(
         "attention_bias is not supported for deepseek models");
@@ -334,27 +333,32 @@ absl::Status CheckOptions(const MakeModelOptions& o) {
   return absl::OkStatus();
 }
 
-// The deepseek_v2/v3 fields; dense layers use `intermediate` (2 * hidden
-// when unset), experts `moe_intermediate` (hidden when unset).
-void DeepseekFromOptions(const MakeModelOptions& o, ModelConfig* c) {
-  const bool v3 = o.arch == ModelFamily::kDeepseekV3;
-  c->num_key_value_heads = o.heads;
+// The scored router's fields (deepseek_v2/v3, glm4_moe); dense layers use
+// `intermediate` (2 * hidden when unset), experts `moe_intermediate` (hidden
+// when unset). REQUIRES: TraitsOf(o.arch).router == kScoredGroups.
+void ScoredRouterFromOptions(const MakeModelOptions& o, ModelConfig* c) {
+  const bool v2 = TraitsOf(o.arch).unscaled_when_normalized;
   c->intermediate_size = o.intermediate > 0 ? o.intermediate : 2 * o.hidden;
   c->moe_intermediate_size =
       o.moe_intermediate > 0 ? o.moe_intermediate : o.hidden;
-  c->mla = o.mla;
-  c->head_dim = o.mla.qk_head_dim();
   c->n_shared_experts = o.n_shared_experts;
   c->shared_expert_intermediate_size =
       c->moe_intermediate_size * o.n_shared_experts;
   c->first_k_dense_replace = o.first_k_dense_replace;
   c->moe_layer_freq = o.moe_layer_freq;
-  c->scoring_func = v3 ? ScoringFunc::kSigmoid : ScoringFunc::kSoftmax;
-  c->topk_method = v3 ? TopkMethod::kNoauxTc : o.topk_method;
+  c->scoring_func = !v2 ? ScoringFunc::kSigmoid : ScoringFunc::kSoftmax;
+  c->topk_method = !v2 ? TopkMethod::kNoauxTc : o.topk_method;
   c->n_group = o.n_group;
   c->topk_group = o.topk_group;
   c->routed_scaling_factor = o.routed_scaling_factor;
-  c->norm_topk_prob = o.norm_topk_prob.value_or(v3);
+  c->norm_topk_prob = o.norm_topk_prob.value_or(!v2);
+}
+
+// The deepseek_v2/v3 attention: MLA, yarn, no biases.
+void DeepseekFromOptions(const MakeModelOptions& o, ModelConfig* c) {
+  c->num_key_value_heads = o.heads;
+  c->mla = o.mla;
+  c->head_dim = c->rotary_dim = o.mla.qk_head_dim();
   c->yarn = o.yarn;
   c->rope_scaling_type = o.yarn.has_value() ? "yarn" : "";
   c->qkv_bias = c->o_bias = false;
@@ -430,6 +434,19 @@ MakeModelOptions TinyPreset(ModelFamily family) {
       o.norm_topk_prob = v3;
       break;
     }
+    case ModelFamily::kGlm4Moe:
+      o.head_dim = 32;
+      o.intermediate = 128;
+      o.moe_intermediate = 32;
+      o.n_shared_experts = 1;
+      o.first_k_dense_replace = 1;
+      o.n_group = 2;
+      o.topk_group = 1;
+      o.routed_scaling_factor = 2.5;
+      o.qkv_bias = true;
+      o.use_qk_norm = true;
+      o.rms_norm_eps = 1e-5;
+      break;
     case ModelFamily::kGptOss: {
       o.head_dim = 16;
       o.intermediate = 64;
@@ -459,7 +476,7 @@ absl::StatusOr<ModelConfig> ConfigFromOptions(const MakeModelOptions& o) {
   c.num_hidden_layers = o.layers;
   c.num_attention_heads = o.heads;
   c.num_key_value_heads = o.kv_heads;
-  c.head_dim =
+  c.head_dim = c.rotary_dim =
       o.head_dim > 0 ? o.head_dim : (o.heads > 0 ? o.hidden / o.heads : 0);
   c.vocab_size = o.vocab;
   c.num_experts = o.experts;
@@ -494,8 +511,16 @@ absl::StatusOr<ModelConfig> ConfigFromOptions(const MakeModelOptions& o) {
   c.max_position_embeddings = o.max_position_embeddings;
   c.tie_word_embeddings = o.tie_word_embeddings;
   c.torch_dtype = TorchDtype(o.dtype);
-  if (c.is_deepseek()) DeepseekFromOptions(o, &c);
+  if (c.has_scored_router()) ScoredRouterFromOptions(o, &c);
+  if (c.is_mla()) DeepseekFromOptions(o, &c);
   if (c.is_gpt_oss()) GptOssFromOptions(o, &c);
+  if (o.arch == ModelFamily::kGlm4Moe) {
+    c.o_bias = false;
+    c.qk_norm = o.use_qk_norm ? QkNorm::kPerHead : QkNorm::kNone;
+    c.partial_rotary_factor = o.partial_rotary_factor;
+    c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) *
+                                        o.partial_rotary_factor);
+  }
   c.fp8 = o.fp8;
   if (o.vocab < 256 + static_cast<int64_t>(TinySpecialTokens().size()) ||
       o.vocab > (1 << 20)) {

@@ -69,8 +69,9 @@ struct MakeModelOptions {
   std::optional<double> rope_theta;  // family default when unset
   int64_t max_position_embeddings = 4096;
 
-  // deepseek_v2 / deepseek_v3 (the config fields of the same names). `heads`
-  // is num_attention_heads; kv_heads and head_dim are ignored (MLA).
+  // deepseek_v2 / deepseek_v3 and, for the router fields, glm4_moe (the
+  // config fields of the same names). For DeepSeek `heads` is
+  // num_attention_heads; kv_heads and head_dim are ignored (MLA).
   MlaConfig mla;
   int64_t n_shared_experts = 0;  // 0: none (config null)
   int64_t first_k_dense_replace = 0;
@@ -89,6 +90,11 @@ struct MakeModelOptions {
   // quantization_config {"quant_method": "mxfp4"}, as the published
   // checkpoints; everything else stays `dtype`.
   bool mxfp4 = false;
+
+  // glm4_moe: rope over head_dim * partial_rotary_factor values of each
+  // head, per-head q/k RMSNorm (use_qk_norm); attention_bias is qkv_bias.
+  double partial_rotary_factor = 0.5;
+  bool use_qk_norm = false;
 };
 
 // Small (a few MB) but structurally complete: >= 4 MoE layers, 8 experts,
@@ -109,6 +115,11 @@ struct MakeModelOptions {
 //             head_dim 16, experts of width 64, YaRN (factor 4 over 1024
 //             positions, truncate false), swiglu_limit 1.5 (so that the
 //             clamp acts on the tiny model's O(1) activations).
+//   glm4_moe  4 layers (layer 0 dense), head_dim 32 != hidden/heads, rope
+//             on half of each head, q/k/v biases and q/k norm; 8 experts of
+//             32 in 2 groups (topk_group 1: group-limited), sigmoid +
+//             e_score_correction_bias, 1 shared expert, norm_topk_prob,
+//             routed_scaling_factor 2.5 (as GLM-4.5's config).
 MakeModelOptions TinyPreset(ModelFamily family);
 
 // The config MakeModel writes for `options` (validated).

@@ -110,6 +110,42 @@ MakeModelOptions GptOssPreset(const GptOssShape& r) {
   return o;
 }
 
+// zai-org/GLM-4.5-Air and GLM-4.5 (config.json) at 2 layers, the first
+// dense (first_k_dense_replace is 1 and 3 there), bf16.
+struct GlmShape {
+  const char* name;
+  int64_t hidden, experts, intermediate, moe_intermediate;
+  bool use_qk_norm;
+  double routed_scaling_factor;
+};
+constexpr GlmShape kGlmShapes[] = {
+    {"glm-4.5-air-2l", 4096, 128, 10944, 1408, false, 1.0},
+    {"glm-4.5-2l", 5120, 160, 12288, 1536, true, 2.5},
+};
+
+MakeModelOptions GlmPreset(const GlmShape& r) {
+  MakeModelOptions o = TinyPreset(ModelFamily::kGlm4Moe);
+  o.layers = 2;
+  o.hidden = r.hidden;
+  o.heads = 96;
+  o.kv_heads = 8;
+  o.head_dim = 128;
+  o.experts = r.experts;
+  o.top_k = 8;
+  o.intermediate = r.intermediate;
+  o.moe_intermediate = r.moe_intermediate;
+  o.n_shared_experts = 1;
+  o.first_k_dense_replace = 1;
+  o.n_group = 1;
+  o.topk_group = 1;
+  o.routed_scaling_factor = r.routed_scaling_factor;
+  o.use_qk_norm = r.use_qk_norm;
+  o.vocab = 151552;
+  o.rope_theta = 1e6;
+  o.max_position_embeddings = 131072;
+  return o;
+}
+
 // Bigger than tiny, still seconds to write: 6 layers x 16 experts.
 MakeModelOptions SmallPreset(ModelFamily family) {
   MakeModelOptions o = TinyPreset(family);
@@ -136,6 +172,7 @@ std::string PresetNames() {
     absl::StrAppend(&names, ", ", r.name);
   }
   for (const GptOssShape& r : kGptOssShapes) absl::StrAppend(&names, ", ", r.name);
+  for (const GlmShape& r : kGlmShapes) absl::StrAppend(&names, ", ", r.name);
   return names;
 }
 
@@ -184,6 +221,15 @@ absl::StatusOr<MakeModelOptions> PresetOptions(
                                                      ModelFamilyName(*family)));
     }
     return GptOssPreset(r);
+  }
+  for (const GlmShape& r : kGlmShapes) {
+    if (name != r.name) continue;
+    if (family.has_value() && *family != ModelFamily::kGlm4Moe) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "preset ", name, " is a glm4_moe model, not ",
+          ModelFamilyName(*family)));
+    }
+    return GlmPreset(r);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown preset '", name, "' (known: ", PresetNames(), ")"));

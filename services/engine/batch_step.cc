@@ -113,11 +113,10 @@ absl::Status BatchStep::Run(absl::Span<const Entry> entries) {
     }
   }
   RETURN_IF_ERROR(be_.CopyToDevice(Buf(kPos), positions.data(), 4 * rows));
-  const ModelFamily f = c.family;
-  const bool batched_attention =
-      batched_projections_ &&
-      (f == ModelFamily::kMixtral || f == ModelFamily::kQwen2Moe ||
-       f == ModelFamily::kQwen3Moe || f == ModelFamily::kOlmoe);
+  // Batched: grouped attention with the plain rotate-half rope; the
+  // others run per sequence inside the step (Session::Attention).
+  const bool batched_attention = batched_projections_ && !c.is_mla() &&
+                                 model_.head_rope().inv_freq == nullptr;
   const Weight& embed = model_.embed();
   RETURN_IF_ERROR(be_.Embedding(embed.data, embed.dtype,
                                 reinterpret_cast<int32_t*>(Buf(kIds)), Buf(kX),

@@ -86,7 +86,7 @@ RouterSpec RouterSpecFor(const ModelConfig& c) {
   s.topk_group = c.topk_group;
   s.renormalize = c.norm_topk_prob;
   const bool normalized = c.norm_topk_prob && c.top_k > 1;
-  s.scale = (c.family == ModelFamily::kDeepseekV2 && normalized)
+  s.scale = (c.traits().unscaled_when_normalized && normalized)
                 ? 1.0f
                 : static_cast<float>(c.routed_scaling_factor);
   return s;
@@ -145,7 +145,7 @@ absl::Status Session::MlaAttention(const LayerWeights& w, int layer, int64_t t,
   RETURN_IF_ERROR(be_.MatMul(h, kpe_rows, w.kv_a.dtype, nullptr, kpe, t,
                              m.qk_rope_head_dim, hidden));
   RETURN_IF_ERROR(be_.RmsNorm(ckv, w.kv_a_norm, ckv, t, m.kv_lora_rank, eps));
-  const MoeModel::MlaRopeTable& rope = model_.mla_rope();
+  const MoeModel::RopeFrequencies& rope = model_.mla_rope();
   RETURN_IF_ERROR(be_.RopeInterleaved(q, positions, rope.inv_freq, t, nh, qk,
                                       m.qk_nope_head_dim, m.qk_rope_head_dim,
                                       rope.mscale));

@@ -48,10 +48,11 @@ struct RopeTable {
 RopeTable YarnRopeFor(int64_t dim, double theta,
                       const std::optional<YarnConfig>& yarn);
 
-// The router of a DeepSeek MoE layer. v2 (modeling_deepseek.py of
-// DeepSeek-V2): weights renormalized when top_k > 1 and norm_topk_prob,
-// else scaled by routed_scaling_factor; v3: renormalized when asked, then
-// always scaled. REQUIRES: config.is_deepseek().
+// The scored router of a MoE layer (RouterKind::kScoredGroups). With the row's
+// unscaled_when_normalized (modeling_deepseek.py of DeepSeek-V2): weights
+// renormalized when top_k > 1 and norm_topk_prob, else scaled by
+// routed_scaling_factor; otherwise renormalized when asked, then always
+// scaled. REQUIRES: config.has_scored_router().
 RouterSpec RouterSpecFor(const ModelConfig& config);
 
 }  // namespace moe

@@ -15,7 +15,7 @@ absl::Status RouteRows(Backend& be, const MoeModel& model, const LayerWeights& w
   // the softmax over all experts renormalized over the top-k.
   RETURN_IF_ERROR(be.MatMul(x, w.router.data, w.router.dtype, w.router_bias, b.router, t,
                             c.num_experts, c.hidden_size));
-  if (!c.is_deepseek()) {
+  if (!c.has_scored_router()) {
     return be.RouterTopK(b.router, b.top_ids, b.top_w, t, c.num_experts, c.top_k, renormalize);
   }
   return be.RouterSelect(b.router, w.score_bias, b.top_ids, b.top_w, t, c.num_experts, c.top_k,

@@ -12,7 +12,10 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Load(
     const std::string& dir, Backend* backend) {
   ASSIGN_OR_RETURN(ModelDescription desc, ModelDescription::Open(dir));
   const ModelConfig& c = desc.config();
-  const bool yarn = (c.is_deepseek() || c.is_gpt_oss()) && c.yarn.has_value();
+  // YaRN is implemented for the latent attention and the table rope with
+  // sinks (the configurations published with it).
+  const bool yarn =
+      (c.is_mla() || c.has_attention_sinks()) && c.yarn.has_value();
   if (!c.rope_scaling_type.empty() && !yarn) {
     return absl::UnimplementedError(absl::StrCat(
         dir, ": rope scaling '", c.rope_scaling_type, "' is not supported"));
@@ -21,11 +24,10 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Load(
     return absl::UnimplementedError(
         absl::StrCat(dir, ": clip_qkv is not supported"));
   }
-  if (c.o_bias && !c.is_gpt_oss()) {
-    return absl::UnimplementedError(
-        absl::StrCat(dir, c.is_deepseek() ? ": attention_bias"
-                                          : ": o_proj bias",
-                     " is not supported"));
+  if (c.o_bias && !c.has_attention_sinks()) {
+    return absl::UnimplementedError(absl::StrCat(
+        dir, c.is_mla() ? ": attention_bias" : ": o_proj bias",
+        " is not supported"));
   }
   std::unique_ptr<MoeModel> model(new MoeModel());
   model->desc_ = std::make_unique<ModelDescription>(std::move(desc));
@@ -44,7 +46,10 @@ int64_t MoeModel::max_context() const {
   int64_t n = c.max_position_embeddings > 0 ? c.max_position_embeddings
                                             : int64_t{1} << 20;
   // gpt_oss's window applies to its sliding layers only (Session masks).
-  if (c.sliding_window > 0 && !c.is_gpt_oss()) n = std::min(n, c.sliding_window);
+  // A per-layer window (layer_types) is masked by the attention instead.
+  if (c.sliding_window > 0 && !c.has_attention_sinks()) {
+    n = std::min(n, c.sliding_window);
+  }
   return n;
 }
 
@@ -100,8 +105,8 @@ absl::Status MoeModel::Prepare() {
       RETURN_IF_ERROR(PrepareMla(w, l));
       continue;
     }
-    if (c.is_gpt_oss()) {
-      RETURN_IF_ERROR(PrepareGptOss(w, l));
+    if (c.has_attention_sinks() || c.has_partial_rotary()) {
+      RETURN_IF_ERROR(PrepareTableRoped(w, l));
       continue;
     }
     ASSIGN_OR_RETURN(w.q, Matrix(TensorRole::kQProj, l));
@@ -135,9 +140,6 @@ absl::Status MoeModel::PrepareMla(LayerWeights& w, int l) {
     return absl::UnimplementedError(
         absl::StrCat("layer ", l, ": kv_b_proj must be F32, F16 or BF16"));
   }
-  if (w.moe_index >= 0) {
-    ASSIGN_OR_RETURN(w.score_bias, Vector(TensorRole::kScoreBias, l));
-  }
   if (mla_rope_.inv_freq == nullptr) {
     MlaRope rope = MlaRopeFor(c);
     const size_t bytes = sizeof(float) * rope.inv_freq.size();
@@ -156,6 +158,7 @@ absl::Status MoeModel::PrepareMlp(LayerWeights& w, int l) {
   {
     if (w.moe_index >= 0) {
       ASSIGN_OR_RETURN(w.router, Matrix(TensorRole::kRouter, l));
+      ASSIGN_OR_RETURN(w.score_bias, Vector(TensorRole::kScoreBias, l));
       if (c.has_shared_expert()) {
         ASSIGN_OR_RETURN(w.shared_gate, Matrix(TensorRole::kSharedGate, l));
         ASSIGN_OR_RETURN(w.shared_up, Matrix(TensorRole::kSharedUp, l));

@@ -78,26 +78,31 @@ class MoeModel {
   // Longest sequence a session may hold (sliding window or max positions).
   int64_t max_context() const;
 
-  // MLA models: the rope part's inverse frequencies (backend memory) and
-  // factors, from MlaRopeFor (mla_attention.h).
-  struct MlaRopeTable {
-    const float* inv_freq = nullptr;  // [qk_rope_head_dim / 2]
+  // A rope's inverse frequencies (backend memory) and factors.
+  struct RopeFrequencies {
+    const float* inv_freq = nullptr;  // [rotated values / 2]
     float mscale = 1.0f;
     float softmax_scale = 1.0f;
   };
-  const MlaRopeTable& mla_rope() const { return mla_rope_; }
-  // gpt_oss: q/k rope (YaRN), from YarnRopeFor over head_dim; softmax_scale
-  // is head_dim^-0.5.
-  const MlaRopeTable& gpt_oss_rope() const { return gpt_oss_rope_; }
+  // MLA models: the rope part's, from MlaRopeFor (mla_attention.h).
+  const RopeFrequencies& mla_rope() const { return mla_rope_; }
+  // Grouped attention roped from a table on head-permuted q/k rows (YaRN,
+  // partial rotary): YarnRopeFor over rotary_dim, softmax_scale
+  // head_dim^-0.5. inv_freq is null for the plain rotate-half rope.
+  const RopeFrequencies& head_rope() const { return head_rope_; }
 
  private:
   MoeModel() = default;
   absl::Status Prepare();
   absl::Status PrepareMla(LayerWeights& w, int layer);
-  // gpt_oss_layer.cc: permuted q/k, sinks, o and router biases, rope table.
-  absl::Status PrepareGptOss(LayerWeights& w, int layer);
+  // table_rope_weights.cc: grouped attention whose rope comes from a table
+  // (YaRN or partial rotary): q/k rows (and their biases and norms) permuted
+  // within each head so that rotate-half pairs sit side by side, sinks, o
+  // and router biases, the table.
+  absl::Status PrepareTableRoped(LayerWeights& w, int layer);
   absl::StatusOr<Weight> HeadPermuted(TensorRole role, int layer);
-  absl::StatusOr<const float*> HeadPermutedBias(TensorRole role, int layer);
+  // Null when the checkpoint has no such tensor.
+  absl::StatusOr<const float*> HeadPermutedVector(TensorRole role, int layer);
   // Router, shared expert or dense MLP of `layer`.
   absl::Status PrepareMlp(LayerWeights& w, int layer);
   absl::StatusOr<Weight> Matrix(TensorRole role, int layer);
@@ -113,9 +118,9 @@ class MoeModel {
   std::vector<LayerWeights> layers_;
   Weight embed_, lm_head_;
   const float* final_norm_ = nullptr;
-  MlaRopeTable mla_rope_;
-  MlaRopeTable gpt_oss_rope_;
-  // Host copies of gpt_oss's head-permuted q/k weights.
+  RopeFrequencies mla_rope_;
+  RopeFrequencies head_rope_;
+  // Host copies of head-permuted q/k weights.
   std::vector<std::vector<uint8_t>> permuted_;
 };
 

@@ -226,10 +226,20 @@ absl::Status Session::Attention(const LayerWeights& w, int layer, int64_t t) {
                         reinterpret_cast<int32_t*>(Buf(kPositions)),
                         Buf(kOut));
   }
-  if (c.is_gpt_oss()) return GptOssAttention(w, layer, t);
+  return GroupedAttention(w, layer, t);
+}
+
+// Grouped-query attention, every variant the config asks for: q/k/v biases,
+// q/k RMSNorm (per head or over the whole projection), rope (rotate-half, or
+// from the model's table on head-permuted rows: YaRN, partial rotary),
+// learned sinks and a sliding window, an o bias.
+absl::Status Session::GroupedAttention(const LayerWeights& w, int layer,
+                                       int64_t t) {
+  const ModelConfig& c = model_.config();
   const int64_t hd = c.head_dim, nh = c.num_attention_heads,
                 nkv = c.num_key_value_heads, hidden = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const int32_t* positions = reinterpret_cast<int32_t*>(Buf(kPositions));
   RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.q.data, w.q.dtype, w.q_bias, Buf(kQ),
                              t, nh * hd, hidden));
   RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.k.data, w.k.dtype, w.k_bias, Buf(kK),
@@ -243,17 +253,32 @@ absl::Status Session::Attention(const LayerWeights& w, int layer, int64_t t) {
     RETURN_IF_ERROR(be_.RmsNorm(Buf(kQ), w.q_norm, Buf(kQ), t, nh * hd, eps));
     RETURN_IF_ERROR(be_.RmsNorm(Buf(kK), w.k_norm, Buf(kK), t, nkv * hd, eps));
   }
-  RETURN_IF_ERROR(be_.Rope(Buf(kQ), Buf(kK),
-                           reinterpret_cast<int32_t*>(Buf(kPositions)), t, nh,
-                           nkv, hd, static_cast<float>(c.rope_theta)));
+  const MoeModel::RopeFrequencies& rope = model_.head_rope();
+  float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (rope.inv_freq != nullptr) {
+    // q/k rows are head-permuted at load (moe_model.h): interleaved rope
+    // here is the published rotate-half rope over the first rotary_dim.
+    const int64_t rd = c.rotary_dim;
+    RETURN_IF_ERROR(be_.RopeInterleaved(Buf(kQ), positions, rope.inv_freq, t,
+                                        nh, hd, 0, rd, rope.mscale));
+    RETURN_IF_ERROR(be_.RopeInterleaved(Buf(kK), positions, rope.inv_freq, t,
+                                        nkv, hd, 0, rd, rope.mscale));
+    scale = rope.softmax_scale;
+  } else {
+    RETURN_IF_ERROR(be_.Rope(Buf(kQ), Buf(kK), positions, t, nh, nkv, hd,
+                             static_cast<float>(c.rope_theta)));
+  }
   const KvCaches kv = Kv(layer, t);
-  const AttentionShape& shape = kv.shape;
-  float* kc = kv.k;
-  float* vc = kv.v;
-  RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK), Buf(kV), kc, vc, shape));
-  RETURN_IF_ERROR(be_.Attention(Buf(kQ), kc, vc, Buf(kAttn), shape,
-                                1.0f / std::sqrt(static_cast<float>(hd))));
-  return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, nullptr, Buf(kOut), t,
+  RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK), Buf(kV), kv.k, kv.v, kv.shape));
+  if (w.sinks != nullptr || w.sliding) {
+    RETURN_IF_ERROR(be_.SinkAttention(Buf(kQ), kv.k, kv.v, w.sinks,
+                                      Buf(kAttn), kv.shape, scale,
+                                      w.sliding ? c.sliding_window : 0));
+  } else {
+    RETURN_IF_ERROR(
+        be_.Attention(Buf(kQ), kv.k, kv.v, Buf(kAttn), kv.shape, scale));
+  }
+  return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, w.o_bias, Buf(kOut), t,
                     hidden, nh * hd);
 }
 
@@ -269,37 +294,6 @@ Session::KvCaches Session::Kv(int layer, int64_t t) const {
   kv.k = static_cast<float*>(kv_[2 * layer]);
   kv.v = static_cast<float*>(kv_[2 * layer + 1]);
   return kv;
-}
-
-absl::Status Session::GptOssAttention(const LayerWeights& w, int layer,
-                                      int64_t t) {
-  const ModelConfig& c = model_.config();
-  const int64_t hd = c.head_dim, nh = c.num_attention_heads,
-                nkv = c.num_key_value_heads, hidden = c.hidden_size;
-  const int32_t* positions = reinterpret_cast<int32_t*>(Buf(kPositions));
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.q.data, w.q.dtype, w.q_bias, Buf(kQ),
-                             t, nh * hd, hidden));
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.k.data, w.k.dtype, w.k_bias, Buf(kK),
-                             t, nkv * hd, hidden));
-  RETURN_IF_ERROR(be_.MatMul(Buf(kH), w.v.data, w.v.dtype, w.v_bias, Buf(kV),
-                             t, nkv * hd, hidden));
-  // q/k rows are head-permuted at load (moe_model.h): interleaved rope here
-  // is the published rotate-half rope.
-  const MoeModel::MlaRopeTable& rope = model_.gpt_oss_rope();
-  RETURN_IF_ERROR(be_.RopeInterleaved(Buf(kQ), positions, rope.inv_freq, t, nh,
-                                      hd, 0, hd, rope.mscale));
-  RETURN_IF_ERROR(be_.RopeInterleaved(Buf(kK), positions, rope.inv_freq, t,
-                                      nkv, hd, 0, hd, rope.mscale));
-  const KvCaches kv = Kv(layer, t);
-  const AttentionShape& shape = kv.shape;
-  float* kc = kv.k;
-  float* vc = kv.v;
-  RETURN_IF_ERROR(be_.KvCacheAppend(Buf(kK), Buf(kV), kc, vc, shape));
-  RETURN_IF_ERROR(be_.SinkAttention(Buf(kQ), kc, vc, w.sinks, Buf(kAttn),
-                                    shape, rope.softmax_scale,
-                                    w.sliding ? c.sliding_window : 0));
-  return be_.MatMul(Buf(kAttn), w.o.data, w.o.dtype, w.o_bias, Buf(kOut), t,
-                    hidden, nh * hd);
 }
 
 MlpBuffers Session::Mlp() {

@@ -160,12 +160,11 @@ class Session {
                             float* h, float* q, const int32_t* positions,
                             float* out);
   absl::Status ReserveMla(int64_t tokens);
-  // GPT-OSS attention of the `t` new tokens (gpt_oss_layer.cc): biased
-  // q/k/v, YaRN rope, SinkAttention (windowed on sliding layers), biased o.
-  absl::Status GptOssAttention(const LayerWeights& w, int layer, int64_t t);
+  // Grouped-query attention of the `t` new tokens with what the config
+  // adds (biases, q/k norm, table rope on permuted rows, sinks, window).
+  absl::Status GroupedAttention(const LayerWeights& w, int layer, int64_t t);
   // The key and value caches of `layer` and their shape for `t` new tokens
-  // at this session's position (the standard and GPT-OSS attention; the
-  // batched step's too).
+  // at this session's position (grouped attention; the batched step's too).
   struct KvCaches {
     float* k = nullptr;
     float* v = nullptr;

@@ -83,7 +83,7 @@ int64_t LatentBytesPerToken(const ModelConfig& c) {
   return 4 * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
 }
 
-void PrintDeepseek(const ModelConfig& c) {
+void PrintLatentAttention(const ModelConfig& c) {
   const MlaConfig& m = c.mla;
   std::printf(
       "attention: MLA, q_lora_rank %lld, kv_lora_rank %lld, qk nope/rope "
@@ -96,6 +96,9 @@ void PrintDeepseek(const ModelConfig& c) {
       c.yarn ? absl::StrCat(", yarn factor ", c.yarn->factor).c_str() : "");
   std::printf("latent cache: %lld bytes per token per layer (f32)\n",
               static_cast<long long>(LatentBytesPerToken(c)));
+}
+
+void PrintScoredRouter(const ModelConfig& c) {
   std::printf(
       "routing: %s, %s, n_group %lld, topk_group %lld, "
       "routed_scaling_factor %g\n",
@@ -132,8 +135,14 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
       static_cast<long long>(c.moe_intermediate_size),
       static_cast<long long>(c.vocab_size), qk, c.qkv_bias ? "yes" : "no",
       c.has_shared_expert() ? "yes" : "no");
-  if (c.is_deepseek()) PrintDeepseek(c);
-  if (c.is_gpt_oss()) PrintGptOss(c);
+  if (c.has_partial_rotary()) {
+    std::printf("rotary: first %lld of %lld values per head\n",
+                static_cast<long long>(c.rotary_dim),
+                static_cast<long long>(c.head_dim));
+  }
+  if (c.is_mla()) PrintLatentAttention(c);
+  if (c.has_scored_router()) PrintScoredRouter(c);
+  if (c.has_attention_sinks()) PrintGptOss(c);
   std::printf("expert dtype: %s\n",
               std::string(DTypeName(d.expert_dtype())).c_str());
   if (c.fp8) {
@@ -194,10 +203,13 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["dense_bytes"] = d.dense_bytes();
   j["total_bytes"] = d.total_bytes();
   j["files"] = d.checkpoint().files().size();
-  if (c.is_deepseek()) {
+  if (c.is_mla()) {
     j["kv_lora_rank"] = c.mla.kv_lora_rank;
     j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
     j["latent_bytes_per_token_per_layer"] = LatentBytesPerToken(c);
+  }
+  if (c.has_partial_rotary()) j["rotary_dim"] = c.rotary_dim;
+  if (c.has_scored_router()) {
     j["topk_method"] = TopkMethodName(c.topk_method);
     j["n_shared_experts"] = c.n_shared_experts;
   }

@@ -17,10 +17,19 @@
 namespace moe::moectl {
 namespace {
 
+// "model family (config.json model_type): mixtral, ..." from the table.
+std::string FamilyFlagHelp() {
+  std::string names;
+  for (const FamilyTraits& f : AllFamilies()) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", f.model_type);
+  }
+  return absl::StrCat("model family (config.json model_type): ", names,
+                      " (those with routing groups or sinks start from tiny)");
+}
+
 void DeclareFlags(FlagSet& f) {
   f.String("arch", "mixtral",
-           "model family: mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
-           "deepseek_v3 (deepseek without --preset starts from tiny)");
+           FamilyFlagHelp());
   f.String("out", "", "output directory (created if missing; required)");
   f.Bool("force", false, "write into a non-empty --out directory");
   f.String("preset", "",
@@ -73,10 +82,6 @@ void DeclareFlags(FlagSet& f) {
   f.Double("yarn-factor", 0, "deepseek: rope_scaling yarn factor (0: none)");
   f.Int("yarn-original-max-position", 4096,
         "deepseek: rope_scaling original_max_position_embeddings");
-}
-
-bool IsDeepseek(ModelFamily f) {
-  return f == ModelFamily::kDeepseekV2 || f == ModelFamily::kDeepseekV3;
 }
 
 // The deepseek_v2/v3 flags.
@@ -136,7 +141,12 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   const std::string& preset = f.GetString("preset");
   MakeModelOptions o;
   o.arch = family;
-  if (preset.empty() && (IsDeepseek(family) || family == ModelFamily::kGptOss)) {
+  // Families whose config needs more than sizes start from their tiny
+  // preset (router groups, latent attention, sinks, partial rotary).
+  const FamilyTraits& traits = TraitsOf(family);
+  if (preset.empty() &&
+      (traits.router == RouterKind::kScoredGroups ||
+       traits.activation == ExpertActivation::kClampedSwiglu)) {
     o = TinyPreset(family);
   }
   if (!preset.empty()) {

@@ -399,5 +399,74 @@ TEST(ModelConfigTest, DeepseekHeadDimSumIsCheckedBeforeItIsComputed) {
   }
 }
 
+// zai-org/GLM-4.5-Air's config.json (fields as published).
+constexpr char kGlm45Air[] = R"({
+  "architectures": ["Glm4MoeForCausalLM"], "attention_bias": true,
+  "attention_dropout": 0.0, "pad_token_id": 151329,
+  "eos_token_id": [151329, 151336, 151338], "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 4096, "partial_rotary_factor": 0.5,
+  "initializer_range": 0.02, "intermediate_size": 10944,
+  "max_position_embeddings": 131072, "model_type": "glm4_moe",
+  "moe_intermediate_size": 1408, "norm_topk_prob": true,
+  "num_attention_heads": 96, "n_group": 1, "topk_group": 1,
+  "n_routed_experts": 128, "n_shared_experts": 1,
+  "routed_scaling_factor": 1.0, "num_experts_per_tok": 8,
+  "first_k_dense_replace": 1, "num_hidden_layers": 46,
+  "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": null,
+  "rope_theta": 1000000, "num_nextn_predict_layers": 1,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.54.0", "use_cache": true, "use_qk_norm": false,
+  "vocab_size": 151552})";
+
+TEST(ModelConfigTest, ParsesGlm45Air) {
+  ModelConfig c = MustParse(kGlm45Air);
+  EXPECT_EQ(c.family, ModelFamily::kGlm4Moe);
+  EXPECT_EQ(c.head_dim, 128);  // not hidden / heads (42)
+  EXPECT_EQ(c.rotary_dim, 64);
+  EXPECT_TRUE(c.has_partial_rotary());
+  EXPECT_TRUE(c.has_scored_router());
+  EXPECT_FALSE(c.is_mla());
+  EXPECT_EQ(c.scoring_func, ScoringFunc::kSigmoid);
+  EXPECT_EQ(c.topk_method, TopkMethod::kNoauxTc);
+  EXPECT_TRUE(c.has_score_correction_bias());
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_EQ(c.qk_norm, QkNorm::kNone);
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.top_k, 8);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 1408);
+  EXPECT_TRUE(c.has_shared_expert());
+  EXPECT_FALSE(c.has_shared_expert_gate());
+  EXPECT_EQ(c.num_moe_layers(), 45);  // layer 0 dense
+  EXPECT_EQ(c.MoeLayerIndex(0), -1);
+  EXPECT_EQ(c.num_nextn_predict_layers, 1);
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(151329, 151336, 151338));
+  // Round trip through the writer.
+  ModelConfig again = MustParse(ModelConfigToJson(c));
+  EXPECT_EQ(again.rotary_dim, 64);
+  EXPECT_EQ(again.qkv_bias, true);
+  EXPECT_EQ(again.moe_layer, c.moe_layer);
+  EXPECT_EQ(again.num_nextn_predict_layers, 1);
+  EXPECT_DOUBLE_EQ(again.routed_scaling_factor, 1.0);
+  // GLM-4.5: per-head q/k norm, routed_scaling_factor 2.5, 3 dense layers.
+  nlohmann::json big = nlohmann::json::parse(kGlm45Air);
+  big["use_qk_norm"] = true;
+  big["routed_scaling_factor"] = 2.5;
+  big["first_k_dense_replace"] = 3;
+  ModelConfig g = MustParse(big.dump());
+  EXPECT_EQ(g.qk_norm, QkNorm::kPerHead);
+  EXPECT_EQ(g.num_moe_layers(), 43);
+  EXPECT_EQ(MustParse(ModelConfigToJson(g)).qk_norm, QkNorm::kPerHead);
+  // transformers' defaults when the fields are absent.
+  ModelConfig d = MustParse(R"({"model_type": "glm4_moe", "head_dim": 128})");
+  EXPECT_EQ(d.hidden_size, 4096);
+  EXPECT_EQ(d.num_hidden_layers, 46);
+  EXPECT_EQ(d.rotary_dim, 64);
+  EXPECT_FALSE(d.qkv_bias);
+  EXPECT_EQ(d.n_group, 1);
+  EXPECT_DOUBLE_EQ(d.rope_theta, 1e4);
+  EXPECT_EQ(d.first_k_dense_replace, 1);
+}
+
 }  // namespace
 }  // namespace moe

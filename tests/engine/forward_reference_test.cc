@@ -93,6 +93,19 @@ std::vector<Case> Cases() {
   // without truncation, biased router, biased clamped-SwiGLU experts
   // (limit 1.5: the clamp acts), bf16 experts as stored.
   cases.push_back({"gpt_oss", Tiny(ModelFamily::kGptOss, 19)});
+  // glm4_moe: q/k/v biases, per-head q/k norm, rope on half of each head
+  // (head_dim 32 != hidden/heads), sigmoid + e_score_correction_bias routing
+  // over 2 groups keeping 1, a shared expert, layer 0 dense.
+  cases.push_back({"glm4_moe", Tiny(ModelFamily::kGlm4Moe, 21)});
+  // As GLM-4.5-Air: no q/k norm, one group, rope on a quarter of each head,
+  // routed_scaling_factor 1.
+  Case air{"glm4_moe_air_like", Tiny(ModelFamily::kGlm4Moe, 22)};
+  air.options.use_qk_norm = false;
+  air.options.n_group = 1;
+  air.options.topk_group = 1;
+  air.options.partial_rotary_factor = 0.25;
+  air.options.routed_scaling_factor = 1.0;
+  cases.push_back(air);
   // MXFP4 experts: the reference dequantizes the blocks exactly; held as F32
   // (exact) they match as tightly as bf16; the default q8 holds the same
   // weights exactly, only its activation rounding moves the logprobs.

@@ -124,6 +124,14 @@ def config_cases():
         "vocab_size": 300, "eos_token_id": 299,
         "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
                          "original_max_position_embeddings": 1024, "truncate": False}}
+    base["glm4_moe"] = {
+        "model_type": "glm4_moe", "hidden_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+        "partial_rotary_factor": 0.5, "n_routed_experts": 8, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32, "intermediate_size": 128, "n_shared_experts": 1,
+        "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5, "attention_bias": True, "use_qk_norm": True,
+        "num_nextn_predict_layers": 1, "vocab_size": 300, "eos_token_id": [298, 299]}
     base["gpt_oss_mxfp4"] = dict(base["gpt_oss"], quantization_config={
         "quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]})
     for fam, cfg in base.items():
@@ -191,6 +199,14 @@ def config_cases():
          "multiples of 32"),
         ("gpt_oss_zero_swiglu_limit", dict(base["gpt_oss"], swiglu_limit=0),
          "swiglu_limit must be positive"),
+        ("glm4_moe_zero_rotary", dict(base["glm4_moe"], partial_rotary_factor=0),
+         "partial_rotary_factor must be in (0, 1]"),
+        ("glm4_moe_odd_rotary", dict(base["glm4_moe"], partial_rotary_factor=0.3),
+         "head_dim * partial_rotary_factor must be even"),
+        ("glm4_moe_groups_not_divisor", dict(base["glm4_moe"], n_group=3),
+         "not a multiple of n_group"),
+        ("glm4_moe_no_moe_layers", dict(base["glm4_moe"], first_k_dense_replace=3),
+         "no MoE layers"),
         # Issue 31: summed into head_dim before any range check (UB).
         ("deepseek_qk_nope_overflow", dict(base["deepseek_v3"], qk_nope_head_dim=2**63 - 1),
          "qk_nope_head_dim is 9223372036854775807, more than the supported"),

@@ -690,9 +690,15 @@ class Model:
 
 
 def load_model(model_dir):
-    """Model, or gpt_oss_reference.GptOssModel for model_type gpt_oss."""
+    """Model, or the model of gpt_oss_reference / glm4_moe_reference for
+    model_type gpt_oss / glm4_moe."""
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
+    if config.get("model_type") == "glm4_moe":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import glm4_moe_reference
+        return glm4_moe_reference.Glm4MoeModel(glm4_moe_reference.Glm4MoeConfig(config),
+                                               load_weights(model_dir))
     if config.get("model_type") == "gpt_oss":
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import gpt_oss_reference
