@@ -93,7 +93,7 @@ struct ModelConfig {
   int64_t num_key_value_heads = 0;  // default: num_attention_heads
   int64_t head_dim = 0;             // `head_dim` if given, else hidden/heads
   // Rotary width of each q/k head: head_dim, or head_dim *
-  // partial_rotary_factor (glm4_moe) on the head's first rotary_dim values.
+  // partial_rotary_factor on the head's first rotary_dim values.
   int64_t rotary_dim = 0;
   double partial_rotary_factor = 1.0;
   int64_t vocab_size = 0;
@@ -155,7 +155,7 @@ struct ModelConfig {
   int64_t moe_layer_freq = 1;
 
   GptOssFields gpt_oss;  // family gpt_oss only
-  // glm4_moe: multi-token-prediction layers stored after the decoder layers
+  // Multi-token-prediction layers stored after the decoder layers
   // (not run; kept to write the config back).
   int64_t num_nextn_predict_layers = 0;
 

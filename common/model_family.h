@@ -77,8 +77,8 @@ struct FamilyDefaults {
 
 struct FamilyTraits {
   ModelFamily family;
-  absl::string_view model_type;    // "glm4_moe"
-  absl::string_view architecture;  // "Glm4MoeForCausalLM"
+  absl::string_view model_type;    // "mixtral"
+  absl::string_view architecture;  // "MixtralForCausalLM"
   FamilyDefaults defaults;
   AttentionKind attention;
   RouterKind router;
