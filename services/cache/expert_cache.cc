@@ -283,13 +283,6 @@ void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status 
   ready_cv_.SignalAll();
 }
 
-double HostRunSeconds(const HostFigures& host, double bytes, double flops_per_token, int tokens) {
-  const double read = host.read_bytes_per_sec > 0 ? bytes / host.read_bytes_per_sec : 0;
-  const double compute =
-      host.flops_per_sec > 0 ? flops_per_token * std::max(1, tokens) / host.flops_per_sec : 0;
-  return std::max(read, compute);
-}
-
 double ExpertCache::RemainingLoadSeconds(SlotId slot) const {
   const SlotMeta& m = meta_[slot];
   if (m.transfer == kNoTransfer || !(options_.link_bytes_per_sec > 0)) return 0;
@@ -322,23 +315,9 @@ void ExpertCache::ReportHostRuns(const HostRunReport& report) {
   MOE_CHECK(valid.ok()) << valid;
   const double w = options_.host_tracking_weight;
   if (!(w > 0)) return;
-  const double per_expert = static_cast<double>(report.nanoseconds) * 1e-9 / report.experts;
-  const double tokens_each = static_cast<double>(report.tokens) / report.experts;
   absl::MutexLock lock(&mu_);
-  const double read = host_.read_bytes_per_sec > 0
-                          ? options_.expert_bytes / host_.read_bytes_per_sec : 0;
-  const double compute = host_.flops_per_sec > 0
-                             ? options_.expert_flops_per_token * tokens_each / host_.flops_per_sec
-                             : 0;
-  if (compute > read && options_.expert_flops_per_token > 0) {
-    const double measured = options_.expert_flops_per_token * tokens_each / per_expert;
-    host_.flops_per_sec = (1 - w) * host_.flops_per_sec + w * measured;
-  } else {
-    const double measured = options_.expert_bytes / per_expert;
-    host_.read_bytes_per_sec = host_.read_bytes_per_sec > 0
-                                   ? (1 - w) * host_.read_bytes_per_sec + w * measured
-                                   : measured;
-  }
+  host_ = TrackHostFigures(host_, report, static_cast<double>(options_.expert_bytes),
+                           options_.expert_flops_per_token, w);
 }
 
 HostFigures ExpertCache::host_figures() const {
@@ -392,30 +371,18 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     }
     return false;
   };
-  // The miss cost model, per miss, in marginal terms: the worker waits for
-  // this acquire's copies and then runs its host answers (the simulator's
-  // layer time is stall + max(T, host runs)), so a copy costs the stall it
-  // adds beyond what the acquire already waits for, and a host run its own
-  // time. A copy already on the link as a demand adds nothing to the link
-  // (its wait is at most the backlog, which holds it).
-  const bool may_host = host_ok && options_.miss_mode != MissMode::kFetch;
-  const double copy_seconds = options_.link_bytes_per_sec > 0
-                                  ? options_.expert_bytes / options_.link_bytes_per_sec
-                                  : 0;
-  double link_queue = -1;  // computed at the first miss
-  double waited = 0;       // when the copies this acquire waits for are done
+  // The miss cost model (miss_planner.h); the simulator's layer time is
+  // stall + max(T, host runs), as the worker waits for the copies, then runs
+  // its host answers.
+  MissPlanner planner(
+      {options_.miss_mode, options_.link_bytes_per_sec,
+       static_cast<double>(options_.expert_bytes), options_.expert_flops_per_token, host_},
+      host_ok, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return LinkBacklogSeconds(); });
+  const bool may_host = planner.may_host();
   auto run_on_host = [&](int tokens, double fetch_seconds) {
-    if (options_.miss_mode == MissMode::kHost) return true;
-    if (!(options_.link_bytes_per_sec > 0)) return false;  // nothing to compare
-    if (link_queue < 0) link_queue = LinkBacklogSeconds();
-    const double host = HostRunSeconds(host_, options_.expert_bytes,
-                                       options_.expert_flops_per_token, tokens);
-    const double done = link_queue + fetch_seconds;
-    if (host < done - waited) return true;
-    link_queue = done;
-    waited = std::max(waited, done);
-    return false;
+    return planner.RunOnHost(tokens, fetch_seconds);
   };
+  const double copy_seconds = planner.copy_seconds();
   auto answer_on_host = [&](const ExpertKey& key) {
     policy_->OnAccess(key, phase, /*hit=*/false);
     ++st.misses;

@@ -53,6 +53,7 @@
 #include "absl/types/span.h"
 #include "services/cache/clock.h"
 #include "services/cache/copy_engine.h"
+#include "services/cache/miss_planner.h"
 #include "services/cache/policy.h"
 #include "services/cache/prefetcher.h"
 #include "services/cache/slot_table.h"
@@ -93,11 +94,6 @@ struct ExpertCacheOptions {
   // 0 keeps `host` fixed.
   double host_tracking_weight = 0.2;
 };
-
-// Seconds to run one expert of `bytes` (2 x params = `flops_per_token`) on
-// `tokens` tokens from host memory: the weights are read once, the FLOPs
-// grow with the tokens. 0 for unknown figures.
-double HostRunSeconds(const HostFigures& host, double bytes, double flops_per_token, int tokens);
 
 // Sets the gate's link figures of `options` for a cache over `engine`: the
 // one place where the simulator and moe-cached derive them (the chunk is the
