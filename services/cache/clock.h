@@ -86,11 +86,6 @@ class ManualClock final : public Clock {
     return sleep_requests_;
   }
 
-  void ClearSleepRequests() {
-    std::lock_guard<std::mutex> lock(mu_);
-    sleep_requests_.clear();
-  }
-
  private:
   // std::mutex rather than absl::Mutex: ThreadSanitizer understands it with
   // the uninstrumented Debian abseil.

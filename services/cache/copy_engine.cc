@@ -6,16 +6,6 @@
 
 namespace moe::cache {
 
-const char* TransferPriorityName(TransferPriority priority) {
-  switch (priority) {
-    case TransferPriority::kDemand:
-      return "demand";
-    case TransferPriority::kPrefetch:
-      return "prefetch";
-  }
-  return "unknown";
-}
-
 int64_t LinkNanos(uint64_t bytes, uint64_t bytes_per_sec) {
   MOE_CHECK(bytes_per_sec > 0) << "LinkNanos: zero bandwidth";
   using u128 = unsigned __int128;

@@ -44,8 +44,6 @@ namespace moe::cache {
 
 enum class TransferPriority : uint8_t { kDemand = 0, kPrefetch = 1 };
 
-const char* TransferPriorityName(TransferPriority priority);
-
 // Ids start at 1 and are never reused by one engine; 0 is never a valid id.
 using TransferId = uint64_t;
 inline constexpr TransferId kNoTransfer = 0;

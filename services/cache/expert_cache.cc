@@ -417,7 +417,7 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
       CopyBehind(owner, key, phase, needed);
       continue;
     } else {
-      slot = ChooseSlot(VictimContext{owner, layer, phase, false},
+      slot = ChooseSlot(VictimContext{owner, layer, phase},
                         [&](const ExpertKey& k) { return !needed(k); });
       if (slot < 0 && may_host) {
         // Every slot is leased, loading or needed: a caller that can run it

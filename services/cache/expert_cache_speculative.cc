@@ -83,7 +83,7 @@ void ExpertCache::ContinueWarmUp(const RequestOwner& owner, Phase phase) {
       for (SlotId s = 0; s < slots_.num_slots(); ++s) {
         if (meta_[s].transfer != kNoTransfer) return;
       }
-      const SlotId victim = ChooseSlot(VictimContext{owner, key.layer, phase, true},
+      const SlotId victim = ChooseSlot(VictimContext{owner, key.layer, phase},
                                        [](const ExpertKey&) { return true; });
       if (victim < 0 || !policy_->AdmitBehind(key, &slots_.Get(victim).key)) {
         warm_queue_.clear();
@@ -113,7 +113,7 @@ void ExpertCache::CopyBehind(const RequestOwner& owner, const ExpertKey& key, Ph
     if (meta_[s].transfer != kNoTransfer) return;  // the link is not idle
   }
   if (!RoomForSpeculativeLoad()) return;
-  const SlotId slot = ChooseSlot(VictimContext{owner, key.layer, phase, true},
+  const SlotId slot = ChooseSlot(VictimContext{owner, key.layer, phase},
                                  [&](const ExpertKey& k) { return !keep(k); });
   if (slot < 0) return;
   const SlotInfo& victim = slots_.Get(slot);
@@ -177,7 +177,7 @@ void ExpertCache::IssuePrefetches(absl::Span<const RequestOwner> owners, int lay
       const ExpertKey key{target, c.expert};
       if (slots_.Lookup(key).has_value()) continue;
       if (!RoomForSpeculativeLoad()) return;
-      const SlotId slot = ChooseSlot(VictimContext{owner, target, phase, true},
+      const SlotId slot = ChooseSlot(VictimContext{owner, target, phase},
                                      [&](const ExpertKey& k) { return k.layer <= layer; });
       if (slot < 0) return;
       const SlotInfo& info = slots_.Get(slot);

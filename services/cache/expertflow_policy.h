@@ -41,7 +41,6 @@ class ExpertFlowPolicy : public TrackingPolicy {
   void OnPrefetchOutcome(const RequestOwner& owner, bool used) override;
   void OnStall(const RequestOwner& owner, int64_t stall_ns) override;
 
-  int initial_stride() const { return initial_stride_; }
 
  private:
   struct OwnerState {

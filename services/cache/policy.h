@@ -43,7 +43,6 @@ struct VictimContext {
   RequestOwner owner;  // whose acquire (or prefetch) needs the slot
   int32_t layer = 0;   // the layer being served (or the prefetch's layer)
   Phase phase = Phase::kDecode;
-  bool for_prefetch = false;
 };
 
 struct PolicyConfig {

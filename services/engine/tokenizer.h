@@ -72,11 +72,6 @@ class Tokenizer {
 
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
-  // Overrides what was inferred (e.g. from the model's config.json).
-  void SetSpecialIds(std::optional<int32_t> bos, std::optional<int32_t> eos) {
-    bos_id_ = bos;
-    eos_id_ = eos;
-  }
 
  private:
   explicit Tokenizer(std::unique_ptr<tok::TokenizerSpec> spec);

@@ -383,6 +383,5 @@ int TerminationSignals::Wait() {
   return sig;
 }
 
-void TerminationSignals::Raise() { ::kill(::getpid(), SIGTERM); }
 
 }  // namespace moe::rpc

@@ -124,8 +124,6 @@ class TerminationSignals {
  public:
   TerminationSignals();
   int Wait();
-  // Wakes Wait() as if SIGTERM arrived (tests, internal shutdown).
-  void Raise();
 };
 
 }  // namespace moe::rpc
