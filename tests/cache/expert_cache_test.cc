@@ -533,10 +533,10 @@ TEST(MoeInfinityTest, FairShareEvictsFromTheLayerOverItsShare) {
   for (int e = 0; e < 2; ++e) p.OnInsert({1, e}, false);
   for (int e = 0; e < 2; ++e) p.OnInsert({2, e}, false);
   std::vector<ExpertKey> cands = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {2, 0}, {2, 1}};
-  const size_t v = p.ChooseVictim(cands, {1, 3, Phase::kDecode, false});
+  const size_t v = p.ChooseVictim(cands, {1, 3, Phase::kDecode});
   EXPECT_EQ(cands[v].layer, 0);
   // The routed layer may borrow: routing layer 0 takes from another layer.
-  const size_t w = p.ChooseVictim(cands, {1, 0, Phase::kDecode, false});
+  const size_t w = p.ChooseVictim(cands, {1, 0, Phase::kDecode});
   EXPECT_NE(cands[w].layer, 0);
 }
 
