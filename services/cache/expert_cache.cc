@@ -326,16 +326,50 @@ HostFigures ExpertCache::host_figures() const {
 }
 
 absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
-    const RequestOwner& owner, int layer, absl::Span<const ExpertDemand> demands, Phase phase,
-    bool host_ok, absl::Span<const MemberDemands> members) {
-  CheckDemands(layer, demands, members);
-  if (!members.empty()) {
+    const RequestOwner& owner, const AcquireCall& call) {
+  CheckDemands(call.layer, call.demands, call.members);
+  if (!call.members.empty()) {
     bool lead = false;
-    for (const MemberDemands& m : members) lead |= m.request == owner.request;
+    for (const MemberDemands& m : call.members)
+      lead |= m.request == owner.request;
     MOE_CHECK(lead) << "the acquiring request " << owner.request << " is not a member";
   }
+  if (!call.hints.empty()) AddHints(owner, call.hints);
+  const Phase phase = call.prefill ? Phase::kPrefill : Phase::kDecode;
   absl::MutexLock lock(&mu_);
-  ObserveComputeGap(owner, layer, phase);
+  ObserveComputeGap(owner, call.layer, phase);
+  const std::vector<RequestOwner> routed = RouteLocked(owner, call, phase);
+  Pending p;
+  p.owner = owner;
+  p.layer = call.layer;
+  p.phase = phase;
+  p.start_ns = clock_->NowNanos();
+  // The miss cost model (miss_planner.h); the simulator's layer time is
+  // stall + max(T, host runs), as the worker waits for the copies, then runs
+  // its host answers.
+  MissPlanner planner({options_.miss_mode, options_.link_bytes_per_sec,
+                       static_cast<double>(options_.expert_bytes),
+                       options_.expert_flops_per_token, host_},
+                      call.host_ok, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                        return LinkBacklogSeconds();
+                      });
+  for (const ExpertDemand& d : call.demands) {
+    const absl::Status served =
+        ServeDemandLocked(owner, call, phase, d, planner, p);
+    if (!served.ok()) {
+      for (const SlotLease& l : p.entries) --meta_[l.slot].pins;
+      return served;
+    }
+  }
+  SpeculateAfterAcquireLocked(routed, call.layer, phase);
+  const Ticket t = next_ticket_++;
+  pending_.emplace(t, std::move(p));
+  return t;
+}
+
+std::vector<RequestOwner> ExpertCache::RouteLocked(const RequestOwner& owner,
+                                                   const AcquireCall& call,
+                                                   Phase phase) {
   // Whose routing this is: each member's own row, or the owner's.
   struct Routed {
     RequestOwner owner;
@@ -343,118 +377,108 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     absl::Span<const ExpertDemand> demands;
   };
   std::vector<Routed> routed;
-  if (members.empty()) {
-    routed.push_back({owner, phase, demands});
+  if (call.members.empty()) {
+    routed.push_back({owner, phase, call.demands});
   } else {
-    for (const MemberDemands& m : members) {
+    for (const MemberDemands& m : call.members) {
       routed.push_back({RequestOwner{owner.session, m.request},
                         m.prefill ? Phase::kPrefill : Phase::kDecode, m.demands});
     }
   }
+  // The acquiring owner first (its quota bounds the batch's prefetches).
+  std::vector<RequestOwner> owners = {owner};
   for (const Routed& r : routed) {
-    MaybeBeginIteration(r.owner, layer, r.phase);
+    MaybeBeginIteration(r.owner, call.layer, r.phase);
     // A member's prefetch that another member needs is kept: the union.
-    CancelUnneededPrefetches(r.owner, layer, demands);
-    policy_->OnRoute(r.owner, layer, r.phase, r.demands);
-    prefetcher_.OnRoute(r.owner, layer, r.phase, r.demands);
+    CancelUnneededPrefetches(r.owner, call.layer, call.demands);
+    policy_->OnRoute(r.owner, call.layer, r.phase, r.demands);
+    prefetcher_.OnRoute(r.owner, call.layer, r.phase, r.demands);
+    if (r.owner != owner) owners.push_back(r.owner);
   }
+  return owners;
+}
+
+void ExpertCache::AnswerOnHostLocked(const ExpertKey& key, Phase phase,
+                                     Pending& p) {
+  policy_->OnAccess(key, phase, /*hit=*/false);
   CachePhaseStats& st = stats_[PhaseIndex(phase)];
-  Pending p;
-  p.owner = owner;
-  p.layer = layer;
-  p.phase = phase;
-  p.start_ns = clock_->NowNanos();
-  auto needed = [&](const ExpertKey& k) {
-    if (k.layer != layer) return false;
-    for (const auto& d : demands) {
-      if (d.expert == k.expert) return true;
+  ++st.misses;
+  ++p.misses;
+  ++layer_misses_[key.layer];
+  ++st.host_runs;
+  p.host.push_back(key);
+}
+
+absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
+                                            const AcquireCall& call,
+                                            Phase phase, const ExpertDemand& d,
+                                            MissPlanner& planner, Pending& p) {
+  const ExpertKey key{call.layer, d.expert};
+  auto needed = [&call](const ExpertKey& k) {
+    if (k.layer != call.layer) return false;
+    for (const ExpertDemand& x : call.demands) {
+      if (x.expert == k.expert) return true;
     }
     return false;
   };
-  // The miss cost model (miss_planner.h); the simulator's layer time is
-  // stall + max(T, host runs), as the worker waits for the copies, then runs
-  // its host answers.
-  MissPlanner planner(
-      {options_.miss_mode, options_.link_bytes_per_sec,
-       static_cast<double>(options_.expert_bytes), options_.expert_flops_per_token, host_},
-      host_ok, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return LinkBacklogSeconds(); });
   const bool may_host = planner.may_host();
-  auto run_on_host = [&](int tokens, double fetch_seconds) {
-    return planner.RunOnHost(tokens, fetch_seconds);
-  };
-  const double copy_seconds = planner.copy_seconds();
-  auto answer_on_host = [&](const ExpertKey& key) {
-    policy_->OnAccess(key, phase, /*hit=*/false);
-    ++st.misses;
-    ++p.misses;
-    ++layer_misses_[layer];
-    ++st.host_runs;
-    p.host.push_back(key);
-  };
-  for (const auto& d : demands) {
-    const ExpertKey key{layer, d.expert};
-    bool hit = false;
-    SlotId slot;
-    if (auto found = slots_.Lookup(key); found.has_value()) {
-      slot = *found;
-      SlotMeta& m = meta_[slot];
-      hit = slots_.Get(slot).state == SlotState::kReady;
-      if (!hit && may_host &&
-          run_on_host(d.tokens, m.demand ? 0.0 : RemainingLoadSeconds(slot))) {
-        answer_on_host(key);  // its copy goes on, as a prefetch
-        continue;
-      }
-      NotePrefetchOutcome(m, /*used=*/true);
-      if (!hit && !m.demand && m.transfer != kNoTransfer) {
-        if (engine_->Promote(m.transfer).ok()) {
-          m.demand = true;
-          if (m.counted) --inflight_prefetches_;
-          m.counted = false;
-        }
-      }
-    } else if (may_host && run_on_host(d.tokens, copy_seconds)) {
-      answer_on_host(key);
-      CopyBehind(owner, key, phase, needed);
-      continue;
-    } else {
-      slot = ChooseSlot(VictimContext{owner, layer, phase},
-                        [&](const ExpertKey& k) { return !needed(k); });
-      if (slot < 0 && may_host) {
-        // Every slot is leased, loading or needed: a caller that can run it
-        // from host memory does so rather than fail.
-        answer_on_host(key);
-        continue;
-      }
-      if (slot < 0) {
-        for (const SlotLease& l : p.entries) --meta_[l.slot].pins;
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "no free slot for ", key.ToString(), ": all slots leased, loading or needed"));
-      }
-      EvictSlot(slot);
-      absl::Status s = StartLoad(slot, key, TransferPriority::kDemand, phase);
-      if (!s.ok()) {
-        for (const SlotLease& l : p.entries) --meta_[l.slot].pins;
-        return s;
-      }
-      policy_->OnInsert(key, /*prefetch=*/false);
+  bool hit = false;
+  SlotId slot;
+  if (auto found = slots_.Lookup(key); found.has_value()) {
+    slot = *found;
+    SlotMeta& m = meta_[slot];
+    hit = slots_.Get(slot).state == SlotState::kReady;
+    if (!hit && may_host &&
+        planner.RunOnHost(d.tokens,
+                          m.demand ? 0.0 : RemainingLoadSeconds(slot))) {
+      AnswerOnHostLocked(key, phase, p);  // its copy goes on, as a prefetch
+      return absl::OkStatus();
     }
-    ++meta_[slot].pins;
-    policy_->OnAccess(key, phase, hit);
-    ++(hit ? st.hits : st.misses);
-    ++(hit ? p.hits : p.misses);
-    ++(hit ? layer_hits_ : layer_misses_)[layer];
-    p.entries.push_back(SlotLease{key, slot, slots_.Get(slot).generation});
-  }
-  if (options_.prefetch) {
-    // A batch prefetches for its next union within the acquiring owner's
-    // quota: each member proposes from its own state, and an expert's
-    // chance is that any member needs it.
-    std::vector<RequestOwner> owners = {owner};
-    for (const Routed& r : routed) {
-      if (r.owner != owner) owners.push_back(r.owner);
+    NotePrefetchOutcome(m, /*used=*/true);
+    if (!hit && !m.demand && m.transfer != kNoTransfer &&
+        engine_->Promote(m.transfer).ok()) {
+      m.demand = true;
+      if (m.counted) --inflight_prefetches_;
+      m.counted = false;
     }
-    IssuePrefetches(owners, layer, phase);
+  } else if (may_host && planner.RunOnHost(d.tokens, planner.copy_seconds())) {
+    AnswerOnHostLocked(key, phase, p);
+    CopyBehind(owner, key, phase, needed);
+    return absl::OkStatus();
+  } else {
+    slot = ChooseSlot(VictimContext{owner, call.layer, phase},
+                      [&](const ExpertKey& k) { return !needed(k); });
+    if (slot < 0 && may_host) {
+      // Every slot is leased, loading or needed: a caller that can run it
+      // from host memory does so rather than fail.
+      AnswerOnHostLocked(key, phase, p);
+      return absl::OkStatus();
+    }
+    if (slot < 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no free slot for ", key.ToString(),
+                       ": all slots leased, loading or needed"));
+    }
+    EvictSlot(slot);
+    RETURN_IF_ERROR(StartLoad(slot, key, TransferPriority::kDemand, phase));
+    policy_->OnInsert(key, /*prefetch=*/false);
   }
+  ++meta_[slot].pins;
+  policy_->OnAccess(key, phase, hit);
+  CachePhaseStats& st = stats_[PhaseIndex(phase)];
+  ++(hit ? st.hits : st.misses);
+  ++(hit ? p.hits : p.misses);
+  ++(hit ? layer_hits_ : layer_misses_)[call.layer];
+  p.entries.push_back(SlotLease{key, slot, slots_.Get(slot).generation});
+  return absl::OkStatus();
+}
+
+void ExpertCache::SpeculateAfterAcquireLocked(
+    absl::Span<const RequestOwner> owners, int layer, Phase phase) {
+  // A batch prefetches for its next union within the acquiring owner's
+  // quota: each member proposes from its own state, and an expert's chance
+  // is that any member needs it.
+  if (options_.prefetch) IssuePrefetches(owners, layer, phase);
   // A placement policy's set, learned online, is re-read now and then and
   // placed while the link has nothing better to do.
   if (warm_queue_.empty() && ++acquires_since_placement_ >= kPlacementInterval) {
@@ -462,10 +486,7 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     warm_queue_ = policy_->WarmSet(options_.capacity);
     std::reverse(warm_queue_.begin(), warm_queue_.end());
   }
-  if (!warm_queue_.empty()) ContinueWarmUp(owner, phase);
-  const Ticket t = next_ticket_++;
-  pending_.emplace(t, std::move(p));
-  return t;
+  if (!warm_queue_.empty()) ContinueWarmUp(owners[0], phase);
 }
 
 bool ExpertCache::IsReadyLocked(const Pending& p) const {
@@ -523,11 +544,9 @@ absl::StatusOr<AcquireResult> ExpertCache::FinishAcquire(Ticket ticket) {
   return out;
 }
 
-absl::StatusOr<AcquireResult> ExpertCache::Acquire(const RequestOwner& owner, int layer,
-                                                   absl::Span<const ExpertDemand> demands,
-                                                   Phase phase, bool host_ok,
-                                                   absl::Span<const MemberDemands> members) {
-  ASSIGN_OR_RETURN(Ticket t, StartAcquire(owner, layer, demands, phase, host_ok, members));
+absl::StatusOr<AcquireResult> ExpertCache::Acquire(const RequestOwner& owner,
+                                                   const AcquireCall& call) {
+  ASSIGN_OR_RETURN(Ticket t, StartAcquire(owner, call));
   {
     absl::MutexLock lock(&mu_);
     while (true) {

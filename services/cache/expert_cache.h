@@ -3,10 +3,11 @@
 // serves per-layer demands (hits, misses, victims), issues prefetches, and
 // hands out leases on ready slots.
 //
-//   cache.BeginRequest(owner);                        // owner: {session, request}
-//   for each iteration, for each MoE layer l:
-//     cache.AddHints(owner, hints for l + 1);          // optional
-//     r = cache.Acquire(owner, l, demands, phase);     // blocks until ready
+//   cache.BeginRequest(owner);                        // owner: {session,
+//   request} for each iteration, for each MoE layer l:
+//     r = cache.Acquire(owner, {.layer = l, .demands = d,  // blocks until
+//     ready
+//                               .prefill = p, .hints = for_later_layers});
 //     ... compute on r.leases' slots; r.usage is this acquire's own cost ...
 //     cache.Release(owner.session, r.leases);
 //   cache.EndRequest(owner);
@@ -81,7 +82,7 @@ struct ExpertCacheOptions {
   Clock* clock = nullptr;  // not owned; null: RealClock::Get()
   // Where misses are served ("Where a miss is served" in
   // docs/architecture.md). With kHost or kAuto, an acquire whose caller can
-  // run experts from host memory (StartAcquire's `host_ok`) may get misses
+  // run experts from host memory (AcquireCall::host_ok) may get misses
   // answered "run on host" (AcquireResult::host) instead of a copy: kHost
   // always, kAuto when HostRunSeconds is below the stall its copy would add
   // to this acquire (link backlog plus its own copy, less what the acquire
@@ -140,29 +141,26 @@ class ExpertCache {
   // or a trace's "hints"). REQUIRES: layers and experts in range.
   void AddHints(const RequestOwner& owner, absl::Span<const ExpertHint> hints);
 
-  // Routes `layer` for `owner`: serves hits, starts fetches for misses
-  // (victims chosen by the policy), cancels the owner's prefetches for this
-  // layer that it does not need and issues prefetches for its later layers.
-  // REQUIRES: layer in range; demands of distinct in-range experts with
-  // tokens >= 1 (ValidateDemands). RESOURCE_EXHAUSTED when no slot can be
-  // freed (every slot leased, loading or needed), unless the miss may run on
-  // the host (`host_ok` and miss_mode host or auto): it is then answered so.
-  // `host_ok`: the caller can run experts from host memory (misses may then
-  // be answered in AcquireResult::host, per options.miss_mode).
-  // `members` (empty: the acquire is `owner`'s alone): a batched acquire,
-  // `demands` being the union of the members' rows (ValidateMembers holds;
-  // each member is request `request` of `owner`'s session). The routing
-  // events (iteration boundaries, the policy's OnRoute, the prefetcher's
-  // routed experts, prefetch issue) then go to each member with its own row
-  // and phase, so per-request state (moe-infinity's activation matrices)
+  // Routes `call.layer` for `owner` (AcquireCall in expert_exchange.h):
+  // gives `call.hints` to the cache (as AddHints), serves hits, starts
+  // fetches for misses (victims chosen by the policy), cancels the owner's
+  // prefetches for this layer that it does not need and issues prefetches
+  // for its later layers. REQUIRES: layer in range; demands of distinct
+  // in-range experts with tokens >= 1 (ValidateDemands); hints in range.
+  // RESOURCE_EXHAUSTED when no slot can be freed (every slot leased, loading
+  // or needed), unless the miss may run on the host (`call.host_ok` and
+  // miss_mode host or auto): it is then answered so, in AcquireResult::host.
+  // Batched (`call.members` non-empty): `demands` is the union of the
+  // members' rows (ValidateMembers holds; each member is request `request`
+  // of `owner`'s session, `owner` among them). The routing events
+  // (iteration boundaries, the policy's OnRoute, the prefetcher's routed
+  // experts, prefetch issue) then go to each member with its own row and
+  // phase, so per-request state (moe-infinity's activation matrices)
   // follows each request; `owner` holds the ticket, its leases and stall,
   // and the members' prefetch candidates merge within its per-iteration
-  // quota (a batch prefetches as much as one request). REQUIRES: `owner` is one of the
-  // members (its request).
-  absl::StatusOr<Ticket> StartAcquire(const RequestOwner& owner, int layer,
-                                      absl::Span<const ExpertDemand> demands, Phase phase,
-                                      bool host_ok = false,
-                                      absl::Span<const MemberDemands> members = {});
+  // quota (a batch prefetches as much as one request).
+  absl::StatusOr<Ticket> StartAcquire(const RequestOwner& owner,
+                                      const AcquireCall& call);
   // True once every expert of the ticket is ready. NOT_FOUND: unknown ticket.
   absl::StatusOr<bool> IsReady(Ticket ticket) const;
   // Leases the ticket's slots (in demand order, to the owner's session) and
@@ -174,10 +172,8 @@ class ExpertCache {
   absl::StatusOr<AcquireResult> FinishAcquire(Ticket ticket);
   // StartAcquire, wait until ready (engine callbacks from another thread),
   // FinishAcquire. Not for FakeCopyEngine (nobody would advance it).
-  absl::StatusOr<AcquireResult> Acquire(const RequestOwner& owner, int layer,
-                                        absl::Span<const ExpertDemand> demands, Phase phase,
-                                        bool host_ok = false,
-                                        absl::Span<const MemberDemands> members = {});
+  absl::StatusOr<AcquireResult> Acquire(const RequestOwner& owner,
+                                        const AcquireCall& call);
 
   // Returns leases of `session`. INVALID_ARGUMENT / FAILED_PRECONDITION (from
   // SlotTable) for a lease it does not hold; the others are still released.
@@ -299,6 +295,25 @@ class ExpertCache {
   // name.
   void CancelUnneededPrefetches(const RequestOwner& owner, int layer,
                                 absl::Span<const ExpertDemand> demands)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StartAcquire's steps, under mu_. RouteLocked sends the routing events
+  // (to each member, batched) and returns the owners whose candidates the
+  // acquire prefetches from, `owner` first. ServeDemandLocked serves one
+  // demanded expert (hit, fetch, or answered on the host per `planner`) and
+  // counts it in `p`; on error `p`'s pins are the caller's to drop.
+  // SpeculateAfterAcquireLocked issues the prefetches and continues the
+  // warm set's placement.
+  std::vector<RequestOwner> RouteLocked(const RequestOwner& owner,
+                                        const AcquireCall& call, Phase phase)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ServeDemandLocked(const RequestOwner& owner,
+                                 const AcquireCall& call, Phase phase,
+                                 const ExpertDemand& d, MissPlanner& planner,
+                                 Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnswerOnHostLocked(const ExpertKey& key, Phase phase, Pending& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SpeculateAfterAcquireLocked(absl::Span<const RequestOwner> owners,
+                                   int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets `owner`'s request state in the cache, policy and prefetcher.
   void DropOwner(const RequestOwner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

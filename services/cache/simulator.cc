@@ -286,8 +286,13 @@ absl::StatusOr<LayerTime> ServeLayer(SimCache& sim, const SimOptions& o, const R
                                      absl::Span<const MemberDemands> members = {}) {
   FakeCopyEngine& engine = *sim.engine;
   const int64_t t0 = engine.now_ns();
-  ASSIGN_OR_RETURN(auto ticket, sim.cache->StartAcquire(owner, layer, it.layers[layer], it.phase,
-                                                        /*host_ok=*/true, members));
+  ASSIGN_OR_RETURN(
+      auto ticket,
+      sim.cache->StartAcquire(owner, {.layer = layer,
+                                      .demands = it.layers[layer],
+                                      .prefill = it.phase == Phase::kPrefill,
+                                      .members = members,
+                                      .host_ok = true}));
   while (true) {
     ASSIGN_OR_RETURN(bool ready, sim.cache->IsReady(ticket));
     if (ready) break;

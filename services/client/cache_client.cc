@@ -305,12 +305,14 @@ absl::Status CacheClient::ReportHostRuns(const HostRunReport& report) {
   return im.channel->Post(*im.req, im.options.timeout);
 }
 
-absl::StatusOr<AcquireResult> CacheClient::Acquire(int layer,
-                                                  absl::Span<const ExpertDemand> experts,
-                                                  bool prefill, absl::Span<const ExpertHint> hints,
-                                                  absl::Span<const MemberDemands> members,
-                                                  Transport transport) {
+absl::StatusOr<AcquireResult> CacheClient::Acquire(const AcquireCall& call,
+                                                   Transport transport) {
   Impl& im = *impl_;
+  const int layer = call.layer;
+  const absl::Span<const ExpertDemand> experts = call.demands;
+  const bool prefill = call.prefill;
+  const absl::Span<const ExpertHint> hints = call.hints;
+  const absl::Span<const MemberDemands> members = call.members;
   AcquireResult out;
   if (members.size() > static_cast<size_t>(kMaxRequestsPerSession)) {
     return absl::InvalidArgumentError("too many members for one acquire");

@@ -6,8 +6,8 @@
 //   o.worker_id = "worker-0";
 //   ASSIGN_OR_RETURN(auto client, CacheClient::Connect(o));
 //   client->BeginRequest(1);
-//   ASSIGN_OR_RETURN(AcquireResult r, client->Acquire(layer, {{3, 5}, {7, 1}}, false));
-//   for (const SlotLease& l : r.leases) ... read client->SlotData(l.slot)
+//   ASSIGN_OR_RETURN(AcquireResult r, client->Acquire({.layer = l, .demands =
+//   d})); for (const SlotLease& l : r.leases) ... read client->SlotData(l.slot)
 //                                            (tensors at client->layout()) ...
 //   client->Release(r.leases);
 //   client->EndRequest(1);
@@ -106,10 +106,9 @@ class CacheClient {
   // tokens add up to `experts`; ValidateMembers); empty for a request's own
   // acquire. The acquire itself is for the current request (SetCurrentRequest),
   // which should be one of the members.
-  absl::StatusOr<AcquireResult> Acquire(int layer, absl::Span<const ExpertDemand> experts,
-                                       bool prefill, absl::Span<const ExpertHint> hints = {},
-                                       absl::Span<const MemberDemands> members = {},
-                                       Transport transport = Transport::kDefault);
+  // `call.host_ok` is not sent: the session's registration decides it.
+  absl::StatusOr<AcquireResult> Acquire(
+      const AcquireCall& call, Transport transport = Transport::kDefault);
   // Prefetch hints on their own, as soon as the worker has them (pre-gating
   // predicts layer l+1 while layer l finishes). Over shm they are posted
   // without a reply; without shm they are kept and sent with the next

@@ -96,6 +96,31 @@ struct MemberDemands {
   }
 };
 
+// One acquire, as every layer spells it: the engine's ExpertProvider, the
+// worker's CacheClient, the daemon's SessionManager and the ExpertCache all
+// take this type (who asks is each layer's own: the cache's RequestOwner,
+// the daemon's session and request, the client's current request). The
+// spans are views that must outlive the call.
+//   layer:    the MoE layer (0-based among MoE layers).
+//   demands:  distinct experts of `layer` with tokens >= 1 (ValidateDemands);
+//             for a batched acquire, the union of the members' rows.
+//   prefill:  the tokens are (or, batched, some member's are) prompt tokens.
+//   members:  empty for a request's own acquire; else one row per request
+//             sharing it (ValidateMembers), the asking request among them.
+//   hints:    predictions for later layers, given to the cache before the
+//             acquire (ValidateHints).
+//   host_ok:  the caller can run misses from host memory, so the cache may
+//             answer some "run on host" (per its miss mode). The daemon sets
+//             it from the session's registration, never from the wire.
+struct AcquireCall {
+  int layer = 0;
+  absl::Span<const ExpertDemand> demands;
+  bool prefill = false;
+  absl::Span<const MemberDemands> members;
+  absl::Span<const ExpertHint> hints;
+  bool host_ok = false;
+};
+
 // Index of a slot in a model's arena.
 using SlotId = int32_t;
 

@@ -89,9 +89,13 @@ grpc::Status ExpertCacheService::Acquire(grpc::ServerContext*, const moe::v1::Ac
   const std::vector<ExpertDemand> demands = FromProtoList<ExpertDemand>(req->experts());
   const std::vector<ExpertHint> hints = FromProtoList<ExpertHint>(req->hints());
   const std::vector<MemberDemands> members = FromProtoList<MemberDemands>(req->members());
-  absl::StatusOr<AcquireResult> r = sessions_->Acquire(req->session_id(), req->request(),
-                                                       req->layer(), demands, req->prefill(),
-                                                       hints, members);
+  absl::StatusOr<AcquireResult> r =
+      sessions_->Acquire(req->session_id(), req->request(),
+                         {.layer = req->layer(),
+                          .demands = demands,
+                          .prefill = req->prefill(),
+                          .members = members,
+                          .hints = hints});
   if (!r.ok()) return ToGrpcStatus(r.status());
   ToProto(*r, resp);
   return grpc::Status::OK;

@@ -244,18 +244,19 @@ absl::Status SessionManager::ReportHostRuns(uint64_t session_id, const HostRunRe
   return absl::OkStatus();
 }
 
-absl::StatusOr<AcquireResult> SessionManager::Acquire(
-    uint64_t session_id, uint64_t request, int layer, absl::Span<const ExpertDemand> demands,
-    bool prefill, absl::Span<const ExpertHint> hints, absl::Span<const MemberDemands> members) {
+absl::StatusOr<AcquireResult> SessionManager::Acquire(uint64_t session_id,
+                                                      uint64_t request,
+                                                      AcquireCall call) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
   CachedModel& m = *s->model;
-  RETURN_IF_ERROR(ValidateDemands(ShapeOf(m), layer, demands));
-  RETURN_IF_ERROR(ValidateHints(ShapeOf(m), hints));
+  RETURN_IF_ERROR(ValidateDemands(ShapeOf(m), call.layer, call.demands));
+  RETURN_IF_ERROR(ValidateHints(ShapeOf(m), call.hints));
   ASSIGN_OR_RETURN(RequestOwner owner, OwnerOf(*s, request));
-  if (!members.empty()) {
-    RETURN_IF_ERROR(ValidateMembers(ShapeOf(m), layer, demands, members));
+  if (!call.members.empty()) {
+    RETURN_IF_ERROR(
+        ValidateMembers(ShapeOf(m), call.layer, call.demands, call.members));
     bool lead = false;
-    for (const MemberDemands& mb : members) {
+    for (const MemberDemands& mb : call.members) {
       RETURN_IF_ERROR(OwnerOf(*s, mb.request).status());
       lead |= mb.request == request;
     }
@@ -264,11 +265,9 @@ absl::StatusOr<AcquireResult> SessionManager::Acquire(
           absl::StrCat("the acquire's request ", request, " is not one of its members"));
     }
   }
-  if (!hints.empty()) m.cache().AddHints(owner, hints);
-  const cache::Phase phase = prefill ? cache::Phase::kPrefill : cache::Phase::kDecode;
+  call.host_ok = s->host_ok;
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(AcquireResult r,
-                   m.cache().Acquire(owner, layer, demands, phase, s->host_ok, members));
+  ASSIGN_OR_RETURN(AcquireResult r, m.cache().Acquire(owner, call));
   s->leases += static_cast<int64_t>(r.leases.size());
   m.metrics().RecordAcquire(absl::ToDoubleSeconds(absl::Now() - start), r.usage.stall_seconds());
   return r;
@@ -354,8 +353,11 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
         break;
       }
       absl::StatusOr<AcquireResult> r =
-          Acquire(s.id, req.request_id, req.layer, absl::MakeConstSpan(demands, req.count),
-                  (req.flags & channel::kFlagPrefill) != 0, {}, members);
+          Acquire(s.id, req.request_id,
+                  {.layer = req.layer,
+                   .demands = absl::MakeConstSpan(demands, req.count),
+                   .prefill = (req.flags & channel::kFlagPrefill) != 0,
+                   .members = members});
       status = r.status();
       if (r.ok()) channel::ToWire(*r, &reply);
       break;

@@ -114,10 +114,9 @@ class SessionManager {
   // request of the session (FAILED_PRECONDITION otherwise) and `request`
   // one of them (INVALID_ARGUMENT otherwise); the cache keeps each one's
   // per-request state from its own row.
-  absl::StatusOr<AcquireResult> Acquire(uint64_t session_id, uint64_t request, int layer,
-                                        absl::Span<const ExpertDemand> demands, bool prefill,
-                                        absl::Span<const ExpertHint> hints,
-                                        absl::Span<const MemberDemands> members = {});
+  // `call.host_ok` is ignored: the session's registration decides it.
+  absl::StatusOr<AcquireResult> Acquire(uint64_t session_id, uint64_t request,
+                                        AcquireCall call);
   absl::Status Release(uint64_t session_id, absl::Span<const SlotLease> leases);
   absl::Status AddHints(uint64_t session_id, uint64_t request,
                         absl::Span<const ExpertHint> hints);

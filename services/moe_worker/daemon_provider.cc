@@ -208,8 +208,11 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
     int moe_layer, absl::Span<const ExpertDemand> demands,
     absl::Span<const MemberDemands> members, bool prefill) {
   RETURN_IF_ERROR(EnsureAttached());
-  absl::StatusOr<AcquireResult> reply =
-      client_->Acquire(moe_layer, demands, prefill, hints_, members);
+  absl::StatusOr<AcquireResult> reply = client_->Acquire({.layer = moe_layer,
+                                                          .demands = demands,
+                                                          .prefill = prefill,
+                                                          .members = members,
+                                                          .hints = hints_});
   hints_.clear();
   if (!reply.ok()) return Check(reply.status());
   if (reply->leases.size() + reply->host.size() != demands.size()) {

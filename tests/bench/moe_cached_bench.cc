@@ -31,7 +31,7 @@ Percentiles Measure(CacheClient& client, Transport t, int iterations, int expert
   us.reserve(iterations);
   for (int i = -iterations / 10; i < iterations; ++i) {  // first 10%: warm-up
     absl::Time start = absl::Now();
-    auto r = client.Acquire(i & 3, demands, false, {}, {}, t);
+    auto r = client.Acquire({.layer = i & 3, .demands = demands}, t);
     double elapsed = absl::ToDoubleMicroseconds(absl::Now() - start);
     if (!r.ok() || (r->usage.misses != 0 && i >= 0)) {
       std::fprintf(stderr, "acquire failed or missed: %s\n", r.status().ToString().c_str());
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   for (int layer = 0; layer < 4; ++layer) {
     std::vector<ExpertDemand> d;
     for (int e = 0; e < experts; ++e) d.push_back({e, 1});
-    auto r = (*client)->Acquire(layer, d, false);
+    auto r = (*client)->Acquire({.layer = layer, .demands = d});
     if (!r.ok() || !(*client)->Release(r->leases).ok()) return 1;
   }
   Percentiles shm = Measure(**client, Transport::kShm, iterations, experts);

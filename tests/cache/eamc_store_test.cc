@@ -330,7 +330,7 @@ void Drive(ExpertCache& cache, FakeCopyEngine& engine, const trace::Trace& t,
       for (int l = 0; l < t.header.num_layers; ++l) {
         std::vector<ExpertDemand> d;
         for (int32_t e : req.experts[tok][l]) d.push_back({e, 1});
-        auto tk = cache.StartAcquire(1, l, d, Phase::kDecode);
+        auto tk = cache.StartAcquire(1, {.layer = l, .demands = d});
         ASSERT_TRUE(tk.ok()) << tk.status();
         while (!*cache.IsReady(*tk))
           engine.AdvanceTo(*engine.NextCompletionTime());

@@ -48,7 +48,7 @@ ExpertCacheOptions LinkOptions(int capacity, bool prefetch) {
 // Drives one acquire on the virtual clock.
 std::vector<SlotLease> AcquireNow(ExpertCache& cache, FakeCopyEngine& engine, OwnerId owner,
                               int layer, std::vector<ExpertDemand> demands) {
-  auto t = cache.StartAcquire(owner, layer, demands, Phase::kDecode);
+  auto t = cache.StartAcquire(owner, {.layer = layer, .demands = demands});
   EXPECT_TRUE(t.ok()) << t.status();
   while (!*cache.IsReady(*t)) engine.AdvanceTo(*engine.NextCompletionTime());
   auto r = cache.FinishAcquire(*t);
@@ -127,10 +127,12 @@ TEST(ExpertCacheTest, OwnersInterleaveWithExactUsageAndTheirOwnIterations) {
     const RequestOwner a{1, 7}, b{2, 7};  // same request id, other session
     cache->BeginRequest(a);
     cache->BeginRequest(b);
-    auto run = [&](const RequestOwner& owner, int layer, std::vector<ExpertDemand> d) {
-      auto t = cache->StartAcquire(owner, layer, d, Phase::kDecode);
+    auto run = [&](const RequestOwner& owner, int layer,
+                   std::vector<ExpertDemand> d) {
+      auto t = cache->StartAcquire(owner, {.layer = layer, .demands = d});
       EXPECT_TRUE(t.ok()) << t.status();
-      while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
+      while (!*cache->IsReady(*t))
+        engine->AdvanceTo(*engine->NextCompletionTime());
       auto r = cache->FinishAcquire(*t);
       EXPECT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->usage.hits + r->usage.misses, static_cast<int>(d.size()));
@@ -219,7 +221,8 @@ TEST(ExpertCacheTest, HostAnswersAndStaticPlacements) {
         const int e = rng() % 3 == 0 ? static_cast<int>(rng() % kExperts) : 0;
         std::vector<ExpertDemand> d = {{e, 1}};
         ++uses[layer * kExperts + e];
-        auto t = cache->StartAcquire(1, layer, d, Phase::kDecode, /*host_ok=*/true);
+        auto t = cache->StartAcquire(
+            1, {.layer = layer, .demands = d, .host_ok = true});
         ASSERT_TRUE(t.ok()) << t.status();
         while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
         auto r = cache->FinishAcquire(*t);
@@ -273,9 +276,10 @@ TEST(ExpertCacheTest, AutoCountsAnInFlightDemandCopyOnce) {
     cache->BeginRequest(1);
     cache->BeginRequest(2);
     const std::vector<ExpertDemand> d = {{3, 1}};
-    auto first = cache->StartAcquire(1, 0, d, Phase::kDecode, /*host_ok=*/false);
+    auto first = cache->StartAcquire(1, {.layer = 0, .demands = d});
     ASSERT_TRUE(first.ok()) << first.status();
-    auto second = cache->StartAcquire(2, 0, d, Phase::kDecode, /*host_ok=*/true);
+    auto second =
+        cache->StartAcquire(2, {.layer = 0, .demands = d, .host_ok = true});
     ASSERT_TRUE(second.ok()) << second.status();
     while (!*cache->IsReady(*second)) engine->AdvanceTo(*engine->NextCompletionTime());
     auto r2 = cache->FinishAcquire(*second);
@@ -318,8 +322,9 @@ TEST(ExpertCacheTest, HostRunReportsTrackTheHostFigures) {
   for (int i = 0; i < 30; ++i) cache->ReportHostRuns({1, 1, 1, 10000000});
   EXPECT_LT(cache->host_figures().read_bytes_per_sec, 0.15e9);
   cache->BeginRequest(1);
-  auto t = cache->StartAcquire(1, 0, std::vector<ExpertDemand>{{1, 1}}, Phase::kDecode,
-                               /*host_ok=*/true);
+  auto t = cache->StartAcquire(1, {.layer = 0,
+                                   .demands = std::vector<ExpertDemand>{{1, 1}},
+                                   .host_ok = true});
   ASSERT_TRUE(t.ok());
   while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
   auto r = cache->FinishAcquire(*t);
@@ -346,14 +351,18 @@ TEST(ExpertCacheTest, NoFreeSlotRunsTheMissOnTheHostWhenItMay) {
       std::vector<ExpertDemand> all;
       for (int e = 0; e < kExperts; ++e) all.push_back({e, 1000});  // prefill: copies win
       cache->BeginRequest(1);
-      auto held = cache->StartAcquire(1, 0, all, Phase::kPrefill, false);
+      auto held =
+          cache->StartAcquire(1, {.layer = 0, .demands = all, .prefill = true});
       ASSERT_TRUE(held.ok()) << held.status();
       while (!*cache->IsReady(*held)) engine->AdvanceTo(*engine->NextCompletionTime());
       auto leases = cache->FinishAcquire(*held);
       ASSERT_TRUE(leases.ok());
       cache->BeginRequest(2);
-      auto t = cache->StartAcquire(2, 1, std::vector<ExpertDemand>{{3, 1000}}, Phase::kPrefill,
-                                   host_ok);
+      auto t = cache->StartAcquire(
+          2, {.layer = 1,
+              .demands = std::vector<ExpertDemand>{{3, 1000}},
+              .prefill = true,
+              .host_ok = host_ok});
       if (mode == MissMode::kAuto && host_ok) {
         ASSERT_TRUE(t.ok()) << t.status();
         auto r = cache->FinishAcquire(*t);
@@ -414,12 +423,16 @@ TEST(ExpertCacheDeathTest, BadDemandsArePreconditions) {
   o.expert_bytes = 1;
   auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(kExperts)), engine.get());
   std::vector<ExpertDemand> dup = {{1, 1}, {1, 1}};
-  EXPECT_DEATH((void)cache->StartAcquire(1, 0, dup, Phase::kDecode), "duplicate expert 1");
+  EXPECT_DEATH((void)cache->StartAcquire(1, {.layer = 0, .demands = dup}),
+               "duplicate expert 1");
   std::vector<ExpertDemand> bad = {{kExperts, 1}};
-  EXPECT_DEATH((void)cache->StartAcquire(1, 0, bad, Phase::kDecode), "out of range");
+  EXPECT_DEATH((void)cache->StartAcquire(1, {.layer = 0, .demands = bad}),
+               "out of range");
   std::vector<ExpertDemand> none = {{0, 0}};
-  EXPECT_DEATH((void)cache->StartAcquire(1, 0, none, Phase::kDecode), "token count 0");
-  EXPECT_DEATH((void)cache->StartAcquire(1, kLayers, {}, Phase::kDecode), "layer");
+  EXPECT_DEATH((void)cache->StartAcquire(1, {.layer = 0, .demands = none}),
+               "token count 0");
+  EXPECT_DEATH((void)cache->StartAcquire(1, {.layer = kLayers, .demands = {}}),
+               "layer");
   std::vector<ExpertHint> hint = {{kLayers, 0, 0.5f}};
   EXPECT_DEATH(cache->AddHints(1, hint), "out of range");
 }
@@ -630,7 +643,8 @@ TEST(ExpertCacheTest, EngineErrorsFailTheAcquireAfterBoundedRetries) {
     auto cache = *ExpertCache::Create(o, *MakePolicy("lru", Config(kExperts)), &engine,
                                       [](const ExpertKey&) { return host.data(); });
     cache->BeginRequest(1);
-    auto leases = cache->Acquire(1, 0, std::vector<ExpertDemand>{{2, 1}}, Phase::kDecode);
+    auto leases = cache->Acquire(
+        1, {.layer = 0, .demands = std::vector<ExpertDemand>{{2, 1}}});
     cache->CheckInvariantsForTest();
     if (c.want == absl::StatusCode::kOk) {
       ASSERT_TRUE(leases.ok()) << leases.status();
@@ -646,7 +660,8 @@ TEST(ExpertCacheTest, EngineErrorsFailTheAcquireAfterBoundedRetries) {
         EXPECT_EQ(slot.state, SlotState::kEmpty);  // the failed slot was freed
       }
       // The next acquire fails the same way, after its own retries.
-      auto again = cache->Acquire(1, 0, std::vector<ExpertDemand>{{2, 1}}, Phase::kDecode);
+      auto again = cache->Acquire(
+          1, {.layer = 0, .demands = std::vector<ExpertDemand>{{2, 1}}});
       EXPECT_EQ(again.status().code(), c.want) << again.status();
       EXPECT_EQ(mover.calls(), 2 * tries);
       cache->CheckInvariantsForTest();
@@ -700,7 +715,8 @@ TEST(ExpertCacheTest, BatchedAcquireRoutesEachMemberItsOwnRow) {
   members[0].prefill = true;
   members[1].request = 2;
   members[1].demands = {{0, 1}, {2, 1}};  // b: one decode token
-  auto t = cache->StartAcquire(a, 1, uni, Phase::kPrefill, false, members);
+  auto t = cache->StartAcquire(
+      a, {.layer = 1, .demands = uni, .prefill = true, .members = members});
   ASSERT_TRUE(t.ok()) << t.status();
   while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
   auto r = cache->FinishAcquire(*t);
@@ -725,7 +741,8 @@ TEST(ExpertCacheTest, BatchedAcquireRoutesEachMemberItsOwnRow) {
   members[0].demands = {{1, 4}};
   members[1].demands = {{1, 1}};
   const std::vector<ExpertDemand> uni2 = {{1, 5}};
-  auto t2 = cache->StartAcquire(a, 2, uni2, Phase::kPrefill, false, members);
+  auto t2 = cache->StartAcquire(
+      a, {.layer = 2, .demands = uni2, .prefill = true, .members = members});
   ASSERT_TRUE(t2.ok());
   while (!*cache->IsReady(*t2)) engine->AdvanceTo(*engine->NextCompletionTime());
   auto r2 = cache->FinishAcquire(*t2);
@@ -735,7 +752,7 @@ TEST(ExpertCacheTest, BatchedAcquireRoutesEachMemberItsOwnRow) {
   ASSERT_EQ(rec->routes.size(), 4u);
   EXPECT_EQ(rec->routes[3].demands, (std::vector<std::pair<int32_t, int32_t>>{{1, 1}}));
   // Without members the acquiring owner routes the union.
-  auto t3 = cache->StartAcquire(a, 3, uni, Phase::kDecode);
+  auto t3 = cache->StartAcquire(a, {.layer = 3, .demands = uni});
   ASSERT_TRUE(t3.ok());
   while (!*cache->IsReady(*t3)) engine->AdvanceTo(*engine->NextCompletionTime());
   ASSERT_TRUE(cache->Release(5, cache->FinishAcquire(*t3)->leases).ok());
@@ -769,9 +786,12 @@ TEST(MoeInfinityTest, BatchedMembersEachLearnTheirOwnMatrix) {
         }
         std::vector<ExpertDemand> uni;
         for (const auto& [e, n] : sum) uni.push_back({e, n});
-        auto t = cache->StartAcquire(RequestOwner{7, 1}, layer, uni, Phase::kDecode, false,
-                                     with_members ? absl::MakeConstSpan(members)
-                                                  : absl::Span<const MemberDemands>());
+        auto t = cache->StartAcquire(
+            RequestOwner{7, 1},
+            {.layer = layer,
+             .demands = uni,
+             .members = with_members ? absl::MakeConstSpan(members)
+                                     : absl::Span<const MemberDemands>()});
         ASSERT_TRUE(t.ok()) << t.status();
         while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
         ASSERT_TRUE(cache->Release(7, cache->FinishAcquire(*t)->leases).ok());

@@ -85,7 +85,8 @@ struct Rig {
   // then computes for `compute_ns` of virtual time.
   void Layer(int layer, Phase phase, int64_t compute_ns) {
     std::vector<ExpertDemand> d = {{0, 1}, {1, 1}};
-    auto t = cache->StartAcquire(1, layer, d, phase);
+    auto t = cache->StartAcquire(
+        1, {.layer = layer, .demands = d, .prefill = phase == Phase::kPrefill});
     ASSERT_TRUE(t.ok()) << t.status();
     while (!*cache->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
     auto leases = cache->FinishAcquire(*t);

@@ -154,7 +154,8 @@ class ServiceFuzzTest : public ::testing::Test {
     ASSERT_EQ(tokens, expected_tokens_) << "after " << after;
     for (auto t : {client::Transport::kShm, client::Transport::kGrpc}) {
       std::vector<ExpertDemand> want = {{4, 1}, {6, 2}};
-      auto a = good_client_->Acquire(world_.num_layers - 1, want, false, {}, {}, t);
+      auto a = good_client_->Acquire(
+          {.layer = world_.num_layers - 1, .demands = want}, t);
       ASSERT_TRUE(a.ok()) << "known-good Acquire after " << after << ": " << a.status();
       ASSERT_EQ(a->leases.size(), 2u);
       ASSERT_TRUE(good_client_->Release(a->leases, t).ok()) << "after " << after;

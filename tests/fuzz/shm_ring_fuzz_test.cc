@@ -112,7 +112,7 @@ class ShmRingFuzzTest : public ServiceFuzzTest {
   void ExpectOthersServed(const std::string& after) {
     ASSERT_FALSE(daemon_.process().Exited()) << after << "\n" << daemon_.stderr_text();
     std::vector<ExpertDemand> want = {{1, 1}};
-    auto a = good_client_->Acquire(0, want, false);
+    auto a = good_client_->Acquire({.layer = 0, .demands = want});
     ASSERT_TRUE(a.ok()) << "after " << after << ": " << a.status();
     ASSERT_TRUE(good_client_->Release(a->leases).ok());
   }

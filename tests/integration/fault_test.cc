@@ -90,7 +90,8 @@ absl::Status FollowTrace(CacheClient& client, const trace::Trace& trace, PassSta
       for (int layer = 0; layer < kLayers; ++layer) {
         if (max_acquires >= 0 && stats->acquires >= max_acquires) return absl::OkStatus();
         const std::vector<ExpertDemand>& d = it.layers[layer];
-        absl::StatusOr<AcquireResult> r = client.Acquire(layer, d, is_prefill);
+        absl::StatusOr<AcquireResult> r = client.Acquire(
+            {.layer = layer, .demands = d, .prefill = is_prefill});
         if (!r.ok()) return r.status();
         ++stats->acquires;
         stats->hits += r->usage.hits;
@@ -280,7 +281,7 @@ TEST_F(FaultTest, KilledLeaseHoldersLeasesAreBackWithinASecond) {
   // And the slots are usable again: all of layer 1 fits.
   std::vector<ExpertDemand> layer1;
   for (int e = 0; e < kExperts; ++e) layer1.push_back({e, 1});
-  auto r = client->Acquire(1, layer1, false);
+  auto r = client->Acquire({.layer = 1, .demands = layer1});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(client->Release(r->leases).ok());
 }

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   }
   std::vector<moe::ExpertDemand> all;
   for (int e = 0; e < (*client)->num_experts(); ++e) all.push_back({e, 1});
-  auto r = (*client)->Acquire(std::atoi(argv[3]), all, false);
+  auto r = (*client)->Acquire({.layer = std::atoi(argv[3]), .demands = all});
   if (!r.ok()) {
     std::fprintf(stderr, "acquire: %s\n", r.status().ToString().c_str());
     return 1;

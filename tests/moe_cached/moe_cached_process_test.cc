@@ -148,7 +148,9 @@ void FollowTrace(CacheClient& client, Transport transport,
       for (int layer = 0; layer < client.num_layers(); ++layer) {
         const std::vector<ExpertDemand>& demands = it.layers[layer];
         *demanded += demands.size();
-        auto r = client.Acquire(layer, demands, is_prefill, {}, {}, transport);
+        auto r = client.Acquire(
+            {.layer = layer, .demands = demands, .prefill = is_prefill},
+            transport);
         ASSERT_TRUE(r.ok()) << r.status();
         ASSERT_EQ(r->leases.size(), demands.size());
         EXPECT_EQ(r->usage.hits + r->usage.misses, static_cast<int>(demands.size()));
@@ -209,11 +211,12 @@ TEST_F(MoeCachedTest, BadInputFromTheWireIsInvalidArgument) {
         {-1, V{{0, 1}}}, {4, V{{0, 1}}},          {0, V{{8, 1}}}, {0, V{{-1, 1}}},
         {0, V{{1, 1}, {1, 2}}}, {0, V{{0, 0}}}, {0, V{}}};
     for (const auto& [layer, demands] : bad) {
-      auto r = client->Acquire(layer, demands, false, {}, {}, t);
+      auto r = client->Acquire({.layer = layer, .demands = demands}, t);
       EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
           << "layer " << layer << ": " << r.status();
     }
-    auto hint = client->Acquire(0, V{{0, 1}}, false, {{9, 0, 0.5f}}, {}, t);
+    auto hint = client->Acquire(
+        {.layer = 0, .demands = V{{0, 1}}, .hints = {{9, 0, 0.5f}}}, t);
     EXPECT_EQ(hint.status().code(), absl::StatusCode::kInvalidArgument);
   }
   // A lease that was never granted.
@@ -222,7 +225,8 @@ TEST_F(MoeCachedTest, BadInputFromTheWireIsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
   // Still serving, and good calls work on both transports.
   for (Transport t : {Transport::kShm, Transport::kGrpc}) {
-    auto r = client->Acquire(2, std::vector<ExpertDemand>{{3, 2}}, false, {}, {}, t);
+    auto r = client->Acquire(
+        {.layer = 2, .demands = std::vector<ExpertDemand>{{3, 2}}}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ExpectSlotMatches(*client, 2, r->leases[0]);
     EXPECT_TRUE(client->Release(r->leases, t).ok());
@@ -257,11 +261,14 @@ TEST_F(MoeCachedTest, BatchedAcquireMembersAreCheckedOnBothTransports) {
   for (Transport t : {Transport::kShm, Transport::kGrpc}) {
     SCOPED_TRACE(t == Transport::kShm ? "shm" : "grpc");
     client->SetCurrentRequest(1);
-    auto r = client->Acquire(1, uni, true, {}, good, t);
+    auto r = client->Acquire(
+        {.layer = 1, .demands = uni, .prefill = true, .members = good}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->leases.size(), 2u);
     EXPECT_TRUE(client->Release(r->leases, t).ok());
-    auto many = client->Acquire(2, V{{2, kMaxRequestsPerSession}}, false, {}, all, t);
+    auto many = client->Acquire(
+        {.layer = 2, .demands = V{{2, kMaxRequestsPerSession}}, .members = all},
+        t);
     ASSERT_TRUE(many.ok()) << many.status();
     EXPECT_TRUE(client->Release(many->leases, t).ok());
     struct Case {
@@ -278,12 +285,13 @@ TEST_F(MoeCachedTest, BatchedAcquireMembersAreCheckedOnBothTransports) {
          absl::StatusCode::kFailedPrecondition, "request 99 was not begun"},
     };
     for (const Case& c : bad) {
-      auto b = client->Acquire(1, uni, false, {}, c.members, t);
+      auto b = client->Acquire(
+          {.layer = 1, .demands = uni, .members = c.members}, t);
       EXPECT_EQ(b.status().code(), c.code) << b.status();
       EXPECT_THAT(b.status().message(), HasSubstr(c.message));
     }
     // Nothing of a refused batch is left over for the next acquire.
-    auto after = client->Acquire(3, V{{0, 1}}, false, {}, {}, t);
+    auto after = client->Acquire({.layer = 3, .demands = V{{0, 1}}}, t);
     ASSERT_TRUE(after.ok()) << after.status();
     EXPECT_TRUE(client->Release(after->leases, t).ok());
   }
@@ -306,7 +314,7 @@ TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
   ASSERT_NE(client, nullptr);
   std::vector<ExpertDemand> layer1;
   for (int e = 0; e < 8; ++e) layer1.push_back({e, 1});
-  auto blocked = client->Acquire(1, layer1, false);
+  auto blocked = client->Acquire({.layer = 1, .demands = layer1});
   EXPECT_EQ(blocked.status().code(), absl::StatusCode::kResourceExhausted) << blocked.status();
   auto stats = client->GetStats("tiny");
   ASSERT_TRUE(stats.ok());
@@ -323,7 +331,7 @@ TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
     return sessions == 1;
   });
   ASSERT_EQ(sessions, 1u);
-  auto r = client->Acquire(1, layer1, false);
+  auto r = client->Acquire({.layer = 1, .demands = layer1});
   ASSERT_TRUE(r.ok()) << r.status();
   for (const SlotLease& l : r->leases) ExpectSlotMatches(*client, 1, l);
   EXPECT_THAT(daemon_.stderr_text(), HasSubstr("reclaimed 8 leases"));
@@ -354,7 +362,7 @@ TEST_F(MoeCachedTest, MetricsSeenThroughARealScrape) {
   ASSERT_NE(client, nullptr);
   std::vector<ExpertDemand> two = {{0, 3}, {5, 1}};
   for (int round = 0; round < 2; ++round) {  // two misses, then two hits
-    auto r = client->Acquire(0, two, false);
+    auto r = client->Acquire({.layer = 0, .demands = two});
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->usage.misses, round == 0 ? 2 : 0);
     EXPECT_EQ(r->usage.hits, round == 0 ? 0 : 2);
@@ -454,7 +462,9 @@ TEST_F(MoeCachedTest, SigtermDrainsPersistsAndExitsZero) {
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->BeginRequest(1).ok());
   for (int layer = 0; layer < 4; ++layer) {
-    auto r = client->Acquire(layer, std::vector<ExpertDemand>{{layer, 1}, {7, 2}}, false);
+    auto r = client->Acquire(
+        {.layer = layer,
+         .demands = std::vector<ExpertDemand>{{layer, 1}, {7, 2}}});
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases).ok());
   }
@@ -465,7 +475,8 @@ TEST_F(MoeCachedTest, SigtermDrainsPersistsAndExitsZero) {
   EXPECT_FALSE(std::filesystem::exists(daemon_.socket_path()));
   EXPECT_TRUE(std::filesystem::exists(state + "/tiny.eamc")) << daemon_.stderr_text();
   // The client's channel was closed: UNAVAILABLE, not a hang.
-  auto after = client->Acquire(0, std::vector<ExpertDemand>{{0, 1}}, false);
+  auto after = client->Acquire(
+      {.layer = 0, .demands = std::vector<ExpertDemand>{{0, 1}}});
   EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable) << after.status();
 
   // A restart loads the persisted state.
@@ -485,11 +496,15 @@ TEST_F(MoeCachedTest, DaemonDeathIsUnavailableNotAHang) {
   StartDaemon({"--cache-experts", "8"});
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->Acquire(0, std::vector<ExpertDemand>{{1, 1}}, false).ok());
+  ASSERT_TRUE(
+      client
+          ->Acquire({.layer = 0, .demands = std::vector<ExpertDemand>{{1, 1}}})
+          .ok());
   ASSERT_TRUE(daemon_.process().Signal(SIGKILL).ok());
   ASSERT_TRUE(daemon_.process().Wait(absl::Seconds(10)).ok());
   absl::Time start = absl::Now();
-  auto r = client->Acquire(1, std::vector<ExpertDemand>{{1, 1}}, false);
+  auto r = client->Acquire(
+      {.layer = 1, .demands = std::vector<ExpertDemand>{{1, 1}}});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
@@ -518,7 +533,8 @@ TEST_F(MoeCachedTest, RequestsMustBeBegunAndAreBounded) {
     EXPECT_TRUE(client->BeginRequest(3, t).ok());  // a live one restarts
     ASSERT_TRUE(client->EndRequest(3, t).ok());
     EXPECT_TRUE(client->BeginRequest(kMaxRequestsPerSession + 1, t).ok());  // room again
-    auto r = client->Acquire(1, std::vector<ExpertDemand>{{2, 1}}, false, {}, {}, t);
+    auto r = client->Acquire(
+        {.layer = 1, .demands = std::vector<ExpertDemand>{{2, 1}}}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases, t).ok());
     for (uint64_t id = 1; id <= static_cast<uint64_t>(kMaxRequestsPerSession) + 1; ++id) {
@@ -560,15 +576,15 @@ TEST_F(MoeCachedTest, SetCurrentRequestPointsAcquiresAtThatRequest) {
     ASSERT_TRUE(client->BeginRequest(1, t).ok());
     ASSERT_TRUE(client->BeginRequest(2, t).ok());
     client->SetCurrentRequest(1);
-    auto r = client->Acquire(0, one, false, {}, {}, t);
+    auto r = client->Acquire({.layer = 0, .demands = one}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases, t).ok());
     ASSERT_TRUE(client->EndRequest(1, t).ok());
     client->SetCurrentRequest(1);
-    auto ended = client->Acquire(0, one, false, {}, {}, t);
+    auto ended = client->Acquire({.layer = 0, .demands = one}, t);
     EXPECT_EQ(ended.status().code(), absl::StatusCode::kFailedPrecondition) << ended.status();
     client->SetCurrentRequest(2);
-    r = client->Acquire(0, one, false, {}, {}, t);
+    r = client->Acquire({.layer = 0, .demands = one}, t);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(client->Release(r->leases, t).ok());
     ASSERT_TRUE(client->EndRequest(2, t).ok());
@@ -699,7 +715,10 @@ TEST_F(MoeCachedTest, ChannelGarbageIsRejectedAndEndsTheSession) {
   // The daemon still serves others.
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  EXPECT_TRUE(client->Acquire(0, std::vector<ExpertDemand>{{3, 1}}, false).ok());
+  EXPECT_TRUE(
+      client
+          ->Acquire({.layer = 0, .demands = std::vector<ExpertDemand>{{3, 1}}})
+          .ok());
 }
 
 // --max-sessions: attaches past the limit are RESOURCE_EXHAUSTED naming it;
@@ -766,7 +785,8 @@ TEST_F(MoeCachedTest, SigtermWithMetricsAndAnIdleClientExitsPromptly) {
   StartDaemon({"--cache-experts", "8", "--drain-seconds", "10"}, /*metrics=*/true);
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  auto r = client->Acquire(0, std::vector<ExpertDemand>{{1, 1}}, false);
+  auto r = client->Acquire(
+      {.layer = 0, .demands = std::vector<ExpertDemand>{{1, 1}}});
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(client->Release(r->leases).ok());
   auto stats = client->GetStats("tiny");  // over gRPC: the connection is up
