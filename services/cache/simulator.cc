@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "services/cache/cache_config.h"
 #include "services/cache/expert_cache.h"
 #include "services/cache/fake_copy_engine.h"
 #include "services/cache/policy.h"
@@ -191,14 +192,28 @@ double SimExpertFlopsPerToken(const SimOptions& o) {
   return static_cast<double>(o.link.expert_bytes());
 }
 
+// The cache the simulation runs: the same figures moe-cached's would have.
+CacheShape SimCacheShape(const trace::TraceHeader& h, const SimOptions& o) {
+  return {h.num_layers, h.num_experts, h.top_k, o.link.expert_bytes(),
+          SimExpertFlopsPerToken(o)};
+}
+
+CacheConfig SimCacheConfig(const std::string& policy_spec,
+                           const SimOptions& o) {
+  CacheConfig c;
+  c.policy = policy_spec;
+  c.capacity = o.capacity;
+  c.prefetch = o.prefetch;
+  c.link_bytes_per_sec = o.link.link_gbps * 1e9;
+  c.layer_seconds = o.link.layer_ms * 1e-3;
+  c.miss_mode = o.miss_mode;
+  c.host = o.host();
+  return c;
+}
+
 absl::Status ValidateSimOptions(const trace::TraceHeader& h, const SimOptions& o) {
-  if (o.miss_mode != MissMode::kFetch && !(o.host_gbps > 0 && o.host_gflops >= 0)) {
-    return absl::InvalidArgumentError("host execution needs host_gbps > 0 and host_gflops >= 0");
-  }
-  if (o.capacity < h.num_experts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "capacity ", o.capacity, " is below one layer's experts (", h.num_experts, ")"));
-  }
+  RETURN_IF_ERROR(
+      ValidateCacheConfig(SimCacheShape(h, o), SimCacheConfig("", o)));
   if (!(o.link.expert_mb > 0 && o.link.link_gbps > 0 && o.link.layer_ms >= 0 &&
         o.link.chunk_mb > 0)) {
     return absl::InvalidArgumentError("link model needs expert_mb, link_gbps, chunk_mb > 0");
@@ -213,24 +228,18 @@ absl::Status ValidateSimOptions(const trace::TraceHeader& h, const SimOptions& o
 
 // REQUIRES: `sim` not moved afterwards (the cache and engine point at its
 // clock).
-PolicyConfig SimPolicyConfig(const trace::TraceHeader& h, const SimOptions& o) {
-  PolicyConfig pc;
-  pc.num_layers = h.num_layers;
-  pc.num_experts = h.num_experts;
-  pc.top_k = h.top_k;
-  pc.capacity = o.capacity;
-  pc.expert_bytes = static_cast<double>(o.link.expert_bytes());
-  pc.link_bytes_per_sec = o.link.link_gbps * 1e9;
-  pc.layer_seconds = o.link.layer_ms * 1e-3;
-  return pc;
-}
-
 absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
                            const SimOptions& o, SimCache* sim) {
   const auto& h = trace.header;
-  const PolicyConfig pc = SimPolicyConfig(h, o);
-  std::unique_ptr<CachePolicy> policy;
   const bool belady = policy_spec == "belady";
+  CacheConfig config = SimCacheConfig(policy_spec, o);
+  if (belady) {  // the offline optimum of demand fetching
+    config.prefetch = false;
+    config.miss_mode = MissMode::kFetch;
+  }
+  const CacheShape shape = SimCacheShape(h, o);
+  const PolicyConfig pc = MakePolicyConfig(shape, config);
+  std::unique_ptr<CachePolicy> policy;
   if (belady) {
     policy = MakeBeladyPolicy(FlattenAccessGroups(trace, o.passes, o.batch), pc);
   } else if (policy_spec == "oracle") {
@@ -255,18 +264,8 @@ absl::Status BuildSimCache(const Trace& trace, const std::string& policy_spec,
   eo.chunk_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(o.link.chunk_mb * 1e6));
   eo.clock = &sim->clock;
   ASSIGN_OR_RETURN(sim->engine, FakeCopyEngine::Create(eo));
-  ExpertCacheOptions co;
-  co.num_layers = h.num_layers;
-  co.num_experts = h.num_experts;
-  co.top_k = h.top_k;
-  co.capacity = o.capacity;
-  co.expert_bytes = o.link.expert_bytes();
-  co.prefetch = o.prefetch && !belady;
-  co.miss_mode = belady ? MissMode::kFetch : o.miss_mode;
-  co.host = o.host();
-  co.expert_flops_per_token = SimExpertFlopsPerToken(o);
-  SetGateLinkFigures(*sim->engine, pc.link_bytes_per_sec, pc.layer_seconds, &co);
-  co.clock = &sim->clock;
+  const ExpertCacheOptions co =
+      MakeCacheOptions(shape, config, *sim->engine, &sim->clock);
   sim->prefetch = co.prefetch;
   ASSIGN_OR_RETURN(sim->cache, ExpertCache::Create(co, std::move(policy), sim->engine.get()));
   sim->cache->WarmUp();  // as the daemon does at start
@@ -326,7 +325,9 @@ absl::Status ValidateSimulation(const trace::TraceHeader& header, const std::str
   if (policy == "belady" || policy == "oracle" || policy == "static-popular-oracle") {
     return absl::OkStatus();
   }
-  return MakePolicy(policy, SimPolicyConfig(header, options)).status();
+  return MakePolicy(policy, MakePolicyConfig(SimCacheShape(header, options),
+                                             SimCacheConfig(policy, options)))
+      .status();
 }
 
 namespace {

@@ -48,33 +48,26 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   std::unique_ptr<CachedModel> m(new CachedModel());
   m->options_ = options;
   const uint64_t block = store->block_bytes();
-  RETURN_IF_ERROR(m->CreateArenaAndEngine(block * options.capacity));
+  RETURN_IF_ERROR(m->CreateArenaAndEngine(block * options.cache.capacity));
 
-  cache::PolicyConfig pc;
-  pc.num_layers = store->num_layers();
-  pc.num_experts = store->num_experts();
-  pc.top_k = store->top_k();
-  pc.capacity = options.capacity;
-  pc.expert_bytes = static_cast<double>(block);
-  pc.link_bytes_per_sec = options.link_bytes_per_sec;
-  ASSIGN_OR_RETURN(auto policy, cache::MakePolicy(options.policy, pc));
-
-  cache::ExpertCacheOptions co;
-  co.num_layers = store->num_layers();
-  co.num_experts = store->num_experts();
-  co.top_k = store->top_k();
-  co.capacity = options.capacity;
-  co.expert_bytes = block;
-  co.prefetch = options.prefetch;
-  // The prefetch gate as in the simulator: C from the copy engine's chunk,
-  // T (compute per layer) estimated online from the sessions' acquires.
-  cache::SetGateLinkFigures(*m->engine_, options.link_bytes_per_sec, /*layer_seconds=*/0, &co);
-  co.miss_mode = options.miss_mode;
-  co.host = options.host;
+  cache::CacheShape shape;
+  shape.num_layers = store->num_layers();
+  shape.num_experts = store->num_experts();
+  shape.top_k = store->top_k();
+  shape.expert_bytes = block;
   // 2 FLOPs per parameter per token: gate, up and down.
   for (const ExpertTensorLayout& t : store->layout()) {
-    co.expert_flops_per_token += 2.0 * static_cast<double>(t.nbytes) / DTypeSize(t.dtype);
+    shape.expert_flops_per_token +=
+        2.0 * static_cast<double>(t.nbytes) / DTypeSize(t.dtype);
   }
+  RETURN_IF_ERROR(cache::ValidateCacheConfig(shape, options.cache));
+  ASSIGN_OR_RETURN(auto policy, cache::MakePolicy(options.cache.policy,
+                                                  cache::MakePolicyConfig(
+                                                      shape, options.cache)));
+  // The same cache as the simulator's: the gate's C from the copy engine's
+  // chunk, T (layer_seconds 0) estimated online from the sessions' acquires.
+  const cache::ExpertCacheOptions co = cache::MakeCacheOptions(
+      shape, options.cache, *m->engine_, /*clock=*/nullptr);
   const ExpertStore* raw_store = store.get();
   ASSIGN_OR_RETURN(m->cache_,
                    cache::ExpertCache::Create(co, std::move(policy), m->engine_,
@@ -83,7 +76,8 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
                                                     raw_store->Block(k.layer, k.expert));
                                               }));
   m->store_ = std::move(store);
-  m->metrics_ = std::make_unique<CacheMetrics>(registry, options.name, options.capacity);
+  m->metrics_ = std::make_unique<CacheMetrics>(registry, options.name,
+                                               options.cache.capacity);
   return m;
 }
 
@@ -104,8 +98,9 @@ absl::Status CachedModel::CreateArenaAndEngine(uint64_t bytes) {
   cache::CpuCopyEngineOptions eo;
   eo.arena = arena_.mutable_data();
   eo.arena_bytes = arena_.size();
-  eo.link_bytes_per_sec = static_cast<uint64_t>(options_.link_bytes_per_sec);
-  eo.chunk_bytes = CpuChunkBytes(bytes / std::max(1, options_.capacity));
+  eo.link_bytes_per_sec =
+      static_cast<uint64_t>(options_.cache.link_bytes_per_sec);
+  eo.chunk_bytes = CpuChunkBytes(bytes / std::max(1, options_.cache.capacity));
   cpu_engine_ = std::make_unique<cache::CpuCopyEngine>(eo);
   engine_ = cpu_engine_.get();
   return absl::OkStatus();
@@ -147,11 +142,12 @@ absl::Status CachedModel::Start() {
     MOE_LOG(INFO) << "model " << name() << ": placing " << warm << " experts of policy "
                   << cache_->policy_name() << "'s warm set before the first request";
   }
-  MOE_LOG(INFO) << "model " << name() << ": " << options_.capacity << " slots of "
-                << store_->block_bytes() << " bytes "
-                << (cuda_arena_ != nullptr ? "in CUDA device memory" : "in host shared memory")
-                << ", policy " << cache_->policy_name()
-                << ", prefetch " << (options_.prefetch ? "on" : "off");
+  MOE_LOG(INFO) << "model " << name() << ": " << options_.cache.capacity
+                << " slots of " << store_->block_bytes() << " bytes "
+                << (cuda_arena_ != nullptr ? "in CUDA device memory"
+                                           : "in host shared memory")
+                << ", policy " << cache_->policy_name() << ", prefetch "
+                << (options_.cache.prefetch ? "on" : "off");
   return absl::OkStatus();
 }
 

@@ -24,8 +24,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "prometheus/registry.h"
 #include "kernels/device_memory.h"
+#include "prometheus/registry.h"
+#include "services/cache/cache_config.h"
 #include "services/cache/cpu_copy_engine.h"
 #include "services/cache/cuda_copy_engine.h"
 #include "services/cache/expert_cache.h"
@@ -38,18 +39,15 @@ namespace moe::cached {
 
 struct CachedModelOptions {
   std::string name;
-  int capacity = 0;  // slots; REQUIRES >= the model's experts per layer
-  std::string policy = "lru";
-  bool prefetch = false;
-  double link_bytes_per_sec = 0;  // 0: unpaced copies
+  // The cache (cache_config.h): capacity in slots (REQUIRES >= the model's
+  // experts per layer), policy, prefetch, the link (0: unpaced copies), miss
+  // mode and host figures. Its shape comes from the store.
+  cache::CacheConfig cache;
   // EAMC persistence file; empty: none.
   std::string state_path;
   // Host arena as an unnamed memfd (handed to workers by the FdBroker)
   // instead of a /dev/shm name.
   bool anonymous_arena = false;
-  // Where misses are served and what the host can do (expert_cache.h).
-  MissMode miss_mode = MissMode::kFetch;
-  HostFigures host;
   // Non-null: the arena lives in this CUDA device memory (see DeviceChoice).
   std::shared_ptr<DeviceMemory> cuda;
 };

@@ -80,23 +80,27 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
                    ExpertStore::Load(spec.name, plan.desc, store_options));
   CachedModelOptions mo;
   mo.name = spec.name;
-  mo.capacity = capacity;
-  mo.policy = options_.policy;
-  mo.prefetch = options_.prefetch;
-  mo.link_bytes_per_sec = options_.link_gbps * 1e9;
-  mo.miss_mode = options_.miss_mode;
-  mo.host.flops_per_sec = options_.host_gflops * 1e9;
-  mo.host.read_bytes_per_sec = options_.host_gbps * 1e9;
-  if (mo.miss_mode != MissMode::kFetch && mo.host.read_bytes_per_sec <= 0) {
-    mo.host.read_bytes_per_sec = store->MeasureReadBytesPerSec();
+  // The model's cache, configured once here (cache_config.h).
+  cache::CacheConfig& cc = mo.cache;
+  cc.capacity = capacity;
+  cc.policy = options_.policy;
+  cc.prefetch = options_.prefetch;
+  cc.link_bytes_per_sec = options_.link_gbps * 1e9;
+  cc.miss_mode = options_.miss_mode;
+  cc.host.flops_per_sec = options_.host_gflops * 1e9;
+  cc.host.read_bytes_per_sec = options_.host_gbps * 1e9;
+  if (cc.miss_mode != MissMode::kFetch && cc.host.read_bytes_per_sec <= 0) {
+    cc.host.read_bytes_per_sec = store->MeasureReadBytesPerSec();
   }
-  if (mo.miss_mode != MissMode::kFetch) {
+  if (cc.miss_mode != MissMode::kFetch) {
     MOE_LOG(INFO) << "model " << spec.name << ": misses served by --miss-mode "
-                  << MissModeName(mo.miss_mode) << "; host reads "
-                  << mo.host.read_bytes_per_sec / 1e9 << " GB/s, runs experts at "
-                  << options_.host_gflops << " GFLOP/s"
-                  << (mo.miss_mode == MissMode::kAuto && options_.link_gbps <= 0
-                          ? "; no --link-gbps: auto cannot weigh copies and fetches every miss"
+                  << MissModeName(cc.miss_mode) << "; host reads "
+                  << cc.host.read_bytes_per_sec / 1e9
+                  << " GB/s, runs experts at " << options_.host_gflops
+                  << " GFLOP/s"
+                  << (cc.miss_mode == MissMode::kAuto && options_.link_gbps <= 0
+                          ? "; no --link-gbps: auto cannot weigh copies and "
+                            "fetches every miss"
                           : "");
   }
   // Listening on a Unix socket, the arena is an unnamed memfd and workers

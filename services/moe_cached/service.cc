@@ -38,7 +38,7 @@ grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::Att
   }
   resp->set_arena_bytes(m.arena_bytes());
   resp->set_slot_bytes(store.block_bytes());
-  resp->set_slot_count(static_cast<uint32_t>(m.options().capacity));
+  resp->set_slot_count(static_cast<uint32_t>(m.options().cache.capacity));
   for (const ExpertTensorLayout& t : store.layout()) {
     moe::v1::TensorLayout* l = resp->add_expert_layout();
     l->set_role(t.role);
@@ -48,7 +48,7 @@ grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::Att
     l->set_nbytes(t.nbytes);
   }
   resp->set_channel_name(r->channel_name);
-  resp->set_miss_mode(MissModeName(m.options().miss_mode));
+  resp->set_miss_mode(MissModeName(m.options().cache.miss_mode));
   if (r->host_execution) resp->set_store_bytes(store.total_bytes());
   resp->set_fd_socket(r->fd_socket);
   resp->set_fd_token(r->fd_token);
@@ -128,11 +128,12 @@ grpc::Status ExpertCacheService::GetStats(grpc::ServerContext*,
     out->set_prefetch_used(s.prefetches_used);
     out->set_prefetch_wasted(s.prefetches_wasted);
     out->set_host_runs(s.host_runs);
-    out->set_miss_mode(MissModeName(m->options().miss_mode));
+    out->set_miss_mode(MissModeName(m->options().cache.miss_mode));
     out->set_bytes_copied(s.bytes_moved);
     out->set_stall_seconds(m->metrics().stall_seconds());
     out->set_resident_experts(static_cast<uint32_t>(m->ResidentExperts()));
-    out->set_capacity_experts(static_cast<uint32_t>(m->options().capacity));
+    out->set_capacity_experts(
+        static_cast<uint32_t>(m->options().cache.capacity));
     out->set_eamc_entries(static_cast<uint32_t>(m->eamc_entries()));
     out->set_prefetch_stride(m->prefetch_stride());
     out->set_policy(m->cache().policy_name());

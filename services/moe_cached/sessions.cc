@@ -119,7 +119,7 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
   // "Run on host" answers need the host copy, which only travels as a
   // descriptor, to a worker that asked for it.
   session->host_ok = pass_fds && host_execution &&
-                     it->second->options().miss_mode != MissMode::kFetch;
+                     it->second->options().cache.miss_mode != MissMode::kFetch;
   result.host_execution = session->host_ok;
   if (pass_fds) {
     std::vector<int> fds = {it->second->arena().fd(), session->channel.fd()};
