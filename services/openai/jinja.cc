@@ -360,9 +360,20 @@ class Renderer {
   Json Call(const Expr& e);
   Json Method(const Expr& e, const Json& self, const std::string& name,
               const std::vector<Json>& args);
+  // A str method; nullopt when `name` is none.
+  std::optional<Json> StringMethod(const Expr& e, const std::string& s,
+                                   const std::string& name,
+                                   const std::vector<Json>& args);
   Json Filter(const Expr& e);
   Json ApplyFilter(const std::string& name, const Json& v, const std::vector<Json>& args,
                    const Expr& e);
+  // ApplyFilter's halves: filters of one value (nullopt: not one of them)
+  // and filters over a sequence (an error for an unknown name).
+  std::optional<Json> ApplyValueFilter(const std::string& name, const Json& v,
+                                       const std::vector<Json>& args,
+                                       const Expr& e);
+  Json ApplySequenceFilter(const std::string& name, const Json& v,
+                           const std::vector<Json>& args, const Expr& e);
   bool Test(const Expr& e);
   bool ApplyTest(const std::string& name, const Json& v, const std::vector<Json>& args,
                  int line);
@@ -413,72 +424,10 @@ Json Renderer::Call(const Expr& e) {
 
 Json Renderer::Method(const Expr& e, const Json& self, const std::string& name,
                       const std::vector<Json>& args) {
-  auto arg_str = [&](size_t i, const std::string& dflt) {
-    return i < args.size() && !args[i].is_null() ? Str(args[i]) : dflt;
-  };
   if (self.is_string()) {
-    const std::string& s = self.get_ref<const std::string&>();
-    if (name == "strip") return Json(Strip(s, arg_str(0, kSpace), true, true));
-    if (name == "lstrip") return Json(Strip(s, arg_str(0, kSpace), true, false));
-    if (name == "rstrip") return Json(Strip(s, arg_str(0, kSpace), false, true));
-    if (name == "upper") return Json(Upper(s));
-    if (name == "lower") return Json(Lower(s));
-    if (name == "title") return Json(Title(s));
-    if (name == "capitalize") return ApplyFilter("capitalize", self, {}, e);
-    if (name == "replace" && args.size() >= 2) {
-      return Json(Replace(s, Str(args[0]), Str(args[1]),
-                          args.size() > 2 ? args[2].get<int64_t>() : -1));
-    }
-    if (name == "find" && !args.empty()) {
-      size_t f = s.find(Str(args[0]));
-      return Json(f == std::string::npos ? int64_t{-1} : static_cast<int64_t>(f));
-    }
-    if (name == "startswith" || name == "endswith") {
-      if (args.empty()) Fail(e.line, name + "() needs an argument");
-      std::vector<std::string> options;
-      if (args[0].is_array()) {
-        for (const Json& x : args[0]) options.push_back(Str(x));
-      } else {
-        options.push_back(Str(args[0]));
-      }
-      for (const std::string& o : options) {
-        if (o.size() <= s.size() &&
-            (name == "startswith" ? s.compare(0, o.size(), o) == 0
-                                  : s.compare(s.size() - o.size(), o.size(), o) == 0)) {
-          return Json(true);
-        }
-      }
-      return Json(false);
-    }
-    if (name == "split") {
-      Json out = Json::array();
-      const int64_t max = args.size() > 1 ? args[1].get<int64_t>() : -1;
-      if (args.empty() || args[0].is_null()) {  // runs of whitespace
-        size_t i = 0;
-        int64_t done = 0;
-        while (true) {
-          while (i < s.size() && kSpace.find(s[i]) != std::string::npos) ++i;
-          if (i >= s.size()) break;
-          if (max >= 0 && done == max) { out.push_back(s.substr(i)); break; }
-          size_t j = i;
-          while (j < s.size() && kSpace.find(s[j]) == std::string::npos) ++j;
-          out.push_back(s.substr(i, j - i));
-          ++done;
-          i = j;
-        }
-        return out;
-      }
-      const std::string sep = Str(args[0]);
-      if (sep.empty()) Fail(e.line, "empty separator");
-      size_t pos = 0;
-      for (int64_t done = 0; max < 0 || done < max; ++done) {
-        size_t f = s.find(sep, pos);
-        if (f == std::string::npos) break;
-        out.push_back(s.substr(pos, f - pos));
-        pos = f + sep.size();
-      }
-      out.push_back(s.substr(pos));
-      return out;
+    if (std::optional<Json> r =
+            StringMethod(e, self.get_ref<const std::string&>(), name, args)) {
+      return *std::move(r);
     }
   }
   if (self.is_object()) {
@@ -498,6 +447,81 @@ Json Renderer::Method(const Expr& e, const Json& self, const std::string& name,
   Fail(e.line, absl::StrCat("no method '", name, "' on ", IsUndef(self) ? "undefined" : Repr(self)));
 }
 
+std::optional<Json> Renderer::StringMethod(const Expr& e, const std::string& s,
+                                           const std::string& name,
+                                           const std::vector<Json>& args) {
+  auto arg_str = [&](size_t i, const std::string& dflt) {
+    return i < args.size() && !args[i].is_null() ? Str(args[i]) : dflt;
+  };
+  if (name == "strip") return Json(Strip(s, arg_str(0, kSpace), true, true));
+  if (name == "lstrip") return Json(Strip(s, arg_str(0, kSpace), true, false));
+  if (name == "rstrip") return Json(Strip(s, arg_str(0, kSpace), false, true));
+  if (name == "upper") return Json(Upper(s));
+  if (name == "lower") return Json(Lower(s));
+  if (name == "title") return Json(Title(s));
+  if (name == "capitalize") return ApplyFilter("capitalize", Json(s), {}, e);
+  if (name == "replace" && args.size() >= 2) {
+    return Json(Replace(s, Str(args[0]), Str(args[1]),
+                        args.size() > 2 ? args[2].get<int64_t>() : -1));
+  }
+  if (name == "find" && !args.empty()) {
+    size_t f = s.find(Str(args[0]));
+    return Json(f == std::string::npos ? int64_t{-1} : static_cast<int64_t>(f));
+  }
+  if (name == "startswith" || name == "endswith") {
+    if (args.empty()) Fail(e.line, name + "() needs an argument");
+    std::vector<std::string> options;
+    if (args[0].is_array()) {
+      for (const Json& x : args[0]) options.push_back(Str(x));
+    } else {
+      options.push_back(Str(args[0]));
+    }
+    for (const std::string& o : options) {
+      if (o.size() <= s.size() &&
+          (name == "startswith"
+               ? s.compare(0, o.size(), o) == 0
+               : s.compare(s.size() - o.size(), o.size(), o) == 0)) {
+        return Json(true);
+      }
+    }
+    return Json(false);
+  }
+  if (name == "split") {
+    Json out = Json::array();
+    const int64_t max = args.size() > 1 ? args[1].get<int64_t>() : -1;
+    if (args.empty() || args[0].is_null()) {  // runs of whitespace
+      size_t i = 0;
+      int64_t done = 0;
+      while (true) {
+        while (i < s.size() && kSpace.find(s[i]) != std::string::npos) ++i;
+        if (i >= s.size()) break;
+        if (max >= 0 && done == max) {
+          out.push_back(s.substr(i));
+          break;
+        }
+        size_t j = i;
+        while (j < s.size() && kSpace.find(s[j]) == std::string::npos) ++j;
+        out.push_back(s.substr(i, j - i));
+        ++done;
+        i = j;
+      }
+      return out;
+    }
+    const std::string sep = Str(args[0]);
+    if (sep.empty()) Fail(e.line, "empty separator");
+    size_t pos = 0;
+    for (int64_t done = 0; max < 0 || done < max; ++done) {
+      size_t f = s.find(sep, pos);
+      if (f == std::string::npos) break;
+      out.push_back(s.substr(pos, f - pos));
+      pos = f + sep.size();
+    }
+    out.push_back(s.substr(pos));
+    return out;
+  }
+  return std::nullopt;
+}
+
 Json Renderer::Filter(const Expr& e) {
   const Json v = Eval(*e.args[0]);
   return ApplyFilter(e.name, v, Args(e, 1), e);
@@ -505,6 +529,15 @@ Json Renderer::Filter(const Expr& e) {
 
 Json Renderer::ApplyFilter(const std::string& f, const Json& v, const std::vector<Json>& args,
                            const Expr& e) {
+  if (std::optional<Json> r = ApplyValueFilter(f, v, args, e))
+    return *std::move(r);
+  return ApplySequenceFilter(f, v, args, e);
+}
+
+std::optional<Json> Renderer::ApplyValueFilter(const std::string& f,
+                                               const Json& v,
+                                               const std::vector<Json>& args,
+                                               const Expr& e) {
   const int line = e.line;
   if (f == "length" || f == "count") {
     if (v.is_string()) return Json(static_cast<int64_t>(v.get_ref<const std::string&>().size()));
@@ -577,6 +610,13 @@ Json Renderer::ApplyFilter(const std::string& f, const Json& v, const std::vecto
     }
     return Json(out);
   }
+  return std::nullopt;
+}
+
+Json Renderer::ApplySequenceFilter(const std::string& f, const Json& v,
+                                   const std::vector<Json>& args,
+                                   const Expr& e) {
+  const int line = e.line;
   // Sequence filters.
   const Json seq = Iterable(v, line);
   if (f == "list") return seq;
