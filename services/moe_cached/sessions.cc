@@ -329,63 +329,12 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
   reply.seq = req.seq;
   absl::Status status;
   switch (static_cast<channel::MsgType>(req.type)) {
-    case channel::MsgType::kAcquire: {
-      ExpertDemand demands[channel::kMaxItems];
-      channel::FromWire(req.demands, req.count, demands);
-      // Members posted for this acquire, taken whatever the outcome.
-      std::vector<MemberDemands> members = std::move(s.staged);
-      absl::Status staged = std::move(s.staged_error);
-      const int32_t staged_layer = s.staged_layer;
-      s.staged.clear();
-      s.staged_error = absl::OkStatus();
-      s.staged_layer = -1;
-      const bool batched = (req.flags & channel::kFlagMembers) != 0;
-      if (staged.ok() && batched && members.empty()) {
-        staged = absl::InvalidArgumentError("a batched acquire without its members");
-      } else if (staged.ok() && !batched && !members.empty()) {
-        staged = absl::InvalidArgumentError("members posted without a batched acquire");
-      } else if (staged.ok() && batched && staged_layer != req.layer) {
-        staged = absl::InvalidArgumentError(absl::StrCat(
-            "members posted for layer ", staged_layer, ", acquire of layer ", req.layer));
-      }
-      if (!staged.ok()) {
-        status = staged;
-        break;
-      }
-      absl::StatusOr<AcquireResult> r =
-          Acquire(s.id, req.request_id,
-                  {.layer = req.layer,
-                   .demands = absl::MakeConstSpan(demands, req.count),
-                   .prefill = (req.flags & channel::kFlagPrefill) != 0,
-                   .members = members});
-      status = r.status();
-      if (r.ok()) channel::ToWire(*r, &reply);
+    case channel::MsgType::kAcquire:
+      status = ShmAcquire(s, req, reply);
       break;
-    }
-    case channel::MsgType::kMember: {
-      // Kept for the acquire that follows; an error waits for it too.
-      if (!s.staged_error.ok()) return;
-      if (s.staged.size() >= static_cast<size_t>(kMaxRequestsPerSession)) {
-        s.staged_error = absl::InvalidArgumentError(absl::StrCat(
-            "more than ", kMaxRequestsPerSession, " members posted for one acquire"));
-        s.staged.clear();
-        return;
-      }
-      if (!s.staged.empty() && s.staged_layer != req.layer) {
-        s.staged_error = absl::InvalidArgumentError(absl::StrCat(
-            "members posted for layers ", s.staged_layer, " and ", req.layer));
-        s.staged.clear();
-        return;
-      }
-      MemberDemands m;
-      m.request = req.request_id;
-      m.prefill = (req.flags & channel::kFlagPrefill) != 0;
-      m.demands.resize(req.count);
-      channel::FromWire(req.demands, req.count, m.demands.data());
-      s.staged_layer = req.layer;
-      s.staged.push_back(std::move(m));
+    case channel::MsgType::kMember:
+      StageMember(s, req);
       return;  // no reply
-    }
     case channel::MsgType::kRelease: {
       SlotLease leases[channel::kMaxItems];
       channel::FromWire(req.leases, req.count, leases);
@@ -418,6 +367,67 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
   if (!status.ok()) FillError(status, &reply);
   absl::Status sent = server.Reply(reply);
   if (!sent.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': " << sent;
+}
+
+absl::Status SessionManager::ShmAcquire(Session& s,
+                                        const channel::RequestMsg& req,
+                                        channel::ResponseMsg& reply) {
+  ExpertDemand demands[channel::kMaxItems];
+  channel::FromWire(req.demands, req.count, demands);
+  // Members posted for this acquire, taken whatever the outcome.
+  std::vector<MemberDemands> members = std::move(s.staged);
+  absl::Status staged = std::move(s.staged_error);
+  const int32_t staged_layer = s.staged_layer;
+  s.staged.clear();
+  s.staged_error = absl::OkStatus();
+  s.staged_layer = -1;
+  RETURN_IF_ERROR(staged);
+  const bool batched = (req.flags & channel::kFlagMembers) != 0;
+  if (batched && members.empty()) {
+    return absl::InvalidArgumentError("a batched acquire without its members");
+  }
+  if (!batched && !members.empty()) {
+    return absl::InvalidArgumentError(
+        "members posted without a batched acquire");
+  }
+  if (batched && staged_layer != req.layer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("members posted for layer ", staged_layer,
+                     ", acquire of layer ", req.layer));
+  }
+  ASSIGN_OR_RETURN(AcquireResult r,
+                   Acquire(s.id, req.request_id,
+                           {.layer = req.layer,
+                            .demands = absl::MakeConstSpan(demands, req.count),
+                            .prefill = (req.flags & channel::kFlagPrefill) != 0,
+                            .members = members}));
+  channel::ToWire(r, &reply);
+  return absl::OkStatus();
+}
+
+void SessionManager::StageMember(Session& s, const channel::RequestMsg& req) {
+  // Kept for the acquire that follows; an error waits for it too.
+  if (!s.staged_error.ok()) return;
+  if (s.staged.size() >= static_cast<size_t>(kMaxRequestsPerSession)) {
+    s.staged_error = absl::InvalidArgumentError(
+        absl::StrCat("more than ", kMaxRequestsPerSession,
+                     " members posted for one acquire"));
+    s.staged.clear();
+    return;
+  }
+  if (!s.staged.empty() && s.staged_layer != req.layer) {
+    s.staged_error = absl::InvalidArgumentError(absl::StrCat(
+        "members posted for layers ", s.staged_layer, " and ", req.layer));
+    s.staged.clear();
+    return;
+  }
+  MemberDemands m;
+  m.request = req.request_id;
+  m.prefill = (req.flags & channel::kFlagPrefill) != 0;
+  m.demands.resize(req.count);
+  channel::FromWire(req.demands, req.count, m.demands.data());
+  s.staged_layer = req.layer;
+  s.staged.push_back(std::move(m));
 }
 
 void SessionManager::Reap() {

@@ -141,6 +141,13 @@ class SessionManager {
   void Serve(std::shared_ptr<Session> session);
   void HandleMessage(Session& session, channel::ChannelServer& server,
                      const channel::RequestMsg& req);
+  // A shm acquire, with the members staged before it (StageMember); the
+  // reply's leases are filled on success.
+  absl::Status ShmAcquire(Session& session, const channel::RequestMsg& req,
+                          channel::ResponseMsg& reply);
+  // Keeps a posted member row for the acquire that follows (or the error
+  // that acquire will get).
+  void StageMember(Session& session, const channel::RequestMsg& req);
   void EndSession(Session& session, const std::string& why);
 
   absl::flat_hash_map<std::string, CachedModel*> models_;
