@@ -160,6 +160,21 @@ __global__ void QuantGemvKernel(const int8_t* __restrict__ xq,
   }
 }
 
+// Element `e` of one weight block as an int8 code: q4's nibbles (low
+// halves first), mxfp4's doubled FP4 values, q8's bytes.
+template <int F>
+__device__ __forceinline__ int8_t WeightCode(const uint8_t* blk, int e) {
+  if constexpr (F == kQ4) {
+    const uint8_t byte = blk[4 + (e % 32)];
+    return static_cast<int8_t>(e < 32 ? (byte & 0x0f) : (byte >> 4));
+  } else if constexpr (F == kMx) {
+    const uint8_t byte = blk[1 + e / 2];
+    return kFp4Twice[e % 2 == 0 ? (byte & 0x0f) : (byte >> 4)];
+  } else {
+    return static_cast<int8_t>(blk[2 + e]);
+  }
+}
+
 // kTileM x kTileN outputs per block of 256 threads; thread (ty, tx) owns
 // rows 2 ty, 2 ty + 1 and columns tx + 16 c, c < 4. Each step stages one
 // weight block per column (its codes widened to int8, its scale and min)
@@ -204,20 +219,7 @@ __global__ void QuantGemmKernel(const int8_t* __restrict__ xq,
     for (int i = tid; i < kTileN * kGroup; i += blockDim.x) {
       const int c = i / kGroup, e = i % kGroup;
       const int64_t gc = col0 + c;
-      int8_t v = 0;
-      if (gc < n) {
-        const uint8_t* blk = w + (gc * blocks + b) * kBytes;
-        if constexpr (F == kQ4) {
-          const uint8_t byte = blk[4 + (e % 32)];
-          v = static_cast<int8_t>(e < 32 ? (byte & 0x0f) : (byte >> 4));
-        } else if constexpr (F == kMx) {
-          const uint8_t byte = blk[1 + e / 2];
-          v = kFp4Twice[e % 2 == 0 ? (byte & 0x0f) : (byte >> 4)];
-        } else {
-          v = static_cast<int8_t>(blk[2 + e]);
-        }
-      }
-      ws[c][e] = v;
+      ws[c][e] = gc < n ? WeightCode<F>(w + (gc * blocks + b) * kBytes, e) : 0;
     }
     for (int c = tid; c < kTileN; c += blockDim.x) {
       const int64_t gc = col0 + c;
