@@ -60,14 +60,12 @@ struct BackendInfo {
   std::string name;         // "cpu" or "cuda"
   std::string device_name;  // CPU model / GPU name
   bool is_device = false;   // memory is not host-addressable
-  bool supports_bf16 = true;
-  bool supports_f16 = true;
   // MatMul and ExpertFfn run kQ8/kQ4 weights (both backends since the CUDA
   // module's ABI v4); a worker refuses a daemon holding a format its
   // backend cannot run.
   bool supports_q8 = true;
   bool supports_q4 = true;
-  // And kMxfp4 (the CPU since gpt_oss; CUDA since module ABI v6).
+  // And kMxfp4 (the CPU always; CUDA since module ABI v6).
   bool supports_mxfp4 = true;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
@@ -88,7 +86,7 @@ struct AttentionShape {
   int64_t start_pos = 0;
 };
 
-// Geometry of DeepSeek's multi-head latent attention over a latent cache
+// Geometry of multi-head latent attention over a latent cache
 // (see Backend::MlaAttention).
 struct MlaShape {
   int64_t tokens = 0;     // new query tokens in this call
@@ -101,7 +99,7 @@ struct MlaShape {
   int64_t start_pos = 0;  // position of the first new token
 };
 
-// How RouterSelect scores and chooses experts (DeepSeek's MoEGate).
+// How RouterSelect scores and chooses experts (a scored, grouped router).
 enum class RouterScoring : int { kSoftmax = 0, kSigmoid = 1 };
 enum class RouterSelection : int {
   kGreedy = 0,  // top_k of the scores
@@ -122,8 +120,8 @@ struct RouterSpec {
   float scale = 1.0f;
 };
 
-// GPT-OSS's expert activation (modeling_gpt_oss.py, GptOssExperts): with
-// g, u the biased gate and up projections,
+// The clamped SwiGLU of biased experts (ExpertActivation::kClampedSwiglu):
+// with g, u the biased gate and up projections,
 //   g = min(g, limit); u = clamp(u, -limit, limit);
 //   act = (u + 1) * g * sigmoid(alpha * g)
 struct ClampedSwiglu {
@@ -223,7 +221,7 @@ class Backend {
                           int64_t tokens, int64_t experts, int64_t top_k,
                           bool renormalize, Stream stream = nullptr);
 
-  // DeepSeek's router: scores = softmax(logits) or sigmoid(logits) per row;
+  // Scored router: scores = softmax(logits) or sigmoid(logits) per row;
   // selection per `spec` (choice = scores, + bias for kBiasedGroupLimited;
   // experts of the groups not chosen count as 0 when choosing, as the
   // published masked_fill(..., 0.0)); ids in descending choice order (ties
@@ -240,9 +238,9 @@ class Backend {
                             const RouterSpec& spec, Stream stream = nullptr);
 
   // Rotary embedding on interleaved pairs (x[2i], x[2i+1]) of the `rot_dim`
-  // values at `offset` in each head of `x` (DeepSeek's q_pe / k_pe): the
-  // pair rotates by positions[t] * inv_freq[i] and is scaled by `mscale`
-  // (YaRN's cos/sin factor; 1 otherwise). In place. rot_dim even,
+  // values at `offset` in each head of `x` (latent attention's q_pe /
+  // k_pe): the pair rotates by positions[t] * inv_freq[i] and is scaled by
+  // `mscale` (YaRN's cos/sin factor; 1 otherwise). In place. rot_dim even,
   // offset + rot_dim <= stride.
   absl::Status RopeInterleaved(float* x,  // [tokens, heads, stride]
                                const int32_t* positions,  // [tokens]
@@ -251,7 +249,7 @@ class Backend {
                                int64_t offset, int64_t rot_dim, float mscale,
                                Stream stream = nullptr);
 
-  // DeepSeek multi-head latent attention with kv_b_proj absorbed, over a
+  // Multi-head latent attention with kv_b_proj absorbed, over a
   // cache of the normed latent c_kv and the roped k_pe of every position
   // (which must already hold the new tokens). With W_UK[h] = kv_b rows
   // [h*(nope+v), h*(nope+v)+nope) and W_UV[h] the next v rows, per token t
@@ -285,7 +283,7 @@ class Backend {
                          int64_t tokens, int64_t count, int64_t hidden,
                          int64_t inter, Stream stream = nullptr);
 
-  // GPT-OSS attention (backend_gpt_oss.cc checks the shapes): Attention
+  // Attention with sinks (backend.cc checks the shapes): Attention
   // with a learned logit per head that joins each softmax and is dropped
   // afterwards, and an optional sliding window. Token t (position
   // p = start_pos + t) attends to positions j with p - window < j <= p
@@ -301,7 +299,7 @@ class Backend {
                              const AttentionShape& shape, float scale,
                              int64_t window, Stream stream = nullptr);
 
-  // One GPT-OSS routed expert over the `count` tokens routed to it, with
+  // One biased routed expert over the `count` tokens routed to it, with
   // its biases (f32) and the clamped SwiGLU `act`:
   //   out[row_i] += weight_i * (down(act(gate(x) + gate_bias,
   //                                      up(x) + up_bias)) + down_bias)

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/cpu_deepseek_ops.h"
-#include "kernels/cpu_gpt_oss_ops.h"
+#include "kernels/cpu_mla_router_ops.h"
+#include "kernels/cpu_sink_swiglu_ops.h"
 #include "kernels/cpu_ops.h"
 
 namespace moe {

@@ -3,7 +3,7 @@
 // each keeping an online softmax (running max, sum, weighted values), and
 // the partial results are merged at the end in a fixed order, so reruns
 // are bit-identical. Lanes hold head_dim / 32 elements each (head_dim <= 512).
-// GPT-OSS's SinkAttention is the same kernel over the last `window` keys
+// SinkAttention is the same kernel over the last `window` keys
 // (0: all), with the head's sink logit merged into the softmax at the end.
 #include "kernels/cuda/common.cuh"
 

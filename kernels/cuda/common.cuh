@@ -112,7 +112,7 @@ int LogSoftmax(const float* x, float* out, int64_t rows, int64_t n,
 int TopK(const float* x, int32_t* ids, float* values, int64_t rows, int64_t n,
          int64_t k, void* stream);
 
-// deepseek.cu (ABI v4).
+// mla_router.cu (ABI v4).
 int RouterSelect(const float* logits, const float* bias, int32_t* ids,
                  float* weights, int64_t tokens, int64_t experts,
                  int64_t top_k, const MoeCudaRouterSpec* spec, void* stream);
@@ -123,7 +123,7 @@ int RopeInterleaved(float* x, const int32_t* positions, const float* inv_freq,
 int MlaAttention(const float* q, const void* kv_b, int kv_b_dtype,
                  const float* ckv_cache, const float* kpe_cache, float* out,
                  const MoeCudaMlaShape* shape, float scale, void* stream);
-// attention.cu, gemm.cu (ABI v6): GPT-OSS.
+// attention.cu, gemm.cu (ABI v6): attention with sinks, biased experts.
 int SinkAttention(const float* q, const float* k_cache, const float* v_cache,
                   const float* sinks, float* out,
                   const MoeCudaAttentionShape* shape, float scale,

@@ -220,7 +220,7 @@ __global__ void SiluMulInPlaceKernel(float* __restrict__ g,
   }
 }
 
-// GPT-OSS: g = (clamp(u, -limit, limit) + 1) * min(g, limit) *
+// Clamped SwiGLU: g = (clamp(u, -limit, limit) + 1) * min(g, limit) *
 // sigmoid(alpha * min(g, limit)), in place (the biases are already added).
 __global__ void ClampedSwigluInPlaceKernel(float* __restrict__ g,
                                            const float* __restrict__ u,

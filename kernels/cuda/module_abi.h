@@ -73,8 +73,9 @@ typedef struct MoeCudaMlaShape {
   int64_t tokens, heads, nope_dim, rope_dim, v_dim, rank, max_seq, start_pos;
 } MoeCudaMlaShape;
 
-// Largest kv_lora_rank + qk_rope_head_dim and experts the DeepSeek kernels
-// take (shared memory); larger ones return MOE_CUDA_ERR_BAD_ARGUMENT.
+// Largest kv_lora_rank + qk_rope_head_dim and experts the kernels of
+// mla_router.cu take (shared memory); larger ones return
+// MOE_CUDA_ERR_BAD_ARGUMENT.
 #define MOE_CUDA_MAX_MLA_RANK 2048
 #define MOE_CUDA_MAX_ROUTER_EXPERTS 4096
 
@@ -165,7 +166,7 @@ typedef struct MoeCudaModuleApi {
   // cudaEventDisableTiming, so polling them is cheap.)
   int (*event_query)(void* event);
 
-  // ---- v4: DeepSeek (deepseek.cu) ----
+  // ---- v4: latent attention, scored router (mla_router.cu) ----
   int (*router_select)(const float* logits, const float* bias, int32_t* ids,
                        float* weights, int64_t tokens, int64_t experts,
                        int64_t top_k, const MoeCudaRouterSpec* spec,
@@ -179,7 +180,7 @@ typedef struct MoeCudaModuleApi {
                        float* out, const MoeCudaMlaShape* shape, float scale,
                        void* stream);
 
-  // ---- v6: GPT-OSS (attention.cu, gemm.cu) ----
+  // ---- v6: attention sinks, biased experts (attention.cu, gemm.cu) ----
   // Backend::SinkAttention: Attention with a per-head sink logit joining
   // the softmax, over the last `window` positions (0: all).
   int (*sink_attention)(const float* q, const float* k_cache,

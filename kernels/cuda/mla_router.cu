@@ -1,9 +1,10 @@
-// DeepSeek ops: the MoEGate router (softmax / sigmoid scores, greedy,
-// group-limited and bias-corrected noaux_tc selection), rotary embedding on
-// interleaved pairs, and multi-head latent attention over the latent cache
-// with kv_b_proj absorbed. Semantics: kernels/backend.h; CPU reference:
-// kernels/cpu_deepseek_ops.cc (the selection below follows it step by step,
-// so ids agree exactly away from float near-ties).
+// Latent-attention and scored-router ops: the router (softmax / sigmoid
+// scores, greedy, group-limited and bias-corrected noaux_tc selection),
+// rotary embedding on interleaved pairs, and multi-head latent attention
+// over the latent cache with kv_b_proj absorbed. Semantics:
+// kernels/backend.h; CPU reference: kernels/cpu_mla_router_ops.cc (the
+// selection below follows it step by step, so ids agree exactly away from
+// float near-ties).
 #include "kernels/cuda/common.cuh"
 
 namespace moe::cuda {

@@ -1,4 +1,4 @@
-#include "kernels/cpu_deepseek_ops.h"
+#include "kernels/cpu_mla_router_ops.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "kernels/cpu_gpt_oss_ops.h"
+#include "kernels/cpu_sink_swiglu_ops.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,9 @@
-// CPU implementations of the GPT-OSS ops of kernels/backend.h
+// CPU implementations of the attention-with-sinks and clamped-SwiGLU ops of
+// kernels/backend.h
 // (SinkAttention, BiasedExpertFfn's activation). Arguments are as documented
 // there and already validated.
-#ifndef MOECACHE_KERNELS_CPU_GPT_OSS_OPS_H_
-#define MOECACHE_KERNELS_CPU_GPT_OSS_OPS_H_
+#ifndef MOECACHE_KERNELS_CPU_SINK_SWIGLU_OPS_H_
+#define MOECACHE_KERNELS_CPU_SINK_SWIGLU_OPS_H_
 
 #include <cstdint>
 
@@ -23,4 +24,4 @@ void ClampedSwigluRows(float* g, const float* u, int64_t rows, int64_t inter,
 
 }  // namespace moe::cpu
 
-#endif  // MOECACHE_KERNELS_CPU_GPT_OSS_OPS_H_
+#endif  // MOECACHE_KERNELS_CPU_SINK_SWIGLU_OPS_H_

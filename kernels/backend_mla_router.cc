@@ -1,5 +1,5 @@
-// Shape validation of the DeepSeek ops (RouterSelect, RopeInterleaved,
-// MlaAttention), shared by all backends.
+// Shape validation of the latent-attention and scored-router ops
+// (RouterSelect, RopeInterleaved, MlaAttention), shared by all backends.
 #include <initializer_list>
 #include <limits>
 #include <utility>

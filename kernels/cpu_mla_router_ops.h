@@ -1,8 +1,9 @@
-// CPU implementations of the DeepSeek ops of kernels/backend.h
+// CPU implementations of the latent-attention and scored-router ops of
+// kernels/backend.h
 // (RouterSelect, RopeInterleaved, MlaAttention). Arguments are as documented
 // there and already validated.
-#ifndef MOECACHE_KERNELS_CPU_DEEPSEEK_OPS_H_
-#define MOECACHE_KERNELS_CPU_DEEPSEEK_OPS_H_
+#ifndef MOECACHE_KERNELS_CPU_MLA_ROUTER_OPS_H_
+#define MOECACHE_KERNELS_CPU_MLA_ROUTER_OPS_H_
 
 #include <cstdint>
 
@@ -26,4 +27,4 @@ void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
 
 }  // namespace moe::cpu
 
-#endif  // MOECACHE_KERNELS_CPU_DEEPSEEK_OPS_H_
+#endif  // MOECACHE_KERNELS_CPU_MLA_ROUTER_OPS_H_
