@@ -210,5 +210,51 @@ TEST(SynthTraceTest, IsDeterministicAndShaped) {
   EXPECT_FALSE(GenerateSyntheticTrace(o).ok());
 }
 
+// Absurd sizes are refused by name before any arithmetic or allocation.
+TEST(SynthTraceTest, RefusesSizesThatOverflowOrExhaustMemory) {
+  struct Case {
+    void (*set)(SynthOptions*);
+    const char* field;
+  };
+  const Case cases[] = {
+      {[](SynthOptions* o) { o->prefill_tokens = 2147483647; }, "prefill_tokens"},
+      {[](SynthOptions* o) { o->decode_tokens = 2147483647; }, "decode_tokens"},
+      {[](SynthOptions* o) { o->requests = 2147483647; }, "requests"},
+      {[](SynthOptions* o) { o->groups = 2147483647; }, "groups"},
+      // Each bound alone is met, their product is not.
+      {[](SynthOptions* o) {
+         o->num_layers = 4096;
+         o->num_experts = 4096;
+         o->top_k = 256;
+         o->requests = 1000;
+       },
+       "expert choices"},
+  };
+  for (const Case& c : cases) {
+    SynthOptions o;
+    c.set(&o);
+    absl::Status s = ValidateSynthOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(s.message().find(c.field), std::string::npos) << s;
+  }
+}
+
+// A working set of every expert under a steep popularity skew: drawing its
+// rarest members by rejection would practically never end; it must.
+TEST(SynthTraceTest, FullWorkingSetUnderSteepSkewTerminates) {
+  SynthOptions o;
+  o.num_layers = 1;
+  o.num_experts = 4096;
+  o.working_set = 4096;
+  o.popularity_skew = 4;
+  o.groups = 1;
+  o.requests = 1;
+  o.prefill_tokens = 0;
+  o.decode_tokens = 2;
+  auto t = GenerateSyntheticTrace(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->requests.size(), 1u);
+}
+
 }  // namespace
 }  // namespace moe::trace
