@@ -52,7 +52,9 @@ float ScaleAt(const BlockScales& s, int64_t i) {
   }
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (which overflows
+// for a dimension near INT64_MAX: an empty weight may have one).
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 std::string JsonText(const json& j) { return j.dump(); }
 

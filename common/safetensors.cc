@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -60,7 +61,12 @@ absl::Status ParseTensorEntry(const std::string& where, const json& entry,
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": missing or non-array \"shape\""));
   }
+  // The product of the non-zero dimensions must fit too, not only the element
+  // count: an empty tensor's other dimensions are still multiplied together
+  // by whoever computes its strides or row sizes. (A non-empty tensor's count
+  // is bounded by its data_offsets below.)
   uint64_t numel = 1;
+  uint64_t nonzero = 1;
   for (const json& dim : *shape_it) {
     uint64_t d;
     if (!GetUnsigned(dim, &d) || d > static_cast<uint64_t>(INT64_MAX)) {
@@ -68,11 +74,16 @@ absl::Status ParseTensorEntry(const std::string& where, const json& entry,
           absl::StrCat(where, ": shape entry ", dim.dump(),
                        " is not a non-negative integer"));
     }
-    if (__builtin_mul_overflow(numel, d, &numel)) {
+    if (d != 0 && !CheckedMul(nonzero, d, &nonzero)) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": shape ", shape_it->dump(), " has too many elements"));
     }
+    numel *= d;  // cannot wrap: at most `nonzero`
     info->shape.push_back(static_cast<int64_t>(d));
+  }
+  if (numel == 0 && nonzero > static_cast<uint64_t>(INT64_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": shape ", shape_it->dump(), " has too many elements"));
   }
 
   auto off_it = entry.find("data_offsets");

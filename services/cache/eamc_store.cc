@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -28,6 +29,7 @@ constexpr uint32_t kTagReuse = 2;
 constexpr uint32_t kTagAffinity = 3;
 constexpr uint32_t kTagPopularity = 4;
 constexpr uint64_t kMaxFileBytes = 1ull << 30;
+constexpr int kMaxShape = 1 << 16;  // layers or experts, as config.json allows
 
 // --- little-endian writer / reader ---
 
@@ -173,11 +175,15 @@ absl::Status ReadAffinity(absl::string_view body, LearnedState* s) {
       lags > static_cast<uint32_t>(s->num_layers)) {
     return Corrupt("bad affinity lags");
   }
-  const uint64_t from =
-      static_cast<uint64_t>(lags) * s->num_layers * s->num_experts;
-  const uint64_t pairs = from * s->num_experts;
-  if (r.left() != (pairs + from) * 4)
+  // lags * L * E sources, each with E targets, 4 bytes a count: checked,
+  // since a product that wraps could match a short section.
+  const uint64_t E = static_cast<uint64_t>(s->num_experts);
+  uint64_t from, pairs, cells, bytes;
+  if (!CheckedMul(uint64_t{lags} * static_cast<uint64_t>(s->num_layers), E, &from) ||
+      !CheckedMul(from, E, &pairs) || !CheckedAdd(pairs, from, &cells) ||
+      !CheckedMul(cells, uint64_t{4}, &bytes) || r.left() != bytes) {
     return Corrupt("bad affinity section size");
+  }
   s->affinity_lags = static_cast<int>(lags);
   s->affinity.resize(pairs);
   s->affinity_from.resize(from);
@@ -331,6 +337,12 @@ absl::StatusOr<std::string> EncodeLearnedState(const LearnedState& s) {
 absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes,
                                                 int num_layers,
                                                 int num_experts) {
+  if (num_layers < 1 || num_layers > kMaxShape || num_experts < 1 ||
+      num_experts > kMaxShape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EAMC state: num_layers and num_experts must be in [1, ", kMaxShape,
+        "], got ", num_layers, " and ", num_experts));
+  }
   if (bytes.size() < kHeaderBytes) return Corrupt("shorter than its header");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return Corrupt("bad magic (not an EAMC state file)");

@@ -77,6 +77,9 @@ uint64_t Fnv1a64(absl::string_view bytes);
 absl::StatusOr<std::string> EncodeLearnedState(const LearnedState& state);
 
 // Parses and validates a file's bytes against the expected shape.
+// INVALID_ARGUMENT when the shape is outside [1, 65536] x [1, 65536] (as
+// config.json allows); DATA_LOSS for a corrupt file; FAILED_PRECONDITION for
+// another format version or shape.
 absl::StatusOr<LearnedState> DecodeLearnedState(absl::string_view bytes,
                                                 int num_layers,
                                                 int num_experts);

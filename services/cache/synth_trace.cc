@@ -7,12 +7,25 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 
 namespace moe::trace {
 namespace {
 
 using Rng = std::mt19937_64;
+
+// Bounds on the options, so that no size overflows and a trace fits memory.
+constexpr int kMaxRequests = 1 << 20;
+constexpr int kMaxMeanTokens = 1 << 20;
+constexpr int kMaxGroups = 1 << 16;
+constexpr int64_t kMaxExpertChoices = int64_t{1} << 28;
+
+absl::Status InRange(int v, int lo, int hi, const char* what) {
+  if (v >= lo && v <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " must be in [", lo, ", ", hi, "], got ", v));
+}
 
 double Uniform(Rng& rng) {
   return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
@@ -69,10 +82,21 @@ Model BuildModel(const SynthOptions& o, int ws, Rng& rng) {
     m.cores[g].resize(o.num_layers);
     for (int l = 0; l < o.num_layers; ++l) {
       auto& core = m.cores[g][l];
-      while (static_cast<int>(core.size()) < ws) {
-        int e = m.popular[l][SampleCdf(rng, m.zipf_cdf)];
-        if (std::find(core.begin(), core.end(), e) == core.end()) core.push_back(e);
+      // Rejection sampling; after many repeats (a set of nearly every expert
+      // under a steep skew would take practically forever) the rest comes in
+      // popularity order.
+      std::vector<char> in_core(o.num_experts, 0);
+      auto add = [&](int e) {
+        if (!in_core[e]) core.push_back(e);
+        const bool added = !in_core[e];
+        in_core[e] = 1;
+        return added;
+      };
+      int64_t repeats = 0;
+      while (static_cast<int>(core.size()) < ws && repeats < 64 * int64_t{ws}) {
+        if (!add(m.popular[l][SampleCdf(rng, m.zipf_cdf)])) ++repeats;
       }
+      for (int i = 0; static_cast<int>(core.size()) < ws; ++i) add(m.popular[l][i]);
     }
   }
   return m;
@@ -142,12 +166,22 @@ absl::StatusOr<SynthOptions> SynthRegime(const std::string& name) {
 absl::Status ValidateSynthOptions(const SynthOptions& o) {
   TraceHeader h{o.model, o.num_layers, o.num_experts, o.top_k};
   RETURN_IF_ERROR(ValidateHeader(h));
-  if (o.requests <= 0) return absl::InvalidArgumentError("requests must be > 0");
-  if (o.prefill_tokens < 0 || o.decode_tokens < 0 ||
-      o.prefill_tokens + o.decode_tokens == 0) {
+  RETURN_IF_ERROR(InRange(o.requests, 1, kMaxRequests, "requests"));
+  RETURN_IF_ERROR(InRange(o.prefill_tokens, 0, kMaxMeanTokens, "prefill_tokens"));
+  RETURN_IF_ERROR(InRange(o.decode_tokens, 0, kMaxMeanTokens, "decode_tokens"));
+  if (o.prefill_tokens + o.decode_tokens == 0) {
     return absl::InvalidArgumentError("need prefill_tokens + decode_tokens > 0");
   }
-  if (o.groups <= 0) return absl::InvalidArgumentError("groups must be > 0");
+  RETURN_IF_ERROR(InRange(o.groups, 1, kMaxGroups, "groups"));
+  // The trace's size: each request draws at most 3/2 of each mean, plus one.
+  int64_t choices = 0;
+  const int64_t tokens = (o.prefill_tokens + o.decode_tokens) * int64_t{3} / 2 + 1;
+  if (!CheckedMul(tokens, int64_t{o.requests}, &choices) ||
+      !CheckedMul(choices, int64_t{o.num_layers} * o.top_k, &choices) ||
+      choices > kMaxExpertChoices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "requests x tokens x num_layers x top_k expert choices exceed ", kMaxExpertChoices));
+  }
   if (o.working_set < 0 || o.working_set > o.num_experts) {
     return absl::InvalidArgumentError("working_set must be in [0, num_experts]");
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -22,15 +23,28 @@ absl::Status Invalid(const std::string& what) {
   return absl::InvalidArgumentError(what);
 }
 
+// A JSON integer in [lo, hi]; an unsigned value above INT64_MAX is compared
+// as such, not wrapped through int64. The message shows the number as written.
+bool IntInRange(const json& x, int64_t lo, int64_t hi, int64_t* out) {
+  if (x.is_number_unsigned()) {
+    const uint64_t u = x.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return false;
+    *out = static_cast<int64_t>(u);
+  } else {
+    *out = x.get<int64_t>();
+  }
+  return *out >= lo && *out <= hi;
+}
+
 absl::StatusOr<int> GetPositiveInt(const json& obj, const char* key) {
   auto it = obj.find(key);
   if (it == obj.end()) return Invalid(absl::StrCat("missing \"", key, "\""));
   if (!it->is_number_integer()) {
     return Invalid(absl::StrCat("\"", key, "\" must be an integer"));
   }
-  int64_t v = it->get<int64_t>();
-  if (v <= 0 || v > kMaxExperts) {
-    return Invalid(absl::StrCat("\"", key, "\" out of range: ", v));
+  int64_t v;
+  if (!IntInRange(*it, 1, kMaxExperts, &v)) {
+    return Invalid(absl::StrCat("\"", key, "\" out of range: ", it->dump()));
   }
   return static_cast<int>(v);
 }
@@ -80,15 +94,20 @@ absl::Status ParseTokenLayerLists(const json& arr, const char* key, int tokens,
 
 absl::StatusOr<int32_t> ParseExpertId(const json& x) {
   if (!x.is_number_integer()) return Invalid("expert ids must be integers");
-  int64_t v = x.get<int64_t>();
-  if (v < 0 || v > kMaxExperts) return Invalid(absl::StrCat("bad expert id ", v));
+  int64_t v;
+  if (!IntInRange(x, 0, kMaxExperts, &v)) {
+    return Invalid(absl::StrCat("bad expert id ", x.dump()));
+  }
   return static_cast<int32_t>(v);
 }
 
 absl::StatusOr<float> ParseWeight(const json& x) {
   if (!x.is_number()) return Invalid("weights must be numbers");
-  double v = x.get<double>();
-  if (!std::isfinite(v)) return Invalid("weights must be finite");
+  const double v = x.get<double>();
+  // Converting a double beyond float's range is undefined, not infinity.
+  if (!(std::fabs(v) <= std::numeric_limits<float>::max())) {
+    return Invalid(absl::StrCat("weights must be finite floats, got ", x.dump()));
+  }
   return static_cast<float>(v);
 }
 
@@ -242,7 +261,7 @@ absl::StatusOr<TraceRequest> ParseRequestLine(const TraceHeader& h,
     if (id->is_string()) {
       r.id = id->get<std::string>();
     } else if (id->is_number_integer()) {
-      r.id = std::to_string(id->get<int64_t>());
+      r.id = id->dump();  // as written: an unsigned id may exceed int64
     } else {
       return Invalid("\"id\" must be a string or an integer");
     }

@@ -371,9 +371,7 @@ AcquireResult AcquireResultFromWire(const ResponseMsg& msg) {
   r.usage.hits = msg.hits;
   r.usage.misses = msg.misses;
   r.usage.host = static_cast<int32_t>(r.host.size());
-  r.usage.stall_ns = msg.stall_ns > static_cast<uint64_t>(INT64_MAX)
-                         ? INT64_MAX
-                         : static_cast<int64_t>(msg.stall_ns);
+  r.usage.stall_ns = PeerStallNsFromNs(msg.stall_ns);
   return r;
 }
 

@@ -65,8 +65,7 @@ AcquireResult AcquireResultFromProto(const v1::AcquireResponse& r, int layer) {
   out.usage.hits = r.hits();
   out.usage.misses = r.misses();
   out.usage.host = r.host_experts_size();
-  const double s = r.stall_seconds();
-  out.usage.stall_ns = std::isfinite(s) && s > 0 ? static_cast<int64_t>(std::llround(s * 1e9)) : 0;
+  out.usage.stall_ns = PeerStallNsFromSeconds(r.stall_seconds());
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "services/exchange/expert_exchange.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/container/flat_hash_map.h"
@@ -137,6 +138,17 @@ absl::Status ValidateHostRunReport(const HostRunReport& r) {
         absl::StrCat("host-run report: ", r.nanoseconds, " ns not in [1, 10^12]"));
   }
   return absl::OkStatus();
+}
+
+int64_t PeerStallNsFromSeconds(double seconds) {
+  if (!(seconds > 0)) return 0;  // NaN too
+  if (seconds >= static_cast<double>(kMaxPeerStallNs) * 1e-9) return kMaxPeerStallNs;
+  return std::min<int64_t>(kMaxPeerStallNs, std::llround(seconds * 1e9));
+}
+
+int64_t PeerStallNsFromNs(uint64_t nanoseconds) {
+  return static_cast<int64_t>(
+      std::min<uint64_t>(nanoseconds, static_cast<uint64_t>(kMaxPeerStallNs)));
 }
 
 }  // namespace moe

@@ -153,6 +153,15 @@ struct AcquireUsage {
   }
 };
 
+// The most stall one acquire may report: 10^12 ns (1000 s). A worker takes
+// the daemon's figure through PeerStallNsFromSeconds / PeerStallNsFromNs,
+// which clamp to [0, kMaxPeerStallNs] (NaN and negatives to 0), so that a
+// peer's absurd value neither wraps in the conversion nor overflows the
+// worker's sums of usages.
+inline constexpr int64_t kMaxPeerStallNs = 1000000000000;
+int64_t PeerStallNsFromSeconds(double seconds);
+int64_t PeerStallNsFromNs(uint64_t nanoseconds);
+
 // What a worker measured running experts on its CPU (from host memory or
 // from an arena in host memory: the same kernel), reported so the daemon's
 // miss cost model tracks the real host speed: `experts` expert FFNs over

@@ -42,6 +42,16 @@ DaemonExpertProvider::Connect(const MoeModel& model,
   return p;
 }
 
+namespace {
+
+// [offset, offset + nbytes) inside a slot of `slot_bytes`, without forming
+// offset + nbytes (the daemon's offset could be near 2^64 and wrap).
+bool FitsInSlot(uint64_t offset, uint64_t nbytes, uint64_t slot_bytes) {
+  return offset <= slot_bytes && nbytes <= slot_bytes - offset;
+}
+
+}  // namespace
+
 absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine,
                              const char* role, uint64_t slot_bytes) {
   const bool known = t.dtype == mine.dtype || IsFloatDType(t.dtype) || IsQuantDType(t.dtype);
@@ -49,7 +59,7 @@ absl::Status CheckSlotTensor(const client::SlotTensor& t, const TensorView& mine
                            ? WeightBytes(t.dtype, mine.shape[0], mine.shape[1])
                            : -1;
   if (!known || t.shape != mine.shape || want < 0 ||
-      t.nbytes != static_cast<uint64_t>(want) || t.offset + t.nbytes > slot_bytes) {
+      t.nbytes != static_cast<uint64_t>(want) || !FitsInSlot(t.offset, t.nbytes, slot_bytes)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "moe-cached's expert layout does not match this model for the ", role,
         " tensor: it holds ", DTypeName(t.dtype), " [", absl::StrJoin(t.shape, ", "),
@@ -136,7 +146,7 @@ absl::Status DaemonExpertProvider::FindBiasOffsets(const client::CacheClient& cl
     const uint64_t nbytes = sizeof(float) * static_cast<uint64_t>(want[r].second);
     if (found == nullptr || found->dtype != DType::kF32 ||
         found->shape != std::vector<int64_t>{want[r].second} || found->nbytes != nbytes ||
-        found->offset + nbytes > client.slot_bytes() || found->offset % sizeof(float) != 0) {
+        !FitsInSlot(found->offset, nbytes, client.slot_bytes()) || found->offset % sizeof(float) != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "moe-cached's expert layout has no F32 ", want[r].first, " [", want[r].second,
           "] tensor, which this model's experts carry"));

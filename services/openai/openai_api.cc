@@ -171,8 +171,19 @@ std::vector<int32_t> PromptIds(const Json& body, bool chat, const ModelInfo& mod
   }
   if (prompt.is_array() && !prompt.empty() &&
       std::all_of(prompt.begin(), prompt.end(), [](const Json& x) { return x.is_number_integer(); })) {
+    // Checked as int64 (or uint64) first: get<int32_t> would truncate
+    // 2^32 + 5 to the valid id 5. The vocabulary bound is the runner's.
     std::vector<int32_t> ids;
-    for (const Json& x : prompt) ids.push_back(x.get<int32_t>());
+    for (const Json& x : prompt) {
+      const bool fits = x.is_number_unsigned()
+                            ? x.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX)
+                            : x.get<int64_t>() >= 0 && x.get<int64_t>() <= INT32_MAX;
+      if (!fits) {
+        Refuse("prompt", absl::StrCat("prompt token id ", x.dump(), " is not in [0, ",
+                                      INT32_MAX, "]"));
+      }
+      ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    }
     return ids;
   }
   if (prompt.is_array() && prompt.size() > 1) {

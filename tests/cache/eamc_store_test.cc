@@ -165,6 +165,50 @@ TEST(EamcStoreTest, RoundTripPredictsTheSame) {
   EXPECT_GT(differ_cold, 0);
 }
 
+// A well-formed file (magic, header, checksum) of the given shape whose
+// payload is `payload`.
+std::string FileWithPayload(uint32_t layers, uint32_t experts, const std::string& payload) {
+  auto put = [](std::string* s, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) s->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  std::string out("MOEEAMC", 8);
+  put(&out, kEamcFormatVersion, 4);
+  put(&out, layers, 4);
+  put(&out, experts, 4);
+  put(&out, 0, 4);
+  put(&out, payload.size(), 8);
+  put(&out, Fnv1a64(payload), 8);
+  return out + payload;
+}
+
+// An affinity section of `lags` and no counts: at 65536 layers x 2^31-1
+// experts and 2^15 lags its byte count, 4 lags L E (E + 1), is 0 modulo
+// 2^64. The shape is refused before any size is computed, and sizes are
+// computed with overflow checks.
+TEST(EamcStoreTest, SizesThatWrapAreRejected) {
+  std::string section;
+  auto put = [&](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) section.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  put(3, 4);  // affinity
+  put(4, 8);
+  put(32768, 4);
+  const std::string wraps = FileWithPayload(65536, 2147483647, section);
+  auto s = DecodeLearnedState(wraps, 65536, 2147483647);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  EXPECT_NE(s.status().message().find("num_experts"), std::string::npos) << s.status();
+  EXPECT_EQ(DecodeLearnedState(wraps, -1, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The largest shape allowed, with as many lags as layers, is a size
+  // mismatch, not a wrap.
+  section.clear();
+  put(3, 4);
+  put(4, 8);
+  put(65536, 4);
+  auto big = DecodeLearnedState(FileWithPayload(65536, 65536, section), 65536, 65536);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kDataLoss) << big.status();
+}
+
 TEST(EamcStoreTest, EveryTruncationIsRejected) {
   const std::string bytes = SmallFileBytes();
   ASSERT_TRUE(DecodeLearnedState(bytes, kLayers, kExperts).ok());

@@ -74,6 +74,38 @@ TEST(TraceTest, RejectsBadHeaders) {
   EXPECT_FALSE(Parse("[1,2]").ok());
 }
 
+// Numbers outside their type's range are refused by name, never converted
+// (a double beyond float's range, an integer beyond int64's).
+TEST(TraceTest, OutOfRangeNumbersAreRefusedNotConverted) {
+  const BadCase cases[] = {
+      {R"({"phase":["decode"],"experts":[[[0,1],[1,2]]],"weights":[[[1e300,0],[1,1]]]})",
+       "weights must be finite"},
+      {R"({"phase":["decode"],"experts":[[[0,18446744073709551615],[1,2]]]})",
+       "bad expert id 18446744073709551615"},
+      {R"({"phase":["decode"],"experts":[[[0,1],[1,2]]],"hints":[[[-9223372036854775808],[1]]]})",
+       "bad expert id -9223372036854775808"},
+  };
+  for (const auto& c : cases) {
+    auto t = Parse(std::string(kHeader) + "\n" + c.line + "\n");
+    ASSERT_FALSE(t.ok()) << c.line;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(c.expect), std::string::npos)
+        << c.line << " -> " << t.status();
+  }
+  auto h = Parse(R"({"format":"moe-trace/1","num_layers":18446744073709551615,)"
+                 R"("num_experts":2,"top_k":1})");
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("\"num_layers\" out of range: 18446744073709551615"),
+            std::string::npos)
+      << h.status();
+  // An integer id is kept as written, not wrapped through int64.
+  auto t = Parse(std::string(kHeader) + "\n" +
+                 R"({"id":18446744073709551615,"phase":["decode"],"experts":[[[0,1],[1,2]]]})" +
+                 "\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->requests[0].id, "18446744073709551615");
+}
+
 TEST(TraceTest, WriterRoundTripsASyntheticTrace) {
   SynthOptions o;
   o.num_layers = 3;
@@ -176,6 +208,52 @@ TEST(SynthTraceTest, IsDeterministicAndShaped) {
   o.requests = 1;
   o.repeat = 1.5;
   EXPECT_FALSE(GenerateSyntheticTrace(o).ok());
+}
+
+// Absurd sizes are refused by name before any arithmetic or allocation.
+TEST(SynthTraceTest, RefusesSizesThatOverflowOrExhaustMemory) {
+  struct Case {
+    void (*set)(SynthOptions*);
+    const char* field;
+  };
+  const Case cases[] = {
+      {[](SynthOptions* o) { o->prefill_tokens = 2147483647; }, "prefill_tokens"},
+      {[](SynthOptions* o) { o->decode_tokens = 2147483647; }, "decode_tokens"},
+      {[](SynthOptions* o) { o->requests = 2147483647; }, "requests"},
+      {[](SynthOptions* o) { o->groups = 2147483647; }, "groups"},
+      // Each bound alone is met, their product is not.
+      {[](SynthOptions* o) {
+         o->num_layers = 4096;
+         o->num_experts = 4096;
+         o->top_k = 256;
+         o->requests = 1000;
+       },
+       "expert choices"},
+  };
+  for (const Case& c : cases) {
+    SynthOptions o;
+    c.set(&o);
+    absl::Status s = ValidateSynthOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(s.message().find(c.field), std::string::npos) << s;
+  }
+}
+
+// A working set of every expert under a steep popularity skew: drawing its
+// rarest members by rejection would practically never end; it must.
+TEST(SynthTraceTest, FullWorkingSetUnderSteepSkewTerminates) {
+  SynthOptions o;
+  o.num_layers = 1;
+  o.num_experts = 4096;
+  o.working_set = 4096;
+  o.popularity_skew = 4;
+  o.groups = 1;
+  o.requests = 1;
+  o.prefill_tokens = 0;
+  o.decode_tokens = 2;
+  auto t = GenerateSyntheticTrace(o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->requests.size(), 1u);
 }
 
 }  // namespace

@@ -280,6 +280,26 @@ TEST(Fp8WeightTest, ValidationNamesTheProblem) {
   }
 }
 
+// An empty weight may have a huge other dimension (safetensors allows
+// [2^63-1, 0]); its block count must be computed without overflow, so the
+// expected scale shape in the error is the true one.
+TEST(Fp8WeightTest, BlockCountOfAHugeDimensionDoesNotOverflow) {
+  const Fp8BlockScheme scheme{128, 128};
+  const int64_t rows = std::numeric_limits<int64_t>::max();
+  const std::string dir = WriteCheckpoint(
+      "huge_rows", {{"w.weight", {DType::kF8E4M3, {rows, 0}}},
+                    {"w.weight_scale_inv", {DType::kF32, {1, 1}}}},
+      {{}, AsBytes({1.0f})});
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto view = (*ckpt)->Get("w.weight");
+  ASSERT_TRUE(view.ok()) << view.status();
+  absl::Status s = ResolveWeightDType(**ckpt, "w.weight", scheme, &*view);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // ceil((2^63 - 1) / 128) = 2^56.
+  EXPECT_THAT(std::string(s.message()), HasSubstr("expected [72057594037927936, 0]"));
+}
+
 // make-model's fp8 layout is what ModelDescription reads: F8_E4M3 experts
 // and attention with F32 scales, bf16 router/norms/embeddings, and bytes per
 // expert that count the scales.

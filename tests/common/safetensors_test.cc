@@ -207,6 +207,13 @@ TEST(SafetensorsFileTest, RefusesMalformedFilesWithClearErrors) {
              R"("data_offsets":[0,8]}})",
              8),
        "too many elements"},
+      // A zero dimension makes the tensor empty, but the other dimensions
+      // still take part in strides and row sizes: their product must fit.
+      {"overflow after zero",
+       Image(R"({"a":{"dtype":"U8","shape":[0,4294967296,4294967296],)"
+             R"("data_offsets":[0,0]}})",
+             0),
+       "too many elements"},
       {"overflow bytes",
        Image(R"({"a":{"dtype":"F64","shape":[4294967296,2147483648],)"
              R"("data_offsets":[0,8]}})",

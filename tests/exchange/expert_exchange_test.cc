@@ -187,5 +187,36 @@ TEST(ProtoConverterTest, RoundTripsEveryField) {
   EXPECT_EQ(AcquireResultFromProto(resp, 1).usage.stall_ns, 0);
 }
 
+// A stall reported by the daemon is clamped to [0, 10^12 ns] by both
+// converters: an absurd value must neither wrap (1e300 s through llround)
+// nor saturate at INT64_MAX, where the worker's sums overflow.
+TEST(PeerUsageTest, AStallFromThePeerIsClampedNotWrapped) {
+  constexpr int64_t kCap = 1000000000000;
+  v1::AcquireResponse resp;
+  std::vector<AcquireUsage> got;
+  for (double s : {1e300, std::numeric_limits<double>::infinity(), 9.3e18, -5.0}) {
+    resp.set_stall_seconds(s);
+    got.push_back(AcquireResultFromProto(resp, 0).usage);
+  }
+  auto reply = std::make_unique<channel::ResponseMsg>();
+  *reply = {};
+  for (uint64_t ns : {~uint64_t{0}, uint64_t{1} << 63, uint64_t{kCap} + 1}) {
+    reply->stall_ns = ns;
+    got.push_back(channel::AcquireResultFromWire(*reply).usage);
+  }
+  AcquireUsage sum;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const int64_t want = i == 3 ? 0 : kCap;
+    EXPECT_EQ(got[i].stall_ns, want) << "value " << i;
+    sum += got[i];
+  }
+  EXPECT_EQ(sum.stall_ns, 6 * kCap);
+  // Values in range pass unchanged.
+  resp.set_stall_seconds(2.5);
+  EXPECT_EQ(AcquireResultFromProto(resp, 0).usage.stall_ns, 2500000000);
+  reply->stall_ns = 12345;
+  EXPECT_EQ(channel::AcquireResultFromWire(*reply).usage.stall_ns, 12345);
+}
+
 }  // namespace
 }  // namespace moe

@@ -78,5 +78,22 @@ TEST(CheckSlotTensorTest, MismatchesAreClearErrors) {
   }
 }
 
+// An offset from the daemon near 2^64 must not wrap past the slot check
+// (offset + nbytes would be small and pass, and the worker would read far
+// outside the arena).
+TEST(CheckSlotTensorTest, AnOffsetThatWrapsIsRefused) {
+  TensorView mine;
+  mine.dtype = DType::kBF16;
+  mine.shape = {128, 64};
+  mine.nbytes = 128 * 64 * 2;
+  const uint64_t q8 = WeightBytes(DType::kQ8, 128, 64);
+  for (uint64_t offset : {~uint64_t{0} - q8 + 1, ~uint64_t{0}, uint64_t{1} << 63}) {
+    const client::SlotTensor t{"gate", DType::kQ8, {128, 64}, offset, q8};
+    EXPECT_EQ(CheckSlotTensor(t, mine, "gate", 1 << 20).code(),
+              absl::StatusCode::kFailedPrecondition)
+        << offset;
+  }
+}
+
 }  // namespace
 }  // namespace moe::worker

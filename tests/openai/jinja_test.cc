@@ -134,6 +134,17 @@ openai::ApiError Refusal(const Json& body, bool chat) {
   return e;
 }
 
+// A token id beyond int32 is refused, not truncated to another (valid) id:
+// 2^32 + 5 must not become token 5.
+TEST(OpenAiApiTest, PromptTokenIdsOutsideInt32AreRefused) {
+  for (const Json& id : {Json(4294967301LL), Json(2147483648LL), Json(-1), Json(18446744073709551615ULL),
+                         Json(-9223372036854775807LL - 1)}) {
+    openai::ApiError e = Refusal({{"prompt", Json::array({1, id})}}, false);
+    EXPECT_EQ(e.param, "prompt") << id.dump();
+    EXPECT_NE(e.message.find(id.dump()), std::string::npos) << e.message;
+  }
+}
+
 TEST(OpenAiApiTest, RefusesWhatItDoesNotSupportByName) {
   const Json ids = Json::array({1, 2, 3});
   EXPECT_EQ(Refusal({{"prompt", ids}, {"n", 2}}, false).param, "n");
