@@ -116,8 +116,9 @@ class FlagSet {
   // Matched in any case; GetString returns the declared spelling.
   void Choice(const std::string& name, std::string default_value,
               std::vector<std::string> choices, std::string help);
-  // `old_name` is accepted for `name` (declared before) with a warning on
-  // stderr, also kept in warnings().
+  // `old_name` is accepted for `name` (declared before) with a warning,
+  // kept in warnings() and printed on stderr ("PROGRAM: warning: ...") when
+  // Parse succeeds (a failed parse prints nothing but its error).
   void Alias(const std::string& old_name, const std::string& name);
   // Text printed after the flag list (examples, models behind the knobs).
   void Notes(std::string text);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -236,8 +237,10 @@ TEST(FlagSetTest, HelpIsGeneratedFromTheDeclarations) {
   EXPECT_THAT(u, HasSubstr("--budget SIZE"));
   EXPECT_THAT(u, HasSubstr("(default 512MiB)"));
   EXPECT_THAT(u, HasSubstr("--device cpu|cuda|auto"));
-  EXPECT_THAT(u, HasSubstr("where to compute (default auto) (old spelling --backend)"));
+  EXPECT_THAT(u, HasSubstr("where to compute (default auto) (old spelling\n"
+                           "                             --backend)\n"));  // wrapped at 80
   EXPECT_THAT(u, HasSubstr("\nSizes take K, M, G, T.\n"));
+  for (absl::string_view line : absl::StrSplit(u, '\n')) EXPECT_LE(line.size(), 80u) << line;
   EXPECT_EQ(f.Names().front(), "out");
   EXPECT_EQ(f.TypeOf("budget"), FlagType::kSize);
   FlagSet g = MakeFlags();
