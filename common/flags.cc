@@ -165,25 +165,28 @@ void FlagSet::StringList(const std::string& name, std::string help) {
 }
 
 void FlagSet::Int(const std::string& name, int64_t def, std::string help, IntRange range) {
-  MOE_CHECK(range.min <= def && def <= range.max) << "--" << name << " default out of range";
-  Flag& f = Declare(name, FlagType::kInt, std::move(help), absl::StrCat(def));
+  const bool in_range = range.min <= def && def <= range.max;
+  Flag& f = Declare(name, FlagType::kInt, std::move(help), in_range ? absl::StrCat(def) : "");
   f.i = def;
   f.int_range = range;
 }
 
 void FlagSet::Double(const std::string& name, double def, std::string help, DoubleRange range) {
-  Flag& f = Declare(name, FlagType::kDouble, std::move(help), Num(def));
+  const bool in_range =
+      (range.min_exclusive ? def > range.min : def >= range.min) && def <= range.max;
+  Flag& f = Declare(name, FlagType::kDouble, std::move(help), in_range ? Num(def) : "");
   f.d = def;
   f.double_range = range;
 }
 
 void FlagSet::Bool(const std::string& name, bool def, std::string help) {
-  Flag& f = Declare(name, FlagType::kBool, std::move(help), def ? "true" : "false");
+  Flag& f = Declare(name, FlagType::kBool, std::move(help), def ? "true" : "");
   f.b = def;
 }
 
 void FlagSet::Size(const std::string& name, int64_t def, std::string help, SizeSpec spec) {
-  Flag& f = Declare(name, FlagType::kSize, std::move(help), FormatSize(def));
+  const bool in_range = spec.min <= def && def <= spec.max;
+  Flag& f = Declare(name, FlagType::kSize, std::move(help), in_range ? FormatSize(def) : "");
   f.i = def;
   f.size = spec;
 }

@@ -68,7 +68,9 @@ absl::StatusOr<int64_t> ParseSize(absl::string_view text, int64_t unit = 1);
 // the number of bytes; for help text and messages.
 std::string FormatSize(int64_t bytes);
 
-// Inclusive bounds.
+// Inclusive bounds of the values a user may give. A declared default may lie
+// outside them, as an "unset" marker (--cache-experts: 0, else >= 1); Usage()
+// then shows no default. (Nor does it for a false Bool.)
 struct IntRange {
   int64_t min = std::numeric_limits<int64_t>::min();
   int64_t max = std::numeric_limits<int64_t>::max();

@@ -68,8 +68,9 @@ constexpr char kNotes[] =
 void DeclareFlags(FlagSet& f) {
   const cache::SimOptions d;
   f.String("trace", "", "moe-trace/1 file to replay (required)");
-  f.Int("capacity", 0, "cache slots", {.min = 0, .max = std::numeric_limits<int>::max()});
-  f.Double("capacity-frac", 0, "cache slots as a fraction of the model's experts");
+  f.Int("capacity", 0, "cache slots", {.min = 1, .max = std::numeric_limits<int>::max()});
+  f.Double("capacity-frac", 0, "cache slots as a fraction of the model's experts",
+           {.min = 0, .max = 1, .min_exclusive = true});
   f.String("sweep", "", "capacity fractions F1,F2,...: one run each (with --out)");
   f.String("out", "", "PREFIX of a sweep's .csv and .png");
   f.Int("passes", d.passes, "replay the trace this many times",
@@ -82,7 +83,8 @@ void DeclareFlags(FlagSet& f) {
   flag_groups::DeclareCachePolicy(f, "", d.prefetch);
   flag_groups::DeclareExpertFormat(f);
   flag_groups::DeclareLink(f, d.link.link_gbps);
-  f.Double("expert-mb", d.link.expert_mb, "bytes per bf16 expert / 1e6", {.min = 0, .min_exclusive = true});
+  f.Double("expert-mb", d.link.expert_mb, "bytes per bf16 expert / 1e6",
+           {.min = 0, .min_exclusive = true});
   f.Double("layer-ms", d.link.layer_ms, "compute per MoE layer per iteration, ms", {.min = 0});
   f.Double("chunk-mb", d.link.chunk_mb, "transfer chunk, MB (preemption granularity)",
            {.min = 0, .min_exclusive = true});
