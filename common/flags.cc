@@ -165,25 +165,28 @@ void FlagSet::StringList(const std::string& name, std::string help) {
 }
 
 void FlagSet::Int(const std::string& name, int64_t def, std::string help, IntRange range) {
-  MOE_CHECK(range.min <= def && def <= range.max) << "--" << name << " default out of range";
-  Flag& f = Declare(name, FlagType::kInt, std::move(help), absl::StrCat(def));
+  const bool in_range = range.min <= def && def <= range.max;
+  Flag& f = Declare(name, FlagType::kInt, std::move(help), in_range ? absl::StrCat(def) : "");
   f.i = def;
   f.int_range = range;
 }
 
 void FlagSet::Double(const std::string& name, double def, std::string help, DoubleRange range) {
-  Flag& f = Declare(name, FlagType::kDouble, std::move(help), Num(def));
+  const bool in_range =
+      (range.min_exclusive ? def > range.min : def >= range.min) && def <= range.max;
+  Flag& f = Declare(name, FlagType::kDouble, std::move(help), in_range ? Num(def) : "");
   f.d = def;
   f.double_range = range;
 }
 
 void FlagSet::Bool(const std::string& name, bool def, std::string help) {
-  Flag& f = Declare(name, FlagType::kBool, std::move(help), def ? "true" : "false");
+  Flag& f = Declare(name, FlagType::kBool, std::move(help), def ? "true" : "");
   f.b = def;
 }
 
 void FlagSet::Size(const std::string& name, int64_t def, std::string help, SizeSpec spec) {
-  Flag& f = Declare(name, FlagType::kSize, std::move(help), FormatSize(def));
+  const bool in_range = spec.min <= def && def <= spec.max;
+  Flag& f = Declare(name, FlagType::kSize, std::move(help), in_range ? FormatSize(def) : "");
   f.i = def;
   f.size = spec;
 }
@@ -312,11 +315,7 @@ absl::Status FlagSet::ParseOne(const std::vector<std::string>& args, size_t& i) 
     return absl::InvalidArgumentError(
         absl::StrCat("--", name, " given more than once", also));
   }
-  if (alias) {
-    std::string w = absl::StrCat(spelled, " is deprecated; use --", name);
-    std::fprintf(stderr, "%s: warning: %s\n", program_.c_str(), w.c_str());
-    warnings_.push_back(std::move(w));
-  }
+  if (alias) warnings_.push_back(absl::StrCat(spelled, " is deprecated; use --", name));
   flag.set = true;
   flag.spelling = spelled;
   if (eq != std::string::npos) return SetValue(flag, a.substr(eq + 1));
@@ -349,6 +348,10 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     }
     RETURN_IF_ERROR(ParseOne(args, i));
   }
+  // Only once the whole line parsed: a usage error stays one line.
+  for (const std::string& w : warnings_) {
+    std::fprintf(stderr, "%s: warning: %s\n", program_.c_str(), w.c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -366,13 +369,36 @@ std::string FlagSet::UsageLine(const std::string& name, const Flag& f) const {
     default:
       meta = " V";
   }
-  std::string left = absl::StrCat("  --", name, meta);
-  if (left.size() < 28) left.resize(28, ' ');
-  std::string line = absl::StrCat(left, " ", f.help);
-  if (f.type == FlagType::kStringList) line += " (repeatable)";
-  if (!f.default_text.empty()) absl::StrAppend(&line, " (default ", f.default_text, ")");
-  for (const std::string& a : f.aliases) absl::StrAppend(&line, " (old spelling --", a, ")");
-  return line + "\n";
+  std::string text = f.help;
+  if (f.type == FlagType::kStringList) text += " (repeatable)";
+  if (!f.default_text.empty()) absl::StrAppend(&text, " (default ", f.default_text, ")");
+  for (const std::string& a : f.aliases) absl::StrAppend(&text, " (old spelling --", a, ")");
+  // "  --name META" in 28 columns (else alone on its line), then the text
+  // wrapped at 80 columns, continuation lines indented by 29.
+  constexpr size_t kIndent = 29, kWidth = 80;
+  std::string out = absl::StrCat("  --", name, meta);
+  if (out.size() < kIndent) {
+    out.resize(kIndent, ' ');
+  } else {
+    absl::StrAppend(&out, "\n", std::string(kIndent, ' '));
+  }
+  size_t column = kIndent;
+  bool first = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!first && column + 1 + word.size() > kWidth) {
+      absl::StrAppend(&out, "\n", std::string(kIndent, ' '));
+      column = kIndent;
+      first = true;
+    }
+    if (!first) {
+      out += ' ';
+      ++column;
+    }
+    absl::StrAppend(&out, word);
+    column += word.size();
+    first = false;
+  }
+  return out + "\n";
 }
 
 std::string FlagSet::Usage() const {

@@ -68,7 +68,9 @@ absl::StatusOr<int64_t> ParseSize(absl::string_view text, int64_t unit = 1);
 // the number of bytes; for help text and messages.
 std::string FormatSize(int64_t bytes);
 
-// Inclusive bounds.
+// Inclusive bounds of the values a user may give. A declared default may lie
+// outside them, as an "unset" marker (--cache-experts: 0, else >= 1); Usage()
+// then shows no default. (Nor does it for a false Bool.)
 struct IntRange {
   int64_t min = std::numeric_limits<int64_t>::min();
   int64_t max = std::numeric_limits<int64_t>::max();
@@ -116,8 +118,9 @@ class FlagSet {
   // Matched in any case; GetString returns the declared spelling.
   void Choice(const std::string& name, std::string default_value,
               std::vector<std::string> choices, std::string help);
-  // `old_name` is accepted for `name` (declared before) with a warning on
-  // stderr, also kept in warnings().
+  // `old_name` is accepted for `name` (declared before) with a warning,
+  // kept in warnings() and printed on stderr ("PROGRAM: warning: ...") when
+  // Parse succeeds (a failed parse prints nothing but its error).
   void Alias(const std::string& old_name, const std::string& name);
   // Text printed after the flag list (examples, models behind the knobs).
   void Notes(std::string text);

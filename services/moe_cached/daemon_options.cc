@@ -2,14 +2,12 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <functional>
-#include <map>
+#include <limits>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/log_level.h"
-#include "common/quant.h"
+#include "common/flags.h"
+#include "common/status_macros.h"
+#include "services/flags/flag_groups.h"
 
 namespace moe::cached {
 namespace {
@@ -18,11 +16,6 @@ std::string Basename(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   size_t slash = dir.rfind('/');
   return slash == std::string::npos ? dir : dir.substr(slash + 1);
-}
-
-absl::Status BadValue(const std::string& flag, const std::string& value, const char* want) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, ": '", value, "' is not ", want));
 }
 
 absl::Status ParseModel(const std::string& value, DaemonOptions* o) {
@@ -48,75 +41,50 @@ absl::Status ParseModel(const std::string& value, DaemonOptions* o) {
   return absl::OkStatus();
 }
 
-absl::Status SetFlag(const std::string& flag, const std::string& value, DaemonOptions* o) {
-  auto positive_double = [&](double* out, bool allow_zero) -> absl::Status {
-    double d;
-    if (!absl::SimpleAtod(value, &d) || !std::isfinite(d) || d < 0 || (!allow_zero && d == 0)) {
-      return BadValue(flag, value, allow_zero ? "a number >= 0" : "a number > 0");
-    }
-    *out = d;
-    return absl::OkStatus();
-  };
-  if (flag == "model") return ParseModel(value, o);
-  if (absl::Status s; rpc::ParseSecurityFlag(flag, value, &o->security, &s)) return s;
-  if (flag == "listen") {
-    o->listen = value;
-  } else if (flag == "metrics-addr") {
-    o->metrics_addr = value;
-  } else if (flag == "cache-experts") {
-    if (!absl::SimpleAtoi(value, &o->capacity.experts) || o->capacity.experts <= 0) {
-      return BadValue(flag, value, "a positive integer");
-    }
-  } else if (flag == "cache-bytes") {
-    if (!absl::SimpleAtoi(value, &o->capacity.bytes) || o->capacity.bytes == 0) {
-      return BadValue(flag, value, "a positive integer");
-    }
-  } else if (flag == "cache-fraction") {
-    if (!absl::SimpleAtod(value, &o->capacity.fraction) || !(o->capacity.fraction > 0) ||
-        o->capacity.fraction > 1) {
-      return BadValue(flag, value, "a fraction in (0, 1]");
-    }
-  } else if (flag == "policy") {
-    o->policy = value;
-  } else if (flag == "device") {
-    if (value != "auto" && value != "cpu" && value != "cuda") {
-      return BadValue(flag, value, "auto, cpu or cuda");
-    }
-    o->device = value;
-  } else if (flag == "prefetch") {
-    if (value != "on" && value != "off") return BadValue(flag, value, "on or off");
-    o->prefetch = value == "on";
-  } else if (flag == "link-gbps") {
-    return positive_double(&o->link_gbps, true);
-  } else if (flag == "miss-mode") {
-    if (!ParseMissMode(value, &o->miss_mode).ok()) {
-      return BadValue(flag, value, "fetch, host or auto");
-    }
-  } else if (flag == "host-gbps") {
-    return positive_double(&o->host_gbps, true);
-  } else if (flag == "host-gflops") {
-    return positive_double(&o->host_gflops, false);
-  } else if (flag == "expert-format") {
-    absl::StatusOr<DType> format = ParseExpertFormat(value);
-    if (!format.ok()) return BadValue(flag, value, "bf16, q8 or q4");
-    o->expert_format = *format;
-  } else if (flag == "state-dir") {
-    o->state_dir = value;
-  } else if (flag == "persist-seconds") {
-    return positive_double(&o->persist_interval_seconds, false);
-  } else if (flag == "drain-seconds") {
-    return positive_double(&o->drain_seconds, true);
-  } else if (flag == "log-level") {
-    absl::StatusOr<LogLevel> level = ParseLogLevel(value);
-    if (!level.ok()) return BadValue(flag, value, "debug, info, warning or error");
-    o->log_level = *level;
-  } else if (flag == "max-sessions") {
-    if (!absl::SimpleAtoi(value, &o->max_sessions) || o->max_sessions <= 0) {
-      return BadValue(flag, value, "a positive integer");
-    }
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown flag --", flag));
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+// The daemon's own flags; the shared ones come from flag_groups.
+void DeclareDaemonFlags(flags::FlagSet& f) {
+  const DaemonOptions d;
+  flag_groups::DeclareModel(f, /*repeatable=*/true);
+  flag_groups::DeclareExpertFormat(f);
+  flag_groups::DeclareDevice(f, d.device, /*backend_alias=*/false);
+  flag_groups::DeclareCachePolicy(f, d.policy, d.prefetch);
+  f.Int("cache-experts", 0, "arena slots per model (one of --cache-experts, --cache-bytes, "
+        "--cache-fraction; default: --cache-fraction 0.5)", {.min = 1, .max = kIntMax});
+  f.Size("cache-bytes", 0, "arena bytes per model, e.g. 24G", {.min = 1});
+  f.Double("cache-fraction", 0,
+           "arena as a fraction of the model's experts (CPU) or of the free device "
+           "memory (CUDA)", {.min = 0, .max = 1, .min_exclusive = true});
+  flag_groups::DeclareLink(f, d.link_gbps);
+  flag_groups::DeclareHostFigures(f, {.gbps = d.host_gbps, .gflops = d.host_gflops});
+  flag_groups::DeclareServing(f, /*repeatable_listen=*/false, d.metrics_addr);
+  f.Int("max-sessions", d.max_sessions, "attached workers at once", {.min = 1, .max = kIntMax});
+  f.Double("drain-seconds", d.drain_seconds, "time running calls get at shutdown", {.min = 0});
+  f.Group("state");
+  f.String("state-dir", d.state_dir, "where the EAMC persists (default: not persisted)");
+  f.Double("persist-seconds", d.persist_interval_seconds, "how often it is written",
+           {.min = 0, .min_exclusive = true});
+  flag_groups::DeclareLogLevel(f);
+  f.Group("");
+  f.Bool("version", false, "print the build and whether CUDA loads");
+  f.NoPositional();
+  f.Notes(absl::StrCat("--listen defaults to ", DefaultListenAddress(),
+                       " (unix:$RUNTIME_DIRECTORY/moe-cached.sock under systemd).\n"
+                       "Sizes take K, M, G, T (powers of 1024: 24G = 24GiB).\n"));
+}
+
+// The capacity flags: at most one (each is positive when given).
+absl::Status CapacityFromFlags(const flags::FlagSet& f, CapacitySpec* c) {
+  int given = 0;
+  for (const char* name : {"cache-experts", "cache-bytes", "cache-fraction"}) given += f.IsSet(name);
+  if (given > 1) {
+    return absl::InvalidArgumentError(
+        "give only one of --cache-experts, --cache-bytes, --cache-fraction");
   }
+  c->experts = f.GetInt("cache-experts");
+  c->bytes = static_cast<uint64_t>(f.GetSize("cache-bytes"));
+  c->fraction = f.GetDouble("cache-fraction");
   return absl::OkStatus();
 }
 
@@ -133,62 +101,39 @@ std::string DefaultListenAddress() {
 }
 
 std::string DaemonUsage() {
-  return "usage: moe-cached --model [NAME=]DIR [--model ...]\n"
-         "  [--listen unix:PATH|HOST:PORT]  (default " + DefaultListenAddress() + ")\n"
-         "  [--metrics-addr HOST:PORT|\"\"]    (default 127.0.0.1:9464; empty disables)\n"
-         "  [--cache-experts N | --cache-bytes B | --cache-fraction F]  (default F=0.5)\n"
-         "  [--device auto|cpu|cuda]  (default cpu; on cuda F is of free device memory)\n"
-         "  [--policy NAME] [--prefetch on|off] [--link-gbps G]\n"
-         "  [--miss-mode fetch|host|auto]  (default fetch: misses are copied; host/auto\n"
-         "      answer misses of CPU workers 'run on host'; auto compares link and host)\n"
-         "  [--host-gbps G]  (host read bandwidth; default 0: measured at start)\n"
-         "  [--host-gflops F]  (host expert kernel, default 100)\n"
-         "  [--expert-format bf16|q8|q4|mxfp4]  (default: as stored, q8 for FP8 and MXFP4 checkpoints; converted at load)\n"
-         "  [--state-dir DIR] [--persist-seconds S] [--drain-seconds S]\n"
-         "  [--max-sessions N]  (default 64 attached workers)\n"
-         "  [--log-level debug|info|warning|error]  (any case; default $MOE_LOG_LEVEL or info)\n"
-         "  [--version] [--help]\n" +
-         rpc::SecurityFlagsUsage();
+  flags::FlagSet f("moe-cached", "--model [NAME=]DIR [--model ...] [flags]");
+  DeclareDaemonFlags(f);
+  return f.Usage();
 }
 
 absl::StatusOr<DaemonOptions> ParseDaemonFlags(const std::vector<std::string>& args) {
+  flags::FlagSet f("moe-cached", "");
+  DeclareDaemonFlags(f);
+  RETURN_IF_ERROR(f.Parse(args));
   DaemonOptions o;
-  int capacity_flags = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      o.help = true;
-      continue;
-    }
-    if (arg == "--version") {
-      o.version = true;
-      continue;
-    }
-    if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    std::string flag = arg.substr(2), value;
-    size_t eq = flag.find('=');
-    if (eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, " needs a value"));
-    }
-    if (absl::StartsWith(flag, "cache-")) ++capacity_flags;
-    absl::Status s = SetFlag(flag, value, &o);
-    if (!s.ok()) return s;
-  }
+  o.help = f.help();
+  o.version = f.GetBool("version");
   if (o.help || o.version) return o;
-  if (capacity_flags > 1) {
-    return absl::InvalidArgumentError(
-        "give only one of --cache-experts, --cache-bytes, --cache-fraction");
-  }
+  for (const std::string& m : f.GetList("model")) RETURN_IF_ERROR(ParseModel(m, &o));
   if (o.models.empty()) return absl::InvalidArgumentError("at least one --model is required");
+  RETURN_IF_ERROR(CapacityFromFlags(f, &o.capacity));
+  o.expert_format = flag_groups::ExpertFormatFromFlags(f);
+  o.device = f.GetString("device");
+  o.policy = f.GetString("policy");
+  o.prefetch = flag_groups::PrefetchFromFlags(f);
+  o.link_gbps = f.GetDouble("link-gbps");
+  o.miss_mode = flag_groups::MissModeFromFlags(f);
+  o.host_gbps = f.GetDouble("host-gbps");
+  o.host_gflops = f.GetDouble("host-gflops");  // 0: bandwidth only
+  o.listen = f.GetString("listen");
   if (o.listen.empty()) o.listen = DefaultListenAddress();
-  if (absl::Status s = rpc::ValidateSecurityOptions(o.security); !s.ok()) return s;
+  o.metrics_addr = f.GetString("metrics-addr");
+  ASSIGN_OR_RETURN(o.security, flag_groups::SecurityFromFlags(f));
+  o.max_sessions = static_cast<int>(f.GetInt("max-sessions"));
+  o.drain_seconds = f.GetDouble("drain-seconds");
+  o.state_dir = f.GetString("state-dir");
+  o.persist_interval_seconds = f.GetDouble("persist-seconds");
+  o.log_level = flag_groups::LogLevelFromFlags(f);
   return o;
 }
 

@@ -24,7 +24,7 @@ struct ModelSpec {
 // How big the arena of one model is; exactly one way may be given.
 struct CapacitySpec {
   int64_t experts = 0;   // --cache-experts N
-  uint64_t bytes = 0;    // --cache-bytes B
+  uint64_t bytes = 0;    // --cache-bytes SIZE (24G, 512MiB, or bytes)
   double fraction = 0;   // --cache-fraction F (of the model's experts on CPU,
                          // of the free device memory on CUDA)
 };
@@ -44,7 +44,9 @@ struct DaemonOptions {
   // experts on the host are served (auto needs a link figure: --link-gbps).
   MissMode miss_mode = MissMode::kFetch;
   double host_gbps = 0;     // --host-gbps: host read bandwidth; 0: measured at start
-  double host_gflops = 100;  // --host-gflops: the host expert kernel's FLOP rate
+  // --host-gflops: the host expert kernel's FLOP rate; 0: bandwidth only
+  // (the cost model charges a host run its weight read alone).
+  double host_gflops = 100;
   // --expert-format bf16|q8|q4: what the host store and the arena hold
   // (converted at load); unset: the checkpoint's own dtype.
   std::optional<DType> expert_format;
@@ -66,12 +68,16 @@ struct DaemonOptions {
 // gives a runtime directory, else unix:/tmp/moe-cached.sock.
 std::string DefaultListenAddress();
 
-// Parses argv[1..] (`--flag value` or `--flag=value`; --model repeatable,
-// as DIR or NAME=DIR; the name defaults to the directory's basename).
-// INVALID_ARGUMENT naming the flag for anything malformed, unknown or
-// missing (at least one --model is required unless --help).
+// Parses argv[1..] with the common parser (common/flags.h: `--flag value`
+// or `--flag=value`, every flag once); --model is repeatable, as DIR or
+// NAME=DIR (the name defaults to the directory's basename). The flags
+// shared with moe-worker and moectl come from services/flags/flag_groups.h.
+// INVALID_ARGUMENT naming the flag for anything malformed, unknown,
+// repeated or missing (at least one --model is required unless --help or
+// --version).
 absl::StatusOr<DaemonOptions> ParseDaemonFlags(const std::vector<std::string>& args);
 
+// The --help text, generated from the declarations.
 std::string DaemonUsage();
 
 // Slots for a model of `num_layers` x `num_experts` experts of `block_bytes`

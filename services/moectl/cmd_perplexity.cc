@@ -26,6 +26,7 @@
 #include "services/engine/session.h"
 #include "services/engine/tokenizer.h"
 #include "services/moectl/commands.h"
+#include "services/flags/flag_groups.h"
 #include "services/moectl/flags.h"
 
 namespace moe::moectl {
@@ -87,7 +88,7 @@ absl::Status Run(const FlagSet& f) {
   }
   ASSIGN_OR_RETURN(DType format, ParseExpertFormat(f.GetString("expert-format")));
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(f.GetString("text")));
-  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(f.GetString("backend")));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(f.GetString("device")));
   ASSIGN_OR_RETURN(std::unique_ptr<MoeModel> model, MoeModel::Load(dir, backend.get()));
   ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok,
                    Tokenizer::FromFile(JoinPath(dir, "tokenizer.json")));
@@ -115,10 +116,11 @@ absl::Status Run(const FlagSet& f) {
 
 int RunPerplexity(const Args& args) {
   FlagSet flags("perplexity", "--model DIR --text FILE [--expert-format bf16|q8|q4]");
-  flags.String("model", "", "model directory (required)");
+  flag_groups::DeclareModel(flags, /*repeatable=*/false);  // required here
+  flag_groups::DeclareDevice(flags, "cpu", /*backend_alias=*/true);
+  flags.Group("");
   flags.String("text", "", "UTF-8 text file to score (required)");
   flags.String("expert-format", "q8", "format compared with the checkpoint's experts");
-  flags.String("backend", "cpu", "compute backend: cpu, cuda or auto");
   flags.Int("max-tokens", 512, "score at most this many tokens of the text");
   absl::Status parsed = flags.Parse(args);
   if (flags.help()) {

@@ -30,6 +30,7 @@
 #include "services/engine/moe_model.h"
 #include "services/engine/tokenizer.h"
 #include "services/engine/trace_recorder.h"
+#include "services/flags/flag_groups.h"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
 
@@ -45,14 +46,13 @@ struct Failure {
 };
 
 void DeclareFlags(FlagSet& f) {
-  f.String("model", "", "model directory (required)");
+  flag_groups::DeclareModel(f, /*repeatable=*/false);  // required here
+  flag_groups::DeclareExpertFormat(f);
+  flag_groups::DeclareDevice(f, "auto", /*backend_alias=*/true);
+  f.Group("");
   f.String("prompt", "", "prompt text (encoded with the model's tokenizer)");
   DeclareGenerationFlags(f);
-  f.String("backend", "auto", "compute backend: cpu, cuda or auto");
   f.String("record-trace", "", "append the routing to this moe-trace/1 file");
-  f.String("expert-format", "",
-           "hold the routed experts as bf16, q8, q4 or mxfp4 (converted at load; "
-           "default: as stored)");
   f.Bool("verbose", false,
          "keep INFO logs on stderr (default: warnings and errors only, "
          "unless MOE_LOG_LEVEL is set)");
@@ -163,7 +163,7 @@ void PrintSummary(const GenerateSummary& s, const std::string& rest,
 std::optional<Failure> Run(const FlagSet& f, GenerateOptions opts) {
   const std::string& dir = f.GetString("model");
   const bool as_json = f.GetBool("json");
-  auto backend = CreateBackend(f.GetString("backend"));
+  auto backend = CreateBackend(f.GetString("device"));
   if (!backend.ok()) return Failure{1, backend.status()};
   auto model = MoeModel::Load(dir, backend->get());
   if (!model.ok()) return Failure{1, model.status()};
@@ -182,13 +182,8 @@ std::optional<Failure> Run(const FlagSet& f, GenerateOptions opts) {
   if (absl::Status s = ValidateGenerateOptions(**model, opts); !s.ok()) {
     return Failure{2, s};
   }
-  std::optional<DType> format;
-  if (f.IsSet("expert-format")) {
-    absl::StatusOr<DType> parsed = ParseExpertFormat(f.GetString("expert-format"));
-    if (!parsed.ok()) return Failure{2, parsed.status()};
-    format = *parsed;
-  }
-  auto experts = InMemoryExpertProvider::Create(**model, format);
+  auto experts =
+      InMemoryExpertProvider::Create(**model, flag_groups::ExpertFormatFromFlags(f));
   if (!experts.ok()) return Failure{1, experts.status()};
 
   std::unique_ptr<TraceRecorder> recorder;

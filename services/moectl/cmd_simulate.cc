@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,25 +24,24 @@
 #include "services/cache/policy.h"
 #include "services/cache/simulator.h"
 #include "services/cache/trace_stats.h"
+#include "services/flags/flag_groups.h"
 #include "services/moectl/commands.h"
+#include "services/moectl/flags.h"
 
 namespace moe::moectl {
 namespace {
 
-constexpr char kHelp[] =
-    "usage: moectl simulate --trace FILE.jsonl --policy NAME|all|A,B,...\n"
-    "                       (--capacity N | --capacity-frac F) [--prefetch on|off]\n"
-    "                       [--expert-mb S] [--link-gbps B] [--layer-ms T] [--chunk-mb C]\n"
-    "                       [--passes K] [--hints on|off] [--expert-format bf16|q8|q4] [--json]\n"
-    "                       [--batch N [--batch-members on|off]]\n"
-    "                       [--miss-mode fetch|host|auto] [--host-gbps G] [--host-gflops F]\n"
-    "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX\n"
+constexpr char kSynopsis[] =
+    "--trace FILE.jsonl --policy NAME|all|A,B,... (--capacity N | --capacity-frac F)\n"
+    "                       [flags]\n"
+    "       moectl simulate --trace FILE --policy ... --sweep F1,F2,... --out PREFIX";
+
+constexpr char kNotes[] =
     "policies: belady lru lfu lru-layer minvisit expertflow moe-infinity moe-infinity-paper\n"
     "          static-popular static-layers static-popular-oracle (for host execution)\n"
     "          oracle (Belady's eviction, and copies behind and prefetches of exactly\n"
     "          the experts used next: a perfect predictor's bound; with --prefetch on)\n"
     "          (moe-infinity options: moe-infinity:fair_share=0,lrfu=1,...)\n"
-    "link model defaults: 17 MB experts, 25 GB/s, 0.3 ms per layer, 1 MB chunks.\n"
     "--prefetch defaults to off here, while moe-cached prefetches by default:\n"
     "pass --prefetch on to model a daemon as shipped.\n"
     "--passes K replays the trace K times and reports the last pass (warm EAMC).\n"
@@ -54,61 +55,41 @@ constexpr char kHelp[] =
     "before the table; \"hints\" in each --json row).\n"
     "--sweep writes PREFIX.csv and, when gnuplot is installed, PREFIX.png.\n"
     "--miss-mode: where misses are served (default fetch): copied into a slot,\n"
-    "run on the host from host memory (G GB/s, default 60; F GFLOP/s, default\n"
-    "500), or per miss by the daemon's cost model (auto). A layer then takes\n"
+    "run on the host from host memory (--host-gbps, > 0 here; --host-gflops), or\n"
+    "per miss by the daemon's cost model (auto). A layer then takes\n"
     "stall + max(T, its host runs); host runs and host ms per token are reported.\n"
-    "--progress on|off|auto shows each run's progress on stderr (auto, the\n"
-    "default: when stderr is a terminal).\n"
+    "--progress auto (the default) shows each run's progress on stderr when stderr\n"
+    "is a terminal.\n"
     "Every flag, policy and capacity is checked before the first run.\n"
     "--expert-format q8|q4 scales --expert-mb (the bf16 size) to that format's\n"
     "bytes (x 17/32 for q8, x 9/32 for q4: common/quant.h), as moe-cached\n"
     "--expert-format stores them.\n";
 
-struct Flags {
-  std::map<std::string, std::string> values;
-  bool json = false;
-};
-
-bool ParseFlags(const Args& args, Flags* f, std::string* error) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--json") {
-      f->json = true;
-      continue;
-    }
-    if (a.rfind("--", 0) != 0) {
-      *error = "unexpected argument '" + a + "'";
-      return false;
-    }
-    const size_t eq = a.find('=');
-    if (eq != std::string::npos) {
-      f->values[a.substr(2, eq - 2)] = a.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      f->values[a.substr(2)] = args[++i];
-    } else {
-      *error = a + " needs a value";
-      return false;
-    }
-  }
-  static const char* kKnown[] = {"trace",     "policy",    "capacity", "capacity-frac",
-                                 "prefetch",  "expert-mb", "link-gbps", "layer-ms",
-                                 "chunk-mb",  "passes",    "sweep",     "out",
-                                 "hints",     "miss-mode", "host-gbps", "host-gflops",
-                                 "progress",  "expert-format", "batch", "batch-members"};
-  for (const auto& [k, v] : f->values) {
-    bool known = false;
-    for (const char* n : kKnown) known |= k == n;
-    if (!known) {
-      *error = "unknown flag --" + k;
-      return false;
-    }
-  }
-  return true;
-}
-
-bool GetDouble(const Flags& f, const char* k, double* v) {
-  auto it = f.values.find(k);
-  return it == f.values.end() || absl::SimpleAtod(it->second, v);
+void DeclareFlags(FlagSet& f) {
+  const cache::SimOptions d;
+  f.String("trace", "", "moe-trace/1 file to replay (required)");
+  f.Int("capacity", 0, "cache slots", {.min = 1, .max = std::numeric_limits<int>::max()});
+  f.Double("capacity-frac", 0, "cache slots as a fraction of the model's experts",
+           {.min = 0, .max = 1, .min_exclusive = true});
+  f.String("sweep", "", "capacity fractions F1,F2,...: one run each (with --out)");
+  f.String("out", "", "PREFIX of a sweep's .csv and .png");
+  f.Int("passes", d.passes, "replay the trace this many times",
+        {.min = 1, .max = std::numeric_limits<int>::max()});
+  f.Int("batch", d.batch, "requests replayed together", {.min = 1, .max = cache::kMaxSimBatch});
+  f.Choice("batch-members", "on", {"on", "off"}, "each member's own row in a batch's acquire");
+  f.Choice("hints", "on", {"on", "off"}, "replay the trace's pre-gating hints");
+  f.Choice("progress", "auto", {"on", "off", "auto"}, "progress on stderr");
+  f.Bool("json", false, "one JSON object per run");
+  flag_groups::DeclareCachePolicy(f, "", d.prefetch);
+  flag_groups::DeclareExpertFormat(f);
+  flag_groups::DeclareLink(f, d.link.link_gbps);
+  f.Double("expert-mb", d.link.expert_mb, "bytes per bf16 expert / 1e6",
+           {.min = 0, .min_exclusive = true});
+  f.Double("layer-ms", d.link.layer_ms, "compute per MoE layer per iteration, ms", {.min = 0});
+  f.Double("chunk-mb", d.link.chunk_mb, "transfer chunk, MB (preemption granularity)",
+           {.min = 0, .min_exclusive = true});
+  flag_groups::DeclareHostFigures(f, {.gbps = d.host_gbps, .gflops = d.host_gflops});
+  f.Notes(kNotes);
 }
 
 std::vector<std::string> PolicyList(const std::string& spec) {
@@ -304,86 +285,42 @@ struct SimulatePlan {
   bool progress = false;      // --progress (auto: stderr is a terminal)
 };
 
-// Fills `plan` from `f`; false with a message (without the "simulate: "
-// prefix) in `err`.
-bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
-  auto get = [&](const char* k) {
-    auto it = f.values.find(k);
-    return it == f.values.end() ? std::string() : it->second;
-  };
-  auto on_off = [&](const char* k, bool dflt, bool* out) {
-    const std::string v = get(k);
-    if (!v.empty() && v != "on" && v != "off") {
-      *err = absl::StrCat("--", k, " takes on or off");
-      return false;
-    }
-    *out = v.empty() ? dflt : v == "on";
-    return true;
-  };
-  plan->trace = get("trace");
-  if (plan->trace.empty() || get("policy").empty()) {
+// Fills `plan` from parsed `f`; false with a message (without the
+// "simulate: " prefix) in `err`.
+bool ParsePlan(const FlagSet& f, SimulatePlan* plan, std::string* err) {
+  plan->trace = f.GetString("trace");
+  if (plan->trace.empty() || f.GetString("policy").empty()) {
     *err = "--trace and --policy are required";
     return false;
   }
   cache::SimOptions& o = plan->options;
-  if (!on_off("prefetch", false, &o.prefetch) || !on_off("hints", true, &plan->replay_hints)) {
+  o.prefetch = flag_groups::PrefetchFromFlags(f);
+  plan->replay_hints = f.GetString("hints") == "on";
+  o.link.expert_mb = f.GetDouble("expert-mb");
+  o.link.link_gbps = f.GetDouble("link-gbps");
+  o.link.layer_ms = f.GetDouble("layer-ms");
+  o.link.chunk_mb = f.GetDouble("chunk-mb");
+  o.miss_mode = flag_groups::MissModeFromFlags(f);
+  o.host_gbps = f.GetDouble("host-gbps");
+  o.host_gflops = f.GetDouble("host-gflops");  // 0: bandwidth only
+  if (!(o.host_gbps > 0)) {
+    *err = "--host-gbps takes a number > 0 here (there is no host to measure)";
     return false;
   }
-  if (!GetDouble(f, "expert-mb", &o.link.expert_mb) ||
-      !GetDouble(f, "link-gbps", &o.link.link_gbps) ||
-      !GetDouble(f, "layer-ms", &o.link.layer_ms) || !GetDouble(f, "chunk-mb", &o.link.chunk_mb)) {
-    *err = "link flags take numbers";
-    return false;
-  }
-  if (!get("miss-mode").empty()) {
-    if (absl::Status s = ParseMissMode(get("miss-mode"), &o.miss_mode); !s.ok()) {
-      *err = absl::StrCat("--miss-mode: ", s.message());
-      return false;
-    }
-  }
-  if (!GetDouble(f, "host-gbps", &o.host_gbps) || !GetDouble(f, "host-gflops", &o.host_gflops) ||
-      !(o.host_gbps > 0) || o.host_gflops < 0) {
-    *err = "--host-gbps takes a number > 0, --host-gflops a number >= 0";
-    return false;
-  }
-  if (!get("expert-format").empty()) {
-    absl::StatusOr<DType> format = ParseExpertFormat(get("expert-format"));
-    if (!format.ok()) {
-      *err = std::string(format.status().message());
-      return false;
-    }
+  if (std::optional<DType> format = flag_groups::ExpertFormatFromFlags(f)) {
     // Bytes of 64 weights (a whole block of either format) against bf16's 128.
     o.link.expert_mb *= static_cast<double>(WeightBytes(*format, 1, 64)) / 128.0;
   }
-  if (!get("passes").empty() && !absl::SimpleAtoi(get("passes"), &o.passes)) {
-    *err = "--passes takes an integer";
-    return false;
-  }
-  if (!get("batch").empty() && !absl::SimpleAtoi(get("batch"), &o.batch)) {
-    *err = "--batch takes an integer";
-    return false;
-  }
-  if (const std::string m = get("batch-members"); !m.empty()) {
-    if (m != "on" && m != "off") {
-      *err = "--batch-members takes on or off";
-      return false;
-    }
-    o.batch_members = m == "on";
-  }
-  const std::string progress = get("progress");
-  if (progress.empty() || progress == "auto") {
-    plan->progress = ::isatty(STDERR_FILENO) != 0;
-  } else if (progress == "on" || progress == "off") {
-    plan->progress = progress == "on";
-  } else {
-    *err = "--progress takes on, off or auto";
-    return false;
-  }
-  plan->policies = PolicyList(get("policy"));
-  plan->out = get("out");
-  if (!get("sweep").empty()) {
+  o.passes = static_cast<int>(f.GetInt("passes"));
+  o.batch = static_cast<int>(f.GetInt("batch"));
+  o.batch_members = f.GetString("batch-members") == "on";
+  const std::string& progress = f.GetString("progress");
+  plan->progress = progress == "auto" ? ::isatty(STDERR_FILENO) != 0 : progress == "on";
+  plan->policies = PolicyList(f.GetString("policy"));
+  plan->out = f.GetString("out");
+  if (f.IsSet("sweep")) {
     plan->sweep = true;
-    for (absl::string_view v : absl::StrSplit(get("sweep"), ',', absl::SkipEmpty())) {
+    for (absl::string_view v : absl::StrSplit(f.GetString("sweep"), ',', absl::SkipEmpty())) {
       double frac;
       if (!absl::SimpleAtod(v, &frac)) {
         *err = "--sweep takes fractions, e.g. 0.1,0.25,0.5";
@@ -395,18 +332,10 @@ bool ParsePlan(const Flags& f, SimulatePlan* plan, std::string* err) {
       *err = "--sweep needs --out PREFIX";
       return false;
     }
-  } else if (!get("capacity").empty()) {
-    if (!absl::SimpleAtoi(get("capacity"), &o.capacity)) {
-      *err = "--capacity takes an integer";
-      return false;
-    }
-  } else if (!get("capacity-frac").empty()) {
-    double frac;
-    if (!absl::SimpleAtod(get("capacity-frac"), &frac)) {
-      *err = "--capacity-frac takes a number";
-      return false;
-    }
-    plan->fracs.push_back(frac);
+  } else if (f.IsSet("capacity")) {
+    o.capacity = static_cast<int>(f.GetInt("capacity"));
+  } else if (f.IsSet("capacity-frac")) {
+    plan->fracs.push_back(f.GetDouble("capacity-frac"));
   } else {
     *err = "give --capacity N or --capacity-frac F";
     return false;
@@ -439,19 +368,21 @@ std::string CheckRuns(const trace::Trace& t, const SimulatePlan& plan,
 }
 
 int RunSimulate(const Args& args) {
-  for (const auto& a : args) {
-    if (a == "--help" || a == "-h") {
-      std::fputs(kHelp, stdout);
-      return 0;
-    }
+  FlagSet f("simulate", kSynopsis);
+  DeclareFlags(f);
+  f.NoPositional();
+  absl::Status parsed = f.Parse(args);
+  if (f.help()) {
+    std::fputs(f.Usage().c_str(), stdout);
+    return 0;
   }
-  Flags f;
   SimulatePlan plan;
-  std::string err;
-  if (!ParseFlags(args, &f, &err) || !ParsePlan(f, &plan, &err)) {
-    std::fprintf(stderr, "simulate: %s\n%s", err.c_str(), kHelp);
+  std::string err = std::string(parsed.message());
+  if (!parsed.ok() || !ParsePlan(f, &plan, &err)) {
+    std::fprintf(stderr, "simulate: %s\n%s", err.c_str(), f.Usage().c_str());
     return 2;
   }
+  const bool json = f.GetBool("json");
   auto t = trace::ReadTraceFile(plan.trace);
   if (!t.ok()) {
     std::fprintf(stderr, "simulate: %s\n", std::string(t.status().message()).c_str());
@@ -472,19 +403,19 @@ int RunSimulate(const Args& args) {
     std::fprintf(stderr, "simulate: %s\n", err2.c_str());
     return 2;
   }
-  const nlohmann::json hints = HintReport(*t, plan.replay_hints, f.json);
+  const nlohmann::json hints = HintReport(*t, plan.replay_hints, json);
   if (!plan.replay_hints) {
     for (trace::TraceRequest& r : t->requests) r.hints.clear();
   }
   std::vector<nlohmann::json> rows;
-  if (!f.json) PrintTableHeader();
+  if (!json) PrintTableHeader();
   cache::SimOptions o = plan.options;
   int runs = 0;
   for (const std::string& p : plan.policies) runs += p == "belady" ? 0 : 1;
   Progress progress(plan.progress, static_cast<int>(capacities.size()) * (runs + 1));
   for (int capacity : capacities) {
     o.capacity = capacity;
-    if (int rc = RunAt(*t, plan.policies, o, f.json, true, &rows, hints, progress); rc != 0) {
+    if (int rc = RunAt(*t, plan.policies, o, json, true, &rows, hints, progress); rc != 0) {
       return rc;
     }
   }

@@ -1,89 +1,78 @@
 // moectl synth-trace: writes a synthetic moe-trace/1 file (see
 // services/cache/synth_trace.h for the model behind each knob).
 #include <cstdio>
-#include <map>
+#include <limits>
 #include <string>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "services/cache/synth_trace.h"
 #include "services/moectl/commands.h"
+#include "services/moectl/flags.h"
 
 namespace moe::moectl {
 namespace {
 
-constexpr char kHelp[] =
-    "usage: moectl synth-trace --out FILE [--regime NAME] [knobs]\n"
-    "  --regime mixtral-uniform|wide-256   knobs of a regime seen in real traces\n"
-    "                            (see synth_trace.h); later knobs override them\n"
-    "  --layers N (32)  --experts N (8)  --top-k N (2)  --requests N (40)\n"
-    "  --prefill-tokens N (64)  --decode-tokens N (128)   means; each request draws\n"
-    "                                                      in [mean/2, 3*mean/2]\n"
-    "  --groups N (16)           activation groups requests fall into\n"
-    "  --working-set N (auto)    experts per layer a request reuses heavily\n"
-    "                            (auto: 25% of E for E <= 16, else 5%)\n"
-    "  --in-set P (0.85)         decode choice drawn from the working set\n"
-    "  --prefill-in-set P (0.6)  same for prefill tokens\n"
-    "  --set-noise P (0.25)      per working-set member: swapped for a random expert\n"
-    "  --repeat P (0.15)         repeat the previous token's first choice\n"
-    "  --layer-affinity P (0.4)  first choice at l+1 follows the choice at l\n"
-    "  --stickiness P (0.2)      next request keeps the group (else uniform: switches\n"
-    "                            are unpredictable)\n"
-    "  --skew S (0.8)            Zipf exponent of per-layer expert popularity\n"
-    "  --hint-accuracy P (0)     add \"hints\"; each routed expert hinted with P\n"
-    "  --seed N (1)  --model NAME\n";
+using flags::DoubleRange;
+using flags::IntRange;
 
-int RunSynthTrace(const Args& args) {
-  std::map<std::string, std::string> f;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kHelp, stdout);
-      return 0;
-    }
-    if (a.rfind("--", 0) != 0) {
-      std::fprintf(stderr, "synth-trace: unexpected argument '%s'\n%s", a.c_str(), kHelp);
-      return 2;
-    }
-    const size_t eq = a.find('=');
-    if (eq != std::string::npos) {
-      f[a.substr(2, eq - 2)] = a.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      f[a.substr(2)] = args[++i];
-    } else {
-      std::fprintf(stderr, "synth-trace: %s needs a value\n", a.c_str());
-      return 2;
-    }
-  }
+constexpr char kNotes[] =
+    "--regime sets the knobs of a regime seen in real traces (mixtral-uniform,\n"
+    "wide-256; see synth_trace.h); knobs given as flags override it.\n"
+    "Token counts are means: each request draws in [mean/2, 3*mean/2].\n";
+
+constexpr IntRange kCount = {.min = 0, .max = std::numeric_limits<int>::max()};
+constexpr DoubleRange kProbability = {.min = 0, .max = 1};
+
+// The knobs, with SynthOptions' defaults.
+void DeclareFlags(FlagSet& f) {
+  const trace::SynthOptions d;
+  f.String("out", "", "output moe-trace/1 file (required)");
+  f.String("regime", "", "mixtral-uniform|wide-256: start from that regime's knobs");
+  f.String("model", d.model, "model name in the trace header");
+  f.Int("seed", static_cast<int64_t>(d.seed), "random seed", {.min = 0});
+  f.Group("knobs");
+  f.Int("layers", d.num_layers, "MoE layers", kCount);
+  f.Int("experts", d.num_experts, "experts per layer", kCount);
+  f.Int("top-k", d.top_k, "experts per token", kCount);
+  f.Int("requests", d.requests, "requests", kCount);
+  f.Int("prefill-tokens", d.prefill_tokens, "prompt tokens per request (mean)", kCount);
+  f.Int("decode-tokens", d.decode_tokens, "decode tokens per request (mean)", kCount);
+  f.Int("groups", d.groups, "activation groups requests fall into", kCount);
+  f.Int("working-set", d.working_set,
+        "experts per layer a request reuses heavily (0: 25% of E for E <= 16, else 5%)", kCount);
+  f.Double("in-set", d.in_set, "decode choice drawn from the working set", kProbability);
+  f.Double("prefill-in-set", d.prefill_in_set, "same for prefill tokens", kProbability);
+  f.Double("set-noise", d.set_noise, "per working-set member: swapped for a random expert",
+           kProbability);
+  f.Double("repeat", d.repeat, "repeat the previous token's first choice", kProbability);
+  f.Double("layer-affinity", d.layer_affinity, "first choice at l+1 follows the choice at l",
+           kProbability);
+  f.Double("stickiness", d.stickiness,
+           "next request keeps the group (else uniform: switches are unpredictable)",
+           kProbability);
+  f.Double("skew", d.popularity_skew, "Zipf exponent of per-layer expert popularity",
+           {.min = 0});
+  f.Double("hint-accuracy", d.hint_accuracy, "add \"hints\"; each routed expert hinted with P",
+           kProbability);
+  f.Notes(kNotes);
+}
+
+// SynthOptions from the regime (if any), then every knob given.
+absl::StatusOr<trace::SynthOptions> OptionsFromFlags(const FlagSet& f) {
   trace::SynthOptions o;
-  if (auto it = f.find("regime"); it != f.end()) {
-    absl::StatusOr<trace::SynthOptions> r = trace::SynthRegime(it->second);
-    if (!r.ok()) {
-      std::fprintf(stderr, "synth-trace: --regime: %s\n", std::string(r.status().message()).c_str());
-      return 2;
-    }
+  if (f.IsSet("regime")) {
+    absl::StatusOr<trace::SynthOptions> r = trace::SynthRegime(f.GetString("regime"));
+    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("--regime: ", r.status().message()));
     o = *r;
-    f.erase(it);
   }
-  std::string out;
-  bool ok = true;
   auto take_int = [&](const char* k, int* v) {
-    if (auto it = f.find(k); it != f.end()) {
-      ok &= absl::SimpleAtoi(it->second, v);
-      f.erase(it);
-    }
+    if (f.IsSet(k)) *v = static_cast<int>(f.GetInt(k));
   };
   auto take_double = [&](const char* k, double* v) {
-    if (auto it = f.find(k); it != f.end()) {
-      ok &= absl::SimpleAtod(it->second, v);
-      f.erase(it);
-    }
+    if (f.IsSet(k)) *v = f.GetDouble(k);
   };
-  if (auto it = f.find("out"); it != f.end()) out = it->second, f.erase(it);
-  if (auto it = f.find("model"); it != f.end()) o.model = it->second, f.erase(it);
-  if (auto it = f.find("seed"); it != f.end()) {
-    ok &= absl::SimpleAtoi(it->second, &o.seed);
-    f.erase(it);
-  }
+  if (f.IsSet("model")) o.model = f.GetString("model");
+  if (f.IsSet("seed")) o.seed = static_cast<uint64_t>(f.GetInt("seed"));
   take_int("layers", &o.num_layers);
   take_int("experts", &o.num_experts);
   take_int("top-k", &o.top_k);
@@ -100,14 +89,27 @@ int RunSynthTrace(const Args& args) {
   take_double("stickiness", &o.stickiness);
   take_double("skew", &o.popularity_skew);
   take_double("hint-accuracy", &o.hint_accuracy);
-  if (!ok) {
-    std::fprintf(stderr, "synth-trace: a flag value is not a number\n");
+  return o;
+}
+
+int RunSynthTrace(const Args& args) {
+  FlagSet f("synth-trace", "--out FILE [--regime NAME] [knobs]");
+  DeclareFlags(f);
+  f.NoPositional();
+  absl::Status parsed = f.Parse(args);
+  if (f.help()) {
+    std::fputs(f.Usage().c_str(), stdout);
+    return 0;
+  }
+  absl::StatusOr<trace::SynthOptions> options =
+      parsed.ok() ? OptionsFromFlags(f) : absl::StatusOr<trace::SynthOptions>(parsed);
+  if (!options.ok()) {
+    std::fprintf(stderr, "synth-trace: %s\n%s", std::string(options.status().message()).c_str(),
+                 f.Usage().c_str());
     return 2;
   }
-  if (!f.empty()) {
-    std::fprintf(stderr, "synth-trace: unknown flag --%s\n%s", f.begin()->first.c_str(), kHelp);
-    return 2;
-  }
+  const trace::SynthOptions& o = *options;
+  const std::string& out = f.GetString("out");
   if (out.empty()) {
     std::fprintf(stderr, "synth-trace: --out FILE is required\n");
     return 2;

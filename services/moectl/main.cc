@@ -2,9 +2,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
-#include "common/log_level.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "services/flags/flag_groups.h"
 #include "services/moectl/commands.h"
 #include "services/rpc/build_info.h"
 
@@ -35,10 +39,8 @@ std::vector<Command> Commands() {
 
 namespace {
 
-int Usage(FILE* out) {
-  std::fprintf(out,
-               "usage: moectl [--version] [--log-level debug|info|warning|error] COMMAND "
-               "[flags]\n\ncommands:\n");
+int Usage(FILE* out, const moe::flags::FlagSet& global) {
+  std::fprintf(out, "%s\ncommands:\n", global.Usage().c_str());
   for (const auto& c : moe::moectl::Commands()) {
     std::fprintf(out, "  %-14s %s\n", c.name, c.summary);
   }
@@ -50,39 +52,30 @@ int Usage(FILE* out) {
 
 int main(int argc, char** argv) {
   // Global flags come before the command.
-  int i = 1;
-  for (; i < argc && std::strncmp(argv[i], "--", 2) == 0; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help") return Usage(stdout);
-    if (arg == "--version") {
-      std::fputs(moe::VersionText("moectl").c_str(), stdout);
-      return 0;
-    }
-    std::string level;
-    if (arg.rfind("--log-level=", 0) == 0) {
-      level = arg.substr(12);
-    } else if (arg == "--log-level" && i + 1 < argc) {
-      level = argv[++i];
-    } else {
-      std::fprintf(stderr, "moectl: unknown flag '%s' (global flags: --version, --log-level L, "
-                   "--help)\n", arg.c_str());
-      return Usage(stderr);
-    }
-    absl::StatusOr<moe::LogLevel> parsed = moe::ParseLogLevel(level);
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "moectl: --log-level: %s\n",
-                   std::string(parsed.status().message()).c_str());
-      return 2;
-    }
-    moe::SetMinLogLevel(*parsed);
+  moe::flags::FlagSet global("moectl", "[--version] [--log-level L] COMMAND [flags]");
+  global.Bool("version", false, "print the build and whether CUDA loads");
+  moe::flag_groups::DeclareLogLevel(global);
+  global.StopAtFirstPositional();
+  if (absl::Status s = global.Parse(std::vector<std::string>(argv + 1, argv + argc)); !s.ok()) {
+    std::fprintf(stderr, "moectl: %s\n", std::string(s.message()).c_str());
+    return Usage(stderr, global);
   }
-  if (i >= argc) return Usage(stderr);
-  if (!std::strcmp(argv[i], "help")) return Usage(stdout);
+  if (global.help()) return Usage(stdout, global);
+  if (global.GetBool("version")) {
+    std::fputs(moe::VersionText("moectl").c_str(), stdout);
+    return 0;
+  }
+  if (std::optional<moe::LogLevel> level = moe::flag_groups::LogLevelFromFlags(global)) {
+    moe::SetMinLogLevel(*level);
+  }
+  const std::vector<std::string>& rest = global.positional();
+  if (rest.empty()) return Usage(stderr, global);
+  if (rest[0] == "help") return Usage(stdout, global);
   for (const auto& c : moe::moectl::Commands()) {
-    if (std::strcmp(argv[i], c.name) == 0) {
-      return c.run(moe::moectl::Args(argv + i + 1, argv + argc));
+    if (rest[0] == c.name) {
+      return c.run(moe::moectl::Args(rest.begin() + 1, rest.end()));
     }
   }
-  std::fprintf(stderr, "moectl: unknown command '%s'\n", argv[i]);
-  return Usage(stderr);
+  std::fprintf(stderr, "moectl: unknown command '%s'\n", rest[0].c_str());
+  return Usage(stderr, global);
 }

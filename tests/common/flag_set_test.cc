@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -27,7 +28,7 @@ FlagSet MakeFlags() {
   f.Group("other");
   f.Bool("json", false, "print JSON");
   f.Size("budget", 512 * kMiB, "memory to use", {.min = 1});
-  f.Size("kv-mb", 0, "KV cache", {.unit = kMiB, .max = kTiB});
+  f.Size("kv-mb", 0, "KV cache", {.unit = kMiB, .min = 1, .max = kTiB});
   f.Choice("device", "auto", {"cpu", "cuda", "auto"}, "where to compute");
   f.Alias("backend", "device");
   return f;
@@ -235,9 +236,14 @@ TEST(FlagSetTest, HelpIsGeneratedFromTheDeclarations) {
   EXPECT_THAT(u, HasSubstr("\nother:\n  --json "));
   EXPECT_THAT(u, HasSubstr("--budget SIZE"));
   EXPECT_THAT(u, HasSubstr("(default 512MiB)"));
+  EXPECT_THAT(u, HasSubstr("KV cache\n"));                // 0 < min: "unset", no default
+  EXPECT_THAT(u, HasSubstr("print JSON\n"));              // false: no default
+  EXPECT_THAT(u, HasSubstr("a fraction (default 0.5)"));
   EXPECT_THAT(u, HasSubstr("--device cpu|cuda|auto"));
-  EXPECT_THAT(u, HasSubstr("where to compute (default auto) (old spelling --backend)"));
+  EXPECT_THAT(u, HasSubstr("where to compute (default auto) (old spelling\n"
+                           "                             --backend)\n"));  // wrapped at 80
   EXPECT_THAT(u, HasSubstr("\nSizes take K, M, G, T.\n"));
+  for (absl::string_view line : absl::StrSplit(u, '\n')) EXPECT_LE(line.size(), 80u) << line;
   EXPECT_EQ(f.Names().front(), "out");
   EXPECT_EQ(f.TypeOf("budget"), FlagType::kSize);
   FlagSet g = MakeFlags();
@@ -262,7 +268,6 @@ TEST(FlagSetDeathTest, DeclarationAndReadMistakesAreProgrammingErrors) {
   EXPECT_DEATH(f.String("out", "", ""), "declared twice");
   EXPECT_DEATH(f.Bool("backend", false, ""), "declared twice");
   EXPECT_DEATH(f.Alias("old", "missing"), "undeclared flag --missing");
-  EXPECT_DEATH(f.Int("n", 0, "", {.min = 1}), "default out of range");
   EXPECT_DEATH(f.Choice("c", "x", {"a", "b"}, ""), "not a choice");
 }
 

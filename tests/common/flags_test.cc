@@ -1,5 +1,6 @@
-// Tests services/moectl/flags.{h,cc} (compiled into this test directly:
-// moectl is an executable, not a library).
+// Tests services/moectl/flags.{h,cc}, moectl's face of common/flags.h
+// (compiled into this test directly: moectl is an executable, not a
+// library).
 #include "services/moectl/flags.h"
 
 #include <string>
@@ -88,7 +89,7 @@ TEST(FlagsTest, Errors) {
   EXPECT_THAT(Error({"--layers=4.5"}), HasSubstr("expects an integer"));
   EXPECT_THAT(Error({"--rate=fast"}), HasSubstr("--rate expects a number"));
   EXPECT_THAT(Error({"--verbose=maybe"}), HasSubstr("true or false"));
-  EXPECT_THAT(Error({"--out", "a", "--out=b"}), HasSubstr("--out given twice"));
+  EXPECT_THAT(Error({"--out", "a", "--out=b"}), HasSubstr("--out given more than once"));
 }
 
 TEST(FlagsTest, IntLists) {

@@ -224,7 +224,8 @@ TEST_F(MoectlRunTest, ErrorsAreOneLineWithNonZeroExit) {
       {"--prompt-ids 1 --top-p 2", true, 2, "top_p"},
       {"--prompt-ids 1 --top-logprobs 50", true, 2, "--top-logprobs"},
       {"--prompt-ids 1 --bogus", true, 2, "bogus"},
-      {"--prompt-ids 1 --backend tpu", true, 1, "tpu"},
+      {"--prompt-ids 1 --backend tpu", true, 2, "tpu"},  // a bad flag value: usage error
+      {"--prompt-ids 1 --device tpu", true, 2, "--device expects cpu, cuda or auto"},
       {"--prompt-ids 1 --model /nonexistent/model", false, 1, "nonexistent"},
       {"--prompt-ids 1 --record-trace /nonexistent/dir/t.jsonl", true, 1,
        "nonexistent"},
