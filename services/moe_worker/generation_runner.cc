@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "services/moe_worker/generate_responses.h"
 #include "services/moe_worker/stop_strings.h"
+#include "services/serving/request_proto.h"
 
 namespace moe::worker {
 namespace {
@@ -52,63 +53,26 @@ absl::Status GenerationRunner::Start() {
 }
 
 absl::StatusOr<GenerateOptions> GenerationRunner::BuildOptions(
-    const v1::GenerateRequest& r) const {
-  GenerateOptions o;
-  if (r.prompt_token_ids_size() > 0) {
-    o.prompt.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
-  } else if (!r.prompt().empty()) {
-    if (tokenizer_ == nullptr) {
-      return absl::InvalidArgumentError(
-          "this model has no tokenizer.json: send prompt_token_ids");
-    }
-    o.prompt = tokenizer_->Encode(r.prompt(), /*add_special=*/true);
-  }
-  if (o.prompt.empty()) {
-    return absl::InvalidArgumentError(
-        "empty prompt: set prompt or prompt_token_ids");
-  }
-  if (options_.max_prompt_tokens > 0 &&
-      static_cast<int64_t>(o.prompt.size()) > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt of ", o.prompt.size(), " tokens exceeds --max-prompt-tokens ",
-        options_.max_prompt_tokens));
-  }
-  o.max_new_tokens = r.max_new_tokens();
-  o.sampling.temperature = r.temperature();
-  o.sampling.top_p = r.top_p();
-  o.sampling.seed = r.seed();
-  o.sampling.top_logprobs = r.top_logprobs();
-  o.stop_at_eos = !r.ignore_eos();
+    serving::Request& r) const {
+  RETURN_IF_ERROR(serving::EncodePrompt(&r, tokenizer_));
+  RETURN_IF_ERROR(serving::Validate(
+      r, serving::LimitsFor(model_, tokenizer_ != nullptr, options_.max_prompt_tokens)));
+  GenerateOptions o = serving::ToGenerateOptions(r);
   o.pregate_hints = options_.pregate_hints;
   o.pregate_distance = options_.pregate_distance;
-  const int64_t vocab = model_.config().vocab_size;
-  for (int32_t id : r.stop_token_ids()) {
-    if (id < 0 || id >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stop token id ", id, " outside the vocabulary [0, ", vocab, ")"));
-    }
-    o.stop_token_ids.push_back(id);
-  }
-  if (r.stop_size() > 4) {
-    return absl::InvalidArgumentError("at most 4 stop strings");
-  }
-  for (const std::string& s : r.stop()) {
-    if (s.empty()) return absl::InvalidArgumentError("empty stop string");
-    if (tokenizer_ == nullptr) {
-      return absl::InvalidArgumentError(
-          "stop strings need the model's tokenizer.json");
-    }
-  }
-  RETURN_IF_ERROR(ValidateGenerateOptions(model_, o));
   return o;
 }
 
-absl::Status GenerationRunner::Submit(const v1::GenerateRequest& request,
-                                      absl::Time deadline,
+absl::Status GenerationRunner::Submit(const v1::GenerateRequest& request, absl::Time deadline,
+                                      std::shared_ptr<ResponseSink> sink) {
+  return Submit(serving::FromProto(request, serving::Transport::kGrpc), deadline,
+                std::move(sink));
+}
+
+absl::Status GenerationRunner::Submit(serving::Request request, absl::Time deadline,
                                       std::shared_ptr<ResponseSink> sink) {
   absl::StatusOr<GenerateOptions> options = BuildOptions(request);
-  std::vector<std::string> stop_strings(request.stop().begin(),
-                                        request.stop().end());
+  std::vector<std::string> stop_strings = std::move(request.stop);
   absl::Status status = options.status();
   if (status.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
