@@ -40,11 +40,15 @@
 #include "services/engine/moe_model.h"
 #include "services/engine/tokenizer.h"
 #include "services/engine/trace_recorder.h"
-#include "services/moe_worker/metered_provider.h"
 #include "services/moe_worker/worker_metrics.h"
+#include "services/serving/metered_provider.h"
+#include "services/serving/output_stream.h"
 #include "services/serving/request.h"
 
 namespace moe::worker {
+
+using serving::ExpertCounters;
+using serving::MeteredProvider;
 
 // One request's outgoing stream.
 class ResponseSink {
