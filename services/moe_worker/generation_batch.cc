@@ -11,16 +11,9 @@
 #include "services/engine/batch_step.h"
 #include "services/moe_worker/generate_responses.h"
 #include "services/moe_worker/generation_runner.h"
-#include "services/moe_worker/stop_strings.h"
 
 namespace moe::worker {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
 
 }  // namespace
 
@@ -28,9 +21,7 @@ struct GenerationRunner::Active {
   Job job;
   std::unique_ptr<Session> session;
   std::optional<Sampler> sampler;
-  std::vector<int32_t> stops;
-  std::unique_ptr<StreamDecoder> decoder;
-  std::optional<StopStringMatcher> stop_strings;
+  std::optional<serving::OutputStream> stream;  // from Join on
   std::optional<RequestRecording> recording;
   int64_t kv_bytes = 0;  // KV cache bytes accounted to it in kv_held_
   size_t fed = 0;    // tokens of Feed() run so far
@@ -61,22 +52,8 @@ struct GenerationRunner::Active {
     }
     return c;
   }
-  double ttft = 0, tpot = 0;
-  std::string finish;
-  Clock::time_point start, first;
   bool begun = false;  // the provider's BeginRequest succeeded
 };
-
-absl::Status GenerationRunner::Interrupted(const Job& job) const {
-  if (job.sink->Cancelled())
-    return absl::CancelledError("cancelled by the client");
-  if (absl::Now() >= job.deadline)
-    return absl::DeadlineExceededError("deadline exceeded");
-  if (absl::ToUnixNanos(absl::Now()) >= cancel_after_ns_.load()) {
-    return absl::UnavailableError("worker is shutting down; request cancelled");
-  }
-  return absl::OkStatus();
-}
 
 void GenerationRunner::Admit(std::vector<std::unique_ptr<Active>>& active,
                              std::deque<std::unique_ptr<Active>>& preempted) {
@@ -229,26 +206,13 @@ void GenerationRunner::FitKv(std::vector<std::unique_ptr<Active>>& active,
 
 bool GenerationRunner::Join(Active& a) {
   const GenerateOptions& o = a.job.options;
-  if (a.job.sink->Cancelled()) {
-    Leave(a, absl::CancelledError("cancelled by the client while queued"));
+  if (absl::Status s = serving::QueuedInterruption(a.job.sink->Cancelled(), a.job.deadline);
+      !s.ok()) {
+    Leave(a, s);
     return false;
   }
-  if (absl::Now() >= a.job.deadline) {
-    Leave(a, absl::DeadlineExceededError("deadline passed while queued"));
-    return false;
-  }
-  a.start =
-      Clock::now() - absl::ToChronoNanoseconds(absl::Now() - a.job.submitted);
-  a.stops = o.stop_token_ids;
-  if (o.stop_at_eos) {
-    for (int64_t id : model_.config().eos_token_ids)
-      a.stops.push_back(static_cast<int32_t>(id));
-  }
-  if (tokenizer_ != nullptr) {
-    a.decoder =
-        std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special=*/true);
-  }
-  a.stop_strings.emplace(a.job.stop_strings);
+  a.stream.emplace(o, model_.config().eos_token_ids, tokenizer_, std::move(a.job.stop_strings),
+                   a.job.submitted);
   a.sampler.emplace(o.sampling);
   if (options_.recorder != nullptr) {
     a.recording.emplace(options_.recorder->header(),
@@ -267,39 +231,10 @@ bool GenerationRunner::Join(Active& a) {
 }
 
 bool GenerationRunner::Emit(Active& a, const SampledToken& t) {
-  const GenerateOptions& o = a.job.options;
-  const Clock::time_point now = Clock::now();
-  if (a.output.empty()) a.first = now;
   a.output.push_back(t.token);
-  a.ttft = Seconds(a.first - a.start);
-  if (a.generated() > 1) a.tpot = Seconds(now - a.first) / (a.generated() - 1);
-  v1::GenerateResponse r = TokenResponse(t);
-  const bool stop_token =
-      std::find(a.stops.begin(), a.stops.end(), t.token) != a.stops.end();
-  bool last = stop_token || a.generated() == o.max_new_tokens;
-  if (a.decoder != nullptr) {
-    std::string text = a.decoder->Push(t.token);
-    if (last) text += a.decoder->Flush();
-    if (!a.job.stop_strings.empty()) {
-      text = a.stop_strings->Push(text);
-      if (a.stop_strings->matched()) {
-        last = true;
-      } else if (last) {
-        text += a.stop_strings->Flush();
-      }
-    }
-    r.set_text(std::move(text));
-  }
-  if (last) {
-    a.finish = stop_token || a.stop_strings->matched() ? "stop" : "length";
-    r.set_finish_reason(a.finish);
-    const ExpertCounters c = a.Counters();
-    FillUsage(static_cast<int>(o.prompt.size()), a.generated(), a.ttft, a.tpot, c,
-              r.mutable_usage());
-  }
-  a.job.sink->Write(std::move(r));
+  a.job.sink->Write(ToResponse(a.stream->Push(t, a.Counters())));
   a.last = t.token;
-  return !last;
+  return !a.stream->done();
 }
 
 void GenerationRunner::Leave(Active& a, absl::Status status) {
@@ -320,8 +255,11 @@ void GenerationRunner::Leave(Active& a, absl::Status status) {
     }
   }
   a.job.sink->Finish(status);
-  Record(status, a.generated(), a.ttft, a.tpot);
-  LogFinished(a.job, status, a.generated(), a.ttft, a.tpot, c, a.finish);
+  const double ttft = a.stream.has_value() ? a.stream->ttft_seconds() : 0;
+  const double tpot = a.stream.has_value() ? a.stream->tpot_seconds() : 0;
+  const std::string finish = a.stream.has_value() ? a.stream->finish_reason() : "";
+  Record(status, a.generated(), ttft, tpot);
+  LogFinished(a.job, status, a.generated(), ttft, tpot, c, finish);
   std::lock_guard<std::mutex> lock(mu_);
   kv_held_ -= a.kv_bytes;
   --running_;

@@ -1,7 +1,6 @@
 #include "services/moe_worker/generation_runner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -12,16 +11,10 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/moe_worker/generate_responses.h"
-#include "services/moe_worker/stop_strings.h"
+#include "services/serving/request_proto.h"
 
 namespace moe::worker {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
@@ -52,63 +45,26 @@ absl::Status GenerationRunner::Start() {
 }
 
 absl::StatusOr<GenerateOptions> GenerationRunner::BuildOptions(
-    const v1::GenerateRequest& r) const {
-  GenerateOptions o;
-  if (r.prompt_token_ids_size() > 0) {
-    o.prompt.assign(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
-  } else if (!r.prompt().empty()) {
-    if (tokenizer_ == nullptr) {
-      return absl::InvalidArgumentError(
-          "this model has no tokenizer.json: send prompt_token_ids");
-    }
-    o.prompt = tokenizer_->Encode(r.prompt(), /*add_special=*/true);
-  }
-  if (o.prompt.empty()) {
-    return absl::InvalidArgumentError(
-        "empty prompt: set prompt or prompt_token_ids");
-  }
-  if (options_.max_prompt_tokens > 0 &&
-      static_cast<int64_t>(o.prompt.size()) > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt of ", o.prompt.size(), " tokens exceeds --max-prompt-tokens ",
-        options_.max_prompt_tokens));
-  }
-  o.max_new_tokens = r.max_new_tokens();
-  o.sampling.temperature = r.temperature();
-  o.sampling.top_p = r.top_p();
-  o.sampling.seed = r.seed();
-  o.sampling.top_logprobs = r.top_logprobs();
-  o.stop_at_eos = !r.ignore_eos();
+    serving::Request& r) const {
+  RETURN_IF_ERROR(serving::EncodePrompt(&r, tokenizer_));
+  RETURN_IF_ERROR(serving::Validate(
+      r, serving::LimitsFor(model_, tokenizer_ != nullptr, options_.max_prompt_tokens)));
+  GenerateOptions o = serving::ToGenerateOptions(r);
   o.pregate_hints = options_.pregate_hints;
   o.pregate_distance = options_.pregate_distance;
-  const int64_t vocab = model_.config().vocab_size;
-  for (int32_t id : r.stop_token_ids()) {
-    if (id < 0 || id >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stop token id ", id, " outside the vocabulary [0, ", vocab, ")"));
-    }
-    o.stop_token_ids.push_back(id);
-  }
-  if (r.stop_size() > 4) {
-    return absl::InvalidArgumentError("at most 4 stop strings");
-  }
-  for (const std::string& s : r.stop()) {
-    if (s.empty()) return absl::InvalidArgumentError("empty stop string");
-    if (tokenizer_ == nullptr) {
-      return absl::InvalidArgumentError(
-          "stop strings need the model's tokenizer.json");
-    }
-  }
-  RETURN_IF_ERROR(ValidateGenerateOptions(model_, o));
   return o;
 }
 
-absl::Status GenerationRunner::Submit(const v1::GenerateRequest& request,
-                                      absl::Time deadline,
+absl::Status GenerationRunner::Submit(const v1::GenerateRequest& request, absl::Time deadline,
+                                      std::shared_ptr<ResponseSink> sink) {
+  return Submit(serving::FromProto(request, serving::Transport::kGrpc), deadline,
+                std::move(sink));
+}
+
+absl::Status GenerationRunner::Submit(serving::Request request, absl::Time deadline,
                                       std::shared_ptr<ResponseSink> sink) {
   absl::StatusOr<GenerateOptions> options = BuildOptions(request);
-  std::vector<std::string> stop_strings(request.stop().begin(),
-                                        request.stop().end());
+  std::vector<std::string> stop_strings = std::move(request.stop);
   absl::Status status = options.status();
   if (status.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -194,11 +150,8 @@ void GenerationRunner::Run(Job& job) {
   std::string finish;
   bool ran = false;
   absl::Status status;
-  if (job.sink->Cancelled()) {
-    status = absl::CancelledError("cancelled by the client while queued");
-  } else if (absl::Now() >= job.deadline) {
-    status = absl::DeadlineExceededError("deadline passed while queued");
-  } else {
+  status = serving::QueuedInterruption(job.sink->Cancelled(), job.deadline);
+  if (status.ok()) {
     ran = true;
     SetRunningMetrics(&job.options);
     status = RunGenerate(job, &generated, &ttft, &tpot, &finish);
@@ -230,62 +183,19 @@ absl::Status GenerationRunner::RunGenerate(Job& job, int* generated,
                                            double* ttft, double* tpot,
                                            std::string* finish) {
   const GenerateOptions& o = job.options;
-  std::vector<int32_t> stops = o.stop_token_ids;
-  if (o.stop_at_eos) {
-    for (int64_t id : model_.config().eos_token_ids) {
-      stops.push_back(static_cast<int32_t>(id));
-    }
-  }
-  const Clock::time_point start =
-      Clock::now() - absl::ToChronoNanoseconds(absl::Now() - job.submitted);
-  Clock::time_point first;
-  std::unique_ptr<StreamDecoder> decoder;
-  if (tokenizer_ != nullptr) {
-    decoder = std::make_unique<StreamDecoder>(*tokenizer_, /*skip_special=*/true);
-  }
+  serving::OutputStream stream(o, model_.config().eos_token_ids, tokenizer_,
+                               std::move(job.stop_strings), job.submitted);
   absl::Status stop_reason;  // why we cancelled, when we did
-  StopStringMatcher stop_strings(job.stop_strings);
   auto on_token = [&](const SampledToken& t) {
-    const Clock::time_point now = Clock::now();
-    if (*generated == 0) first = now;
-    ++*generated;
-    *ttft = Seconds(first - start);
-    if (*generated > 1) *tpot = Seconds(now - first) / (*generated - 1);
-    v1::GenerateResponse r = TokenResponse(t);
-    // The engine stops after this token exactly when one of these holds, so
-    // the last message can carry the summary as it streams.
-    const bool stop_token =
-        std::find(stops.begin(), stops.end(), t.token) != stops.end();
-    bool last = stop_token || *generated == o.max_new_tokens;
-    if (decoder != nullptr) {
-      std::string text = decoder->Push(t.token);
-      if (last) text += decoder->Flush();
-      if (!job.stop_strings.empty()) {
-        text = stop_strings.Push(text);
-        if (stop_strings.matched()) {
-          last = true;
-        } else if (last) {
-          text += stop_strings.Flush();
-        }
-      }
-      r.set_text(std::move(text));
-    }
-    if (last) {
-      *finish = stop_token || stop_strings.matched() ? "stop" : "length";
-      r.set_finish_reason(*finish);
-      FillUsage(static_cast<int>(o.prompt.size()), *generated, *ttft, *tpot,
-                experts_.request(), r.mutable_usage());
-    }
-    job.sink->Write(std::move(r));
-    if (stop_strings.matched()) return false;  // a stop string: done, OK
-    if (job.sink->Cancelled()) {
-      stop_reason = absl::CancelledError("cancelled by the client");
-    } else if (absl::Now() >= job.deadline) {
-      stop_reason = absl::DeadlineExceededError("deadline exceeded");
-    } else if (absl::ToUnixNanos(absl::Now()) >= cancel_after_ns_.load()) {
-      stop_reason = absl::UnavailableError(
-          "worker is shutting down; request cancelled");
-    }
+    job.sink->Write(ToResponse(stream.Push(t, experts_.request())));
+    *generated = stream.generated();
+    *ttft = stream.ttft_seconds();
+    *tpot = stream.tpot_seconds();
+    *finish = stream.finish_reason();
+    // The engine stops by itself after a stop token or the length; a stop
+    // string is for us to stop on (no error).
+    if (stream.matched_stop_string()) return false;
+    stop_reason = Interrupted(job);
     return stop_reason.ok();
   };
   std::optional<RequestRecording> recording;
@@ -310,6 +220,11 @@ absl::Status GenerationRunner::RunGenerate(Job& job, int* generated,
   if (!summary.ok()) return summary.status();
   if (!stop_reason.ok()) return stop_reason;
   return absl::OkStatus();
+}
+
+absl::Status GenerationRunner::Interrupted(const Job& job) const {
+  return serving::Interruption(job.sink->Cancelled(), job.deadline,
+                               absl::FromUnixNanos(cancel_after_ns_.load()));
 }
 
 void GenerationRunner::SetRunningMetrics(const GenerateOptions* running) {

@@ -40,10 +40,15 @@
 #include "services/engine/moe_model.h"
 #include "services/engine/tokenizer.h"
 #include "services/engine/trace_recorder.h"
-#include "services/moe_worker/metered_provider.h"
 #include "services/moe_worker/worker_metrics.h"
+#include "services/serving/metered_provider.h"
+#include "services/serving/output_stream.h"
+#include "services/serving/request.h"
 
 namespace moe::worker {
+
+using serving::ExpertCounters;
+using serving::MeteredProvider;
 
 // One request's outgoing stream.
 class ResponseSink {
@@ -103,9 +108,13 @@ class GenerationRunner {
   // Starts the engine thread.
   absl::Status Start();
 
-  // Validates `request` and queues it. On error nothing is queued and the
-  // sink is never called: INVALID_ARGUMENT (bad request),
+  // Validates `request` (serving::Validate: errors name the fields as its
+  // transport spells them) and queues it. On error nothing is queued and
+  // the sink is never called: INVALID_ARGUMENT (bad request),
   // RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (stopping).
+  absl::Status Submit(serving::Request request, absl::Time deadline,
+                      std::shared_ptr<ResponseSink> sink);
+  // A gRPC Generate request (serving::FromProto, Transport::kGrpc).
   absl::Status Submit(const v1::GenerateRequest& request, absl::Time deadline,
                       std::shared_ptr<ResponseSink> sink);
 
@@ -114,10 +123,10 @@ class GenerationRunner {
   // and joins the engine thread. Idempotent.
   void Stop(absl::Duration grace);
 
-  // The prompt ids `request` stands for, validated against the model and
-  // the options (INVALID_ARGUMENT with the reason).
-  absl::StatusOr<GenerateOptions> BuildOptions(
-      const v1::GenerateRequest& request) const;
+  // The engine options `request` stands for (its text prompt encoded),
+  // validated against the model and the options (INVALID_ARGUMENT naming
+  // the field).
+  absl::StatusOr<GenerateOptions> BuildOptions(serving::Request& request) const;
 
   int queued() const;
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "services/rpc/tcp_probe.h"
+#include "services/serving/request_proto.h"
 
 namespace moe::worker {
 namespace {
@@ -243,7 +244,10 @@ void HttpServer::Route() {
                                              ? absl::Now() + options_.request_timeout
                                              : absl::InfiniteFuture();
              auto sink = std::make_shared<HttpSink>();
-             if (absl::Status s = runner_->Submit(request->generate, deadline, sink); !s.ok()) {
+             if (absl::Status s = runner_->Submit(
+                     serving::FromProto(request->generate, serving::Transport::kHttp),
+                     deadline, sink);
+                 !s.ok()) {
                SendError(res, openai::ErrorFromStatus(s));
                return;
              }

@@ -33,6 +33,7 @@
 #include "services/flags/flag_groups.h"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
+#include "services/serving/request.h"
 
 namespace moe::moectl {
 namespace {
@@ -58,8 +59,9 @@ void DeclareFlags(FlagSet& f) {
          "unless MOE_LOG_LEVEL is set)");
 }
 
-// Flag values that need no model: ranges, exclusive choices.
-absl::StatusOr<GenerateOptions> OptionsFromFlags(const FlagSet& f) {
+// Flag values that need no model: exclusive choices, and the bounds
+// serving::ValidateParameters checks for every transport.
+absl::StatusOr<serving::Request> RequestFromFlags(const FlagSet& f) {
   RETURN_IF_ERROR(f.Require("model"));
   if (f.IsSet("prompt") == f.IsSet("prompt-ids")) {
     return absl::InvalidArgumentError(
@@ -69,27 +71,18 @@ absl::StatusOr<GenerateOptions> OptionsFromFlags(const FlagSet& f) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", f.positional()[0], "'"));
   }
-  GenerateOptions o;
-  const int64_t n = f.GetInt("max-new-tokens");
-  if (n < 1 || n > kMaxNewTokensLimit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max-new-tokens must be in [1, ", kMaxNewTokensLimit, "], got ", n));
-  }
-  o.max_new_tokens = static_cast<int>(n);
-  const int64_t top = f.GetInt("top-logprobs");
-  if (top < 0 || top > kMaxTopLogprobs) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--top-logprobs must be in [0, ", kMaxTopLogprobs, "], got ", top));
-  }
+  serving::Request r;
+  r.transport = serving::Transport::kCli;
+  r.max_new_tokens = f.GetInt("max-new-tokens");
+  r.top_logprobs = f.GetInt("top-logprobs");
   if (f.GetInt("seed") < 0) {
     return absl::InvalidArgumentError("--seed must be >= 0");
   }
-  o.sampling.top_logprobs = static_cast<int>(top);
-  o.sampling.temperature = static_cast<float>(f.GetDouble("temperature"));
-  o.sampling.top_p = static_cast<float>(f.GetDouble("top-p"));
-  o.sampling.seed = static_cast<uint64_t>(f.GetInt("seed"));
-  RETURN_IF_ERROR(ValidateSamplingParams(o.sampling));
-  o.stop_at_eos = !f.GetBool("ignore-eos");
+  r.temperature = f.GetDouble("temperature");
+  r.top_p = f.GetDouble("top-p");
+  r.seed = static_cast<uint64_t>(f.GetInt("seed"));
+  r.ignore_eos = f.GetBool("ignore-eos");
+  RETURN_IF_ERROR(serving::ValidateParameters(r, serving::Limits{}));
   if (f.IsSet("prompt-ids")) {
     ASSIGN_OR_RETURN(std::vector<int64_t> ids,
                      ParseIntList(f.GetString("prompt-ids")));
@@ -98,12 +91,14 @@ absl::StatusOr<GenerateOptions> OptionsFromFlags(const FlagSet& f) {
         return absl::InvalidArgumentError(
             absl::StrCat("prompt token id ", id, " out of range"));
       }
-      o.prompt.push_back(static_cast<int32_t>(id));
+      r.prompt_ids.push_back(static_cast<int32_t>(id));
     }
-    if (o.prompt.empty())
+    if (r.prompt_ids.empty())
       return absl::InvalidArgumentError("empty --prompt-ids");
+  } else {
+    r.prompt_text = f.GetString("prompt");
   }
-  return o;
+  return r;
 }
 
 std::string ModelName(std::string dir) {
@@ -160,7 +155,7 @@ void PrintSummary(const GenerateSummary& s, const std::string& rest,
 }
 
 // Loads everything, runs the request, prints as it goes.
-std::optional<Failure> Run(const FlagSet& f, GenerateOptions opts) {
+std::optional<Failure> Run(const FlagSet& f, serving::Request request) {
   const std::string& dir = f.GetString("model");
   const bool as_json = f.GetBool("json");
   auto backend = CreateBackend(f.GetString("device"));
@@ -175,13 +170,15 @@ std::optional<Failure> Run(const FlagSet& f, GenerateOptions opts) {
     tokenizer = std::move(*t);
   }
   if (f.IsSet("prompt")) {
-    std::vector<int32_t> ids =
-        tokenizer->Encode(f.GetString("prompt"), /*add_special=*/true);
-    opts.prompt = std::move(ids);
+    // Even an empty --prompt is encoded (special tokens), as always.
+    request.prompt_ids = tokenizer->Encode(request.prompt_text, /*add_special=*/true);
   }
-  if (absl::Status s = ValidateGenerateOptions(**model, opts); !s.ok()) {
+  if (absl::Status s = serving::Validate(
+          request, serving::LimitsFor(**model, tokenizer != nullptr, /*max_prompt_tokens=*/0));
+      !s.ok()) {
     return Failure{2, s};
   }
+  const GenerateOptions opts = serving::ToGenerateOptions(request);
   auto experts =
       InMemoryExpertProvider::Create(**model, flag_groups::ExpertFormatFromFlags(f));
   if (!experts.ok()) return Failure{1, experts.status()};
@@ -236,13 +233,13 @@ int RunRun(const Args& args) {
   if (!flags.GetBool("verbose") && std::getenv("MOE_LOG_LEVEL") == nullptr) {
     SetMinLogLevel(LogLevel::kWARNING);
   }
-  absl::StatusOr<GenerateOptions> opts =
-      parsed.ok() ? OptionsFromFlags(flags) : parsed;
+  absl::StatusOr<serving::Request> request =
+      parsed.ok() ? RequestFromFlags(flags) : parsed;
   std::optional<Failure> failure;
-  if (!opts.ok()) {
-    failure = Failure{2, opts.status()};
+  if (!request.ok()) {
+    failure = Failure{2, request.status()};
   } else {
-    failure = Run(flags, *std::move(opts));
+    failure = Run(flags, *std::move(request));
   }
   if (!failure) return 0;
   std::string msg =

@@ -1,11 +1,13 @@
 #include "services/openai/openai_api.h"
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <set>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "services/serving/request_proto.h"
 
 namespace moe::openai {
 namespace {
@@ -57,6 +59,15 @@ T Bounded(const Json& body, const char* key, T lo, T hi, T dflt) {
     Refuse(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", x));
   }
   return x;
+}
+
+// body[key], or `dflt` when absent; T is double (any number) or int64_t
+// (integers only). The range is serving::Validate's (one bounds table).
+template <typename T>
+T Number(const Json& body, const char* key, T dflt) {
+  constexpr T kLowest = std::numeric_limits<T>::lowest();
+  constexpr T kHighest = std::numeric_limits<T>::max();
+  return Bounded<T>(body, key, kLowest, kHighest, dflt);
 }
 
 // Parameters that have a harmless default value and nothing else.
@@ -192,18 +203,29 @@ std::vector<int32_t> PromptIds(const Json& body, bool chat, const ModelInfo& mod
   Refuse("prompt", "'prompt' must be a string or a non-empty array of token ids");
 }
 
-void ParseStop(const Json& body, v1::GenerateRequest* g) {
-  if (IsAbsent(body, "stop")) return;
+// The stop strings' shape; their number and emptiness are serving::Validate's.
+std::vector<std::string> ParseStop(const Json& body) {
+  std::vector<std::string> out;
+  if (IsAbsent(body, "stop")) return out;
   Json stop = body["stop"];
   if (stop.is_string()) stop = Json::array({stop});
-  if (!stop.is_array() || stop.size() > 4) {
-    Refuse("stop", "'stop' must be a string or an array of at most 4 strings");
-  }
+  if (!stop.is_array()) Refuse("stop", "'stop' must be a string or an array of strings");
   for (const Json& s : stop) {
-    if (!s.is_string() || s.get<std::string>().empty()) {
-      Refuse("stop", "each stop sequence must be a non-empty string");
-    }
-    g->add_stop(s.get<std::string>());
+    if (!s.is_string()) Refuse("stop", "each stop sequence must be a non-empty string");
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
+// The request's parameters against the one bounds table (the model's
+// vocabulary, --max-prompt-tokens and the tokenizer that stop strings need
+// are the runner's to check).
+void Validate(const serving::Request& q, const ModelInfo& model) {
+  serving::Limits limits;
+  limits.context_window = model.context_length;
+  limits.max_new_tokens = model.max_new_tokens_limit;
+  if (absl::Status s = serving::Validate(q, limits); !s.ok()) {
+    Refuse(serving::FieldOf(s), std::string(s.message()));
   }
 }
 
@@ -224,38 +246,40 @@ ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
   RefuseUnsupported(body);
   ApiRequest r;
   r.chat = chat;
-  v1::GenerateRequest& g = r.generate;
-  const std::vector<int32_t> ids = PromptIds(body, chat, model);
-  for (int32_t id : ids) g.add_prompt_token_ids(id);
+  serving::Request q;
+  q.transport = serving::Transport::kHttp;
+  q.prompt_ids = PromptIds(body, chat, model);
   const int64_t room = std::max<int64_t>(
-      1, std::min<int64_t>(model.max_new_tokens_limit, model.context_length - ids.size()));
-  int64_t max_tokens = Bounded<int64_t>(body, "max_tokens", 1, model.max_new_tokens_limit,
-                               chat ? room : 16);
-  max_tokens = Bounded<int64_t>(body, "max_completion_tokens", 1, model.max_new_tokens_limit, max_tokens);
-  g.set_max_new_tokens(static_cast<int32_t>(max_tokens));
-  g.set_temperature(static_cast<float>(Bounded<double>(body, "temperature", 0, 2, 1)));
-  g.set_top_p(static_cast<float>(Bounded<double>(body, "top_p", 0, 1, 1)));
+      1, std::min<int64_t>(model.max_new_tokens_limit,
+                           model.context_length - static_cast<int64_t>(q.prompt_ids.size())));
+  q.max_new_tokens = Number<int64_t>(body, "max_tokens", chat ? room : 16);
+  q.max_new_tokens = Number<int64_t>(body, "max_completion_tokens", q.max_new_tokens);
+  q.temperature = Number<double>(body, "temperature", 1);
+  q.top_p = Number<double>(body, "top_p", 1);
   if (!IsAbsent(body, "seed")) {
     if (!body["seed"].is_number_integer()) Refuse("seed", "'seed' must be an integer");
-    g.set_seed(body["seed"].get<uint64_t>());
+    q.seed = body["seed"].get<uint64_t>();
   } else {
-    g.set_seed(std::random_device()());  // OpenAI: no seed, no repeatability
+    q.seed = std::random_device()();  // OpenAI: no seed, no repeatability
   }
-  ParseStop(body, &g);
+  q.stop = ParseStop(body);
   if (chat) {
     if (!IsAbsent(body, "logprobs") && !body["logprobs"].is_boolean()) {
       Refuse("logprobs", "'logprobs' must be a boolean");
     }
     r.logprobs = body.value("logprobs", false) == true;
-    r.top_logprobs = static_cast<int>(Bounded<int64_t>(body, "top_logprobs", 0, 20, 0));
-    if (r.top_logprobs > 0 && !r.logprobs) {
+    q.top_logprobs = Number<int64_t>(body, "top_logprobs", 0);
+    if (q.top_logprobs != 0 && !r.logprobs) {
       Refuse("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     }
   } else if (!IsAbsent(body, "logprobs")) {
+    // The legacy completions API's own limit, below the table's.
     r.logprobs = true;
-    r.top_logprobs = static_cast<int>(Bounded<int64_t>(body, "logprobs", 0, 5, 0));
+    q.top_logprobs = Bounded<int64_t>(body, "logprobs", 0, 5, 0);
   }
-  g.set_top_logprobs(r.top_logprobs);
+  Validate(q, model);
+  r.top_logprobs = static_cast<int>(q.top_logprobs);
+  serving::ToProto(q, &r.generate);
   if (!IsAbsent(body, "stream") && !body["stream"].is_boolean()) {
     Refuse("stream", "'stream' must be a boolean");
   }
@@ -298,6 +322,7 @@ Json ErrorBody(const ApiError& e) {
 ApiError ErrorFromStatus(const absl::Status& s) {
   ApiError e;
   e.message = std::string(s.message());
+  e.param = serving::FieldOf(s);
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:

@@ -4,14 +4,16 @@
 //
 //   ApiError error;
 //   std::optional<ApiRequest> r = ParseApiRequest(body, /*chat=*/true, model, &error);
-//   ... runner->Submit(r->generate, ...) ...
+//   ... runner->Submit(serving::FromProto(r->generate, Transport::kHttp), ...) ...
 //   ResponseAssembler out(*r, model, id, created);
 //   out.Chunk(token_response)  // streaming: one `data:` object per token
 //   out.Add(token_response); out.Final()  // or one object at the end
 //
 // Everything a request asks for is either honoured or refused with a 400
 // naming the parameter: unknown parameters, n > 1, tools, images, penalties,
-// logit_bias, echo, best_of > 1 are refused, never ignored.
+// logit_bias, echo, best_of > 1 are refused, never ignored. Numeric ranges,
+// stop strings and the context window are serving::Validate's (one bounds
+// table for every transport); this file checks only the JSON's shape.
 #ifndef MOECACHE_SERVICES_OPENAI_OPENAI_API_H_
 #define MOECACHE_SERVICES_OPENAI_OPENAI_API_H_
 
@@ -39,6 +41,7 @@ struct ApiError {
   std::string code;   // "" : null
 };
 Json ErrorBody(const ApiError& error);
+// The status's field (serving::FieldOf) becomes "param".
 // INVALID_ARGUMENT and FAILED_PRECONDITION -> 400, UNAUTHENTICATED -> 401,
 // NOT_FOUND -> 404, RESOURCE_EXHAUSTED -> 429, DEADLINE_EXCEEDED -> 504,
 // UNAVAILABLE -> 503, anything else -> 500.

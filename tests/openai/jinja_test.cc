@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
-#include "services/moe_worker/stop_strings.h"
+#include "services/serving/stop_strings.h"
 #include "services/openai/chat_template.h"
 #include "services/openai/openai_api.h"
 #include "tests/common/test_util.h"
@@ -110,7 +110,7 @@ TEST(ChatTemplateTest, LoadsFromTokenizerConfigAndFailsAtStartWhenUnrenderable) 
 }
 
 TEST(StopStringsTest, HoldsBackPrefixesAndCutsAtTheMatch) {
-  worker::StopStringMatcher m({"END", "\n\n"});
+  serving::StopStringMatcher m({"END", "\n\n"});
   EXPECT_EQ(m.Push("abc E"), "abc ");
   EXPECT_EQ(m.Push("N"), "");
   EXPECT_EQ(m.Push("x"), "ENx");
@@ -119,7 +119,7 @@ TEST(StopStringsTest, HoldsBackPrefixesAndCutsAtTheMatch) {
   EXPECT_EQ(m.Push("\nmore"), "");
   EXPECT_TRUE(m.matched());
   EXPECT_EQ(m.Flush(), "");
-  worker::StopStringMatcher n({"STOP"});
+  serving::StopStringMatcher n({"STOP"});
   EXPECT_EQ(n.Push("aST"), "a");
   EXPECT_EQ(n.Flush(), "ST");
 }

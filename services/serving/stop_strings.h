@@ -7,13 +7,13 @@
 //
 // Text that could still be the beginning of a stop string is held back
 // until later text rules that out. Not thread-safe.
-#ifndef MOECACHE_SERVICES_MOE_WORKER_STOP_STRINGS_H_
-#define MOECACHE_SERVICES_MOE_WORKER_STOP_STRINGS_H_
+#ifndef MOECACHE_SERVICES_SERVING_STOP_STRINGS_H_
+#define MOECACHE_SERVICES_SERVING_STOP_STRINGS_H_
 
 #include <string>
 #include <vector>
 
-namespace moe::worker {
+namespace moe::serving {
 
 class StopStringMatcher {
  public:
@@ -30,6 +30,6 @@ class StopStringMatcher {
   bool matched_ = false;
 };
 
-}  // namespace moe::worker
+}  // namespace moe::serving
 
-#endif  // MOECACHE_SERVICES_MOE_WORKER_STOP_STRINGS_H_
+#endif  // MOECACHE_SERVICES_SERVING_STOP_STRINGS_H_

@@ -1,8 +1,8 @@
-#include "services/moe_worker/metered_provider.h"
+#include "services/serving/metered_provider.h"
 
 #include <chrono>
 
-namespace moe::worker {
+namespace moe::serving {
 
 absl::Status MeteredProvider::BeginRequest(uint64_t request_id) {
   request_ = ExpertCounters();
@@ -36,4 +36,4 @@ absl::StatusOr<AcquiredExperts> MeteredProvider::AcquireBatch(
   return lease;
 }
 
-}  // namespace moe::worker
+}  // namespace moe::serving

@@ -5,14 +5,14 @@
 //
 // Thread-compatible, like the providers it wraps: the engine thread drives
 // it; counters are read by that same thread.
-#ifndef MOECACHE_SERVICES_MOE_WORKER_METERED_PROVIDER_H_
-#define MOECACHE_SERVICES_MOE_WORKER_METERED_PROVIDER_H_
+#ifndef MOECACHE_SERVICES_SERVING_METERED_PROVIDER_H_
+#define MOECACHE_SERVICES_SERVING_METERED_PROVIDER_H_
 
 #include <cstdint>
 
 #include "services/engine/expert_provider.h"
 
-namespace moe::worker {
+namespace moe::serving {
 
 struct ExpertCounters {
   int64_t hits = 0;
@@ -53,6 +53,6 @@ class MeteredProvider : public ExpertProvider {
   ExpertCounters request_;
 };
 
-}  // namespace moe::worker
+}  // namespace moe::serving
 
-#endif  // MOECACHE_SERVICES_MOE_WORKER_METERED_PROVIDER_H_
+#endif  // MOECACHE_SERVICES_SERVING_METERED_PROVIDER_H_

@@ -1,8 +1,8 @@
-#include "services/moe_worker/stop_strings.h"
+#include "services/serving/stop_strings.h"
 
 #include <algorithm>
 
-namespace moe::worker {
+namespace moe::serving {
 
 std::string StopStringMatcher::Push(const std::string& text) {
   if (matched_) return "";
@@ -36,4 +36,4 @@ std::string StopStringMatcher::Flush() {
   return out;
 }
 
-}  // namespace moe::worker
+}  // namespace moe::serving
