@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
@@ -199,6 +200,30 @@ struct CacheClient::Impl {
   }
 };
 
+absl::Status CheckArenaGeometry(const ArenaGeometry& g) {
+  auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "moe-cached reported an arena of ", g.arena_bytes, " bytes with ", g.slot_count,
+        " slots of ", g.slot_bytes, " bytes and a host copy of ", g.store_bytes, " bytes for ",
+        g.num_layers, " x ", g.num_experts, " experts: ", why));
+  };
+  uint64_t slots_bytes;
+  if (g.slot_bytes == 0) return refuse("empty slots");
+  if (!CheckedMul(g.slot_bytes, uint64_t{g.slot_count}, &slots_bytes) ||
+      slots_bytes > g.arena_bytes) {
+    return refuse("the slots do not fit in the arena");
+  }
+  if (g.store_bytes == 0) return absl::OkStatus();
+  uint64_t store_need;
+  if (g.num_layers <= 0 || g.num_experts <= 0 ||
+      !CheckedMul(static_cast<uint64_t>(g.num_layers) * static_cast<uint64_t>(g.num_experts),
+                  g.slot_bytes, &store_need) ||
+      store_need > g.store_bytes) {
+    return refuse("the host copy does not hold a block per expert");
+  }
+  return absl::OkStatus();
+}
+
 CacheClient::CacheClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 CacheClient::~CacheClient() {
@@ -226,10 +251,9 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
   Impl& im = *client->impl_;
   std::vector<UniqueFd> fds;
   RETURN_IF_ERROR(im.MapArena(aresp, &fds));
-  if (aresp.slot_bytes() == 0 ||
-      aresp.arena_bytes() < uint64_t{aresp.slot_bytes()} * aresp.slot_count()) {
-    return absl::InternalError("daemon reported an arena smaller than its slots");
-  }
+  RETURN_IF_ERROR(CheckArenaGeometry({aresp.arena_bytes(), aresp.slot_bytes(),
+                                      aresp.slot_count(), im.store.valid() ? aresp.store_bytes() : 0,
+                                      aresp.num_layers(), aresp.num_experts()}));
   client->model_ = aresp.model().empty() ? options.model : aresp.model();
   client->num_layers_ = aresp.num_layers();
   client->num_experts_ = aresp.num_experts();

@@ -86,6 +86,23 @@ struct CacheClientOptions {
 
 enum class Transport { kDefault, kShm, kGrpc };
 
+// The arena layout moe-cached reports at Attach.
+struct ArenaGeometry {
+  uint64_t arena_bytes = 0;
+  uint64_t slot_bytes = 0;
+  uint32_t slot_count = 0;
+  uint64_t store_bytes = 0;  // the host copy; 0 when none was granted
+  int32_t num_layers = 0;
+  int32_t num_experts = 0;
+};
+
+// FAILED_PRECONDITION unless slot_bytes > 0, slot_count slots of slot_bytes
+// fit in arena_bytes, and a host copy (store_bytes > 0) holds its
+// num_layers x num_experts blocks of slot_bytes (both counts positive). The
+// products are overflow-checked: the numbers come from another process, and
+// a product that wraps would pass a plain comparison.
+absl::Status CheckArenaGeometry(const ArenaGeometry& g);
+
 // Where one tensor of an expert lies inside a slot.
 struct SlotTensor {
   std::string role;  // "gate", "up", "down"

@@ -7,6 +7,8 @@ the fuzz drivers mutate. Layout:
   safetensors/*.safetensors   SafetensorsFile::Open
   config/*.json               ParseModelConfig
   model/<name>/               ModelDescription::Open (a model directory)
+  trace/*.jsonl               trace::ReadTrace (fuzz_trace seeds only)
+  eamc/*.eamc                 DecodeLearnedState (fuzz_eamc seeds only)
 expected.txt: one line per entry, "<path>\t<substring of the error>" or
 "<path>\tOK" for valid seeds.
 """
@@ -489,12 +491,72 @@ def fp8_cases(model, cfg, tensors):
           "only F8_E4M3 weights take block scales")
 
 
+TRACE_HEADER = ('{"format":"moe-trace/1","model":"m","num_layers":2,'
+                '"num_experts":4,"top_k":2}')
+
+
+def trace_cases():
+    """Seeds for fuzz_trace, and the inputs that once broke the reader."""
+    put("trace/valid.jsonl", TRACE_HEADER + "\n" +
+        '{"id":"a","phase":["prefill","decode"],"experts":[[[0,1],[2,3]],'
+        '[[1,2],[0,3]]],"weights":[[[0.5,0.5],[0.7,0.3]],[[1,0],[0.2,0.8]]]}\n'
+        '{"id":7,"phase":["decode"],"experts":[[[3,0],[1,2]]],'
+        '"hints":[[[3],[1,2,0]]]}\n', None)
+    put("trace/empty.jsonl", "", None)
+    # A weight beyond float's range (converted with undefined behaviour), an
+    # unsigned id and expert id beyond int64 (wrapped to negative numbers).
+    put("trace/regress_float_range.jsonl", TRACE_HEADER + "\n" +
+        '{"phase":["decode"],"experts":[[[0,1],[1,2]]],'
+        '"weights":[[[1e300,0],[1,1]]]}\n', None)
+    put("trace/regress_uint64.jsonl", TRACE_HEADER + "\n" +
+        '{"id":18446744073709551615,"phase":["decode"],'
+        '"experts":[[[0,18446744073709551615],[1,2]]]}\n', None)
+
+
+def eamc_file(layers, experts, sections):
+    """An EAMC state file: header, then (tag, body) sections."""
+    payload = b"".join(struct.pack("<IQ", tag, len(body)) + body
+                       for tag, body in sections)
+    h = 0xcbf29ce484222325
+    for c in payload:
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return (b"MOEEAMC\0" + struct.pack("<IIIIQQ", 1, layers, experts, 0,
+                                        len(payload), h) + payload)
+
+
+def eamc_cases():
+    """Seeds for fuzz_eamc (2 layers x 3 experts), and a regression."""
+    L, E = 2, 3
+    part = struct.pack("<I", 2) + struct.pack("<If", 1, 2.0) + \
+        struct.pack("<If", 4, 0.5)
+    empty = struct.pack("<I", 0)
+    records = struct.pack("<I", 2) + part + empty + empty + part
+    reuse = struct.pack("<I", L) + struct.pack("<%dd" % (2 * L), 1, 2, 0, 3)
+    lags = 1
+    affinity = struct.pack("<I", lags) + struct.pack(
+        "<%df" % (lags * L * E * (E + 1)),
+        *[float(i % 5) for i in range(lags * L * E * (E + 1))])
+    popularity = struct.pack("<I", L * E) + struct.pack(
+        "<%dd" % (L * E), *[float(i) for i in range(L * E)])
+    put("eamc/full.eamc", eamc_file(L, E, [(1, records), (2, reuse),
+                                           (3, affinity), (4, popularity)]),
+        None)
+    put("eamc/records_only.eamc", eamc_file(L, E, [(1, records)]), None)
+    put("eamc/empty.eamc", eamc_file(L, E, []), None)
+    # 65536 layers x 2^31-1 experts with 2^15 lags: the affinity section's
+    # byte count wrapped to 0 and the decoder tried to allocate 2^63 floats.
+    put("eamc/regress_affinity_wrap.eamc",
+        eamc_file(65536, 2147483647, [(3, struct.pack("<I", 32768))]), None)
+
+
 def main():
     if os.path.isdir(ROOT):
         shutil.rmtree(ROOT)
     safetensors_cases()
     config_cases()
     model_cases()
+    trace_cases()
+    eamc_cases()
     with open(os.path.join(ROOT, "expected.txt"), "w") as f:
         f.write("# path<TAB>expected error substring, or OK (see make_corpus.py)\n")
         for rel, msg in sorted(expected):

@@ -95,5 +95,27 @@ TEST(CheckSlotTensorTest, AnOffsetThatWrapsIsRefused) {
   }
 }
 
+// The arena geometry the daemon reports at Attach: slot_bytes * slot_count
+// and the host copy's L * E blocks must fit their regions without wrapping.
+TEST(CheckArenaGeometryTest, ProductsThatWrapAreRefused) {
+  using client::CheckArenaGeometry;
+  EXPECT_TRUE(CheckArenaGeometry({4096, 1024, 4, 0, 2, 3}).ok());
+  EXPECT_TRUE(CheckArenaGeometry({4096, 1024, 4, 6 * 1024, 2, 3}).ok());
+  const client::ArenaGeometry bad[] = {
+      {4096, 0, 4, 0, 2, 3},                        // empty slots
+      {4096, 1024, 5, 0, 2, 3},                     // more slots than the arena holds
+      {4096, uint64_t{1} << 63, 2, 0, 2, 3},        // 2^64 wraps to 0
+      {4096, 1024, 4, 5 * 1024, 2, 3},              // host copy short of L x E blocks
+      {4096, 1, 1, 4096, 65536, 65536},             // 2^32 blocks of 1 byte
+      {~uint64_t{0}, uint64_t{1} << 62, 1, 1024, 4, 65536},  // 2^18 x 2^62 wraps
+      {4096, 1024, 4, 6 * 1024, -1, 3},             // a negative shape
+  };
+  for (const client::ArenaGeometry& g : bad) {
+    absl::Status s = CheckArenaGeometry(g);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition)
+        << g.slot_bytes << " x " << g.slot_count << ", " << g.store_bytes;
+  }
+}
+
 }  // namespace
 }  // namespace moe::worker
