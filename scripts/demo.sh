@@ -78,7 +78,7 @@ wait_for_socket "$work/cached.sock" "$cached_pid" moe-cached || { cat "$work/cac
 metrics_port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 echo "== starting moe-worker (CPU backend, experts from the daemon, metrics on 127.0.0.1:$metrics_port)"
 $bin/moe-worker --model "$model" --listen "unix:$work/worker.sock" \
-  --cache "unix:$work/cached.sock" --cache-model tiny --backend cpu \
+  --cache "unix:$work/cached.sock" --cache-model tiny --device cpu \
   --metrics-addr "127.0.0.1:$metrics_port" 2>"$work/worker.log" &
 worker_pid=$!
 wait_for_socket "$work/worker.sock" "$worker_pid" moe-worker || { cat "$work/worker.log"; exit 1; }

@@ -26,12 +26,19 @@ void DeclareModel(FlagSet& f, bool repeatable) {
   }
 }
 
-void DeclareExpertFormat(FlagSet& f) {
+void DeclareExpertFormat(FlagSet& f, const std::string& default_format) {
   f.Group("model");
-  f.String("expert-format", "",
-           "bf16, q8, q4 or mxfp4: the experts' format, converted at load (default: as "
-           "stored; q8 for FP8 and MXFP4 checkpoints)",
+  std::string help = "bf16, q8, q4 or mxfp4: the experts' format, converted at load";
+  if (default_format.empty()) help += " (unset: as stored; q8 for FP8 and MXFP4 checkpoints)";
+  f.String("expert-format", default_format, std::move(help),
            [](const std::string& value) { return ParseExpertFormat(value).status(); });
+}
+
+void DeclareRecordTrace(FlagSet& f) {
+  f.Group("model");
+  f.String("record-trace", "",
+           "record the routing of every request to this moe-trace/1 file (created or "
+           "truncated)");
 }
 
 std::optional<DType> ExpertFormatFromFlags(const FlagSet& f) {

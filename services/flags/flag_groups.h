@@ -5,7 +5,7 @@
 // between binaries, and they are arguments here.
 //
 // Groups (each Declare* starts a help section of that name):
-//   model:   --model, --expert-format
+//   model:   --model, --expert-format, --record-trace
 //   device:  --device cpu|cuda|auto (old spelling --backend, which warns)
 //   cache:   --policy, --prefetch on|off
 //   link:    --link-gbps
@@ -37,14 +37,18 @@ using flags::FlagSet;
 // [NAME=]DIR (StringList; moe-cached serves several models).
 void DeclareModel(FlagSet& f, bool repeatable);
 
-// --expert-format bf16|q8|q4|mxfp4; unset: the checkpoint's own format
+// --expert-format bf16|q8|q4|mxfp4: the format the experts are converted
+// to at load. `default_format` "" : unset means the checkpoint's own format
 // (q8 for FP8 and MXFP4 checkpoints).
-void DeclareExpertFormat(FlagSet& f);
+void DeclareExpertFormat(FlagSet& f, const std::string& default_format = "");
 std::optional<DType> ExpertFormatFromFlags(const FlagSet& f);
 
 // --device cpu|cuda|auto, and --backend as its old spelling when
 // `backend_alias` (moe-worker and moectl run spelled it so).
 void DeclareDevice(FlagSet& f, const std::string& default_device, bool backend_alias);
+
+// --record-trace FILE: the routing of every request, as moe-trace/1.
+void DeclareRecordTrace(FlagSet& f);
 
 // --policy NAME and --prefetch on|off.
 void DeclareCachePolicy(FlagSet& f, const std::string& default_policy, bool default_prefetch);

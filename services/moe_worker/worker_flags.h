@@ -1,5 +1,9 @@
-// Command-line flags of moe-worker. `--listen` may be repeated; every other
-// flag once. Forms: `--name value` and `--name=value`.
+// Command-line flags of moe-worker, parsed by the common parser
+// (common/flags.h: `--name value` and `--name=value`, every flag once;
+// `--listen` may be repeated). The flags shared with moe-cached and moectl
+// (--model, --device, --listen, --metrics-addr, the security flags,
+// --log-level) come from services/flags/flag_groups.h. `--backend` is the
+// old spelling of `--device`: it still works, with a warning on stderr.
 #ifndef MOECACHE_SERVICES_MOE_WORKER_WORKER_FLAGS_H_
 #define MOECACHE_SERVICES_MOE_WORKER_WORKER_FLAGS_H_
 
@@ -21,10 +25,11 @@ struct WorkerFlags {
 };
 
 // INVALID_ARGUMENT naming the flag for unknown or repeated flags, missing
-// values and malformed numbers.
+// values, malformed or out-of-range values and refused security settings.
 absl::StatusOr<WorkerFlags> ParseWorkerFlags(
     const std::vector<std::string>& args);
 
+// The --help text, generated from the declarations.
 std::string WorkerUsage();
 
 }  // namespace moe::worker

@@ -117,10 +117,10 @@ absl::Status Run(const FlagSet& f) {
 int RunPerplexity(const Args& args) {
   FlagSet flags("perplexity", "--model DIR --text FILE [--expert-format bf16|q8|q4]");
   flag_groups::DeclareModel(flags, /*repeatable=*/false);  // required here
+  flag_groups::DeclareExpertFormat(flags, "q8");  // compared with the checkpoint's experts
   flag_groups::DeclareDevice(flags, "cpu", /*backend_alias=*/true);
   flags.Group("");
   flags.String("text", "", "UTF-8 text file to score (required)");
-  flags.String("expert-format", "q8", "format compared with the checkpoint's experts");
   flags.Int("max-tokens", 512, "score at most this many tokens of the text");
   absl::Status parsed = flags.Parse(args);
   if (flags.help()) {

@@ -49,11 +49,11 @@ struct Failure {
 void DeclareFlags(FlagSet& f) {
   flag_groups::DeclareModel(f, /*repeatable=*/false);  // required here
   flag_groups::DeclareExpertFormat(f);
+  flag_groups::DeclareRecordTrace(f);
   flag_groups::DeclareDevice(f, "auto", /*backend_alias=*/true);
   f.Group("");
   f.String("prompt", "", "prompt text (encoded with the model's tokenizer)");
   DeclareGenerationFlags(f);
-  f.String("record-trace", "", "append the routing to this moe-trace/1 file");
   f.Bool("verbose", false,
          "keep INFO logs on stderr (default: warnings and errors only, "
          "unless MOE_LOG_LEVEL is set)");
