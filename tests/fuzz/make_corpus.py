@@ -547,6 +547,9 @@ def eamc_cases():
     # byte count wrapped to 0 and the decoder tried to allocate 2^63 floats.
     put("eamc/regress_affinity_wrap.eamc",
         eamc_file(65536, 2147483647, [(3, struct.pack("<I", 32768))]), None)
+    # Found by fuzz_eamc on the decoder before the shape was range-checked:
+    # 0 experts decoded "fine" into a state the encoder then refused.
+    put("eamc/regress_zero_experts.eamc", eamc_file(16794368, 0, []), None)
 
 
 def main():
