@@ -508,6 +508,13 @@ def trace_cases():
     put("trace/regress_float_range.jsonl", TRACE_HEADER + "\n" +
         '{"phase":["decode"],"experts":[[[0,1],[1,2]]],'
         '"weights":[[[1e300,0],[1,1]]]}\n', None)
+    # Found by fuzz_trace (seed 1, input 109) on the reader before its float
+    # range check: 1e308 became inf, which was written back as null.
+    put("trace/regress_weight_1e308.jsonl", TRACE_HEADER + "\n" +
+        '{"id":"a","phase":["prefill","decode"],"experts":[[[0,1],[2,3]],'
+        '[[1,2],[0,3]]],"weights":[[[1e308,0.5],[0.7,0.3]],[[1,0],[0.2,0.8]]]}\n'
+        '{"id":7,"phase":["decode"],"experts":[[[3,0],[1,2]]],'
+        '"F32":[[[3],[1e308,2,0]]]}\n', None)
     put("trace/regress_uint64.jsonl", TRACE_HEADER + "\n" +
         '{"id":18446744073709551615,"phase":["decode"],'
         '"experts":[[[0,18446744073709551615],[1,2]]]}\n', None)
@@ -547,6 +554,9 @@ def eamc_cases():
     # byte count wrapped to 0 and the decoder tried to allocate 2^63 floats.
     put("eamc/regress_affinity_wrap.eamc",
         eamc_file(65536, 2147483647, [(3, struct.pack("<I", 32768))]), None)
+    # Found by fuzz_eamc on the decoder before the shape was range-checked:
+    # 0 experts decoded "fine" into a state the encoder then refused.
+    put("eamc/regress_zero_experts.eamc", eamc_file(16794368, 0, []), None)
 
 
 def main():
