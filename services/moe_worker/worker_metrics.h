@@ -13,10 +13,12 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "services/rpc/process_metrics.h"
+#include "services/serving/metrics.h"
 
 namespace moe::worker {
 
-class WorkerMetrics {
+// The serving core's hooks (serving::ServingMetrics) over Prometheus.
+class WorkerMetrics : public serving::ServingMetrics {
  public:
   WorkerMetrics();
 
@@ -29,26 +31,26 @@ class WorkerMetrics {
 
   // Counts one finished request under status="ok", "cancelled",
   // "invalid_argument", ... (the lower-case gRPC code name).
-  void RecordRequest(const absl::Status& status);
-  void AddTokens(int64_t n) { tokens_->Increment(static_cast<double>(n)); }
-  void ObserveTtft(double seconds) { ttft_->Observe(seconds); }
-  void ObserveTpot(double seconds) { tpot_->Observe(seconds); }
+  void RecordRequest(const absl::Status& status) override;
+  void AddTokens(int64_t n) override { tokens_->Increment(static_cast<double>(n)); }
+  void ObserveTtft(double seconds) override { ttft_->Observe(seconds); }
+  void ObserveTpot(double seconds) override { tpot_->Observe(seconds); }
   void AddExpertOutcome(int64_t hits, int64_t misses, double wait_seconds,
-                        double stall_seconds);
-  void AddPromptTokens(int64_t n) { prompt_tokens_->Increment(static_cast<double>(n)); }
+                        double stall_seconds) override;
+  void AddPromptTokens(int64_t n) override { prompt_tokens_->Increment(static_cast<double>(n)); }
   // Requests waiting for the engine (also exported as the older
   // moe_worker_queue_depth) and running on it.
-  void SetQueueDepth(int64_t n);
-  void SetRunning(int64_t n) { running_->Set(static_cast<double>(n)); }
+  void SetQueueDepth(int64_t n) override;
+  void SetRunning(int64_t n) override { running_->Set(static_cast<double>(n)); }
   // KV cache bytes held by the running requests.
-  void SetKvCacheBytes(int64_t n) { kv_bytes_->Set(static_cast<double>(n)); }
+  void SetKvCacheBytes(int64_t n) override { kv_bytes_->Set(static_cast<double>(n)); }
 
   // A running sequence gave up its KV cache for the oldest ones to grow
   // (it resumes by recomputing its positions).
-  void AddKvPreemption() { kv_preemptions_->Increment(); }
+  void AddKvPreemption() override { kv_preemptions_->Increment(); }
 
   // One batched forward step of `sequences` sequences.
-  void ObserveBatchStep(int64_t sequences) {
+  void ObserveBatchStep(int64_t sequences) override {
     batch_size_->Set(static_cast<double>(sequences));
     batch_steps_->Increment();
     batch_sequences_->Increment(static_cast<double>(sequences));
