@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "common/status_macros.h"
-#include "services/engine/session.h"
+#include "services/engine/attention.h"
 
 namespace moe {
 namespace {
@@ -92,86 +92,104 @@ RouterSpec RouterSpecFor(const ModelConfig& c) {
   return s;
 }
 
-absl::Status Session::ReserveMla(int64_t tokens) {
-  if (tokens <= mla_capacity_) return absl::OkStatus();
-  const ModelConfig& c = model_.config();
-  const MlaConfig& m = c.mla;
-  for (void* p : mla_bufs_) be_.Free(p);
-  mla_bufs_.assign(4, nullptr);
-  const int64_t sizes[4] = {
-      tokens * std::max<int64_t>(m.q_lora_rank, 1),  // compressed q
-      tokens * m.kv_lora_rank,                       // c_kv of the new tokens
-      tokens * m.qk_rope_head_dim,                   // k_pe of the new tokens
-      tokens * c.num_attention_heads * m.v_head_dim  // attention output
-  };
-  for (size_t i = 0; i < 4; ++i) {
-    ASSIGN_OR_RETURN(mla_bufs_[i], be_.Alloc(sizeof(float) * sizes[i]));
-  }
-  mla_capacity_ = tokens;
-  return absl::OkStatus();
-}
+namespace {
 
-// The latent cache of layer l is kv_[2l] (c_kv, [max_seq, kv_lora_rank])
-// and kv_[2l+1] (k_pe, [max_seq, qk_rope_head_dim]); prefill and decode
-// both take the absorbed path (Backend::MlaAttention).
-absl::Status Session::MlaAttention(const LayerWeights& w, int layer, int64_t t,
-                                   float* h, float* q, const int32_t* positions,
-                                   float* out) {
+// Multi-head latent attention (attention.h). Scratch: the compressed q
+// [rows, q_lora_rank] (unused without q_lora), q [rows, heads*qk_head_dim],
+// the new rows' c_kv [rows, kv_lora_rank] and k_pe [rows, qk_rope], the
+// attention output [rows, heads*v_head_dim]. A layer's cache is c_kv
+// [capacity, kv_lora_rank] (LayerKv::first) and k_pe [capacity, qk_rope]
+// (second); prefill and decode both take the absorbed path
+// (Backend::MlaAttention).
+class LatentAttention final : public AttentionBlock {
+ public:
+  explicit LatentAttention(const MoeModel& model) : AttentionBlock(model) {}
+
+  absl::Status Run(const LayerWeights& w, const float* x, const int32_t* positions,
+                   absl::Span<const SequenceRows> seqs, int64_t rows, float* out) override;
+
+ private:
+  enum : size_t { kCq, kQ, kCkv, kKpe, kAttn };
+  // q, c_kv and k_pe of every row: projected, normed, roped at each row's
+  // position.
+  absl::Status Project(const LayerWeights& w, const float* x, const int32_t* positions,
+                       int64_t rows);
+};
+
+absl::Status LatentAttention::Project(const LayerWeights& w, const float* h,
+                                      const int32_t* positions, int64_t t) {
   const ModelConfig& c = model_.config();
   const MlaConfig& m = c.mla;
   const int64_t nh = c.num_attention_heads, hidden = c.hidden_size;
   const int64_t qk = m.qk_head_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
-  RETURN_IF_ERROR(ReserveMla(t));
-  float* cq = static_cast<float*>(mla_bufs_[0]);
-  float* ckv = static_cast<float*>(mla_bufs_[1]);
-  float* kpe = static_cast<float*>(mla_bufs_[2]);
-  float* attn = static_cast<float*>(mla_bufs_[3]);
+  float* cq = Scratch(kCq);
+  float* q = Scratch(kQ);
+  float* ckv = Scratch(kCkv);
+  float* kpe = Scratch(kKpe);
   if (m.q_lora_rank > 0) {
-    RETURN_IF_ERROR(be_.MatMul(h, w.q_a.data, w.q_a.dtype, nullptr, cq, t,
-                               m.q_lora_rank, hidden));
+    RETURN_IF_ERROR(be_.MatMul(h, w.q_a.data, w.q_a.dtype, nullptr, cq, t, m.q_lora_rank, hidden));
     RETURN_IF_ERROR(be_.RmsNorm(cq, w.q_a_norm, cq, t, m.q_lora_rank, eps));
-    RETURN_IF_ERROR(be_.MatMul(cq, w.q_b.data, w.q_b.dtype, nullptr, q, t,
-                               nh * qk, m.q_lora_rank));
-  } else {
     RETURN_IF_ERROR(
-        be_.MatMul(h, w.q.data, w.q.dtype, nullptr, q, t, nh * qk, hidden));
+        be_.MatMul(cq, w.q_b.data, w.q_b.dtype, nullptr, q, t, nh * qk, m.q_lora_rank));
+  } else {
+    RETURN_IF_ERROR(be_.MatMul(h, w.q.data, w.q.dtype, nullptr, q, t, nh * qk, hidden));
   }
   // kv_a_proj_with_mqa's rows: kv_lora_rank of c_kv, then qk_rope of k_pe.
-  RETURN_IF_ERROR(be_.MatMul(h, w.kv_a.data, w.kv_a.dtype, nullptr, ckv, t,
-                             m.kv_lora_rank, hidden));
+  RETURN_IF_ERROR(
+      be_.MatMul(h, w.kv_a.data, w.kv_a.dtype, nullptr, ckv, t, m.kv_lora_rank, hidden));
   const void* kpe_rows = static_cast<const char*>(w.kv_a.data) +
                          m.kv_lora_rank * hidden * DTypeSize(w.kv_a.dtype);
-  RETURN_IF_ERROR(be_.MatMul(h, kpe_rows, w.kv_a.dtype, nullptr, kpe, t,
-                             m.qk_rope_head_dim, hidden));
+  RETURN_IF_ERROR(
+      be_.MatMul(h, kpe_rows, w.kv_a.dtype, nullptr, kpe, t, m.qk_rope_head_dim, hidden));
   RETURN_IF_ERROR(be_.RmsNorm(ckv, w.kv_a_norm, ckv, t, m.kv_lora_rank, eps));
   const MoeModel::RopeFrequencies& rope = model_.mla_rope();
   RETURN_IF_ERROR(be_.RopeInterleaved(q, positions, rope.inv_freq, t, nh, qk,
-                                      m.qk_nope_head_dim, m.qk_rope_head_dim,
-                                      rope.mscale));
-  RETURN_IF_ERROR(be_.RopeInterleaved(kpe, positions, rope.inv_freq, t, 1,
-                                      m.qk_rope_head_dim, 0, m.qk_rope_head_dim,
-                                      rope.mscale));
-  float* ckv_cache = static_cast<float*>(kv_[2 * layer]);
-  float* kpe_cache = static_cast<float*>(kv_[2 * layer + 1]);
-  RETURN_IF_ERROR(be_.CopyDeviceToDevice(ckv_cache + pos_ * m.kv_lora_rank, ckv,
-                                         sizeof(float) * t * m.kv_lora_rank));
-  RETURN_IF_ERROR(
-      be_.CopyDeviceToDevice(kpe_cache + pos_ * m.qk_rope_head_dim, kpe,
-                             sizeof(float) * t * m.qk_rope_head_dim));
-  MlaShape shape;
-  shape.tokens = t;
-  shape.heads = nh;
-  shape.nope_dim = m.qk_nope_head_dim;
-  shape.rope_dim = m.qk_rope_head_dim;
-  shape.v_dim = m.v_head_dim;
-  shape.rank = m.kv_lora_rank;
-  shape.max_seq = kv_tokens_;
-  shape.start_pos = pos_;
-  RETURN_IF_ERROR(be_.MlaAttention(q, w.kv_b.data, w.kv_b.dtype, ckv_cache,
-                                   kpe_cache, attn, shape, rope.softmax_scale));
-  return be_.MatMul(attn, w.o.data, w.o.dtype, nullptr, out, t, hidden,
-                    nh * m.v_head_dim);
+                                      m.qk_nope_head_dim, m.qk_rope_head_dim, rope.mscale));
+  return be_.RopeInterleaved(kpe, positions, rope.inv_freq, t, 1, m.qk_rope_head_dim, 0,
+                             m.qk_rope_head_dim, rope.mscale);
+}
+
+absl::Status LatentAttention::Run(const LayerWeights& w, const float* x,
+                                  const int32_t* positions, absl::Span<const SequenceRows> seqs,
+                                  int64_t rows, float* out) {
+  const ModelConfig& c = model_.config();
+  const MlaConfig& m = c.mla;
+  const int64_t nh = c.num_attention_heads;
+  const int64_t q_width = nh * m.qk_head_dim(), attn_width = nh * m.v_head_dim;
+  RETURN_IF_ERROR(ReserveScratch(rows, {std::max<int64_t>(m.q_lora_rank, 1), q_width,
+                                        m.kv_lora_rank, m.qk_rope_head_dim, attn_width}));
+  RETURN_IF_ERROR(Project(w, x, positions, rows));
+  const float softmax_scale = model_.mla_rope().softmax_scale;
+  for (const SequenceRows& s : seqs) {
+    RETURN_IF_ERROR(be_.CopyDeviceToDevice(s.kv.first + s.start_pos * m.kv_lora_rank,
+                                           Scratch(kCkv) + s.offset * m.kv_lora_rank,
+                                           sizeof(float) * s.tokens * m.kv_lora_rank));
+    RETURN_IF_ERROR(be_.CopyDeviceToDevice(s.kv.second + s.start_pos * m.qk_rope_head_dim,
+                                           Scratch(kKpe) + s.offset * m.qk_rope_head_dim,
+                                           sizeof(float) * s.tokens * m.qk_rope_head_dim));
+    MlaShape shape;
+    shape.tokens = s.tokens;
+    shape.heads = nh;
+    shape.nope_dim = m.qk_nope_head_dim;
+    shape.rope_dim = m.qk_rope_head_dim;
+    shape.v_dim = m.v_head_dim;
+    shape.rank = m.kv_lora_rank;
+    shape.max_seq = s.kv.capacity;
+    shape.start_pos = s.start_pos;
+    RETURN_IF_ERROR(be_.MlaAttention(Scratch(kQ) + s.offset * q_width, w.kv_b.data,
+                                     w.kv_b.dtype, s.kv.first, s.kv.second,
+                                     Scratch(kAttn) + s.offset * attn_width, shape,
+                                     softmax_scale));
+  }
+  return be_.MatMul(Scratch(kAttn), w.o.data, w.o.dtype, nullptr, out, rows, c.hidden_size,
+                    attn_width);
+}
+
+}  // namespace
+
+std::unique_ptr<AttentionBlock> NewLatentAttention(const MoeModel& model) {
+  return std::make_unique<LatentAttention>(model);
 }
 
 }  // namespace moe

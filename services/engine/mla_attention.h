@@ -1,8 +1,8 @@
 // DeepSeek-V2/V3 pieces of the forward pass that are pure functions of the
 // config: the rotary parameters of the rope part of multi-head latent
 // attention (with YaRN when rope_scaling asks for it), its softmax scale,
-// and the router's selection rule. Session::MlaAttention (mla_attention.cc)
-// uses them.
+// and the router's selection rule. The latent attention block (attention.h,
+// defined in mla_attention.cc) uses them.
 //
 // The formulas follow DeepSeek's modeling_deepseek.py (the code the
 // deepseek-ai/DeepSeek-V2, -V2-Lite and -V3 checkpoints ship with):

@@ -1,8 +1,7 @@
-// The MLP half of a decoder layer, written once and used by both forward
-// paths: Session (one sequence) and BatchStep (the rows of a batch). Each
-// function works on caller-owned backend buffers of `t` rows, so the two
-// paths cannot drift apart as families are added (a family's router,
-// shared-expert or dense-MLP rule lives here and nowhere else).
+// The MLP half of a decoder layer, used by the forward step (BatchStep: the
+// rows of a batch, one sequence or many). Each function works on
+// caller-owned backend buffers of `t` rows (a family's router, shared-expert
+// or dense-MLP rule lives here and nowhere else).
 //
 // Determinism (design invariant 4): every row is computed the same way
 // whatever the other rows are; routed experts are applied in ascending id

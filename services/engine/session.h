@@ -1,5 +1,10 @@
-// One sequence being generated: its KV cache, its position, and the forward
-// pass over a MoeModel, with routed experts from an ExpertProvider.
+// One sequence being generated: its state and nothing else. A Session holds
+// its KV cache (the storage; the layout is its attention kind's, attention.h),
+// its position, its expert-usage stats, its routing observer and its
+// pre-gating settings; it holds no math. Every forward pass runs in the one
+// forward step (BatchStep, batch_step.h) over a MoeModel, with routed experts
+// from an ExpertProvider: a batch of several sessions, or, through
+// Session::Forward, a batch of one.
 //
 // Results do not depend on the provider's cache state: experts are applied
 // in ascending id order and every kernel is deterministic, so the same
@@ -13,14 +18,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "services/engine/attention.h"
 #include "services/engine/expert_provider.h"
-#include "services/engine/mlp_blocks.h"
 #include "services/engine/moe_model.h"
 
 namespace moe {
@@ -77,6 +83,8 @@ struct SessionStats {
 // Largest pre-gating distance a session accepts.
 inline constexpr int kMaxPregateDistance = 8;
 
+class BatchStep;  // batch_step.h
+
 class Session {
  public:
   // `model` and `experts` are not owned and must outlive the session.
@@ -90,7 +98,9 @@ class Session {
   // prefill; one token per call for decode) and returns the logits of the
   // last one, on the host, valid until the next call. Ids are validated
   // (INVALID_ARGUMENT), as is the room left in the context
-  // (OUT_OF_RANGE).
+  // (OUT_OF_RANGE). The session's own BatchStep runs it as a batch of one
+  // for no request (request 0: ExpertProvider::Acquire and Hint, not
+  // their per-request forms).
   absl::StatusOr<absl::Span<const float>> Forward(
       absl::Span<const int32_t> tokens, bool prefill);
 
@@ -139,69 +149,45 @@ class Session {
   absl::Status set_pregate_distance(int distance);
   int pregate_distance() const { return pregate_distance_; }
 
+  // The forward step's interface (batch_step.h); not for other callers.
+  const MoeModel& model() const { return model_; }
+  // OK when `tokens` can run next: at least one, ids in the vocabulary
+  // (INVALID_ARGUMENT), room in the context (OUT_OF_RANGE). Changes
+  // nothing.
+  absl::Status CheckTokens(absl::Span<const int32_t> tokens) const;
+  // Grows the KV cache to hold `tokens` more positions (whole blocks with
+  // set_kv_block_tokens; all of max_seq() at the first call without).
+  // REQUIRES: CheckTokens passed for that many tokens.
+  absl::Status ReserveKv(int64_t tokens);
+  // Layer `layer`'s caches, holding ReserveKv's positions.
+  LayerKv layer_kv(int layer) const;
+  // Moves the position past `tokens` positions whose keys and values (or
+  // latents) the step has written into every layer's cache.
+  void Advance(int64_t tokens) { pos_ += tokens; }
+  // Adds one acquire's usage (this sequence's share) and the wall time spent
+  // waiting for it to stats().
+  void AddExpertUsage(const AcquireUsage& usage, double wait_seconds);
+  const RoutingObserver& routing_observer() const { return observer_; }
+  bool pregate_hints() const { return pregate_; }
+
  private:
-  // The batched step (batch_step.h) drives a session's own attention and KV
-  // cache, one sequence of the batch at a time.
-  friend class BatchStep;
-  // Checks `tokens` (ids, room in the context), sizes the scratch and
-  // writes their positions: the part of Forward before the layers.
-  absl::Status BeginStep(absl::Span<const int32_t> tokens);
-  // The scratch rows Attention reads (normed input), writes (its output)
-  // and PregateHints reads (the residual stream), for the batched step.
-  float* attention_input();
-  float* attention_output();
-  float* residual();
-  absl::Status Reserve(int64_t tokens);
-  absl::Status Attention(const LayerWeights& w, int layer, int64_t t);
-  // DeepSeek multi-head latent attention of one sequence's `t` new tokens
-  // at positions pos_..: h [t, hidden] -> out [t, hidden], with q
-  // [t, heads * qk_head_dim] as scratch; see mla_attention.cc.
-  absl::Status MlaAttention(const LayerWeights& w, int layer, int64_t t,
-                            float* h, float* q, const int32_t* positions,
-                            float* out);
-  absl::Status ReserveMla(int64_t tokens);
-  // Grouped-query attention of the `t` new tokens with what the config
-  // adds (biases, q/k norm, table rope on permuted rows, sinks, window).
-  absl::Status GroupedAttention(const LayerWeights& w, int layer, int64_t t);
-  // The key and value caches of `layer` and their shape for `t` new tokens
-  // at this session's position (grouped attention; the batched step's too).
-  struct KvCaches {
-    float* k = nullptr;
-    float* v = nullptr;
-    AttentionShape shape;
-  };
-  KvCaches Kv(int layer, int64_t t) const;
-  // The MLP half on this session's buffers (services/engine/mlp_blocks.h).
-  MlpBuffers Mlp();
-  absl::Status MoeBlock(const LayerWeights& w, int64_t t, bool prefill);
-  absl::Status DenseMlp(const LayerWeights& w, int64_t t);
-  // Hints for `target_layer` from the current residual stream; `request`
-  // (a batch member's, BatchStep) != 0 files them under that request.
-  absl::Status PregateHints(int target_layer, int64_t t, uint64_t request = 0);
-  float* Buf(size_t i) { return static_cast<float*>(bufs_[i]); }
+  // Positions the caches hold to run up to `tokens` positions.
+  int64_t KvPositions(int64_t tokens) const;
 
   const MoeModel& model_;
   Backend& be_;
   ExpertProvider* experts_;
   const int64_t max_seq_;
   int64_t pos_ = 0;
-  int64_t capacity_ = 0;  // tokens the scratch buffers hold
-  std::vector<void*> kv_;    // per layer: k_cache, v_cache
-  std::vector<void*> bufs_;  // scratch, see session.cc
+  std::vector<void*> kv_;  // per layer: its two caches (KvWidthsFor)
   int64_t kv_allocated_ = 0;
   int64_t kv_block_ = 0;   // positions per KV block; 0 = max_seq_ at once
   int64_t kv_tokens_ = 0;  // positions the KV caches hold
-  // Positions the caches hold to run up to `tokens` positions.
-  int64_t KvPositions(int64_t tokens) const;
-  std::vector<void*> mla_bufs_;  // MLA scratch, see mla_attention.cc
-  int64_t mla_capacity_ = 0;
-  std::vector<float> host_logits_;
-  std::vector<int32_t> host_ids_;
-  std::vector<float> host_weights_;
   SessionStats stats_;
   RoutingObserver observer_;
   bool pregate_ = false;
   int pregate_distance_ = 1;
+  std::unique_ptr<BatchStep> step_;  // Forward's, made at its first call
 };
 
 }  // namespace moe

@@ -138,15 +138,13 @@ Logits RunAlone(const MoeModel& model, ExpertProvider* experts, const Seq& s) {
 // Batched: sequence i joins at step i; prompts run in chunks of `chunk`;
 // each step holds every live sequence's next chunk or decode token.
 std::vector<Logits> RunBatched(const MoeModel& model, ExpertProvider* experts,
-                               const std::vector<Seq>& seqs, int chunk,
-                               bool batched_projections) {
+                               const std::vector<Seq>& seqs, int chunk) {
   const size_t n = seqs.size();
   std::vector<std::unique_ptr<Session>> sessions(n);
   std::vector<size_t> fed(n, 0);  // prompt tokens fed so far
   std::vector<size_t> decoded(n, 0);
   std::vector<Logits> out(n);
   BatchStep step(model, experts);
-  step.set_batched_projections(batched_projections);
   for (int s = 0; s < 200; ++s) {
     std::vector<BatchStep::Entry> entries;
     std::vector<size_t> who;
@@ -202,20 +200,17 @@ TEST_P(BatchStepFamilyTest, BitIdenticalAloneAndBatched) {
   ASSERT_NE(l.model, nullptr);
   const std::vector<Seq> seqs = MakeSeqs(l.model->config().vocab_size);
   for (int chunk : {1, 3, 64}) {
-    for (bool projections : {true, false}) {
-      std::vector<Logits> batched =
-          RunBatched(*l.model, l.experts.get(), seqs, chunk, projections);
-      for (size_t i = 0; i < seqs.size(); ++i) {
-        Logits alone = RunAlone(*l.model, l.experts.get(), seqs[i]);
-        ASSERT_EQ(alone.size(), seqs[i].decode.size() + 1);
-        ASSERT_EQ(batched[i].size(), alone.size()) << "sequence " << i;
-        for (size_t t = 0; t < alone.size(); ++t) {
-          ASSERT_EQ(alone[t].size(), batched[i][t].size());
-          EXPECT_EQ(0, std::memcmp(alone[t].data(), batched[i][t].data(),
-                                   alone[t].size() * sizeof(float)))
-              << "chunk " << chunk << " batched projections " << projections
-              << " sequence " << i << " token " << t;
-        }
+    std::vector<Logits> batched =
+        RunBatched(*l.model, l.experts.get(), seqs, chunk);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Logits alone = RunAlone(*l.model, l.experts.get(), seqs[i]);
+      ASSERT_EQ(alone.size(), seqs[i].decode.size() + 1);
+      ASSERT_EQ(batched[i].size(), alone.size()) << "sequence " << i;
+      for (size_t t = 0; t < alone.size(); ++t) {
+        ASSERT_EQ(alone[t].size(), batched[i][t].size());
+        EXPECT_EQ(0, std::memcmp(alone[t].data(), batched[i][t].data(),
+                                 alone[t].size() * sizeof(float)))
+            << "chunk " << chunk << " sequence " << i << " token " << t;
       }
     }
   }
@@ -259,7 +254,7 @@ TEST_P(BatchStepFamilyTest, HostAnswersOnAnotherBackendStayWithinTolerance) {
   const std::vector<Seq> seqs = MakeSeqs(l.model->config().vocab_size);
   SplitHostProvider split(l.experts.get(), host->get(), true);
   SplitHostProvider unmarked(l.experts.get(), host->get(), false);
-  std::vector<Logits> batched = RunBatched(*l.model, &split, seqs, 3, true);
+  std::vector<Logits> batched = RunBatched(*l.model, &split, seqs, 3);
   double worst = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Logits alone = RunAlone(*l.model, l.experts.get(), seqs[i]);
