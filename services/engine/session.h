@@ -105,7 +105,7 @@ class Session {
       absl::Span<const int32_t> tokens, bool prefill);
 
   // Bytes of KV cache a session of `max_seq` tokens of `model` holds (f32
-  // keys and values for every layer, allocated at its first Forward). MLA
+  // keys and values for every layer, allocated at its first step). MLA
   // models (DeepSeek) keep the latent instead: kv_lora_rank +
   // qk_rope_head_dim f32 values per token per layer.
   static int64_t KvCacheBytes(const MoeModel& model, int64_t max_seq);
@@ -115,15 +115,15 @@ class Session {
   static int64_t KvBlockBytes(const MoeModel& model, int64_t positions,
                               int64_t block_tokens, int64_t max_seq);
   // The bytes of KV (or latent) cache this session has allocated: 0 before
-  // the first Forward, then KvCacheBytes(model, positions held): max_seq()
+  // the first step (Forward or a BatchStep), then KvCacheBytes(model, positions held): max_seq()
   // by default, or the positions run so far rounded up to whole blocks.
   int64_t kv_cache_allocated_bytes() const { return kv_allocated_; }
   // KV blocks: with `tokens` > 0 the cache holds whole blocks of that many
   // positions and grows by blocks as the sequence does (the positions run
   // so far move to the larger cache: one device-to-device copy per block
   // added, amortized against attention, which reads them every step); 0
-  // (the default) allocates max_seq() positions at the first Forward.
-  // FAILED_PRECONDITION after the first Forward, INVALID_ARGUMENT if < 0.
+  // (the default) allocates max_seq() positions at the first step.
+  // FAILED_PRECONDITION after the first step, INVALID_ARGUMENT if < 0.
   // Tokens are bit-identical either way (same kernels, same rows).
   absl::Status set_kv_block_tokens(int64_t tokens);
   // The bytes kv_cache_allocated_bytes() will be once `tokens` more

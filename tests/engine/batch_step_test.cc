@@ -288,7 +288,8 @@ INSTANTIATE_TEST_SUITE_P(Families, BatchStepFamilyTest,
                                            ModelFamily::kOlmoe,
                                            ModelFamily::kDeepseekV2,
                                            ModelFamily::kDeepseekV3,
-                                           ModelFamily::kGptOss));
+                                           ModelFamily::kGptOss,
+                                           ModelFamily::kGlm4Moe));
 
 TEST(BatchStepTest, OneAcquirePerMoeLayerForTheUnion) {
   Loaded l = Load(ModelFamily::kMixtral, 32, "union");
