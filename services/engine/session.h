@@ -96,7 +96,7 @@ class Session {
 
   // Bytes of KV cache a session of `max_seq` tokens of `model` holds (f32
   // keys and values for every layer, allocated at its first Forward). MLA
-  // models (DeepSeek) keep the latent instead: kv_lora_rank +
+  // models keep the latent instead: kv_lora_rank +
   // qk_rope_head_dim f32 values per token per layer.
   static int64_t KvCacheBytes(const MoeModel& model, int64_t max_seq);
   // The bytes a session of `max_seq` positions in KV blocks of
@@ -153,7 +153,7 @@ class Session {
   float* residual();
   absl::Status Reserve(int64_t tokens);
   absl::Status Attention(const LayerWeights& w, int layer, int64_t t);
-  // DeepSeek multi-head latent attention of one sequence's `t` new tokens
+  // Multi-head latent attention of one sequence's `t` new tokens
   // at positions pos_..: h [t, hidden] -> out [t, hidden], with q
   // [t, heads * qk_head_dim] as scratch; see mla_attention.cc.
   absl::Status MlaAttention(const LayerWeights& w, int layer, int64_t t,
