@@ -52,7 +52,7 @@ struct TensorView {
   // Set by ModelDescription for F8_E4M3 weights (and the E8M0 scales of
   // kMxfp4 ones: U8, block 1 x 32); nbytes excludes them.
   BlockScales scales;
-  // Element strides of a view into a larger tensor (GPT-OSS's fused experts,
+  // Element strides of a view into a larger tensor (fused experts,
   // ModelDescription::Expert): element (r, c) of a 2-D view (or i of a 1-D
   // one, with row_stride 0) is at r * row_stride + c * col_stride. Both 0:
   // dense row-major. kMxfp4 views have col_stride 0 or 1 (whole blocks per

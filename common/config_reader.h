@@ -1,5 +1,5 @@
 // The typed field reader of ParseModelConfig (model_config.cc), shared with
-// the per-family readers (gpt_oss_config.cc). Internal to common/.
+// the per-family readers (family_fields.cc). Internal to common/.
 //
 // Check before compute: every integer is range-checked as it is read, against
 // the bounds of its field (IntFieldBounds, one table in model_config.cc), so

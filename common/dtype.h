@@ -45,7 +45,7 @@ enum class DType : int32_t {
   // OCP MXFP4 (common/mxfp4.h): per 32 weights of a row one E8M0 scale
   // byte and 16 bytes of FP4 E2M1 pairs. As a held format (a block format
   // like kQ8: 17-byte blocks, scale first) and as the dtype of a view of a
-  // GPT-OSS checkpoint's `_blocks` + `_scales` (scales then in
+  // checkpoint's MXFP4 `_blocks` + `_scales` (scales then in
   // TensorView::scales). Never a safetensors dtype.
   kMxfp4 = 17,
 };

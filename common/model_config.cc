@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/config_reader.h"
 #include "common/file_util.h"
+#include "common/family_fields.h"
 #include "common/fp8.h"
-#include "common/gpt_oss_config.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -94,173 +94,6 @@ void ReadRope(FieldReader& r, const json& j, double def_theta, ModelConfig* c) {
   }
 }
 
-// The scored router's defaults: configuration_deepseek_v2.py, _v3.py and
-// configuration_glm4_moe.py.
-struct ScoredRouterDefaults {
-  int64_t n_shared_experts, first_k_dense_replace;
-  bool norm_topk_prob;
-  double routed_scaling_factor;
-  int64_t n_group, topk_group;
-};
-
-// The fields of a scored, group-limited router with shared experts
-// (DeepSeek's layout, shared by glm4_moe).
-void ReadScoredRouterFields(FieldReader& r, const FamilyDefaults& d,
-                            const ScoredRouterDefaults& s, ModelConfig* c) {
-  c->num_experts = r.Int("n_routed_experts", d.num_experts, "num_experts");
-  c->moe_intermediate_size =
-      r.Int("moe_intermediate_size", d.moe_intermediate_size);
-  c->n_shared_experts = r.IsExplicitNull("n_shared_experts")
-                            ? 0
-                            : r.Int("n_shared_experts", s.n_shared_experts);
-  c->shared_expert_intermediate_size =
-      c->moe_intermediate_size * c->n_shared_experts;
-  c->first_k_dense_replace =
-      r.Int("first_k_dense_replace", s.first_k_dense_replace);
-  c->norm_topk_prob = r.Bool("norm_topk_prob", s.norm_topk_prob);
-  c->routed_scaling_factor =
-      r.Double("routed_scaling_factor", s.routed_scaling_factor);
-  c->n_group = r.Int("n_group", s.n_group);
-  c->topk_group = r.Int("topk_group", s.topk_group);
-}
-
-// deepseek_v2 / deepseek_v3: the fields of configuration_deepseek_v2.py and
-// configuration_deepseek_v3.py (transformers), plus those only DeepSeek's own
-// modeling_deepseek.py reads (moe_layer_freq, scoring_func, topk_method for
-// v3, the yarn mscale fields).
-void ReadDeepseekFields(FieldReader& r, const FamilyDefaults& d,
-                        ModelConfig* c) {
-  const bool v3 = c->family == ModelFamily::kDeepseekV3;
-  ReadScoredRouterFields(r, d,
-                         v3 ? ScoredRouterDefaults{1, 3, true, 2.5, 8, 4}
-                            : ScoredRouterDefaults{2, 0, false, 1.0, 1, 1},
-                         c);
-  c->moe_layer_freq = r.Int("moe_layer_freq", 1);
-  const std::string scoring =
-      r.String("scoring_func", v3 ? "sigmoid" : "softmax");
-  const std::string method =
-      r.String("topk_method", v3 ? "noaux_tc" : "greedy");
-  if (scoring == "softmax") {
-    c->scoring_func = ScoringFunc::kSoftmax;
-  } else if (scoring == "sigmoid") {
-    c->scoring_func = ScoringFunc::kSigmoid;
-  } else {
-    r.Fail(absl::StrCat("scoring_func '", scoring,
-                        "' is not supported (softmax, sigmoid)"));
-  }
-  // "gready" is the spelling of modeling_deepseek.py's default for v2.
-  if (method == "greedy" || method == "gready") {
-    c->topk_method = TopkMethod::kGreedy;
-  } else if (method == "group_limited_greedy") {
-    c->topk_method = TopkMethod::kGroupLimitedGreedy;
-  } else if (method == "noaux_tc") {
-    c->topk_method = TopkMethod::kNoauxTc;
-  } else {
-    r.Fail(absl::StrCat("topk_method '", method,
-                        "' is not supported (greedy, group_limited_greedy, "
-                        "noaux_tc)"));
-  }
-  MlaConfig& m = c->mla;
-  m.q_lora_rank =
-      r.IsExplicitNull("q_lora_rank") ? 0 : r.Int("q_lora_rank", 1536);
-  m.kv_lora_rank = r.Int("kv_lora_rank", 512);
-  m.qk_nope_head_dim = r.Int("qk_nope_head_dim", 128);
-  m.qk_rope_head_dim = r.Int("qk_rope_head_dim", 64);
-  m.v_head_dim = r.Int("v_head_dim", 128);
-  c->head_dim = m.qk_head_dim();
-  c->qkv_bias = c->o_bias = r.Bool("attention_bias", false);
-  if (c->rope_scaling_type == "yarn") {
-    const nlohmann::json* s = r.Find("rope_scaling");
-    if (s == nullptr) s = r.Find("rope_parameters");
-    const char* obj = "rope_scaling";
-    YarnConfig y;
-    y.factor = r.SubDouble(*s, obj, "factor", 1.0);
-    y.original_max_position_embeddings =
-        r.SubInt(*s, obj, "original_max_position_embeddings", 4096);
-    y.beta_fast = r.SubDouble(*s, obj, "beta_fast", 32);
-    y.beta_slow = r.SubDouble(*s, obj, "beta_slow", 1);
-    y.mscale = r.SubDouble(*s, obj, "mscale", 1);
-    y.mscale_all_dim = r.SubDouble(*s, obj, "mscale_all_dim", 0);
-    c->yarn = y;
-  }
-}
-
-// glm4_moe: configuration_glm4_moe.py. DeepSeek-V3's router (sigmoid,
-// e_score_correction_bias, groups) with grouped-query attention: q/k/v
-// biases (attention_bias), optional per-head q/k RMSNorm (use_qk_norm) and
-// rope over the first head_dim * partial_rotary_factor values.
-void ReadGlmFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
-  ReadScoredRouterFields(r, d, {1, 1, true, 1.0, 1, 1}, c);
-  c->scoring_func = ScoringFunc::kSigmoid;
-  c->topk_method = TopkMethod::kNoauxTc;
-  c->qkv_bias = r.Bool("attention_bias", false);
-  if (r.Bool("use_qk_norm", false)) c->qk_norm = QkNorm::kPerHead;
-  c->partial_rotary_factor = r.Double("partial_rotary_factor", 0.5);
-  c->num_nextn_predict_layers = r.Int("num_nextn_predict_layers", 0);
-  if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1)) {
-    r.Fail(absl::StrCat("partial_rotary_factor must be in (0, 1], got ",
-                        c->partial_rotary_factor));
-  }
-}
-
-// Fields whose meaning differs between families.
-void ReadFamilyFields(FieldReader& r, const FamilyDefaults& d, ModelConfig* c) {
-  switch (c->family) {
-    case ModelFamily::kMixtral:
-      c->num_experts =
-          r.Int("num_local_experts", r.Int("num_experts", d.num_experts),
-                "num_experts");
-      c->moe_intermediate_size = c->intermediate_size;
-      c->norm_topk_prob = true;  // MixtralSparseMoeBlock always renormalises
-      c->sliding_window = r.Int("sliding_window", 0);
-      break;
-    case ModelFamily::kQwen2Moe:
-    case ModelFamily::kQwen3Moe: {
-      bool qwen2 = c->family == ModelFamily::kQwen2Moe;
-      c->num_experts =
-          r.Int("num_experts",
-                r.Int("num_local_experts", d.num_experts, "num_experts"));
-      c->moe_intermediate_size =
-          r.Int("moe_intermediate_size", d.moe_intermediate_size);
-      c->norm_topk_prob = r.Bool("norm_topk_prob", false);
-      c->decoder_sparse_step = r.Int("decoder_sparse_step", 1);
-      c->mlp_only_layers = r.IntList("mlp_only_layers");
-      if (r.Bool("use_sliding_window", false))
-        c->sliding_window = r.Int("sliding_window", 4096);
-      if (qwen2) {
-        c->shared_expert_intermediate_size =
-            r.Int("shared_expert_intermediate_size",
-                  d.shared_expert_intermediate_size);
-        c->qkv_bias = r.Bool("qkv_bias", true);
-      } else {
-        c->qkv_bias = c->o_bias = r.Bool("attention_bias", false);
-        c->qk_norm = QkNorm::kPerHead;
-      }
-      break;
-    }
-    case ModelFamily::kOlmoe:
-      c->num_experts =
-          r.Int("num_experts",
-                r.Int("num_local_experts", d.num_experts, "num_experts"));
-      c->moe_intermediate_size = c->intermediate_size;
-      c->norm_topk_prob = r.Bool("norm_topk_prob", false);
-      c->qkv_bias = c->o_bias = r.Bool("attention_bias", false);
-      c->qk_norm = QkNorm::kFull;
-      if (r.Has("clip_qkv")) c->clip_qkv = r.Double("clip_qkv", 0);
-      break;
-    case ModelFamily::kDeepseekV2:
-    case ModelFamily::kDeepseekV3:
-      ReadDeepseekFields(r, d, c);
-      break;
-    case ModelFamily::kGptOss:
-      config_internal::ReadGptOssFields(r, c);
-      break;
-    case ModelFamily::kGlm4Moe:
-      ReadGlmFields(r, d, c);
-      break;
-  }
-}
-
 absl::Status CheckTokenId(const char* name, int64_t id, int64_t vocab) {
   if (id < 0 || id >= vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -270,9 +103,7 @@ absl::Status CheckTokenId(const char* name, int64_t id, int64_t vocab) {
 }
 
 bool UsesDenseIntermediate(const ModelConfig& c) {
-  if (c.family == ModelFamily::kMixtral || c.family == ModelFamily::kOlmoe ||
-      c.family == ModelFamily::kGptOss)
-    return true;
+  if (c.traits().experts_use_intermediate_size) return true;
   for (bool moe : c.moe_layer) {
     if (!moe) return true;
   }
@@ -362,10 +193,11 @@ absl::StatusOr<ModelConfig> Parse(absl::string_view text,
                                      : 0);
   // transformers' OLMoE ignores `head_dim` (ValidateModelConfig insists it
   // matches the split of hidden_size).
-  // DeepSeek's head sizes are qk_nope/qk_rope/v_head_dim instead.
+  // Latent attention's head sizes are qk_nope/qk_rope/v_head_dim instead;
+  // with attention sinks head_dim has its own default.
   bool derived_head_dim =
       (!r.Has("head_dim") || c.family == ModelFamily::kOlmoe) &&
-      !c.is_deepseek() && !c.is_gpt_oss();
+      !c.is_mla() && !c.has_attention_sinks();
   if (derived_head_dim && c.num_attention_heads > 0 &&
       c.hidden_size % c.num_attention_heads != 0) {
     r.Fail(absl::StrCat("hidden_size (", c.hidden_size,
@@ -390,14 +222,14 @@ absl::StatusOr<ModelConfig> Parse(absl::string_view text,
   ReadRope(r, j, d.rope_theta, &c);
   ReadFamilyFields(r, d, &c);
   // int(head_dim * partial_rotary_factor), as transformers' rope init (the
-  // factor is 1 but for glm4_moe; head_dim is final only now, DeepSeek's
-  // reader derives it).
+  // factor is 1 without partial rotary; head_dim is final only now, the
+  // latent-attention reader derives it).
   if (r.status().ok()) {
     c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) *
                                         c.partial_rotary_factor);
   }
   RETURN_IF_ERROR(r.status());
-  if (!c.is_gpt_oss()) {  // gpt_oss reads its own ("mxfp4")
+  if (!c.mxfp4) {  // else the family's reader took it ("mxfp4")
     ASSIGN_OR_RETURN(c.fp8, ParseQuantizationConfig(j));
   }
   RETURN_IF_ERROR(ValidateModelConfig(&c));
@@ -466,7 +298,7 @@ absl::Status CheckSizes(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// MLA sizes (modeling_deepseek.py's assumptions).
+// Latent attention sizes (what its modeling code assumes).
 absl::Status CheckMla(const ModelConfig& c) {
   const MlaConfig& m = c.mla;
   RETURN_IF_ERROR(CheckIntField("q_lora_rank", m.q_lora_rank));
@@ -486,7 +318,7 @@ absl::Status CheckMla(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// Partial rotary (glm4_moe): rope pairs within the first rotary_dim values.
+// Partial rotary: rope pairs within the first rotary_dim values.
 absl::Status CheckRotary(const ModelConfig& c) {
   if (c.rotary_dim < 2 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -496,8 +328,8 @@ absl::Status CheckRotary(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// The scored router's groups and its shared experts (modeling_deepseek.py's
-// and modeling_glm4_moe.py's assumptions).
+// The scored router's groups and its shared experts (what the families'
+// modeling code assumes).
 absl::Status CheckScoredRouter(const ModelConfig& c) {
   RETURN_IF_ERROR(CheckIntField("n_shared_experts", c.n_shared_experts));
   RETURN_IF_ERROR(
@@ -510,21 +342,7 @@ absl::Status CheckScoredRouter(const ModelConfig& c) {
     return absl::InvalidArgumentError(
         "routed_scaling_factor must be a positive finite number");
   }
-  const bool v3 = c.family != ModelFamily::kDeepseekV2;
-  // The combinations DeepSeek's modeling code implements (glm4_moe routes
-  // as deepseek_v3 does).
-  if (v3 && (c.scoring_func != ScoringFunc::kSigmoid ||
-             c.topk_method != TopkMethod::kNoauxTc)) {
-    return absl::InvalidArgumentError(
-        "deepseek_v3 routes with scoring_func sigmoid and topk_method "
-        "noaux_tc only");
-  }
-  if (!v3 && (c.scoring_func != ScoringFunc::kSoftmax ||
-              c.topk_method == TopkMethod::kNoauxTc)) {
-    return absl::InvalidArgumentError(
-        "deepseek_v2 routes with scoring_func softmax and topk_method greedy "
-        "or group_limited_greedy only");
-  }
+  RETURN_IF_ERROR(config_internal::CheckRouterVariant(c));
   if (c.topk_method != TopkMethod::kGreedy) {
     if (c.num_experts % c.n_group != 0) {
       return absl::InvalidArgumentError(
@@ -622,9 +440,7 @@ absl::Status ValidateModelConfig(ModelConfig* config) {
     RETURN_IF_ERROR(CheckScoredRouter(*config));
   }
   if (config->has_partial_rotary()) RETURN_IF_ERROR(CheckRotary(*config));
-  if (config->is_gpt_oss()) {
-    RETURN_IF_ERROR(config_internal::CheckGptOss(*config));
-  }
+  RETURN_IF_ERROR(config_internal::CheckFamilyFields(*config));
   RETURN_IF_ERROR(AssignMoeLayers(*config));
   return CheckMlpAndTokens(*config);
 }
@@ -640,49 +456,6 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   return config;
 }
 
-namespace {
-
-void ScoredRouterFieldsToJson(const ModelConfig& c,
-                              nlohmann::ordered_json& j) {
-  j["n_routed_experts"] = c.num_experts;
-  j["n_shared_experts"] =
-      c.n_shared_experts > 0 ? json(c.n_shared_experts) : json(nullptr);
-  j["moe_intermediate_size"] = c.moe_intermediate_size;
-  j["first_k_dense_replace"] = c.first_k_dense_replace;
-  j["norm_topk_prob"] = c.norm_topk_prob;
-  j["routed_scaling_factor"] = c.routed_scaling_factor;
-  j["n_group"] = c.n_group;
-  j["topk_group"] = c.topk_group;
-}
-
-void GlmFieldsToJson(const ModelConfig& c, nlohmann::ordered_json& j) {
-  ScoredRouterFieldsToJson(c, j);
-  j["attention_bias"] = c.qkv_bias;
-  j["use_qk_norm"] = c.qk_norm == QkNorm::kPerHead;
-  j["partial_rotary_factor"] = c.partial_rotary_factor;
-  j["num_nextn_predict_layers"] = c.num_nextn_predict_layers;
-}
-
-void DeepseekFieldsToJson(const ModelConfig& c, nlohmann::ordered_json& j) {
-  static constexpr const char* kMethods[] = {"greedy", "group_limited_greedy",
-                                             "noaux_tc"};
-  ScoredRouterFieldsToJson(c, j);
-  j["moe_layer_freq"] = c.moe_layer_freq;
-  j["scoring_func"] =
-      c.scoring_func == ScoringFunc::kSigmoid ? "sigmoid" : "softmax";
-  j["topk_method"] = kMethods[static_cast<int>(c.topk_method)];
-  j["q_lora_rank"] =
-      c.mla.q_lora_rank > 0 ? json(c.mla.q_lora_rank) : json(nullptr);
-  j["kv_lora_rank"] = c.mla.kv_lora_rank;
-  j["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
-  j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
-  j["v_head_dim"] = c.mla.v_head_dim;
-  j["attention_bias"] = c.qkv_bias;
-  if (c.family == ModelFamily::kDeepseekV3) j["rope_interleave"] = true;
-}
-
-}  // namespace
-
 std::string ModelConfigToJson(const ModelConfig& c) {
   nlohmann::ordered_json j;
   j["architectures"] = c.architectures.empty()
@@ -695,7 +468,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
-  if (!c.is_deepseek()) j["head_dim"] = c.head_dim;
+  if (!c.is_mla()) j["head_dim"] = c.head_dim;
   j["vocab_size"] = c.vocab_size;
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = c.max_position_embeddings;
@@ -715,48 +488,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["num_experts_per_tok"] = c.top_k;
-  switch (c.family) {
-    case ModelFamily::kMixtral:
-      j["num_local_experts"] = c.num_experts;
-      j["sliding_window"] =
-          c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
-      break;
-    case ModelFamily::kQwen2Moe:
-    case ModelFamily::kQwen3Moe:
-      j["num_experts"] = c.num_experts;
-      j["moe_intermediate_size"] = c.moe_intermediate_size;
-      if (c.has_shared_expert()) {
-        j["shared_expert_intermediate_size"] =
-            c.shared_expert_intermediate_size;
-        if (!c.qkv_bias)
-          j["qkv_bias"] = false;  // transformers' default is true
-      } else {
-        j["attention_bias"] = c.qkv_bias;
-      }
-      j["norm_topk_prob"] = c.norm_topk_prob;
-      j["decoder_sparse_step"] = c.decoder_sparse_step;
-      j["mlp_only_layers"] = c.mlp_only_layers;
-      j["use_sliding_window"] = c.sliding_window > 0;
-      j["sliding_window"] =
-          c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
-      break;
-    case ModelFamily::kOlmoe:
-      j["num_experts"] = c.num_experts;
-      j["norm_topk_prob"] = c.norm_topk_prob;
-      j["attention_bias"] = c.qkv_bias;
-      j["clip_qkv"] = c.clip_qkv ? json(*c.clip_qkv) : json(nullptr);
-      break;
-    case ModelFamily::kDeepseekV2:
-    case ModelFamily::kDeepseekV3:
-      DeepseekFieldsToJson(c, j);
-      break;
-    case ModelFamily::kGptOss:
-      config_internal::GptOssFieldsToJson(c, j);
-      break;
-    case ModelFamily::kGlm4Moe:
-      GlmFieldsToJson(c, j);
-      break;
-  }
+  config_internal::FamilyFieldsToJson(c, j);
   j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
   if (c.eos_token_ids.size() == 1) {
     j["eos_token_id"] = c.eos_token_ids[0];

@@ -30,7 +30,7 @@ enum class QkNorm {
   kFull,     // olmoe: weight [heads*head_dim] / [kv_heads*head_dim]
 };
 
-// DeepSeek's multi-head latent attention (deepseek_v2/v3 config fields).
+// Multi-head latent attention (a latent KV cache; its config fields).
 struct MlaConfig {
   int64_t q_lora_rank = 0;  // 0 (`null` in config.json): plain q_proj
   int64_t kv_lora_rank = 0;
@@ -42,8 +42,8 @@ struct MlaConfig {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
-// `rope_scaling: {"type": "yarn", ...}` as DeepSeek's configs write it, with
-// the defaults of DeepseekV2YarnRotaryEmbedding.
+// `rope_scaling: {"type": "yarn", ...}`, with the defaults of the YaRN
+// rotary embedding of latent-attention models.
 struct YarnConfig {
   double factor = 1.0;
   int64_t original_max_position_embeddings = 4096;
@@ -52,27 +52,11 @@ struct YarnConfig {
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
   // transformers' _compute_yarn_parameters: floor/ceil the correction range
-  // (DeepSeek's code always does; gpt_oss's configs say false).
+  // (some families' code always does; others' configs say false).
   bool truncate = true;
 };
 
-// gpt_oss only (configuration_gpt_oss.py; common/gpt_oss_config.cc).
-struct GptOssFields {
-  // layer_types: true for "sliding_attention" (attends to the last
-  // sliding_window positions), false for "full_attention". Default:
-  // sliding on even layers, full on odd ones.
-  std::vector<bool> sliding_layers;
-  double swiglu_limit = 7.0;
-  double swiglu_alpha = 1.702;
-  int64_t initial_context_length = 4096;
-  // quantization_config {"quant_method": "mxfp4"}: the routed experts are
-  // stored as `*_blocks` + `*_scales` (common/mxfp4.h).
-  bool mxfp4 = false;
-  // quantization_config.modules_to_not_convert, kept to write it back.
-  std::vector<std::string> modules_to_not_convert;
-};
-
-// How a DeepSeek router scores experts and picks its top-k.
+// How a scored router scores experts and picks its top-k.
 enum class ScoringFunc { kSoftmax, kSigmoid };
 enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 
@@ -81,6 +65,13 @@ enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 struct Fp8BlockScheme {
   int64_t block_rows = 128;
   int64_t block_cols = 128;
+};
+
+// config.json's quantization_config {"quant_method": "mxfp4"}: the routed
+// experts are stored as `*_blocks` + `*_scales` (common/mxfp4.h).
+struct Mxfp4Scheme {
+  // quantization_config.modules_to_not_convert, kept to write it back.
+  std::vector<std::string> modules_to_not_convert;
 };
 
 struct ModelConfig {
@@ -115,8 +106,8 @@ struct ModelConfig {
   // rope_scaling / rope_parameters type other than "default"; empty if none.
   std::string rope_scaling_type;
   int64_t max_position_embeddings = 0;
-  // 0 = full attention. gpt_oss: the window of its sliding layers only
-  // (gpt_oss.sliding_layers); other families: every layer (refused at load).
+  // 0 = full attention. With sliding_layers: the window of those layers
+  // only; without: every layer (refused at load).
   int64_t sliding_window = 0;
   bool tie_word_embeddings = false;
 
@@ -141,8 +132,10 @@ struct ModelConfig {
   std::string torch_dtype;  // as written, e.g. "bfloat16"; may be empty
   // Set when quantization_config declares FP8 E4M3 block-scaled weights.
   std::optional<Fp8BlockScheme> fp8;
+  // Set when quantization_config declares MXFP4 experts.
+  std::optional<Mxfp4Scheme> mxfp4;
 
-  // deepseek_v2 / deepseek_v3 only (see deepseek_config.cc).
+  // Latent attention and the scored router (common/family_fields.cc).
   MlaConfig mla;
   std::optional<YarnConfig> yarn;  // rope_scaling type "yarn"
   ScoringFunc scoring_func = ScoringFunc::kSoftmax;
@@ -154,18 +147,20 @@ struct ModelConfig {
   int64_t first_k_dense_replace = 0;
   int64_t moe_layer_freq = 1;
 
-  GptOssFields gpt_oss;  // family gpt_oss only
+  // Per-layer attention kinds (layer_types): true for "sliding_attention"
+  // (attends to the last sliding_window positions), false for
+  // "full_attention"; empty when every layer is alike.
+  std::vector<bool> sliding_layers;
+  // The clamped SwiGLU of ExpertActivation::kClampedSwiglu experts.
+  double swiglu_limit = 7.0;
+  double swiglu_alpha = 1.702;
+  int64_t initial_context_length = 4096;  // kept to write it back
   // Multi-token-prediction layers stored after the decoder layers
   // (not run; kept to write the config back).
   int64_t num_nextn_predict_layers = 0;
 
   // The family's row (common/model_family.h): ask it, not the family.
   const FamilyTraits& traits() const { return TraitsOf(family); }
-  bool is_deepseek() const {
-    return family == ModelFamily::kDeepseekV2 ||
-           family == ModelFamily::kDeepseekV3;
-  }
-  bool is_gpt_oss() const { return family == ModelFamily::kGptOss; }
   // Biased clamped-SwiGLU experts whose biases travel with them.
   bool has_expert_biases() const {
     return traits().activation == ExpertActivation::kClampedSwiglu;
@@ -176,8 +171,8 @@ struct ModelConfig {
   // positions only (per-layer layer_types).
   bool IsSlidingLayer(int layer) const {
     return layer >= 0 &&
-           layer < static_cast<int>(gpt_oss.sliding_layers.size()) &&
-           gpt_oss.sliding_layers[layer];
+           layer < static_cast<int>(sliding_layers.size()) &&
+           sliding_layers[layer];
   }
   // Multi-head latent attention (a latent KV cache) instead of q/k/v.
   bool is_mla() const { return traits().attention == AttentionKind::kLatent; }

@@ -52,15 +52,15 @@ class SpecBuilder {
     specs_.back().dtype = dtype;
   }
 
-  // gpt_oss: router with bias, the fused experts (model_desc.h).
-  void AddGptOssMoe(int i) {
+  // A biased router and the fused experts (model_desc.h).
+  void AddFusedMoe(int i) {
     const int64_t h = c_.hidden_size, e = c_.num_experts,
                   inter = c_.moe_intermediate_size;
     const std::string m = absl::StrCat(Layer(i), "mlp.");
     Add(m + "router.weight", TensorRole::kRouter, i, -1, {e, h});
     Add(m + "router.bias", TensorRole::kRouterBias, i, -1, {e});
     const std::string x = m + "experts.";
-    if (c_.gpt_oss.mxfp4) {
+    if (c_.mxfp4) {
       AddFused(x + "gate_up_proj_blocks", TensorRole::kExpertGate, i,
                {e, 2 * inter, h / 32, 16}, DType::kU8);
       AddFused(x + "gate_up_proj_scales", TensorRole::kExpertGate, i,
@@ -96,7 +96,7 @@ class SpecBuilder {
         {h, inter});
   }
 
-  // DeepSeek MLA: no k/v projections; see TensorRole.
+  // Latent attention: no k/v projections; see TensorRole.
   void AddMlaAttention(int i) {
     const MlaConfig& m = c_.mla;
     const int64_t h = c_.hidden_size, heads = c_.num_attention_heads;
@@ -159,7 +159,7 @@ class SpecBuilder {
   void AddMoe(int i) {
     const int64_t h = c_.hidden_size, e = c_.num_experts,
                   inter = c_.moe_intermediate_size;
-    if (c_.has_expert_biases()) return AddGptOssMoe(i);
+    if (c_.has_expert_biases()) return AddFusedMoe(i);
     const FamilyTraits& f = c_.traits();
     const std::string m = absl::StrCat(Layer(i), f.moe_block, ".");
     const std::string router = absl::StrCat(m, f.router_name, ".");
@@ -286,8 +286,8 @@ uint64_t ExpectedTensorCount(const ModelConfig& c) {
   uint64_t per_moe = 1 + 3 * static_cast<uint64_t>(c.num_experts);
   if (c.has_shared_expert()) per_moe += c.has_shared_expert_gate() ? 4 : 3;
   if (c.has_score_correction_bias()) per_moe += 1;
-  // gpt_oss: router weight + bias, fused experts (2 or 4) + 2 biases.
-  if (c.has_expert_biases()) per_moe = c.gpt_oss.mxfp4 ? 8 : 6;
+  // Fused experts: router weight + bias, experts (2 or 4) + 2 biases.
+  if (c.has_expert_biases()) per_moe = c.mxfp4 ? 8 : 6;
   return (c.tie_word_embeddings ? 2 : 3) +
          per_layer * static_cast<uint64_t>(c.num_hidden_layers) +
          moe * per_moe + dense * 3;
@@ -334,7 +334,7 @@ absl::Status ModelDescription::Index() {
       continue;
     }
     if (spec.fused) {
-      RETURN_IF_ERROR(IndexGptOssExperts(spec));
+      RETURN_IF_ERROR(IndexFusedExperts(spec));
       continue;
     }
     if (view->shape != spec.shape) {
@@ -382,7 +382,7 @@ absl::Status ModelDescription::Index() {
     expert_dtype_ = experts_[0][0].dtype;
     if (experts_[0][2].dtype != expert_dtype_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          dir, ": gpt_oss expert tensors gate_up_proj and down_proj have "
+          dir, ": fused expert tensors gate_up_proj and down_proj have "
           "dtypes ", DTypeName(expert_dtype_), " and ",
           DTypeName(experts_[0][2].dtype), "; they must share one"));
     }

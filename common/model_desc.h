@@ -57,7 +57,7 @@ enum class TensorRole {
   kExpertGate,  // per expert [moe_inter, hidden] (mixtral w1)
   kExpertUp,    // per expert [moe_inter, hidden] (mixtral w3)
   kExpertDown,  // per expert [hidden, moe_inter] (mixtral w2)
-  // qwen2_moe mlp.shared_expert.*, deepseek mlp.shared_experts.*:
+  // The shared expert block (mlp.<FamilyTraits::shared_block>.*):
   kSharedGate,  // qwen2_moe mlp.shared_expert.gate_proj [shared_inter, hidden]
   kSharedUp,    // qwen2_moe mlp.shared_expert.up_proj   [shared_inter, hidden]
   kSharedDown,  // qwen2_moe mlp.shared_expert.down_proj [hidden, shared_inter]
@@ -66,7 +66,7 @@ enum class TensorRole {
   kMlpGate,  // mlp.gate_proj [intermediate, hidden]
   kMlpUp,    // mlp.up_proj   [intermediate, hidden]
   kMlpDown,  // mlp.down_proj [hidden, intermediate]
-  // DeepSeek multi-head latent attention (self_attn.*); nope/rope/v are
+  // Multi-head latent attention (self_attn.*); nope/rope/v are
   // qk_nope_head_dim, qk_rope_head_dim, v_head_dim, H the heads. Without
   // q_lora_rank, kQProj is q_proj [H*(nope+rope), hidden].
   kQAProj,    // q_a_proj.weight           [q_lora_rank, hidden]
@@ -76,7 +76,7 @@ enum class TensorRole {
   kKvANorm,   // kv_a_layernorm.weight     [kv_lora_rank]
   kKvBProj,   // kv_b_proj.weight          [H*(nope+v), kv_lora_rank]
   kScoreBias,  // mlp.gate.e_score_correction_bias [experts] (noaux_tc)
-  // gpt_oss (see GptOss* below for the fused expert tensors).
+  // Attention sinks, a biased router and fused experts (see below).
   kSinks,       // self_attn.sinks   [heads]
   kRouterBias,  // mlp.router.bias   [experts] (the router is mlp.router.weight)
   // Per expert, after Open (views into the fused tensors):
@@ -85,8 +85,8 @@ enum class TensorRole {
   kExpertDownBias,  // [hidden]
 };
 
-// gpt_oss holds all experts of a layer in a few fused tensors (mlp.experts.*,
-// modeling_gpt_oss.py's GptOssExperts), gate and up interleaved:
+// With ExpertActivation::kClampedSwiglu all experts of a layer sit in a few
+// fused tensors (mlp.experts.*), gate and up in interleaved columns:
 //   gate_up_proj [E, hidden, 2*inter] (x @ W: gate = [..., ::2], up = [..., 1::2])
 //   gate_up_proj_bias [E, 2*inter], down_proj [E, inter, hidden],
 //   down_proj_bias [E, hidden]
@@ -106,7 +106,7 @@ int ExpertSlot(TensorRole role);
 // A short lower-case name, e.g. "expert_gate", for messages.
 absl::string_view TensorRoleName(TensorRole role);
 // True for kExpertGate, kExpertUp, kExpertDown and the three expert bias
-// roles (gpt_oss).
+// roles.
 bool IsExpertRole(TensorRole role);
 
 struct TensorSpec {
@@ -115,7 +115,7 @@ struct TensorSpec {
   int layer = -1;   // decoder layer, -1 for model-level tensors
   int expert = -1;  // expert index for expert roles, else -1
   std::vector<int64_t> shape;
-  // A gpt_oss tensor holding every expert of the layer (see above); `dtype`
+  // A fused tensor holding every expert of the layer (see above); `dtype`
   // is required of it (U8 for MXFP4 blocks and scales) when not kF32, else
   // any float dtype.
   bool fused = false;
@@ -154,9 +154,9 @@ class ModelDescription {
   absl::StatusOr<TensorView> Dense(TensorRole role, int layer = -1) const;
   bool HasDense(TensorRole role, int layer = -1) const;
 
-  // One expert weight (or, for gpt_oss, bias). `moe_layer` counts MoE layers
-  // only (config().LayerOfMoeLayer maps it to a decoder layer). gpt_oss
-  // views are strided (TensorView::strided()): read them with
+  // One expert weight (or bias). `moe_layer` counts MoE layers only
+  // (config().LayerOfMoeLayer maps it to a decoder layer). Views into fused
+  // experts are strided (TensorView::strided()): read them with
   // ConvertWeightView / ConvertVectorView. INVALID_ARGUMENT for out-of-range
   // indices, a non-expert role, or a bias role of a family without them.
   absl::StatusOr<TensorView> Expert(int moe_layer, int expert,
@@ -165,7 +165,7 @@ class ModelDescription {
   // The dtype shared by all expert weights.
   DType expert_dtype() const { return expert_dtype_; }
   // Bytes of one expert's gate + up + down weights, as stored (with the
-  // block scales of F8_E4M3 and MXFP4 weights, and gpt_oss's biases).
+  // block scales of F8_E4M3 and MXFP4 weights, and the expert biases).
   uint64_t bytes_per_expert() const { return bytes_per_expert_; }
   // Bytes of every expected tensor that is not a routed expert (embeddings,
   // attention, norms, routers, shared experts, dense MLPs, lm_head).
@@ -181,10 +181,11 @@ class ModelDescription {
   std::unique_ptr<Checkpoint> checkpoint_;
   std::vector<TensorSpec> specs_;
   std::map<std::pair<TensorRole, int>, TensorView> dense_;
-  absl::Status IndexGptOssExperts(const TensorSpec& spec);
+  // model_desc_fused.cc
+  absl::Status IndexFusedExperts(const TensorSpec& spec);
 
   // [moe_layer * num_experts + expert] -> {gate, up, down, gate_bias,
-  // up_bias, down_bias} (the biases for gpt_oss only)
+  // up_bias, down_bias} (the biases with has_expert_biases() only)
   std::vector<std::array<TensorView, 6>> experts_;
   DType expert_dtype_ = DType::kF32;
   uint64_t bytes_per_expert_ = 0;

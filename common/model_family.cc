@@ -44,7 +44,9 @@ std::vector<FamilyTraits> MakeTable() {
        "block_sparse_moe",
        "gate",
        {"w1", "w3", "w2"},
-       ""},
+       "",
+       /*unscaled_when_normalized=*/false,
+       /*experts_use_intermediate_size=*/true},
       // configuration_qwen2_moe.py
       {ModelFamily::kQwen2Moe,
        "qwen2_moe",
@@ -128,7 +130,9 @@ std::vector<FamilyTraits> MakeTable() {
        "mlp",
        "gate",
        {kProj[0], kProj[1], kProj[2]},
-       ""},
+       "",
+       /*unscaled_when_normalized=*/false,
+       /*experts_use_intermediate_size=*/true},
       // configuration_deepseek_v2.py; num_experts_per_tok is null (a dense
       // model) by default, which ValidateModelConfig refuses.
       {ModelFamily::kDeepseekV2,
@@ -215,7 +219,9 @@ std::vector<FamilyTraits> MakeTable() {
        "mlp",
        "router",
        {"", "", ""},
-       ""},
+       "",
+       /*unscaled_when_normalized=*/false,
+       /*experts_use_intermediate_size=*/true},
       // configuration_glm4_moe.py (bos/eos/pad default to None).
       {ModelFamily::kGlm4Moe,
        "glm4_moe",

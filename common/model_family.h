@@ -93,6 +93,9 @@ struct FamilyTraits {
   absl::string_view shared_block;  // "" without one
   // deepseek_v2's code skips routed_scaling_factor when it renormalises.
   bool unscaled_when_normalized = false;
+  // The experts are intermediate_size wide (no moe_intermediate_size), so
+  // intermediate_size must be positive even without dense layers.
+  bool experts_use_intermediate_size = false;
 };
 
 // The row of `family`; every enumerator has one.

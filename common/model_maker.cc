@@ -369,16 +369,15 @@ void GptOssFromOptions(const MakeModelOptions& o, ModelConfig* c) {
   c->qkv_bias = c->o_bias = true;
   c->norm_topk_prob = true;
   c->sliding_window = o.sliding_window;
-  c->gpt_oss.sliding_layers.clear();
+  c->sliding_layers.clear();
   for (int64_t i = 0; i < o.layers; ++i) {
-    c->gpt_oss.sliding_layers.push_back((i + 1) % 2 != 0);
+    c->sliding_layers.push_back((i + 1) % 2 != 0);
   }
-  c->gpt_oss.swiglu_limit = o.swiglu_limit;
-  c->gpt_oss.mxfp4 = o.mxfp4;
+  c->swiglu_limit = o.swiglu_limit;
   if (o.mxfp4) {
-    c->gpt_oss.modules_to_not_convert = {"model.layers.*.self_attn",
-                                         "model.layers.*.mlp.router",
-                                         "model.embed_tokens", "lm_head"};
+    c->mxfp4 = Mxfp4Scheme{{"model.layers.*.self_attn",
+                            "model.layers.*.mlp.router", "model.embed_tokens",
+                            "lm_head"}};
   }
   c->yarn = o.yarn;
   c->rope_scaling_type = o.yarn.has_value() ? "yarn" : "";
@@ -513,7 +512,7 @@ absl::StatusOr<ModelConfig> ConfigFromOptions(const MakeModelOptions& o) {
   c.torch_dtype = TorchDtype(o.dtype);
   if (c.has_scored_router()) ScoredRouterFromOptions(o, &c);
   if (c.is_mla()) DeepseekFromOptions(o, &c);
-  if (c.is_gpt_oss()) GptOssFromOptions(o, &c);
+  if (o.arch == ModelFamily::kGptOss) GptOssFromOptions(o, &c);
   if (o.arch == ModelFamily::kGlm4Moe) {
     c.o_bias = false;
     c.qk_norm = o.use_qk_norm ? QkNorm::kPerHead : QkNorm::kNone;

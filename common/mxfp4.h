@@ -1,6 +1,6 @@
-// MXFP4 weights (OCP Microscaling FP4) as GPT-OSS checkpoints store their
-// routed experts, and reading the strided per-expert views ModelDescription
-// hands out for gpt_oss's fused expert tensors.
+// MXFP4 weights (OCP Microscaling FP4) as checkpoints store their routed
+// experts (`_blocks` + `_scales`), and reading the strided per-expert views
+// ModelDescription hands out for fused expert tensors.
 //
 // An MXFP4 [rows, cols] weight (rows = output features) is two U8 tensors:
 //   <p>_blocks [..., rows, cols / 32, 16]: per group of 32 weights of a row,
@@ -64,7 +64,7 @@ inline bool ViewNeedsConversion(const TensorView& view, DType held) {
 }
 
 // A 1-D view (plain or strided, F32/F16/BF16) widened to view.numel()
-// floats (gpt_oss's per-expert biases).
+// floats (the per-expert biases of fused experts).
 absl::Status ConvertVectorView(const TensorView& view, float* dst);
 
 // Quantizes one row of `cols` floats (a multiple of 32) to MXFP4: per group

@@ -13,7 +13,7 @@
 //       GPTQ/AWQ int4 with a zero point, with a 64-weight group)
 //   kMxfp4 (G = 32, 17 bytes, 4.25 bits/weight): uint8 e | uint8 qs[16]
 //       w[2j] = fp4(qs[j] & 15) * 2^(e - 127), w[2j+1] from qs[j] >> 4
-//       (OCP MXFP4 as GPT-OSS stores it; common/mxfp4.h), quantized from
+//       (OCP MXFP4 as checkpoints store it; common/mxfp4.h), quantized from
 //       floats by QuantizeMxfp4Row's rule
 //
 // The nibble order (low nibbles: first half of the group) lets a 256-bit

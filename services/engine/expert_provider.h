@@ -31,7 +31,7 @@ struct ExpertView {
   const void* up = nullptr;    // [inter, hidden]
   const void* down = nullptr;  // [hidden, inter]
   DType dtype = DType::kBF16;
-  // gpt_oss (ModelConfig::has_expert_biases), f32; else nullptr.
+  // With ModelConfig::has_expert_biases(), f32; else nullptr.
   const float* gate_bias = nullptr;  // [inter]
   const float* up_bias = nullptr;    // [inter]
   const float* down_bias = nullptr;  // [hidden]

@@ -33,7 +33,7 @@ class InMemoryExpertProvider : public ExpertProvider {
   int64_t acquires() const { return acquires_; }
 
  private:
-  // gpt_oss: expert bias `which` (gate, up, down) as f32 in backend memory.
+  // Expert bias `which` (gate, up, down) as f32 in backend memory.
   absl::StatusOr<const float*> PlaceBias(int moe_layer, int expert, int which);
   explicit InMemoryExpertProvider(const MoeModel& model) : model_(model) {}
   const MoeModel& model_;

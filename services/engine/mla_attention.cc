@@ -44,7 +44,7 @@ RopeTable YarnRopeFor(int64_t d, double theta, const std::optional<YarnConfig>& 
     const double extra = 1.0 / std::pow(theta, static_cast<double>(2 * i) / d);
     const double inter = extra / y.factor;
     const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
-    // modeling_deepseek.py: inv_freq_mask = 1 - ramp weights freq_extra.
+    // The published code: inv_freq_mask = 1 - ramp weights freq_extra.
     r.inv_freq[i] = static_cast<float>(inter * ramp + extra * (1.0 - ramp));
   }
   r.mscale = static_cast<float>(YarnMscale(y.factor, y.mscale) /

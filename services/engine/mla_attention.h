@@ -1,11 +1,11 @@
-// DeepSeek-V2/V3 pieces of the forward pass that are pure functions of the
-// config: the rotary parameters of the rope part of multi-head latent
-// attention (with YaRN when rope_scaling asks for it), its softmax scale,
-// and the router's selection rule. The latent attention block (attention.h,
-// defined in mla_attention.cc) uses them.
+// The pieces of latent attention and the scored router that are pure
+// functions of the config: the rotary parameters of the rope part of
+// multi-head latent attention (with YaRN when rope_scaling asks for it), its
+// softmax scale, and the router's selection rule. The latent attention block
+// (attention.h, defined in mla_attention.cc) uses them.
 //
-// The formulas follow DeepSeek's modeling_deepseek.py (the code the
-// deepseek-ai/DeepSeek-V2, -V2-Lite and -V3 checkpoints ship with):
+// The formulas follow the modeling code the latent-attention checkpoints
+// ship with (common/model_family.cc names them):
 //   inv_freq_i = 1 / theta^(2i/d), d = qk_rope_head_dim; with YaRN
 //     (factor s, original length L, beta_fast bf, beta_slow bs):
 //     low  = max(floor(corr(bf)), 0), high = min(ceil(corr(bs)), d - 1),
@@ -49,7 +49,7 @@ RopeTable YarnRopeFor(int64_t dim, double theta,
                       const std::optional<YarnConfig>& yarn);
 
 // The scored router of a MoE layer (RouterKind::kScoredGroups). With the row's
-// unscaled_when_normalized (modeling_deepseek.py of DeepSeek-V2): weights
+// unscaled_when_normalized: weights
 // renormalized when top_k > 1 and norm_topk_prob, else scaled by
 // routed_scaling_factor; otherwise renormalized when asked, then always
 // scaled. REQUIRES: config.has_scored_router().

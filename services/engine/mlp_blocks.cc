@@ -11,8 +11,8 @@ namespace moe {
 absl::Status RouteRows(Backend& be, const MoeModel& model, const LayerWeights& w,
                        const float* x, const MlpBuffers& b, int64_t t, bool renormalize) {
   const ModelConfig& c = model.config();
-  // gpt_oss: logits = x W^T + b; its softmax over the top-k logits equals
-  // the softmax over all experts renormalized over the top-k.
+  // With a router bias: logits = x W^T + b. A softmax over the top-k logits
+  // equals the softmax over all experts renormalized over the top-k.
   RETURN_IF_ERROR(be.MatMul(x, w.router.data, w.router.dtype, w.router_bias, b.router, t,
                             c.num_experts, c.hidden_size));
   if (!c.has_scored_router()) {
@@ -45,8 +45,8 @@ absl::Status RunOneExpert(Backend& be, const ModelConfig& c, const ExpertView& v
                           const float* x, const int32_t* rows, const float* row_w, float* out,
                           int64_t t, int64_t count) {
   if (c.has_expert_biases()) {
-    const ClampedSwiglu act{static_cast<float>(c.gpt_oss.swiglu_limit),
-                            static_cast<float>(c.gpt_oss.swiglu_alpha)};
+    const ClampedSwiglu act{static_cast<float>(c.swiglu_limit),
+                            static_cast<float>(c.swiglu_alpha)};
     return be.BiasedExpertFfn(x, rows, row_w, view.gate, view.up, view.down, view.dtype,
                               view.gate_bias, view.up_bias, view.down_bias, act, out, t, count,
                               c.hidden_size, c.moe_intermediate_size);
@@ -124,7 +124,7 @@ absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRow
 
 absl::Status SharedExperts(Backend& be, const ModelConfig& c, const LayerWeights& w,
                            const MlpBuffers& b, int64_t t) {
-  const float* gate = nullptr;  // DeepSeek: shared experts, no gate
+  const float* gate = nullptr;  // ungated shared experts
   if (c.has_shared_expert_gate()) {
     // out += sigmoid(x . shared_expert_gate) * shared_expert(x), per row.
     RETURN_IF_ERROR(be.MatMul(b.x, w.shared_expert_gate.data, w.shared_expert_gate.dtype,

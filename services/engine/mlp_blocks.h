@@ -36,9 +36,9 @@ struct MlpBuffers {
 
 // The router of MoE layer `w` on t rows: logits into b.router, the chosen
 // experts and their weights into b.top_ids / b.top_w (RouterTopK, or
-// RouterSelect with the family's scoring for DeepSeek). `renormalize`
-// overrides norm_topk_prob for the softmax families (pre-gating asks for
-// raw probabilities); DeepSeek always uses its own rule.
+// RouterSelect with the config's scoring for a scored router). `renormalize`
+// overrides norm_topk_prob for the softmax routers (pre-gating asks for
+// raw probabilities); a scored router always uses its own rule.
 absl::Status RouteRows(Backend& be, const MoeModel& model, const LayerWeights& w,
                        const float* x, const MlpBuffers& b, int64_t t, bool renormalize);
 
@@ -63,8 +63,8 @@ ExpertRows GroupByExpert(absl::Span<const int32_t> ids, absl::Span<const float> 
 absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
                               const AcquiredExperts& lease, const MlpBuffers& b, int64_t t);
 
-// out += the layer's shared experts: Qwen2-MoE's sigmoid-gated one, or
-// DeepSeek's ungated ones. REQUIRES: c.has_shared_expert().
+// out += the layer's shared experts: a sigmoid-gated one, or ungated ones
+// (SharedExpertKind). REQUIRES: c.has_shared_expert().
 absl::Status SharedExperts(Backend& be, const ModelConfig& c, const LayerWeights& w,
                            const MlpBuffers& b, int64_t t);
 

@@ -45,7 +45,7 @@ int64_t MoeModel::max_context() const {
   const ModelConfig& c = config();
   int64_t n = c.max_position_embeddings > 0 ? c.max_position_embeddings
                                             : int64_t{1} << 20;
-  // gpt_oss's window applies to its sliding layers only (Session masks).
+  // With sliding_layers the window applies to those only (Session masks).
   // A per-layer window (layer_types) is masked by the attention instead.
   if (c.sliding_window > 0 && !c.has_attention_sinks()) {
     n = std::min(n, c.sliding_window);

@@ -43,12 +43,13 @@ struct LayerWeights {
   Weight shared_gate, shared_up, shared_down;  // qwen2_moe shared expert
   Weight shared_expert_gate;                   // [1, hidden]
   Weight dense_gate, dense_up, dense_down;     // dense layers
-  // DeepSeek MLA (q is q_proj when there is no q_lora_rank).
+  // Latent attention (q is q_proj when there is no q_lora_rank).
   Weight q_a, q_b, kv_a, kv_b;
   const float* q_a_norm = nullptr;    // [q_lora_rank] or null
   const float* kv_a_norm = nullptr;   // [kv_lora_rank]
   const float* score_bias = nullptr;  // [experts] (noaux_tc) or null
-  // gpt_oss: q and k (weights and biases) have each head's rows permuted
+  // Table-roped layers (table_rope_weights.cc): q and k (weights and
+  // biases) have each head's rows permuted
   // so that the half-split rotary pairs (i, i + d/2) sit at (2i, 2i + 1):
   // RopeInterleaved then rotates them as the published rotate-half does,
   // and q . k is unchanged because both sides carry the same permutation.

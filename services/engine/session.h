@@ -106,7 +106,7 @@ class Session {
 
   // Bytes of KV cache a session of `max_seq` tokens of `model` holds (f32
   // keys and values for every layer, allocated at its first step). MLA
-  // models (DeepSeek) keep the latent instead: kv_lora_rank +
+  // models keep the latent instead: kv_lora_rank +
   // qk_rope_head_dim f32 values per token per layer.
   static int64_t KvCacheBytes(const MoeModel& model, int64_t max_seq);
   // The bytes a session of `max_seq` positions in KV blocks of

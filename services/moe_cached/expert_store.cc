@@ -156,7 +156,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
 
   static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                            TensorRole::kExpertDown};
-  // Strided views (gpt_oss's fused experts) are gathered even when the
+  // Strided views (fused experts) are gathered even when the
   // format stays.
   const bool convert = ViewNeedsConversion(g0, store->format());
   Progress progress(convert ? absl::StrCat(name, " (to ", ExpertFormatName(store->format()), ")")

@@ -5,7 +5,7 @@
 //
 //   block (l, e) at (l * num_experts + e) * block_bytes()
 //   inside a block: gate | up | down (| gate_bias | up_bias | down_bias, F32,
-//   for gpt_oss: the biases travel with their expert), each at a
+//   with expert biases: they travel with their expert), each at a
 //   kTensorAlign-aligned offset,
 //   the block padded to kBlockAlign (a page), the same layout for all experts.
 //
@@ -88,7 +88,7 @@ class ExpertStore {
       uint64_t* block_bytes, std::optional<DType> format = std::nullopt,
       const std::vector<TensorView>& biases = {});
 
-  // The gate, up and down bias views of an expert of `model` (gpt_oss), or
+  // The gate, up and down bias views of an expert of `model`, or
   // none for families without expert biases.
   static absl::StatusOr<std::vector<TensorView>> BiasViews(const ModelDescription& model,
                                                            int layer, int expert);

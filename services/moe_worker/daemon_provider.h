@@ -94,7 +94,7 @@ class DaemonExpertProvider : public ExpertProvider {
 
   struct RoleOffsets {
     uint64_t gate = 0, up = 0, down = 0;
-    uint64_t gate_bias = 0, up_bias = 0, down_bias = 0;  // gpt_oss
+    uint64_t gate_bias = 0, up_bias = 0, down_bias = 0;  // expert biases
   };
   DaemonExpertProvider(const MoeModel& model, client::CacheClientOptions o)
       : model_(model), options_(std::move(o)) {}
@@ -106,7 +106,7 @@ class DaemonExpertProvider : public ExpertProvider {
   const MoeModel& model_;
   const client::CacheClientOptions options_;
   std::unique_ptr<client::CacheClient> client_;
-  // gpt_oss: the F32 biases each slot carries after the weights.
+  // With expert biases: the F32 biases each slot carries after the weights.
   absl::Status FindBiasOffsets(const client::CacheClient& client);
 
   RoleOffsets offsets_;

@@ -40,15 +40,15 @@ int64_t ExpertBytesAs(const ModelDescription& d, DType format) {
     total += b;
   }
   const ModelConfig& c = d.config();
-  if (c.has_expert_biases()) {  // gpt_oss: F32 biases travel in each block
+  if (c.has_expert_biases()) {  // F32 biases travel in each block
     total += 4 * (2 * c.moe_intermediate_size + c.hidden_size);
   }
   return total;
 }
 
-void PrintGptOss(const ModelConfig& c) {
+void PrintSinksAndClampedExperts(const ModelConfig& c) {
   int sliding = 0;
-  for (bool s : c.gpt_oss.sliding_layers) sliding += s ? 1 : 0;
+  for (bool s : c.sliding_layers) sliding += s ? 1 : 0;
   std::printf(
       "attention: learned sinks, q/k/v/o biases, sliding window %lld on %d of "
       "%lld layers%s\n",
@@ -62,8 +62,8 @@ void PrintGptOss(const ModelConfig& c) {
   std::printf(
       "experts: biased clamped SwiGLU (limit %g, alpha %g), router with "
       "bias, softmax over the top-k%s\n",
-      c.gpt_oss.swiglu_limit, c.gpt_oss.swiglu_alpha,
-      c.gpt_oss.mxfp4 ? "; stored as MXFP4 (_blocks + _scales)" : "");
+      c.swiglu_limit, c.swiglu_alpha,
+      c.mxfp4 ? "; stored as MXFP4 (_blocks + _scales)" : "");
 }
 
 const char* TopkMethodName(TopkMethod m) {
@@ -142,7 +142,7 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
   }
   if (c.is_mla()) PrintLatentAttention(c);
   if (c.has_scored_router()) PrintScoredRouter(c);
-  if (c.has_attention_sinks()) PrintGptOss(c);
+  if (c.has_attention_sinks()) PrintSinksAndClampedExperts(c);
   std::printf("expert dtype: %s\n",
               std::string(DTypeName(d.expert_dtype())).c_str());
   if (c.fp8) {
@@ -156,7 +156,7 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
               static_cast<unsigned long long>(d.bytes_per_expert()),
               Human(d.bytes_per_expert()).c_str());
   for (DType f : {DType::kBF16, DType::kQ8, DType::kQ4, DType::kMxfp4}) {
-    // Held as stored, except that MXFP4 blocks are repacked and gpt_oss's
+    // Held as stored, except that MXFP4 blocks are repacked and expert
     // biases widened to F32.
     if (f == d.expert_dtype() && f != DType::kMxfp4) continue;
     const int64_t b = ExpertBytesAs(d, f);

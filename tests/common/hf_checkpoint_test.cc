@@ -135,7 +135,7 @@ TEST(PythonCheckpointTest, GptOssMxfp4CheckpointDequantizesExactly) {
   nlohmann::json expect = WritePython("gpt_oss_mxfp4", dir.path(), scratch);
   auto d = ModelDescription::Open(dir.path());
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_TRUE(d->config().gpt_oss.mxfp4);
+  EXPECT_TRUE(d->config().mxfp4.has_value());
   EXPECT_EQ(d->expert_dtype(), DType::kMxfp4);
   EXPECT_EQ(d->bytes_per_expert(), expect["bytes_per_expert"].get<uint64_t>());
   EXPECT_EQ(d->dense_bytes(), expect["dense_bytes"].get<uint64_t>());

@@ -83,9 +83,9 @@ TEST(GptOssConfigTest, Published20bConfig) {
   EXPECT_FALSE(c->IsSlidingLayer(1));
   EXPECT_TRUE(c->IsSlidingLayer(22));
   EXPECT_FALSE(c->IsSlidingLayer(23));
-  EXPECT_TRUE(c->gpt_oss.mxfp4);
-  EXPECT_EQ(c->gpt_oss.modules_to_not_convert.size(), 4u);
-  EXPECT_DOUBLE_EQ(c->gpt_oss.swiglu_limit, 7.0);
+  EXPECT_TRUE(c->mxfp4.has_value());
+  EXPECT_EQ(c->mxfp4->modules_to_not_convert.size(), 4u);
+  EXPECT_DOUBLE_EQ(c->swiglu_limit, 7.0);
   EXPECT_DOUBLE_EQ(c->rope_theta, 150000.0);
   ASSERT_TRUE(c->yarn.has_value());
   EXPECT_DOUBLE_EQ(c->yarn->factor, 32.0);
@@ -95,8 +95,8 @@ TEST(GptOssConfigTest, Published20bConfig) {
   // Round trip.
   auto back = ParseModelConfig(ModelConfigToJson(*c));
   ASSERT_TRUE(back.ok()) << back.status() << ModelConfigToJson(*c);
-  EXPECT_EQ(back->gpt_oss.sliding_layers, c->gpt_oss.sliding_layers);
-  EXPECT_EQ(back->gpt_oss.mxfp4, true);
+  EXPECT_EQ(back->sliding_layers, c->sliding_layers);
+  EXPECT_EQ(back->mxfp4.has_value(), true);
   EXPECT_FALSE(back->yarn->truncate);
   EXPECT_EQ(ExpectedTensors(*back).size(), ExpectedTensorCount(*back));
 }
@@ -109,14 +109,14 @@ TEST(GptOssConfigTest, DefaultsOfConfigurationGptOss) {
   EXPECT_EQ(c->head_dim, 64);  // not hidden / heads
   EXPECT_EQ(c->top_k, 4);
   EXPECT_EQ(c->sliding_window, 128);
-  EXPECT_EQ(c->gpt_oss.sliding_layers, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(c->sliding_layers, (std::vector<bool>{true, false, true}));
   EXPECT_TRUE(c->qkv_bias);
   EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
-  EXPECT_DOUBLE_EQ(c->gpt_oss.swiglu_alpha, 1.702);
+  EXPECT_DOUBLE_EQ(c->swiglu_alpha, 1.702);
   ASSERT_TRUE(c->yarn.has_value());  // no rope_scaling: GptOssConfig's yarn
   EXPECT_DOUBLE_EQ(c->yarn->factor, 32.0);
   EXPECT_FALSE(c->yarn->truncate);
-  EXPECT_FALSE(c->gpt_oss.mxfp4);
+  EXPECT_FALSE(c->mxfp4.has_value());
 }
 
 TEST(GptOssConfigTest, BadFieldsAreNamed) {
@@ -189,7 +189,7 @@ TEST(GptOssConfigTest, TensorNamesOfBf16AndMxfp4Checkpoints) {
               ::testing::Contains("model.layers.1.mlp.experts.gate_up_proj"));
   EXPECT_THAT(bf16,
               ::testing::Contains("model.layers.1.mlp.experts.down_proj_bias"));
-  c->gpt_oss.mxfp4 = true;
+  c->mxfp4 = Mxfp4Scheme{};
   std::vector<std::string> mx = names(*c);
   EXPECT_THAT(mx, ::testing::Contains(
                       "model.layers.1.mlp.experts.gate_up_proj_blocks"));
@@ -210,7 +210,7 @@ TEST(GptOssConfigTest, PublishedShapePresets) {
     EXPECT_EQ(c->family, ModelFamily::kGptOss);
     EXPECT_EQ(c->num_experts, experts);
     EXPECT_EQ(c->hidden_size, 2880);
-    EXPECT_TRUE(c->gpt_oss.mxfp4);
+    EXPECT_TRUE(c->mxfp4.has_value());
     EXPECT_EQ(c->sliding_window, 128);
     EXPECT_DOUBLE_EQ(c->yarn->factor, 32.0);
   }
@@ -420,7 +420,7 @@ TEST(GptOssCheckpointTest, MoectlMakeModelAndInspect) {
         0);
     auto d = ModelDescription::Open(out);
     ASSERT_TRUE(d.ok()) << d.status();
-    EXPECT_EQ(d->config().gpt_oss.mxfp4, std::string(format) == "mxfp4");
+    EXPECT_EQ(d->config().mxfp4.has_value(), std::string(format) == "mxfp4");
     const std::string text = RunText(absl::StrCat(moectl, " inspect ", out));
     EXPECT_THAT(text, HasSubstr("family: gpt_oss"));
     EXPECT_THAT(text, HasSubstr("sliding window 8 on 2 of 4 layers"));

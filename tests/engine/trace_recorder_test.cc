@@ -76,7 +76,7 @@ TEST_P(TraceRecorderGenerateTest, RecordsObserverRoutingAsTrace) {
   const int L = c.num_moe_layers();
   const int k = static_cast<int>(c.top_k);
   // DeepSeek's dense first layer is not a trace layer.
-  if (c.is_deepseek()) {
+  if (c.is_mla()) {
     EXPECT_EQ(L, c.num_hidden_layers - 1);
   }
 

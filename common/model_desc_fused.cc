@@ -1,4 +1,4 @@
-// ModelDescription's indexing of gpt_oss's fused expert tensors
+// ModelDescription's indexing of fused expert tensors
 // (model_desc.h): checks each tensor's shape and dtype and cuts per-expert
 // strided views out of it.
 #include "absl/strings/match.h"
@@ -93,7 +93,7 @@ bool SliceFloat(const std::string& name, const TensorView& whole,
 
 }  // namespace
 
-absl::Status ModelDescription::IndexGptOssExperts(const TensorSpec& spec) {
+absl::Status ModelDescription::IndexFusedExperts(const TensorSpec& spec) {
   ASSIGN_OR_RETURN(TensorView whole, checkpoint_->Get(spec.name));
   auto fail = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -136,7 +136,7 @@ absl::Status ModelDescription::IndexGptOssExperts(const TensorSpec& spec) {
     return absl::OkStatus();
   }
   if (!SliceFloat(n, whole, layer)) {
-    return fail("is not a gpt_oss expert tensor");
+    return fail("is not a fused expert tensor");
   }
   return absl::OkStatus();
 }
