@@ -1,5 +1,5 @@
-// FP8 E4M3 checkpoints with block scales: the layout of the DeepSeek-V3 and
-// Qwen3 FP8 releases.
+// FP8 E4M3 checkpoints with block scales (128 x 128 blocks of
+// `weight_scale_inv`, the layout the FP8 releases on the Hub use).
 //
 // A Linear weight `<p>.weight` of dtype F8_E4M3 and shape [out, in] comes
 // with `<p>.weight_scale_inv` of dtype F32 (BF16 and F16 are accepted too) and

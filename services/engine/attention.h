@@ -6,9 +6,9 @@
 //     RMSNorm (per head or over the whole projection), rotate-half rope or
 //     a rope from the model's table on head-permuted rows (YaRN, partial
 //     rotary), optional learned sinks and sliding window, an optional o
-//     bias (mixtral, qwen2_moe, qwen3_moe, olmoe, glm4_moe, gpt_oss);
-//   latent (MLA): DeepSeek's multi-head latent attention over a cache of
-//     compressed latents, absorbed path (deepseek_v2, deepseek_v3).
+//     bias (AttentionKind::kGrouped in common/model_family.h);
+//   latent (MLA): multi-head latent attention over a cache of compressed
+//     latents, absorbed path (AttentionKind::kLatent).
 //
 // Every projection, norm and rope runs once over all rows (each row roped
 // at its own position); only the cache append and the attention proper run

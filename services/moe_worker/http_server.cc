@@ -2,13 +2,12 @@
 
 #include <httplib.h>
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "services/rpc/tcp_probe.h"
 #include "services/serving/request_proto.h"
@@ -23,15 +22,15 @@ using openai::Json;
 class HttpSink : public ResponseSink {
  public:
   void Write(v1::GenerateResponse response) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     items_.push_back(std::move(response));
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   void Finish(const absl::Status& status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     status_ = status;
     done_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   bool Cancelled() const override { return cancelled_.load(); }
   void Cancel() { cancelled_ = true; }
@@ -39,26 +38,32 @@ class HttpSink : public ResponseSink {
   // Blocks until something is there; moves every waiting response into
   // *out. False once nothing more will come (then status()).
   bool Take(std::deque<v1::GenerateResponse>* out) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !items_.empty() || done_; });
+    absl::MutexLock lock(&mu_);
+    while (items_.empty() && !done_) cv_.Wait(&mu_);
     if (items_.empty()) return false;
     out->swap(items_);
     items_.clear();
     return true;
   }
   absl::Status status() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return status_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<v1::GenerateResponse> items_;
-  bool done_ = false;
-  absl::Status status_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // items_ or done_ changed
+  std::deque<v1::GenerateResponse> items_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancelled_{false};
 };
+
+// Server-sent events of one completion, as the runner produces them; the
+// client going away cancels the generation.
+void StreamCompletion(httplib::Response& res, std::shared_ptr<HttpSink> sink,
+                      std::shared_ptr<openai::ApiRequest> request,
+                      std::shared_ptr<openai::ResponseAssembler> assembler);
 
 void SendJson(httplib::Response& res, int status, const Json& body) {
   res.status = status;
@@ -76,6 +81,40 @@ ApiError Error(int status, std::string message, std::string code = "") {
   e.code = std::move(code);
   if (status == 401) e.type = "authentication_error";
   return e;
+}
+
+void StreamCompletion(httplib::Response& res, std::shared_ptr<HttpSink> sink,
+                      std::shared_ptr<openai::ApiRequest> request,
+                      std::shared_ptr<openai::ResponseAssembler> assembler) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [sink, request, assembler](size_t, httplib::DataSink& out) {
+        std::deque<v1::GenerateResponse> got;
+        std::string text;
+        const bool more = sink->Take(&got);
+        for (const v1::GenerateResponse& r : got) {
+          text += "data: " + openai::Dump(assembler->Chunk(r)) + "\n\n";
+        }
+        if (!more) {
+          if (absl::Status st = sink->status(); !st.ok()) {
+            text += "data: " + openai::Dump(openai::ErrorBody(openai::ErrorFromStatus(st))) +
+                    "\n\n";
+          } else if (request->include_usage) {
+            text += "data: " + openai::Dump(assembler->UsageChunk()) + "\n\n";
+          }
+          text += "data: [DONE]\n\n";
+        }
+        if (!text.empty() && !out.write(text.data(), text.size())) {
+          sink->Cancel();
+          return false;
+        }
+        if (!more) out.done();
+        return true;
+      },
+      [sink](bool success) {
+        if (!success) sink->Cancel();  // the client went away
+      });
 }
 
 }  // namespace
@@ -186,20 +225,20 @@ void HttpServer::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res) const {
+  if (token_.empty()) return true;
+  const std::string auth = req.get_header_value("Authorization");
+  if (absl::StartsWith(auth, "Bearer ") && rpc::ConstantTimeEquals(auth.substr(7), token_)) {
+    return true;
+  }
+  SendError(res, Error(401, auth.empty() ? "missing Authorization: Bearer <token>"
+                                         : "invalid bearer token",
+                       "invalid_api_key"));
+  return false;
+}
+
 void HttpServer::Route() {
   httplib::Server& s = *server_;
-  auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
-    if (token_.empty()) return true;
-    const std::string auth = req.get_header_value("Authorization");
-    if (absl::StartsWith(auth, "Bearer ") &&
-        rpc::ConstantTimeEquals(auth.substr(7), token_)) {
-      return true;
-    }
-    SendError(res, Error(401, auth.empty() ? "missing Authorization: Bearer <token>"
-                                           : "invalid bearer token",
-                         "invalid_api_key"));
-    return false;
-  };
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
@@ -215,8 +254,8 @@ void HttpServer::Route() {
     const bool up = serving_();
     SendJson(res, up ? 200 : 503, {{"status", up ? "ok" : "unavailable"}});
   });
-  s.Get("/v1/models", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
     SendJson(res, 200,
              {{"object", "list"},
               {"data", Json::array({{{"id", model_.name},
@@ -226,83 +265,54 @@ void HttpServer::Route() {
   });
   for (const bool chat : {false, true}) {
     s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
-           [this, authorized, chat](const httplib::Request& req, httplib::Response& res) {
-             if (!authorized(req, res)) return;
-             Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-             if (body.is_discarded()) {
-               SendError(res, Error(400, "the request body is not valid JSON"));
-               return;
-             }
-             ApiError error;
-             std::optional<openai::ApiRequest> request =
-                 openai::ParseApiRequest(body, chat, model_, &error);
-             if (!request.has_value()) {
-               SendError(res, error);
-               return;
-             }
-             const absl::Time deadline = options_.request_timeout > absl::ZeroDuration()
-                                             ? absl::Now() + options_.request_timeout
-                                             : absl::InfiniteFuture();
-             auto sink = std::make_shared<HttpSink>();
-             if (absl::Status s = runner_->Submit(
-                     serving::FromProto(request->generate, serving::Transport::kHttp),
-                     deadline, sink);
-                 !s.ok()) {
-               SendError(res, openai::ErrorFromStatus(s));
-               return;
-             }
-             const std::string id =
-                 absl::StrCat(chat ? "chatcmpl-" : "cmpl-", next_id_.fetch_add(1));
-             // The assembler refers to the request: both live as long as the
-             // content provider, which outlives this handler.
-             auto shared_request = std::make_shared<openai::ApiRequest>(*std::move(request));
-             auto assembler = std::make_shared<openai::ResponseAssembler>(
-                 *shared_request, model_, id, absl::ToUnixSeconds(absl::Now()));
-             if (!shared_request->stream) {
-               std::deque<v1::GenerateResponse> got;
-               while (sink->Take(&got)) {
-                 for (const v1::GenerateResponse& r : got) assembler->Add(r);
-                 got.clear();
-               }
-               if (absl::Status st = sink->status(); !st.ok()) {
-                 SendError(res, openai::ErrorFromStatus(st));
-                 return;
-               }
-               SendJson(res, 200, assembler->Final());
-               return;
-             }
-             res.set_header("Cache-Control", "no-cache");
-             res.set_chunked_content_provider(
-                 "text/event-stream",
-                 [sink, shared_request, assembler](size_t, httplib::DataSink& out) {
-                   std::deque<v1::GenerateResponse> got;
-                   std::string text;
-                   const bool more = sink->Take(&got);
-                   for (const v1::GenerateResponse& r : got) {
-                     text += "data: " + openai::Dump(assembler->Chunk(r)) + "\n\n";
-                   }
-                   if (!more) {
-                     if (absl::Status st = sink->status(); !st.ok()) {
-                       text += "data: " +
-                               openai::Dump(openai::ErrorBody(openai::ErrorFromStatus(st))) +
-                               "\n\n";
-                     } else if (shared_request->include_usage) {
-                       text += "data: " + openai::Dump(assembler->UsageChunk()) + "\n\n";
-                     }
-                     text += "data: [DONE]\n\n";
-                   }
-                   if (!text.empty() && !out.write(text.data(), text.size())) {
-                     sink->Cancel();
-                     return false;
-                   }
-                   if (!more) out.done();
-                   return true;
-                 },
-                 [sink](bool success) {
-                   if (!success) sink->Cancel();  // the client went away
-                 });
+           [this, chat](const httplib::Request& req, httplib::Response& res) {
+             if (Authorized(req, res)) Complete(chat, req, res);
            });
   }
+}
+
+void HttpServer::Complete(bool chat, const httplib::Request& req, httplib::Response& res) {
+  Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    SendError(res, Error(400, "the request body is not valid JSON"));
+    return;
+  }
+  ApiError error;
+  std::optional<openai::ApiRequest> request = openai::ParseApiRequest(body, chat, model_, &error);
+  if (!request.has_value()) {
+    SendError(res, error);
+    return;
+  }
+  const absl::Time deadline = options_.request_timeout > absl::ZeroDuration()
+                                  ? absl::Now() + options_.request_timeout
+                                  : absl::InfiniteFuture();
+  auto sink = std::make_shared<HttpSink>();
+  if (absl::Status s = runner_->Submit(
+          serving::FromProto(request->generate, serving::Transport::kHttp), deadline, sink);
+      !s.ok()) {
+    SendError(res, openai::ErrorFromStatus(s));
+    return;
+  }
+  const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", next_id_.fetch_add(1));
+  // The assembler refers to the request: both live as long as the content
+  // provider, which outlives this handler.
+  auto shared_request = std::make_shared<openai::ApiRequest>(*std::move(request));
+  auto assembler = std::make_shared<openai::ResponseAssembler>(
+      *shared_request, model_, id, absl::ToUnixSeconds(absl::Now()));
+  if (shared_request->stream) {
+    StreamCompletion(res, sink, shared_request, assembler);
+    return;
+  }
+  std::deque<v1::GenerateResponse> got;
+  while (sink->Take(&got)) {
+    for (const v1::GenerateResponse& r : got) assembler->Add(r);
+    got.clear();
+  }
+  if (absl::Status st = sink->status(); !st.ok()) {
+    SendError(res, openai::ErrorFromStatus(st));
+    return;
+  }
+  SendJson(res, 200, assembler->Final());
 }
 
 }  // namespace moe::worker

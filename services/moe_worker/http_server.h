@@ -28,6 +28,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace moe::worker {
@@ -60,6 +62,11 @@ class HttpServer {
  private:
   HttpServer() = default;
   void Route();
+  // The bearer check (true without a token); answers 401 itself.
+  bool Authorized(const httplib::Request& req, httplib::Response& res) const;
+  // POST /v1/completions and /v1/chat/completions: parse, submit, answer
+  // whole or stream.
+  void Complete(bool chat, const httplib::Request& req, httplib::Response& res);
 
   HttpOptions options_;
   GenerationRunner* runner_ = nullptr;

@@ -3,9 +3,10 @@
 #include <atomic>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::worker {
@@ -24,63 +25,77 @@ class CallStream : public ResponseSink {
       : reactor_(reactor) {}
 
   void Write(GenerateResponse response) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (finish_started_ || cancelled_) return;
+    mu_.Lock();
+    if (finish_started_ || cancelled_) {
+      mu_.Unlock();
+      return;
+    }
     pending_.push_back(std::move(response));
-    Pump(lock);
+    Pump();
   }
 
   void Finish(const absl::Status& status) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (finish_requested_) return;
+    mu_.Lock();
+    if (finish_requested_) {
+      mu_.Unlock();
+      return;
+    }
     finish_requested_ = true;
     finish_status_ = rpc::ToGrpcStatus(status);
-    Pump(lock);
+    Pump();
   }
 
   bool Cancelled() const override { return cancelled_.load(); }
 
   // Reactions, forwarded by the reactor.
   void OnWriteDone(bool ok) {
-    std::unique_lock<std::mutex> lock(mu_);
+    mu_.Lock();
     writing_ = false;
     if (!ok) {  // the stream is broken: nothing more can be written
       cancelled_ = true;
       pending_.clear();
     }
-    Pump(lock);
+    Pump();
   }
   void OnCancel() { cancelled_ = true; }
 
  private:
-  // Starts the next write, or Finish once nothing is left to write. The
-  // gRPC call happens outside the lock (a reaction may run inline).
-  void Pump(std::unique_lock<std::mutex>& lock) {
-    if (writing_ || finish_started_) return;
+  // Starts the next write, or Finish once nothing is left to write; releases
+  // mu_ on every path. The gRPC call happens outside the lock (a reaction
+  // may run inline).
+  void Pump() ABSL_UNLOCK_FUNCTION(mu_) {
+    if (writing_ || finish_started_) {
+      mu_.Unlock();
+      return;
+    }
     if (!pending_.empty()) {
       writing_ = true;
       current_ = std::move(pending_.front());
       pending_.pop_front();
-      lock.unlock();
+      mu_.Unlock();
       reactor_->StartWrite(&current_);
       return;
     }
-    if (finish_requested_) {
-      finish_started_ = true;
-      grpc::Status status = finish_status_;
-      lock.unlock();
-      reactor_->Finish(status);
+    if (!finish_requested_) {
+      mu_.Unlock();
+      return;
     }
+    finish_started_ = true;
+    grpc::Status status = finish_status_;
+    mu_.Unlock();
+    reactor_->Finish(status);
   }
 
   grpc::ServerWriteReactor<GenerateResponse>* const reactor_;
-  std::mutex mu_;
-  std::deque<GenerateResponse> pending_;
-  GenerateResponse current_;  // being written; gRPC holds a pointer to it
-  bool writing_ = false;
-  bool finish_requested_ = false;
-  bool finish_started_ = false;
-  grpc::Status finish_status_;
+  absl::Mutex mu_;
+  std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
+  // Being written; gRPC holds a pointer to it (written under mu_, read by
+  // gRPC until OnWriteDone).
+  GenerateResponse current_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancelled_{false};
 };
 

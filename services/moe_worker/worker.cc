@@ -126,23 +126,7 @@ absl::Status Worker::Init() {
     listen.push_back(*parsed);
   }
   RETURN_IF_ERROR(Preflight(listen));
-  ASSIGN_OR_RETURN(backend_, CreateBackend(options_.backend));
-  ASSIGN_OR_RETURN(model_, MoeModel::Load(options_.model_dir, backend_.get()));
-  const std::string tok_path = options_.model_dir + "/tokenizer.json";
-  if (std::filesystem::exists(tok_path)) {
-    ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(tok_path));
-  } else {
-    MOE_LOG(WARNING) << "no tokenizer.json in " << options_.model_dir
-                     << ": only prompt_token_ids are accepted";
-  }
-  if (!options_.http.listen.empty()) {
-    // A template this interpreter cannot render fails here, not later.
-    ASSIGN_OR_RETURN(chat_template_, openai::ChatTemplate::FromModelDir(options_.model_dir));
-    if (chat_template_ == nullptr) {
-      MOE_LOG(WARNING) << "no chat_template in " << options_.model_dir
-                       << "/tokenizer_config.json: /v1/chat/completions answers 400";
-    }
-  }
+  RETURN_IF_ERROR(LoadModel());
   const std::string cache_model =
       options_.cache_model.empty() ? ModelName() : options_.cache_model;
   rpc::ClientSecurity cache_security;
@@ -161,6 +145,42 @@ absl::Status Worker::Init() {
   runner_ = std::make_unique<GenerationRunner>(
       *model_, provider_.get(), tokenizer_.get(), &metrics_, runner_options);
   RETURN_IF_ERROR(runner_->Start());
+  RETURN_IF_ERROR(StartServers(listen));
+  server_->SetServing(true);
+  serving_ = true;
+  if (options_.cache != "none") {
+    rpc::Server* server = server_.get();
+    ASSIGN_OR_RETURN(cache_watch_,
+                     CacheWatch::Start(options_.cache, cache_security, [this, server](bool up) {
+                       server->SetServing(up);
+                       serving_ = up;
+                     }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::LoadModel() {
+  ASSIGN_OR_RETURN(backend_, CreateBackend(options_.backend));
+  ASSIGN_OR_RETURN(model_, MoeModel::Load(options_.model_dir, backend_.get()));
+  const std::string tok_path = options_.model_dir + "/tokenizer.json";
+  if (std::filesystem::exists(tok_path)) {
+    ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(tok_path));
+  } else {
+    MOE_LOG(WARNING) << "no tokenizer.json in " << options_.model_dir
+                     << ": only prompt_token_ids are accepted";
+  }
+  if (!options_.http.listen.empty()) {
+    // A template this interpreter cannot render fails here, not later.
+    ASSIGN_OR_RETURN(chat_template_, openai::ChatTemplate::FromModelDir(options_.model_dir));
+    if (chat_template_ == nullptr) {
+      MOE_LOG(WARNING) << "no chat_template in " << options_.model_dir
+                       << "/tokenizer_config.json: /v1/chat/completions answers 400";
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::StartServers(const std::vector<rpc::ListenAddress>& listen) {
   service_ = std::make_unique<InferenceService>(runner_.get(), metrics_.exposed().get());
   rpc::ServerOptions server_options;
   server_options.listen = listen;
@@ -186,16 +206,6 @@ absl::Status Worker::Init() {
                      ",\"metrics_port\":", metrics_port(),
                      http_ != nullptr ? absl::StrCat(",\"http_port\":", http_port()) : "",
                      "}\n")));
-  }
-  server_->SetServing(true);
-  serving_ = true;
-  if (options_.cache != "none") {
-    rpc::Server* server = server_.get();
-    ASSIGN_OR_RETURN(cache_watch_,
-                     CacheWatch::Start(options_.cache, cache_security, [this, server](bool up) {
-                       server->SetServing(up);
-                       serving_ = up;
-                     }));
   }
   return absl::OkStatus();
 }

@@ -105,6 +105,10 @@ class Worker {
   // Every flag, path, port and permission, before the model loads; starts
   // /metrics (so a port in use is reported at once).
   absl::Status Preflight(const std::vector<rpc::ListenAddress>& listen);
+  // Init's steps: the backend, model, tokenizer and chat template; then the
+  // gRPC and HTTP servers (not yet serving) and the port file.
+  absl::Status LoadModel();
+  absl::Status StartServers(const std::vector<rpc::ListenAddress>& listen);
   std::string ModelName() const;  // last component of the model directory
 
   WorkerOptions options_;

@@ -23,7 +23,7 @@ Scheduler::Scheduler(const MoeModel& model, SchedulerOptions options, ServingMet
     : model_(model), options_(options), metrics_(metrics) {}
 
 bool Scheduler::Open() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (open_ || closed_) return false;
   open_ = true;
   return true;
@@ -31,23 +31,23 @@ bool Scheduler::Open() {
 
 std::deque<std::unique_ptr<Sequence>> Scheduler::Close() {
   std::deque<std::unique_ptr<Sequence>> dropped;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   open_ = false;
   closed_ = true;
   dropped.swap(queue_);
   if (metrics_ != nullptr) metrics_->SetQueueDepth(0);
-  cv_.notify_all();
+  cv_.SignalAll();
   return dropped;
 }
 
 bool Scheduler::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return closed_;
 }
 
 absl::Status Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
   const GenerateOptions& o = seq->options;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!open_) return absl::UnavailableError("worker is not serving");
   if (static_cast<int>(queue_.size()) + (busy_ ? 1 : 0) + live_ >
       options_.max_queue + std::max(options_.max_batch, 1) - 1) {
@@ -64,18 +64,18 @@ absl::Status Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
   seq->options.request_id = next_request_id_++;
   queue_.push_back(std::move(seq));
   if (metrics_ != nullptr) metrics_->SetQueueDepth(static_cast<int64_t>(queue_.size()));
-  cv_.notify_all();
+  cv_.SignalAll();
   return absl::OkStatus();
 }
 
 int Scheduler::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(queue_.size());
 }
 
 std::unique_ptr<Sequence> Scheduler::TakeNext() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return closed_ || !queue_.empty(); });
+  absl::MutexLock lock(&mu_);
+  while (!closed_ && queue_.empty()) cv_.Wait(&mu_);
   if (queue_.empty()) return nullptr;  // closed with nothing left
   std::unique_ptr<Sequence> seq = std::move(queue_.front());
   queue_.pop_front();
@@ -85,13 +85,13 @@ std::unique_ptr<Sequence> Scheduler::TakeNext() {
 }
 
 void Scheduler::FinishTaken() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   busy_ = false;
 }
 
 bool Scheduler::WaitForQueued() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return closed_ || !queue_.empty(); });
+  absl::MutexLock lock(&mu_);
+  while (!closed_ && queue_.empty()) cv_.Wait(&mu_);
   return !queue_.empty();
 }
 
@@ -107,7 +107,7 @@ void Scheduler::Admit(const std::function<bool(Sequence&, bool)>& start) {
   std::vector<Sequence*> resumed;
   std::vector<Sequence*> joined;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     int64_t wanted = 0;  // the joining ones' first blocks
     // Headroom: a block of growth for every sequence that would then run,
     // so that a join does not preempt someone at the next block boundary.
@@ -166,10 +166,10 @@ std::unique_ptr<Sequence> Scheduler::Remove(Sequence* seq) {
     return true;
   };
   if (!take(running_)) (void)take(preempted_);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   kv_held_ -= seq->kv_bytes;
   --live_;
-  cv_.notify_all();
+  cv_.SignalAll();
   return out;
 }
 
@@ -220,7 +220,7 @@ StepPlan Scheduler::Plan() {
                                           std::max(0, options_.kv_block_tokens), s.Limit()));
   };
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     while (true) {
       int64_t growth = 0;
       for (const auto& s : running_) growth += after(*s) - s->kv_bytes;

@@ -32,15 +32,15 @@
 #ifndef MOECACHE_SERVICES_SERVING_SCHEDULER_H_
 #define MOECACHE_SERVICES_SERVING_SCHEDULER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "services/engine/generator.h"
 #include "services/engine/moe_model.h"
@@ -170,21 +170,21 @@ class Scheduler {
   absl::Span<const int32_t> NextTokens(const Sequence& s, bool* prefill) const;
   int64_t FirstBlocks(int64_t tokens, int64_t limit) const;
   // Takes the youngest running sequence's KV blocks away.
-  void PreemptYoungest();
+  void PreemptYoungest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const MoeModel& model_;
   const SchedulerOptions options_;
   ServingMetrics* const metrics_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Sequence>> queue_;  // guarded by mu_
-  bool open_ = false;    // guarded by mu_
-  bool closed_ = false;  // guarded by mu_
-  bool busy_ = false;    // one at a time: a sequence is taken; guarded by mu_
-  int live_ = 0;         // batched: admitted and not removed; guarded by mu_
-  uint64_t next_request_id_ = 1;  // guarded by mu_
-  int64_t kv_held_ = 0;  // their KV cache bytes; guarded by mu_
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // queue_ or closed_ changed
+  std::deque<std::unique_ptr<Sequence>> queue_ ABSL_GUARDED_BY(mu_);
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // one at a time: a sequence is taken
+  int live_ ABSL_GUARDED_BY(mu_) = 0;       // batched: admitted and not removed
+  uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t kv_held_ ABSL_GUARDED_BY(mu_) = 0;  // their KV cache bytes
   // Engine thread only.
   uint64_t next_order_ = 0;
   std::vector<std::unique_ptr<Sequence>> running_;
