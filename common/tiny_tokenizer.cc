@@ -188,6 +188,58 @@ std::vector<std::string> PreTokenize(absl::string_view t) {
   return out;
 }
 
+namespace {
+
+// The tokenizer.json of a byte-level BPE with `token_text` (ids in order),
+// `merges` and `specials` after them; sets tok's special ids and size too.
+void FillTokenizerJson(const std::vector<std::string>& token_text,
+                       const std::vector<std::string>& merges,
+                       const std::vector<std::string>& specials, TinyTokenizer* tok) {
+  const int32_t num_specials = static_cast<int32_t>(specials.size());
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (size_t id = 0; id < token_text.size(); ++id) vocab[token_text[id]] = id;
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  for (const std::string& s : specials) {
+    int32_t id =
+        static_cast<int32_t>(token_text.size() + tok->special_tokens.size());
+    tok->special_tokens.emplace_back(s, id);
+    added.push_back({{"id", id},
+                     {"content", s},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  tok->num_tokens = static_cast<int32_t>(token_text.size()) + num_specials;
+  nlohmann::ordered_json byte_level = {{"type", "ByteLevel"},
+                                       {"add_prefix_space", false},
+                                       {"trim_offsets", true},
+                                       {"use_regex", true}};
+  nlohmann::ordered_json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = added;
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = byte_level;
+  j["post_processor"] = byte_level;
+  j["decoder"] = byte_level;
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", false},
+                {"vocab", vocab},
+                {"merges", merges}};
+  tok->json = j.dump(2) + "\n";
+}
+
+}  // namespace
+
 absl::StatusOr<TinyTokenizer> MakeTinyTokenizer(
     int32_t max_vocab, const std::vector<std::string>& specials,
     absl::string_view text) {
@@ -235,46 +287,7 @@ absl::StatusOr<TinyTokenizer> MakeTinyTokenizer(
 
   TinyTokenizer tok;
   tok.num_merges = static_cast<int32_t>(merges.size());
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  for (size_t id = 0; id < token_text.size(); ++id) vocab[token_text[id]] = id;
-  nlohmann::ordered_json added = nlohmann::ordered_json::array();
-  for (const std::string& s : specials) {
-    int32_t id =
-        static_cast<int32_t>(token_text.size() + tok.special_tokens.size());
-    tok.special_tokens.emplace_back(s, id);
-    added.push_back({{"id", id},
-                     {"content", s},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
-  tok.num_tokens = static_cast<int32_t>(token_text.size()) + num_specials;
-  nlohmann::ordered_json byte_level = {{"type", "ByteLevel"},
-                                       {"add_prefix_space", false},
-                                       {"trim_offsets", true},
-                                       {"use_regex", true}};
-  nlohmann::ordered_json j;
-  j["version"] = "1.0";
-  j["truncation"] = nullptr;
-  j["padding"] = nullptr;
-  j["added_tokens"] = added;
-  j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = byte_level;
-  j["post_processor"] = byte_level;
-  j["decoder"] = byte_level;
-  j["model"] = {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr},
-                {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
-                {"ignore_merges", false},
-                {"vocab", vocab},
-                {"merges", merges}};
-  tok.json = j.dump(2) + "\n";
+  FillTokenizerJson(token_text, merges, specials, &tok);
   return tok;
 }
 

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -40,6 +41,51 @@ class SseParser {
  private:
   std::string buffer_;
 };
+
+// One streamed chat turn: prints the reply as it comes and returns it, or
+// the transport's or the server's error.
+absl::StatusOr<std::string> StreamTurn(httplib::Client& client,
+                                       const httplib::Headers& headers,
+                                       const json& body) {
+  std::string reply, error, raw;
+  SseParser sse;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.headers = headers;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    raw.append(data, n);
+    sse.Feed(data, n, [&](const std::string& payload) {
+      if (payload == "[DONE]") return;
+      json chunk = json::parse(payload, nullptr, false);
+      if (chunk.contains("error")) {
+        error = chunk["error"].value("message", payload);
+      } else if (chunk.contains("choices") && !chunk["choices"].empty()) {
+        const std::string piece =
+            chunk["choices"][0]["delta"].value("content", "");
+        reply += piece;
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+    });
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  const bool ok = client.send(req, res, err);
+  std::fputs("\n", stdout);
+  if (!ok) return absl::UnavailableError(httplib::to_string(err));
+  if (res.status != 200 || !error.empty()) {
+    json j = json::parse(raw, nullptr, false);
+    if (error.empty() && j.contains("error"))
+      error = j["error"].value("message", raw);
+    return absl::UnavailableError(
+        absl::StrCat("HTTP ", res.status, ": ", error.empty() ? raw : error));
+  }
+  return reply;
+}
 
 int RunChat(const Args& args) {
   FlagSet f("chat", "--url URL [flags]");
@@ -95,46 +141,13 @@ int RunChat(const Args& args) {
                        {"max_tokens", f.GetInt("max-tokens")},
                        {"temperature", f.GetDouble("temperature")},
                        {"stream", true}};
-    std::string reply, error, raw;
-    SseParser sse;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/chat/completions";
-    req.headers = headers;
-    req.body = body.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-      raw.append(data, n);
-      sse.Feed(data, n, [&](const std::string& payload) {
-        if (payload == "[DONE]") return;
-        json chunk = json::parse(payload, nullptr, false);
-        if (chunk.contains("error")) {
-          error = chunk["error"].value("message", payload);
-        } else if (chunk.contains("choices") && !chunk["choices"].empty()) {
-          const std::string piece = chunk["choices"][0]["delta"].value("content", "");
-          reply += piece;
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-          std::fflush(stdout);
-        }
-      });
-      return true;
-    };
-    httplib::Response res;
-    httplib::Error err = httplib::Error::Success;
-    const bool ok = client.send(req, res, err);
-    std::fputs("\n", stdout);
-    if (!ok) {
-      std::fprintf(stderr, "moectl chat: %s\n", httplib::to_string(err).c_str());
+    absl::StatusOr<std::string> reply = StreamTurn(client, headers, body);
+    if (!reply.ok()) {
+      std::fprintf(stderr, "moectl chat: %s\n",
+                   std::string(reply.status().message()).c_str());
       return 1;
     }
-    if (res.status != 200 || !error.empty()) {
-      json j = json::parse(raw, nullptr, false);
-      if (error.empty() && j.contains("error")) error = j["error"].value("message", raw);
-      std::fprintf(stderr, "moectl chat: HTTP %d: %s\n", res.status,
-                   (error.empty() ? raw : error).c_str());
-      return 1;
-    }
-    messages.push_back({{"role", "assistant"}, {"content", reply}});
+    messages.push_back({{"role", "assistant"}, {"content", *reply}});
   }
   return 0;
 }

@@ -136,6 +136,41 @@ absl::Status DeepseekFromFlags(const FlagSet& f, MakeModelOptions& o) {
   return absl::OkStatus();
 }
 
+// --dtype and --expert-format (with --fp8-block) into `o`.
+absl::Status FormatsFromFlags(const FlagSet& f, MakeModelOptions& o) {
+  const std::string& dtype = f.GetString("dtype");
+  if (dtype == "bf16") {
+    o.dtype = DType::kBF16;
+  } else if (dtype == "f16") {
+    o.dtype = DType::kF16;
+  } else if (dtype == "f32") {
+    o.dtype = DType::kF32;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype must be bf16, f16 or f32, got '", dtype, "'"));
+  }
+  const std::string& format = f.GetString("expert-format");
+  if (format == "fp8") {
+    o.fp8 = Fp8BlockScheme{f.GetInt("fp8-block"), f.GetInt("fp8-block")};
+  } else if (format == "mxfp4") {
+    o.mxfp4 = true;
+  } else if (format == "q8" || format == "q4") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-format ", format,
+        ": there is no published safetensors layout for ", format,
+        " checkpoints; write bf16 or fp8 and give moe-cached (or moectl run) "
+        "--expert-format ",
+        format, " to convert at load"));
+  } else if (format == "bf16") {
+    // Presets of MXFP4 families write MXFP4 unless bf16 is asked for.
+    if (f.IsSet("expert-format")) o.mxfp4 = false;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-format must be bf16, fp8 or mxfp4, got '", format, "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   ASSIGN_OR_RETURN(ModelFamily family, ParseModelFamily(f.GetString("arch")));
   const std::string& preset = f.GetString("preset");
@@ -174,35 +209,7 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   }
   if (f.IsSet("seed")) o.seed = static_cast<uint64_t>(f.GetInt("seed"));
   o.shards = static_cast<int>(f.GetInt("shards"));
-  const std::string& dtype = f.GetString("dtype");
-  if (dtype == "bf16") {
-    o.dtype = DType::kBF16;
-  } else if (dtype == "f16") {
-    o.dtype = DType::kF16;
-  } else if (dtype == "f32") {
-    o.dtype = DType::kF32;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dtype must be bf16, f16 or f32, got '", dtype, "'"));
-  }
-  const std::string& format = f.GetString("expert-format");
-  if (format == "fp8") {
-    o.fp8 = Fp8BlockScheme{f.GetInt("fp8-block"), f.GetInt("fp8-block")};
-  } else if (format == "mxfp4") {
-    o.mxfp4 = true;
-  } else if (format == "q8" || format == "q4") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--expert-format ", format,
-        ": there is no published safetensors layout for ", format,
-        " checkpoints; write bf16 or fp8 and give moe-cached (or moectl run) "
-        "--expert-format ", format, " to convert at load"));
-  } else if (format == "bf16") {
-    // The gpt-oss presets write MXFP4 unless bf16 is asked for.
-    if (f.IsSet("expert-format")) o.mxfp4 = false;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--expert-format must be bf16, fp8 or mxfp4, got '", format, "'"));
-  }
+  RETURN_IF_ERROR(FormatsFromFlags(f, o));
   if (f.IsSet("fp8-block") && !o.fp8) {
     return absl::InvalidArgumentError("--fp8-block applies to --expert-format fp8 only");
   }
