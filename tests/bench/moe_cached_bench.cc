@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--experts") == 0) experts = std::atoi(argv[i + 1]);
   }
-  moe::testing::ScratchDir dir;
+  moe::testing::TempDir dir;
   if (!moe::testing::MakeTinyModel(dir.Sub("tiny")).ok()) return 1;
   moe::testing::DaemonProcess daemon(dir);
   moe::testing::DaemonConfig config;

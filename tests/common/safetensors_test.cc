@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "tests/common/test_util.h"
 #include "gtest/gtest.h"
 
 namespace moe {
@@ -39,18 +40,7 @@ std::vector<uint8_t> Bytes(std::initializer_list<float> values) {
   return out;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/safetensors_test.XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::moe::testing::TempDir;
 
 TEST(SafetensorsWriterTest, RoundTripInMemory) {
   SafetensorsWriter w;

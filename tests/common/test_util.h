@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -35,6 +37,25 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The value of the sample `series` (name plus labels exactly as exposed,
+// e.g. `moe_worker_requests_total{status="ok"}`) in a Prometheus text
+// exposition; nullopt when absent or not a number.
+inline std::optional<double> MetricSample(const std::string& exposition,
+                                          const std::string& series) {
+  std::istringstream in(exposition);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() > series.size() + 1 && line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ') {
+      char* end = nullptr;
+      const std::string value = line.substr(series.size() + 1);
+      const double v = std::strtod(value.c_str(), &end);
+      if (end != value.c_str()) return v;
+    }
+  }
+  return std::nullopt;
+}
 
 inline void WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

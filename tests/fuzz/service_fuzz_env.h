@@ -163,7 +163,7 @@ class ServiceFuzzTest : public ::testing::Test {
     ++known_good_checks_;
   }
 
-  moe::testing::ScratchDir dir_;
+  moe::testing::TempDir dir_;
   std::string model_dir_;
   moe::testing::DaemonProcess daemon_{dir_};
   worker::testing::WorkerProcess worker_;

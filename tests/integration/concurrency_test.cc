@@ -87,7 +87,7 @@ void RunClient(v1::Inference::Stub* stub, int c, ClientResult* out) {
 TEST(ConcurrencyTest, EightClientsTwentyRequestsEachThroughTheDaemon) {
   moe::testing::TempDir dir;
   const std::string model_dir = dir.Sub("tiny");
-  testing::MakeTinyModel(model_dir);
+  ASSERT_TRUE(moe::testing::MakeTinyModel(model_dir).ok());
   const std::string cache_sock = "unix:" + dir.Sub("c.sock");
   const std::string worker_sock = "unix:" + dir.Sub("w.sock");
 
@@ -168,7 +168,7 @@ TEST(ConcurrencyTest, EightClientsTwentyRequestsEachThroughTheDaemon) {
 TEST(ConcurrencyTest, TwoWorkersUsageAddsUpToTheDaemonsCounters) {
   moe::testing::TempDir dir;
   const std::string model_dir = dir.Sub("tiny");
-  testing::MakeTinyModel(model_dir);
+  ASSERT_TRUE(moe::testing::MakeTinyModel(model_dir).ok());
   const std::string cache_sock = "unix:" + dir.Sub("c.sock");
   WorkerProcess daemon;
   ASSERT_TRUE(daemon.Spawn({"--model", "tiny=" + model_dir, "--listen", cache_sock,

@@ -38,7 +38,7 @@ using moe::client::CacheClient;
 using moe::client::CacheClientOptions;
 using moe::testing::DaemonConfig;
 using moe::testing::DaemonProcess;
-using moe::testing::ScratchDir;
+using moe::testing::TempDir;
 
 constexpr int kLayers = 4;   // the tiny mixtral preset
 constexpr int kExperts = 8;
@@ -140,7 +140,7 @@ class FaultTest : public ::testing::Test {
     return s.ok() && s->models_size() == 1 ? s->models(0).eamc_entries() : 0;
   }
 
-  ScratchDir dir_;
+  TempDir dir_;
   const std::string model_dir_ = dir_.Sub("tiny");
 };
 

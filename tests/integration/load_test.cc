@@ -223,7 +223,7 @@ class LoadTest : public ::testing::TestWithParam<LoadParam> {
   // the in-process reference tokens of every client's prompt.
   void SetUp() override {
     const std::string model_dir = dir_.Sub("tiny");
-    testing::MakeTinyModel(model_dir);
+    ASSERT_TRUE(moe::testing::MakeTinyModel(model_dir).ok());
     const std::string cache_sock = "unix:" + dir_.Sub("c.sock");
     const std::string worker_sock = "unix:" + dir_.Sub("w.sock");
     ASSERT_TRUE(daemon_.Spawn({"--model", "tiny=" + model_dir, "--listen", cache_sock,

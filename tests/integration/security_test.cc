@@ -27,7 +27,7 @@ namespace {
 
 using ::moe::testing::DaemonConfig;
 using ::moe::testing::DaemonProcess;
-using ::moe::testing::ScratchDir;
+using ::moe::testing::TempDir;
 using ::moe::testing::TestCerts;
 using ::moe::testing::WriteTokenFile;
 using ::moe::worker::testing::PortFromFile;
@@ -107,7 +107,7 @@ class SecurityTest : public ::testing::Test {
     return absl::StrCat(" --tls-cert ", certs_.server_cert(), " --tls-key ", certs_.server_key());
   }
 
-  ScratchDir dir_;
+  TempDir dir_;
   std::string model_;
   std::string certs_dir_;
   TestCerts certs_;

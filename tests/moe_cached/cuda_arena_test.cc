@@ -102,7 +102,7 @@ TEST(CudaArenaTest, PinFailureNamesBytesLimitAndFix) {
 TEST(CudaArenaTest, PinnedStoreIsUnpinnedWhenDestroyed) {
   FakeCuda& fake = FakeCuda::Get();
   fake.Reset();
-  moe::testing::ScratchDir dir;
+  moe::testing::TempDir dir;
   ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("m")).ok());
   auto desc = ModelDescription::Open(dir.Sub("m"));
   ASSERT_TRUE(desc.ok());
@@ -154,7 +154,7 @@ TEST(CudaArenaTest, ArenaOnFakeModule) {
 TEST(CudaArenaTest, DaemonDeviceFlag) {
   setenv("MOE_CUDA_MODULE",
          (std::string(MOE_BINARY_DIR) + "/lib/libmoe_cuda.so").c_str(), 0);
-  moe::testing::ScratchDir dir;
+  moe::testing::TempDir dir;
   ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("tiny")).ok());
   const bool gpu = ResolveDevice("cuda").ok();
   {

@@ -31,23 +31,6 @@ extern char** environ;
 
 namespace moe::testing {
 
-ScratchDir::ScratchDir() {
-  char tmpl[] = "/tmp/moe_cached_test.XXXXXX";
-  const char* p = ::mkdtemp(tmpl);
-  path_ = p != nullptr ? p : "";
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
-absl::Status MakeTinyModel(const std::string& dir, uint64_t seed) {
-  MakeModelOptions o = TinyPreset(ModelFamily::kMixtral);
-  o.seed = seed;
-  return MakeModel(o, dir);
-}
-
 ChildProcess::~ChildProcess() {
   if (pid_ > 0 && !reaped_) {
     ::kill(pid_, SIGKILL);
@@ -225,15 +208,9 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
 }
 
 absl::StatusOr<double> MetricValue(const std::string& exposition, const std::string& sample) {
-  std::istringstream in(exposition);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, sample + " ")) {
-      double v;
-      if (absl::SimpleAtod(line.substr(sample.size() + 1), &v)) return v;
-    }
-  }
-  return absl::NotFoundError("no sample " + sample);
+  std::optional<double> v = MetricSample(exposition, sample);
+  if (!v.has_value()) return absl::NotFoundError("no sample " + sample);
+  return *v;
 }
 
 }  // namespace moe::testing

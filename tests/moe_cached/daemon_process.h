@@ -10,24 +10,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "tests/common/test_util.h"
+#include "tests/common/tiny_model.h"
 
 namespace moe::testing {
 
-// mkdtemp under /tmp; removed (recursively) on destruction.
-class ScratchDir {
- public:
-  ScratchDir();
-  ~ScratchDir();
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-// Writes the tiny mixtral preset (4 MoE layers x 8 experts, top-2, BF16,
-// 48 KiB per expert) into `dir`.
-absl::Status MakeTinyModel(const std::string& dir, uint64_t seed = 11);
 
 // A spawned process with stdout on a pipe and stderr in a file.
 class ChildProcess {
@@ -65,7 +52,7 @@ struct DaemonConfig {
 
 class DaemonProcess {
  public:
-  explicit DaemonProcess(const ScratchDir& dir) : dir_(dir) {}
+  explicit DaemonProcess(const TempDir& dir) : dir_(dir) {}
   // SIGTERM and a wait (so the daemon removes its shared memory), then
   // SIGKILL if it does not exit in time.
   ~DaemonProcess();
@@ -80,7 +67,7 @@ class DaemonProcess {
   ChildProcess& process() { return process_; }
 
  private:
-  const ScratchDir& dir_;
+  const TempDir& dir_;
   ChildProcess process_;
 };
 

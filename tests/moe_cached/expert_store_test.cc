@@ -15,7 +15,7 @@ namespace moe::cached {
 namespace {
 
 TEST(ExpertStoreTest, OneAlignedBlockPerExpertEqualToTheCheckpoint) {
-  moe::testing::ScratchDir dir;
+  moe::testing::TempDir dir;
   ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("m"), 3).ok());
   auto desc = ModelDescription::Open(dir.Sub("m"));
   ASSERT_TRUE(desc.ok()) << desc.status();
@@ -59,7 +59,7 @@ TEST(ExpertStoreTest, OneAlignedBlockPerExpertEqualToTheCheckpoint) {
 // weights; bf16 and q4 may be asked for; a sharded FP8 checkpoint (scales in
 // the index too) loads the same.
 TEST(ExpertStoreTest, Fp8ExpertsAreHeldAsQ8ByDefault) {
-  moe::testing::ScratchDir dir;
+  moe::testing::TempDir dir;
   MakeModelOptions o = TinyPreset(ModelFamily::kMixtral);
   o.fp8 = Fp8BlockScheme{32, 48};
   o.shards = 3;
@@ -104,7 +104,7 @@ TEST(ExpertStoreTest, Fp8ExpertsAreHeldAsQ8ByDefault) {
 }
 
 TEST(ExpertStoreTest, PinFailureAbortsTheLoad) {
-  moe::testing::ScratchDir dir;
+  moe::testing::TempDir dir;
   ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("m")).ok());
   auto desc = ModelDescription::Open(dir.Sub("m"));
   ASSERT_TRUE(desc.ok());
@@ -142,7 +142,7 @@ namespace {
 // the format, in about 1.9x (q8) / 3.5x (q4) fewer tensor bytes, and every
 // weight dequantizes to within half a quantization step of the checkpoint.
 TEST(ExpertStoreTest, QuantizedFormatsHoldFewerBytesOfTheSameWeights) {
-  moe::testing::ScratchDir dir;
+  moe::testing::TempDir dir;
   ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("m"), 3).ok());
   auto desc = ModelDescription::Open(dir.Sub("m"));
   ASSERT_TRUE(desc.ok()) << desc.status();
@@ -190,7 +190,7 @@ TEST(ExpertStoreTest, QuantizedFormatsHoldFewerBytesOfTheSameWeights) {
 }
 
 TEST(ExpertStoreTest, FormatsNeedWholeBlocks) {
-  moe::testing::ScratchDir dir;
+  moe::testing::TempDir dir;
   MakeModelOptions o = TinyPreset(ModelFamily::kMixtral);
   o.hidden = 96;  // gate/up rows of 96: whole q8 blocks, not q4 blocks
   ASSERT_TRUE(MakeModel(o, dir.Sub("m")).ok());

@@ -39,7 +39,7 @@ using ::moe::client::SlotTensor;
 using ::moe::client::Transport;
 using ::moe::testing::DaemonConfig;
 using ::moe::testing::DaemonProcess;
-using ::moe::testing::ScratchDir;
+using ::moe::testing::TempDir;
 using ::testing::HasSubstr;
 using ::moe::AcquireResult;
 
@@ -116,7 +116,7 @@ class MoeCachedTest : public ::testing::Test {
     return WIFEXITED(*st) ? WEXITSTATUS(*st) : -WTERMSIG(*st);
   }
 
-  ScratchDir dir_;
+  TempDir dir_;
   std::string model_dir_;
   std::unique_ptr<ModelDescription> desc_;
   DaemonProcess daemon_{dir_};

@@ -27,7 +27,7 @@ using testing::WorkerProcess;
 class DaemonE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::MakeTinyModel(dir_.Sub("tiny"));
+    ASSERT_TRUE(moe::testing::MakeTinyModel(dir_.Sub("tiny")).ok());
     cache_sock_ = "unix:" + dir_.Sub("c.sock");
     worker_sock_ = "unix:" + dir_.Sub("w.sock");
   }

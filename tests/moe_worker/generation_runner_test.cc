@@ -70,7 +70,7 @@ class GoneProvider : public ExpertProvider {
 class GenerationRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MakeTinyModel(dir_.path());
+    ASSERT_TRUE(moe::testing::MakeTinyModel(dir_.path()).ok());
     auto backend = CreateBackend("cpu");
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = std::move(*backend);

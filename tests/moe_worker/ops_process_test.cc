@@ -60,7 +60,7 @@ ino_t Inode(const std::string& path) {
 class OpsProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::MakeTinyModel(dir_.Sub("tiny"));
+    ASSERT_TRUE(moe::testing::MakeTinyModel(dir_.Sub("tiny")).ok());
     cache_ = "unix:" + dir_.Sub("c.sock");
     worker_sock_ = "unix:" + dir_.Sub("w.sock");
   }

@@ -28,7 +28,7 @@ const std::string kMoectl = MOE_BINARY_DIR "/bin/moectl";
 class OpsReportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::MakeTinyModel(dir_.Sub("tiny"));
+    ASSERT_TRUE(moe::testing::MakeTinyModel(dir_.Sub("tiny")).ok());
     cache_ = "unix:" + dir_.Sub("c.sock");
     worker_sock_ = "unix:" + dir_.Sub("w.sock");
   }

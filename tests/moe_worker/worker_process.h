@@ -185,15 +185,7 @@ inline std::string ScrapeMetrics(int port) {
 // The value of the sample `series` (name plus labels exactly as exposed,
 // e.g. `moe_worker_requests_total{status="ok"}`); -1 when absent.
 inline double MetricValue(const std::string& text, const std::string& series) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (line.size() > series.size() + 1 &&
-        line.substr(0, series.size()) == series &&
-        line[series.size()] == ' ') {
-      double v = 0;
-      if (absl::SimpleAtod(line.substr(series.size() + 1), &v)) return v;
-    }
-  }
-  return -1;
+  return moe::testing::MetricSample(text, series).value_or(-1);
 }
 
 }  // namespace moe::worker::testing

@@ -34,7 +34,7 @@ struct Stream {
 
 class WorkerProcessTest : public ::testing::Test {
  protected:
-  void SetUp() override { testing::MakeTinyModel(dir_.path()); }
+  void SetUp() override { ASSERT_TRUE(moe::testing::MakeTinyModel(dir_.path()).ok()); }
 
   // Starts a worker on a temp Unix socket with metrics on a free port.
   void StartWorker(std::vector<std::string> extra = {}) {

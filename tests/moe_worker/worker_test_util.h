@@ -18,16 +18,10 @@
 #include "services/engine/moe_model.h"
 #include "services/moe_worker/generation_runner.h"
 #include "tests/common/test_util.h"
+#include "tests/common/tiny_model.h"
 
 namespace moe::worker::testing {
 
-// Writes the tiny mixtral preset (seed 11) into `dir`.
-inline void MakeTinyModel(const std::string& dir) {
-  MakeModelOptions o = TinyPreset(ModelFamily::kMixtral);
-  o.seed = 11;
-  absl::Status s = MakeModel(o, dir);
-  ASSERT_TRUE(s.ok()) << s;
-}
 
 // Tokens Generate() gives in-process with every expert in memory (held as
 // `format`, as moe-cached --expert-format holds them; nullopt: as stored).

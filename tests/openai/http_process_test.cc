@@ -29,7 +29,7 @@ class HttpProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string model = dir_.Sub("tiny");
-    testing::MakeTinyModel(model);
+    ASSERT_TRUE(moe::testing::MakeTinyModel(model).ok());
     Json config = Json::parse(moe::testing::ReadText(model + "/tokenizer_config.json"));
     config["chat_template"] = kChatMl;
     moe::testing::WriteText(model + "/tokenizer_config.json", config.dump(2));
