@@ -154,8 +154,7 @@ FlagSet::Flag& FlagSet::Declare(const std::string& name, FlagType type, std::str
 
 void FlagSet::String(const std::string& name, std::string def, std::string help,
                      Validator validator) {
-  Flag& f = Declare(name, FlagType::kString, std::move(help),
-                    def.empty() ? "" : absl::StrCat("\"", def, "\""));
+  Flag& f = Declare(name, FlagType::kString, std::move(help), def);
   f.s = std::move(def);
   f.validator = std::move(validator);
 }

@@ -52,7 +52,7 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
            "--miss-mode host|auto then may answer so); a CPU worker always does");
   f.Group("cache");
   f.String("cache", d.cache,
-           "unix:PATH of moe-cached, or none: every expert in this process's memory");
+           "unix:PATH of moe-cached, or none: every expert held in this process's memory");
   f.Double("cache-wait", absl::ToDoubleSeconds(d.cache_wait),
            "seconds to wait for moe-cached at start, retrying with backoff (0: once)",
            {.min = 0, .max = 86400});

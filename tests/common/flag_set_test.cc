@@ -230,6 +230,7 @@ TEST(FlagSetTest, HelpIsGeneratedFromTheDeclarations) {
   const std::string u = f.Usage();
   EXPECT_THAT(u, HasSubstr("usage: prog --out FILE [flags] ARG...\n"));
   EXPECT_THAT(u, HasSubstr("\nflags:\n  --out V"));
+  EXPECT_THAT(u, HasSubstr("output file\n"));  // an empty default is not shown
   EXPECT_THAT(u, HasSubstr("address to serve on (repeatable)"));
   EXPECT_THAT(u, HasSubstr("\nnumbers:\n  --count V"));
   EXPECT_THAT(u, HasSubstr("how many (default 4)"));

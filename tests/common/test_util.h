@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -84,6 +86,39 @@ bool WaitFor(absl::Duration timeout, Pred done) {
     pause = std::min(pause * 2, absl::Milliseconds(20));
   }
   return true;
+}
+
+// A test's command line: `base` (a helper's defaults) less the flags that
+// `extra` gives, then `extra`. The binaries refuse a repeated flag
+// (common/flags.h), so a test's flag replaces its helper's default instead
+// of following it. Flags in `repeatable` are kept (moe-worker: --model is
+// once but harmless here, --listen repeats; moe-cached: pass {"--model"},
+// its --listen is once); --backend is --device's old spelling.
+inline std::vector<std::string> WithFlags(
+    std::vector<std::string> base, const std::vector<std::string>& extra,
+    const std::set<std::string>& repeatable = {"--model", "--listen"}) {
+  auto name_of = [](const std::string& arg) {
+    std::string name = arg.substr(0, arg.find('='));
+    return name == "--backend" ? std::string("--device") : name;
+  };
+  std::set<std::string> given;
+  for (const std::string& a : extra) {
+    if (a.rfind("--", 0) == 0 && repeatable.count(name_of(a)) == 0) given.insert(name_of(a));
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < base.size(); ++i) {
+    const std::string& a = base[i];
+    const bool flag = a.rfind("--", 0) == 0;
+    const bool takes_next = flag && a.find('=') == std::string::npos && i + 1 < base.size() &&
+                            base[i + 1].rfind("--", 0) != 0;
+    if (flag && given.count(name_of(a)) > 0) {
+      if (takes_next) ++i;
+      continue;
+    }
+    out.push_back(a);
+  }
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
 }
 
 }  // namespace moe::testing

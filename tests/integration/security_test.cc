@@ -12,11 +12,13 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_util.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "tests/moe_cached/daemon_process.h"
 #include "tests/moe_worker/worker_process.h"
@@ -98,7 +100,7 @@ class SecurityTest : public ::testing::Test {
     std::vector<std::string> args = {
         "--model", model_, "--backend", "cpu", "--metrics-addr", "",
         "--listen", Unix(name), "--port-file", dir_.Sub(name + ".ports")};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra);
     ASSERT_TRUE(w.Spawn(args, dir_.Sub(name + ".log")));
     ASSERT_TRUE(w.WaitServing(Unix(name))) << w.Log();
   }

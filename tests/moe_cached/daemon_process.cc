@@ -26,6 +26,7 @@
 #include "common/model_maker.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "services/rpc/rpc_util.h"
+#include "tests/common/test_util.h"
 
 extern char** environ;
 
@@ -129,7 +130,7 @@ absl::Status DaemonProcess::Start(const DaemonConfig& config, absl::Duration tim
   for (const std::string& m : config.models) args.insert(args.end(), {"--model", m});
   args.insert(args.end(), {"--listen", address()});
   args.insert(args.end(), {"--metrics-addr", config.metrics ? "127.0.0.1:0" : ""});
-  args.insert(args.end(), config.extra_args.begin(), config.extra_args.end());
+  args = WithFlags(std::move(args), config.extra_args, {"--model"});
   absl::Status spawned = process_.Spawn(MoeCachedBinary(), args, dir_.Sub("moe-cached.stderr"));
   if (!spawned.ok()) return spawned;
   auto channel = rpc::MakeChannel(*rpc::ParseListenAddress(address()));

@@ -9,12 +9,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
 #include "common/fp8.h"
 #include "common/quant.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_util.h"
 #include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
 
@@ -37,7 +39,7 @@ class DaemonE2eTest : public ::testing::Test {
     std::vector<std::string> args = {"--model", dir_.Sub("tiny"), "--listen", cache_sock_,
                                      "--metrics-addr", "", "--cache-experts",
                                      std::to_string(experts), "--policy", policy};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra, {"--model"});  // moe-cached
     ASSERT_TRUE(p.Spawn(args, dir_.Sub(log), CachedBinary()));
     ASSERT_TRUE(p.WaitServing(cache_sock_)) << p.Log();
   }
@@ -46,7 +48,7 @@ class DaemonE2eTest : public ::testing::Test {
     std::vector<std::string> args = {
         "--model", dir_.Sub("tiny"), "--listen", worker_sock_, "--backend",
         "cpu", "--metrics-addr", "", "--cache", cache_sock_};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra);
     ASSERT_TRUE(worker_.Spawn(args, dir_.Sub("worker.log")));
     ASSERT_TRUE(worker_.WaitServing(worker_sock_)) << worker_.Log();
     auto a = rpc::ParseListenAddress(worker_sock_);

@@ -18,11 +18,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_util.h"
 #include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
 
@@ -69,7 +71,7 @@ class OpsProcessTest : public ::testing::Test {
     std::vector<std::string> args = {"--model", dir_.Sub("tiny"), "--listen", cache_,
                                      "--metrics-addr", "", "--cache-experts", "16",
                                      "--policy", "lru"};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra, {"--model"});  // moe-cached
     return args;
   }
 
@@ -82,7 +84,7 @@ class OpsProcessTest : public ::testing::Test {
                                       const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"--model", dir_.Sub("tiny"), "--listen", listen,
                                      "--backend", "cpu", "--metrics-addr", ""};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra);
     return args;
   }
 

@@ -2,10 +2,12 @@
 // start-up line, the metrics beside the cache's, clear answers from the
 // wrong endpoint, and moectl's rough edges (make-model, simulate, generate).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_util.h"
 #include "services/rpc/startup_log.h"
 #include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
@@ -37,7 +39,7 @@ class OpsReportTest : public ::testing::Test {
     std::vector<std::string> args = {
         "--model", dir_.Sub("tiny"),  "--listen", cache_,     "--metrics-addr",
         "",        "--cache-experts", "16",       "--policy", "lru"};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra, {"--model"});  // moe-cached
     ASSERT_TRUE(daemon_.Spawn(args, dir_.Sub("c.log"), CachedBinary()));
     ASSERT_TRUE(daemon_.WaitServing(cache_)) << daemon_.Log();
   }
@@ -49,7 +51,7 @@ class OpsReportTest : public ::testing::Test {
                                      "--backend",      "cpu",
                                      "--metrics-addr", "127.0.0.1:0",
                                      "--port-file",    dir_.Sub("ports.json")};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra);
     ASSERT_TRUE(worker_.Spawn(args, dir_.Sub("w.log")));
     ASSERT_TRUE(worker_.WaitServing(worker_sock_)) << worker_.Log();
     metrics_port_ = PortFromFile(dir_.Sub("ports.json"), "metrics_port");

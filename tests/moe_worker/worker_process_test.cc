@@ -5,12 +5,14 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "services/cache/trace.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_util.h"
 #include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
 
@@ -42,7 +44,7 @@ class WorkerProcessTest : public ::testing::Test {
     std::vector<std::string> args = {
         "--model", dir_.path(), "--listen", socket_, "--backend", "cpu",
         "--metrics-addr", "127.0.0.1:0", "--port-file", dir_.Sub("ports.json")};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra);
     ASSERT_TRUE(worker_.Spawn(args, dir_.Sub("worker.log")));
     ASSERT_TRUE(worker_.WaitServing(socket_)) << worker_.Log();
     metrics_port_ = PortFromFile(dir_.Sub("ports.json"), "metrics_port");

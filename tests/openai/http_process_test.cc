@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_util.h"
 #include "services/engine/tokenizer.h"
 #include "services/openai/chat_template.h"
 #include "tests/moe_worker/worker_process.h"
@@ -53,7 +54,7 @@ class HttpProcessTest : public ::testing::Test {
         "--model", dir_.Sub("tiny"), "--listen", worker_sock_, "--backend", "cpu",
         "--metrics-addr", "", "--cache", "unix:" + dir_.Sub("c.sock"), "--http-listen",
         "127.0.0.1:0", "--http-max-body-bytes", "4096", "--port-file", dir_.Sub("ports.json")};
-    args.insert(args.end(), extra.begin(), extra.end());
+    args = moe::testing::WithFlags(std::move(args), extra);
     ASSERT_TRUE(worker_.Spawn(args, dir_.Sub("worker.log")));
     ASSERT_TRUE(worker_.WaitServing(worker_sock_)) << worker_.Log();
     port_ = testing::PortFromFile(dir_.Sub("ports.json"), "http_port");
