@@ -19,7 +19,6 @@
 namespace moe::worker {
 namespace {
 
-using testing::MakeTinyModel;
 using testing::RecordingSink;
 using testing::ReferenceTokens;
 
