@@ -252,15 +252,6 @@ TEST(FlagSetTest, HelpIsGeneratedFromTheDeclarations) {
   EXPECT_TRUE(g.help());
 }
 
-TEST(FlagSetTest, IntLists) {
-  auto l = ParseIntList("0,3,12");
-  ASSERT_TRUE(l.ok());
-  EXPECT_THAT(*l, ElementsAre(0, 3, 12));
-  EXPECT_TRUE(ParseIntList("")->empty());
-  EXPECT_FALSE(ParseIntList("1,,2").ok());
-  EXPECT_FALSE(ParseIntList("1,x").ok());
-}
-
 TEST(FlagSetDeathTest, DeclarationAndReadMistakesAreProgrammingErrors) {
   FlagSet f = MakeFlags();
   ASSERT_TRUE(f.Parse({}).ok());
