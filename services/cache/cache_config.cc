@@ -1,16 +1,14 @@
 #include "services/cache/cache_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace moe::cache {
 
 absl::Status ValidateCacheConfig(const CacheShape& shape,
                                  const CacheConfig& config) {
-  if (config.capacity < shape.num_experts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "capacity ", config.capacity, " is below one layer's experts (",
-        shape.num_experts, ")"));
-  }
+  RETURN_IF_ERROR(CheckCapacity(config.capacity, shape.num_experts,
+                                config.miss_mode));
   if (!(config.link_bytes_per_sec >= 0) || !(config.layer_seconds >= 0)) {
     return absl::InvalidArgumentError(
         "link bandwidth and layer time must be >= 0");

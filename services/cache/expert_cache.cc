@@ -31,17 +31,28 @@ void SetGateLinkFigures(const CopyEngine& engine, double link_bytes_per_sec,
   options->layer_seconds = layer_seconds;
 }
 
+absl::Status CheckCapacity(int capacity, int num_experts, MissMode miss_mode) {
+  if (capacity < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("capacity ", capacity, " is negative"));
+  }
+  if (capacity < num_experts && miss_mode == MissMode::kFetch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "capacity ", capacity, " is below one layer's experts (", num_experts,
+        "): with --miss-mode fetch a layer could need more slots than exist; "
+        "--miss-mode host or auto runs the misses that find no slot on the "
+        "host, down to 0 slots"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
     const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy, CopyEngine* engine,
     HostBlockFn host_block) {
   if (options.num_layers <= 0 || options.num_experts <= 0 || options.top_k <= 0) {
     return absl::InvalidArgumentError("cache needs positive num_layers, num_experts, top_k");
   }
-  if (options.capacity < options.num_experts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "capacity ", options.capacity, " is below one layer's experts (", options.num_experts,
-        "): a layer could need more slots than exist"));
-  }
+  RETURN_IF_ERROR(CheckCapacity(options.capacity, options.num_experts, options.miss_mode));
   if (options.expert_bytes == 0) return absl::InvalidArgumentError("expert_bytes must be > 0");
   if (policy == nullptr || engine == nullptr) {
     return absl::InvalidArgumentError("cache needs a policy and a copy engine");

@@ -65,7 +65,11 @@ struct ExpertCacheOptions {
   int num_layers = 0;
   int num_experts = 0;
   int top_k = 1;
-  int capacity = 0;           // slots; REQUIRES >= num_experts
+  // Slots, >= 0 (CheckCapacity). Below one layer's experts only with
+  // miss_mode host or auto: a miss that finds no slot then runs on the host,
+  // and an acquire that may not run on the host (AcquireCall::host_ok false)
+  // fails with RESOURCE_EXHAUSTED when its layer's experts find no slots.
+  int capacity = 0;
   uint64_t expert_bytes = 0;  // one expert's block; slot i at i * expert_bytes
   bool prefetch = false;
   bool prefetch_gate = true;
@@ -95,6 +99,12 @@ struct ExpertCacheOptions {
   // 0 keeps `host` fixed.
   double host_tracking_weight = 0.2;
 };
+
+// OK when `capacity` slots may serve a model of `num_experts` experts per
+// layer: >= 0, and >= num_experts unless misses may run on the host
+// (miss_mode host or auto; design invariant 5). INVALID_ARGUMENT saying
+// which, and what would allow it.
+absl::Status CheckCapacity(int capacity, int num_experts, MissMode miss_mode);
 
 // Sets the gate's link figures of `options` for a cache over `engine`: the
 // one place where the simulator and moe-cached derive them (the chunk is the

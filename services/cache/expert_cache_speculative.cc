@@ -45,7 +45,11 @@ bool ExpertCache::RoomForSpeculativeLoad() const {
     busy += slots_.Get(s).leases > 0 || meta_[s].pins > 0 || meta_[s].demand ||
             meta_[s].cancelling;
   }
-  return busy + options_.num_experts < options_.capacity;
+  // A layer's experts stay free for demands, unless the cache is smaller
+  // than a layer: then every session runs its misses on the host
+  // (CheckCapacity, the daemon's attach), and a free slot is worth filling.
+  const int reserve = options_.capacity >= options_.num_experts ? options_.num_experts : 0;
+  return busy + reserve < options_.capacity;
 }
 
 bool ExpertCache::StartSpeculativeLoad(SlotId slot, const ExpertKey& key, Phase phase,

@@ -298,8 +298,9 @@ absl::StatusOr<std::unique_ptr<CachePolicy>> MakePolicy(const std::string& spec,
         "\" (lru, lfu, lru-layer, minvisit, expertflow, moe-infinity, moe-infinity-paper, "
         "static-popular, static-layers)"));
   }
-  if (config.num_layers <= 0 || config.num_experts <= 0 || config.capacity <= 0) {
-    return absl::InvalidArgumentError("policy config needs positive sizes");
+  if (config.num_layers <= 0 || config.num_experts <= 0 || config.capacity < 0) {
+    return absl::InvalidArgumentError(
+        "policy config needs positive layers and experts and a capacity >= 0");
   }
   policy->Configure(config);
   return policy;

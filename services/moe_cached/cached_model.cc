@@ -48,7 +48,11 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   std::unique_ptr<CachedModel> m(new CachedModel());
   m->options_ = options;
   const uint64_t block = store->block_bytes();
-  RETURN_IF_ERROR(m->CreateArenaAndEngine(block * options.cache.capacity));
+  // A cache of 0 slots (every miss on the host) still maps an arena: one
+  // page, so that the attach protocol and the workers' mappings stay the same.
+  constexpr uint64_t kMinArenaBytes = 4096;
+  RETURN_IF_ERROR(m->CreateArenaAndEngine(
+      std::max<uint64_t>(block * static_cast<uint64_t>(options.cache.capacity), kMinArenaBytes)));
 
   cache::CacheShape shape;
   shape.num_layers = store->num_layers();

@@ -56,7 +56,8 @@ absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const
   ASSIGN_OR_RETURN(plan.capacity,
                    ComputeCapacity(options_.capacity, spec.name, config.num_moe_layers(),
                                    static_cast<int>(config.num_experts), block_bytes,
-                                   plan.device.is_cuda() ? plan.device.free_bytes : 0));
+                                   plan.device.is_cuda() ? plan.device.free_bytes : 0,
+                                   options_.miss_mode));
   cache::PolicyConfig pc;
   pc.num_layers = config.num_moe_layers();
   pc.num_experts = static_cast<int>(config.num_experts);

@@ -50,8 +50,9 @@ void DeclareDaemonFlags(flags::FlagSet& f) {
   flag_groups::DeclareExpertFormat(f);
   flag_groups::DeclareDevice(f, d.device, /*backend_alias=*/false);
   flag_groups::DeclareCachePolicy(f, d.policy, d.prefetch);
-  f.Int("cache-experts", 0, "arena slots per model (one of --cache-experts, --cache-bytes, "
-        "--cache-fraction; default: --cache-fraction 0.5)", {.min = 1, .max = kIntMax});
+  f.Int("cache-experts", -1, "arena slots per model (one of --cache-experts, --cache-bytes, "
+        "--cache-fraction; default: --cache-fraction 0.5); below one layer's experts, "
+        "down to 0, with --miss-mode host or auto", {.min = 0, .max = kIntMax});
   f.Size("cache-bytes", 0, "arena bytes per model, e.g. 24G", {.min = 1});
   f.Double("cache-fraction", 0,
            "arena as a fraction of the model's experts (CPU) or of the free device "
@@ -82,7 +83,7 @@ absl::Status CapacityFromFlags(const flags::FlagSet& f, CapacitySpec* c) {
     return absl::InvalidArgumentError(
         "give only one of --cache-experts, --cache-bytes, --cache-fraction");
   }
-  c->experts = f.GetInt("cache-experts");
+  c->experts = f.IsSet("cache-experts") ? f.GetInt("cache-experts") : -1;
   c->bytes = static_cast<uint64_t>(f.GetSize("cache-bytes"));
   c->fraction = f.GetDouble("cache-fraction");
   return absl::OkStatus();
@@ -139,11 +140,11 @@ absl::StatusOr<DaemonOptions> ParseDaemonFlags(const std::vector<std::string>& a
 
 absl::StatusOr<int> ComputeCapacity(const CapacitySpec& spec, const std::string& model,
                                     int num_layers, int num_experts, uint64_t block_bytes,
-                                    uint64_t device_free_bytes) {
+                                    uint64_t device_free_bytes, MissMode miss_mode) {
   const int64_t total = static_cast<int64_t>(num_layers) * num_experts;
   int64_t slots;
   std::string how;
-  if (spec.experts > 0) {
+  if (spec.experts >= 0) {
     slots = spec.experts;
     how = absl::StrCat("--cache-experts ", spec.experts);
   } else if (spec.bytes > 0) {
@@ -160,10 +161,11 @@ absl::StatusOr<int> ComputeCapacity(const CapacitySpec& spec, const std::string&
     slots = static_cast<int64_t>(std::floor(f * static_cast<double>(total)));
     how = absl::StrCat("--cache-fraction ", f, " of ", total, " experts");
   }
-  if (slots < num_experts) {
+  if (slots < num_experts && miss_mode == MissMode::kFetch) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model ", model, ": ", how, " gives ", slots, " slots, fewer than one layer's ",
-        num_experts, " experts; the cache needs at least ", num_experts));
+        num_experts, " experts; with --miss-mode fetch the cache needs at least ", num_experts,
+        " (--miss-mode host or auto runs the misses that find no slot on the host)"));
   }
   return static_cast<int>(std::min(slots, total));
 }

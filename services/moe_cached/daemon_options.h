@@ -23,7 +23,7 @@ struct ModelSpec {
 
 // How big the arena of one model is; exactly one way may be given.
 struct CapacitySpec {
-  int64_t experts = 0;   // --cache-experts N
+  int64_t experts = -1;  // --cache-experts N (>= 0; -1: not given)
   uint64_t bytes = 0;    // --cache-bytes SIZE (24G, 512MiB, or bytes)
   double fraction = 0;   // --cache-fraction F (of the model's experts on CPU,
                          // of the free device memory on CUDA)
@@ -83,12 +83,15 @@ std::string DaemonUsage();
 // Slots for a model of `num_layers` x `num_experts` experts of `block_bytes`
 // each: from whichever of `spec` is set (default: half the experts), capped
 // at all of them. FAILED_PRECONDITION when that is fewer than one layer's
-// experts (design invariant 5), naming the model and both numbers.
+// experts and `miss_mode` is fetch (design invariant 5), naming the model,
+// both numbers and --miss-mode; with host or auto misses any count down to 0
+// is allowed (a miss that finds no slot runs on the host).
 // `device_free_bytes` > 0 (a CUDA arena): the fraction (given or default) is
 // of that free device memory instead of the model's experts.
 absl::StatusOr<int> ComputeCapacity(const CapacitySpec& spec, const std::string& model,
                                     int num_layers, int num_experts, uint64_t block_bytes,
-                                    uint64_t device_free_bytes = 0);
+                                    uint64_t device_free_bytes = 0,
+                                    MissMode miss_mode = MissMode::kFetch);
 
 }  // namespace moe::cached
 

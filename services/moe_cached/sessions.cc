@@ -80,6 +80,27 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
     return absl::NotFoundError(absl::StrCat("no model '", ClipName(model), "' (serving: ",
                                             absl::StrJoin(names, ", "), ")"));
   }
+  CachedModel* const cached = it->second;
+  // Descriptors through the broker when the arena is an unnamed memfd: no
+  // name in /dev/shm that another process could open.
+  const bool pass_fds = broker_ != nullptr && cached->arena().valid() &&
+                        cached->arena().name().empty();
+  // "Run on host" answers need the host copy, which only travels as a
+  // descriptor, to a worker that asked for it.
+  const bool host_ok = pass_fds && host_execution &&
+                       cached->options().cache.miss_mode != MissMode::kFetch;
+  const int slots = cached->options().cache.capacity;
+  if (!host_ok && slots < cached->store().num_experts()) {
+    // A cache smaller than a layer (CheckCapacity) serves only workers whose
+    // misses run on the host: a fetch could find no slot.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", ClipName(model), "' has ", slots, " expert slots, fewer than one layer's ",
+        cached->store().num_experts(), ", so its misses must run on the worker's host: ",
+        !pass_fds ? "attach over moe-cached's Unix socket (the host copy travels as a "
+                    "descriptor)"
+                  : "this worker did not offer host execution (a CUDA worker does with "
+                    "--device-host-experts on)"));
+  }
   // Reserve a place first: a refused attach should cost no channel or grant.
   {
     absl::MutexLock lock(&mu_);
@@ -107,19 +128,12 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
         absl::StrCat("attach: cannot watch worker pid ", pid, ": ", watch.status().message()));
   }
   session->pid = std::move(*watch);
-  // Descriptors through the broker when the arena is an unnamed memfd: no
-  // name in /dev/shm that another process could open.
-  const bool pass_fds = broker_ != nullptr && it->second->arena().valid() &&
-                        it->second->arena().name().empty();
   ASSIGN_OR_RETURN(session->channel,
                    cache::ShmRegion::Create(pass_fds ? "" : UnguessableShmName("moecache-chan"),
                                             channel::ChannelBytes()));
   channel::InitChannel(session->channel.mutable_data());
   AttachResult result{session->id, session->model, session->channel.name()};
-  // "Run on host" answers need the host copy, which only travels as a
-  // descriptor, to a worker that asked for it.
-  session->host_ok = pass_fds && host_execution &&
-                     it->second->options().cache.miss_mode != MissMode::kFetch;
+  session->host_ok = host_ok;
   result.host_execution = session->host_ok;
   if (pass_fds) {
     std::vector<int> fds = {it->second->arena().fd(), session->channel.fd()};

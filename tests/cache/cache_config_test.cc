@@ -34,6 +34,27 @@ TEST(CacheConfigTest, ValidateNamesWhatIsWrong) {
   EXPECT_TRUE(ValidateCacheConfig(Shape(), c).ok());
 }
 
+// Below one layer's experts, down to 0 slots, only when misses may run on
+// the host (issue 28); never negative.
+TEST(CacheConfigTest, CachesSmallerThanALayerNeedHostMisses) {
+  CacheConfig c;
+  c.host.read_bytes_per_sec = 50e9;
+  for (MissMode mode : {MissMode::kHost, MissMode::kAuto}) {
+    c.miss_mode = mode;
+    for (int capacity : {0, 1, 7}) {
+      c.capacity = capacity;
+      EXPECT_TRUE(ValidateCacheConfig(Shape(), c).ok()) << capacity;
+    }
+    c.capacity = -1;
+    EXPECT_THAT(ValidateCacheConfig(Shape(), c).message(), HasSubstr("negative"));
+  }
+  c.miss_mode = MissMode::kFetch;
+  c.capacity = 0;
+  absl::Status s = ValidateCacheConfig(Shape(), c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--miss-mode host or auto"));
+}
+
 TEST(CacheConfigTest, OptionsCarryEveryFigureAndTheEnginesChunk) {
   FakeCopyEngineOptions eo;
   eo.bandwidth_bytes_per_sec = 10'000'000;

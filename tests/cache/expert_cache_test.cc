@@ -199,6 +199,58 @@ TEST(MoeInfinityTest, RequestsKeepTheirOwnActivations) {
   EXPECT_EQ(p.live_requests(), 0);
 }
 
+// A cache smaller than a layer (issue 28, CheckCapacity): with host or auto
+// misses every policy serves any layer from at most `capacity` leases plus
+// host answers, down to 0 slots, and keeps filling its free slots behind the
+// host runs; an acquire that may not run on the host is refused with
+// RESOURCE_EXHAUSTED once its layer's experts find no slot, and with
+// --miss-mode fetch such a cache cannot be made.
+TEST(ExpertCacheTest, CachesSmallerThanALayerAnswerOnTheHost) {
+  for (const std::string& name : OnlinePolicyNames()) {
+    for (int capacity : {0, 2}) {
+      SCOPED_TRACE(absl::StrCat(name, " capacity ", capacity));
+      auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+      ExpertCacheOptions o = LinkOptions(capacity, /*prefetch=*/true);
+      o.miss_mode = MissMode::kAuto;
+      o.host = {10e9, 0};
+      auto cache = ExpertCache::Create(o, *MakePolicy(name, Config(capacity)), engine.get());
+      ASSERT_TRUE(cache.ok()) << cache.status();
+      std::vector<ExpertDemand> all;
+      for (int e = 0; e < kExperts; ++e) all.push_back({e, 1 + e});
+      for (int token = 0; token < 6; ++token) {
+        for (int layer = 0; layer < kLayers; ++layer) {
+          auto t = (*cache)->StartAcquire(
+              1, {.layer = layer, .demands = all, .host_ok = true});
+          ASSERT_TRUE(t.ok()) << t.status();
+          while (!*(*cache)->IsReady(*t)) engine->AdvanceTo(*engine->NextCompletionTime());
+          auto r = (*cache)->FinishAcquire(*t);
+          ASSERT_TRUE(r.ok()) << r.status();
+          EXPECT_LE(r->leases.size(), static_cast<size_t>(capacity));
+          EXPECT_EQ(r->leases.size() + r->host.size(), static_cast<size_t>(kExperts));
+          ASSERT_TRUE((*cache)->Release(1, r->leases).ok());
+          engine->AdvanceTo(engine->now_ns() + 5000000);  // copies behind land
+        }
+      }
+      int resident = 0;
+      for (const SlotInfo& info : (*cache)->SlotsForTest()) resident += info.state == SlotState::kReady;
+      EXPECT_EQ(resident, capacity) << "free slots are filled behind host runs";
+      if (capacity > 0) {
+        // Three experts cannot all be fetched into two slots.
+        std::vector<ExpertDemand> three = {{0, 1}, {1, 1}, {2, 1}};
+        auto t = (*cache)->StartAcquire(2, {.layer = kLayers - 1, .demands = three});
+        ASSERT_FALSE(t.ok());
+        EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted) << t.status();
+      }
+    }
+  }
+  ExpertCacheOptions fetch = LinkOptions(kExperts - 1, false);
+  auto engine = *FakeCopyEngine::Create({1000000000, 1000000, 0, 0, nullptr});
+  auto refused =
+      ExpertCache::Create(fetch, *MakePolicy("lru", Config(kExperts - 1)), engine.get());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("--miss-mode host or auto"));
+}
+
 // With misses run on the host, a miss is copied in behind its answer only
 // when the policy admits it: static-layers keeps the first capacity / E
 // layers resident (llama.cpp's split), static-popular the most used experts.

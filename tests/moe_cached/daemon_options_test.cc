@@ -43,7 +43,7 @@ TEST(ParseDaemonFlagsTest, RejectsBadInput) {
   } cases[] = {
       {{}, "--model is required"},
       {{"--model", "/a", "--model", "/b/a"}, "given twice"},
-      {{"--model", "/a", "--cache-experts", "0"}, "--cache-experts"},
+      {{"--model", "/a", "--cache-experts", "-1"}, "--cache-experts"},  // 0: host misses
       {{"--model", "/a", "--cache-experts", "x"}, "--cache-experts"},
       {{"--model", "/a", "--cache-fraction", "1.5"}, "--cache-fraction"},
       {{"--model", "/a", "--cache-experts", "8", "--cache-bytes", "100"}, "only one of"},
@@ -86,7 +86,18 @@ TEST(ComputeCapacityTest, EachWayAndTheFloor) {
     EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(c.status().message(), HasSubstr("mixtral"));
     EXPECT_THAT(c.status().message(), HasSubstr("fewer than one layer's 8 experts"));
+    // With misses on the host the same counts are allowed (issue 28).
+    for (MissMode mode : {MissMode::kHost, MissMode::kAuto}) {
+      EXPECT_TRUE(ComputeCapacity(small, "mixtral", 4, 8, 1000, 0, mode).ok());
+    }
   }
+  EXPECT_EQ(ComputeCapacity({.experts = 0}, "m", 4, 8, 1000, 0, MissMode::kHost).value(), 0);
+  EXPECT_EQ(ComputeCapacity({.experts = 0}, "m", 4, 8, 1000).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto zero = ParseDaemonFlags({"--model", "/a", "--cache-experts", "0"});
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->capacity.experts, 0);
+  EXPECT_EQ(ParseDaemonFlags({"--model", "/a"})->capacity.experts, -1);  // not given
 }
 
 }  // namespace

@@ -351,7 +351,68 @@ TEST_F(MoeCachedTest, TooSmallCapacityIsRefused) {
     ASSERT_TRUE(st.ok());
     EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) != 0);
     EXPECT_THAT(d.stderr_text(), HasSubstr("fewer than one layer's 8 experts")) << flags[0];
+    // What would allow it is named: misses run on the host.
+    EXPECT_THAT(d.stderr_text(), HasSubstr("--miss-mode host or auto")) << flags[0];
   }
+}
+
+// A cache smaller than a layer (issue 28): allowed down to 0 slots when
+// misses may run on the host, and then it serves only workers that run
+// them: an attach without host execution is refused (naming the slots and
+// what to change); a host worker gets every expert that finds no slot as a
+// host answer, and at most 3 leases.
+TEST_F(MoeCachedTest, CacheSmallerThanALayerServesOnlyHostWorkers) {
+  StartDaemon({"--cache-experts", "3", "--miss-mode", "auto", "--link-gbps", "1",
+               "--host-gbps", "10"});
+  moe::v1::AttachRequest areq;
+  areq.set_model("tiny");
+  areq.set_pid(::getpid());
+  moe::v1::AttachResponse aresp;
+  grpc::ClientContext ctx;
+  const grpc::Status refused = RawStub()->Attach(&ctx, areq, &aresp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("has 3 expert slots, fewer than one layer's 8"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("did not offer host execution"));
+
+  CacheClientOptions o;
+  o.address = daemon_.address();
+  o.model = "tiny";
+  o.worker_id = "host-worker";
+  o.host_execution = true;
+  o.timeout = absl::Seconds(20);
+  auto client = CacheClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->slot_count(), 3u);
+  std::vector<ExpertDemand> all;
+  for (int e = 0; e < 8; ++e) all.push_back({e, 1});
+  for (int layer = 0; layer < 4; ++layer) {
+    auto r = (*client)->Acquire({.layer = layer, .demands = all});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LE(r->leases.size(), 3u);
+    EXPECT_EQ(r->leases.size() + r->host.size(), 8u);
+    for (const SlotLease& l : r->leases) ExpectSlotMatches(**client, layer, l);
+    ASSERT_TRUE((*client)->Release(r->leases).ok());
+  }
+}
+
+TEST_F(MoeCachedTest, ZeroSlotsAnswerEveryExpertOnTheHost) {
+  StartDaemon({"--cache-experts", "0", "--miss-mode", "host"});
+  CacheClientOptions o;
+  o.address = daemon_.address();
+  o.model = "tiny";
+  o.worker_id = "host-worker";
+  o.host_execution = true;
+  o.timeout = absl::Seconds(20);
+  auto client = CacheClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->slot_count(), 0u);
+  auto r = (*client)->Acquire(
+      {.layer = 2, .demands = std::vector<ExpertDemand>{{1, 1}, {6, 3}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->leases.empty());
+  ASSERT_EQ(r->host.size(), 2u);
+  EXPECT_EQ(r->usage.misses, 2);
 }
 
 TEST_F(MoeCachedTest, MetricsSeenThroughARealScrape) {

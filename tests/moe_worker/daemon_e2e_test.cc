@@ -184,6 +184,72 @@ TEST_F(DaemonE2eTest, TokensDoNotDependOnWhereMissesRun) {
   }
 }
 
+// Caches smaller than a layer (issue 28): with misses on the host, 0 and 3
+// slots (tiny mixtral has 8 experts per layer) serve the in-memory tokens;
+// with 0 slots every expert ran on the host.
+TEST_F(DaemonE2eTest, CachesSmallerThanALayerGiveTheInMemoryTokens) {
+  const std::vector<int32_t> want = Reference();
+  for (const auto& [experts, mode] :
+       std::vector<std::pair<int, std::string>>{{0, "host"}, {3, "auto"}, {3, "host"}}) {
+    SCOPED_TRACE(mode + " " + std::to_string(experts));
+    WorkerProcess daemon;
+    StartDaemon(daemon, experts, "moe-infinity", "cached-small.log",
+                {"--miss-mode", mode, "--link-gbps", "1", "--host-gbps", "10"});
+    StartWorker();
+    std::vector<v1::GenerateResponse> rs;
+    grpc::Status s = Call(&rs);
+    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
+    std::vector<int32_t> tokens;
+    for (const auto& r : rs) tokens.push_back(r.token_id());
+    EXPECT_EQ(tokens, want);
+    nlohmann::json m;
+    ASSERT_NO_FATAL_FAILURE(CacheStats(&m));
+    EXPECT_EQ(m["capacity_experts"], experts);
+    EXPECT_GT(m["host_runs"].get<int64_t>(), 0) << m.dump();
+    if (experts == 0) {
+      EXPECT_EQ(m["hits"].get<int64_t>(), 0);
+      EXPECT_EQ(m["host_runs"].get<int64_t>(), m["misses"].get<int64_t>());
+    }
+    worker_.Signal(SIGTERM);
+    EXPECT_EQ(worker_.Wait(), 0) << worker_.Log();
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+  }
+}
+
+// The trained model (96 experts) through a daemon of 0 slots, every expert
+// run on the host, gives the tokens of a daemon that holds all 96.
+TEST_F(DaemonE2eTest, ZeroSlotsServeTheTrainedModelAsAFullCache) {
+  const std::string kjv = std::string(MOE_SOURCE_DIR) + "/deploy/models/kjv-moe";
+  std::vector<std::vector<int32_t>> got;
+  for (const std::string experts : {"0", "96"}) {
+    SCOPED_TRACE(experts);
+    WorkerProcess daemon;
+    ASSERT_TRUE(daemon.Spawn({"--model", "kjv=" + kjv, "--listen", cache_sock_,
+                              "--metrics-addr", "", "--cache-experts", experts,
+                              "--miss-mode", "host"},
+                             dir_.Sub("cached-kjv-" + experts + ".log"), CachedBinary()));
+    ASSERT_TRUE(daemon.WaitServing(cache_sock_)) << daemon.Log();
+    ASSERT_TRUE(worker_.Spawn({"--model", kjv, "--listen", worker_sock_, "--device", "cpu",
+                               "--metrics-addr", "", "--cache", cache_sock_,
+                               "--cache-model", "kjv"},
+                              dir_.Sub("worker-kjv.log")));
+    ASSERT_TRUE(worker_.WaitServing(worker_sock_)) << worker_.Log();
+    stub_ = v1::Inference::NewStub(rpc::MakeChannel(*rpc::ParseListenAddress(worker_sock_)));
+    std::vector<v1::GenerateResponse> rs;
+    grpc::Status s = Call(&rs, 24);
+    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
+    got.emplace_back();
+    for (const auto& r : rs) got.back().push_back(r.token_id());
+    EXPECT_EQ(got.back().size(), 24u);
+    worker_.Signal(SIGTERM);
+    EXPECT_EQ(worker_.Wait(), 0) << worker_.Log();
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+  }
+  EXPECT_EQ(got[0], got[1]);
+}
+
 // A batched worker's acquires carry each request's own row over the shm
 // channel: with moe-infinity every one of the concurrent requests ends with
 // an activation matrix of its own in the daemon's EAMC (were the batch's
