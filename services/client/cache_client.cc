@@ -128,6 +128,8 @@ struct CacheClient::Impl {
     areq.set_worker_id(options.worker_id);
     areq.set_pid(::getpid());
     areq.set_host_execution(options.host_execution);
+    areq.set_arena_kind(options.cuda != nullptr ? moe::v1::ARENA_KIND_CUDA_IPC
+                                                : moe::v1::ARENA_KIND_HOST_SHM);
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     ctx.set_wait_for_ready(false);

@@ -36,8 +36,9 @@ struct DaemonOptions {
   CapacitySpec capacity;
   std::string policy = "moe-infinity";
   // --device auto|cpu|cuda: where the arena lives (see ResolveDevice in
-  // cuda_arena.h). The default stays cpu until moe-worker maps CUDA arenas.
-  std::string device = "cpu";
+  // cuda_arena.h). auto, as moe-worker's default: both pick CUDA when a GPU
+  // is usable, and a mismatch is refused at attach (sessions.h).
+  std::string device = "auto";
   bool prefetch = true;
   double link_gbps = 0;  // GB/s (1e9 bytes/s) pacing CPU copies; 0: unpaced
   // --miss-mode fetch|host|auto: where misses of workers that can run

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = daemon.Start(); !s.ok()) {
     MOE_LOG(ERROR) << "moe-cached: " << s;
     daemon.Stop();
-    return 1;
+    return moe::rpc::StartFailureExitCode(s);
   }
   moe::rpc::NotifyReady();
   int sig = signals.Wait();

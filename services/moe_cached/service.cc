@@ -23,7 +23,8 @@ absl::Status CheckLength(int n, const char* what) {
 grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::AttachRequest* req,
                                         moe::v1::AttachResponse* resp) {
   absl::StatusOr<AttachResult> r =
-      sessions_->Attach(req->model(), req->worker_id(), req->pid(), req->host_execution());
+      sessions_->Attach(req->model(), req->worker_id(), req->pid(), req->host_execution(),
+                        req->arena_kind());
   if (!r.ok()) return ToGrpcStatus(r.status());
   const CachedModel& m = *r->model;
   const ExpertStore& store = m.store();

@@ -54,6 +54,27 @@ void FillError(const absl::Status& s, channel::ResponseMsg* reply) {
   reply->error[n] = '\0';
 }
 
+// The worker maps what the model's arena is (design: the device is
+// negotiated at attach, so a mismatch is a clear start error on both sides,
+// not a restart loop).
+absl::Status CheckArenaKind(const CachedModel& model, const std::string& worker,
+                            moe::v1::ArenaKind wanted) {
+  const bool on_cuda = model.cuda_arena() != nullptr;
+  if (wanted == moe::v1::ARENA_KIND_UNSPECIFIED ||
+      wanted == (on_cuda ? moe::v1::ARENA_KIND_CUDA_IPC : moe::v1::ARENA_KIND_HOST_SHM)) {
+    return absl::OkStatus();
+  }
+  const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
+      "moe-cached keeps model '", model.name(), "' in ",
+      on_cuda ? "CUDA device memory" : "host memory", " but worker '", worker,
+      "' computes on ", on_cuda ? "the CPU" : "a CUDA device", ": give both the same --device (",
+      on_cuda ? "the worker --device cuda or auto, or moe-cached --device cpu"
+              : "moe-cached --device cuda or auto, or the worker --device cpu",
+      ")"));
+  MOE_LOG(WARNING) << "attach refused: " << refused.message();
+  return refused;
+}
+
 }  // namespace
 
 std::string ClipName(absl::string_view name) {
@@ -71,7 +92,8 @@ SessionManager::~SessionManager() { Stop(); }
 
 absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
                                                     const std::string& worker_id, int pid,
-                                                    bool host_execution) {
+                                                    bool host_execution,
+                                                    moe::v1::ArenaKind arena_kind) {
   auto it = models_.find(model);
   if (it == models_.end()) {
     std::vector<std::string> names;
@@ -81,6 +103,7 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
                                             absl::StrJoin(names, ", "), ")"));
   }
   CachedModel* const cached = it->second;
+  RETURN_IF_ERROR(CheckArenaKind(*cached, ClipName(worker_id), arena_kind));
   // Descriptors through the broker when the arena is an unnamed memfd: no
   // name in /dev/shm that another process could open.
   const bool pass_fds = broker_ != nullptr && cached->arena().valid() &&

@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "moe/v1/expert_cache.pb.h"
 #include "services/cache/expert_cache.h"
 #include "services/cache/shm_region.h"
 #include "services/channel/shm_channel.h"
@@ -96,8 +97,14 @@ class SessionManager {
   // for a bad pid; RESOURCE_EXHAUSTED (naming the limit) when max_sessions
   // sessions are live; FAILED_PRECONDITION after Stop.
   // `host_execution`: the worker can run experts from the host store.
-  absl::StatusOr<AttachResult> Attach(const std::string& model, const std::string& worker_id,
-                                      int pid, bool host_execution = false);
+  // `arena_kind`: the arena the worker can map (UNSPECIFIED: not said);
+  // FAILED_PRECONDITION, logged here too, when the model's is the other
+  // kind, and when the model's cache is smaller than a layer and the worker
+  // cannot run misses on the host.
+  absl::StatusOr<AttachResult> Attach(
+      const std::string& model, const std::string& worker_id, int pid,
+      bool host_execution = false,
+      moe::v1::ArenaKind arena_kind = moe::v1::ARENA_KIND_UNSPECIFIED);
   absl::Status Detach(uint64_t session_id);
 
   // INVALID_ARGUMENT for request 0; RESOURCE_EXHAUSTED beyond

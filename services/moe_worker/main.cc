@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   if (!worker.ok()) {
     std::fprintf(stderr, "moe-worker: %s\n",
                  worker.status().ToString().c_str());
-    return 1;
+    return moe::rpc::StartFailureExitCode(worker.status());
   }
   MOE_LOG(INFO) << (*worker)->StartupLine();
   moe::rpc::NotifyReady();

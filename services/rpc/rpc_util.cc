@@ -364,6 +364,18 @@ void NotifyStatus(const std::string& status) {
   sd_notify(0, absl::StrCat("STATUS=", status).c_str());
 }
 
+int StartFailureExitCode(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kPermissionDenied:
+      return kExitConfig;
+    default:
+      return 1;
+  }
+}
+
 TerminationSignals::TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);

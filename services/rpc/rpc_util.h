@@ -117,6 +117,15 @@ void NotifyStopping();
 // sd_notify(STATUS=...): the line `systemctl status` shows while starting.
 void NotifyStatus(const std::string& status);
 
+// The exit status of a service whose start failed with `status`: 78
+// (EX_CONFIG, kExitConfig) when retrying cannot help (INVALID_ARGUMENT,
+// FAILED_PRECONDITION, NOT_FOUND, PERMISSION_DENIED: a flag, the model or
+// the other service's configuration is wrong), so that the systemd units'
+// RestartPreventExitStatus stops the restart loop; 1 otherwise (UNAVAILABLE
+// and the rest may pass: restart).
+inline constexpr int kExitConfig = 78;
+int StartFailureExitCode(const absl::Status& status);
+
 // Blocks SIGTERM and SIGINT in the calling thread (call first thing in main,
 // before any thread starts, so every thread inherits the mask) and returns
 // a function that waits for one of them and returns its number.

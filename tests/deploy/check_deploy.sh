@@ -52,9 +52,14 @@ fi
 for unit in moe-cached.service moe-worker.service; do
   for key in Type=notify Restart=on-failure LimitMEMLOCK=infinity User=moecache \
              RuntimeDirectory=moecache RuntimeDirectoryPreserve=yes NoNewPrivileges=yes \
-             ProtectSystem=strict PrivateTmp=yes EnvironmentFile=/etc/moecache/moecache.env; do
+             ProtectSystem=strict PrivateTmp=yes EnvironmentFile=/etc/moecache/moecache.env \
+             "RestartPreventExitStatus=2 78"; do
     grep -qx "$key" "$SRC/deploy/systemd/$unit" || fail "$unit lacks $key"
   done
+  # Both services take their --device from one variable, so they agree
+  # (issue 28: a worker on CUDA against a host arena is a restart loop).
+  grep -qx '    --device=${MOECACHE_DEVICE} \\' "$SRC/deploy/systemd/$unit" \
+    || fail "$unit does not pass --device=\${MOECACHE_DEVICE}"
 done
 grep -qx "StateDirectory=moecache" "$SRC/deploy/systemd/moe-cached.service" \
   || fail "moe-cached.service lacks StateDirectory=moecache"

@@ -25,7 +25,12 @@
 #include "gtest/gtest.h"
 #include "kernels/device_memory.h"
 #include "services/cache/cuda_copy_engine.h"
+#include "common/model_desc.h"
+#include "prometheus/registry.h"
+#include "services/moe_cached/cached_model.h"
 #include "services/moe_cached/daemon_options.h"
+#include "services/moe_cached/expert_store.h"
+#include "services/moe_cached/sessions.h"
 #include "tests/cache/fake_cuda_module.h"
 #include "tests/moe_cached/daemon_process.h"
 
@@ -62,7 +67,9 @@ TEST(CudaArenaTest, DeviceFlagAndVramFractionCapacity) {
   auto o = ParseDaemonFlags({"--model", "/m", "--device", "cuda"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->device, "cuda");
-  EXPECT_EQ(ParseDaemonFlags({"--model", "/m"})->device, "cpu");
+  // The same default as moe-worker's --device (issue 28: the shipped
+  // services connect on a GPU host).
+  EXPECT_EQ(ParseDaemonFlags({"--model", "/m"})->device, "auto");
   EXPECT_EQ(ParseDaemonFlags({"--model", "/m", "--device=tpu"}).status().code(),
             StatusCode::kInvalidArgument);
   CapacitySpec spec;
@@ -145,6 +152,55 @@ TEST(CudaArenaTest, ArenaOnFakeModule) {
   EXPECT_TRUE(Contains(oom.status(), "1073741824 bytes")) << oom.status();
   EXPECT_EQ(CudaArenaMapping::Open(FakeCuda::Memory(), "short", 1).status().code(),
             StatusCode::kInvalidArgument);
+  fake.Reset();
+}
+
+// The device is negotiated at attach (issue 28): a worker names the arena it
+// can map, and a model whose arena is of the other kind refuses it before
+// any channel or grant exists, naming both devices and the --device to
+// change. The CUDA side runs on the fake module: no device call is made
+// until a copy.
+TEST(CudaArenaTest, AttachRefusesAWorkerOnTheOtherDevice) {
+  FakeCuda& fake = FakeCuda::Get();
+  fake.Reset();
+  moe::testing::TempDir dir;
+  ASSERT_TRUE(moe::testing::MakeTinyModel(dir.Sub("tiny")).ok());
+  auto desc = ModelDescription::Open(dir.Sub("tiny"));
+  ASSERT_TRUE(desc.ok()) << desc.status();
+  prometheus::Registry registry;
+  for (bool on_cuda : {true, false}) {
+    SCOPED_TRACE(on_cuda ? "CUDA arena" : "host arena");
+    auto store = ExpertStore::Load("tiny", *desc);
+    ASSERT_TRUE(store.ok()) << store.status();
+    CachedModelOptions o;
+    o.name = on_cuda ? "on-cuda" : "on-host";
+    o.cache.capacity = 8;
+    o.cache.policy = "lru";
+    if (on_cuda) o.cuda = FakeCuda::Memory();
+    auto model = CachedModel::Create(std::move(*store), o, registry);
+    ASSERT_TRUE(model.ok()) << model.status();
+    SessionManager sessions({model->get()}, 4);
+    const moe::v1::ArenaKind mine =
+        on_cuda ? moe::v1::ARENA_KIND_CUDA_IPC : moe::v1::ARENA_KIND_HOST_SHM;
+    const moe::v1::ArenaKind other =
+        on_cuda ? moe::v1::ARENA_KIND_HOST_SHM : moe::v1::ARENA_KIND_CUDA_IPC;
+    auto refused = sessions.Attach(o.name, "w", ::getpid(), false, other);
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(Contains(refused.status(), on_cuda ? "in CUDA device memory but worker 'w' "
+                                                     "computes on the CPU"
+                                                   : "in host memory but worker 'w' computes "
+                                                     "on a CUDA device"))
+        << refused.status();
+    EXPECT_TRUE(Contains(refused.status(), on_cuda ? "moe-cached --device cpu"
+                                                   : "moe-cached --device cuda"))
+        << refused.status();
+    for (moe::v1::ArenaKind ok : {mine, moe::v1::ARENA_KIND_UNSPECIFIED}) {
+      auto attached = sessions.Attach(o.name, "w", ::getpid(), false, ok);
+      ASSERT_TRUE(attached.ok()) << attached.status();
+      EXPECT_TRUE(sessions.Detach(attached->session_id).ok());
+    }
+    sessions.Stop();
+  }
   fake.Reset();
 }
 
