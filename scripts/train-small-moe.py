@@ -44,6 +44,16 @@ import torch.nn.functional as F
 
 HELD_OUT = ("Ruth", "Jonah", "Phi")  # Ruth, Jonah, Philippians
 SPECIALS = ["<|endoftext|>"]
+# Chat over plain verse text (no retraining): a conversation is written as
+# the KJV's own dialogue, a verse a line, and the reply starts where a verse
+# of answer would. Nothing here is a special token.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ message['content'] + '\\n' }}"
+    "{% elif message['role'] == 'user' %}{{ 'And he said unto him, ' + message['content'] + '\\n' }}"
+    "{% else %}{{ 'And he answered and said, ' + message['content'] + '\\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'And he answered and said,' }}{% endif %}")
 # GPT-2's pre-tokenizer pattern for ASCII text (the corpus is pure ASCII;
 # the C++ tokenizer applies the full Unicode form of the same pattern).
 PRETOKEN = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""")
@@ -497,8 +507,8 @@ def main():
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None,
                    "eos_token": SPECIALS[0], "pad_token": SPECIALS[0],
                    "add_bos_token": False, "add_eos_token": False,
-                   "model_max_length": c.max_pos, "clean_up_tokenization_spaces": False}, f,
-                  indent=2)
+                   "model_max_length": c.max_pos, "clean_up_tokenization_spaces": False,
+                   "chat_template": CHAT_TEMPLATE}, f, indent=2)
     with open(os.path.join(a.out, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": eot, "do_sample": True, "temperature": 0.8, "top_p": 0.95},
                   f, indent=2)

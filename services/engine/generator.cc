@@ -59,7 +59,7 @@ absl::StatusOr<GenerateSummary> Generate(
   session.set_routing_observer(std::move(observer));
   session.set_pregate_hints(o.pregate_hints);
   RETURN_IF_ERROR(session.set_pregate_distance(o.pregate_distance));
-  Sampler sampler(o.sampling);
+  Sampler sampler(o.sampling, o.prompt);
   GenerateSummary summary;
   summary.prompt_tokens = static_cast<int>(o.prompt.size());
   summary.finish_reason = "length";

@@ -33,6 +33,25 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("top_p must be in [0, 1], got ", p.top_p));
   }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", p.min_p));
+  }
+  if (p.top_k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", p.top_k));
+  }
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be > 0, got ", p.repetition_penalty));
+  }
+  if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty)) {
+    return absl::InvalidArgumentError("presence_penalty and frequency_penalty must be finite");
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || !std::isfinite(bias)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias needs token ids >= 0 and finite biases, got ", id, ": ", bias));
+    }
+  }
   if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat(
         "top_logprobs must be in [0, ", kMaxTopLogprobs, "], got ",
@@ -60,8 +79,78 @@ uint64_t Rng::Next() {
 
 double Rng::Uniform() { return (Next() >> 11) * 0x1.0p-53; }
 
-Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt)
+    : params_(params), rng_(params.seed) {
+  if (params_.repetition_penalty != 1.0f) seen_.insert(prompt.begin(), prompt.end());
+}
+
+bool Sampler::Adjusts() const {
+  return !params_.logit_bias.empty() || params_.repetition_penalty != 1.0f ||
+         params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+}
+
+std::vector<float> Sampler::AdjustedLogits(absl::Span<const float> logits) const {
+  std::vector<float> out(logits.begin(), logits.end());
+  const int32_t n = static_cast<int32_t>(out.size());
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < n) out[id] += bias;
+  }
+  if (params_.repetition_penalty != 1.0f) {
+    const float r = params_.repetition_penalty;
+    for (int32_t id : seen_) {
+      if (id >= 0 && id < n) out[id] = out[id] > 0.0f ? out[id] / r : out[id] * r;
+    }
+  }
+  for (const auto& [id, count] : output_counts_) {
+    if (id < 0 || id >= n) continue;
+    out[id] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
+  }
+  return out;
+}
+
+size_t Sampler::Truncate(absl::Span<const float> logits, double* total) {
+  const size_t n = scratch_.size();
+  const bool top_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n;
+  const bool top_p = params_.top_p > 0.0f && params_.top_p < 1.0f;
+  const bool min_p = params_.min_p > 0.0f;
+  if (!top_k && !top_p && !min_p) return n;
+  // By logit, not by rounded probability, so that top_k = 1 is the argmax.
+  std::sort(scratch_.begin(), scratch_.end(), [&](const auto& a, const auto& b) {
+    const float la = logits[a.second], lb = logits[b.second];
+    return la != lb ? la > lb : a.second < b.second;
+  });
+  size_t keep = n;
+  auto mass = [&](size_t k) {
+    double sum = 0.0;
+    for (size_t i = 0; i < k; ++i) sum += scratch_[i].first;
+    return sum;
+  };
+  if (top_k) {
+    keep = static_cast<size_t>(params_.top_k);
+    *total = mass(keep);
+  }
+  if (top_p) {
+    double cum = 0.0;
+    const double target = params_.top_p * *total;
+    size_t k = 0;
+    while (k < keep) {
+      cum += scratch_[k++].first;
+      if (cum >= target) break;
+    }
+    keep = k;
+    *total = cum;
+  }
+  if (min_p) {
+    const float floor = params_.min_p * scratch_[0].first;
+    size_t k = 1;
+    while (k < keep && scratch_[k].first >= floor) ++k;
+    if (k < keep) {
+      keep = k;
+      *total = mass(keep);
+    }
+  }
+  return keep;
+}
 
 int32_t Sampler::Draw(absl::Span<const float> logits) {
   const int32_t n = static_cast<int32_t>(logits.size());
@@ -72,7 +161,7 @@ int32_t Sampler::Draw(absl::Span<const float> logits) {
     }
     return best;
   }
-  // Probabilities at temperature T, sorted descending for the nucleus.
+  // Probabilities at temperature T (unnormalized).
   const double inv_t = 1.0 / params_.temperature;
   float max = *std::max_element(logits.begin(), logits.end());
   scratch_.clear();
@@ -83,20 +172,7 @@ int32_t Sampler::Draw(absl::Span<const float> logits) {
     scratch_.emplace_back(p, i);
     total += p;
   }
-  size_t keep = scratch_.size();
-  bool truncate = params_.top_p > 0.0f && params_.top_p < 1.0f;
-  if (truncate) {
-    std::sort(scratch_.begin(), scratch_.end(), [](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first > b.first : a.second < b.second;
-    });
-    double cum = 0.0;
-    const double target = params_.top_p * total;
-    for (keep = 0; keep < scratch_.size();) {
-      cum += scratch_[keep++].first;
-      if (cum >= target) break;
-    }
-    total = cum;
-  }
+  const size_t keep = Truncate(logits, &total);
   double u = rng_.Uniform() * total;
   double cum = 0.0;
   for (size_t i = 0; i < keep; ++i) {
@@ -108,7 +184,16 @@ int32_t Sampler::Draw(absl::Span<const float> logits) {
 
 SampledToken Sampler::Next(absl::Span<const float> logits) {
   SampledToken out;
-  out.token = Draw(logits);
+  if (Adjusts()) {
+    const std::vector<float> adjusted = AdjustedLogits(logits);
+    out.token = Draw(adjusted);
+  } else {
+    out.token = Draw(logits);
+  }
+  if (params_.repetition_penalty != 1.0f) seen_.insert(out.token);
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    ++output_counts_[out.token];
+  }
   const double lse = LogSumExp(logits);
   out.logprob = static_cast<float>(logits[out.token] - lse);
   if (params_.top_logprobs > 0) {

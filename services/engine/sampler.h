@@ -1,6 +1,24 @@
-// Token sampling from logits: greedy, temperature and nucleus (top-p), seeded
-// and reproducible across runs and machines (own xoshiro256** generator), plus
-// log-probabilities.
+// Token sampling from logits: one sampler chain shared by every transport
+// (gRPC, HTTP, moectl), seeded and reproducible across runs and machines
+// (own xoshiro256** generator), plus log-probabilities.
+//
+// The chain, in order (each step is off at its neutral value):
+//   1. logit_bias: adds a bias to chosen token ids' logits;
+//   2. repetition_penalty r (CTRL / Hugging Face): every token seen in the
+//      prompt or the output so far has its logit l divided by r when l > 0,
+//      multiplied by r otherwise;
+//   3. presence_penalty a, frequency_penalty f (OpenAI): a token generated c
+//      times so far (output only, not the prompt) loses a * (c > 0) + f * c;
+//   4. temperature 0: argmax of the adjusted logits (ties -> lower id), done;
+//   5. temperature T > 0: probabilities softmax(l / T);
+//   6. top_k: keeps the k most probable (ties -> lower id);
+//   7. top_p: keeps the smallest prefix of those whose mass reaches p;
+//   8. min_p: keeps those with probability >= min_p * the most probable's;
+//   9. one draw from what is left, renormalized.
+//
+// Each Sampler has its own generator and its own token counts, so a
+// sequence's tokens depend only on its logits, its parameters and its seed,
+// never on what it is batched with.
 //
 // Log-probabilities are those of the model's distribution (log-softmax of the
 // raw logits, temperature 1), whatever the sampling settings: they describe
@@ -14,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 
@@ -21,15 +41,27 @@ namespace moe {
 
 inline constexpr int kMaxTopLogprobs = 20;
 
+// The defaults below are every interface's defaults (HTTP, gRPC, moectl
+// generate/run/chat): greedy, no truncation, no penalties, and a random
+// seed when none is given (serving::Request).
 struct SamplingParams {
-  float temperature = 0.0f;  // 0 = greedy (argmax, ties -> lower id)
-  float top_p = 1.0f;        // 0 or >= 1: no truncation
+  float temperature = 0.0f;         // 0 = greedy (argmax, ties -> lower id)
+  int top_k = 0;                    // 0 = off
+  float top_p = 1.0f;               // 0 or >= 1: no truncation
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off; > 0
+  float presence_penalty = 0.0f;    // 0 = off
+  float frequency_penalty = 0.0f;   // 0 = off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias)
   uint64_t seed = 0;
-  int top_logprobs = 0;      // 0..kMaxTopLogprobs alternatives per token
+  int top_logprobs = 0;             // 0..kMaxTopLogprobs alternatives per token
 };
 
-// INVALID_ARGUMENT for NaN or negative temperature, top_p outside [0, 1],
-// top_logprobs outside [0, kMaxTopLogprobs].
+// INVALID_ARGUMENT for NaN or negative temperature, top_p or min_p outside
+// [0, 1], negative top_k, a repetition_penalty that is not > 0, non-finite
+// penalties or biases, negative logit_bias ids, top_logprobs outside
+// [0, kMaxTopLogprobs]. (Request::Validate holds the tighter bounds the
+// transports accept; this guards the engine.)
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 struct SampledToken {
@@ -52,16 +84,27 @@ class Rng {
 
 class Sampler {
  public:
+  // `prompt`: the tokens repetition_penalty counts besides the output.
   // REQUIRES: ValidateSamplingParams(params).ok()
-  explicit Sampler(const SamplingParams& params);
+  explicit Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt = {});
 
+  // Samples the next token and counts it as output (for the penalties).
   SampledToken Next(absl::Span<const float> logits);
 
+  // The logits after steps 1-3 of the chain, given the tokens so far.
+  std::vector<float> AdjustedLogits(absl::Span<const float> logits) const;
+
  private:
+  bool Adjusts() const;
   int32_t Draw(absl::Span<const float> logits);
+  // Steps 6-8 on scratch_ (probabilities, sorted when truncating); returns
+  // how many of scratch_ are kept and sets *total to their mass.
+  size_t Truncate(absl::Span<const float> logits, double* total);
 
   SamplingParams params_;
   Rng rng_;
+  absl::flat_hash_set<int32_t> seen_;             // prompt + output
+  absl::flat_hash_map<int32_t, int64_t> output_counts_;
   std::vector<std::pair<float, int32_t>> scratch_;
 };
 

@@ -1,6 +1,7 @@
 #include "services/flags/flag_groups.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log_level.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
@@ -121,6 +122,16 @@ absl::StatusOr<rpc::SecurityOptions> SecurityFromFlags(const FlagSet& f) {
   s.auth_token_file = f.GetString("auth-token-file");
   RETURN_IF_ERROR(rpc::ValidateSecurityOptions(s));
   return s;
+}
+
+void DeclareChatTemplate(FlagSet& f, const std::vector<std::string>& builtins) {
+  f.Group("chat");
+  f.String("chat-template", "",
+           absl::StrCat("chat template: a Jinja FILE (or a JSON file with chat_template) or a "
+                        "built-in NAME (",
+                        absl::StrJoin(builtins, ", "),
+                        "); default: the model's tokenizer_config.json, else chatml with a "
+                        "warning"));
 }
 
 void DeclareLogLevel(FlagSet& f) {

@@ -14,6 +14,7 @@
 //            charges a host run its weight read alone, miss_planner.h)
 //   serving: --listen, --metrics-addr, --socket-group, --tls-cert, --tls-key,
 //            --tls-client-ca, --auth-token-file
+//   chat:    --chat-template FILE|NAME
 //   logging: --log-level
 //
 // Every From* reads a FlagSet that declared the group and parsed OK.
@@ -22,6 +23,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/flags.h"
@@ -71,6 +73,11 @@ void DeclareServing(FlagSet& f, bool repeatable_listen, const std::string& defau
 // The security flags; INVALID_ARGUMENT for an empty value or a combination
 // ValidateSecurityOptions refuses.
 absl::StatusOr<rpc::SecurityOptions> SecurityFromFlags(const FlagSet& f);
+
+// --chat-template FILE|NAME: the template chat requests are rendered with
+// (`builtins` are the NAMEs, listed in the help); unset: the model's own,
+// else ChatML (openai::ChatTemplate::Resolve).
+void DeclareChatTemplate(FlagSet& f, const std::vector<std::string>& builtins);
 
 // --log-level debug|info|warning|error, any case; unset: MOE_LOG_LEVEL or
 // info.

@@ -171,10 +171,18 @@ absl::Status Worker::LoadModel() {
   }
   if (!options_.http.listen.empty()) {
     // A template this interpreter cannot render fails here, not later.
-    ASSIGN_OR_RETURN(chat_template_, openai::ChatTemplate::FromModelDir(options_.model_dir));
-    if (chat_template_ == nullptr) {
+    bool fallback = false;
+    std::string origin;
+    ASSIGN_OR_RETURN(chat_template_, openai::ChatTemplate::Resolve(
+                                         options_.chat_template, options_.model_dir, &fallback,
+                                         &origin));
+    if (fallback) {
       MOE_LOG(WARNING) << "no chat_template in " << options_.model_dir
-                       << "/tokenizer_config.json: /v1/chat/completions answers 400";
+                       << "/tokenizer_config.json: chat uses the built-in ChatML template, "
+                          "which this model may not have been trained on (choose one with "
+                          "--chat-template FILE|NAME)";
+    } else {
+      MOE_LOG(INFO) << "chat template: " << origin;
     }
   }
   return absl::OkStatus();

@@ -69,6 +69,9 @@ struct WorkerOptions {
   absl::Duration shutdown_grace = absl::Seconds(10);
   // The OpenAI-compatible HTTP API (--http-listen); off when listen is "".
   HttpOptions http;
+  // --chat-template: a built-in name or a file; "" = the model's, else
+  // ChatML (openai::ChatTemplate::Resolve).
+  std::string chat_template;
 };
 
 // The expert provider for `cache`: "none" keeps every expert in backend

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "services/engine/session.h"
 #include "services/flags/flag_groups.h"
+#include "services/openai/chat_template.h"
 
 namespace moe::worker {
 namespace {
@@ -71,6 +72,7 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
   f.Int("shutdown-grace-s", absl::ToInt64Seconds(d.shutdown_grace),
         "seconds in-flight requests get on SIGTERM", kNonNegativeInt);
   f.String("port-file", d.port_file, "write the bound ports as JSON once serving");
+  flag_groups::DeclareChatTemplate(f, openai::BuiltinChatTemplateNames());
   f.Group("");
   f.Bool("version", false, "print the build and whether CUDA loads");
   flag_groups::DeclareLogLevel(f);
@@ -117,6 +119,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   o.http.request_timeout = absl::Seconds(f.GetDouble("http-request-timeout-s"));
   o.shutdown_grace = absl::Seconds(f.GetInt("shutdown-grace-s"));
   o.port_file = f.GetString("port-file");
+  o.chat_template = f.GetString("chat-template");
   o.record_trace = f.GetString("record-trace");
   return flags;
 }

@@ -1,8 +1,11 @@
 // moectl chat: a terminal conversation with a moe-worker through its
 // OpenAI-compatible HTTP API (--http-listen), streamed token by token, with
 // the model's chat template applied by the worker.
-//   moectl chat --url http://127.0.0.1:8080 [--system TEXT] [--max-tokens N]
-//               [--temperature T] [--auth-token-file F] [--tls-ca F]
+//   moectl chat [--url http://127.0.0.1:8080 | --worker-port-file FILE] [--system TEXT]
+//               [--max-tokens N] [sampler flags] [--auth-token-file F] [--tls-ca F]
+// The sampler flags and their defaults are `moectl run`'s and `moectl
+// generate`'s (sampling_flags.h), which are the worker's own. --worker-port-file
+// reads the HTTP port the worker wrote to its --port-file ("http_port").
 // One line of stdin is one user turn; "/reset" forgets the conversation;
 // EOF ends. Exit codes: 0 at EOF, 2 bad flags, 1 a request failed.
 #include <httplib.h>
@@ -16,7 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "services/moectl/commands.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
 #include "services/moectl/flags.h"
+#include "services/moectl/sampling_flags.h"
 #include "services/rpc/security.h"
 
 namespace moe::moectl {
@@ -87,12 +93,39 @@ absl::StatusOr<std::string> StreamTurn(httplib::Client& client,
   return reply;
 }
 
+// --url, or with --worker-port-file the same scheme and host at the port the
+// worker reported.
+absl::StatusOr<std::string> ChatUrl(const FlagSet& f) {
+  const std::string url = f.GetString("url");
+  if (f.GetString("worker-port-file").empty()) return url;
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(f.GetString("worker-port-file")));
+  const json ports = json::parse(text, nullptr, false);
+  if (!ports.is_object() || !ports.contains("http_port") ||
+      !ports["http_port"].is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--worker-port-file ", f.GetString("worker-port-file"),
+        " names no http_port (is the worker started with --http-listen?)"));
+  }
+  // scheme://host[:port][/...] -> scheme://host:http_port
+  const size_t host = url.find("://") == std::string::npos ? 0 : url.find("://") + 3;
+  size_t end = url.find('/', host);
+  if (end == std::string::npos) end = url.size();
+  std::string authority = url.substr(host, end - host);
+  const size_t colon = authority.rfind(':');
+  if (colon != std::string::npos && authority.find(']', colon) == std::string::npos) {
+    authority.resize(colon);
+  }
+  return absl::StrCat(url.substr(0, host), authority, ":", ports["http_port"].get<int>());
+}
+
 int RunChat(const Args& args) {
   FlagSet f("chat", "--url URL [flags]");
   f.String("url", "http://127.0.0.1:8080", "the worker's --http-listen address");
+  f.String("worker-port-file", "",
+           "the worker's --port-file: talk to the http_port it reports (on --url's host)");
   f.String("system", "", "a system message to start the conversation with");
   f.Int("max-tokens", 256, "longest reply");
-  f.Double("temperature", 0.7, "sampling temperature (0: greedy)");
+  DeclareSamplingFlags(f);
   f.String("auth-token-file", "", "bearer token file (the worker's --auth-token-file)");
   f.String("tls-ca", "", "CA certificate to verify an https:// worker");
   if (absl::Status s = f.Parse(args); !s.ok()) {
@@ -104,9 +137,17 @@ int RunChat(const Args& args) {
     std::printf("%s", f.Usage().c_str());
     return 0;
   }
-  httplib::Client client(f.GetString("url"));
+  serving::Request sampling;
+  absl::StatusOr<std::string> url = ChatUrl(f);
+  absl::Status sampled = SamplingFromFlags(f, &sampling);
+  if (!url.ok() || !sampled.ok()) {
+    std::fprintf(stderr, "moectl chat: %s\n",
+                 std::string((url.ok() ? sampled : url.status()).message()).c_str());
+    return 2;
+  }
+  httplib::Client client(*url);
   if (!client.is_valid()) {
-    std::fprintf(stderr, "moectl chat: bad --url %s\n", f.GetString("url").c_str());
+    std::fprintf(stderr, "moectl chat: bad --url %s\n", url->c_str());
     return 2;
   }
   if (!f.GetString("tls-ca").empty()) client.set_ca_cert_path(f.GetString("tls-ca").c_str());
@@ -137,10 +178,9 @@ int RunChat(const Args& args) {
     }
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
-    const json body = {{"messages", messages},
-                       {"max_tokens", f.GetInt("max-tokens")},
-                       {"temperature", f.GetDouble("temperature")},
-                       {"stream", true}};
+    json body = {{"messages", messages}, {"max_tokens", f.GetInt("max-tokens")}};
+    body.update(SamplingJson(sampling));
+    body["stream"] = true;
     absl::StatusOr<std::string> reply = StreamTurn(client, headers, body);
     if (!reply.ok()) {
       std::fprintf(stderr, "moectl chat: %s\n",

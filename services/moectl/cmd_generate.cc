@@ -21,6 +21,8 @@
 #include "services/moectl/client_channel.h"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
+#include "services/moectl/sampling_flags.h"
+#include "services/serving/request_proto.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::moectl {
@@ -32,6 +34,7 @@ void DeclareFlags(FlagSet& f) {
   f.String("target", "", "moe-worker address: unix:PATH or HOST:PORT (required)");
   f.String("prompt", "", "prompt text (the worker tokenizes it)");
   DeclareGenerationFlags(f);
+  DeclareSamplingFlags(f);
   f.String("stop-ids", "", "comma-separated token ids that end generation");
   f.Double("timeout-s", 300, "deadline for the whole request, seconds");
   DeclareClientSecurityFlags(f);
@@ -78,16 +81,28 @@ absl::StatusOr<v1::GenerateRequest> RequestFromFlags(const FlagSet& f) {
   const int64_t n = f.GetInt("max-new-tokens");
   const int64_t top = f.GetInt("top-logprobs");
   if (n < INT32_MIN || n > INT32_MAX || top < INT32_MIN || top > INT32_MAX ||
-      f.GetInt("seed") < 0) {
+      f.GetInt("top-k") < INT32_MIN || f.GetInt("top-k") > INT32_MAX) {
     return absl::InvalidArgumentError(
-        "--max-new-tokens, --top-logprobs or --seed out of range");
+        "--max-new-tokens, --top-logprobs or --top-k out of range");
   }
   r.set_max_new_tokens(static_cast<int32_t>(n));
   r.set_top_logprobs(static_cast<int32_t>(top));
-  r.set_temperature(static_cast<float>(f.GetDouble("temperature")));
-  r.set_top_p(static_cast<float>(f.GetDouble("top-p")));
-  r.set_seed(static_cast<uint64_t>(f.GetInt("seed")));
-  r.set_ignore_eos(f.GetBool("ignore-eos"));
+  // The sampler fields through serving::Request, so that unset flags send
+  // the same defaults the worker would apply.
+  serving::Request sampling;
+  RETURN_IF_ERROR(SamplingFromFlags(f, &sampling));
+  v1::GenerateRequest s;
+  serving::ToProto(sampling, &s);
+  r.set_temperature(s.temperature());
+  r.set_top_k(s.top_k());
+  r.set_top_p(s.top_p());
+  r.set_min_p(s.min_p());
+  r.set_repetition_penalty(s.repetition_penalty());
+  r.set_presence_penalty(s.presence_penalty());
+  r.set_frequency_penalty(s.frequency_penalty());
+  *r.mutable_logit_bias() = s.logit_bias();
+  if (s.has_seed()) r.set_seed(s.seed());
+  r.set_ignore_eos(s.ignore_eos());
   return r;
 }
 

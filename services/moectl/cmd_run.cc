@@ -33,6 +33,7 @@
 #include "services/flags/flag_groups.h"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
+#include "services/moectl/sampling_flags.h"
 #include "services/serving/request.h"
 
 namespace moe::moectl {
@@ -54,6 +55,7 @@ void DeclareFlags(FlagSet& f) {
   f.Group("");
   f.String("prompt", "", "prompt text (encoded with the model's tokenizer)");
   DeclareGenerationFlags(f);
+  DeclareSamplingFlags(f);
   f.Bool("verbose", false,
          "keep INFO logs on stderr (default: warnings and errors only, "
          "unless MOE_LOG_LEVEL is set)");
@@ -75,13 +77,7 @@ absl::StatusOr<serving::Request> RequestFromFlags(const FlagSet& f) {
   r.transport = serving::Transport::kCli;
   r.max_new_tokens = f.GetInt("max-new-tokens");
   r.top_logprobs = f.GetInt("top-logprobs");
-  if (f.GetInt("seed") < 0) {
-    return absl::InvalidArgumentError("--seed must be >= 0");
-  }
-  r.temperature = f.GetDouble("temperature");
-  r.top_p = f.GetDouble("top-p");
-  r.seed = static_cast<uint64_t>(f.GetInt("seed"));
-  r.ignore_eos = f.GetBool("ignore-eos");
+  RETURN_IF_ERROR(SamplingFromFlags(f, &r));
   RETURN_IF_ERROR(serving::ValidateParameters(r, serving::Limits{}));
   if (f.IsSet("prompt-ids")) {
     ASSIGN_OR_RETURN(std::vector<int64_t> ids,

@@ -10,11 +10,7 @@ FlagSet::FlagSet(const std::string& command, std::string synopsis)
 void DeclareGenerationFlags(FlagSet& f) {
   f.String("prompt-ids", "", "prompt as comma-separated token ids");
   f.Int("max-new-tokens", 16, "tokens to generate at most");
-  f.Double("temperature", 0.0, "0 = greedy");
-  f.Double("top-p", 1.0, "nucleus sampling threshold (1 = off)");
-  f.Int("seed", 0, "sampling seed");
   f.Int("top-logprobs", 0, "alternatives per token with their log-probs");
-  f.Bool("ignore-eos", false, "do not stop at the model's eos tokens");
   f.Bool("json", false, "one JSON object per token, then a summary object");
 }
 

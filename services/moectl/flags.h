@@ -25,8 +25,8 @@ class FlagSet : public flags::FlagSet {
 using flags::ParseIntList;
 
 // The generation flags shared by `moectl run` and `moectl generate`:
-// --prompt-ids, --max-new-tokens, --temperature, --top-p, --seed,
-// --top-logprobs, --ignore-eos and --json.
+// --prompt-ids, --max-new-tokens, --top-logprobs and --json (the sampler's
+// are sampling_flags.h's).
 void DeclareGenerationFlags(FlagSet& f);
 
 }  // namespace moe::moectl

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace moe::openai {
 namespace {
@@ -22,7 +23,136 @@ std::string SpecialToken(const Json& config, const char* key) {
   return "";
 }
 
+struct Builtin {
+  const char* name;
+  const char* source;
+};
+
+// Built-in templates (written for this project, in the shape each family's
+// own tokenizer_config.json template produces).
+constexpr Builtin kBuiltins[] = {
+    {"chatml",
+     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+     "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"},
+    {"llama3",
+     "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+     "'<|end_header_id|>\n\n' + message['content'] + '<|eot_id|>' }}{% endfor %}"
+     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+     "{% endif %}"},
+    // For base models trained on plain text: a transcript.
+    {"plain",
+     "{% for message in messages %}{% if message['role'] == 'system' %}{{ message['content'] + "
+     "'\n\n' }}{% elif message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\n' }}"
+     "{% else %}{{ 'Assistant: ' + message['content'] + '\n' }}{% endif %}{% endfor %}"
+     "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"},
+};
+
+constexpr char kFallback[] = "chatml";
+
+const char* BuiltinSource(const std::string& name) {
+  for (const Builtin& b : kBuiltins) {
+    if (name == b.name) return b.source;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// tokenizer_config.json as an object; an empty object when the file is
+// absent. INVALID_ARGUMENT when it is not a JSON object.
+absl::StatusOr<Json> ReadConfig(const std::string& dir) {
+  const std::string path = dir + "/tokenizer_config.json";
+  absl::StatusOr<std::string> text = ReadText(path);
+  if (!text.ok()) return Json::object();
+  Json config = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  }
+  return config;
+}
+
+// The "chat_template" of a config object: "" when there is none.
+absl::StatusOr<std::string> TemplateOf(const Json& config, const std::string& path) {
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": chat_template is not a string"));
+  }
+  for (const Json& named : *it) {
+    if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+        named["template"].is_string()) {
+      return named["template"].get<std::string>();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": chat_template is a list without a \"default\" entry"));
+}
+
 }  // namespace
+
+std::vector<std::string> BuiltinChatTemplateNames() {
+  std::vector<std::string> names;
+  for (const Builtin& b : kBuiltins) names.push_back(b.name);
+  return names;
+}
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Resolve(const std::string& choice,
+                                                                    const std::string& model_dir,
+                                                                    bool* fallback,
+                                                                    std::string* origin) {
+  *fallback = false;
+  absl::StatusOr<Json> config = ReadConfig(model_dir);
+  if (!config.ok()) return config.status();
+  const std::string bos = SpecialToken(*config, "bos_token");
+  const std::string eos = SpecialToken(*config, "eos_token");
+  std::string source;
+  if (choice.empty()) {
+    absl::StatusOr<std::unique_ptr<ChatTemplate>> own = FromModelDir(model_dir);
+    if (!own.ok() || *own != nullptr) {
+      *origin = absl::StrCat(model_dir, "/tokenizer_config.json");
+      return own;
+    }
+    *fallback = true;
+    *origin = absl::StrCat("built-in ", kFallback, " (the model has none)");
+    source = BuiltinSource(kFallback);
+  } else if (const char* builtin = BuiltinSource(choice); builtin != nullptr) {
+    *origin = absl::StrCat("built-in ", choice);
+    source = builtin;
+  } else {
+    absl::StatusOr<std::string> text = ReadText(choice);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--chat-template ", choice, ": neither a built-in (",
+          absl::StrJoin(BuiltinChatTemplateNames(), ", "), ") nor a readable file"));
+    }
+    source = *text;
+    const Json j = Json::parse(source, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && j.is_object()) {
+      absl::StatusOr<std::string> inner = TemplateOf(j, choice);
+      if (!inner.ok()) return inner.status();
+      if (inner->empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--chat-template ", choice, ": a JSON object without chat_template"));
+      }
+      source = *inner;
+    }
+    *origin = choice;
+  }
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> t = Create(source, bos, eos);
+  if (!t.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat-template ", choice, ": ", t.status().message()));
+  }
+  return t;
+}
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Create(std::string source,
                                                                    std::string bos_token,
@@ -48,35 +178,13 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Create(std::string s
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromModelDir(const std::string& dir) {
   const std::string path = dir + "/tokenizer_config.json";
-  std::ifstream in(path);
-  if (!in) return std::unique_ptr<ChatTemplate>();
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Json config = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  }
-  auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) return std::unique_ptr<ChatTemplate>();
-  std::string source;
-  if (it->is_string()) {
-    source = it->get<std::string>();
-  } else if (it->is_array()) {
-    for (const Json& named : *it) {
-      if (named.is_object() && named.value("name", "") == "default" &&
-          named.contains("template") && named["template"].is_string()) {
-        source = named["template"].get<std::string>();
-      }
-    }
-    if (source.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": chat_template is a list without a \"default\" entry"));
-    }
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": chat_template is not a string"));
-  }
+  absl::StatusOr<Json> config = ReadConfig(dir);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::string> source = TemplateOf(*config, path);
+  if (!source.ok()) return source.status();
+  if (source->empty()) return std::unique_ptr<ChatTemplate>();
   absl::StatusOr<std::unique_ptr<ChatTemplate>> t =
-      Create(source, SpecialToken(config, "bos_token"), SpecialToken(config, "eos_token"));
+      Create(*source, SpecialToken(*config, "bos_token"), SpecialToken(*config, "eos_token"));
   if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.status().message()));
   return t;
 }

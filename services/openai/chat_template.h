@@ -7,12 +7,18 @@
 //   ASSIGN_OR_RETURN(auto t, ChatTemplate::FromModelDir(dir));  // or null
 //   ASSIGN_OR_RETURN(std::string prompt, t->Apply(messages, true));
 //
+// The worker's --chat-template FILE|NAME chooses through Resolve(): a
+// built-in template by name (BuiltinChatTemplateNames(): chatml, llama3,
+// plain), a file, or the model's own, with ChatML as the fallback for a
+// model that has none.
+//
 // Thread-safe after construction.
 #ifndef MOECACHE_SERVICES_OPENAI_CHAT_TEMPLATE_H_
 #define MOECACHE_SERVICES_OPENAI_CHAT_TEMPLATE_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +38,21 @@ class ChatTemplate {
   // template; INVALID_ARGUMENT for one that cannot be parsed or rendered.
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromModelDir(const std::string& dir);
 
+  // What the worker serves chat with (--chat-template `choice`):
+  //   a built-in NAME -> that template;
+  //   anything else non-empty -> a FILE: a Jinja template, or a JSON object
+  //     with a "chat_template" (a tokenizer_config.json);
+  //   "" -> the model's tokenizer_config.json template, or ChatML when it
+  //     has none (then *fallback is true: the caller warns).
+  // bos/eos tokens are the model's (tokenizer_config.json) in every case.
+  // *origin says which it was, for the start-up log. INVALID_ARGUMENT
+  // naming the flag for an unknown name, a missing file or a template that
+  // cannot be rendered.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> Resolve(const std::string& choice,
+                                                               const std::string& model_dir,
+                                                               bool* fallback,
+                                                               std::string* origin);
+
   // `messages` is an array of {role, content}. FAILED_PRECONDITION when the
   // template raises (e.g. roles that do not alternate), INVALID_ARGUMENT
   // for other render errors.
@@ -46,6 +67,9 @@ class ChatTemplate {
   std::string bos_;
   std::string eos_;
 };
+
+// The names --chat-template accepts besides a file.
+std::vector<std::string> BuiltinChatTemplateNames();
 
 }  // namespace moe::openai
 

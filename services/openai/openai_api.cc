@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <random>
 #include <set>
 #include <type_traits>
 
@@ -17,12 +16,14 @@ const std::set<std::string>& Known(bool chat) {
   static const std::set<std::string> kCompletion = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "logprobs",
       "stream", "stream_options", "n", "user", "presence_penalty", "frequency_penalty",
-      "logit_bias", "echo", "best_of", "suffix"};
+      "logit_bias", "echo", "best_of", "suffix", "top_k", "min_p", "repetition_penalty",
+      "ignore_eos"};
   static const std::set<std::string> kChat = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
       "seed", "stop", "logprobs", "top_logprobs", "stream", "stream_options", "n", "user",
       "presence_penalty", "frequency_penalty", "logit_bias", "tools", "tool_choice",
-      "functions", "function_call", "response_format", "parallel_tool_calls"};
+      "functions", "function_call", "response_format", "parallel_tool_calls", "top_k", "min_p",
+      "repetition_penalty", "ignore_eos"};
   return chat ? kChat : kCompletion;
 }
 
@@ -74,14 +75,6 @@ T Number(const Json& body, const char* key, T dflt) {
 void RefuseUnsupported(const Json& body) {
   if (!IsAbsent(body, "n") && body["n"] != 1) {
     Refuse("n", "only n = 1 is supported (one choice per request)");
-  }
-  for (const char* p : {"presence_penalty", "frequency_penalty"}) {
-    if (!IsAbsent(body, p) && body[p] != 0) {
-      Refuse(p, absl::StrCat("'", p, "' is not supported (only 0)"));
-    }
-  }
-  if (!IsAbsent(body, "logit_bias") && !body["logit_bias"].empty()) {
-    Refuse("logit_bias", "'logit_bias' is not supported");
   }
   if (!IsAbsent(body, "echo") && body["echo"] != false) Refuse("echo", "'echo' is not supported");
   if (!IsAbsent(body, "best_of") && body["best_of"] != 1) {
@@ -217,6 +210,52 @@ std::vector<std::string> ParseStop(const Json& body) {
   return out;
 }
 
+// logit_bias: {"token id": bias, ...} (OpenAI's shape: the ids are strings).
+std::vector<std::pair<int32_t, double>> ParseLogitBias(const Json& body) {
+  std::vector<std::pair<int32_t, double>> out;
+  if (IsAbsent(body, "logit_bias")) return out;
+  const Json& bias = body["logit_bias"];
+  if (!bias.is_object()) Refuse("logit_bias", "'logit_bias' must be an object {token id: bias}");
+  for (const auto& [key, value] : bias.items()) {
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoll(key);
+    if (!digits || id > INT32_MAX) {
+      Refuse("logit_bias", absl::StrCat("logit_bias key '", key, "' is not a token id"));
+    }
+    if (!value.is_number()) Refuse("logit_bias", "each logit_bias value must be a number");
+    out.emplace_back(static_cast<int32_t>(id), value.get<double>());
+  }
+  return out;
+}
+
+// The sampler chain's parameters; absent ones keep serving::Request's
+// defaults (the same on every interface). Ranges are serving::Validate's.
+void ParseSampling(const Json& body, serving::Request* q) {
+  q->temperature = Number<double>(body, "temperature", q->temperature);
+  q->top_p = Number<double>(body, "top_p", q->top_p);
+  q->top_k = Number<int64_t>(body, "top_k", q->top_k);
+  q->min_p = Number<double>(body, "min_p", q->min_p);
+  q->repetition_penalty = Number<double>(body, "repetition_penalty", q->repetition_penalty);
+  q->presence_penalty = Number<double>(body, "presence_penalty", q->presence_penalty);
+  q->frequency_penalty = Number<double>(body, "frequency_penalty", q->frequency_penalty);
+  q->logit_bias = ParseLogitBias(body);
+  if (!IsAbsent(body, "seed")) {
+    const Json& seed = body["seed"];
+    if (!seed.is_number_integer() || (!seed.is_number_unsigned() && seed.get<int64_t>() < -1)) {
+      Refuse("seed", "'seed' must be an integer >= 0, or -1 for a random seed");
+    }
+    // -1 as llama-server: a random seed, as when there is none.
+    if (seed.is_number_unsigned() || seed.get<int64_t>() >= 0) q->seed = seed.get<uint64_t>();
+  }
+  if (!IsAbsent(body, "ignore_eos")) {
+    if (!body["ignore_eos"].is_boolean()) Refuse("ignore_eos", "'ignore_eos' must be a boolean");
+    q->ignore_eos = body["ignore_eos"].get<bool>();
+  }
+  q->stop = ParseStop(body);
+}
+
 // The request's parameters against the one bounds table (the model's
 // vocabulary, --max-prompt-tokens and the tokenizer that stop strings need
 // are the runner's to check).
@@ -254,15 +293,7 @@ ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
                            model.context_length - static_cast<int64_t>(q.prompt_ids.size())));
   q.max_new_tokens = Number<int64_t>(body, "max_tokens", chat ? room : 16);
   q.max_new_tokens = Number<int64_t>(body, "max_completion_tokens", q.max_new_tokens);
-  q.temperature = Number<double>(body, "temperature", 1);
-  q.top_p = Number<double>(body, "top_p", 1);
-  if (!IsAbsent(body, "seed")) {
-    if (!body["seed"].is_number_integer()) Refuse("seed", "'seed' must be an integer");
-    q.seed = body["seed"].get<uint64_t>();
-  } else {
-    q.seed = std::random_device()();  // OpenAI: no seed, no repeatability
-  }
-  q.stop = ParseStop(body);
+  ParseSampling(body, &q);
   if (chat) {
     if (!IsAbsent(body, "logprobs") && !body["logprobs"].is_boolean()) {
       Refuse("logprobs", "'logprobs' must be a boolean");

@@ -10,8 +10,11 @@
 //   out.Add(token_response); out.Final()  // or one object at the end
 //
 // Everything a request asks for is either honoured or refused with a 400
-// naming the parameter: unknown parameters, n > 1, tools, images, penalties,
-// logit_bias, echo, best_of > 1 are refused, never ignored. Numeric ranges,
+// naming the parameter ("param": the field as the client spelled it):
+// unknown parameters, n > 1, tools, images, echo, best_of > 1 are refused,
+// never ignored. The samplers (temperature, top_k, top_p, min_p, the
+// penalties, logit_bias, seed, ignore_eos, stop) take serving::Request's
+// defaults when absent, the same as gRPC's and moectl's. Numeric ranges,
 // stop strings and the context window are serving::Validate's (one bounds
 // table for every transport); this file checks only the JSON's shape.
 #ifndef MOECACHE_SERVICES_OPENAI_OPENAI_API_H_

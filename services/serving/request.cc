@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <random>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -56,7 +57,9 @@ std::string PromptField(Transport t) {
 absl::Status ValidatePrompt(const Request& r, const Limits& l) {
   const std::string field = PromptField(r.transport);
   if (r.prompt_ids.empty()) {
-    return Invalid(field, "empty prompt: set prompt or prompt_token_ids");
+    return Invalid(field, r.transport == Transport::kGrpc
+                              ? "empty prompt: set prompt or prompt_token_ids"
+                              : absl::StrCat("empty prompt: set ", field));
   }
   for (int32_t id : r.prompt_ids) {
     if (id < 0 || (l.vocab_size > 0 && id >= l.vocab_size)) {
@@ -92,6 +95,29 @@ absl::Status ValidateStops(const Request& r, const Limits& l) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateLogitBias(const Request& r, const Limits& l) {
+  const std::string field = Name(kLogitBiasBound, r.transport);
+  if (static_cast<int64_t>(r.logit_bias.size()) > kMaxLogitBias) {
+    return Invalid(field, absl::StrCat("at most ", kMaxLogitBias, " logit_bias entries"));
+  }
+  for (const auto& [id, bias] : r.logit_bias) {
+    if (id < 0 || (l.vocab_size > 0 && id >= l.vocab_size)) {
+      return Invalid(field, absl::StrCat("logit_bias token id ", id,
+                                         " outside the vocabulary [0, ", l.vocab_size, ")"));
+    }
+    if (absl::Status s = InRange(kLogitBiasBound, r.transport, bias, kLogitBiasBound.hi);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint64_t RandomSeed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
 }  // namespace
 
 Limits LimitsFor(const MoeModel& model, bool has_tokenizer, int64_t max_prompt_tokens) {
@@ -106,7 +132,10 @@ Limits LimitsFor(const MoeModel& model, bool has_tokenizer, int64_t max_prompt_t
 absl::Status EncodePrompt(Request* r, const Tokenizer* tokenizer) {
   if (!r->prompt_ids.empty() || r->prompt_text.empty()) return absl::OkStatus();
   if (tokenizer == nullptr) {
-    return Invalid("prompt", "this model has no tokenizer.json: send prompt_token_ids");
+    return Invalid("prompt", absl::StrCat("this model has no tokenizer.json: send ",
+                                          r->transport == Transport::kHttp
+                                              ? "the prompt as token ids"
+                                              : PromptField(r->transport)));
   }
   r->prompt_ids = tokenizer->Encode(r->prompt_text, /*add_special=*/true);
   return absl::OkStatus();
@@ -127,15 +156,21 @@ absl::Status ValidateParameters(const Request& r, const Limits& l) {
   const int64_t need = static_cast<int64_t>(r.prompt_ids.size()) + r.max_new_tokens;
   if (l.context_window > 0 && need > l.context_window) {
     return Invalid(Name(kMaxNewTokensBound, r.transport),
-                   absl::StrCat("prompt of ", r.prompt_ids.size(), " tokens + max_new_tokens ",
+                   absl::StrCat("prompt of ", r.prompt_ids.size(), " tokens + ",
+                                Name(kMaxNewTokensBound, r.transport), " ",
                                 r.max_new_tokens, " exceeds the context window of ",
                                 l.context_window));
   }
   for (const auto& [bound, value] :
        {std::pair{kTemperatureBound, r.temperature}, std::pair{kTopPBound, r.top_p},
-        std::pair{kTopLogprobsBound, static_cast<double>(r.top_logprobs)}}) {
+        std::pair{kTopLogprobsBound, static_cast<double>(r.top_logprobs)},
+        std::pair{kTopKBound, static_cast<double>(r.top_k)}, std::pair{kMinPBound, r.min_p},
+        std::pair{kRepetitionPenaltyBound, r.repetition_penalty},
+        std::pair{kPresencePenaltyBound, r.presence_penalty},
+        std::pair{kFrequencyPenaltyBound, r.frequency_penalty}}) {
     if (absl::Status s = InRange(bound, r.transport, value, bound.hi); !s.ok()) return s;
   }
+  if (absl::Status s = ValidateLogitBias(r, l); !s.ok()) return s;
   return ValidateStops(r, l);
 }
 
@@ -149,8 +184,16 @@ GenerateOptions ToGenerateOptions(const Request& r) {
   o.prompt = r.prompt_ids;
   o.max_new_tokens = static_cast<int>(r.max_new_tokens);
   o.sampling.temperature = static_cast<float>(r.temperature);
+  o.sampling.top_k = r.top_k > 0 ? static_cast<int>(r.top_k) : 0;
   o.sampling.top_p = static_cast<float>(r.top_p);
-  o.sampling.seed = r.seed;
+  o.sampling.min_p = static_cast<float>(r.min_p);
+  o.sampling.repetition_penalty = static_cast<float>(r.repetition_penalty);
+  o.sampling.presence_penalty = static_cast<float>(r.presence_penalty);
+  o.sampling.frequency_penalty = static_cast<float>(r.frequency_penalty);
+  for (const auto& [id, bias] : r.logit_bias) {
+    o.sampling.logit_bias.emplace_back(id, static_cast<float>(bias));
+  }
+  o.sampling.seed = r.seed.has_value() ? *r.seed : RandomSeed();
   o.sampling.top_logprobs = static_cast<int>(r.top_logprobs);
   o.stop_token_ids = r.stop_token_ids;
   o.stop_at_eos = !r.ignore_eos;

@@ -20,7 +20,9 @@
 #define MOECACHE_SERVICES_SERVING_REQUEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,13 +34,23 @@ namespace moe::serving {
 // Where a request came from: only the names in error messages differ.
 enum class Transport { kGrpc, kHttp, kCli };
 
+// The defaults are every interface's (HTTP, gRPC, moectl generate, run and
+// chat; docs/operations.md, "Sampling"): greedy, no truncation, no
+// penalties, a random seed. The sampler chain is SamplingParams'
+// (services/engine/sampler.h).
 struct Request {
   std::string prompt_text;             // encoded by EncodePrompt
   std::vector<int32_t> prompt_ids;     // used instead of prompt_text when non-empty
   int64_t max_new_tokens = 16;
   double temperature = 0.0;            // 0 = greedy
+  int64_t top_k = 0;                   // 0 or -1 = off
   double top_p = 1.0;                  // 0 or 1 = no nucleus truncation
-  uint64_t seed = 0;
+  double min_p = 0.0;                  // 0 = off
+  double repetition_penalty = 1.0;     // 1 = off
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  std::vector<std::pair<int32_t, double>> logit_bias;  // (token id, bias)
+  std::optional<uint64_t> seed;        // none = random (drawn by ToGenerateOptions)
   int64_t top_logprobs = 0;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;             // do not stop at the model's eos ids
@@ -65,8 +77,24 @@ inline constexpr FieldBound kTemperatureBound = {"temperature", "temperature",
 inline constexpr FieldBound kTopPBound = {"top_p", "top_p", "--top-p", 0, 1};
 inline constexpr FieldBound kTopLogprobsBound = {"top_logprobs", "top_logprobs",
                                                  "--top-logprobs", 0, kMaxTopLogprobs};
-inline constexpr FieldBound kFieldBounds[] = {kMaxNewTokensBound, kTemperatureBound,
-                                              kTopPBound, kTopLogprobsBound};
+inline constexpr FieldBound kTopKBound = {"top_k", "top_k", "--top-k", -1, 1 << 20};
+inline constexpr FieldBound kMinPBound = {"min_p", "min_p", "--min-p", 0, 1};
+inline constexpr FieldBound kRepetitionPenaltyBound = {"repetition_penalty", "repetition_penalty",
+                                                       "--repetition-penalty", 0.01, 10};
+inline constexpr FieldBound kPresencePenaltyBound = {"presence_penalty", "presence_penalty",
+                                                     "--presence-penalty", -2, 2};
+inline constexpr FieldBound kFrequencyPenaltyBound = {"frequency_penalty", "frequency_penalty",
+                                                      "--frequency-penalty", -2, 2};
+// Each bias of logit_bias (OpenAI's range).
+inline constexpr FieldBound kLogitBiasBound = {"logit_bias", "logit_bias", "--logit-bias", -100,
+                                               100};
+inline constexpr FieldBound kFieldBounds[] = {
+    kMaxNewTokensBound,      kTemperatureBound,     kTopPBound,
+    kTopLogprobsBound,       kTopKBound,            kMinPBound,
+    kRepetitionPenaltyBound, kPresencePenaltyBound, kFrequencyPenaltyBound,
+    kLogitBiasBound};
+// At most this many logit_bias entries, their ids in [0, vocab).
+inline constexpr int kMaxLogitBias = 1024;
 inline constexpr int kMaxStopStrings = 4;
 
 // What the serving side knows about the model and its own settings; a
@@ -101,7 +129,8 @@ absl::Status ValidateParameters(const Request& request, const Limits& limits);
 std::string FieldOf(const absl::Status& status);
 
 // The engine's options for a validated request (request_id and pre-gating
-// are left for the runner).
+// are left for the runner). A request without a seed gets a random one
+// here, so each call may differ.
 GenerateOptions ToGenerateOptions(const Request& request);
 
 }  // namespace moe::serving

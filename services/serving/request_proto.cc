@@ -1,5 +1,7 @@
 #include "services/serving/request_proto.h"
 
+#include <algorithm>
+
 namespace moe::serving {
 
 Request FromProto(const v1::GenerateRequest& m, Transport transport) {
@@ -9,7 +11,16 @@ Request FromProto(const v1::GenerateRequest& m, Transport transport) {
   r.max_new_tokens = m.max_new_tokens();
   r.temperature = m.temperature();
   r.top_p = m.top_p();
-  r.seed = m.seed();
+  if (m.has_seed()) r.seed = m.seed();
+  r.top_k = m.top_k();
+  r.min_p = m.min_p();
+  if (m.has_repetition_penalty()) r.repetition_penalty = m.repetition_penalty();
+  r.presence_penalty = m.presence_penalty();
+  r.frequency_penalty = m.frequency_penalty();
+  for (const auto& [id, bias] : m.logit_bias()) r.logit_bias.emplace_back(id, bias);
+  // The map's order is unspecified; the sampler's result does not depend on
+  // it, but a sorted list reads the same in logs and tests.
+  std::sort(r.logit_bias.begin(), r.logit_bias.end());
   r.top_logprobs = m.top_logprobs();
   r.stop_token_ids.assign(m.stop_token_ids().begin(), m.stop_token_ids().end());
   r.ignore_eos = m.ignore_eos();
@@ -25,7 +36,20 @@ void ToProto(const Request& r, v1::GenerateRequest* m) {
   m->set_max_new_tokens(static_cast<int32_t>(r.max_new_tokens));
   m->set_temperature(static_cast<float>(r.temperature));
   m->set_top_p(static_cast<float>(r.top_p));
-  m->set_seed(r.seed);
+  if (r.seed.has_value()) {
+    m->set_seed(*r.seed);
+  } else {
+    m->clear_seed();
+  }
+  m->set_top_k(static_cast<int32_t>(r.top_k));
+  m->set_min_p(static_cast<float>(r.min_p));
+  m->set_repetition_penalty(static_cast<float>(r.repetition_penalty));
+  m->set_presence_penalty(static_cast<float>(r.presence_penalty));
+  m->set_frequency_penalty(static_cast<float>(r.frequency_penalty));
+  m->clear_logit_bias();
+  for (const auto& [id, bias] : r.logit_bias) {
+    (*m->mutable_logit_bias())[id] += static_cast<float>(bias);
+  }
   m->set_top_logprobs(static_cast<int32_t>(r.top_logprobs));
   m->clear_stop_token_ids();
   for (int32_t id : r.stop_token_ids) m->add_stop_token_ids(id);

@@ -183,7 +183,7 @@ bool Runner::StartSequence(Job& job, bool resumed) {
   }
   job.stream.emplace(o, model_.config().eos_token_ids, tokenizer_, std::move(job.stop_strings),
                      job.submitted);
-  job.sampler.emplace(o.sampling);
+  job.sampler.emplace(o.sampling, o.prompt);
   if (options_.recorder != nullptr) {
     job.recording.emplace(options_.recorder->header(), absl::StrCat("req-", o.request_id));
   }

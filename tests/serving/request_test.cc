@@ -34,6 +34,12 @@ void Set(Request& r, const FieldBound& b, double x) {
   if (name == "temperature") r.temperature = x;
   if (name == "top_p") r.top_p = x;
   if (name == "top_logprobs") r.top_logprobs = static_cast<int64_t>(x);
+  if (name == "top_k") r.top_k = static_cast<int64_t>(x);
+  if (name == "min_p") r.min_p = x;
+  if (name == "repetition_penalty") r.repetition_penalty = x;
+  if (name == "presence_penalty") r.presence_penalty = x;
+  if (name == "frequency_penalty") r.frequency_penalty = x;
+  if (name == "logit_bias") r.logit_bias = {{7, x}};
 }
 
 TEST(ValidateTest, EachBoundAcceptsItsEndsAndRefusesBeyondBothSides) {
@@ -197,6 +203,97 @@ TEST(RequestProtoTest, RoundTripsEveryField) {
   EXPECT_TRUE(back.ignore_eos);
   EXPECT_EQ(back.stop, r.stop);
   EXPECT_EQ(back.transport, Transport::kHttp);
+}
+
+TEST(ValidateTest, TheSamplerBoundsAreWhatTheDocsSay) {
+  EXPECT_EQ(kTopKBound.lo, -1);
+  EXPECT_EQ(kMinPBound.hi, 1);
+  EXPECT_EQ(kRepetitionPenaltyBound.lo, 0.01);
+  EXPECT_EQ(kRepetitionPenaltyBound.hi, 10);
+  EXPECT_EQ(kPresencePenaltyBound.lo, -2);
+  EXPECT_EQ(kFrequencyPenaltyBound.hi, 2);
+  EXPECT_EQ(kLogitBiasBound.lo, -100);
+  EXPECT_EQ(kLogitBiasBound.hi, 100);
+}
+
+TEST(ValidateTest, LogitBiasIdsAreInTheVocabulary) {
+  Request r = Good();
+  r.logit_bias = {{99, 1.0}};
+  EXPECT_TRUE(Validate(r, Model()).ok());
+  r.logit_bias = {{100, 1.0}};
+  EXPECT_EQ(FieldOf(Validate(r, Model())), "logit_bias");
+  r.logit_bias = {{-1, 1.0}};
+  EXPECT_EQ(FieldOf(Validate(r, Limits{})), "logit_bias");
+  r.logit_bias.assign(kMaxLogitBias + 1, {1, 1.0});
+  EXPECT_EQ(FieldOf(Validate(r, Model())), "logit_bias");
+}
+
+TEST(ValidateTest, HttpMessagesNameTheOpenAiFields) {
+  Request r = Good();
+  r.transport = Transport::kHttp;
+  r.max_new_tokens = 62;  // 3 + 62 > 64
+  absl::Status s = Validate(r, Model());
+  EXPECT_EQ(FieldOf(s), "max_tokens");
+  EXPECT_NE(std::string(s.message()).find("max_tokens"), std::string::npos) << s;
+  EXPECT_EQ(std::string(s.message()).find("max_new_tokens"), std::string::npos) << s;
+  r = Good();
+  r.transport = Transport::kHttp;
+  r.prompt_ids.clear();
+  s = Validate(r, Model());
+  EXPECT_EQ(FieldOf(s), "prompt");
+  EXPECT_EQ(std::string(s.message()).find("prompt_token_ids"), std::string::npos) << s;
+  r = Good();
+  r.transport = Transport::kHttp;
+  r.prompt_ids.clear();
+  r.prompt_text = "hello";
+  s = EncodePrompt(&r, nullptr);
+  EXPECT_EQ(FieldOf(s), "prompt");
+  EXPECT_EQ(std::string(s.message()).find("prompt_token_ids"), std::string::npos) << s;
+}
+
+TEST(RequestProtoTest, RoundTripsTheSamplerChain) {
+  Request r = Good();
+  r.top_k = 40;
+  r.min_p = 0.125;
+  r.repetition_penalty = 1.5;
+  r.presence_penalty = -0.5;
+  r.frequency_penalty = 0.25;
+  r.logit_bias = {{3, -100.0}, {9, 2.5}};
+  v1::GenerateRequest m;
+  ToProto(r, &m);
+  const Request back = FromProto(m, Transport::kGrpc);
+  EXPECT_EQ(back.top_k, 40);
+  EXPECT_EQ(back.min_p, 0.125);
+  EXPECT_EQ(back.repetition_penalty, 1.5);
+  EXPECT_EQ(back.presence_penalty, -0.5);
+  EXPECT_EQ(back.frequency_penalty, 0.25);
+  EXPECT_EQ(back.logit_bias, r.logit_bias);
+  EXPECT_FALSE(back.seed.has_value());
+}
+
+TEST(RequestProtoTest, AnEmptyMessageHasTheDefaults) {
+  // The defaults of a gRPC request that sets nothing are the C++ struct's,
+  // which are HTTP's and moectl's.
+  const Request back = FromProto(v1::GenerateRequest(), Transport::kGrpc);
+  const Request d;
+  EXPECT_EQ(back.temperature, d.temperature);
+  EXPECT_EQ(back.top_k, d.top_k);
+  EXPECT_EQ(back.min_p, d.min_p);
+  EXPECT_EQ(back.repetition_penalty, d.repetition_penalty);
+  EXPECT_EQ(back.presence_penalty, d.presence_penalty);
+  EXPECT_EQ(back.frequency_penalty, d.frequency_penalty);
+  EXPECT_EQ(back.seed, d.seed);
+  EXPECT_EQ(back.ignore_eos, d.ignore_eos);
+  EXPECT_EQ(back.top_p == 0 ? 1.0 : back.top_p, d.top_p);  // proto 0 = off, as 1
+}
+
+TEST(ToGenerateOptionsTest, NoSeedIsARandomSeedEachTime) {
+  Request r = Good();
+  EXPECT_NE(ToGenerateOptions(r).sampling.seed, ToGenerateOptions(r).sampling.seed);
+  r.seed = 5;
+  EXPECT_EQ(ToGenerateOptions(r).sampling.seed, 5u);
+  r.top_k = -1;  // vLLM's "off"
+  EXPECT_EQ(ToGenerateOptions(r).sampling.top_k, 0);
 }
 
 }  // namespace
