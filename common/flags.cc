@@ -208,6 +208,14 @@ void FlagSet::Alias(const std::string& old_name, const std::string& name) {
   it->second.aliases.push_back(old_name);
 }
 
+void FlagSet::Synonym(const std::string& other_name, const std::string& name) {
+  Alias(other_name, name);
+  Flag& flag = flags_.at(name);
+  flag.aliases.pop_back();
+  flag.synonyms.push_back(other_name);
+  synonyms_.insert(other_name);
+}
+
 absl::Status FlagSet::SetValue(Flag& flag, const std::string& value) {
   const std::string& n = flag.spelling;
   auto want = [&](const std::string& what) {
@@ -314,7 +322,9 @@ absl::Status FlagSet::ParseOne(const std::vector<std::string>& args, size_t& i) 
     return absl::InvalidArgumentError(
         absl::StrCat("--", name, " given more than once", also));
   }
-  if (alias) warnings_.push_back(absl::StrCat(spelled, " is deprecated; use --", name));
+  if (alias && synonyms_.count(spelled.substr(2)) == 0) {
+    warnings_.push_back(absl::StrCat(spelled, " is deprecated; use --", name));
+  }
   flag.set = true;
   flag.spelling = spelled;
   if (eq != std::string::npos) return SetValue(flag, a.substr(eq + 1));
@@ -372,6 +382,7 @@ std::string FlagSet::UsageLine(const std::string& name, const Flag& f) const {
   if (f.type == FlagType::kStringList) text += " (repeatable)";
   if (!f.default_text.empty()) absl::StrAppend(&text, " (default ", f.default_text, ")");
   for (const std::string& a : f.aliases) absl::StrAppend(&text, " (old spelling --", a, ")");
+  for (const std::string& a : f.synonyms) absl::StrAppend(&text, " (also --", a, ")");
   // "  --name META" in 28 columns (else alone on its line), then the text
   // wrapped at 80 columns, continuation lines indented by 29.
   constexpr size_t kIndent = 29, kWidth = 80;

@@ -45,6 +45,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,10 @@ class FlagSet {
   // kept in warnings() and printed on stderr ("PROGRAM: warning: ...") when
   // Parse succeeds (a failed parse prints nothing but its error).
   void Alias(const std::string& old_name, const std::string& name);
+  // `other_name` is accepted for `name` (declared before) without a warning:
+  // a second spelling in current use (--alias for --served-model-name, as
+  // llama-server spells it). Usage() shows it as "(also --other_name)".
+  void Synonym(const std::string& other_name, const std::string& name);
   // Text printed after the flag list (examples, models behind the knobs).
   void Notes(std::string text);
   // Positional arguments become an error ("unexpected argument 'x'").
@@ -165,6 +170,7 @@ class FlagSet {
     std::string group;
     std::string default_text;
     std::vector<std::string> aliases;
+    std::vector<std::string> synonyms;
     bool set = false;
     std::string spelling;  // as given
     std::string s;
@@ -193,7 +199,8 @@ class FlagSet {
   bool no_positional_ = false;
   bool stop_at_positional_ = false;
   std::map<std::string, Flag> flags_;
-  std::map<std::string, std::string> aliases_;  // old name -> name
+  std::map<std::string, std::string> aliases_;  // old name or synonym -> name
+  std::set<std::string> synonyms_;               // the aliases that do not warn
   std::vector<std::string> order_;
   std::vector<std::string> positional_;
   std::vector<std::string> warnings_;

@@ -2,11 +2,13 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <deque>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "services/rpc/tcp_probe.h"
@@ -74,6 +76,10 @@ void SendError(httplib::Response& res, const ApiError& e) {
   SendJson(res, e.http_status, openai::ErrorBody(e));
 }
 
+Json ModelObject(const std::string& id) {
+  return {{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "moecache"}};
+}
+
 ApiError Error(int status, std::string message, std::string code = "") {
   ApiError e;
   e.http_status = status;
@@ -115,6 +121,55 @@ void StreamCompletion(httplib::Response& res, std::shared_ptr<HttpSink> sink,
       [sink](bool success) {
         if (!success) sink->Cancel();  // the client went away
       });
+}
+
+// The body through the library's content reader, counted as it arrives:
+// the library's own limit passes chunked bodies (0.11.4), this one does not.
+// False with the error answered (413 past `max`, 400 when unreadable).
+bool ReadBody(const httplib::ContentReader& reader, size_t max, httplib::Response& res,
+              std::string* body) {
+  bool too_big = false;
+  const bool ok = reader([&](const char* data, size_t n) {
+    if (body->size() + n > max) {
+      too_big = true;
+      return false;
+    }
+    body->append(data, n);
+    return true;
+  });
+  if (too_big || res.status == 413) {
+    SendError(res, Error(413, absl::StrCat("request body over the limit of ", max,
+                                           " bytes (--http-max-body-bytes)")));
+    return false;
+  }
+  if (!ok) {
+    SendError(res, Error(400, "the request body could not be read (bad framing or truncated)"));
+    return false;
+  }
+  return true;
+}
+
+// Before the library reads a body: limits on what it has parsed (they
+// matter under TLS, where no HttpGuard is in front), and a body on a route
+// that takes none is refused unread (the library would read it whole).
+httplib::Server::HandlerResponse PreRoute(const HttpOptions& options, const httplib::Request& req,
+                                          httplib::Response& res) {
+  size_t header_bytes = req.method.size() + req.target.size() + req.version.size();
+  for (const auto& [name, value] : req.headers) header_bytes += name.size() + value.size() + 4;
+  if (req.headers.size() > static_cast<size_t>(options.max_headers) ||
+      header_bytes > options.max_header_bytes) {
+    SendError(res, Error(431, "request header fields too large (--http-max-header-bytes, "
+                              "--http-max-headers)"));
+  } else if (req.method != "GET" && req.method != "POST") {
+    SendError(res, Error(405, absl::StrCat("method ", req.method, " is not served")));
+  } else if (req.method == "POST" && req.path != "/v1/completions" &&
+             req.path != "/v1/chat/completions") {
+    SendError(res, Error(404, absl::StrCat("no such endpoint: POST ", req.path)));
+  } else {
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+  res.set_header("Connection", "close");
+  return httplib::Server::HandlerResponse::Handled;
 }
 
 }  // namespace
@@ -169,6 +224,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   h->options_ = options;
   h->runner_ = runner;
   h->model_ = std::move(model);
+  h->model_.aliases.clear();
+  if (!options.served_model_names.empty()) {
+    // vLLM's rule: answers carry the first name; the directory's name
+    // keeps working.
+    const std::string dir_name = h->model_.name;
+    h->model_.name = options.served_model_names[0];
+    for (const std::string& n : options.served_model_names) {
+      if (!h->model_.Serves(n)) h->model_.aliases.push_back(n);
+    }
+    if (!h->model_.Serves(dir_name)) h->model_.aliases.push_back(dir_name);
+  }
   h->serving_ = std::move(serving);
   const bool tls = !security.tls_cert.empty();
   if (!security.auth_token_file.empty()) {
@@ -200,27 +266,53 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     h->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   }
   h->Route();
-  if (port == 0) {
-    port = h->server_->bind_to_any_port(host);
-  } else if (!h->server_->bind_to_port(host, port)) {
-    port = -1;
-  }
-  if (port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--http-listen ", options.listen, ": cannot listen on ", host, ":",
-                     options.listen, " (address in use or not local?)"));
-  }
-  h->port_ = port;
+  if (absl::Status s = h->Listen(host, port, tls); !s.ok()) return s;
   httplib::Server* server = h->server_.get();
   h->thread_ = std::thread([server] { server->listen_after_bind(); });
   MOE_LOG(INFO) << "HTTP (OpenAI API) on " << (tls ? "https://" : "http://") << host << ":"
-                << port;
+                << h->port_;
   return h;
+}
+
+absl::Status HttpServer::Listen(const std::string& host, int port, bool tls) {
+  const auto unavailable = [&](const std::string& why) {
+    return absl::UnavailableError(absl::StrCat("--http-listen ", options_.listen, ": ", why));
+  };
+  if (tls) {
+    // The guard cannot read inside TLS: the library serves the port itself.
+    if (port == 0) {
+      port = server_->bind_to_any_port(host);
+    } else if (!server_->bind_to_port(host, port)) {
+      port = -1;
+    }
+    if (port <= 0) {
+      return unavailable(absl::StrCat("cannot listen on ", host, ":", options_.listen,
+                                      " (address in use or not local?)"));
+    }
+    port_ = port;
+    return absl::OkStatus();
+  }
+  const int inner = server_->bind_to_any_port("127.0.0.1");
+  if (inner <= 0) return unavailable("cannot listen on a loopback port");
+  HttpGuardOptions g;
+  g.limits.max_body_bytes = options_.max_body_bytes;
+  g.limits.max_header_bytes = options_.max_header_bytes;
+  g.limits.max_headers = options_.max_headers;
+  g.request_read_timeout = options_.read_timeout;
+  // Room beyond the library's pool, whose extra connections wait in its
+  // queue rather than being refused.
+  g.max_connections = std::max(64, 2 * options_.threads);
+  absl::StatusOr<std::unique_ptr<HttpGuard>> guard = HttpGuard::Start(host, port, inner, g);
+  if (!guard.ok()) return unavailable(std::string(guard.status().message()));
+  guard_ = *std::move(guard);
+  port_ = guard_->port();
+  return absl::OkStatus();
 }
 
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Stop() {
+  if (guard_ != nullptr) guard_->Stop();
   if (server_ != nullptr) server_->stop();
   if (thread_.joinable()) thread_.join();
 }
@@ -239,6 +331,9 @@ bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res)
 
 void HttpServer::Route() {
   httplib::Server& s = *server_;
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return PreRoute(options_, req, res);
+  });
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
@@ -256,23 +351,37 @@ void HttpServer::Route() {
   });
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
-    SendJson(res, 200,
-             {{"object", "list"},
-              {"data", Json::array({{{"id", model_.name},
-                                     {"object", "model"},
-                                     {"created", 0},
-                                     {"owned_by", "moecache"}}})}});
+    Json data = Json::array();
+    for (const std::string& id : model_.Ids()) data.push_back(ModelObject(id));
+    SendJson(res, 200, {{"object", "list"}, {"data", data}});
+  });
+  // Ids may hold '/' (org/model), so the rest of the path is the id.
+  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    const std::string id = req.matches[1];
+    if (model_.Serves(id)) {
+      SendJson(res, 200, ModelObject(id));
+      return;
+    }
+    ApiError e = Error(404, absl::StrCat("the model '", id, "' does not exist; this worker serves '",
+                                         absl::StrJoin(model_.Ids(), "', '"), "'"),
+                       "model_not_found");
+    e.param = "model";
+    SendError(res, e);
   });
   for (const bool chat : {false, true}) {
     s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
-           [this, chat](const httplib::Request& req, httplib::Response& res) {
-             if (Authorized(req, res)) Complete(chat, req, res);
+           [this, chat](const httplib::Request& req, httplib::Response& res,
+                        const httplib::ContentReader& reader) {
+             if (!Authorized(req, res)) return;
+             std::string body;
+             if (ReadBody(reader, options_.max_body_bytes, res, &body)) Complete(chat, body, res);
            });
   }
 }
 
-void HttpServer::Complete(bool chat, const httplib::Request& req, httplib::Response& res) {
-  Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+void HttpServer::Complete(bool chat, const std::string& text, httplib::Response& res) {
+  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     SendError(res, Error(400, "the request body is not valid JSON"));
     return;

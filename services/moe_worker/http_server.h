@@ -7,8 +7,19 @@
 // (--tls-client-ca: client certificates required); --auth-token-file
 // requires `Authorization: Bearer <token>` on everything but /health, and
 // like gRPC it refuses to start without TLS (the token would travel in the
-// clear). Bodies beyond max_body_bytes get 413. A streaming client that
-// goes away cancels its generation at the next token.
+// clear). A streaming client that goes away cancels its generation at the
+// next token.
+//
+// Limits (docs/operations.md "HTTP limits"): a body over max_body_bytes gets
+// 413 before more than max_body_bytes of it has been read, with
+// Content-Length or chunked; a header section over max_header_bytes or with
+// more than max_headers fields gets 431; a request that has not fully
+// arrived read_timeout after its first byte gets 408. On plaintext HTTP an
+// HttpGuard in front of cpp-httplib holds them (the library alone reads
+// chunked bodies whole and buffers header lines without bound); under TLS
+// the library serves the port itself, and only the body limit (counted as
+// the body is read) and the header count and size (checked once the library
+// has parsed them) hold.
 //
 // Thread-safe: requests are served on the library's thread pool.
 #ifndef MOECACHE_SERVICES_MOE_WORKER_HTTP_SERVER_H_
@@ -19,10 +30,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "services/moe_worker/generation_runner.h"
+#include "services/moe_worker/http_guard.h"
 #include "services/openai/openai_api.h"
 #include "services/rpc/security.h"
 
@@ -37,7 +50,14 @@ namespace moe::worker {
 struct HttpOptions {
   // "" : off. PORT (loopback), HOST:PORT or [V6]:PORT; port 0 picks one.
   std::string listen;
+  // --served-model-name: names the model answers to besides its
+  // directory's; the first is the id answers carry.
+  std::vector<std::string> served_model_names;
   size_t max_body_bytes = 1 << 20;
+  size_t max_header_bytes = 64 << 10;  // request line and header fields
+  int max_headers = 100;
+  // From a request's first byte to its last (slow clients); zero: none.
+  absl::Duration read_timeout = absl::Seconds(30);
   // Per request; zero: none.
   absl::Duration request_timeout = absl::ZeroDuration();
   // Connections served at once (each waiting request holds one); 0: the
@@ -66,7 +86,10 @@ class HttpServer {
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
   // POST /v1/completions and /v1/chat/completions: parse, submit, answer
   // whole or stream.
-  void Complete(bool chat, const httplib::Request& req, httplib::Response& res);
+  void Complete(bool chat, const std::string& body, httplib::Response& res);
+  // Binds the library's server (behind an HttpGuard on plaintext HTTP);
+  // sets port_.
+  absl::Status Listen(const std::string& host, int port, bool tls);
 
   HttpOptions options_;
   GenerationRunner* runner_ = nullptr;
@@ -74,6 +97,7 @@ class HttpServer {
   std::function<bool()> serving_;
   std::string token_;  // "" : no auth
   std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpGuard> guard_;  // null under TLS
   std::thread thread_;
   int port_ = 0;
   std::atomic<uint64_t> next_id_{1};

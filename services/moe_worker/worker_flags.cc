@@ -65,8 +65,19 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
   f.String("http-listen", d.http.listen,
            "OpenAI-compatible HTTP API on PORT (loopback), HOST:PORT or [V6]:PORT (default "
            "off)");
+  f.StringList("served-model-name",
+               "a name the HTTP API serves the model under, in /v1/models and as \"model\" "
+               "(the first is the one answers carry; the directory's name always works)");
+  f.Synonym("alias", "served-model-name");
   f.Size("http-max-body-bytes", static_cast<int64_t>(d.http.max_body_bytes),
-         "largest HTTP request body", {.min = 1024});
+         "largest HTTP request body, whatever its framing (413 beyond)", {.min = 1024});
+  f.Size("http-max-header-bytes", static_cast<int64_t>(d.http.max_header_bytes),
+         "largest HTTP header section, request line included (431 beyond)", {.min = 1024});
+  f.Int("http-max-headers", d.http.max_headers, "most HTTP header fields in a request (431 "
+        "beyond)", {.min = 1, .max = 10000});
+  f.Double("http-read-timeout-s", absl::ToDoubleSeconds(d.http.read_timeout),
+           "seconds a client has from a request's first byte to its last (408 after; 0: none)",
+           {.min = 0});
   f.Double("http-request-timeout-s", absl::ToDoubleSeconds(d.http.request_timeout),
            "deadline of each HTTP request, seconds (0: none)", {.min = 0});
   f.Int("shutdown-grace-s", absl::ToInt64Seconds(d.shutdown_grace),
@@ -116,6 +127,10 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   ASSIGN_OR_RETURN(o.security, flag_groups::SecurityFromFlags(f));
   o.http.listen = f.GetString("http-listen");
   o.http.max_body_bytes = static_cast<size_t>(f.GetSize("http-max-body-bytes"));
+  o.http.served_model_names = f.GetList("served-model-name");
+  o.http.max_header_bytes = static_cast<size_t>(f.GetSize("http-max-header-bytes"));
+  o.http.max_headers = static_cast<int>(f.GetInt("http-max-headers"));
+  o.http.read_timeout = absl::Seconds(f.GetDouble("http-read-timeout-s"));
   o.http.request_timeout = absl::Seconds(f.GetDouble("http-request-timeout-s"));
   o.shutdown_grace = absl::Seconds(f.GetInt("shutdown-grace-s"));
   o.port_file = f.GetString("port-file");

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "services/serving/request_proto.h"
 
 namespace moe::openai {
@@ -276,9 +277,9 @@ ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
   if (!IsAbsent(body, "model")) {
     if (!body["model"].is_string()) Refuse("model", "'model' must be a string");
     const std::string asked = body["model"].get<std::string>();
-    if (asked != model.name) {
+    if (!model.Serves(asked)) {
       Refuse("model", absl::StrCat("the model '", asked, "' does not exist; this worker serves '",
-                                   model.name, "'"),
+                                   absl::StrJoin(model.Ids(), "', '"), "'"),
              404, "model_not_found");
     }
   }
@@ -506,6 +507,16 @@ Json ResponseAssembler::Final() const {
   out["choices"] = Json::array({choice});
   out["usage"] = Usage();
   return out;
+}
+
+bool ModelInfo::Serves(const std::string& id) const {
+  return id == name || std::find(aliases.begin(), aliases.end(), id) != aliases.end();
+}
+
+std::vector<std::string> ModelInfo::Ids() const {
+  std::vector<std::string> ids = {name};
+  ids.insert(ids.end(), aliases.begin(), aliases.end());
+  return ids;
 }
 
 }  // namespace moe::openai

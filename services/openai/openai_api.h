@@ -54,11 +54,19 @@ ApiError ErrorFromStatus(const absl::Status& status);
 // `tokenizer` and `chat_template` may be null (then only token-id prompts,
 // and no chat).
 struct ModelInfo {
-  std::string name;
+  std::string name;  // the id answers carry
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;
   int64_t context_length = 0;
   int max_new_tokens_limit = 0;  // the engine's ceiling
+  // Other ids that reach this model (--served-model-name beyond the first,
+  // and then the directory's name).
+  std::vector<std::string> aliases;
+
+  // True for `name` and every alias.
+  bool Serves(const std::string& id) const;
+  // `name`, then the aliases (as /v1/models lists them).
+  std::vector<std::string> Ids() const;
 };
 
 struct ApiRequest {

@@ -180,6 +180,17 @@ TEST(FlagSetTest, AliasesWorkAndWarn) {
               HasSubstr("--device given more than once (as --backend and --device)"));
 }
 
+TEST(FlagSetTest, SynonymsWorkWithoutWarningAndCollectIntoOneList) {
+  FlagSet f("prog", "");
+  f.StringList("served-model-name", "model ids");
+  f.Synonym("alias", "served-model-name");
+  ASSERT_TRUE(f.Parse({"--served-model-name", "a", "--alias", "b", "--alias=c"}).ok());
+  EXPECT_THAT(f.GetList("served-model-name"), ElementsAre("a", "b", "c"));
+  EXPECT_TRUE(f.warnings().empty());
+  EXPECT_THAT(f.Usage(), HasSubstr("(also --alias)"));
+  EXPECT_THAT(f.Usage(), Not(HasSubstr("old spelling")));
+}
+
 TEST(FlagSetTest, UnknownFlagsSuggestTheClosestName) {
   EXPECT_THAT(Error({"--cont", "3"}),
               HasSubstr("unknown flag --cont; did you mean --count? (see 'prog --help')"));

@@ -85,6 +85,9 @@ TEST(WorkerFlagsTest, BadFlagsAreNamed) {
       {{"--shutdown-grace-s", "-1"}, "--shutdown-grace-s"},
       {{"--http-max-body-bytes", "10"}, "--http-max-body-bytes"},
       {{"--http-request-timeout-s", "soon"}, "--http-request-timeout-s"},
+      {{"--http-max-headers", "0"}, "--http-max-headers"},
+      {{"--http-max-header-bytes", "1"}, "--http-max-header-bytes"},
+      {{"--http-read-timeout-s", "-1"}, "--http-read-timeout-s"},
   };
   for (const Case& c : cases) {
     auto f = ParseWorkerFlags(c.args);
@@ -102,6 +105,13 @@ TEST(WorkerFlagsTest, HttpFlagsParseAndTheAddressIsChecked) {
   EXPECT_EQ(f->options.http.max_body_bytes, 65536u);
   EXPECT_EQ(f->options.http.request_timeout, absl::Milliseconds(2500));
   EXPECT_TRUE(ParseWorkerFlags({})->options.http.listen.empty());  // off by default
+  f = ParseWorkerFlags({"--served-model-name", "gpt-4", "--alias", "llama", "--http-max-headers",
+                        "20", "--http-max-header-bytes", "16K", "--http-read-timeout-s", "3"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_THAT(f->options.http.served_model_names, ElementsAre("gpt-4", "llama"));
+  EXPECT_EQ(f->options.http.max_headers, 20);
+  EXPECT_EQ(f->options.http.max_header_bytes, 16384u);
+  EXPECT_EQ(f->options.http.read_timeout, absl::Seconds(3));
   std::string host;
   int port = 0;
   ASSERT_TRUE(ParseHttpListen("8080", &host, &port).ok());

@@ -107,6 +107,7 @@ class WorkerProcess {
   }
 
   void Signal(int sig) { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }  // -1 once reaped
 
   // Waits for exit; returns the exit code (-1 when killed by a signal).
   int Wait() {
