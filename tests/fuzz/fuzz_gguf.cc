@@ -1,0 +1,48 @@
+// Fuzz target: the GGUF parser. Any input must give a status, never a
+// crash, and every accepted file must keep its promises: tensor views inside
+// the input, sizes consistent with the type's blocks, aligned offsets,
+// names findable, and every metadata getter safe on every key.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/gguf.h"
+#include "common/logging.h"
+
+namespace {
+
+void CheckMetadata(const moe::GgufMetadata& m) {
+  for (const moe::GgufKeyValue& kv : m.entries()) {
+    MOE_CHECK(m.Find(kv.key) == &kv.value) << kv.key;
+    // Each getter either succeeds or returns an error; none may crash.
+    (void)m.GetUint(kv.key);
+    (void)m.GetInt(kv.key);
+    (void)m.GetFloat(kv.key);
+    (void)m.GetBool(kv.key);
+    (void)m.GetString(kv.key);
+    (void)m.GetIntArray(kv.key);
+    (void)m.GetFloatArray(kv.key);
+    (void)m.GetStringArray(kv.key);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto file = moe::GgufFile::Parse(data, size, "fuzz");
+  if (!file.ok()) return 0;
+  const moe::GgufFile& f = **file;
+  CheckMetadata(f.metadata());
+  for (const moe::GgufTensorInfo& t : f.tensors()) {
+    MOE_CHECK(f.Find(t.name) == &t) << t.name;
+    const moe::GgufTypeInfo& type = moe::GgufTypeInfoOf(t.type);
+    MOE_CHECK(t.dims.size() >= 1 && t.dims.size() <= 4);
+    MOE_CHECK(t.dims[0] % type.block_elems == 0);
+    MOE_CHECK(t.nbytes == static_cast<uint64_t>(t.numel / type.block_elems) *
+                              static_cast<uint64_t>(type.block_bytes));
+    MOE_CHECK(t.offset % f.alignment() == 0);
+    auto bytes = f.Data(t);
+    MOE_CHECK(bytes.data() >= data && bytes.data() + bytes.size() <= data + size);
+  }
+  return 0;
+}
