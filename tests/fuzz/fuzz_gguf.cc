@@ -1,13 +1,17 @@
 // Fuzz target: the GGUF parser. Any input must give a status, never a
 // crash, and every accepted file must keep its promises: tensor views inside
 // the input, sizes consistent with the type's blocks, aligned offsets,
-// names findable, and every metadata getter safe on every key.
+// names findable, every metadata getter safe on every key, and the block
+// decoder safe on any bytes (the first blocks of each tensor).
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "common/gguf.h"
 #include "common/logging.h"
+#include "kernels/gguf_blocks.h"
 
 namespace {
 
@@ -43,6 +47,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     MOE_CHECK(t.offset % f.alignment() == 0);
     auto bytes = f.Data(t);
     MOE_CHECK(bytes.data() >= data && bytes.data() + bytes.size() <= data + size);
+    if (moe::CanDequantizeGguf(t.type)) {
+      const int64_t n = std::min<int64_t>(t.dims[0], 4 * type.block_elems);
+      std::vector<float> out(n);
+      MOE_CHECK(moe::DequantizeGguf(t.type, bytes.data(), n, out.data()).ok());
+    }
   }
   return 0;
 }
