@@ -15,7 +15,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Builds metadata the way the parser would, owning its strings.
+// Builds metadata the way the parser would. The metadata view the builder's
+// strings: keep the builder alive while they are used.
 class MetadataBuilder {
  public:
   MetadataBuilder& Str(const std::string& key, const std::string& value) {
@@ -104,7 +105,8 @@ std::vector<GgufTensorInfo> Tensors(std::vector<std::string> names) {
 }
 
 TEST(GgufModelTest, Qwen3MoeConfig) {
-  GgufMetadata m = Qwen3Moe().Build();
+  const MetadataBuilder b = Qwen3Moe();  // owns the strings m views
+  GgufMetadata m = b.Build();
   auto c = ModelConfigFromGguf(m, Tensors({"token_embd.weight"}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->family, ModelFamily::kQwen3Moe);
@@ -129,7 +131,8 @@ TEST(GgufModelTest, Qwen3MoeConfig) {
 }
 
 TEST(GgufModelTest, MixtralConfig) {
-  GgufMetadata m = Mixtral().Build();
+  const MetadataBuilder b = Mixtral();
+  GgufMetadata m = b.Build();
   auto c = ModelConfigFromGguf(m, Tensors({"token_embd.weight", "output.weight"}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->family, ModelFamily::kMixtral);
