@@ -9,6 +9,7 @@ the fuzz drivers mutate. Layout:
   model/<name>/               ModelDescription::Open (a model directory)
   trace/*.jsonl               trace::ReadTrace (fuzz_trace seeds only)
   eamc/*.eamc                 DecodeLearnedState (fuzz_eamc seeds only)
+  gguf/                       GgufCheckpoint::Open (make_gguf_corpus.py)
 expected.txt: one line per entry, "<path>\t<substring of the error>" or
 "<path>\tOK" for valid seeds.
 """
@@ -567,6 +568,8 @@ def main():
     model_cases()
     trace_cases()
     eamc_cases()
+    import make_gguf_corpus  # corpus/gguf/ has its own manifest
+    make_gguf_corpus.main()
     with open(os.path.join(ROOT, "expected.txt"), "w") as f:
         f.write("# path<TAB>expected error substring, or OK (see make_corpus.py)\n")
         for rel, msg in sorted(expected):

@@ -1,0 +1,75 @@
+// A model description from GGUF metadata (issue 30, not yet wired into the
+// loaders): the hyper-parameters llama.cpp writes as `{arch}.*` keys mapped
+// to our ModelConfig, and llama.cpp's tensor names mapped to ours.
+//
+// Architectures (general.architecture): "qwen3moe" (Qwen3-MoE) and "llama"
+// with experts (Mixtral; a llama without {arch}.expert_count is dense and
+// refused). The keys are turned into the config.json fields of the family
+// and parsed by ParseModelConfig, so defaults and validation are the same
+// as for a Hugging Face folder; errors name the GGUF key where one is
+// missing or of the wrong type.
+//
+// Tensor names: llama.cpp stores each layer's routed experts stacked, one
+// tensor per projection (blk.N.ffn_{gate,up,down}_exps.weight, ggml dims
+// [in, out, experts]); older Mixtral files store them per expert
+// (blk.N.ffn_gate.E.weight). A stacked tensor maps to a name pattern with
+// "{expert}" in it; expert e's weights are the e-th slice of dims[2]
+// (rows() / experts rows each), to be viewed without copying.
+//
+// llama.cpp's converter permutes the rows of attn_q / attn_k of "llama"
+// (Mixtral) models so that its interleaved rope pairs the values that HF's
+// rotate_half pairs; GgufName::rope_permuted marks them, and
+// UndoLlamaRopePermutation restores the HF order. qwen3moe uses NEOX rope
+// and is stored unpermuted.
+//
+// Thread-safe: pure functions.
+#ifndef MOECACHE_COMMON_GGUF_MODEL_H_
+#define MOECACHE_COMMON_GGUF_MODEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/gguf.h"
+#include "common/model_config.h"
+
+namespace moe {
+
+// The families GGUF files can describe today, by general.architecture.
+// INVALID_ARGUMENT naming the architecture otherwise.
+absl::StatusOr<ModelFamily> GgufModelFamily(const GgufMetadata& metadata);
+
+// The ModelConfig of a GGUF checkpoint. `tensors` decides
+// tie_word_embeddings (no output.weight: the embedding is the lm head).
+absl::StatusOr<ModelConfig> ModelConfigFromGguf(
+    const GgufMetadata& metadata, absl::Span<const GgufTensorInfo> tensors);
+
+struct GgufName {
+  // Our (Hugging Face) name; for stacked experts it holds "{expert}".
+  std::string ours;
+  int layer = -1;                // -1 for embedding, final norm, lm head
+  bool stacked_experts = false;  // dims[2] is the expert index
+  bool rope_permuted = false;    // llama attn_q / attn_k: see above
+  // `ours` for expert e. REQUIRES: stacked_experts.
+  std::string ForExpert(int expert) const;
+};
+
+// Our name for llama.cpp tensor `gguf_name` of a `family` model.
+// INVALID_ARGUMENT for a name the family does not have.
+absl::StatusOr<GgufName> MapGgufTensorName(ModelFamily family,
+                                           absl::string_view gguf_name);
+
+// Restores Hugging Face row order of a llama.cpp-permuted q or k weight of
+// `heads` heads of `head_dim` rows each (row r = h * head_dim + x): HF row
+// h * head_dim + j * head_dim / 2 + i is GGUF row h * head_dim + 2 * i + j.
+// Rows are moved whole, so any block type works. REQUIRES: head_dim even;
+// `in` and `out` hold heads * head_dim rows of `row_bytes`, not overlapping.
+void UndoLlamaRopePermutation(const uint8_t* in, int64_t heads, int64_t head_dim,
+                              size_t row_bytes, uint8_t* out);
+
+}  // namespace moe
+
+#endif  // MOECACHE_COMMON_GGUF_MODEL_H_

@@ -1,0 +1,64 @@
+// CPU reference decoding of GGUF (ggml) weight blocks to floats: the
+// ground truth that block-reading kernels are tested against, and the
+// conversion path for tensors converted at load.
+//
+// Each function decodes one block (ggml-common.h layouts, little-endian;
+// common/gguf_types.h lists the sizes):
+//   Q8_0  34 B / 32:  f16 d | int8 q[32]                  w = d * q
+//   Q4_0  18 B / 32:  f16 d | u8 qs[16]                   w = d * (q - 8)
+//   Q4_1  20 B / 32:  f16 d | f16 m | u8 qs[16]           w = d * q + m
+//   Q5_0  22 B / 32:  f16 d | u32 qh | u8 qs[16]          w = d * (q - 16)
+//   Q5_1  24 B / 32:  f16 d | f16 m | u32 qh | u8 qs[16]  w = d * q + m
+//     4-bit blocks: byte j holds weight j (low nibble) and j + 16 (high);
+//     Q5: bit j of qh is weight j's fifth bit.
+//   Q4_K 144 B / 256: f16 d | f16 dmin | 12 B scales | qs[128]
+//   Q5_K 176 B / 256: f16 d | f16 dmin | 12 B scales | qh[32] | qs[128]
+//     8 sub-blocks of 32 with 6-bit scale s and min m packed in 12 bytes:
+//     w = d * s * q - dmin * m. Sub-blocks 2c and 2c + 1 share qs[32c ..
+//     32c + 32) (low and high nibbles); Q5_K's fifth bits are bits 2c and
+//     2c + 1 of qh[l].
+//   Q6_K 210 B / 256: ql[128] | qh[64] | int8 scales[16] | f16 d
+//     16 sub-blocks of 16: w = d * scale * (q - 32), q 6 bits from a nibble
+//     of ql and two bits of qh.
+//   MXFP4 17 B / 32:  u8 e | u8 qs[16]   w = fp4(q) * 2^(e - 127)
+//     (ggml's order: byte j holds weight j low, j + 16 high; e = 255 is
+//     read as 2^128, as ggml does, not as NaN).
+// Arithmetic is float, in the order ggml's reference dequantizers use, so
+// results match them to the last bit for finite scales.
+//
+// Thread-safe: pure functions.
+#ifndef MOECACHE_KERNELS_GGUF_BLOCKS_H_
+#define MOECACHE_KERNELS_GGUF_BLOCKS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/gguf_types.h"
+
+namespace moe {
+
+void DequantizeQ8_0Block(const uint8_t* block, float* out);  // out: [32]
+void DequantizeQ4_0Block(const uint8_t* block, float* out);  // out: [32]
+void DequantizeQ4_1Block(const uint8_t* block, float* out);  // out: [32]
+void DequantizeQ5_0Block(const uint8_t* block, float* out);  // out: [32]
+void DequantizeQ5_1Block(const uint8_t* block, float* out);  // out: [32]
+void DequantizeQ4_KBlock(const uint8_t* block, float* out);  // out: [256]
+void DequantizeQ5_KBlock(const uint8_t* block, float* out);  // out: [256]
+void DequantizeQ6_KBlock(const uint8_t* block, float* out);  // out: [256]
+void DequantizeMxfp4Block(const uint8_t* block, float* out);  // out: [32]
+
+// Whether DequantizeGguf handles `type`: the block types above and F32,
+// F16, BF16.
+bool CanDequantizeGguf(GgufType type);
+
+// Decodes `n` consecutive weights of `type` (n / block_elems blocks, e.g.
+// one row or a whole tensor) into out[0 .. n).
+// INVALID_ARGUMENT when the type has no decoder here or n is negative or not
+// a multiple of the type's block.
+absl::Status DequantizeGguf(GgufType type,
+                            const uint8_t* data,  // [n / block_elems, block_bytes]
+                            int64_t n, float* out);  // [n]
+
+}  // namespace moe
+
+#endif  // MOECACHE_KERNELS_GGUF_BLOCKS_H_
