@@ -72,6 +72,10 @@ void DeclareServing(FlagSet& f, bool repeatable_listen, const std::string& defau
 // ValidateSecurityOptions refuses.
 absl::StatusOr<rpc::SecurityOptions> SecurityFromFlags(const FlagSet& f);
 
+// --dry-run: check every flag and the model, print the plan and the start
+// line, exit 0 without loading any expert (moe-cached and moe-worker).
+void DeclareDryRun(FlagSet& f);
+
 // --log-level debug|info|warning|error, any case; unset: MOE_LOG_LEVEL or
 // info.
 void DeclareLogLevel(FlagSet& f);

@@ -73,6 +73,7 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
   f.String("port-file", d.port_file, "write the bound ports as JSON once serving");
   f.Group("");
   f.Bool("version", false, "print the build and whether CUDA loads");
+  flag_groups::DeclareDryRun(f);
   flag_groups::DeclareLogLevel(f);
   f.NoPositional();
   f.Notes(absl::StrCat("--listen defaults to ", kDefaultListen,
@@ -99,6 +100,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   WorkerFlags flags;
   flags.help = f.help();
   flags.version = f.GetBool("version");
+  flags.dry_run = f.GetBool("dry-run");
   flags.log_level = flag_groups::LogLevelFromFlags(f);
   WorkerOptions& o = flags.options;
   o.model_dir = f.GetString("model");
