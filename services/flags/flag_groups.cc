@@ -57,6 +57,12 @@ void DeclareDevice(FlagSet& f, const std::string& default_device, bool backend_a
   if (backend_alias) f.Alias("backend", "device");
 }
 
+void DeclareDryRun(FlagSet& f) {
+  f.Bool("dry-run", false,
+         "check every flag and the model, print the plan and the start line, and exit "
+         "without loading experts");
+}
+
 void DeclareCachePolicy(FlagSet& f, const std::string& default_policy, bool default_prefetch) {
   f.Group("cache");
   f.String("policy", default_policy, "the cache's eviction policy (moectl simulate --help lists them)");

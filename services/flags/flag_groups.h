@@ -79,6 +79,10 @@ absl::StatusOr<rpc::SecurityOptions> SecurityFromFlags(const FlagSet& f);
 // else ChatML (openai::ChatTemplate::Resolve).
 void DeclareChatTemplate(FlagSet& f, const std::vector<std::string>& builtins);
 
+// --dry-run: check every flag and the model, print the plan and the start
+// line, exit 0 without loading any expert (moe-cached and moe-worker).
+void DeclareDryRun(FlagSet& f);
+
 // --log-level debug|info|warning|error, any case; unset: MOE_LOG_LEVEL or
 // info.
 void DeclareLogLevel(FlagSet& f);

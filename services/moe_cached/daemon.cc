@@ -50,6 +50,7 @@ absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const
         ExpertStore::ComputeLayout(g, u, d, &block_bytes, options_.expert_format, biases)
             .status());
   }
+  plan.block_bytes = block_bytes;
   const ModelConfig& config = plan.desc.config();
   // Per model: the free device memory shrinks with every arena.
   ASSIGN_OR_RETURN(plan.device, ResolveDevice(options_.device));
@@ -262,8 +263,11 @@ void Daemon::Stop() {
   }
   if (housekeeper_.joinable()) housekeeper_.join();
   for (auto it = models_.rbegin(); it != models_.rend(); ++it) (*it)->Stop();  // persists
+  // Said only when something had started (not after a dry run, nor a
+  // start refused before any model loaded).
+  const bool started = metrics_ != nullptr || !models_.empty() || server_ != nullptr;
   metrics_.reset();
-  MOE_LOG(INFO) << "moe-cached stopped";
+  if (started) MOE_LOG(INFO) << "moe-cached stopped";
 }
 
 int Daemon::metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }

@@ -45,6 +45,12 @@ class Daemon {
   absl::Status Start();
   void Stop();
 
+  // --dry-run: Preflight's checks (less what has an effect: /metrics is not
+  // started, --state-dir not created) and each model's plan (checkpoint
+  // checked, arena sized, policy made; no expert read), then the start
+  // line, as text.
+  absl::StatusOr<std::string> DryRun() const;
+
   // 0 when /metrics is disabled.
   int metrics_port() const;
 
@@ -54,6 +60,7 @@ class Daemon {
     ModelDescription desc;
     DeviceChoice device;
     int capacity = 0;
+    uint64_t block_bytes = 0;  // one expert held
   };
   // Checks every flag, path, port and permission (and starts /metrics)
   // before anything is loaded: a configuration error costs no load time.

@@ -69,6 +69,7 @@ void DeclareDaemonFlags(flags::FlagSet& f) {
   flag_groups::DeclareLogLevel(f);
   f.Group("");
   f.Bool("version", false, "print the build and whether CUDA loads");
+  flag_groups::DeclareDryRun(f);
   f.NoPositional();
   f.Notes(absl::StrCat("--listen defaults to ", DefaultListenAddress(),
                        " (unix:$RUNTIME_DIRECTORY/moe-cached.sock under systemd).\n"
@@ -114,6 +115,7 @@ absl::StatusOr<DaemonOptions> ParseDaemonFlags(const std::vector<std::string>& a
   DaemonOptions o;
   o.help = f.help();
   o.version = f.GetBool("version");
+  o.dry_run = f.GetBool("dry-run");
   if (o.help || o.version) return o;
   for (const std::string& m : f.GetList("model")) RETURN_IF_ERROR(ParseModel(m, &o));
   if (o.models.empty()) return absl::InvalidArgumentError("at least one --model is required");

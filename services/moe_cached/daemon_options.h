@@ -63,6 +63,7 @@ struct DaemonOptions {
   std::optional<LogLevel> log_level;  // --log-level; unset: MOE_LOG_LEVEL or INFO
   bool help = false;
   bool version = false;  // --version
+  bool dry_run = false;  // --dry-run: Daemon::DryRun, then exit
 };
 
 // The default --listen: unix:$RUNTIME_DIRECTORY/moe-cached.sock when systemd

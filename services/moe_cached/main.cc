@@ -32,6 +32,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (options->log_level.has_value()) moe::SetMinLogLevel(*options->log_level);
+  if (options->dry_run) {
+    absl::StatusOr<std::string> plan = moe::cached::Daemon(*options).DryRun();
+    if (!plan.ok()) {
+      std::fprintf(stderr, "moe-cached: %s\n", plan.status().ToString().c_str());
+      return 1;
+    }
+    std::fputs(plan->c_str(), stdout);
+    return 0;
+  }
   MOE_LOG(INFO) << moe::VersionLine("moe-cached") << " starting";
 
   // Not dumpable: processes of the same user cannot ptrace the daemon or

@@ -30,6 +30,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (flags->log_level.has_value()) moe::SetMinLogLevel(*flags->log_level);
+  if (flags->dry_run) {
+    absl::StatusOr<std::string> plan = moe::worker::Worker::DryRun(flags->options);
+    if (!plan.ok()) {
+      std::fprintf(stderr, "moe-worker: %s\n", plan.status().ToString().c_str());
+      return 1;
+    }
+    std::fputs(plan->c_str(), stdout);
+    return 0;
+  }
   MOE_LOG(INFO) << moe::VersionLine("moe-worker") << " starting";
   auto worker = moe::worker::Worker::Start(flags->options);
   if (!worker.ok()) {

@@ -57,6 +57,16 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(
 }
 
 absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
+  RETURN_IF_ERROR(CheckOptions(listen));
+  if (!options_.metrics_addr.empty()) {
+    ASSIGN_OR_RETURN(metrics_server_,
+                     rpc::MetricsServer::Start(options_.metrics_addr,
+                                               metrics_.exposed()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::CheckOptions(const std::vector<rpc::ListenAddress>& listen) const {
   if (options_.model_dir.empty()) {
     return absl::InvalidArgumentError("--model DIR is required");
   }
@@ -106,15 +116,10 @@ absl::Status Worker::Preflight(const std::vector<rpc::ListenAddress>& listen) {
   if (!options_.http.listen.empty()) {
     RETURN_IF_ERROR(CheckHttpOptions(options_.http, options_.security));
   }
-  if (!options_.metrics_addr.empty()) {
-    ASSIGN_OR_RETURN(metrics_server_,
-                     rpc::MetricsServer::Start(options_.metrics_addr,
-                                               metrics_.exposed()));
-  }
   return absl::OkStatus();
 }
 
-absl::Status Worker::Init() {
+absl::StatusOr<std::vector<rpc::ListenAddress>> Worker::ListenAddresses() const {
   std::vector<rpc::ListenAddress> listen;
   std::vector<std::string> addrs = options_.listen;
   if (addrs.empty()) addrs.push_back(kDefaultListen);
@@ -125,6 +130,11 @@ absl::Status Worker::Init() {
     }
     listen.push_back(*parsed);
   }
+  return listen;
+}
+
+absl::Status Worker::Init() {
+  ASSIGN_OR_RETURN(std::vector<rpc::ListenAddress> listen, ListenAddresses());
   RETURN_IF_ERROR(Preflight(listen));
   RETURN_IF_ERROR(LoadModel());
   const std::string cache_model =
@@ -228,13 +238,21 @@ void Worker::Stop() {
   serving_ = false;
   // The runner finishes every call it accepted, so the server's own
   // shutdown below has nothing left to wait for.
-  if (runner_ != nullptr) runner_->Stop(options_.shutdown_grace);
-  MOE_LOG(INFO) << "requests drained";
+  // Each line only for what was started: a failed start reports its error
+  // alone, not a shutdown that never began.
+  if (runner_ != nullptr) {
+    runner_->Stop(options_.shutdown_grace);
+    MOE_LOG(INFO) << "requests drained";
+  }
   if (http_ != nullptr) http_->Stop();
-  if (server_ != nullptr) server_->Shutdown(absl::Seconds(1));
-  MOE_LOG(INFO) << "gRPC server stopped";
-  metrics_server_.reset();
-  MOE_LOG(INFO) << "metrics server stopped";
+  if (server_ != nullptr) {
+    server_->Shutdown(absl::Seconds(1));
+    MOE_LOG(INFO) << "gRPC server stopped";
+  }
+  if (metrics_server_ != nullptr) {
+    metrics_server_.reset();
+    MOE_LOG(INFO) << "metrics server stopped";
+  }
   if (recorder_ != nullptr) {
     if (absl::Status s = recorder_->Close(); !s.ok()) {
       MOE_LOG(WARNING) << "closing the trace: " << s;

@@ -86,6 +86,11 @@ class Worker {
  public:
   static absl::StatusOr<std::unique_ptr<Worker>> Start(
       const WorkerOptions& options);
+  // --dry-run: every check Start makes before loading (flags, paths,
+  // ports, permissions, the checkpoint's tensors, the backend, the
+  // tokenizer and chat template), then the plan (what goes where, in
+  // bytes) and the start line, as text. Loads no expert, binds nothing.
+  static absl::StatusOr<std::string> DryRun(const WorkerOptions& options);
   ~Worker();
 
   // Health NOT_SERVING, refuse new requests, let the running one finish
@@ -108,6 +113,9 @@ class Worker {
   // Every flag, path, port and permission, before the model loads; starts
   // /metrics (so a port in use is reported at once).
   absl::Status Preflight(const std::vector<rpc::ListenAddress>& listen);
+  // Preflight's checks alone: nothing started.
+  absl::Status CheckOptions(const std::vector<rpc::ListenAddress>& listen) const;
+  absl::StatusOr<std::vector<rpc::ListenAddress>> ListenAddresses() const;
   // Init's steps: the backend, model, tokenizer and chat template; then the
   // gRPC and HTTP servers (not yet serving) and the port file.
   absl::Status LoadModel();

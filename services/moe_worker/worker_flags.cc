@@ -86,6 +86,7 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
   flag_groups::DeclareChatTemplate(f, openai::BuiltinChatTemplateNames());
   f.Group("");
   f.Bool("version", false, "print the build and whether CUDA loads");
+  flag_groups::DeclareDryRun(f);
   flag_groups::DeclareLogLevel(f);
   f.NoPositional();
   f.Notes(absl::StrCat("--listen defaults to ", kDefaultListen,
@@ -112,6 +113,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   WorkerFlags flags;
   flags.help = f.help();
   flags.version = f.GetBool("version");
+  flags.dry_run = f.GetBool("dry-run");
   flags.log_level = flag_groups::LogLevelFromFlags(f);
   WorkerOptions& o = flags.options;
   o.model_dir = f.GetString("model");

@@ -22,6 +22,7 @@ struct WorkerFlags {
   std::optional<LogLevel> log_level;  // --log-level; unset: MOE_LOG_LEVEL or INFO
   bool help = false;
   bool version = false;  // --version
+  bool dry_run = false;  // --dry-run: Worker::DryRun, then exit
 };
 
 // INVALID_ARGUMENT naming the flag for unknown or repeated flags, missing

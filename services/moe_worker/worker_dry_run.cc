@@ -1,0 +1,81 @@
+// Worker::DryRun (worker.h): Start's checks and the plan, nothing loaded.
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "services/moe_worker/worker.h"
+#include "services/plan/plan.h"
+#include "services/rpc/build_info.h"
+#include "services/rpc/startup_log.h"
+
+namespace moe::worker {
+namespace {
+
+// The sessions' KV cache: per token, per sequence and at --max-batch.
+std::string KvText(const plan::ModelFigures& m, const RunnerOptions& r) {
+  const int64_t sequence = m.kv_bytes_per_token * m.max_context;
+  std::string s = absl::StrCat(m.kv_bytes_per_token, " B per token (f32); ",
+                               plan::HumanBytes(sequence), " per sequence of ", m.max_context,
+                               " positions; --max-batch ", r.max_batch);
+  if (r.kv_budget_bytes > 0) {
+    absl::StrAppend(&s, ", --kv-budget-mb ", plan::HumanBytes(r.kv_budget_bytes));
+  } else if (r.max_batch > 1) {
+    absl::StrAppend(&s, ", up to ", plan::HumanBytes(sequence * r.max_batch), " (no --kv-budget-mb)");
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Worker::DryRun(const WorkerOptions& options) {
+  Worker w(options);
+  ASSIGN_OR_RETURN(std::vector<rpc::ListenAddress> listen, w.ListenAddresses());
+  RETURN_IF_ERROR(w.CheckOptions(listen));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(options.backend));
+  ASSIGN_OR_RETURN(ModelDescription desc, ModelDescription::Open(options.model_dir));
+  const std::string tok_path = options.model_dir + "/tokenizer.json";
+  const bool has_tokenizer = std::filesystem::exists(tok_path);
+  if (has_tokenizer) RETURN_IF_ERROR(Tokenizer::FromFile(tok_path).status());
+  if (!options.http.listen.empty()) {
+    RETURN_IF_ERROR(openai::ChatTemplate::FromModelDir(options.model_dir).status());
+  }
+  plan::StoredFormats stored{desc.expert_dtype(), desc.expert_dtype()};
+  if (absl::StatusOr<TensorView> e = desc.Dense(TensorRole::kEmbed, -1); e.ok()) {
+    stored.dense = e->dtype;
+  }
+  ASSIGN_OR_RETURN(plan::ModelFigures m,
+                   plan::ComputeFigures(desc.config(), stored, std::nullopt));
+  const std::string name = w.ModelName();
+  std::string experts;
+  if (options.cache == "none") {
+    experts = absl::StrCat("in this process, ", plan::HumanBytes(rpc::AllExpertBytes(desc)),
+                           " (--cache none)");
+  } else {
+    experts = absl::StrCat("moe-cached at ", options.cache, " (model '",
+                           options.cache_model.empty() ? name : options.cache_model,
+                           "'; not contacted)");
+  }
+  std::string listen_text;
+  for (const std::string& a : options.listen.empty() ? std::vector<std::string>{kDefaultListen}
+                                                    : options.listen) {
+    absl::StrAppend(&listen_text, listen_text.empty() ? "" : ", ", a);
+  }
+  std::string out = "moe-worker --dry-run: every flag, path and the model check out; nothing loaded\n";
+  absl::StrAppend(&out, "model:    ", name, " (", rpc::ModelSummary(desc), ") in ",
+                  options.model_dir, "\n");
+  absl::StrAppend(&out, "backend:  ", backend->Info().name, " (", backend->Info().device_name,
+                  "); dense weights ", plan::HumanBytes(m.dense_bytes_device), "\n");
+  absl::StrAppend(&out, "KV cache: ", KvText(m, options.runner), "\n");
+  absl::StrAppend(&out, "experts:  ", experts, "\n");
+  absl::StrAppend(&out, "tokenizer: ", has_tokenizer ? tok_path : "none (prompt_token_ids only)",
+                  "\n");
+  absl::StrAppend(&out, "start:    ", VersionLine("moe-worker"), " serving model ", name,
+                  " on ", listen_text, ", backend ", backend->Info().name, ", metrics ",
+                  options.metrics_addr.empty() ? "off" : options.metrics_addr,
+                  options.http.listen.empty() ? "" : absl::StrCat(", HTTP ", options.http.listen),
+                  "; experts: ", experts, "\n");
+  return out;
+}
+
+}  // namespace moe::worker

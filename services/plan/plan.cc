@@ -1,0 +1,296 @@
+#include "services/plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/flags.h"
+#include "common/fp8.h"
+#include "common/model_desc.h"
+#include "common/quant.h"
+#include "common/status_macros.h"
+#include "services/plan/predict.h"
+
+namespace moe::plan {
+namespace {
+
+DType TorchDType(const std::string& name) {
+  if (name == "float32") return DType::kF32;
+  if (name == "float16") return DType::kF16;
+  return DType::kBF16;
+}
+
+// Bytes per element of a non-expert matrix on the device: FP8 is widened to
+// BF16 at load (MoeModel::Matrix).
+int64_t DenseElementBytes(DType stored) {
+  return stored == DType::kF8E4M3 ? 2 : static_cast<int64_t>(DTypeSize(stored));
+}
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// One expert's gate, up and down held as `format`, with F32 biases.
+absl::StatusOr<int64_t> HeldExpertBytes(const ModelConfig& c, DType format) {
+  const int64_t h = c.hidden_size, inter = c.moe_intermediate_size;
+  const int64_t gate = WeightBytes(format, inter, h), down = WeightBytes(format, h, inter);
+  if (gate < 0 || down < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-format ", ExpertFormatName(format), ": the experts' rows (", h, " and ", inter,
+        " weights) are not whole blocks of ", QuantGroupSize(format)));
+  }
+  int64_t bytes = 2 * gate + down;
+  if (c.has_expert_biases()) bytes += 4 * (2 * inter + h);
+  return bytes;
+}
+
+absl::Status ValidateOptions(const PlanOptions& o) {
+  if (o.gpu_bytes < 0) return absl::InvalidArgumentError("--gpu-mem must be >= 0");
+  if (o.host_bytes <= 0) return absl::InvalidArgumentError("--host-mem must be > 0");
+  if (o.context <= 0) return absl::InvalidArgumentError("--context must be > 0");
+  if (o.max_batch < 1) return absl::InvalidArgumentError("--max-batch must be >= 1");
+  for (double v : {o.link_gbps, o.host_gbps, o.device_gbps, o.device_gflops}) {
+    if (!(v > 0) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError("bandwidths and FLOP rates must be > 0");
+    }
+  }
+  if (!(o.host_gflops >= 0) || !std::isfinite(o.host_gflops)) {
+    return absl::InvalidArgumentError("--host-gflops must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+// The memory side of a plan: slots, miss mode, fits and why not.
+Plan PlanMemory(const ModelFigures& m, const PlanOptions& o) {
+  Plan p;
+  p.model = m;
+  p.options = o;
+  p.context = m.max_context > 0 ? std::min(o.context, m.max_context) : o.context;
+  p.kv_bytes = m.kv_bytes_per_token * p.context * o.max_batch;
+  const bool gpu = o.gpu_bytes > 0;
+  const int64_t budget = gpu ? o.gpu_bytes : o.host_bytes;
+  const int64_t all_experts = m.experts_total * m.expert_bytes;
+  p.device_reserve = budget * kDeviceReservePercent / 100;
+  p.device_needed = m.dense_bytes_device + p.kv_bytes + p.device_reserve;
+  if (gpu) {
+    p.host_bytes = all_experts;
+    const int64_t free = std::max<int64_t>(0, o.gpu_bytes - p.device_needed);
+    p.cache_slots = std::min(m.experts_total, free / m.expert_bytes);
+  } else {
+    // The host computes: it holds the store, the dense weights, the KV and
+    // an arena of one layer at most (misses run where the experts are).
+    p.host_bytes = all_experts + p.device_needed;
+    const int64_t free = std::max<int64_t>(0, o.host_bytes - p.host_bytes);
+    p.cache_slots = std::min(m.experts_per_layer, free / m.expert_bytes);
+    p.host_bytes += p.cache_slots * m.expert_bytes;
+  }
+  p.cache_fraction = static_cast<double>(p.cache_slots) / static_cast<double>(m.experts_total);
+  if (o.miss_mode.has_value()) {
+    p.miss_mode = *o.miss_mode;
+  } else if (!gpu) {
+    p.miss_mode = MissMode::kHost;
+  } else if (p.cache_slots == m.experts_total) {
+    p.miss_mode = MissMode::kFetch;
+  } else {
+    p.miss_mode = p.cache_slots >= m.experts_per_layer ? MissMode::kAuto : MissMode::kHost;
+  }
+  if (gpu && p.device_needed > o.gpu_bytes) {
+    p.problems.push_back(absl::StrCat(
+        "dense weights ", HumanBytes(m.dense_bytes_device), " + KV cache ",
+        HumanBytes(p.kv_bytes), " + reserve ", HumanBytes(p.device_reserve),
+        " exceed the GPU's ", HumanBytes(o.gpu_bytes)));
+  }
+  if (p.host_bytes > o.host_bytes) {
+    p.problems.push_back(absl::StrCat(gpu ? "every expert" : "every expert, the dense weights and the KV cache",
+                                      " (", HumanBytes(p.host_bytes),
+                                      ") exceed host memory ", HumanBytes(o.host_bytes)));
+  }
+  if (p.miss_mode == MissMode::kFetch && p.cache_slots < m.experts_per_layer) {
+    p.problems.push_back(absl::StrCat("--miss-mode fetch needs one layer's ", m.experts_per_layer,
+                                      " slots; ", p.cache_slots, " fit"));
+  }
+  p.fits = p.problems.empty();
+  return p;
+}
+
+// What would fit instead, tried one change at a time.
+std::vector<std::string> Suggestions(const ModelConfig& c, const StoredFormats& stored,
+                                     const Plan& p) {
+  std::vector<std::string> out;
+  const PlanOptions& o = p.options;
+  for (DType f : {DType::kQ8, DType::kQ4}) {
+    absl::StatusOr<ModelFigures> m = ComputeFigures(c, stored, f);
+    if (!m.ok() || m->expert_bytes >= p.model.expert_bytes) continue;
+    PlanOptions alt = o;
+    alt.expert_format = f;
+    const Plan q = PlanMemory(*m, alt);
+    if (q.fits) {
+      out.push_back(absl::StrCat("--expert-format ", ExpertFormatName(f), ": ",
+                                 HumanBytes(m->expert_bytes), " per expert, ", q.cache_slots,
+                                 " slots, host ", HumanBytes(q.host_bytes)));
+      break;
+    }
+  }
+  for (int64_t ctx = p.context / 2; ctx >= 256; ctx /= 2) {
+    PlanOptions alt = o;
+    alt.context = ctx;
+    if (PlanMemory(p.model, alt).fits) {
+      out.push_back(absl::StrCat("--context ", ctx));
+      break;
+    }
+  }
+  if (o.max_batch > 1) {
+    PlanOptions alt = o;
+    alt.max_batch = 1;
+    if (PlanMemory(p.model, alt).fits) out.push_back("--max-batch 1");
+  }
+  if (p.miss_mode != MissMode::kHost) {
+    PlanOptions alt = o;
+    alt.miss_mode = MissMode::kHost;
+    const Plan q = PlanMemory(p.model, alt);
+    if (q.fits) {
+      out.push_back(absl::StrCat("--miss-mode host: host-only experts (", q.cache_slots,
+                                 " slots; misses run on the CPU from host memory)"));
+    }
+  }
+  if (out.empty()) {
+    absl::StatusOr<ModelFigures> q4 = ComputeFigures(c, stored, DType::kQ4);
+    const ModelFigures& m = q4.ok() ? *q4 : p.model;
+    PlanOptions alt = o;
+    alt.context = std::min<int64_t>(p.context, 4096);
+    alt.max_batch = 1;
+    alt.miss_mode = MissMode::kHost;
+    const Plan q = PlanMemory(m, alt);
+    out.push_back(absl::StrCat("nothing smaller fits: at ", ExpertFormatName(m.held_format),
+                               ", context ", alt.context, ", host-only experts it needs ",
+                               o.gpu_bytes > 0 ? absl::StrCat(HumanBytes(q.device_needed),
+                                                              " of GPU and ")
+                                               : "",
+                               HumanBytes(q.host_bytes), " of host memory"));
+  }
+  return out;
+}
+
+void AddFlags(Plan& p) {
+  const PlanOptions& o = p.options;
+  const std::string device = o.gpu_bytes > 0 ? "cuda" : "cpu";
+  std::vector<std::string>& d = p.daemon_flags;
+  d = {"--model", o.model_dir, "--device", device, "--cache-experts",
+       absl::StrCat(p.cache_slots)};
+  if (o.expert_format.has_value()) {
+    d.insert(d.end(), {"--expert-format", ExpertFormatName(*o.expert_format)});
+  }
+  d.insert(d.end(), {"--miss-mode", MissModeName(p.miss_mode)});
+  if (o.gpu_bytes > 0) d.insert(d.end(), {"--link-gbps", absl::StrCat(o.link_gbps)});
+  if (p.miss_mode != MissMode::kFetch) {
+    d.insert(d.end(), {"--host-gbps", absl::StrCat(o.host_gbps)});
+  }
+  if (o.daemon_socket != "unix:/tmp/moe-cached.sock") d.insert(d.end(), {"--listen", o.daemon_socket});
+  std::vector<std::string>& w = p.worker_flags;
+  w = {"--model", o.model_dir, "--device", device, "--cache", o.daemon_socket};
+  if (o.max_batch > 1) {
+    w.insert(w.end(), {"--max-batch", absl::StrCat(o.max_batch), "--kv-budget-mb",
+                       flags::FormatSize(p.kv_bytes)});
+  }
+  if (o.gpu_bytes > 0 && p.miss_mode != MissMode::kFetch) {
+    w.insert(w.end(), {"--device-host-experts", "on"});
+  }
+}
+
+}  // namespace
+
+StoredFormats StoredFormatsFromConfig(const ModelConfig& c) {
+  StoredFormats s;
+  s.dense = TorchDType(c.torch_dtype);
+  s.experts = s.dense;
+  if (c.fp8.has_value()) s.experts = s.dense = DType::kF8E4M3;
+  if (c.mxfp4.has_value()) s.experts = DType::kMxfp4;
+  return s;
+}
+
+absl::StatusOr<ModelFigures> ComputeFigures(const ModelConfig& c, const StoredFormats& stored,
+                                            std::optional<DType> format) {
+  ModelFigures m;
+  m.stored = stored;
+  m.num_moe_layers = c.num_moe_layers();
+  m.experts_per_layer = c.num_experts;
+  m.top_k = c.top_k;
+  m.experts_total = int64_t{m.num_moe_layers} * c.num_experts;
+  int64_t expert_params_all = 0;
+  const int64_t dense_element = DenseElementBytes(stored.dense);
+  for (const TensorSpec& s : ExpectedTensors(c)) {
+    int64_t n = Numel(s.shape);
+    if (s.fused && s.dtype == DType::kU8) {
+      if (EndsWith(s.name, "_scales")) continue;  // MXFP4 scales are not weights
+      n *= 2;                                     // two FP4 weights per byte
+    }
+    if (IsExpertRole(s.role)) {
+      expert_params_all += n;
+      continue;
+    }
+    m.params_dense += n;
+    m.dense_bytes_device += s.shape.size() >= 2
+                                ? n * dense_element
+                                : n * (dense_element + 4);
+  }
+  m.expert_params = expert_params_all / m.experts_total;
+  m.params_total = m.params_dense + expert_params_all;
+  m.params_active = m.params_dense + int64_t{m.num_moe_layers} * m.top_k * m.expert_params;
+  m.held_format = format.value_or(DefaultHeldFormat(stored.experts));
+  ASSIGN_OR_RETURN(m.expert_bytes, HeldExpertBytes(c, m.held_format));
+  const int64_t widths = c.is_mla() ? c.mla.kv_lora_rank + c.mla.qk_rope_head_dim
+                                    : 2 * c.num_key_value_heads * c.head_dim;
+  m.kv_bytes_per_token = c.num_hidden_layers * 4 * widths;
+  // MoeModel::max_context: a session holds at most this many positions.
+  m.max_context = c.max_position_embeddings > 0 ? c.max_position_embeddings : int64_t{1} << 20;
+  if (c.sliding_window > 0 && !c.has_attention_sinks()) {
+    m.max_context = std::min(m.max_context, c.sliding_window);
+  }
+  return m;
+}
+
+absl::StatusOr<Plan> MakePlan(const ModelConfig& config, const StoredFormats& stored,
+                              const PlanOptions& options) {
+  RETURN_IF_ERROR(ValidateOptions(options));
+  ASSIGN_OR_RETURN(ModelFigures m, ComputeFigures(config, stored, options.expert_format));
+  Plan p = PlanMemory(m, options);
+  if (!p.fits) p.suggestions = Suggestions(config, stored, p);
+  ASSIGN_OR_RETURN(Rates r, PredictRates(config, p));
+  p.layer_ms = r.layer_ms;
+  p.predicted_decode_tokens_per_s = r.decode_tokens_per_s;
+  p.predicted_prefill_tokens_per_s = r.prefill_tokens_per_s;
+  AddFlags(p);
+  return p;
+}
+
+std::string HumanBytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (std::fabs(v) >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string ShellLine(const std::string& program, const std::vector<std::string>& args) {
+  std::string line = program;
+  for (const std::string& a : args) {
+    const bool plain = !a.empty() && a.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789-_./:=,+@") == std::string::npos;
+    absl::StrAppend(&line, " ", plain ? a : absl::StrCat("'", a, "'"));
+  }
+  return line;
+}
+
+}  // namespace moe::plan
