@@ -13,8 +13,10 @@
 //    spinners and the caller not counted, exceed its online CPUs (sampled
 //    from /proc/loadavg at most every kLoadSampleEvery, by whichever waiter
 //    comes first), or when the process may use a single CPU (UsableCpus);
-//  - no spin for kQuietAfterPreempt after a spin that lost its CPU (a gap of
-//    more than kPreemptedGap between two polls: another thread ran on it);
+//  - no spin for kQuietAfterPreempt after a spin that lost its CPU for a
+//    scheduler slice (a gap of more than kPreemptedGap between two polls:
+//    another thread ran on it that did not yield back, e.g. a busy loop;
+//    our own threads, which yield, hand it back within microseconds);
 //  - otherwise twice the last hand-off's latency, at most the site's maximum
 //    (a wait that outlasted the maximum halves the budget).
 //
@@ -38,7 +40,7 @@
 namespace moe {
 
 inline constexpr absl::Duration kLoadSampleEvery = absl::Milliseconds(10);
-inline constexpr absl::Duration kPreemptedGap = absl::Microseconds(50);
+inline constexpr absl::Duration kPreemptedGap = absl::Microseconds(500);
 inline constexpr absl::Duration kQuietAfterPreempt = absl::Milliseconds(50);
 
 // CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall).
