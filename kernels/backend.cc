@@ -1,15 +1,19 @@
 // Shape validation for every op (shared by all backends) and the factory.
 #include "kernels/backend.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_budget.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/cpu_threads.h"
 #include "kernels/cuda_backend.h"
 
 namespace moe {
@@ -434,14 +438,22 @@ absl::Status Backend::TopK(const float* x, int32_t* ids, float* values,
   return DoTopK(x, ids, values, rows, n, k, stream);
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name) {
-  if (name == "cpu") {
-    int threads = 0;
-    if (const char* env = std::getenv("MOE_CPU_THREADS"); env && *env) {
-      threads = std::atoi(env);
-    }
-    return std::unique_ptr<Backend>(new CpuBackend(threads));
+namespace {
+std::atomic<int> g_cpu_threads{0};
+}  // namespace
+
+void SetCpuThreads(int n) { g_cpu_threads.store(std::max(0, n)); }
+
+int CpuThreads() {
+  if (int n = g_cpu_threads.load(); n > 0) return n;
+  if (const char* env = std::getenv("MOE_CPU_THREADS"); env && *env) {
+    if (int n = std::atoi(env); n > 0) return n;
   }
+  return UsableCpus();
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name) {
+  if (name == "cpu") return std::unique_ptr<Backend>(new CpuBackend(CpuThreads()));
   if (name == "cuda") return CreateCudaBackend(/*device=*/0);
   if (name == "auto") {
     auto cuda = CreateCudaBackend(/*device=*/0);

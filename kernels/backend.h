@@ -459,8 +459,8 @@ class Backend {
 
 // "cpu", "cuda" or "auto" (CUDA when a device is usable, else CPU).
 // "cuda" returns UNAVAILABLE with the reason when no GPU or module is usable.
-// Each call makes a new backend; the CPU backend's thread count comes from
-// $MOE_CPU_THREADS, else std::thread::hardware_concurrency().
+// Each call makes a new backend; the CPU backend's thread count is CpuThreads()
+// (kernels/cpu_threads.h: --cpu-threads, $MOE_CPU_THREADS, the usable CPUs).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(absl::string_view name);
 
 // The process-wide "auto" backend, created on first use. Never null.

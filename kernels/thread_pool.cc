@@ -1,36 +1,23 @@
 #include "kernels/thread_pool.h"
 
-#include <sched.h>
-
 #include <algorithm>
-#include <chrono>
+
+#include "common/cpu_budget.h"
+#include "common/spin_wait.h"
 
 namespace moe {
 namespace {
 thread_local bool t_in_pool_task = false;
 
-// Polls `done` for up to `nanos`, pausing, and yielding the CPU every few
-// polls so that a thread that needs it (the peer, another process) runs.
-template <typename Done>
-void SpinUntil(const Done& done, int64_t nanos) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(nanos);
-  for (int i = 1; !done(); ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-    if (i % 32 == 0) {
-      if (std::chrono::steady_clock::now() >= end) return;
-      sched_yield();
-    }
-  }
+SpinGovernor& DoneWait(int64_t max_spin_ns) {
+  // Per calling thread: it learns that thread's hand-offs (issue 32).
+  thread_local SpinGovernor governor(absl::Nanoseconds(max_spin_ns));
+  return governor;
 }
 }  // namespace
 
 ThreadPool::ThreadPool(int threads)
-    : size_(threads > 0
-                 ? threads
-                 : std::max(1, static_cast<int>(
-                                   std::thread::hardware_concurrency()))) {
+    : size_(threads > 0 ? threads : UsableCpus()) {
   workers_.reserve(size_ - 1);
   for (int i = 1; i < size_; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
@@ -64,9 +51,11 @@ void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   Job job;
   t_in_pool_task = true;  // a worker only ever runs chunks
+  SpinGovernor job_wait(absl::Nanoseconds(kSpinNanos));
   for (;;) {
-    SpinUntil([&] { return published_generation_.load(std::memory_order_acquire) != seen; },
-              kSpinNanos);
+    const int64_t wait_start = MonotonicNanos();
+    const SpinOutcome spun = job_wait.Spin(
+        [&] { return published_generation_.load(std::memory_order_acquire) != seen; });
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -79,6 +68,7 @@ void ThreadPool::WorkerLoop() {
       published_busy_.store(busy_workers_, std::memory_order_release);
       job = job_;
     }
+    job_wait.Record(MonotonicNanos() - wait_start, spun);
     RunChunks(job);
     absl::MutexLock lock(&mu_);
     --busy_workers_;
@@ -116,12 +106,16 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   t_in_pool_task = false;
   // Chunks are all claimed; wait for workers still inside one. A worker that
   // wakes late finds no chunk left and only touches the counters.
-  SpinUntil([&] { return published_busy_.load(std::memory_order_acquire) == 0; }, kSpinNanos);
+  SpinGovernor& done_wait = DoneWait(kSpinNanos);
+  const int64_t wait_start = MonotonicNanos();
+  const SpinOutcome spun =
+      done_wait.Spin([&] { return published_busy_.load(std::memory_order_acquire) == 0; });
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return busy_workers_ == 0;
   };
   mu_.Await(absl::Condition(&idle));
+  done_wait.Record(MonotonicNanos() - wait_start, spun);
   last_participants_.store(participants_.load());
   job_ = Job{};
 }

@@ -23,7 +23,7 @@ namespace moe {
 
 class ThreadPool {
  public:
-  // threads <= 0: std::thread::hardware_concurrency() (at least 1).
+  // threads <= 0: UsableCpus() (common/cpu_budget.h: affinity and quota).
   explicit ThreadPool(int threads);
   ~ThreadPool();  // joins the workers
   ThreadPool(const ThreadPool&) = delete;
@@ -65,9 +65,9 @@ class ThreadPool {
   // a worker's copy (taken under mu_) always matches next_chunk_.
   Job job_ ABSL_GUARDED_BY(mu_);
   // Mirrors of generation_ and busy_workers_ (written under mu_) that an
-  // idle worker and a waiting caller poll for up to kSpinNanos, yielding,
-  // before they block on mu_: the next small op then starts without a
-  // futex wake-up (a cross-CPU interrupt, tens of microseconds in a VM).
+  // idle worker and a waiting caller poll for at most kSpinNanos (less per
+  // SpinGovernor, none on a busy machine) before they block on mu_: the next
+  // small op then starts without a futex wake-up (tens of us in a VM).
   static constexpr int64_t kSpinNanos = 50'000;
   std::atomic<uint64_t> published_generation_{0};
   std::atomic<int> published_busy_{0};

@@ -1,18 +1,12 @@
 #include "services/channel/shm_channel.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <sched.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <climits>
 #include <cstring>
-#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/spin_wait.h"
 
 namespace moe::channel {
 namespace {
@@ -46,78 +40,40 @@ static_assert((kRingSlots & (kRingSlots - 1)) == 0, "power of two");
 
 Shared* AsShared(void* mem) { return static_cast<Shared*>(mem); }
 
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected,
-               absl::Duration timeout) {
-  timespec ts = absl::ToTimespec(timeout);
-  // Shared (not FUTEX_PRIVATE): the other side is another process.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected,
-          &ts, nullptr, 0);
-}
-
-void FutexWake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX,
-          nullptr, nullptr, 0);
-}
-
-inline void CpuRelax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
-
-// Spinning briefly before sleeping keeps a hit round trip in the
-// microseconds; the futex keeps an idle side off the CPU. The spin is bounded
-// in time and yields, so that when both sides share one core the spinner
-// hands the core to its peer instead of holding it for the whole spin. It
-// outlasts a small model's layer (tens of microseconds of compute between a
-// worker's acquires): 20 us let the daemon fall asleep before every acquire,
-// and each futex wake-up (a cross-CPU interrupt, costly in a VM) made the
-// trained model's served TPOT 0.87-1.06 ms against 0.55-0.79 ms with 200 us
+// The most either side spins before it sleeps on the futex (SpinGovernor
+// shortens it to twice the recent hand-off latency, and to nothing when the
+// machine is oversubscribed, issue 32). On an idle machine it outlasts a
+// small model's layer (tens of microseconds of compute between a worker's
+// acquires): 20 us let the daemon fall asleep before every acquire, and each
+// futex wake-up (a cross-CPU interrupt, costly in a VM) made the trained
+// model's served TPOT 0.87-1.06 ms against 0.55-0.79 ms with 200 us
 // (docs/benchmarks.md, "Daemon hot path").
 constexpr absl::Duration kSpinFor = absl::Microseconds(200);
-constexpr int kYieldEvery = 32;
 constexpr absl::Duration kPollSlice = absl::Milliseconds(5);
 
 // Waits until `word` differs from `value`, the deadline passes, `stop`
 // returns non-OK, or the channel closes. Returns OK when it changed.
 template <typename Stop>
-absl::Status WaitChange(Word& word, Word& asleep, uint32_t value,
-                        absl::Time deadline, const Stop& stop) {
-  const absl::Time spin_end = absl::Now() + kSpinFor;
-  for (int i = 1;; ++i) {
-    if (word.value.load(std::memory_order_acquire) != value) {
-      return absl::OkStatus();
-    }
-    CpuRelax();
-    if (i % kYieldEvery == 0) {
-      if (absl::Now() >= spin_end) break;
-      sched_yield();
-    }
+absl::Status WaitChange(Word& word, Word& asleep, uint32_t value, absl::Time deadline,
+                        SpinGovernor& governor, const Stop& stop) {
+  absl::Status s = WaitWordChange(word.value, asleep.value, value, deadline, governor, stop,
+                                  kPollSlice);
+  if (absl::IsDeadlineExceeded(s)) {
+    return absl::DeadlineExceededError("shared-memory channel: timed out");
   }
-  while (true) {
-    asleep.value.store(1, std::memory_order_seq_cst);
-    if (word.value.load(std::memory_order_seq_cst) != value) {
-      asleep.value.store(0, std::memory_order_relaxed);
-      return absl::OkStatus();
-    }
-    absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      asleep.value.store(0, std::memory_order_relaxed);
-      return absl::DeadlineExceededError("shared-memory channel: timed out");
-    }
-    FutexWait(&word.value, value, std::min(left, kPollSlice));
-    asleep.value.store(0, std::memory_order_relaxed);
-    if (word.value.load(std::memory_order_acquire) != value) {
-      return absl::OkStatus();
-    }
-    absl::Status s = stop();
-    if (!s.ok()) return s;
-  }
+  return s;
+}
+
+// Per waiting thread (each endpoint is used by one thread at a time, and a
+// daemon serves each worker from a thread of its own): it learns that
+// thread's hand-off latency.
+SpinGovernor& Governor() {
+  thread_local SpinGovernor governor(kSpinFor);
+  return governor;
 }
 
 void Publish(Word& word, Word& asleep, uint32_t value) {
-  word.value.store(value, std::memory_order_seq_cst);
-  if (asleep.value.load(std::memory_order_seq_cst) != 0) FutexWake(&word.value);
+  PublishWord(word.value, asleep.value, value);
 }
 
 size_t RequestItemBytes(uint32_t type) {
@@ -184,9 +140,8 @@ absl::StatusOr<bool> ChannelServer::Receive(RequestMsg* out,
   if (broken_) return absl::DataLossError("channel is broken");
   Ring<RequestMsg>& ring = AsShared(mem_)->requests;
   uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
-  absl::Status waited = WaitChange(ring.head, ring.reader_asleep, tail,
-                                   absl::Now() + timeout,
-                                   [] { return absl::OkStatus(); });
+  absl::Status waited = WaitChange(ring.head, ring.reader_asleep, tail, absl::Now() + timeout,
+                                   Governor(), [] { return absl::OkStatus(); });
   if (absl::IsDeadlineExceeded(waited)) return false;
   if (!waited.ok()) return waited;
   uint32_t head = ring.head.value.load(std::memory_order_acquire);
@@ -234,8 +189,8 @@ absl::Status ChannelServer::Reply(const ResponseMsg& msg) {
 void ChannelServer::Close() {
   Shared* s = AsShared(mem_);
   s->closed.value.store(1, std::memory_order_seq_cst);
-  FutexWake(&s->responses.head.value);
-  FutexWake(&s->requests.tail.value);
+  WakeAllOnWord(s->responses.head.value);
+  WakeAllOnWord(s->requests.tail.value);
 }
 
 ChannelClient::ChannelClient(void* mem) : mem_(mem) {}
@@ -248,7 +203,7 @@ absl::Status ChannelClient::Post(RequestMsg& req, absl::Duration timeout) {
   uint32_t tail = ring.tail.value.load(std::memory_order_acquire);
   if (head - tail >= kRingSlots) {
     absl::Status waited = WaitChange(
-        ring.tail, ring.writer_asleep, tail, absl::Now() + timeout, [s] {
+        ring.tail, ring.writer_asleep, tail, absl::Now() + timeout, Governor(), [s] {
           return s->closed.value.load() ? ClosedStatus() : absl::OkStatus();
         });
     if (absl::IsDeadlineExceeded(waited)) {
@@ -277,7 +232,7 @@ absl::Status ChannelClient::Call(RequestMsg& req, ResponseMsg* reply,
   while (true) {
     uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
     absl::Status waited =
-        WaitChange(ring.head, ring.reader_asleep, tail, deadline, stop);
+        WaitChange(ring.head, ring.reader_asleep, tail, deadline, Governor(), stop);
     if (!waited.ok()) return waited;
     const ResponseMsg& slot = ring.slots[tail % kRingSlots];
     std::memcpy(reply, &slot, offsetof(ResponseMsg, leases));

@@ -63,6 +63,17 @@ void DeclareDryRun(FlagSet& f) {
          "without loading experts");
 }
 
+void DeclareCpuThreads(FlagSet& f) {
+  f.Group("device");
+  f.Int("cpu-threads", 0,
+        "threads of the CPU backend: every op of a CPU worker, the host-expert runs of a "
+        "device worker (0: $MOE_CPU_THREADS, else the CPUs this process may use: its "
+        "affinity mask and cgroup CPU quota)",
+        {.min = 0, .max = 4096});
+}
+
+int CpuThreadsFromFlags(const FlagSet& f) { return static_cast<int>(f.GetInt("cpu-threads")); }
+
 void DeclareCachePolicy(FlagSet& f, const std::string& default_policy, bool default_prefetch) {
   f.Group("cache");
   f.String("policy", default_policy, "the cache's eviction policy (moectl simulate --help lists them)");

@@ -6,7 +6,8 @@
 //
 // Groups (each Declare* starts a help section of that name):
 //   model:   --model, --expert-format, --record-trace
-//   device:  --device cpu|cuda|auto (old spelling --backend, which warns)
+//   device:  --device cpu|cuda|auto (old spelling --backend, which warns),
+//            --cpu-threads
 //   cache:   --policy, --prefetch on|off
 //   link:    --link-gbps
 //   host:    --miss-mode fetch|host|auto, --host-gbps, --host-gflops
@@ -48,6 +49,13 @@ std::optional<DType> ExpertFormatFromFlags(const FlagSet& f);
 // --device cpu|cuda|auto, and --backend as its old spelling when
 // `backend_alias` (moe-worker and moectl run spelled it so).
 void DeclareDevice(FlagSet& f, const std::string& default_device, bool backend_alias);
+
+// --cpu-threads N: the CPU backend's threads (a CPU worker's every op, a
+// device worker's host-expert runs); 0: $MOE_CPU_THREADS, else the CPUs
+// this process may use (affinity mask and cgroup quota). Apply with
+// CpuThreadsFromFlags before the first backend is made.
+void DeclareCpuThreads(FlagSet& f);
+int CpuThreadsFromFlags(const FlagSet& f);
 
 // --record-trace FILE: the routing of every request, as moe-trace/1.
 void DeclareRecordTrace(FlagSet& f);

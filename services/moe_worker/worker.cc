@@ -12,6 +12,7 @@
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kernels/cpu_threads.h"
 #include "services/engine/in_memory_provider.h"
 #include "services/exchange/expert_exchange.h"
 #include "services/moe_worker/daemon_provider.h"
@@ -170,6 +171,8 @@ absl::Status Worker::Init() {
 }
 
 absl::Status Worker::LoadModel() {
+  // Also the host-expert backend of a device worker (daemon_provider.cc).
+  if (options_.cpu_threads > 0) SetCpuThreads(options_.cpu_threads);
   ASSIGN_OR_RETURN(backend_, CreateBackend(options_.backend));
   ASSIGN_OR_RETURN(model_, MoeModel::Load(options_.model_dir, backend_.get()));
   const std::string tok_path = options_.model_dir + "/tokenizer.json";

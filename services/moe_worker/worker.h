@@ -44,6 +44,9 @@ struct WorkerOptions {
   std::string model_dir;
   std::vector<std::string> listen;  // empty: kDefaultListen
   std::string backend = "auto";     // cpu, cuda or auto
+  // Threads of its CPU backends (kernels/backend.h SetCpuThreads); 0: the
+  // default, the CPUs this process may use.
+  int cpu_threads = 0;
   std::string cache = "none";       // none or unix:PATH (moe-cached)
   // The model's name at moe-cached; "": the model directory's basename
   // (the daemon's default name too).

@@ -48,6 +48,7 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
   flag_groups::DeclareModel(f, /*repeatable=*/false);
   flag_groups::DeclareRecordTrace(f);
   flag_groups::DeclareDevice(f, d.backend, /*backend_alias=*/true);
+  flag_groups::DeclareCpuThreads(f);
   f.Choice("device-host-experts", d.device_host_experts ? "on" : "off", {"on", "off"},
            "a CUDA worker offers to run misses on its CPU from moe-cached's host copy (its "
            "--miss-mode host|auto then may answer so); a CPU worker always does");
@@ -118,6 +119,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   WorkerOptions& o = flags.options;
   o.model_dir = f.GetString("model");
   o.backend = f.GetString("device");
+  o.cpu_threads = flag_groups::CpuThreadsFromFlags(f);
   o.device_host_experts = f.GetString("device-host-experts") == "on";
   o.cache = f.GetString("cache");
   o.cache_wait = absl::Seconds(f.GetDouble("cache-wait"));

@@ -24,6 +24,7 @@
 #include "common/quant.h"
 #include "common/status_macros.h"
 #include "kernels/backend.h"
+#include "kernels/cpu_threads.h"
 #include "nlohmann/json.hpp"
 #include "services/engine/generator.h"
 #include "services/engine/in_memory_provider.h"
@@ -52,6 +53,7 @@ void DeclareFlags(FlagSet& f) {
   flag_groups::DeclareExpertFormat(f);
   flag_groups::DeclareRecordTrace(f);
   flag_groups::DeclareDevice(f, "auto", /*backend_alias=*/true);
+  flag_groups::DeclareCpuThreads(f);
   f.Group("");
   f.String("prompt", "", "prompt text (encoded with the model's tokenizer)");
   DeclareGenerationFlags(f);
@@ -154,6 +156,7 @@ void PrintSummary(const GenerateSummary& s, const std::string& rest,
 std::optional<Failure> Run(const FlagSet& f, serving::Request request) {
   const std::string& dir = f.GetString("model");
   const bool as_json = f.GetBool("json");
+  SetCpuThreads(flag_groups::CpuThreadsFromFlags(f));
   auto backend = CreateBackend(f.GetString("device"));
   if (!backend.ok()) return Failure{1, backend.status()};
   auto model = MoeModel::Load(dir, backend->get());

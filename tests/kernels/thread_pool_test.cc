@@ -1,9 +1,12 @@
 #include "kernels/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
 
+#include "common/cpu_budget.h"
+#include "common/spin_wait.h"
 #include "gtest/gtest.h"
 
 namespace moe {
@@ -32,10 +35,35 @@ TEST(ThreadPoolTest, CoversEveryIndexOnce) {
   }
 }
 
-TEST(ThreadPoolTest, DefaultSizeIsHardwareConcurrency) {
+// Issue 32: the CPUs this process may use (affinity, cgroup quota), which
+// hardware_concurrency() bounds (and equals on an unrestricted machine).
+TEST(ThreadPoolTest, DefaultSizeIsTheUsableCpus) {
   ThreadPool pool(0);
-  EXPECT_EQ(pool.size(),
+  EXPECT_EQ(pool.size(), UsableCpus());
+  EXPECT_LE(pool.size(),
             std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+}
+
+// Many small jobs back to back, with the waits spinning and with them
+// blocking at once (an oversubscribed machine): no job is lost or run twice,
+// and no waiter sleeps through its wake-up (the test would hang).
+TEST(ThreadPoolTest, BackToBackJobsWithAndWithoutSpinning) {
+  for (bool oversubscribed : {false, true}) {
+    ForceMachineLoadForTest(oversubscribed);
+    ThreadPool pool(3);
+    int64_t total = 0;
+    for (int round = 0; round < 5000; ++round) {
+      std::atomic<int64_t> sum{0};
+      pool.ParallelFor(6, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) sum += i + round;
+      });
+      total += sum.load();
+    }
+    int64_t want = 0;
+    for (int round = 0; round < 5000; ++round) want += 15 + 6 * round;
+    EXPECT_EQ(total, want) << "oversubscribed " << oversubscribed;
+  }
+  ForceMachineLoadForTest(std::nullopt);
 }
 
 TEST(ThreadPoolTest, SingleThreadPoolRunsInline) {
