@@ -47,8 +47,14 @@ absl::StatusOr<GenerateSummary> Generate(
     const MoeModel& model, ExpertProvider* experts,
     const GenerateOptions& o,
     const std::function<bool(const SampledToken&)>& on_token,
-    RoutingObserver observer) {
+    RoutingObserver observer, const std::function<void(const Session&)>& on_done) {
   RETURN_IF_ERROR(ValidateGenerateOptions(model, o));
+  if (o.prefix_positions != 0 &&
+      (o.prefix == nullptr || o.prefix_positions < 0 ||
+       o.prefix_positions >= static_cast<int64_t>(o.prompt.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefix of ", o.prefix_positions, " positions for a prompt of ", o.prompt.size()));
+  }
   const ModelConfig& c = model.config();
   std::vector<int32_t> stops = o.stop_token_ids;
   if (o.stop_at_eos) {
@@ -64,11 +70,16 @@ absl::StatusOr<GenerateSummary> Generate(
   summary.prompt_tokens = static_cast<int>(o.prompt.size());
   summary.finish_reason = "length";
 
+  absl::Span<const int32_t> input(o.prompt);
+  if (o.prefix_positions > 0) {
+    RETURN_IF_ERROR(session.LoadKv(*o.prefix, o.prefix_positions));
+    input = input.subspan(static_cast<size_t>(o.prefix_positions));
+    summary.cached_prompt_tokens = o.prefix_positions;
+  }
   RETURN_IF_ERROR(experts->BeginRequest(o.request_id));
   const Clock::time_point start = Clock::now();
   Clock::time_point first;
   absl::Status status;
-  absl::Span<const int32_t> input(o.prompt);
   int32_t token = 0;
   for (int i = 0; i < o.max_new_tokens; ++i) {
     auto logits = session.Forward(input, /*prefill=*/i == 0);
@@ -95,6 +106,7 @@ absl::StatusOr<GenerateSummary> Generate(
   absl::Status ended = experts->EndRequest(o.request_id);
   RETURN_IF_ERROR(status);
   RETURN_IF_ERROR(ended);
+  if (on_done) on_done(session);
   if (summary.generated_tokens > 0) {
     summary.ttft_seconds = Seconds(first - start);
     if (summary.generated_tokens > 1) {

@@ -29,6 +29,12 @@ struct GenerateOptions {
   uint64_t request_id = 0;
   bool pregate_hints = false;
   int pregate_distance = 1;  // Session::set_pregate_distance
+  // Prefix reuse (serving's prefix cache): the first `prefix_positions`
+  // positions of the prompt are loaded from `prefix` (Session::LoadKv; not
+  // owned, it must outlive the call) instead of being run; 0 (none) or
+  // 0 < prefix_positions < prompt.size(). The tokens are the same either way.
+  const KvSnapshot* prefix = nullptr;
+  int64_t prefix_positions = 0;
 };
 
 struct GenerateSummary {
@@ -37,6 +43,7 @@ struct GenerateSummary {
   double ttft_seconds = 0.0;  // start to first token
   double tpot_seconds = 0.0;  // mean time per token after the first
   std::string finish_reason;  // "length", "stop" or "cancelled"
+  int64_t cached_prompt_tokens = 0;  // prompt positions loaded, not run
   SessionStats stats;
 };
 
@@ -49,12 +56,15 @@ absl::Status ValidateGenerateOptions(const MoeModel& model,
 
 // Runs one request. `on_token` sees each token as it is produced (a stop
 // token is delivered too, as the last one) and returns false to cancel.
-// `observer` (optional) sees every MoE layer's routing.
+// `observer` (optional) sees every MoE layer's routing. `on_done`
+// (optional) sees the session once the last token is out, before it goes
+// (a prefix cache saves its positions then); not called on error.
 absl::StatusOr<GenerateSummary> Generate(
     const MoeModel& model, ExpertProvider* experts,
     const GenerateOptions& options,
     const std::function<bool(const SampledToken&)>& on_token,
-    RoutingObserver observer = nullptr);
+    RoutingObserver observer = nullptr,
+    const std::function<void(const Session&)>& on_done = nullptr);
 
 }  // namespace moe
 

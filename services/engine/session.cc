@@ -92,6 +92,55 @@ absl::Status Session::ReserveKv(int64_t tokens) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<KvSnapshot> Session::SaveKv(int64_t positions) const {
+  if (positions <= 0 || positions > pos_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot save ", positions,
+                                                   " KV positions of a session at ", pos_));
+  }
+  const ModelConfig& c = model_.config();
+  const KvWidths widths = KvWidthsFor(c);
+  KvSnapshot snap;
+  snap.positions = positions;
+  snap.caches.resize(kv_.size());
+  for (size_t i = 0; i < kv_.size(); ++i) {
+    const int64_t width = i % 2 == 0 ? widths.first : widths.second;
+    snap.caches[i].resize(static_cast<size_t>(positions * width));
+    RETURN_IF_ERROR(be_.CopyToHost(snap.caches[i].data(), kv_[i],
+                                   sizeof(float) * static_cast<size_t>(positions * width)));
+  }
+  return snap;
+}
+
+absl::Status Session::LoadKv(const KvSnapshot& snapshot, int64_t positions) {
+  if (pos_ != 0 || !kv_.empty()) {
+    return absl::FailedPreconditionError("KV positions load only into a fresh session");
+  }
+  if (positions <= 0 || positions > snapshot.positions || positions >= max_seq_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot load ", positions, " KV positions from a snapshot of ", snapshot.positions,
+        " into a session of ", max_seq_));
+  }
+  const ModelConfig& c = model_.config();
+  const KvWidths widths = KvWidthsFor(c);
+  if (snapshot.caches.size() != 2 * static_cast<size_t>(c.num_hidden_layers)) {
+    return absl::InvalidArgumentError("KV snapshot of another model");
+  }
+  for (size_t i = 0; i < snapshot.caches.size(); ++i) {
+    const int64_t width = i % 2 == 0 ? widths.first : widths.second;
+    if (static_cast<int64_t>(snapshot.caches[i].size()) != snapshot.positions * width) {
+      return absl::InvalidArgumentError("KV snapshot of another model");
+    }
+  }
+  RETURN_IF_ERROR(ReserveKv(positions));
+  for (size_t i = 0; i < kv_.size(); ++i) {
+    const int64_t width = i % 2 == 0 ? widths.first : widths.second;
+    RETURN_IF_ERROR(be_.CopyToDevice(kv_[i], snapshot.caches[i].data(),
+                                     sizeof(float) * static_cast<size_t>(positions * width)));
+  }
+  pos_ = positions;
+  return absl::OkStatus();
+}
+
 absl::Status Session::CheckTokens(absl::Span<const int32_t> tokens) const {
   const ModelConfig& c = model_.config();
   const int64_t t = static_cast<int64_t>(tokens.size());

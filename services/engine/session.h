@@ -80,6 +80,22 @@ struct SessionStats {
   double expert_wait_seconds = 0.0;  // wall time inside Acquire
 };
 
+// The keys and values (or MLA latents) of a sequence's first `positions`
+// positions, copied to host memory (Session::SaveKv): what a prefix cache
+// keeps so that a later sequence beginning with the same tokens loads them
+// (Session::LoadKv) instead of running those positions again. `caches` holds
+// each layer's two caches in order (layer 0 first, then second, ...), each
+// [positions, width] row-major (KvWidthsFor).
+struct KvSnapshot {
+  int64_t positions = 0;
+  std::vector<std::vector<float>> caches;
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (const std::vector<float>& c : caches) n += static_cast<int64_t>(c.size() * sizeof(float));
+    return n;
+  }
+};
+
 // Largest pre-gating distance a session accepts.
 inline constexpr int kMaxPregateDistance = 8;
 
@@ -129,6 +145,22 @@ class Session {
   // The bytes kv_cache_allocated_bytes() will be once `tokens` more
   // positions have run (what the next Forward of that many would allocate).
   int64_t KvBytesAfter(int64_t tokens) const;
+
+  // Prefix reuse. SaveKv copies the first `positions` positions' caches
+  // (0 < positions <= position()) to the host. LoadKv, on a session that has
+  // run nothing, takes the first `positions` of `snapshot`'s positions as its
+  // own (0 < positions <= snapshot.positions, positions < max_seq(): at
+  // least one position is left to run, for logits) and moves position()
+  // past them. The snapshot must come from a session of the same model over
+  // the same tokens: the caller checks the tokens. Since every kernel
+  // computes a position's row the same whichever rows share its step
+  // (design invariant 4), the tokens that follow are bit-identical to
+  // running the whole prompt (CPU backend). Errors: INVALID_ARGUMENT for
+  // positions out of range or a snapshot of another layout,
+  // FAILED_PRECONDITION for LoadKv after the first step; the backend's copy
+  // errors.
+  absl::StatusOr<KvSnapshot> SaveKv(int64_t positions) const;
+  absl::Status LoadKv(const KvSnapshot& snapshot, int64_t positions);
 
   int64_t position() const { return pos_; }
   int64_t max_seq() const { return max_seq_; }

@@ -32,6 +32,7 @@ inline v1::GenerateResponse ToResponse(serving::Output o) {
     m->set_expert_hits(u.experts.hits);
     m->set_expert_misses(u.experts.misses);
     m->set_expert_stall_seconds(u.experts.stall_seconds);
+    m->set_cached_prompt_tokens(u.cached_prompt_tokens);
   }
   return r;
 }

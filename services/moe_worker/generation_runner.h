@@ -69,6 +69,7 @@ class GenerationRunner {
   void Stop(absl::Duration grace) { runner_.Stop(grace); }
 
   int queued() const { return runner_.queued(); }
+  const serving::PrefixCache& prefix_cache() const { return runner_.prefix_cache(); }
 
  private:
   serving::Runner runner_;

@@ -1,8 +1,12 @@
 #include "services/moe_worker/http_server.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <deque>
 
 #include "absl/strings/match.h"
@@ -72,7 +76,15 @@ void SendJson(httplib::Response& res, int status, const Json& body) {
   res.set_content(openai::Dump(body), "application/json");
 }
 
+// 429 (the queue is full) and 503 (not serving: the daemon is away, or
+// draining) are worth retrying: Retry-After says when, as clients such as
+// the official OpenAI ones honour it.
+constexpr char kRetryAfterSeconds[] = "1";
+
 void SendError(httplib::Response& res, const ApiError& e) {
+  if (e.http_status == 429 || e.http_status == 503) {
+    res.set_header("Retry-After", kRetryAfterSeconds);
+  }
   SendJson(res, e.http_status, openai::ErrorBody(e));
 }
 
@@ -163,7 +175,8 @@ httplib::Server::HandlerResponse PreRoute(const HttpOptions& options, const http
   } else if (req.method != "GET" && req.method != "POST") {
     SendError(res, Error(405, absl::StrCat("method ", req.method, " is not served")));
   } else if (req.method == "POST" && req.path != "/v1/completions" &&
-             req.path != "/v1/chat/completions") {
+             req.path != "/v1/chat/completions" && req.path != "/tokenize" &&
+             req.path != "/detokenize") {
     SendError(res, Error(404, absl::StrCat("no such endpoint: POST ", req.path)));
   } else {
     return httplib::Server::HandlerResponse::Unhandled;
@@ -193,21 +206,82 @@ absl::Status ParseHttpListen(const std::string& listen, std::string* host, int* 
   return absl::OkStatus();
 }
 
+namespace {
+
+// 127.0.0.0/8, ::1, ::ffff:127.x.x.x and "localhost": a listener only this
+// machine reaches.
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
+// Which flag gives the API key ("" : none).
+std::string ApiKeySource(const HttpOptions& options, const rpc::SecurityOptions& security) {
+  if (!options.api_key_file.empty()) return "--api-key-file";
+  if (!options.api_key_env.empty()) return "--api-key-env";
+  if (!security.auth_token_file.empty()) return "--auth-token-file";
+  return "";
+}
+
+absl::StatusOr<std::string> ReadApiKey(const HttpOptions& options,
+                                       const rpc::SecurityOptions& security) {
+  const std::string source = ApiKeySource(options, security);
+  if (source == "--api-key-env") {
+    const char* value = std::getenv(options.api_key_env.c_str());
+    std::string key = value == nullptr ? "" : value;
+    while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+    if (key.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--api-key-env ", options.api_key_env, ": the variable is unset or empty"));
+    }
+    if (key.size() > 4096) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--api-key-env ", options.api_key_env, ": longer than 4096 bytes"));
+    }
+    return key;
+  }
+  if (source.empty()) return std::string();
+  const std::string& file =
+      source == "--api-key-file" ? options.api_key_file : security.auth_token_file;
+  absl::StatusOr<std::string> key = rpc::ReadAuthTokenFile(file);
+  if (!key.ok()) {
+    return absl::Status(key.status().code(),
+                        absl::StrCat(source, " ", file, ": ", key.status().message()));
+  }
+  return key;
+}
+
+}  // namespace
+
 absl::Status CheckHttpOptions(const HttpOptions& options, const rpc::SecurityOptions& security) {
   std::string host;
   int port = 0;
   if (absl::Status s = ParseHttpListen(options.listen, &host, &port); !s.ok()) return s;
-  if (!security.auth_token_file.empty() && security.tls_cert.empty()) {
-    return absl::InvalidArgumentError(
-        "--http-listen with --auth-token-file needs --tls-cert and --tls-key: a bearer "
-        "token is never accepted over plaintext HTTP");
+  if (!options.api_key_file.empty() && !options.api_key_env.empty()) {
+    return absl::InvalidArgumentError("--api-key-file and --api-key-env: give one of them");
+  }
+  if (absl::Status s = ReadApiKey(options, security).status(); !s.ok()) return s;
+  const std::string key_source = ApiKeySource(options, security);
+  const bool loopback = IsLoopbackHost(host);
+  if (!key_source.empty() && security.tls_cert.empty() && !loopback &&
+      !options.allow_plaintext_auth) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http-listen ", options.listen, " with ", key_source,
+        ": an API key is accepted over plaintext HTTP on a loopback address only (it would "
+        "cross the network in the clear); serve HTTPS with --tls-cert and --tls-key, or say "
+        "--allow-plaintext-auth"));
   }
   if (port != 0) {
     const std::string err = rpc::BindError(absl::StrCat(
         host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port));
     if (!err.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--http-listen ", options.listen, ": ", err));
+      // As for the other ports: it may be free after a restart (exit 1).
+      return absl::UnavailableError(absl::StrCat("--http-listen ", options.listen, ": ", err));
     }
   }
   return absl::OkStatus();
@@ -237,14 +311,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   }
   h->serving_ = std::move(serving);
   const bool tls = !security.tls_cert.empty();
-  if (!security.auth_token_file.empty()) {
-    absl::StatusOr<std::string> token = rpc::ReadAuthTokenFile(security.auth_token_file);
-    if (!token.ok()) {
-      return absl::Status(token.status().code(), absl::StrCat("--auth-token-file ",
-                                                              security.auth_token_file, ": ",
-                                                              token.status().message()));
-    }
-    h->token_ = *token;
+  absl::StatusOr<std::string> key = ReadApiKey(options, security);
+  if (!key.ok()) return key.status();
+  h->token_ = *std::move(key);
+  if (h->token_.empty() && !IsLoopbackHost(host)) {
+    MOE_LOG(WARNING) << "--http-listen " << options.listen
+                     << ": the OpenAI API is open to the network WITHOUT AUTHENTICATION: anyone "
+                        "who reaches this address can generate; set --api-key-file (and "
+                        "--tls-cert/--tls-key), or listen on 127.0.0.1";
+  } else if (!h->token_.empty() && !tls && !IsLoopbackHost(host)) {
+    MOE_LOG(WARNING) << "--http-listen " << options.listen
+                     << ": --allow-plaintext-auth: the API key crosses the network in the clear";
   }
   if (tls) {
     auto ssl = std::make_unique<httplib::SSLServer>(
@@ -340,7 +417,7 @@ void HttpServer::Route() {
       SendError(res, Error(413, "request body too large (--http-max-body-bytes)"));
     } else if (res.status == 404) {
       SendError(res, Error(404, "no such endpoint: see /v1/completions, /v1/chat/completions, "
-                                "/v1/models, /health"));
+                                "/v1/models, /tokenize, /detokenize, /health"));
     } else {
       SendError(res, Error(res.status, absl::StrCat("HTTP ", res.status)));
     }
@@ -369,6 +446,17 @@ void HttpServer::Route() {
     e.param = "model";
     SendError(res, e);
   });
+  for (const bool detokenize : {false, true}) {
+    s.Post(detokenize ? "/detokenize" : "/tokenize",
+           [this, detokenize](const httplib::Request& req, httplib::Response& res,
+                              const httplib::ContentReader& reader) {
+             if (!Authorized(req, res)) return;
+             std::string body;
+             if (ReadBody(reader, options_.max_body_bytes, res, &body)) {
+               Tokenize(detokenize, body, res);
+             }
+           });
+  }
   for (const bool chat : {false, true}) {
     s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
            [this, chat](const httplib::Request& req, httplib::Response& res,
@@ -378,6 +466,21 @@ void HttpServer::Route() {
              if (ReadBody(reader, options_.max_body_bytes, res, &body)) Complete(chat, body, res);
            });
   }
+}
+
+void HttpServer::Tokenize(bool detokenize, const std::string& text, httplib::Response& res) {
+  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    SendError(res, Error(400, "the request body is not valid JSON"));
+    return;
+  }
+  ApiError error;
+  std::optional<Json> answer = openai::TokenizeRequest(body, detokenize, model_, &error);
+  if (!answer.has_value()) {
+    SendError(res, error);
+    return;
+  }
+  SendJson(res, 200, *answer);
 }
 
 void HttpServer::Complete(bool chat, const std::string& text, httplib::Response& res) {

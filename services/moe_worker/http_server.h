@@ -1,14 +1,18 @@
 // The OpenAI-compatible HTTP API of moe-worker (--http-listen): POST
-// /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health.
+// /v1/completions, POST /v1/chat/completions, GET /v1/models[/{id}], POST
+// /tokenize and /detokenize (llama-server's shapes), GET /health.
 // Requests go to the same GenerationRunner as gRPC Generate (one queue, one
 // set of limits and metrics); services/openai translates the JSON.
 //
 // Security as for gRPC (security.h): --tls-cert/--tls-key serve HTTPS
-// (--tls-client-ca: client certificates required); --auth-token-file
-// requires `Authorization: Bearer <token>` on everything but /health, and
-// like gRPC it refuses to start without TLS (the token would travel in the
-// clear). A streaming client that goes away cancels its generation at the
-// next token.
+// (--tls-client-ca: client certificates required). An API key
+// (--api-key-file, --api-key-env, else --auth-token-file) requires
+// `Authorization: Bearer <key>` on everything but /health; on plaintext HTTP
+// it is accepted on a loopback listener (as llama-server's --api-key) and
+// refused at start on any other unless --allow-plaintext-auth (the key would
+// cross the network in the clear). A non-loopback listener without a key
+// starts with a WARNING. A streaming client that goes away cancels its
+// generation at the next token.
 //
 // Limits (docs/operations.md "HTTP limits"): a body over max_body_bytes gets
 // 413 before more than max_body_bytes of it has been read, with
@@ -60,6 +64,14 @@ struct HttpOptions {
   absl::Duration read_timeout = absl::Seconds(30);
   // Per request; zero: none.
   absl::Duration request_timeout = absl::ZeroDuration();
+  // The API key clients send as `Authorization: Bearer KEY` (llama-server's
+  // --api-key): read from api_key_file, else from the environment variable
+  // api_key_env, else the worker's --auth-token-file (shared with gRPC).
+  // On plaintext HTTP a key is accepted on a loopback listener only, unless
+  // allow_plaintext_auth (it would cross the network in the clear).
+  std::string api_key_file;
+  std::string api_key_env;
+  bool allow_plaintext_auth = false;
   // Connections served at once (each waiting request holds one); 0: the
   // library's default. The worker sets it above --max-queue so that a full
   // queue answers 429 rather than leaving connections unserved.
@@ -87,6 +99,8 @@ class HttpServer {
   // POST /v1/completions and /v1/chat/completions: parse, submit, answer
   // whole or stream.
   void Complete(bool chat, const std::string& body, httplib::Response& res);
+  // POST /tokenize (`detokenize` false) and /detokenize.
+  void Tokenize(bool detokenize, const std::string& body, httplib::Response& res);
   // Binds the library's server (behind an HttpGuard on plaintext HTTP);
   // sets port_.
   absl::Status Listen(const std::string& host, int port, bool tls);

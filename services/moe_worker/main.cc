@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> plan = moe::worker::Worker::DryRun(flags->options);
     if (!plan.ok()) {
       std::fprintf(stderr, "moe-worker: %s\n", plan.status().ToString().c_str());
-      return 1;
+      return moe::rpc::StartFailureExitCode(plan.status());  // as a real start would
     }
     std::fputs(plan->c_str(), stdout);
     return 0;

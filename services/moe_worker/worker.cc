@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu_threads.h"
 #include "services/engine/in_memory_provider.h"
+#include "services/engine/session.h"
 #include "services/exchange/expert_exchange.h"
 #include "services/moe_worker/daemon_provider.h"
 #include "services/rpc/build_info.h"
@@ -153,6 +154,10 @@ absl::Status Worker::Init() {
                                          TraceHeaderFor(*model_, ModelName())));
     runner_options.recorder = recorder_.get();
   }
+  metrics_.SetKvCacheCapacity(
+      runner_options.kv_budget_bytes > 0
+          ? runner_options.kv_budget_bytes
+          : Session::KvCacheBytes(*model_, model_->max_context()) * runner_options.max_batch);
   runner_ = std::make_unique<GenerationRunner>(
       *model_, provider_.get(), tokenizer_.get(), &metrics_, runner_options);
   RETURN_IF_ERROR(runner_->Start());

@@ -57,7 +57,12 @@ struct WorkerOptions {
   // Bearer token for moe-cached (--cache-auth-token-file); "" : none.
   std::string cache_auth_token_file;
   rpc::SecurityOptions security;  // this worker's server (see security.h)
-  RunnerOptions runner;
+  // The worker's defaults: RunnerOptions' but for a 1 GiB prefix cache.
+  RunnerOptions runner = [] {
+    RunnerOptions r;
+    r.prefix_cache_bytes = int64_t{1} << 30;
+    return r;
+  }();
   // A device (CUDA) worker offers host execution to moe-cached: misses it is
   // answered "run on host" run on its CPU beside the GPU, rounding within
   // the backend parity tolerance (--device-host-experts). A CPU worker

@@ -33,6 +33,11 @@ void DeclareRunnerFlags(flags::FlagSet& f, const RunnerOptions& d) {
          "youngest give their blocks up and resume by recomputing; one too large alone is "
          "refused",
          {.unit = flags::kMiB, .max = flags::kMiB << 30});
+  f.Size("prefix-cache-mb", d.prefix_cache_bytes,
+         "host memory for the prefix cache: keys and values of finished requests, reused by "
+         "prompts that begin with the same tokens (a bare number is MiB; 0: off; off with "
+         "--record-trace)",
+         {.unit = flags::kMiB, .max = flags::kMiB << 30});
   f.Int("kv-block-tokens", d.kv_block_tokens,
         "with --max-batch > 1: positions per KV cache block", kInt);
   f.Choice("pregate-hints", d.pregate_hints ? "on" : "off", {"on", "off"},
@@ -70,6 +75,14 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
                "a name the HTTP API serves the model under, in /v1/models and as \"model\" "
                "(the first is the one answers carry; the directory's name always works)");
   f.Synonym("alias", "served-model-name");
+  f.String("api-key-file", d.http.api_key_file,
+           "the HTTP API's key (Authorization: Bearer KEY), one line in a file (default: "
+           "--auth-token-file's token)");
+  f.String("api-key-env", d.http.api_key_env,
+           "the HTTP API's key from this environment variable instead of a file");
+  f.Bool("allow-plaintext-auth", false,
+         "accept an API key over plaintext HTTP on a non-loopback --http-listen (refused "
+         "without this flag: the key would cross the network in the clear)");
   f.Size("http-max-body-bytes", static_cast<int64_t>(d.http.max_body_bytes),
          "largest HTTP request body, whatever its framing (413 beyond)", {.min = 1024});
   f.Size("http-max-header-bytes", static_cast<int64_t>(d.http.max_header_bytes),
@@ -101,6 +114,7 @@ void RunnerFromFlags(const flags::FlagSet& f, RunnerOptions& r) {
   r.prefill_chunk = static_cast<int>(f.GetInt("prefill-chunk"));
   r.kv_budget_bytes = f.GetSize("kv-budget-mb");
   r.kv_block_tokens = static_cast<int>(f.GetInt("kv-block-tokens"));
+  r.prefix_cache_bytes = f.GetSize("prefix-cache-mb");
   r.pregate_hints = f.GetString("pregate-hints") == "on";
   r.pregate_distance = static_cast<int>(f.GetInt("pregate-distance"));
 }
@@ -132,6 +146,9 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   o.http.listen = f.GetString("http-listen");
   o.http.max_body_bytes = static_cast<size_t>(f.GetSize("http-max-body-bytes"));
   o.http.served_model_names = f.GetList("served-model-name");
+  o.http.api_key_file = f.GetString("api-key-file");
+  o.http.api_key_env = f.GetString("api-key-env");
+  o.http.allow_plaintext_auth = f.GetBool("allow-plaintext-auth");
   o.http.max_header_bytes = static_cast<size_t>(f.GetSize("http-max-header-bytes"));
   o.http.max_headers = static_cast<int>(f.GetInt("http-max-headers"));
   o.http.read_timeout = absl::Seconds(f.GetDouble("http-read-timeout-s"));

@@ -1,5 +1,7 @@
 #include "services/moe_worker/worker_metrics.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -66,6 +68,12 @@ WorkerMetrics::WorkerMetrics()
                         .Help("Prompt tokens of the requests that ran")
                         .Register(*registry_)
                         .Add({});
+  cached_prompt_tokens_ = &prometheus::BuildCounter()
+                              .Name("moe_worker_prompt_tokens_cached_total")
+                              .Help("Prompt tokens loaded from the prefix cache rather than run "
+                                    "(part of moe_worker_prompt_tokens_total)")
+                              .Register(*registry_)
+                              .Add({});
   waiting_ = &prometheus::BuildGauge()
                   .Name("moe_worker_requests_waiting")
                   .Help("Requests queued, not yet running")
@@ -79,6 +87,12 @@ WorkerMetrics::WorkerMetrics()
   kv_bytes_ = &prometheus::BuildGauge()
                    .Name("moe_worker_kv_cache_bytes")
                    .Help("KV cache memory held by the running requests")
+                   .Register(*registry_)
+                   .Add({});
+  kv_usage_ = &prometheus::BuildGauge()
+                   .Name("moe_worker_kv_cache_usage_ratio")
+                   .Help("KV cache held by the running requests over what the worker may hold "
+                         "(--kv-budget-mb, else every batch place at the full context), in [0, 1]")
                    .Register(*registry_)
                    .Add({});
   kv_preemptions_ = &prometheus::BuildCounter()
@@ -126,6 +140,13 @@ void WorkerMetrics::AddExpertOutcome(int64_t hits, int64_t misses,
   expert_misses_->Increment(static_cast<double>(misses));
   expert_wait_->Increment(wait_seconds);
   expert_stall_->Increment(stall_seconds);
+}
+
+void WorkerMetrics::SetKvCacheBytes(int64_t n) {
+  kv_bytes_->Set(static_cast<double>(n));
+  const int64_t capacity = kv_capacity_.load();
+  const double ratio = capacity > 0 ? static_cast<double>(n) / static_cast<double>(capacity) : 0.0;
+  kv_usage_->Set(std::clamp(ratio, 0.0, 1.0));
 }
 
 }  // namespace moe::worker

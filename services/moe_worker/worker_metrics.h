@@ -3,6 +3,8 @@
 #ifndef MOECACHE_SERVICES_MOE_WORKER_WORKER_METRICS_H_
 #define MOECACHE_SERVICES_MOE_WORKER_WORKER_METRICS_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,12 +40,20 @@ class WorkerMetrics : public serving::ServingMetrics {
   void AddExpertOutcome(int64_t hits, int64_t misses, double wait_seconds,
                         double stall_seconds) override;
   void AddPromptTokens(int64_t n) override { prompt_tokens_->Increment(static_cast<double>(n)); }
+  void AddCachedPromptTokens(int64_t n) override {
+    cached_prompt_tokens_->Increment(static_cast<double>(n));
+  }
   // Requests waiting for the engine (also exported as the older
   // moe_worker_queue_depth) and running on it.
   void SetQueueDepth(int64_t n) override;
   void SetRunning(int64_t n) override { running_->Set(static_cast<double>(n)); }
-  // KV cache bytes held by the running requests.
-  void SetKvCacheBytes(int64_t n) override { kv_bytes_->Set(static_cast<double>(n)); }
+  // KV cache bytes held by the running requests, and their share of the
+  // capacity (moe_worker_kv_cache_usage_ratio, in [0, 1]: what a cluster
+  // router such as the Gateway API Inference Extension reads).
+  void SetKvCacheBytes(int64_t n) override;
+  // The KV bytes the worker may hold: --kv-budget-mb, else every batch
+  // place at the full context. Set once before serving; <= 0: ratio 0.
+  void SetKvCacheCapacity(int64_t bytes) { kv_capacity_.store(bytes); }
 
   // A running sequence gave up its KV cache for the oldest ones to grow
   // (it resumes by recomputing its positions).
@@ -71,9 +81,12 @@ class WorkerMetrics : public serving::ServingMetrics {
   prometheus::Counter* expert_misses_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Counter* prompt_tokens_ = nullptr;
+  prometheus::Counter* cached_prompt_tokens_ = nullptr;
   prometheus::Gauge* waiting_ = nullptr;
   prometheus::Gauge* running_ = nullptr;
   prometheus::Gauge* kv_bytes_ = nullptr;
+  prometheus::Gauge* kv_usage_ = nullptr;
+  std::atomic<int64_t> kv_capacity_{0};
   prometheus::Counter* kv_preemptions_ = nullptr;
   prometheus::Gauge* batch_size_ = nullptr;
   prometheus::Counter* batch_steps_ = nullptr;

@@ -396,6 +396,79 @@ std::optional<ApiRequest> ParseApiRequest(const Json& body, bool chat, const Mod
   return std::nullopt;
 }
 
+namespace {
+
+Json Tokenize(const Json& body, const ModelInfo& model) {
+  if (!body.is_object()) Refuse("", "the request body must be a JSON object");
+  for (const auto& [k, v] : body.items()) {
+    if (k != "content" && k != "add_special" && k != "with_pieces") {
+      Refuse(k, absl::StrCat("unknown parameter '", k, "'"));
+    }
+  }
+  if (IsAbsent(body, "content") || !body["content"].is_string()) {
+    Refuse("content", "'content' must be a string");
+  }
+  for (const char* flag : {"add_special", "with_pieces"}) {
+    if (!IsAbsent(body, flag) && !body[flag].is_boolean()) {
+      Refuse(flag, absl::StrCat("'", flag, "' must be a boolean"));
+    }
+  }
+  if (model.tokenizer == nullptr) Refuse("content", "this model has no tokenizer.json");
+  const std::vector<int32_t> ids = model.tokenizer->Encode(
+      body["content"].get<std::string>(), body.value("add_special", false) == true);
+  Json tokens = Json::array();
+  const bool pieces = body.value("with_pieces", false) == true;
+  for (int32_t id : ids) {
+    if (pieces) {
+      tokens.push_back({{"id", id}, {"piece", model.tokenizer->Decode(std::vector<int32_t>{id})}});
+    } else {
+      tokens.push_back(id);
+    }
+  }
+  return {{"tokens", tokens}};
+}
+
+Json Detokenize(const Json& body, const ModelInfo& model) {
+  if (!body.is_object()) Refuse("", "the request body must be a JSON object");
+  for (const auto& [k, v] : body.items()) {
+    if (k != "tokens") Refuse(k, absl::StrCat("unknown parameter '", k, "'"));
+  }
+  if (IsAbsent(body, "tokens") || !body["tokens"].is_array()) {
+    Refuse("tokens", "'tokens' must be an array of token ids");
+  }
+  if (model.tokenizer == nullptr) Refuse("tokens", "this model has no tokenizer.json");
+  const int64_t vocab = model.tokenizer->vocab_size();
+  std::vector<int32_t> ids;
+  ids.reserve(body["tokens"].size());
+  for (const Json& x : body["tokens"]) {
+    // Checked as a 64-bit integer before narrowing (2^32 + 5 is not 5).
+    const bool in_vocab = x.is_number_integer() &&
+                          (x.is_number_unsigned() ? x.get<uint64_t>() < static_cast<uint64_t>(vocab)
+                                                  : x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab);
+    if (!in_vocab) {
+      Refuse("tokens", absl::StrCat("token ", x.dump(), " is not an id in the vocabulary [0, ",
+                                    vocab, ")"));
+    }
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return {{"content", model.tokenizer->Decode(ids)}};
+}
+
+}  // namespace
+
+std::optional<Json> TokenizeRequest(const Json& body, bool detokenize, const ModelInfo& model,
+                                    ApiError* error) {
+  try {
+    return detokenize ? Detokenize(body, model) : Tokenize(body, model);
+  } catch (const Refusal& r) {
+    *error = r.error;
+  } catch (const Json::exception& e) {
+    error->http_status = 400;
+    error->message = absl::StrCat("malformed request: ", e.what());
+  }
+  return std::nullopt;
+}
+
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 ResponseAssembler::ResponseAssembler(const ApiRequest& request, const ModelInfo& model,
@@ -439,6 +512,8 @@ Json ResponseAssembler::Usage() const {
   return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
           {"total_tokens", prompt + completion},
+          // OpenAI's shape: prompt tokens served from the prefix cache.
+          {"prompt_tokens_details", {{"cached_tokens", usage_.cached_prompt_tokens()}}},
           // Ours, beside OpenAI's fields: this request's expert cache outcome.
           {"moe_cache",
            {{"expert_hits", usage_.expert_hits()},

@@ -84,6 +84,15 @@ struct ApiRequest {
 std::optional<ApiRequest> ParseApiRequest(const Json& body, bool chat, const ModelInfo& model,
                                           ApiError* error);
 
+// llama-server's POST /tokenize ({"content": TEXT, "add_special": false,
+// "with_pieces": false} -> {"tokens": [ids]} or [{"id", "piece"}]) and
+// POST /detokenize ({"tokens": [ids]} -> {"content": TEXT}); `detokenize`
+// picks which. Ids are checked against the tokenizer's vocabulary; the body
+// size bounds everything else. On failure returns nullopt and fills *error
+// (400 naming the field).
+std::optional<Json> TokenizeRequest(const Json& body, bool detokenize, const ModelInfo& model,
+                                    ApiError* error);
+
 // Turns the runner's per-token responses into OpenAI objects for one
 // request. Not thread-safe.
 class ResponseAssembler {

@@ -39,8 +39,8 @@ absl::Status Executor::Run(const StepPlan& plan) {
 
 absl::StatusOr<GenerateSummary> Executor::Generate(
     const GenerateOptions& options, const std::function<bool(const SampledToken&)>& on_token,
-    RoutingObserver observer) {
-  return moe::Generate(model_, &experts_, options, on_token, std::move(observer));
+    RoutingObserver observer, const std::function<void(const Session&)>& on_done) {
+  return moe::Generate(model_, &experts_, options, on_token, std::move(observer), on_done);
 }
 
 }  // namespace moe::serving

@@ -46,9 +46,11 @@ class Executor {
   absl::Span<const float> logits(size_t i) const { return step_.logits(i); }
 
   // One request alone, start to end (the engine's Generate).
+  // `on_done` as moe::Generate's.
   absl::StatusOr<GenerateSummary> Generate(
       const GenerateOptions& options,
-      const std::function<bool(const SampledToken&)>& on_token, RoutingObserver observer);
+      const std::function<bool(const SampledToken&)>& on_token, RoutingObserver observer,
+      const std::function<void(const Session&)>& on_done = nullptr);
 
  private:
   const MoeModel& model_;

@@ -25,6 +25,8 @@ class ServingMetrics {
   virtual void AddExpertOutcome(int64_t hits, int64_t misses, double wait_seconds,
                                 double stall_seconds) {}
   virtual void AddPromptTokens(int64_t n) {}
+  // Prompt tokens a finished request loaded from the prefix cache.
+  virtual void AddCachedPromptTokens(int64_t n) {}
   // Requests waiting for the engine, and running on it.
   virtual void SetQueueDepth(int64_t n) {}
   virtual void SetRunning(int64_t n) {}

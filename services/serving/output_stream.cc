@@ -58,7 +58,7 @@ Output OutputStream::Push(const SampledToken& t, const ExpertCounters& experts) 
   if (last) {
     finish_ = stop_token || stop_strings_.matched() ? "stop" : "length";
     out.finish_reason = finish_;
-    out.usage = Usage{prompt_tokens_, generated_, ttft_, tpot_, experts};
+    out.usage = Usage{prompt_tokens_, generated_, ttft_, tpot_, experts, cached_prompt_tokens_};
   }
   return out;
 }

@@ -40,6 +40,7 @@ struct Usage {
   double ttft_seconds = 0.0;  // from submission (queue time included)
   double tpot_seconds = 0.0;  // mean time per token after the first
   ExpertCounters experts;
+  int cached_prompt_tokens = 0;  // of prompt_tokens, loaded from the prefix cache
 };
 
 // One generated token as the client sees it.
@@ -79,6 +80,9 @@ class OutputStream {
   int generated() const { return generated_; }
   double ttft_seconds() const { return ttft_; }
   double tpot_seconds() const { return tpot_; }
+  // Prompt tokens the prefix cache supplied (reported in the last usage).
+  void set_cached_prompt_tokens(int n) { cached_prompt_tokens_ = n; }
+  int cached_prompt_tokens() const { return cached_prompt_tokens_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -94,6 +98,7 @@ class OutputStream {
   int generated_ = 0;
   double ttft_ = 0.0;
   double tpot_ = 0.0;
+  int cached_prompt_tokens_ = 0;
   std::string finish_;
 };
 

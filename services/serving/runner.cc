@@ -29,6 +29,7 @@ SchedulerOptions SchedulerOptionsFor(const RunnerOptions& o) {
 }  // namespace
 
 struct Runner::Job : Sequence {
+  std::shared_ptr<const KvSnapshot> prefix;  // one at a time: the prefix in use
   absl::Time deadline;
   absl::Time submitted;
   std::shared_ptr<OutputSink> sink;
@@ -54,6 +55,8 @@ Runner::Runner(const MoeModel& model, ExpertProvider* experts, const Tokenizer* 
       options_(options),
       scheduler_(model, SchedulerOptionsFor(options), metrics),
       executor_(model, experts, options.kv_block_tokens),
+      prefix_cache_(options.recorder == nullptr ? options.prefix_cache_bytes : 0,
+                    options.prefix_block_tokens),
       cancel_after_ns_(kNever) {}
 
 Runner::~Runner() { Stop(absl::ZeroDuration()); }
@@ -126,8 +129,17 @@ absl::Status Runner::RunGenerate(Job& job) {
   const GenerateOptions& o = job.options;
   job.stream.emplace(o, model_.config().eos_token_ids, tokenizer_, std::move(job.stop_strings),
                      job.submitted);
+  GenerateOptions run = o;
+  if (std::optional<PrefixCache::Hit> hit = prefix_cache_.Lookup(o.prompt)) {
+    run.prefix = hit->snapshot.get();
+    run.prefix_positions = hit->positions;
+    job.stream->set_cached_prompt_tokens(static_cast<int>(hit->positions));
+    job.prefix = std::move(hit->snapshot);  // held until the request ends
+  }
+  std::vector<int32_t> ran = o.prompt;  // the prompt, then the output
   absl::Status stop_reason;  // why we cancelled, when we did
   auto on_token = [&](const SampledToken& t) {
+    ran.push_back(t.token);
     job.sink->Write(job.stream->Push(t, executor_.experts().request()));
     // The engine stops by itself after a stop token or the length; a stop
     // string is for us to stop on (no error).
@@ -140,7 +152,9 @@ absl::Status Runner::RunGenerate(Job& job) {
     job.recording.emplace(options_.recorder->header(), absl::StrCat("req-", o.request_id));
     observer = job.recording->Observer();
   }
-  absl::StatusOr<GenerateSummary> summary = executor_.Generate(o, on_token, std::move(observer));
+  absl::StatusOr<GenerateSummary> summary = executor_.Generate(
+      run, on_token, std::move(observer), [&](const Session& s) { KeepPrefix(ran, s); });
+  job.prefix.reset();
   if (job.recording.has_value() && summary.ok() && job.recording->iterations() > 0) {
     if (absl::Status s = options_.recorder->Append(*job.recording); !s.ok()) {
       MOE_LOG(WARNING) << "trace not recorded: " << s;
@@ -194,6 +208,17 @@ bool Runner::StartSequence(Job& job, bool resumed) {
     return false;
   }
   job.begun = true;
+  // A prefix cache hit: those positions are loaded, the rest of the prompt
+  // runs (a preempted sequence recomputes all of its positions instead).
+  if (std::optional<PrefixCache::Hit> hit = prefix_cache_.Lookup(o.prompt)) {
+    if (absl::Status loaded = job.session->LoadKv(*hit->snapshot, hit->positions); loaded.ok()) {
+      job.fed = static_cast<size_t>(hit->positions);
+      job.position = hit->positions;
+      job.stream->set_cached_prompt_tokens(static_cast<int>(hit->positions));
+    } else {
+      MOE_LOG(WARNING) << "prefix cache: not loaded: " << loaded;
+    }
+  }
   if (metrics_ != nullptr) metrics_->AddPromptTokens(static_cast<int64_t>(o.prompt.size()));
   return true;
 }
@@ -253,6 +278,11 @@ void Runner::Step() {
 
 void Runner::Leave(Job& job, absl::Status status) {
   const ExpertCounters c = job.Counters();
+  if (status.ok() && job.session != nullptr && prefix_cache_.enabled()) {
+    std::vector<int32_t> ran = job.options.prompt;
+    ran.insert(ran.end(), job.output.begin(), job.output.end());
+    KeepPrefix(ran, *job.session);
+  }
   if (job.begun) {
     absl::Status ended = executor_.experts().EndRequest(job.options.request_id);
     if (status.ok()) status = ended;
@@ -277,6 +307,9 @@ void Runner::Finished(const Job& job, const absl::Status& status, const ExpertCo
   const double ttft = streamed ? job.stream->ttft_seconds() : 0;
   const double tpot = streamed ? job.stream->tpot_seconds() : 0;
   Record(status, generated, ttft, tpot);
+  if (metrics_ != nullptr && streamed && job.stream->cached_prompt_tokens() > 0) {
+    metrics_->AddCachedPromptTokens(job.stream->cached_prompt_tokens());
+  }
   // One line per finished request, for operators (journalctl) and scripts.
   const std::string finish = !status.ok()
                                  ? absl::AsciiStrToLower(absl::StatusCodeToString(status.code()))
@@ -287,6 +320,7 @@ void Runner::Finished(const Job& job, const absl::Status& status, const ExpertCo
                 << absl::StrFormat(" ttft_ms=%.1f tpot_ms=%.2f", ttft * 1e3, tpot * 1e3)
                 << " expert_hits=" << counters.hits << " expert_misses=" << counters.misses
                 << absl::StrFormat(" stall_ms=%.1f", counters.stall_seconds * 1e3)
+                << " cached_tokens=" << (streamed ? job.stream->cached_prompt_tokens() : 0)
                 << " finish=" << finish
                 << (status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\""));
 }
@@ -307,6 +341,12 @@ void Runner::SetRunningMetrics(const GenerateOptions* running) {
   metrics_->AddPromptTokens(prompt);
   // The session Generate makes holds prompt + max_new_tokens positions.
   metrics_->SetKvCacheBytes(Session::KvCacheBytes(model_, prompt + running->max_new_tokens));
+}
+
+void Runner::KeepPrefix(absl::Span<const int32_t> tokens, const Session& session) {
+  if (absl::Status s = prefix_cache_.Insert(tokens, session); !s.ok()) {
+    MOE_LOG(WARNING) << "prefix cache: not kept: " << s;
+  }
 }
 
 void Runner::Record(const absl::Status& status, int generated, double ttft, double tpot) {

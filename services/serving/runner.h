@@ -45,6 +45,7 @@
 #include "services/serving/executor.h"
 #include "services/serving/metrics.h"
 #include "services/serving/output_stream.h"
+#include "services/serving/prefix_cache.h"
 #include "services/serving/request.h"
 #include "services/serving/scheduler.h"
 
@@ -92,6 +93,12 @@ struct RunnerOptions {
   bool pregate_hints = false;
   // How many layers ahead the hints predict (Session::set_pregate_distance).
   int pregate_distance = 1;
+  // Prefix cache (prefix_cache.h): host memory for the keys and values of
+  // finished sequences, reused by requests whose prompts begin with the same
+  // blocks of prefix_block_tokens tokens; 0: off. Off too while `recorder`
+  // is set (a trace must see every position's routing).
+  int64_t prefix_cache_bytes = 0;
+  int prefix_block_tokens = 16;
 };
 
 class Runner {
@@ -124,6 +131,7 @@ class Runner {
   absl::StatusOr<GenerateOptions> BuildOptions(Request& request) const;
 
   int queued() const { return scheduler_.queued(); }
+  const PrefixCache& prefix_cache() const { return prefix_cache_; }
 
  private:
   struct Job;  // a Sequence with its sink, stream, sampler and recording
@@ -145,6 +153,9 @@ class Runner {
   absl::Status Interrupted(const Job& job) const;
   void Record(const absl::Status& status, int generated, double ttft, double tpot);
   void SetRunningMetrics(const GenerateOptions* running);
+  // Keeps what `session` ran (`tokens`: the prompt, then the output) in the
+  // prefix cache; a failure is logged, never the request's.
+  void KeepPrefix(absl::Span<const int32_t> tokens, const Session& session);
 
   const MoeModel& model_;
   const Tokenizer* tokenizer_;
@@ -152,6 +163,7 @@ class Runner {
   const RunnerOptions options_;
   Scheduler scheduler_;
   Executor executor_;
+  PrefixCache prefix_cache_;  // the engine thread's
   // Absolute time (ns since epoch) after which running requests are
   // cancelled; int64 max while not stopping.
   std::atomic<int64_t> cancel_after_ns_;

@@ -216,6 +216,83 @@ TEST_P(BatchStepFamilyTest, BitIdenticalAloneAndBatched) {
   }
 }
 
+// Prefix reuse (Session::SaveKv / LoadKv, what the serving prefix cache
+// does): a session that loads the first p positions of another's keys and
+// values and runs the rest gives bit-identical logits to running them all,
+// for every split point (inside the prompt, at its end, inside the output),
+// whether the rest runs as one prefill chunk or a token at a time.
+TEST_P(BatchStepFamilyTest, LoadedPrefixIsBitIdenticalToRunningIt) {
+  Loaded l = Load(GetParam(), 41, absl::StrCat("prefix", static_cast<int>(GetParam())));
+  ASSERT_NE(l.model, nullptr);
+  const Seq seq = MakeSeqs(l.model->config().vocab_size)[2];  // prompt 12, decode 3
+  std::vector<int32_t> all = seq.prompt;
+  all.insert(all.end(), seq.decode.begin(), seq.decode.end());
+  const int64_t n = static_cast<int64_t>(all.size());
+  // Every position's logits, running one token at a time.
+  Session first(*l.model, l.experts.get(), 64);
+  Logits every;
+  for (int64_t i = 0; i < n; ++i) {
+    auto lg = first.Forward(absl::Span<const int32_t>(&all[i], 1), /*prefill=*/i == 0);
+    ASSERT_TRUE(lg.ok()) << lg.status();
+    every.emplace_back(lg->begin(), lg->end());
+  }
+  for (int64_t p : {int64_t{1}, int64_t{5}, int64_t{11}, int64_t{12}, n - 1}) {
+    absl::StatusOr<KvSnapshot> snap = first.SaveKv(p);
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    EXPECT_EQ(snap->positions, p);
+    EXPECT_EQ(snap->bytes(), Session::KvCacheBytes(*l.model, p));
+    // The rest as one chunk, into a cache of KV blocks (as batched).
+    Session chunk(*l.model, l.experts.get(), 64);
+    ASSERT_TRUE(chunk.set_kv_block_tokens(4).ok());
+    ASSERT_TRUE(chunk.LoadKv(*snap, p).ok());
+    EXPECT_EQ(chunk.position(), p);
+    auto lg = chunk.Forward(absl::Span<const int32_t>(all).subspan(p), /*prefill=*/true);
+    ASSERT_TRUE(lg.ok()) << lg.status();
+    EXPECT_EQ(0, std::memcmp(lg->data(), every.back().data(), lg->size() * sizeof(float)))
+        << "split at " << p;
+    // The rest a token at a time.
+    Session stepwise(*l.model, l.experts.get(), 64);
+    ASSERT_TRUE(stepwise.LoadKv(*snap, p).ok());
+    for (int64_t i = p; i < n; ++i) {
+      lg = stepwise.Forward(absl::Span<const int32_t>(&all[i], 1), /*prefill=*/i == p);
+      ASSERT_TRUE(lg.ok()) << lg.status();
+      EXPECT_EQ(0, std::memcmp(lg->data(), every[i].data(), lg->size() * sizeof(float)))
+          << "split at " << p << ", position " << i;
+    }
+  }
+}
+
+TEST(SessionPrefixTest, BadSavesAndLoadsAreRefused) {
+  Loaded l = Load(ModelFamily::kMixtral, 43, "prefix_bad");
+  ASSERT_NE(l.model, nullptr);
+  Session s(*l.model, l.experts.get(), 16);
+  EXPECT_EQ(s.SaveKv(1).status().code(), absl::StatusCode::kInvalidArgument);  // nothing ran
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  ASSERT_TRUE(s.Forward(prompt, true).ok());
+  EXPECT_EQ(s.SaveKv(5).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.SaveKv(0).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<KvSnapshot> snap = s.SaveKv(4);
+  ASSERT_TRUE(snap.ok());
+  // Into a session that ran: refused; more positions than saved, or the
+  // whole of a session (nothing left to run): refused.
+  EXPECT_EQ(s.LoadKv(*snap, 2).code(), absl::StatusCode::kFailedPrecondition);
+  Session fresh(*l.model, l.experts.get(), 16);
+  EXPECT_EQ(fresh.LoadKv(*snap, 5).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(fresh.LoadKv(*snap, 0).code(), absl::StatusCode::kInvalidArgument);
+  Session small(*l.model, l.experts.get(), 4);
+  EXPECT_EQ(small.LoadKv(*snap, 4).code(), absl::StatusCode::kInvalidArgument);
+  // A snapshot of another layout.
+  KvSnapshot other = *snap;
+  other.caches.pop_back();
+  EXPECT_EQ(fresh.LoadKv(other, 2).code(), absl::StatusCode::kInvalidArgument);
+  other = *snap;
+  other.caches[1].pop_back();
+  EXPECT_EQ(fresh.LoadKv(other, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(fresh.position(), 0);
+  EXPECT_TRUE(fresh.LoadKv(*snap, 3).ok());
+  EXPECT_EQ(fresh.position(), 3);
+}
+
 // Answers odd experts "on host" and hands a separate CPU backend to run
 // them, as DaemonExpertProvider does for a device worker.
 class SplitHostProvider : public ExpertProvider {

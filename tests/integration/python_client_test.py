@@ -25,10 +25,17 @@ ARGS = None
 
 def generate_stubs(proto_dir, out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    protoc = [sys.executable, "-m", "grpc_tools.protoc", "--python_out",
-              out_dir, "--grpc_python_out", out_dir]
-    subprocess.run(protoc + ["-I", proto_dir, "moe/v1/inference.proto"],
-                   check=True)
+    # The system protoc (the one the C++ build uses, matching python3-protobuf)
+    # with gRPC's Python plugin: Debian's grpc_tools bundles protoc 3.5, which
+    # refuses proto3 `optional` (GenerateRequest.seed).
+    plugin = shutil.which("grpc_python_plugin")
+    if shutil.which("protoc") and plugin:
+        protoc = ["protoc", "--plugin=protoc-gen-grpc_python=" + plugin,
+                  "--python_out", out_dir, "--grpc_python_out", out_dir]
+    else:
+        protoc = [sys.executable, "-m", "grpc_tools.protoc", "--python_out",
+                  out_dir, "--grpc_python_out", out_dir]
+    subprocess.run(protoc + ["-I", proto_dir, "moe/v1/inference.proto"], check=True)
     # Top-level health_pb2: a grpc/ folder here would shadow grpcio itself.
     subprocess.run(protoc + ["-I", os.path.join(proto_dir, "grpc/health/v1"),
                              "health.proto"], check=True)

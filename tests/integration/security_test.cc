@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/rpc/rpc_util.h"
 #include "tests/common/test_util.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "tests/moe_cached/daemon_process.h"
@@ -252,7 +253,7 @@ TEST_F(SecurityTest, BadSecurityFlagsStopTheProcessesAtStart) {
   ASSERT_TRUE(w.Spawn({"--model", model_, "--backend", "cpu", "--metrics-addr", "", "--listen",
                        "127.0.0.1:0", "--auth-token-file", dir_.Sub("right.token")},
                       dir_.Sub("tcp.log")));
-  EXPECT_EQ(w.Wait(), 1);
+  EXPECT_EQ(w.Wait(), rpc::kExitConfig);  // a configuration error: no restart
   EXPECT_THAT(w.Log(), HasSubstr("needs --tls-cert and --tls-key"));
 }
 

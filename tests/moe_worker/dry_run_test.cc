@@ -20,6 +20,10 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// A refused configuration exits 78 (EX_CONFIG), as moe::rpc::kExitConfig
+// says; this test links no gRPC, so the value is spelled here.
+constexpr int kExitConfig = 78;
+
 struct ShellRun {
   int code = -1;
   std::string out;  // stdout and stderr
@@ -62,13 +66,13 @@ TEST(DryRunTest, DaemonPrintsThePlanAndExits) {
 TEST(DryRunTest, DaemonRefusesWhatStartWouldRefuse) {
   ShellRun r = Shell(absl::StrCat(Bin("moe-cached"), " --model ", Model(),
                                   " --cache-experts 3 --dry-run"));
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, kExitConfig) << r.out;
   EXPECT_THAT(r.out, HasSubstr("fewer than one layer's 16 experts"));
   r = Shell(absl::StrCat(Bin("moe-cached"), " --model /nonexistent/model --dry-run"));
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, kExitConfig) << r.out;
   EXPECT_THAT(r.out, HasSubstr("/nonexistent/model"));
   r = Shell(absl::StrCat(Bin("moe-cached"), " --model ", Model(), " --policy nope --dry-run"));
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, kExitConfig) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--policy nope"));
 }
 
@@ -95,16 +99,16 @@ TEST(DryRunTest, WorkerPrintsThePlanAndExits) {
 
 TEST(DryRunTest, WorkerErrorsComeAloneAndFirst) {
   ShellRun r = Shell(absl::StrCat(Bin("moe-worker"), " --model /nonexistent/model --dry-run"));
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, kExitConfig) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--model /nonexistent/model: not a directory"));
   r = Shell(absl::StrCat(Bin("moe-worker"), " --model ", Model(),
                          " --cache tcp://x:1 --dry-run"));
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, kExitConfig) << r.out;
   EXPECT_THAT(r.out, HasSubstr("bad --cache"));
   // Without --dry-run, a refused start says its error and nothing about
   // draining requests or stopping servers that never started.
   r = Shell(absl::StrCat(Bin("moe-worker"), " --model /nonexistent/model --metrics-addr ''"));
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, kExitConfig) << r.out;
   EXPECT_THAT(r.out, HasSubstr("not a directory"));
   EXPECT_THAT(r.out, Not(HasSubstr("requests drained")));
   EXPECT_THAT(r.out, Not(HasSubstr("gRPC server stopped")));

@@ -5,11 +5,13 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/engine/tokenizer.h"
@@ -274,6 +276,8 @@ TEST_F(GenerationRunnerTest, QueueOverflowIsResourceExhausted) {
 // and the prompt tokens, as /metrics shows them.
 TEST_F(GenerationRunnerTest, RunningWaitingKvAndPromptMetrics) {
   GatedProvider gated(provider_.get());
+  constexpr int64_t kRunningKv = 2 * 4 * 4 * 5 * 2 * 16;
+  metrics_.SetKvCacheCapacity(4 * kRunningKv);
   auto runner = MakeRunner(&gated);
   auto first = std::make_shared<RecordingSink>();
   auto second = std::make_shared<RecordingSink>();
@@ -285,7 +289,9 @@ TEST_F(GenerationRunnerTest, RunningWaitingKvAndPromptMetrics) {
   EXPECT_EQ(testing::MetricValue(m, "moe_worker_requests_waiting"), 1);
   // tiny mixtral: 4 layers, 2 KV heads of 16, f32 keys and values, for the
   // 2 prompt + 3 new positions.
-  EXPECT_EQ(testing::MetricValue(m, "moe_worker_kv_cache_bytes"), 2 * 4 * 4 * 5 * 2 * 16);
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_kv_cache_bytes"), kRunningKv);
+  // Its share of the capacity, what a cluster router reads.
+  EXPECT_DOUBLE_EQ(testing::MetricValue(m, "moe_worker_kv_cache_usage_ratio"), 0.25) << m;
   EXPECT_EQ(testing::MetricValue(m, "moe_worker_prompt_tokens_total"), 2);
   gated.Open();
   EXPECT_TRUE(first->Wait().ok());
@@ -297,7 +303,79 @@ TEST_F(GenerationRunnerTest, RunningWaitingKvAndPromptMetrics) {
   m = metrics_.exposed()->Text();
   EXPECT_EQ(testing::MetricValue(m, "moe_worker_requests_waiting"), 0);
   EXPECT_EQ(testing::MetricValue(m, "moe_worker_kv_cache_bytes"), 0);
+  EXPECT_EQ(testing::MetricValue(m, "moe_worker_kv_cache_usage_ratio"), 0);
   EXPECT_EQ(testing::MetricValue(m, "moe_worker_prompt_tokens_total"), 5);
+}
+
+// The prefix cache (issue 27): a conversation's second turn (the first
+// turn's prompt and reply, then more) and a repeated prompt load their
+// shared whole blocks instead of running them, report them as
+// cached_prompt_tokens, and give bit-identical tokens and logprobs to a
+// runner without the cache, one at a time and batched.
+TEST_F(GenerationRunnerTest, PrefixCacheReusesAConversationWithTheSameTokens) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(model_->config().vocab_size) - 1);
+  std::vector<int32_t> p1(20);
+  for (int32_t& t : p1) t = tok(rng);
+  double cached_total = 0;
+  for (int batch : {1, 4}) {
+    SCOPED_TRACE(absl::StrCat("max_batch ", batch));
+    RunnerOptions with;
+    with.max_batch = batch;
+    with.kv_block_tokens = 8;
+    with.prefix_cache_bytes = 64 << 20;
+    with.prefix_block_tokens = 4;
+    RunnerOptions without = with;
+    without.prefix_cache_bytes = 0;
+    auto cached = MakeRunner(provider_.get(), with);
+    auto plain = MakeRunner(provider_.get(), without);
+    auto run = [&](GenerationRunner& r, const std::vector<int32_t>& prompt) {
+      v1::GenerateRequest q = IdsRequest(prompt, 6);
+      q.set_top_logprobs(2);
+      auto sink = std::make_shared<RecordingSink>();
+      EXPECT_TRUE(r.Submit(q, absl::InfiniteFuture(), sink).ok());
+      EXPECT_TRUE(sink->Wait().ok());
+      return sink->responses();
+    };
+    auto same = [](const std::vector<v1::GenerateResponse>& a,
+                   const std::vector<v1::GenerateResponse>& b) {
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].token_id(), b[i].token_id()) << i;
+        EXPECT_EQ(a[i].logprob(), b[i].logprob()) << i;  // bit for bit
+        ASSERT_EQ(a[i].top_logprobs_size(), b[i].top_logprobs_size());
+        for (int j = 0; j < a[i].top_logprobs_size(); ++j) {
+          EXPECT_EQ(a[i].top_logprobs(j).logprob(), b[i].top_logprobs(j).logprob());
+        }
+      }
+    };
+    const std::vector<v1::GenerateResponse> first = run(*cached, p1);
+    same(first, run(*plain, p1));
+    EXPECT_EQ(first.back().usage().cached_prompt_tokens(), 0);
+    // Turn 2: turn 1's prompt and reply, then 5 more tokens. Turn 1 ran
+    // 20 + 6 - 1 positions: 24 in whole blocks of 4.
+    std::vector<int32_t> p2 = p1;
+    for (const v1::GenerateResponse& r : first) p2.push_back(r.token_id());
+    for (int i = 0; i < 5; ++i) p2.push_back(tok(rng));
+    const std::vector<v1::GenerateResponse> second = run(*cached, p2);
+    same(second, run(*plain, p2));
+    EXPECT_EQ(second.back().usage().cached_prompt_tokens(), 24);
+    EXPECT_EQ(second.back().usage().prompt_tokens(), 31);
+    // The same prompt again: all whole blocks that leave a token to run
+    // (28 of 31, 90%).
+    const std::vector<v1::GenerateResponse> again = run(*cached, p2);
+    same(again, second);
+    EXPECT_EQ(again.back().usage().cached_prompt_tokens(), 28);
+    // Turn 2's entry holds turn 1's blocks too, so turn 1's went.
+    EXPECT_EQ(cached->prefix_cache().entries(), 1);
+    EXPECT_EQ(cached->prefix_cache().bytes(), Session::KvCacheBytes(*model_, 36));
+    cached_total += 24 + 28;
+    // The runner's thread counts a request after its sink's Finish.
+    EXPECT_TRUE(testing::WaitFor([&] {
+      return testing::MetricValue(metrics_.exposed()->Text(),
+                                  "moe_worker_prompt_tokens_cached_total") == cached_total;
+    })) << metrics_.exposed()->Text();
+  }
 }
 
 TEST_F(GenerationRunnerTest, ZeroQueueRunsOneAndRefusesTheNext) {

@@ -141,6 +141,7 @@ TEST_F(OpsReportTest, WorkerExportsTheMetricsOperatorsExpect) {
   EXPECT_EQ(MetricValue(m, "moe_worker_requests_running"), 0);
   EXPECT_EQ(MetricValue(m, "moe_worker_requests_waiting"), 0);
   EXPECT_EQ(MetricValue(m, "moe_worker_kv_cache_bytes"), 0);  // nothing running
+  EXPECT_EQ(MetricValue(m, "moe_worker_kv_cache_usage_ratio"), 0);
   EXPECT_GT(MetricValue(m, "process_resident_memory_bytes"), 1e6);
   EXPECT_GT(MetricValue(m, "process_virtual_memory_bytes"), 1e6);
   EXPECT_GT(MetricValue(m, "process_open_fds"), 3);

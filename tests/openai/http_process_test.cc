@@ -2,12 +2,15 @@
 // moe-cached) driven by real clients: curl and the official OpenAI Node
 // client (tests/openai_node, installed by scripts/setup-deps.sh). Tokens must
 // equal the gRPC path's for the same request.
+#include <signal.h>
+
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
+#include "services/rpc/rpc_util.h"
 #include "services/engine/tokenizer.h"
 #include "services/openai/chat_template.h"
 #include "tests/moe_worker/worker_process.h"
@@ -43,7 +46,9 @@ class HttpProcessTest : public ::testing::Test {
     ASSERT_TRUE(tok.ok());
     tokenizer_ = *std::move(tok);
     const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    if (test != "TlsAndBearerTokenAsForGrpc" && test != "RequestTimeoutIsA504") {
+    if (test != "TlsAndBearerTokenAsForGrpc" && test != "RequestTimeoutIsA504" &&
+        test != "ApiKeyOnLoopbackAndTokenizeRoundTrip" &&
+        test != "AFullQueueAnswers429WithRetryAfter") {
       StartWorker({});
     }
   }
@@ -258,6 +263,11 @@ TEST_F(HttpProcessTest, OfficialOpenAiNodeClientStreamsAChat) {
   EXPECT_EQ(node_tokens, grpc);
   EXPECT_EQ(j["text"], grpc_text);
   EXPECT_EQ(j["nonstream_text"], j["text"]);
+  // The prefix cache: the first request found nothing, the repeat found all
+  // but the last block of its prompt, and answered the same.
+  EXPECT_EQ(j["cached_first"], 0) << out;
+  EXPECT_GT(j["cached_repeat"].get<int>(), 0) << out;
+  EXPECT_GE(j["cached_repeat"].get<int>() + 16, j["usage"]["prompt_tokens"].get<int>()) << out;
   EXPECT_EQ(j["finish"], "length");
   EXPECT_EQ(j["usage"]["completion_tokens"], 8);
   EXPECT_GE(j["chunks"].get<int>(), 9);
@@ -289,15 +299,19 @@ TEST_F(HttpProcessTest, TlsAndBearerTokenAsForGrpc) {
   moe::testing::TestCerts certs;
   ASSERT_TRUE(moe::testing::MakeTestCerts(dir_.path(), &certs));
   moe::testing::WriteTokenFile(dir_.Sub("token"), "s3cret-token");
-  // A token on plaintext HTTP is refused at start, as for gRPC over TCP.
+  // A key on plaintext HTTP on a non-loopback address is refused at start
+  // (exit 78: a configuration error), naming the flag and the way out.
   WorkerProcess plain;
   ASSERT_TRUE(plain.Spawn({"--model", dir_.Sub("tiny"), "--listen", "unix:" + dir_.Sub("p.sock"),
-                           "--backend", "cpu", "--metrics-addr", "", "--http-listen", "0",
-                           "--auth-token-file", dir_.Sub("token")},
+                           "--backend", "cpu", "--metrics-addr", "", "--http-listen",
+                           "0.0.0.0:0", "--auth-token-file", dir_.Sub("token")},
                           dir_.Sub("plain.log")));
-  EXPECT_EQ(plain.Wait(), 1);
-  EXPECT_NE(plain.Log().find("never accepted over plaintext HTTP"), std::string::npos)
+  EXPECT_EQ(plain.Wait(), rpc::kExitConfig);
+  EXPECT_NE(plain.Log().find("--http-listen 0.0.0.0:0 with --auth-token-file: an API key is "
+                             "accepted over plaintext HTTP on a loopback address only"),
+            std::string::npos)
       << plain.Log();
+  EXPECT_NE(plain.Log().find("--allow-plaintext-auth"), std::string::npos) << plain.Log();
 
   StartWorker({"--tls-cert", certs.server_cert(), "--tls-key", certs.server_key(),
                "--auth-token-file", dir_.Sub("token")},
@@ -348,6 +362,84 @@ TEST_F(HttpProcessTest, AClientThatGoesAwayCancelsItsGeneration) {
   }
   EXPECT_NE(log.find("finish=cancelled"), std::string::npos) << log;
   EXPECT_EQ(log.find("generated_tokens=4000"), std::string::npos) << log;
+}
+
+// llama-server's habit: --api-key on a loopback plaintext listener works
+// (here from the environment); /tokenize and /detokenize are llama-server's
+// shapes and need the key like every route but /health.
+TEST_F(HttpProcessTest, ApiKeyOnLoopbackAndTokenizeRoundTrip) {
+  ASSERT_EQ(setenv("MOE_TEST_HTTP_KEY", "k3y-from-env", 1), 0);
+  StartWorker({"--api-key-env", "MOE_TEST_HTTP_KEY"});
+  const std::string auth = "-H 'Authorization: Bearer k3y-from-env'";
+  int status = 0;
+  Json j = Json::parse(Curl("/tokenize", R"({"content": "Hello there"})", &status));
+  EXPECT_EQ(status, 401) << j.dump();
+  Curl("/health", "", &status, "-X GET");
+  EXPECT_EQ(status, 200);
+
+  j = Json::parse(Curl("/tokenize", R"({"content": "Hello there"})", &status, auth));
+  ASSERT_EQ(status, 200) << j.dump();
+  std::vector<int32_t> ids;
+  for (const Json& t : j["tokens"]) ids.push_back(t.get<int32_t>());
+  EXPECT_EQ(ids, tokenizer_->Encode("Hello there", /*add_special=*/false));
+  Json back = Json::parse(Curl("/detokenize", Json({{"tokens", j["tokens"]}}).dump(), &status, auth));
+  ASSERT_EQ(status, 200) << back.dump();
+  EXPECT_EQ(back["content"], "Hello there");
+  j = Json::parse(Curl("/tokenize", R"({"content": "Hi", "with_pieces": true})", &status, auth));
+  ASSERT_EQ(status, 200) << j.dump();
+  ASSERT_FALSE(j["tokens"].empty());
+  EXPECT_TRUE(j["tokens"][0].contains("piece")) << j.dump();
+
+  // Bad input: a clear 400 naming the field.
+  j = Json::parse(Curl("/detokenize", R"({"tokens": [4294967301]})", &status, auth));
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(j["error"]["param"], "tokens") << j.dump();
+  j = Json::parse(Curl("/tokenize", R"({"text": "x"})", &status, auth));
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(j["error"]["param"], "text") << j.dump();
+  j = Json::parse(Curl("/tokenize", R"({"content": 5})", &status, auth));
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(j["error"]["param"], "content") << j.dump();
+  unsetenv("MOE_TEST_HTTP_KEY");
+}
+
+// A full queue is a 429 with Retry-After (clients back off and retry). The
+// daemon is stopped (SIGSTOP) so that the first request holds the only place
+// deterministically, waiting for its experts.
+TEST_F(HttpProcessTest, AFullQueueAnswers429WithRetryAfter) {
+  StartWorker({"--max-queue", "0", "--max-batch", "1", "--metrics-addr", "127.0.0.1:0"});
+  const int metrics_port = testing::PortFromFile(dir_.Sub("ports.json"), "metrics_port");
+  ASSERT_GT(metrics_port, 0);
+  daemon_.Signal(SIGSTOP);
+  moe::testing::WriteText(dir_.Sub("first.json"),
+                          R"({"prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0})");
+  int code = 0;
+  RunShell("curl -sS -o " + dir_.Sub("first.out") + " --data-binary @" + dir_.Sub("first.json") +
+               " " + base_ + "/v1/completions >/dev/null 2>&1 &",
+           &code);
+  const bool running = testing::WaitFor([&] {
+    return testing::MetricValue(testing::ScrapeMetrics(metrics_port),
+                                "moe_worker_requests_running") == 1;
+  });
+  int status = 0;
+  std::string out;
+  if (running) {
+    out = Curl("/v1/completions", R"({"prompt": [4, 5], "max_tokens": 2})", &status,
+               "-D " + dir_.Sub("headers.txt"));
+  }
+  daemon_.Signal(SIGCONT);
+  ASSERT_TRUE(running) << worker_.Log();
+  EXPECT_EQ(status, 429) << out;
+  Json j = Json::parse(out, nullptr, false);
+  EXPECT_EQ(j["error"]["type"], "rate_limit_error") << out;
+  EXPECT_NE(moe::testing::ReadText(dir_.Sub("headers.txt")).find("Retry-After: 1"),
+            std::string::npos)
+      << moe::testing::ReadText(dir_.Sub("headers.txt"));
+  // The held request completes once the daemon runs again.
+  EXPECT_TRUE(testing::WaitFor([&] {
+    return moe::testing::ReadText(dir_.Sub("first.out")).find("\"completion_tokens\":4") !=
+           std::string::npos;
+  })) << moe::testing::ReadText(dir_.Sub("first.out"));
 }
 
 }  // namespace

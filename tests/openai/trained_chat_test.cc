@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "services/engine/tokenizer.h"
 #include "services/openai/chat_template.h"
+#include "services/rpc/rpc_util.h"
 #include "tests/common/test_util.h"
 #include "tests/common/tiny_model.h"
 #include "tests/moe_worker/worker_process.h"
@@ -149,7 +150,7 @@ TEST_F(TrainedChatTest, ChatTemplateFlagPicksABuiltinOrRefusesAtStart) {
                            "--backend", "cpu", "--metrics-addr", "", "--cache", "none",
                            "--http-listen", "127.0.0.1:0", "--chat-template", "no-such-template"},
                           dir_.Sub("bad.log")));
-    EXPECT_EQ(bad.Wait(), 1);
+    EXPECT_EQ(bad.Wait(), rpc::kExitConfig);
     EXPECT_NE(bad.Log().find("--chat-template no-such-template"), std::string::npos) << bad.Log();
     EXPECT_NE(bad.Log().find("chatml"), std::string::npos) << bad.Log();
   }

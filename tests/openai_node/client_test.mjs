@@ -27,6 +27,9 @@ for await (const chunk of stream) {
 }
 const whole = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0 });
 out.nonstream_text = whole.choices[0].message.content;
+// The same conversation again: its prompt comes from the prefix cache.
+out.cached_first = out.usage?.prompt_tokens_details?.cached_tokens;
+out.cached_repeat = whole.usage?.prompt_tokens_details?.cached_tokens;
 const completion = await client.completions.create({ model, prompt: 'Hello', max_tokens: 4, temperature: 0 });
 out.completion_text = completion.choices[0].text;
 try {

@@ -1,0 +1,108 @@
+#include "services/moectl/plan_flags.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/model_desc.h"
+#include "services/flags/flag_groups.h"
+#include "services/plan/machine.h"
+
+namespace moe::moectl {
+namespace {
+
+constexpr double kAssumedLinkGbps = 25;
+
+}  // namespace
+
+const char kPlanNotes[] =
+    "Sizes take K, M, G, T (powers of 1024: 24G = 24GiB). Omitted, --gpu-mem and\n"
+    "--host-mem are read from the machine (the GPU through the CUDA module, the host\n"
+    "from /proc/meminfo; --gpu-mem 0 plans for the CPU alone), --host-gbps is\n"
+    "measured, and --link-gbps is taken as 25 (PCIe 4.0 x16) and said so.\n"
+    "The plan mirrors what moe-worker and moe-cached hold; the speeds come from\n"
+    "the trace simulator's cost model on a synthetic trace of the model's shape\n"
+    "(docs/operations.md, \"Will it fit?\").\n";
+
+void DeclarePlanFlags(FlagSet& f) {
+  flag_groups::DeclareModel(f, /*repeatable=*/false);
+  flag_groups::DeclareExpertFormat(f);
+  f.Group("machine");
+  f.Size("gpu-mem", 0, "GPU memory to plan for (0: no GPU; unset: the GPU's total)");
+  f.Size("host-mem", 0, "host memory to plan for (unset: MemTotal)");
+  f.Double("device-gbps", 900, "GPU memory bandwidth, GB/s (for the speed estimate)",
+           {.min = 0, .min_exclusive = true});
+  f.Double("device-gflops", 50000, "GPU FLOP rate, GFLOP/s (for the prefill estimate)",
+           {.min = 0, .min_exclusive = true});
+  flag_groups::DeclareLink(f, 0);
+  flag_groups::DeclareHostFigures(f, {.gbps = 0, .gflops = 100});
+  f.Group("serving");
+  f.Int("context", 4096, "tokens per sequence the KV cache holds", {.min = 1, .max = 1 << 24});
+  f.Int("max-batch", 1, "sequences at once (moe-worker --max-batch)", {.min = 1, .max = 64});
+}
+
+// The dtypes of the weights when the directory holds a valid checkpoint;
+// the config's word otherwise (said on stderr when weights are there but
+// do not open).
+plan::StoredFormats StoredFormatsOf(const std::string& dir, const ModelConfig& config,
+                                    bool* measured, const char* command) {
+  plan::StoredFormats s = plan::StoredFormatsFromConfig(config);
+  *measured = false;
+  bool any = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".safetensors") any = true;
+  }
+  if (!any) return s;
+  absl::StatusOr<ModelDescription> d = ModelDescription::Open(dir);
+  if (!d.ok()) {
+    std::fprintf(stderr, "moectl %s: weights not used (config.json alone): %s\n", command,
+                 absl::StrReplaceAll(d.status().message(), {{"\n", " "}}).c_str());
+    return s;
+  }
+  s.experts = d->expert_dtype();
+  absl::StatusOr<TensorView> embed = d->Dense(TensorRole::kEmbed, -1);
+  if (embed.ok()) s.dense = embed->dtype;
+  *measured = true;
+  return s;
+}
+
+// Budgets and figures: given, else measured (said on stderr unless --json).
+plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, bool quiet, const char* command) {
+  plan::PlanOptions o;
+  o.model_dir = f.GetString("model");
+  o.context = f.GetInt("context");
+  o.max_batch = static_cast<int>(f.GetInt("max-batch"));
+  o.expert_format = flag_groups::ExpertFormatFromFlags(f);
+  if (f.IsSet("miss-mode")) o.miss_mode = flag_groups::MissModeFromFlags(f);
+  o.device_gbps = f.GetDouble("device-gbps");
+  o.device_gflops = f.GetDouble("device-gflops");
+  o.host_gflops = f.GetDouble("host-gflops");
+  auto note = [&](const std::string& s) {
+    if (!quiet) std::fprintf(stderr, "moectl %s: %s\n", command, s.c_str());
+  };
+  if (f.IsSet("gpu-mem")) {
+    o.gpu_bytes = f.GetSize("gpu-mem");
+  } else {
+    const plan::GpuInfo gpu = plan::ProbeGpu();
+    o.gpu_bytes = gpu.total_bytes;
+    note(absl::StrCat("--gpu-mem ", flags::FormatSize(gpu.total_bytes), ": ", gpu.description));
+  }
+  o.host_bytes = f.IsSet("host-mem") ? f.GetSize("host-mem") : plan::HostMemoryBytes();
+  if (!f.IsSet("host-mem")) note(absl::StrCat("--host-mem ", plan::HumanBytes(o.host_bytes)));
+  o.host_gbps = f.GetDouble("host-gbps");
+  if (o.host_gbps <= 0) {
+    o.host_gbps = plan::MeasureHostReadGbps();
+    note(absl::StrCat("--host-gbps ", o.host_gbps, " (measured)"));
+  }
+  o.link_gbps = f.GetDouble("link-gbps");
+  if (o.link_gbps <= 0) {
+    o.link_gbps = kAssumedLinkGbps;
+    if (o.gpu_bytes > 0) note(absl::StrCat("--link-gbps ", o.link_gbps, " (assumed)"));
+  }
+  return o;
+}
+
+}  // namespace moe::moectl

@@ -1,0 +1,39 @@
+// The flags of `moectl plan`, shared with `moectl serve` (which plans, then
+// starts what it planned): the model, the machine's budgets and figures,
+// and the serving shape.
+//
+//   DeclarePlanFlags(flags);          // then the command's own flags
+//   ...flags.Parse(args)...
+//   plan::PlanOptions o = PlanOptionsFromFlags(flags, quiet, "plan");
+#ifndef MOECACHE_SERVICES_MOECTL_PLAN_FLAGS_H_
+#define MOECACHE_SERVICES_MOECTL_PLAN_FLAGS_H_
+
+#include <string>
+
+#include "common/model_config.h"
+#include "services/moectl/flags.h"
+#include "services/plan/plan.h"
+
+namespace moe::moectl {
+
+// What the plan flags' help notes say.
+extern const char kPlanNotes[];
+
+// --model, --expert-format, --miss-mode, the machine group (--gpu-mem,
+// --host-mem, --device-gbps, --device-gflops, --link-gbps, --host-gbps,
+// --host-gflops) and the serving group (--context, --max-batch).
+void DeclarePlanFlags(FlagSet& f);
+
+// Budgets and figures: given, else measured or assumed (said on stderr as
+// "moectl COMMAND: ..." unless `quiet`).
+plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, bool quiet, const char* command);
+
+// The dtypes of the weights when `dir` holds a valid checkpoint (*measured
+// true); the config's word otherwise (said on stderr when weights are
+// there but do not open).
+plan::StoredFormats StoredFormatsOf(const std::string& dir, const ModelConfig& config,
+                                    bool* measured, const char* command);
+
+}  // namespace moe::moectl
+
+#endif  // MOECACHE_SERVICES_MOECTL_PLAN_FLAGS_H_
