@@ -369,6 +369,13 @@ absl::Status HttpServer::Listen(const std::string& host, int port, bool tls) {
     port_ = port;
     return absl::OkStatus();
   }
+  // One request per inner connection: the guard does not pass a client's
+  // close on (the library would drop answers still owed), so a kept-alive
+  // inner connection would hold one of the library's threads for its whole
+  // keep-alive timeout (5 s) after the client left, and a pool's worth of
+  // short requests in a row then stalled the next for seconds. Answers say
+  // `Connection: close`; clients reconnect (on loopback, ~0.1 ms).
+  server_->set_keep_alive_max_count(1);
   const int inner = server_->bind_to_any_port("127.0.0.1");
   if (inner <= 0) return unavailable("cannot listen on a loopback port");
   HttpGuardOptions g;
