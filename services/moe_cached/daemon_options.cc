@@ -51,12 +51,13 @@ void DeclareDaemonFlags(flags::FlagSet& f) {
   flag_groups::DeclareDevice(f, d.device, /*backend_alias=*/false);
   flag_groups::DeclareCachePolicy(f, d.policy, d.prefetch);
   f.Int("cache-experts", -1, "arena slots per model (one of --cache-experts, --cache-bytes, "
-        "--cache-fraction; default: --cache-fraction 0.5); below one layer's experts, "
+        "--cache-fraction; default: half the experts on the CPU, what half the free "
+        "memory holds on CUDA); below one layer's experts, "
         "down to 0, with --miss-mode host or auto", {.min = 0, .max = kIntMax});
   f.Size("cache-bytes", 0, "arena bytes per model, e.g. 24G", {.min = 1});
   f.Double("cache-fraction", 0,
-           "arena as a fraction of the model's experts (CPU) or of the free device "
-           "memory (CUDA)", {.min = 0, .max = 1, .min_exclusive = true});
+           "arena as a fraction of the model's experts (on every device)",
+           {.min = 0, .max = 1, .min_exclusive = true});
   flag_groups::DeclareLink(f, d.link_gbps);
   flag_groups::DeclareHostFigures(f, {.gbps = d.host_gbps, .gflops = d.host_gflops});
   flag_groups::DeclareServing(f, /*repeatable_listen=*/false, d.metrics_addr);
@@ -152,16 +153,24 @@ absl::StatusOr<int> ComputeCapacity(const CapacitySpec& spec, const std::string&
   } else if (spec.bytes > 0) {
     slots = block_bytes > 0 ? static_cast<int64_t>(spec.bytes / block_bytes) : 0;
     how = absl::StrCat("--cache-bytes ", spec.bytes, " (", block_bytes, " bytes per expert)");
-  } else if (device_free_bytes > 0) {
-    double f = spec.fraction > 0 ? spec.fraction : 0.5;
-    const double bytes = std::floor(f * static_cast<double>(device_free_bytes));
+  } else if (spec.fraction <= 0 && device_free_bytes > 0) {
+    const double bytes = std::floor(0.5 * static_cast<double>(device_free_bytes));
     slots = block_bytes > 0 ? static_cast<int64_t>(bytes / static_cast<double>(block_bytes)) : 0;
-    how = absl::StrCat("--cache-fraction ", f, " of ", device_free_bytes,
-                       " free device bytes (", block_bytes, " bytes per expert)");
+    how = absl::StrCat("the default, half of ", device_free_bytes, " free device bytes (",
+                       block_bytes, " bytes per expert)");
   } else {
     double f = spec.fraction > 0 ? spec.fraction : 0.5;
     slots = static_cast<int64_t>(std::floor(f * static_cast<double>(total)));
     how = absl::StrCat("--cache-fraction ", f, " of ", total, " experts");
+  }
+  slots = std::min(slots, total);
+  if (device_free_bytes > 0 && block_bytes > 0 &&
+      static_cast<double>(slots) * static_cast<double>(block_bytes) >
+          static_cast<double>(device_free_bytes)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", model, ": ", how, " gives ", slots, " slots of ", block_bytes,
+        " bytes, more than the device's ", device_free_bytes,
+        " free bytes; give fewer (--cache-experts, --cache-bytes or --cache-fraction)"));
   }
   if (slots < num_experts && miss_mode == MissMode::kFetch) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -25,8 +25,8 @@ struct ModelSpec {
 struct CapacitySpec {
   int64_t experts = -1;  // --cache-experts N (>= 0; -1: not given)
   uint64_t bytes = 0;    // --cache-bytes SIZE (24G, 512MiB, or bytes)
-  double fraction = 0;   // --cache-fraction F (of the model's experts on CPU,
-                         // of the free device memory on CUDA)
+  double fraction = 0;   // --cache-fraction F: of the model's experts, on
+                         // every device
 };
 
 struct DaemonOptions {
@@ -88,8 +88,11 @@ std::string DaemonUsage();
 // experts and `miss_mode` is fetch (design invariant 5), naming the model,
 // both numbers and --miss-mode; with host or auto misses any count down to 0
 // is allowed (a miss that finds no slot runs on the host).
-// `device_free_bytes` > 0 (a CUDA arena): the fraction (given or default) is
-// of that free device memory instead of the model's experts.
+// `device_free_bytes` > 0 (a CUDA arena): with nothing given the default is
+// what half of that free memory holds (not half the experts); a count,
+// size or fraction that needs more than the free memory is
+// FAILED_PRECONDITION naming both. --cache-fraction is a fraction of the
+// model's experts whatever the device.
 absl::StatusOr<int> ComputeCapacity(const CapacitySpec& spec, const std::string& model,
                                     int num_layers, int num_experts, uint64_t block_bytes,
                                     uint64_t device_free_bytes = 0,

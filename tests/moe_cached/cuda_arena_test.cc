@@ -72,17 +72,21 @@ TEST(CudaArenaTest, DeviceFlagAndVramFractionCapacity) {
   EXPECT_EQ(ParseDaemonFlags({"--model", "/m"})->device, "auto");
   EXPECT_EQ(ParseDaemonFlags({"--model", "/m", "--device=tpu"}).status().code(),
             StatusCode::kInvalidArgument);
+  // --cache-fraction is of the experts on every device (issue 28); with no
+  // size given a CUDA arena takes what half the free memory holds.
   CapacitySpec spec;
   spec.fraction = 0.25;
-  // 0.25 of 4000 free bytes / 100 bytes per expert = 10 slots.
-  auto slots = ComputeCapacity(spec, "m", 4, 8, 100, 4000);
-  ASSERT_TRUE(slots.ok()) << slots.status();
-  EXPECT_EQ(*slots, 10);
-  EXPECT_EQ(*ComputeCapacity(spec, "m", 4, 8, 100), 8);  // CPU: of 32 experts
-  EXPECT_EQ(*ComputeCapacity(spec, "m", 4, 8, 100, 1 << 20), 32);  // capped
-  auto few = ComputeCapacity(spec, "m", 4, 8, 100, 2000);  // 5 < 8 slots
+  EXPECT_EQ(*ComputeCapacity(spec, "m", 4, 8, 100, 4000), 8);  // 0.25 of 32 experts
+  EXPECT_EQ(*ComputeCapacity(spec, "m", 4, 8, 100), 8);        // the same on the CPU
+  // Default: half of 4000 free bytes / 100 bytes per expert = 20 slots.
+  EXPECT_EQ(*ComputeCapacity({}, "m", 4, 8, 100, 4000), 20);
+  EXPECT_EQ(*ComputeCapacity({}, "m", 4, 8, 100, 1 << 20), 32);  // capped
+  auto few = ComputeCapacity({}, "m", 4, 8, 100, 1000);  // 5 < 8 slots
   EXPECT_EQ(few.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(few.status(), "free device bytes")) << few.status();
+  auto over = ComputeCapacity(spec, "m", 4, 8, 100, 700);  // 8 slots need 800 bytes
+  EXPECT_EQ(over.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(over.status(), "700 free bytes")) << over.status();
 }
 
 TEST(CudaArenaTest, PinFailureNamesBytesLimitAndFix) {

@@ -80,6 +80,17 @@ TEST(ComputeCapacityTest, EachWayAndTheFloor) {
   EXPECT_EQ(ComputeCapacity({.bytes = 10999}, "m", 4, 8, 1000).value(), 10);
   EXPECT_EQ(ComputeCapacity({.fraction = 0.25}, "m", 4, 8, 1000).value(), 8);
   EXPECT_EQ(ComputeCapacity({}, "m", 4, 8, 1000).value(), 16);  // default: half
+  // On a device (free bytes given): the fraction is still of the experts;
+  // the default is what half the free memory holds; more than the free
+  // memory is refused, naming both.
+  EXPECT_EQ(ComputeCapacity({.fraction = 0.25}, "m", 4, 8, 1000, 100000).value(), 8);
+  EXPECT_EQ(ComputeCapacity({}, "m", 4, 8, 1000, 20000).value(), 10);
+  EXPECT_EQ(ComputeCapacity({}, "m", 4, 8, 1000, 1000000).value(), 32);  // capped
+  absl::StatusOr<int> over = ComputeCapacity({.fraction = 0.5}, "m", 4, 8, 1000, 10000);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(over.status().message()), ::testing::HasSubstr("10000 free bytes"));
+  EXPECT_EQ(ComputeCapacity({.experts = 11}, "m", 4, 8, 1000, 10000).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   for (CapacitySpec small : {CapacitySpec{.experts = 7}, CapacitySpec{.bytes = 7999},
                              CapacitySpec{.fraction = 0.2}}) {
     auto c = ComputeCapacity(small, "mixtral", 4, 8, 1000);
