@@ -7,9 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup-deps.sh
+echo "demo: installing what the three programs need (scripts/setup-deps.sh --demo)"
+scripts/setup-deps.sh --demo
+echo "demo: building moe-cached, moe-worker and moectl (not the tests: scripts/test.sh builds those)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(nproc)" --target moe-cached moe-worker moectl
 
 bin=build/bin
 $bin/moectl info

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
 # Installs the Debian packages moecache builds and tests with. Idempotent: it
 # only calls apt-get when something is missing.
+#   scripts/setup-deps.sh          everything the tests use (scripts/test.sh)
+#   scripts/setup-deps.sh --demo   only what building the three binaries and
+#                                  running scripts/demo.sh need
 set -euo pipefail
 
+demo=0
+if [ "${1:-}" = "--demo" ]; then demo=1; fi
+
+# What the binaries build with (CMake configures the test targets too, so
+# GoogleTest is here) and the demo runs with.
 PKGS=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev
   libsentencepiece-dev libsystemd-dev libcpp-httplib-dev
-  python3 python3-numpy python3-grpcio python3-grpc-tools
-  prometheus curl gnuplot-nox systemd openssl
+  python3
 )
+# The tests and benchmarks beside them.
+if [ "$demo" = 0 ]; then
+  PKGS+=(
+    libbenchmark-dev python3-numpy python3-grpcio python3-grpc-tools
+    prometheus curl gnuplot-nox systemd openssl
+  )
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -22,7 +36,7 @@ done
 
 # The OpenAI Node client test needs node and npm (Debian's nodejs is enough);
 # a node already on PATH (e.g. v20) is kept.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+if [ "$demo" = 0 ] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then
   missing+=(nodejs npm)
 fi
 
@@ -41,7 +55,7 @@ fi
 # tests/openai/http_process_test. Without the registry this fails (and so
 # does that test, naming this script): it never skips.
 NODE_DIR="$(cd "$(dirname "$0")/.." && pwd)/tests/openai_node"
-if [ ! -f "$NODE_DIR/node_modules/openai/package.json" ]; then
+if [ "$demo" = 0 ] && [ ! -f "$NODE_DIR/node_modules/openai/package.json" ]; then
   echo "setup-deps: npm ci in $NODE_DIR"
   (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
 fi
