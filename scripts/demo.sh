@@ -42,6 +42,7 @@ else
   sampling=()
 fi
 $bin/moectl inspect "$model"
+name=$(basename "$model")  # the name the daemon holds it under
 
 work=$(mktemp -d /tmp/moe-demo.XXXXXX)
 cached_pid=""
@@ -70,7 +71,7 @@ wait_for_socket() {  # PATH PID NAME
 # layers, its first layer is dense), the cache holds 12 (1.5 layers). Copies
 # are paced to 1 GB/s so that misses cost time, as over PCIe.
 echo "== starting moe-cached (${arch:-kjv-moe}: $cache_experts experts cached, policy moe-infinity, link 1 GB/s, misses run where cheaper)"
-$bin/moe-cached --model "tiny=$model" --listen "unix:$work/cached.sock" \
+$bin/moe-cached --model "$name=$model" --listen "unix:$work/cached.sock" \
   --metrics-addr "" --cache-experts "$cache_experts" --policy moe-infinity --prefetch on \
   --link-gbps 1 --miss-mode auto --state-dir "$work/state" 2>"$work/cached.log" &
 cached_pid=$!
@@ -80,15 +81,22 @@ wait_for_socket "$work/cached.sock" "$cached_pid" moe-cached || { cat "$work/cac
 metrics_port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 echo "== starting moe-worker (CPU backend, experts from the daemon, metrics on 127.0.0.1:$metrics_port)"
 $bin/moe-worker --model "$model" --listen "unix:$work/worker.sock" \
-  --cache "unix:$work/cached.sock" --cache-model tiny --device cpu \
+  --cache "unix:$work/cached.sock" --cache-model "$name" --device cpu \
   --metrics-addr "127.0.0.1:$metrics_port" 2>"$work/worker.log" &
 worker_pid=$!
 wait_for_socket "$work/worker.sock" "$worker_pid" moe-worker || { cat "$work/worker.log"; exit 1; }
 
 # The same prompt and seed give the same text for every cache size, policy
 # and miss mode (see tests/integration): the third prompt repeats the first.
+i=0
 for prompt in "${prompts[@]}"; do
-  echo "== moectl generate: \"$prompt\""
+  i=$((i + 1))
+  if [ "$i" = 3 ]; then
+    echo "== moectl generate: \"$prompt\" again: a determinism check. The cache now holds other"
+    echo "   experts and the daemon may answer misses differently; the text must be the same."
+  else
+    echo "== moectl generate: \"$prompt\""
+  fi
   $bin/moectl generate --target "unix:$work/worker.sock" --prompt "$prompt" \
     --max-new-tokens 40 --ignore-eos "${sampling[@]}"
   echo
@@ -96,6 +104,15 @@ done
 
 echo "== cache statistics"
 $bin/moectl stats --cache "unix:$work/cached.sock" --worker "127.0.0.1:$metrics_port"
+cat <<'EXPLAIN'
+   How to read it: a hit is an expert the worker found in the daemon's arena;
+   a miss was either copied in over the (emulated 1 GB/s) link, which the
+   step waits for (stall), or, in miss mode auto, run by the worker's CPU
+   straight from the daemon's host copy when that costs less than the copy:
+   "misses run on the host". With every miss run on the host nothing waits
+   for the link, so the stall is 0. The prefetch figures are copies started
+   ahead of need from the learned activation matrices.
+EXPLAIN
 
 echo "== stopping"
 kill -TERM "$worker_pid"
