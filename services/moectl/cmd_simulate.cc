@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/quant.h"
 #include "services/cache/policy.h"
@@ -112,10 +113,17 @@ std::vector<std::string> PolicyList(const std::string& spec) {
   return out;
 }
 
-void PrintTableHeader() {
-  std::printf("%-22s %8s %8s %9s %8s %8s %10s %9s %9s %9s %7s %9s\n", "policy", "capacity",
-              "hit_rate", "misses", "pf_iss", "pf_used", "stall/tok", "tpot_ms", "floor_ms",
-              "tpot/flr", "pf_hit", "host/tok");
+// What the figures assume (the trace holds routing, not sizes), then the
+// columns, each with its unit: slots, a ratio, counts, ms per token, a
+// ratio, the prefill's hit rate, host runs per token.
+void PrintTableHeader(const cache::SimOptions& o, bool expert_mb_given) {
+  std::printf("assuming %.3f MB per expert (%s), link %.3g GB/s, %.3g ms per MoE layer\n",
+              o.link.expert_mb,
+              expert_mb_given ? "--expert-mb" : "the default: give --expert-mb for your model",
+              o.link.link_gbps, o.link.layer_ms);
+  std::printf("%-22s %8s %8s %9s %8s %8s %10s %9s %9s %9s %7s %9s\n", "policy", "slots",
+              "hit_rate", "misses", "pf_iss", "pf_used", "stall_ms/t", "tpot_ms", "floor_ms",
+              "tpot/flr", "pfl_hit", "host_r/t");
 }
 
 void PrintRow(const nlohmann::json& j) {
@@ -161,10 +169,14 @@ class Progress {
       if (percent == last_percent_) return;
       last_percent_ = percent;
       shown_ = true;
-      std::fprintf(stderr, "\rsimulate: run %d/%d (%s) %3d%%, %.0f s elapsed\033[K", run_,
-                   total_, name.c_str(), percent,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
-                       .count());
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      // All runs so far done alike: the rest at the same pace.
+      const double all = (run_ - 1 + done) / std::max(1, total_);
+      std::string eta = "";
+      if (all > 0.01) eta = absl::StrFormat(", about %.0f s left", elapsed * (1 - all) / all);
+      std::fprintf(stderr, "\rsimulate: run %d/%d (%s) %3d%%, %.0f s elapsed%s\033[K", run_,
+                   total_, name.c_str(), percent, elapsed, eta.c_str());
       std::fflush(stderr);
     };
   }
@@ -283,6 +295,7 @@ struct SimulatePlan {
   std::vector<std::string> policies;
   std::vector<double> fracs;  // capacity fractions; empty: options.capacity
   bool progress = false;      // --progress (auto: stderr is a terminal)
+  bool expert_mb_given = false;
 };
 
 // Fills `plan` from parsed `f`; false with a message (without the
@@ -297,6 +310,7 @@ bool ParsePlan(const FlagSet& f, SimulatePlan* plan, std::string* err) {
   o.prefetch = flag_groups::PrefetchFromFlags(f);
   plan->replay_hints = f.GetString("hints") == "on";
   o.link.expert_mb = f.GetDouble("expert-mb");
+  plan->expert_mb_given = f.IsSet("expert-mb");
   o.link.link_gbps = f.GetDouble("link-gbps");
   o.link.layer_ms = f.GetDouble("layer-ms");
   o.link.chunk_mb = f.GetDouble("chunk-mb");
@@ -408,7 +422,7 @@ int RunSimulate(const Args& args) {
     for (trace::TraceRequest& r : t->requests) r.hints.clear();
   }
   std::vector<nlohmann::json> rows;
-  if (!json) PrintTableHeader();
+  if (!json) PrintTableHeader(plan.options, plan.expert_mb_given);
   cache::SimOptions o = plan.options;
   int runs = 0;
   for (const std::string& p : plan.policies) runs += p == "belady" ? 0 : 1;

@@ -299,6 +299,14 @@ TEST_F(OpsReportTest, SimulateChecksEverythingFirstAndShowsProgress) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("simulate: run 1/2 (belady at 16 slots) 100%"));
   EXPECT_THAT(out, HasSubstr("simulate: run 2/2 (lru at 16 slots) 100%"));
+  EXPECT_THAT(out, HasSubstr(" s left"));  // an ETA once some of the runs are done
+  // The table says what it assumes and the unit of each column.
+  out = RunShell(sim + " --policy lru --capacity 16", &code, false);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("MB per expert (the default: give --expert-mb for your model)"));
+  EXPECT_THAT(out, HasSubstr("stall_ms/t"));
+  out = RunShell(sim + " --policy lru --capacity 16 --expert-mb 0.072", &code, false);
+  EXPECT_THAT(out, HasSubstr("assuming 0.072 MB per expert (--expert-mb)"));
   out = RunShell(sim + " --policy lru --capacity 16 2>&1 >/dev/null", &code,
                  false);
   EXPECT_EQ(out, "");  // auto: stderr is not a terminal here
