@@ -74,7 +74,6 @@ absl::StatusOr<GenerateSummary> Generate(
   if (o.prefix_positions > 0) {
     RETURN_IF_ERROR(session.LoadKv(*o.prefix, o.prefix_positions));
     input = input.subspan(static_cast<size_t>(o.prefix_positions));
-    summary.cached_prompt_tokens = o.prefix_positions;
   }
   RETURN_IF_ERROR(experts->BeginRequest(o.request_id));
   const Clock::time_point start = Clock::now();

@@ -43,7 +43,6 @@ struct GenerateSummary {
   double ttft_seconds = 0.0;  // start to first token
   double tpot_seconds = 0.0;  // mean time per token after the first
   std::string finish_reason;  // "length", "stop" or "cancelled"
-  int64_t cached_prompt_tokens = 0;  // prompt positions loaded, not run
   SessionStats stats;
 };
 

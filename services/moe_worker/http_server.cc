@@ -454,33 +454,35 @@ void HttpServer::Route() {
     SendError(res, e);
   });
   for (const bool detokenize : {false, true}) {
-    s.Post(detokenize ? "/detokenize" : "/tokenize",
-           [this, detokenize](const httplib::Request& req, httplib::Response& res,
-                              const httplib::ContentReader& reader) {
-             if (!Authorized(req, res)) return;
-             std::string body;
-             if (ReadBody(reader, options_.max_body_bytes, res, &body)) {
+    PostJson(detokenize ? "/detokenize" : "/tokenize",
+             [this, detokenize](const Json& body, httplib::Response& res) {
                Tokenize(detokenize, body, res);
-             }
-           });
+             });
   }
   for (const bool chat : {false, true}) {
-    s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
-           [this, chat](const httplib::Request& req, httplib::Response& res,
-                        const httplib::ContentReader& reader) {
-             if (!Authorized(req, res)) return;
-             std::string body;
-             if (ReadBody(reader, options_.max_body_bytes, res, &body)) Complete(chat, body, res);
-           });
+    PostJson(chat ? "/v1/chat/completions" : "/v1/completions",
+             [this, chat](const Json& body, httplib::Response& res) { Complete(chat, body, res); });
   }
 }
 
-void HttpServer::Tokenize(bool detokenize, const std::string& text, httplib::Response& res) {
-  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    SendError(res, Error(400, "the request body is not valid JSON"));
-    return;
-  }
+void HttpServer::PostJson(const char* path,
+                          std::function<void(const Json&, httplib::Response&)> handle) {
+  server_->Post(path, [this, handle = std::move(handle)](const httplib::Request& req,
+                                                         httplib::Response& res,
+                                                         const httplib::ContentReader& reader) {
+    if (!Authorized(req, res)) return;
+    std::string text;
+    if (!ReadBody(reader, options_.max_body_bytes, res, &text)) return;
+    const Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) {
+      SendError(res, Error(400, "the request body is not valid JSON"));
+      return;
+    }
+    handle(body, res);
+  });
+}
+
+void HttpServer::Tokenize(bool detokenize, const Json& body, httplib::Response& res) {
   ApiError error;
   std::optional<Json> answer = openai::TokenizeRequest(body, detokenize, model_, &error);
   if (!answer.has_value()) {
@@ -490,12 +492,7 @@ void HttpServer::Tokenize(bool detokenize, const std::string& text, httplib::Res
   SendJson(res, 200, *answer);
 }
 
-void HttpServer::Complete(bool chat, const std::string& text, httplib::Response& res) {
-  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    SendError(res, Error(400, "the request body is not valid JSON"));
-    return;
-  }
+void HttpServer::Complete(bool chat, const Json& body, httplib::Response& res) {
   ApiError error;
   std::optional<openai::ApiRequest> request = openai::ParseApiRequest(body, chat, model_, &error);
   if (!request.has_value()) {

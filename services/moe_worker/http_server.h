@@ -98,9 +98,13 @@ class HttpServer {
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
   // POST /v1/completions and /v1/chat/completions: parse, submit, answer
   // whole or stream.
-  void Complete(bool chat, const std::string& body, httplib::Response& res);
+  // POST `path`: the bearer check, the body read within
+  // --http-max-body-bytes and parsed (400 unless JSON), then `handle`.
+  void PostJson(const char* path,
+                std::function<void(const openai::Json&, httplib::Response&)> handle);
+  void Complete(bool chat, const openai::Json& body, httplib::Response& res);
   // POST /tokenize (`detokenize` false) and /detokenize.
-  void Tokenize(bool detokenize, const std::string& body, httplib::Response& res);
+  void Tokenize(bool detokenize, const openai::Json& body, httplib::Response& res);
   // Binds the library's server (behind an HttpGuard on plaintext HTTP);
   // sets port_.
   absl::Status Listen(const std::string& host, int port, bool tls);

@@ -31,16 +31,10 @@ int RunPlan(const Args& args) {
   flags.Bool("json", false, "print one JSON object");
   flags.NoPositional();
   flags.Notes(kPlanNotes);
-  absl::Status parsed = flags.Parse(args);
-  if (flags.help()) {
-    std::fputs(flags.Usage().c_str(), stdout);
-    return 0;
-  }
-  if (parsed.ok()) parsed = flags.Require("model");
-  if (!parsed.ok()) return Fail(std::string(parsed.message()), 2);
+  int code = 0;
+  const std::optional<ModelConfig> config = ParsePlanCommand(flags, args, "plan", &code);
+  if (!config.has_value()) return code;
   const std::string dir = flags.GetString("model");
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir);
-  if (!config.ok()) return Fail(std::string(config.status().message()), 1);
   const bool json = flags.GetBool("json");
   bool from_weights = false;
   const plan::StoredFormats stored = StoredFormatsOf(dir, *config, &from_weights, "plan");
@@ -53,10 +47,7 @@ int RunPlan(const Args& args) {
     j["from_weights"] = from_weights;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("model: %s (%s, %s)\n", dir.c_str(),
-                std::string(ModelFamilyName(config->family)).c_str(),
-                from_weights ? "sizes from the weights" : "config.json alone");
-    std::fputs(plan::PlanText(*p).c_str(), stdout);
+    std::fputs(PlanReport(dir, *config, from_weights, *p).c_str(), stdout);
   }
   return 0;
 }

@@ -156,16 +156,10 @@ int RunServe(const Args& args) {
       "Plans as `moectl plan` (the same flags and notes), then starts moe-cached and\n"
       "moe-worker with the planned flags; Ctrl-C (SIGINT) or SIGTERM stops both.\n",
       kPlanNotes));
-  absl::Status parsed = flags.Parse(args);
-  if (flags.help()) {
-    std::fputs(flags.Usage().c_str(), stdout);
-    return 0;
-  }
-  if (parsed.ok()) parsed = flags.Require("model");
-  if (!parsed.ok()) return Fail(std::string(parsed.message()), 2);
+  int code = 0;
+  const std::optional<ModelConfig> config = ParsePlanCommand(flags, args, "serve", &code);
+  if (!config.has_value()) return code;
   const std::string dir = flags.GetString("model");
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir);
-  if (!config.ok()) return Fail(std::string(config.status().message()), 1);
 
   // The private directory for both sockets.
   std::string run_dir = flags.GetString("run-dir");
@@ -199,10 +193,7 @@ int RunServe(const Args& args) {
   options.daemon_socket = "unix:" + run_dir + "/moe-cached.sock";
   absl::StatusOr<plan::Plan> p = plan::MakePlan(*config, stored, options);
   if (!p.ok()) return Fail(std::string(p.status().message()), 2);
-  std::fprintf(stderr, "model: %s (%s, %s)\n", dir.c_str(),
-               std::string(ModelFamilyName(config->family)).c_str(),
-               from_weights ? "sizes from the weights" : "config.json alone");
-  std::fputs(plan::PlanText(*p).c_str(), stderr);
+  std::fputs(PlanReport(dir, *config, from_weights, *p).c_str(), stderr);
   if (!p->fits) return Fail("the plan does not fit (above): nothing started", 1);
 
   const std::string worker_sock = "unix:" + run_dir + "/moe-worker.sock";
@@ -240,7 +231,7 @@ int RunServe(const Args& args) {
 
   bool announced = false;
   int status = 0;
-  int code = 0;
+  code = 0;
   while (true) {
     const Event e = Poll(w, std::chrono::milliseconds(100), &status);
     if (e == Event::kSignal) {

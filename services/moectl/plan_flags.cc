@@ -105,4 +105,35 @@ plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, bool quiet, const char*
   return o;
 }
 
+std::optional<ModelConfig> ParsePlanCommand(FlagSet& f, const std::vector<std::string>& args,
+                                            const char* command, int* exit_code) {
+  absl::Status parsed = f.Parse(args);
+  if (f.help()) {
+    std::fputs(f.Usage().c_str(), stdout);
+    *exit_code = 0;
+    return std::nullopt;
+  }
+  if (parsed.ok()) parsed = f.Require("model");
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "moectl %s: %s\n", command, std::string(parsed.message()).c_str());
+    *exit_code = 2;
+    return std::nullopt;
+  }
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(f.GetString("model"));
+  if (!config.ok()) {
+    std::fprintf(stderr, "moectl %s: %s\n", command,
+                 std::string(config.status().message()).c_str());
+    *exit_code = 1;
+    return std::nullopt;
+  }
+  return *std::move(config);
+}
+
+std::string PlanReport(const std::string& dir, const ModelConfig& config, bool from_weights,
+                       const plan::Plan& plan) {
+  return absl::StrCat("model: ", dir, " (", ModelFamilyName(config.family), ", ",
+                      from_weights ? "sizes from the weights" : "config.json alone", ")\n",
+                      plan::PlanText(plan));
+}
+
 }  // namespace moe::moectl

@@ -29,7 +29,6 @@ SchedulerOptions SchedulerOptionsFor(const RunnerOptions& o) {
 }  // namespace
 
 struct Runner::Job : Sequence {
-  std::shared_ptr<const KvSnapshot> prefix;  // one at a time: the prefix in use
   absl::Time deadline;
   absl::Time submitted;
   std::shared_ptr<OutputSink> sink;
@@ -130,16 +129,16 @@ absl::Status Runner::RunGenerate(Job& job) {
   job.stream.emplace(o, model_.config().eos_token_ids, tokenizer_, std::move(job.stop_strings),
                      job.submitted);
   GenerateOptions run = o;
-  if (std::optional<PrefixCache::Hit> hit = prefix_cache_.Lookup(o.prompt)) {
+  // Holds the snapshot while Generate loads from it.
+  const std::optional<PrefixCache::Hit> hit = prefix_cache_.Lookup(o.prompt);
+  if (hit.has_value()) {
     run.prefix = hit->snapshot.get();
     run.prefix_positions = hit->positions;
     job.stream->set_cached_prompt_tokens(static_cast<int>(hit->positions));
-    job.prefix = std::move(hit->snapshot);  // held until the request ends
   }
-  std::vector<int32_t> ran = o.prompt;  // the prompt, then the output
   absl::Status stop_reason;  // why we cancelled, when we did
   auto on_token = [&](const SampledToken& t) {
-    ran.push_back(t.token);
+    job.Append(t.token);
     job.sink->Write(job.stream->Push(t, executor_.experts().request()));
     // The engine stops by itself after a stop token or the length; a stop
     // string is for us to stop on (no error).
@@ -153,8 +152,7 @@ absl::Status Runner::RunGenerate(Job& job) {
     observer = job.recording->Observer();
   }
   absl::StatusOr<GenerateSummary> summary = executor_.Generate(
-      run, on_token, std::move(observer), [&](const Session& s) { KeepPrefix(ran, s); });
-  job.prefix.reset();
+      run, on_token, std::move(observer), [&](const Session& s) { KeepPrefix(job, s); });
   if (job.recording.has_value() && summary.ok() && job.recording->iterations() > 0) {
     if (absl::Status s = options_.recorder->Append(*job.recording); !s.ok()) {
       MOE_LOG(WARNING) << "trace not recorded: " << s;
@@ -278,11 +276,7 @@ void Runner::Step() {
 
 void Runner::Leave(Job& job, absl::Status status) {
   const ExpertCounters c = job.Counters();
-  if (status.ok() && job.session != nullptr && prefix_cache_.enabled()) {
-    std::vector<int32_t> ran = job.options.prompt;
-    ran.insert(ran.end(), job.output.begin(), job.output.end());
-    KeepPrefix(ran, *job.session);
-  }
+  if (status.ok() && job.session != nullptr) KeepPrefix(job, *job.session);
   if (job.begun) {
     absl::Status ended = executor_.experts().EndRequest(job.options.request_id);
     if (status.ok()) status = ended;
@@ -343,8 +337,11 @@ void Runner::SetRunningMetrics(const GenerateOptions* running) {
   metrics_->SetKvCacheBytes(Session::KvCacheBytes(model_, prompt + running->max_new_tokens));
 }
 
-void Runner::KeepPrefix(absl::Span<const int32_t> tokens, const Session& session) {
-  if (absl::Status s = prefix_cache_.Insert(tokens, session); !s.ok()) {
+void Runner::KeepPrefix(const Job& job, const Session& session) {
+  if (!prefix_cache_.enabled()) return;
+  std::vector<int32_t> ran = job.options.prompt;  // the prompt, then the output
+  ran.insert(ran.end(), job.output.begin(), job.output.end());
+  if (absl::Status s = prefix_cache_.Insert(ran, session); !s.ok()) {
     MOE_LOG(WARNING) << "prefix cache: not kept: " << s;
   }
 }

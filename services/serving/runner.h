@@ -153,9 +153,9 @@ class Runner {
   absl::Status Interrupted(const Job& job) const;
   void Record(const absl::Status& status, int generated, double ttft, double tpot);
   void SetRunningMetrics(const GenerateOptions* running);
-  // Keeps what `session` ran (`tokens`: the prompt, then the output) in the
+  // Keeps what `session` ran for `job` (its prompt, then its output) in the
   // prefix cache; a failure is logged, never the request's.
-  void KeepPrefix(absl::Span<const int32_t> tokens, const Session& session);
+  void KeepPrefix(const Job& job, const Session& session);
 
   const MoeModel& model_;
   const Tokenizer* tokenizer_;

@@ -1,9 +1,14 @@
 // Helpers shared by the tests: a self-deleting temporary directory, small
-// file writers, and WaitFor (a deadline on a condition).
+// file writers, WaitFor (a deadline on a condition) and a loopback port
+// held busy.
 #ifndef MOECACHE_TESTS_COMMON_TEST_UTIL_H_
 #define MOECACHE_TESTS_COMMON_TEST_UTIL_H_
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -120,6 +125,35 @@ inline std::vector<std::string> WithFlags(
   out.insert(out.end(), extra.begin(), extra.end());
   return out;
 }
+
+// A TCP port on 127.0.0.1 that this process listens on until destroyed:
+// a port in use, for testing how a service refuses it. port() is 0 if the
+// socket could not be set up.
+class BusyLoopbackPort {
+ public:
+  BusyLoopbackPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::listen(fd_, 1) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~BusyLoopbackPort() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  BusyLoopbackPort(const BusyLoopbackPort&) = delete;
+  BusyLoopbackPort& operator=(const BusyLoopbackPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 }  // namespace moe::testing
 

@@ -207,15 +207,9 @@ TEST_F(OpsProcessTest, SecondDaemonOnALiveSocketLeavesTheFirstWorking) {
 // naming the flag and the value given.
 TEST_F(OpsProcessTest, DaemonConfigurationErrorsComeBeforeLoading) {
   // A TCP port in use, for --metrics-addr.
-  const int busy = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(busy, 1), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string busy_addr = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const moe::testing::BusyLoopbackPort busy;
+  ASSERT_GT(busy.port(), 0);
+  const std::string busy_addr = "127.0.0.1:" + std::to_string(busy.port());
 
   // A wrong flag exits 78 (EX_CONFIG: systemd stops restarting); a port
   // somebody else holds may free up, so that one exits 1 (restart).
@@ -245,7 +239,6 @@ TEST_F(OpsProcessTest, DaemonConfigurationErrorsComeBeforeLoading) {
     EXPECT_THAT(log, Not(HasSubstr("loading experts")));
     EXPECT_THAT(log, Not(HasSubstr(".fds")));
   }
-  ::close(busy);
 }
 
 TEST_F(OpsProcessTest, WorkerConfigurationErrorsNameTheFlag) {

@@ -2,10 +2,7 @@
 // a chat request over the OpenAI API, stops both on SIGTERM within 10 s
 // leaving no process behind; a plan that does not fit starts nothing; a
 // child that fails at start stops the other and is moectl's exit status.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -97,18 +94,12 @@ TEST(ServeTest, APlanThatDoesNotFitStartsNothing) {
 TEST(ServeTest, AChildThatFailsStopsTheOtherAndGivesItsStatus) {
   // The HTTP port is taken: the worker refuses to start (exit 1, the port
   // may free up), and the daemon is stopped.
-  const int busy = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(busy, 1), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const moe::testing::BusyLoopbackPort busy;
+  ASSERT_GT(busy.port(), 0);
   moe::testing::TempDir dir;
   WorkerProcess serve;
   ASSERT_TRUE(serve.Spawn({"serve", "--model", kModel, "--gpu-mem", "0", "--host-mem", "8G",
-                           "--host-gbps", "10", "--port", std::to_string(ntohs(addr.sin_port)),
+                           "--host-gbps", "10", "--port", std::to_string(busy.port()),
                            "--bin-dir", std::string(MOE_BINARY_DIR) + "/bin"},
                           dir.Sub("serve.log"), kMoectl));
   ASSERT_TRUE(worker::testing::WaitFor([&] { return serve.Exited(); }, std::chrono::seconds(60)))
@@ -120,7 +111,6 @@ TEST(ServeTest, AChildThatFailsStopsTheOtherAndGivesItsStatus) {
   const pid_t cached = NumberAfter(log, "moe-cached pid ");
   ASSERT_GT(cached, 0) << log;
   EXPECT_TRUE(Gone(cached));
-  ::close(busy);
 }
 
 }  // namespace
