@@ -1,6 +1,7 @@
 #include "common/model_desc.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/fp8.h"
 #include "common/logging.h"
@@ -291,6 +292,22 @@ uint64_t ExpectedTensorCount(const ModelConfig& c) {
   return (c.tie_word_embeddings ? 2 : 3) +
          per_layer * static_cast<uint64_t>(c.num_hidden_layers) +
          moe * per_moe + dense * 3;
+}
+
+int64_t RoutedExpertParams(const ModelConfig& c) {
+  int64_t all = 0;
+  for (const TensorSpec& s : ExpectedTensors(c)) {
+    if (!IsExpertRole(s.role)) continue;
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    if (s.fused && s.dtype == DType::kU8) {
+      if (absl::EndsWith(s.name, "_scales")) continue;  // MXFP4 scales are not weights
+      n *= 2;                                           // two FP4 weights per byte
+    }
+    all += n;
+  }
+  const int64_t experts = int64_t{c.num_moe_layers()} * c.num_experts;
+  return experts > 0 ? all / experts : 0;
 }
 
 absl::StatusOr<ModelDescription> ModelDescription::Open(

@@ -131,6 +131,12 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
 // before materialising the list).
 uint64_t ExpectedTensorCount(const ModelConfig& config);
 
+// The weights of one routed expert (gate, up, down and their biases; MXFP4
+// counts two weights per byte and not its scales): the size of an expert
+// in any format is this times the format's bytes per weight. Every routed
+// expert of a model has the same count. REQUIRES: `config` validated.
+int64_t RoutedExpertParams(const ModelConfig& config);
+
 class ModelDescription {
  public:
   // Loads `dir`/config.json and the weights, and checks every expected

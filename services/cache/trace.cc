@@ -159,6 +159,9 @@ absl::Status ValidateHeader(const TraceHeader& h) {
   if (h.top_k <= 0 || h.top_k > h.num_experts) {
     return Invalid(absl::StrCat("top_k must be in [1, num_experts], got ", h.top_k));
   }
+  if (h.expert_params < 0 || h.expert_params > kMaxExpertParams) {
+    return Invalid(absl::StrCat("expert_params out of range: ", h.expert_params));
+  }
   return absl::OkStatus();
 }
 
@@ -246,6 +249,12 @@ absl::StatusOr<TraceHeader> ParseHeaderLine(const std::string& line) {
   ASSIGN_OR_RETURN(h.num_layers, GetPositiveInt(j, "num_layers"));
   ASSIGN_OR_RETURN(h.num_experts, GetPositiveInt(j, "num_experts"));
   ASSIGN_OR_RETURN(h.top_k, GetPositiveInt(j, "top_k"));
+  if (auto p = j.find("expert_params"); p != j.end()) {
+    if (!p->is_number_integer() || !IntInRange(*p, 1, kMaxExpertParams, &h.expert_params)) {
+      return Invalid(absl::StrCat("\"expert_params\" must be an integer in [1, 2^40], got ",
+                                  p->dump()));
+    }
+  }
   RETURN_IF_ERROR(ValidateHeader(h));
   return h;
 }
@@ -305,6 +314,7 @@ std::string SerializeHeader(const TraceHeader& h) {
   j["num_layers"] = h.num_layers;
   j["num_experts"] = h.num_experts;
   j["top_k"] = h.top_k;
+  if (h.expert_params > 0) j["expert_params"] = h.expert_params;
   return j.dump();
 }
 

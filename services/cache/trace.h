@@ -2,7 +2,9 @@
 //
 // Line 1 is a header:
 //   {"format":"moe-trace/1","model":"...","num_layers":L,"num_experts":E,"top_k":k}
-// (L counts MoE layers only). Every further line is one request, in arrival
+// (L counts MoE layers only), and optionally "expert_params":N, the weights
+// of one routed expert (moe-worker --record-trace writes it; moectl
+// simulate sizes experts from it). Every further line is one request, in arrival
 // order:
 //   {"id":"...","phase":["prefill",...,"decode",...],
 //    "experts":[[[e,...k],...L],...T],
@@ -50,7 +52,12 @@ struct TraceHeader {
   int num_layers = 0;   // MoE layers only
   int num_experts = 0;  // routed experts per layer
   int top_k = 0;        // experts chosen per token per layer
+  int64_t expert_params = 0;  // weights of one routed expert; 0: not said
 };
+
+// The largest "expert_params" a header may carry (2^40: far above any
+// published expert, small enough that bytes of any format fit an int64).
+inline constexpr int64_t kMaxExpertParams = int64_t{1} << 40;
 
 // Per-token, per-layer lists: [token][layer][i].
 template <typename T>

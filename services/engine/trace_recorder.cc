@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_desc.h"
 #include "common/status_macros.h"
 
 namespace moe {
@@ -16,6 +17,7 @@ trace::TraceHeader TraceHeaderFor(const MoeModel& model,
   h.num_layers = c.num_moe_layers();
   h.num_experts = static_cast<int>(c.num_experts);
   h.top_k = static_cast<int>(c.top_k);
+  h.expert_params = RoutedExpertParams(c);
   return h;
 }
 

@@ -49,7 +49,8 @@
 
 namespace moe {
 
-// The header for `model`: MoE layers, routed experts, top_k.
+// The header for `model`: MoE layers, routed experts, top_k, the weights
+// of one routed expert.
 trace::TraceHeader TraceHeaderFor(const MoeModel& model,
                                   const std::string& model_name);
 

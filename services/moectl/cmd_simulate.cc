@@ -20,7 +20,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/model_config.h"
 #include "common/quant.h"
 #include "services/cache/policy.h"
 #include "services/cache/simulator.h"
@@ -28,6 +30,8 @@
 #include "services/flags/flag_groups.h"
 #include "services/moectl/commands.h"
 #include "services/moectl/flags.h"
+#include "services/moectl/plan_flags.h"
+#include "services/plan/plan.h"
 
 namespace moe::moectl {
 namespace {
@@ -62,9 +66,14 @@ constexpr char kNotes[] =
     "--progress auto (the default) shows each run's progress on stderr when stderr\n"
     "is a terminal.\n"
     "Every flag, policy and capacity is checked before the first run.\n"
-    "--expert-format q8|q4 scales --expert-mb (the bf16 size) to that format's\n"
-    "bytes (x 17/32 for q8, x 9/32 for q4: common/quant.h), as moe-cached\n"
-    "--expert-format stores them.\n";
+    "Expert size, first that applies: --expert-mb (a bf16 size); --model DIR\n"
+    "(the checkpoint the trace is of: its config.json, and its weights'\n"
+    "formats when present, sized as moe-cached holds them); the trace header's\n"
+    "\"expert_params\" (moe-worker --record-trace writes it; as bf16); else the\n"
+    "default. The table's first line, every --json row and a sweep's CSV say\n"
+    "which. --expert-format q8|q4 sizes the experts in that format (x 17/32 for\n"
+    "q8, x 9/32 for q4 of bf16: common/quant.h), as moe-cached --expert-format\n"
+    "stores them.\n";
 
 void DeclareFlags(FlagSet& f) {
   const cache::SimOptions d;
@@ -86,6 +95,7 @@ void DeclareFlags(FlagSet& f) {
   flag_groups::DeclareLink(f, d.link.link_gbps);
   f.Double("expert-mb", d.link.expert_mb, "bytes per bf16 expert / 1e6",
            {.min = 0, .min_exclusive = true});
+  f.String("model", "", "checkpoint DIR the trace is of: sizes its experts");
   f.Double("layer-ms", d.link.layer_ms, "compute per MoE layer per iteration, ms", {.min = 0});
   f.Double("chunk-mb", d.link.chunk_mb, "transfer chunk, MB (preemption granularity)",
            {.min = 0, .min_exclusive = true});
@@ -116,11 +126,9 @@ std::vector<std::string> PolicyList(const std::string& spec) {
 // What the figures assume (the trace holds routing, not sizes), then the
 // columns, each with its unit: slots, a ratio, counts, ms per token, a
 // ratio, the prefill's hit rate, host runs per token.
-void PrintTableHeader(const cache::SimOptions& o, bool expert_mb_given) {
-  std::printf("assuming %.3f MB per expert (%s), link %.3g GB/s, %.3g ms per MoE layer\n",
-              o.link.expert_mb,
-              expert_mb_given ? "--expert-mb" : "the default: give --expert-mb for your model",
-              o.link.link_gbps, o.link.layer_ms);
+// `assumption`: Assumption(plan).
+void PrintTableHeader(const std::string& assumption) {
+  std::printf("assuming %s\n", assumption.c_str());
   std::printf("%-22s %8s %8s %9s %8s %8s %10s %9s %9s %9s %7s %9s\n", "policy", "slots",
               "hit_rate", "misses", "pf_iss", "pf_used", "stall_ms/t", "tpot_ms", "floor_ms",
               "tpot/flr", "pfl_hit", "host_r/t");
@@ -192,8 +200,8 @@ class Progress {
 
 // Runs every policy at one capacity; returns the reports.
 int RunAt(const trace::Trace& t, const std::vector<std::string>& policies,
-          cache::SimOptions o, bool json, bool print, std::vector<nlohmann::json>* out,
-          const nlohmann::json& hints, Progress& progress) {
+          cache::SimOptions o, const std::string& expert_mb_from, bool json, bool print,
+          std::vector<nlohmann::json>* out, const nlohmann::json& hints, Progress& progress) {
   const std::string at = absl::StrCat(" at ", o.capacity, " slots");
   o.progress = progress.Next("belady" + at);
   auto belady = cache::Simulate(t, "belady", o);
@@ -209,6 +217,10 @@ int RunAt(const trace::Trace& t, const std::vector<std::string>& policies,
       return 2;
     }
     nlohmann::json j = cache::ReportJson(t.header, o, *r, *belady);
+    j["expert_mb"] = o.link.expert_mb;
+    j["expert_mb_from"] = expert_mb_from;
+    j["link_gbps"] = o.link.link_gbps;
+    j["layer_ms"] = o.link.layer_ms;
     if (!hints.is_null()) j["hints"] = hints;
     if (print) {
       if (json) {
@@ -223,15 +235,23 @@ int RunAt(const trace::Trace& t, const std::vector<std::string>& policies,
   return 0;
 }
 
-int WriteSweep(const std::string& prefix, const std::vector<nlohmann::json>& rows) {
+// `assumption`: the table's first line, the plot's title.
+int WriteSweep(const std::string& prefix, const std::vector<nlohmann::json>& rows,
+               const std::string& assumption) {
   const std::string csv = prefix + ".csv";
   std::ofstream f(csv);
-  f << "policy,capacity,hit_rate,tpot_ms,floor_tpot_ms,tpot_over_floor,stall_ms_per_token\n";
+  // The assumptions ride on every row (a CSV has no header comment that
+  // every reader skips): expert MB and where it came from, link, layer time.
+  f << "policy,capacity,hit_rate,tpot_ms,floor_tpot_ms,tpot_over_floor,stall_ms_per_token,"
+       "expert_mb,expert_mb_from,link_gbps,layer_ms\n";
   for (const auto& j : rows) {
     f << j["policy"].get<std::string>() << ',' << j["capacity"].get<int>() << ','
       << j["hit_rate"].get<double>() << ',' << j["tpot_ms"].get<double>() << ','
       << j["floor_tpot_ms"].get<double>() << ',' << j["tpot_over_floor"].get<double>() << ','
-      << j["stall_ms_per_token"].get<double>() << '\n';
+      << j["stall_ms_per_token"].get<double>() << ',' << j["expert_mb"].get<double>() << ",\""
+      << absl::StrReplaceAll(j["expert_mb_from"].get<std::string>(), {{"\"", "\"\""}})
+      << "\"," << j["link_gbps"].get<double>() << ','
+      << j["layer_ms"].get<double>() << '\n';
   }
   f.close();
   if (!f) {
@@ -263,8 +283,10 @@ int WriteSweep(const std::string& prefix, const std::vector<nlohmann::json>& row
     }
     g << "EOD\n";
   }
-  g << "set terminal png size 1000,400\nset output '" << prefix << ".png'\n"
-    << "set multiplot layout 1,2\nset grid\nset xlabel 'capacity (slots)'\n";
+  g << "set terminal png size 1000,440\nset output '" << prefix << ".png'\n"
+    << "set multiplot layout 1,2 title '"
+    << absl::StrReplaceAll(assumption, {{"'", "''"}}) << "'\nset grid\n"
+    << "set xlabel 'capacity (slots)'\n";
   for (int col : {2, 3}) {
     g << (col == 2 ? "set key bottom right\nset ylabel 'decode hit rate'\n"
                    : "set key top right\nset ylabel 'decode TPOT (ms)'\n")
@@ -296,6 +318,9 @@ struct SimulatePlan {
   std::vector<double> fracs;  // capacity fractions; empty: options.capacity
   bool progress = false;      // --progress (auto: stderr is a terminal)
   bool expert_mb_given = false;
+  std::string model;                 // --model DIR ("" when not given)
+  std::optional<DType> format;       // --expert-format
+  std::string expert_mb_from;        // where options.link.expert_mb came from
 };
 
 // Fills `plan` from parsed `f`; false with a message (without the
@@ -321,10 +346,8 @@ bool ParsePlan(const FlagSet& f, SimulatePlan* plan, std::string* err) {
     *err = "--host-gbps takes a number > 0 here (there is no host to measure)";
     return false;
   }
-  if (std::optional<DType> format = flag_groups::ExpertFormatFromFlags(f)) {
-    // Bytes of 64 weights (a whole block of either format) against bf16's 128.
-    o.link.expert_mb *= static_cast<double>(WeightBytes(*format, 1, 64)) / 128.0;
-  }
+  plan->model = f.GetString("model");
+  plan->format = flag_groups::ExpertFormatFromFlags(f);
   o.passes = static_cast<int>(f.GetInt("passes"));
   o.batch = static_cast<int>(f.GetInt("batch"));
   o.batch_members = f.GetString("batch-members") == "on";
@@ -381,6 +404,73 @@ std::string CheckRuns(const trace::Trace& t, const SimulatePlan& plan,
   return "";
 }
 
+// What the figures assume: "17.000 MB per expert (the default...), link 25
+// GB/s, 0.3 ms per MoE layer".
+std::string Assumption(const SimulatePlan& plan) {
+  const cache::SimOptions& o = plan.options;
+  return absl::StrFormat("%.3f MB per expert (%s), link %.3g GB/s, %.3g ms per MoE layer",
+                         o.link.expert_mb, plan.expert_mb_from, o.link.link_gbps,
+                         o.link.layer_ms);
+}
+
+// Bytes of `weights` weights held as `format` (bf16 when unset), in MB:
+// whole blocks of 64, the group of every block format.
+double HeldMb(double weights, std::optional<DType> format) {
+  return weights * static_cast<double>(WeightBytes(format.value_or(DType::kBF16), 1, 64)) /
+         64.0 / 1e6;
+}
+
+// Sets plan->options.link.expert_mb and plan->expert_mb_from from the first
+// source that applies (kNotes); false with a message in `err`.
+bool ResolveExpertSize(const trace::TraceHeader& h, SimulatePlan* plan, std::string* err) {
+  double& mb = plan->options.link.expert_mb;
+  const std::string as =
+      plan->format ? absl::StrCat(" as ", ExpertFormatName(*plan->format)) : std::string();
+  if (plan->expert_mb_given) {
+    mb = HeldMb(mb * 1e6 / 2.0, plan->format);  // --expert-mb is a bf16 size
+    plan->expert_mb_from = absl::StrCat("--expert-mb", as);
+    return true;
+  }
+  if (!plan->model.empty()) {
+    absl::StatusOr<ModelConfig> config = LoadModelConfig(plan->model);
+    if (!config.ok()) {
+      *err = absl::StrCat("--model: ", config.status().message());
+      return false;
+    }
+    if (config->num_moe_layers() != h.num_layers || config->num_experts != h.num_experts ||
+        config->top_k != h.top_k) {
+      *err = absl::StrFormat(
+          "--model %s has %d MoE layers x %d experts, top-%d; the trace has %d x %d, top-%d: "
+          "give the checkpoint the trace was recorded on",
+          plan->model, config->num_moe_layers(), config->num_experts, config->top_k,
+          h.num_layers, h.num_experts, h.top_k);
+      return false;
+    }
+    bool measured = false;
+    const plan::StoredFormats stored =
+        StoredFormatsOf(plan->model, *config, &measured, "simulate");
+    absl::StatusOr<plan::ModelFigures> m = plan::ComputeFigures(*config, stored, plan->format);
+    if (!m.ok()) {
+      *err = absl::StrCat("--model: ", m.status().message());
+      return false;
+    }
+    mb = static_cast<double>(m->expert_bytes) / 1e6;
+    plan->expert_mb_from = absl::StrCat("--model ", plan->model, ", held as ",
+                                        ExpertFormatName(m->held_format));
+    return true;
+  }
+  if (h.expert_params > 0) {
+    mb = HeldMb(static_cast<double>(h.expert_params), plan->format);
+    plan->expert_mb_from = absl::StrCat("the trace's header: ", h.expert_params, " weights",
+                                        plan->format ? as : " as bf16");
+    return true;
+  }
+  mb = HeldMb(mb * 1e6 / 2.0, plan->format);
+  plan->expert_mb_from =
+      absl::StrCat("the default", as, ": give --expert-mb or --model for your model");
+  return true;
+}
+
 int RunSimulate(const Args& args) {
   FlagSet f("simulate", kSynopsis);
   DeclareFlags(f);
@@ -400,6 +490,10 @@ int RunSimulate(const Args& args) {
   auto t = trace::ReadTraceFile(plan.trace);
   if (!t.ok()) {
     std::fprintf(stderr, "simulate: %s\n", std::string(t.status().message()).c_str());
+    return 2;
+  }
+  if (!ResolveExpertSize(t->header, &plan, &err)) {
+    std::fprintf(stderr, "simulate: %s\n", err.c_str());
     return 2;
   }
   // Every capacity is checked before the first run prints anything.
@@ -422,18 +516,21 @@ int RunSimulate(const Args& args) {
     for (trace::TraceRequest& r : t->requests) r.hints.clear();
   }
   std::vector<nlohmann::json> rows;
-  if (!json) PrintTableHeader(plan.options, plan.expert_mb_given);
+  const std::string assumption = Assumption(plan);
+  if (!json) PrintTableHeader(assumption);
   cache::SimOptions o = plan.options;
   int runs = 0;
   for (const std::string& p : plan.policies) runs += p == "belady" ? 0 : 1;
   Progress progress(plan.progress, static_cast<int>(capacities.size()) * (runs + 1));
   for (int capacity : capacities) {
     o.capacity = capacity;
-    if (int rc = RunAt(*t, plan.policies, o, json, true, &rows, hints, progress); rc != 0) {
+    if (int rc = RunAt(*t, plan.policies, o, plan.expert_mb_from, json, true, &rows, hints,
+                       progress);
+        rc != 0) {
       return rc;
     }
   }
-  return plan.sweep ? WriteSweep(plan.out, rows) : 0;
+  return plan.sweep ? WriteSweep(plan.out, rows, assumption) : 0;
 }
 
 const bool kRegistered = RegisterCommand(

@@ -34,10 +34,6 @@ int64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-bool EndsWith(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // One expert's gate, up and down held as `format`, with F32 biases.
 absl::StatusOr<int64_t> HeldExpertBytes(const ModelConfig& c, DType format) {
   const int64_t h = c.hidden_size, inter = c.moe_intermediate_size;
@@ -224,25 +220,17 @@ absl::StatusOr<ModelFigures> ComputeFigures(const ModelConfig& c, const StoredFo
   m.experts_per_layer = c.num_experts;
   m.top_k = c.top_k;
   m.experts_total = int64_t{m.num_moe_layers} * c.num_experts;
-  int64_t expert_params_all = 0;
   const int64_t dense_element = DenseElementBytes(stored.dense);
   for (const TensorSpec& s : ExpectedTensors(c)) {
-    int64_t n = Numel(s.shape);
-    if (s.fused && s.dtype == DType::kU8) {
-      if (EndsWith(s.name, "_scales")) continue;  // MXFP4 scales are not weights
-      n *= 2;                                     // two FP4 weights per byte
-    }
-    if (IsExpertRole(s.role)) {
-      expert_params_all += n;
-      continue;
-    }
+    if (IsExpertRole(s.role)) continue;  // RoutedExpertParams
+    const int64_t n = Numel(s.shape);
     m.params_dense += n;
     m.dense_bytes_device += s.shape.size() >= 2
                                 ? n * dense_element
                                 : n * (dense_element + 4);
   }
-  m.expert_params = expert_params_all / m.experts_total;
-  m.params_total = m.params_dense + expert_params_all;
+  m.expert_params = RoutedExpertParams(c);
+  m.params_total = m.params_dense + m.expert_params * m.experts_total;
   m.params_active = m.params_dense + int64_t{m.num_moe_layers} * m.top_k * m.expert_params;
   m.held_format = format.value_or(DefaultHeldFormat(stored.experts));
   ASSIGN_OR_RETURN(m.expert_bytes, HeldExpertBytes(c, m.held_format));

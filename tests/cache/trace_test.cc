@@ -106,6 +106,35 @@ TEST(TraceTest, OutOfRangeNumbersAreRefusedNotConverted) {
   EXPECT_EQ(t->requests[0].id, "18446744073709551615");
 }
 
+// "expert_params" is optional: written when known, read back, refused by
+// name when it is not a positive integer up to 2^40.
+TEST(TraceTest, ExpertParamsRoundTripsAndIsRangeChecked) {
+  auto plain = Parse(std::string(kHeader) + "\n");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->header.expert_params, 0);
+  EXPECT_EQ(SerializeHeader(plain->header).find("expert_params"), std::string::npos);
+
+  TraceHeader h = plain->header;
+  h.expert_params = 176160768;  // one Mixtral-8x7B expert: 3 x 4096 x 14336
+  auto back = Parse(SerializeHeader(h) + "\n");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->header.expert_params, 176160768);
+
+  const std::string head = R"({"format":"moe-trace/1","num_layers":1,"num_experts":2,"top_k":1,)";
+  for (const char* bad : {"0", "-1", "1099511627777", "18446744073709551615", "1.5", "\"7\"",
+                          "null", "1e30"}) {
+    auto t = Parse(head + "\"expert_params\":" + bad + "}\n");
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_NE(t.status().message().find("\"expert_params\" must be an integer in [1, 2^40]"),
+              std::string::npos)
+        << bad << " -> " << t.status();
+  }
+  auto top = Parse(head + "\"expert_params\":1099511627776}\n");
+  ASSERT_TRUE(top.ok()) << top.status();
+  h.expert_params = -5;
+  EXPECT_FALSE(TraceWriter::Open("/dev/null", h).ok());
+}
+
 TEST(TraceTest, WriterRoundTripsASyntheticTrace) {
   SynthOptions o;
   o.num_layers = 3;

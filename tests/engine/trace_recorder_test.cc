@@ -113,6 +113,11 @@ TEST_P(TraceRecorderGenerateTest, RecordsObserverRoutingAsTrace) {
   EXPECT_EQ(trace->header.num_layers, L);
   EXPECT_EQ(trace->header.num_experts, c.num_experts);
   EXPECT_EQ(trace->header.top_k, k);
+  // One routed expert's weights: gate, up [inter, hidden], down [hidden,
+  // inter], and GPT-OSS's biases (2 x inter for gate/up, hidden for down).
+  const int64_t h = c.hidden_size, i = c.moe_intermediate_size;
+  EXPECT_EQ(trace->header.expert_params,
+            3 * h * i + (c.has_expert_biases() ? 2 * i + h : 0));
   ASSERT_EQ(trace->requests.size(), 1u);
   const trace::TraceRequest& r = trace->requests[0];
   EXPECT_EQ(r.id, "req-a");

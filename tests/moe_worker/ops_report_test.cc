@@ -1,11 +1,19 @@
 // What the real binaries tell an operator (issue 18, points 4, 6, 7, 8): the
 // start-up line, the metrics beside the cache's, clear answers from the
 // wrong endpoint, and moectl's rough edges (make-model, simulate, generate).
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/model_config.h"
+#include "common/model_maker.h"
 #include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
 #include "services/rpc/startup_log.h"
@@ -26,6 +34,11 @@ using testing::WaitFor;
 using testing::WorkerProcess;
 
 const std::string kMoectl = MOE_BINARY_DIR "/bin/moectl";
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 class OpsReportTest : public ::testing::Test {
  protected:
@@ -303,13 +316,125 @@ TEST_F(OpsReportTest, SimulateChecksEverythingFirstAndShowsProgress) {
   // The table says what it assumes and the unit of each column.
   out = RunShell(sim + " --policy lru --capacity 16", &code, false);
   EXPECT_EQ(code, 0) << out;
-  EXPECT_THAT(out, HasSubstr("MB per expert (the default: give --expert-mb for your model)"));
+  EXPECT_THAT(out,
+              HasSubstr("MB per expert (the default: give --expert-mb or --model for your model)"));
   EXPECT_THAT(out, HasSubstr("stall_ms/t"));
   out = RunShell(sim + " --policy lru --capacity 16 --expert-mb 0.072", &code, false);
   EXPECT_THAT(out, HasSubstr("assuming 0.072 MB per expert (--expert-mb)"));
   out = RunShell(sim + " --policy lru --capacity 16 2>&1 >/dev/null", &code,
                  false);
   EXPECT_EQ(out, "");  // auto: stderr is not a terminal here
+}
+
+// Item 8 of issue 28: the expert size comes from the model when given
+// (--model: as moe-cached holds it), else the trace's header (a recording
+// says it), else --expert-mb or the default; every output says which.
+TEST_F(OpsReportTest, SimulateSizesExpertsFromTheModelOrTheTrace) {
+  // A recording of the tiny model carries its expert's weights.
+  StartDaemon();
+  const std::string trace = dir_.Sub("rec.jsonl");
+  StartWorker({"--cache", cache_, "--record-trace", trace});
+  int code = -1;
+  std::string out = Moectl("generate --target " + worker_sock_ +
+                               " --prompt-ids 1,2,3 --max-new-tokens 4",
+                           &code);
+  ASSERT_EQ(code, 0) << out;
+  worker_.Signal(SIGTERM);  // the recording is whole once the worker has exited
+  worker_.Wait();
+  auto config = LoadModelConfig(dir_.Sub("tiny"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int64_t params = 3 * config->hidden_size * config->moe_intermediate_size;
+  const int64_t slots = config->num_experts;  // one layer's worth
+  const std::string sim = kMoectl + " simulate --trace " + trace + " --policy lru --capacity " +
+                          std::to_string(slots);
+
+  out = RunShell(sim, &code, false);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrFormat("assuming %.3f MB per expert (the trace's header: "
+                                             "%d weights as bf16)",
+                                             2.0 * params / 1e6, params)));
+  out = RunShell(sim + " --expert-format q8", &code, false);
+  EXPECT_THAT(out, HasSubstr(absl::StrFormat("assuming %.3f MB per expert (the trace's header: "
+                                             "%d weights as q8)",
+                                             params * 68.0 / 64 / 1e6, params)));
+  // --model: sized as moe-cached holds it (the tiny model's experts are
+  // BF16 and held so), and in the format asked for.
+  out = RunShell(sim + " --model " + dir_.Sub("tiny"), &code, false);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrFormat("assuming %.3f MB per expert (--model %s, held as "
+                                             "bf16)",
+                                             2.0 * params / 1e6, dir_.Sub("tiny"))));
+  out = RunShell(sim + " --model " + dir_.Sub("tiny") + " --expert-format q4", &code, false);
+  EXPECT_THAT(out, HasSubstr(absl::StrFormat("assuming %.3f MB per expert (--model %s, held as "
+                                             "q4)",
+                                             params * 36.0 / 64 / 1e6, dir_.Sub("tiny"))));
+  // --expert-mb wins over both.
+  out = RunShell(sim + " --model " + dir_.Sub("tiny") + " --expert-mb 3", &code, false);
+  EXPECT_THAT(out, HasSubstr("assuming 3.000 MB per expert (--expert-mb)"));
+  // A model of another shape is refused before anything runs.
+  MakeModelOptions other = TinyPreset(ModelFamily::kMixtral);
+  other.experts = 4;
+  ASSERT_TRUE(MakeModel(other, dir_.Sub("other")).ok());
+  out = RunShell(sim + " --model " + dir_.Sub("other") + " 2>&1", &code, false);
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("give the checkpoint the trace was recorded on"));
+  EXPECT_THAT(out, Not(HasSubstr("assuming")));
+
+  // --json rows and a sweep's CSV carry the assumption.
+  out = RunShell(sim + " --json", &code, false);
+  ASSERT_EQ(code, 0) << out;
+  // One object per line: the last run's (lru).
+  std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  const nlohmann::json row = nlohmann::json::parse(lines.back());
+  EXPECT_EQ(row["policy"], "lru");
+  EXPECT_NEAR(row["expert_mb"].get<double>(), 2.0 * params / 1e6, 1e-9);
+  EXPECT_THAT(row["expert_mb_from"].get<std::string>(), HasSubstr("trace's header"));
+  EXPECT_EQ(row["link_gbps"].get<double>(), 25);
+  out = RunShell(kMoectl + " simulate --trace " + trace + " --policy lru --sweep 1 --out " +
+                     dir_.Sub("sw") + " --expert-mb 2",
+                 &code, false);
+  ASSERT_EQ(code, 0) << out;
+  const std::string csv = ReadAll(dir_.Sub("sw.csv"));
+  EXPECT_THAT(csv, HasSubstr(",expert_mb,expert_mb_from,link_gbps,layer_ms\n"));
+  EXPECT_THAT(csv, HasSubstr(",2,\"--expert-mb\",25,"));
+}
+
+// docs/operations.md's "Simulate before you buy memory" commands run as
+// written on a trace named as they name it.
+TEST_F(OpsReportTest, OperationsGuideSimulateExamplesRunAsWritten) {
+  const std::string doc =
+      ReadAll(std::string(MOE_SOURCE_DIR) + "/docs/operations.md");
+  const size_t at = doc.find("**Simulate before you buy memory.**");
+  ASSERT_NE(at, std::string::npos);
+  const size_t open = doc.find("```sh\n", at);
+  const size_t close = doc.find("```", open + 6);
+  ASSERT_NE(close, std::string::npos);
+  // Commands: lines from "moectl simulate" on, with their continuations.
+  std::vector<std::string> commands;
+  bool continuing = false;
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(doc).substr(open + 6, close - open - 6), '\n')) {
+    if (!continuing && !absl::StartsWith(line, "moectl simulate")) continue;
+    if (!continuing) commands.emplace_back();
+    commands.back() += std::string(line) + "\n";
+    continuing = absl::EndsWith(line, "\\");
+  }
+  ASSERT_GE(commands.size(), 2u) << doc.substr(open, close - open);
+  int code = -1;
+  // A trace of Mixtral's shape (32 layers x 8 experts) under the doc's name.
+  std::string out = RunShell("cd " + dir_.path() + " && " + kMoectl +
+                                 " synth-trace --out routing.jsonl --regime mixtral-uniform",
+                             &code);
+  ASSERT_EQ(code, 0) << out;
+  const std::string bin = std::string(MOE_BINARY_DIR) + "/bin";
+  for (const std::string& command : commands) {
+    out = RunShell("cd " + dir_.path() + " && PATH=" + bin + ":$PATH " + command, &code);
+    EXPECT_EQ(code, 0) << command << out;
+    EXPECT_THAT(out, HasSubstr("assuming ")) << command;
+    EXPECT_THAT(out, HasSubstr("moe-infinity")) << command;
+  }
+  EXPECT_FALSE(ReadAll(dir_.Sub("sweep.csv")).empty());
 }
 
 }  // namespace
