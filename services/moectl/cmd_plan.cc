@@ -38,7 +38,7 @@ int RunPlan(const Args& args) {
   const bool json = flags.GetBool("json");
   bool from_weights = false;
   const plan::StoredFormats stored = StoredFormatsOf(dir, *config, &from_weights, "plan");
-  plan::PlanOptions options = PlanOptionsFromFlags(flags, json, "plan");
+  plan::PlanOptions options = PlanOptionsFromFlags(flags, *config, json, "plan");
   options.daemon_socket = flags.GetString("cache");
   absl::StatusOr<plan::Plan> p = plan::MakePlan(*config, stored, options);
   if (!p.ok()) return Fail(std::string(p.status().message()), 2);

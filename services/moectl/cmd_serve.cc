@@ -189,7 +189,7 @@ int RunServe(const Args& args) {
 
   bool from_weights = false;
   const plan::StoredFormats stored = StoredFormatsOf(dir, *config, &from_weights, "serve");
-  plan::PlanOptions options = PlanOptionsFromFlags(flags, /*quiet=*/false, "serve");
+  plan::PlanOptions options = PlanOptionsFromFlags(flags, *config, /*quiet=*/false, "serve");
   options.daemon_socket = "unix:" + run_dir + "/moe-cached.sock";
   absl::StatusOr<plan::Plan> p = plan::MakePlan(*config, stored, options);
   if (!p.ok()) return Fail(std::string(p.status().message()), 2);

@@ -5,9 +5,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/model_desc.h"
 #include "services/flags/flag_groups.h"
+#include "services/moectl/engine_calibration.h"
 #include "services/plan/machine.h"
 
 namespace moe::moectl {
@@ -32,10 +34,16 @@ void DeclarePlanFlags(FlagSet& f) {
   f.Group("machine");
   f.Size("gpu-mem", 0, "GPU memory to plan for (0: no GPU; unset: the GPU's total)");
   f.Size("host-mem", 0, "host memory to plan for (unset: MemTotal)");
-  f.Double("device-gbps", 900, "GPU memory bandwidth, GB/s (for the speed estimate)",
+  f.Double("device-gbps", 900,
+           "the computing device's weight-read rate, GB/s: the GPU's memory bandwidth, or "
+           "without a GPU the CPU engine's (measured when omitted) (for the speed estimate)",
            {.min = 0, .min_exclusive = true});
   f.Double("device-gflops", 50000, "GPU FLOP rate, GFLOP/s (for the prefill estimate)",
            {.min = 0, .min_exclusive = true});
+  f.Double("layer-overhead-us", 0,
+           "fixed time per MoE layer per decode step beyond its bytes (op dispatch, the "
+           "worker -> daemon round trip); without a GPU measured when omitted, with one 0",
+           {.min = 0});
   flag_groups::DeclareLink(f, 0);
   flag_groups::DeclareHostFigures(f, {.gbps = 0, .gflops = 100});
   f.Group("serving");
@@ -70,7 +78,8 @@ plan::StoredFormats StoredFormatsOf(const std::string& dir, const ModelConfig& c
 }
 
 // Budgets and figures: given, else measured (said on stderr unless --json).
-plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, bool quiet, const char* command) {
+plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, const ModelConfig& config, bool quiet,
+                                       const char* command) {
   plan::PlanOptions o;
   o.model_dir = f.GetString("model");
   o.context = f.GetInt("context");
@@ -96,6 +105,30 @@ plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, bool quiet, const char*
   if (o.host_gbps <= 0) {
     o.host_gbps = plan::MeasureHostReadGbps();
     note(absl::StrCat("--host-gbps ", o.host_gbps, " (measured)"));
+  }
+  o.layer_overhead_us = f.GetDouble("layer-overhead-us");
+  if (o.gpu_bytes == 0) {
+    if (f.IsSet("device-gbps")) o.cpu_engine_gbps = o.device_gbps;
+    if (!f.IsSet("device-gbps") || !f.IsSet("layer-overhead-us")) {
+      // A CPU worker's own speed: measured on made models of the family.
+      absl::StatusOr<EngineFigures> e = MeasureCpuEngine(config.family);
+      if (!e.ok()) {
+        note(absl::StrCat("the CPU engine was not measured (", e.status().message(),
+                          "): the speed estimate reads weights at --host-gbps"));
+      } else {
+        if (!f.IsSet("device-gbps")) {
+          o.cpu_engine_gbps = e->gbps;
+          note(absl::StrFormat("--device-gbps %.3g (the CPU engine's weight reads, measured)",
+                               e->gbps));
+        }
+        if (!f.IsSet("layer-overhead-us")) {
+          o.layer_overhead_us = e->layer_us + e->handoff_us;
+          note(absl::StrFormat("--layer-overhead-us %.3g (measured: %.3g us of op dispatch + a "
+                               "%.3g us round trip to the daemon)",
+                               o.layer_overhead_us, e->layer_us, e->handoff_us));
+        }
+      }
+    }
   }
   o.link_gbps = f.GetDouble("link-gbps");
   if (o.link_gbps <= 0) {

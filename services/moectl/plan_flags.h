@@ -27,8 +27,11 @@ extern const char kPlanNotes[];
 void DeclarePlanFlags(FlagSet& f);
 
 // Budgets and figures: given, else measured or assumed (said on stderr as
-// "moectl COMMAND: ..." unless `quiet`).
-plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, bool quiet, const char* command);
+// "moectl COMMAND: ..." unless `quiet`). Without a GPU the CPU engine's
+// figures for `config`'s family are measured (engine_calibration.h, about a
+// second) unless --device-gbps and --layer-overhead-us are both given.
+plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, const ModelConfig& config, bool quiet,
+                                       const char* command);
 
 // Parses `args` into `f` (DeclarePlanFlags and the command's own flags),
 // prints the usage for --help, requires --model and reads its config.json.

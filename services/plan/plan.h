@@ -26,7 +26,9 @@
 // synthetic trace of the model's shape (layers, experts, top-k) with the
 // daemon's default policy, the plan's slots and miss mode, and the link and
 // host figures; a layer's compute time is the bytes the device reads per
-// token (dense + the routed experts) over its bandwidth. Below one layer of
+// token (dense + the routed experts) over its bandwidth (without a GPU, the
+// CPU engine's measured rate when given), plus a fixed cost per layer
+// (layer_overhead_us). Below one layer of
 // slots (where the simulator refuses) the same cost model is applied in
 // closed form: every miss runs on the host. Prefill adds the FLOP bound of
 // the prompt's tokens. These are estimates for sizing, not measurements.
@@ -96,6 +98,13 @@ struct PlanOptions {
   double host_gflops = 100;     // the host expert kernel
   double device_gbps = 900;     // device memory read, GB/s (GPU; the host's without)
   double device_gflops = 50000; // device FLOP rate (GPU; host_gflops without)
+  // Without a GPU: the rate at which the CPU engine reads weights in a
+  // decode step, GB/s (moectl measures it: engine_calibration.h); 0: host_gbps.
+  double cpu_engine_gbps = 0;
+  // A MoE layer's fixed cost per step beyond its bytes and FLOPs, us: op
+  // dispatch, the worker -> daemon round trip (moectl measures it for a CPU
+  // worker; 0: none counted).
+  double layer_overhead_us = 0;
   std::string daemon_socket = "unix:/tmp/moe-cached.sock";
 };
 

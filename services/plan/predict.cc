@@ -20,7 +20,8 @@ struct Device {
 
 Device DeviceOf(const PlanOptions& o) {
   if (o.gpu_bytes > 0) return {o.device_gbps * 1e9, o.device_gflops * 1e9};
-  return {o.host_gbps * 1e9, o.host_gflops * 1e9};
+  const double gbps = o.cpu_engine_gbps > 0 ? o.cpu_engine_gbps : o.host_gbps;
+  return {gbps * 1e9, o.host_gflops * 1e9};
 }
 
 // The step's compute figures, per MoE layer.
@@ -31,24 +32,32 @@ struct LayerCost {
   int prompt = 0;
 };
 
-// Decode reads the non-expert matrices (less the embedding, of which a step
-// reads rows) and the step's experts; prefill also does 2 FLOPs per active
-// parameter per token.
+// The non-expert bytes a step reads per MoE layer: all but the embedding
+// (a step reads rows of it), unless it is also the output head (tied).
+double DenseBytesPerLayer(const ModelConfig& c, const ModelFigures& m) {
+  const int64_t element = m.stored.dense == DType::kF8E4M3 ? 2 : DTypeSize(m.stored.dense);
+  const double embed =
+      c.tie_word_embeddings ? 0.0 : static_cast<double>(c.vocab_size * c.hidden_size * element);
+  return std::max(0.0, static_cast<double>(m.dense_bytes_device) - embed) / m.num_moe_layers;
+}
+
+// Decode reads DecodeBytesPerLayer; prefill also does 2 FLOPs per active
+// parameter per token. Each adds the fixed cost of a layer
+// (options.layer_overhead_us) once per step.
 LayerCost Cost(const ModelConfig& c, const Plan& p) {
   const ModelFigures& m = p.model;
   const Device dev = DeviceOf(p.options);
-  const int64_t element = m.stored.dense == DType::kF8E4M3 ? 2 : DTypeSize(m.stored.dense);
-  const double embed = static_cast<double>(c.vocab_size * c.hidden_size * element);
-  const double dense = std::max(0.0, static_cast<double>(m.dense_bytes_device) - embed) /
-                       m.num_moe_layers;
+  const double overhead_s = p.options.layer_overhead_us * 1e-6;
   LayerCost cost;
   cost.routed = std::min<int64_t>(m.experts_per_layer, int64_t{p.options.max_batch} * m.top_k);
   cost.prompt = static_cast<int>(std::clamp<int64_t>(p.context / 2, 1, 64));
-  const double expert = static_cast<double>(m.expert_bytes);
-  cost.decode_s = (dense + cost.routed * expert) / dev.bytes_per_s;
-  const double read = (dense + m.experts_per_layer * expert) / dev.bytes_per_s;
+  cost.decode_s = DecodeBytesPerLayer(c, m, p.options.max_batch) / dev.bytes_per_s + overhead_s;
+  const double read = (DenseBytesPerLayer(c, m) +
+                       m.experts_per_layer * static_cast<double>(m.expert_bytes)) /
+                      dev.bytes_per_s;
   const double flops = 2.0 * m.params_active * cost.prompt / m.num_moe_layers;
-  cost.prefill_s = dev.flops_per_s > 0 ? std::max(read, flops / dev.flops_per_s) : read;
+  cost.prefill_s =
+      (dev.flops_per_s > 0 ? std::max(read, flops / dev.flops_per_s) : read) + overhead_s;
   return cost;
 }
 
@@ -129,6 +138,11 @@ absl::StatusOr<Rates> Simulated(const Plan& p, const LayerCost& cost) {
 }
 
 }  // namespace
+
+double DecodeBytesPerLayer(const ModelConfig& c, const ModelFigures& m, int sequences) {
+  const int64_t routed = std::min<int64_t>(m.experts_per_layer, int64_t{sequences} * m.top_k);
+  return DenseBytesPerLayer(c, m) + routed * static_cast<double>(m.expert_bytes);
+}
 
 absl::StatusOr<Rates> PredictRates(const ModelConfig& config, const Plan& plan) {
   const LayerCost cost = Cost(config, plan);

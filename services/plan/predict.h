@@ -15,6 +15,14 @@ struct Rates {
   bool simulated = false;          // the simulator ran (else the closed form)
 };
 
+// Weight bytes one decode step of `sequences` reads per MoE layer: the
+// non-expert matrices (less the embedding, of which a step reads rows,
+// unless it is tied to the output head)
+// spread over the MoE layers, and the routed experts the step's tokens
+// choose (at most every expert of the layer). REQUIRES: `m` from
+// ComputeFigures(config, ...).
+double DecodeBytesPerLayer(const ModelConfig& config, const ModelFigures& m, int sequences);
+
 // REQUIRES: `plan`'s memory side is filled in (slots, miss mode, options).
 absl::StatusOr<Rates> PredictRates(const ModelConfig& config, const Plan& plan);
 

@@ -17,12 +17,14 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/plan/plan.h"
+#include "services/plan/predict.h"
 #include "tests/common/test_util.h"
 
 namespace moe {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
@@ -424,6 +426,57 @@ TEST(PlanTest, SuggestsWhatFits) {
   EXPECT_THAT(p->suggestions[0], HasSubstr("--expert-format q8"));
 }
 
+// A CPU plan's decode step costs each MoE layer its fixed overhead
+// (layer_overhead_us) and reads its weights at the CPU engine's rate
+// (cpu_engine_gbps, else host_gbps).
+TEST(PlanTest, CpuEngineFiguresSetTheCpuDecodeSpeed) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(Published()[2].config);  // Qwen3-30B
+  ASSERT_TRUE(c.ok()) << c.status();
+  plan::PlanOptions o;
+  o.gpu_bytes = 0;
+  o.host_bytes = 512 * kGiB;
+  o.host_gbps = 20;
+  auto rate = [&](double engine_gbps, double overhead_us) {
+    plan::PlanOptions q = o;
+    q.cpu_engine_gbps = engine_gbps;
+    q.layer_overhead_us = overhead_us;
+    absl::StatusOr<plan::Plan> p = plan::MakePlan(*c, plan::StoredFormatsFromConfig(*c), q);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? p->predicted_decode_tokens_per_s : 0.0;
+  };
+  const double base = rate(0, 0);
+  ASSERT_GT(base, 0);
+  EXPECT_EQ(rate(20, 0), base);  // 0 means host_gbps
+  EXPECT_LT(rate(5, 0), base);
+  // 10 ms a layer x 48 MoE layers: 0.48 s more per token.
+  const double slow = rate(0, 10000);
+  EXPECT_NEAR(1 / slow, 1 / base + 0.48, 0.02 * (1 / base + 0.48));
+}
+
+// A tied embedding is also the output head: every step reads all of it.
+TEST(PlanTest, TiedEmbeddingIsReadEveryStep) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(Published()[0].config);  // Mixtral: untied
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_FALSE(c->tie_word_embeddings);
+  absl::StatusOr<plan::ModelFigures> m =
+      plan::ComputeFigures(*c, plan::StoredFormatsFromConfig(*c), std::nullopt);
+  ASSERT_TRUE(m.ok());
+  const double embed = 2.0 * c->vocab_size * c->hidden_size;  // bf16
+  const double routed = 2.0 * m->expert_bytes;                 // top-2
+  EXPECT_NEAR(plan::DecodeBytesPerLayer(*c, *m, 1) * m->num_moe_layers,
+              m->dense_bytes_device - embed + m->num_moe_layers * routed, 1.0);
+  ModelConfig tied = *c;
+  tied.tie_word_embeddings = true;
+  absl::StatusOr<plan::ModelFigures> t =
+      plan::ComputeFigures(tied, plan::StoredFormatsFromConfig(tied), std::nullopt);
+  ASSERT_TRUE(t.ok());
+  EXPECT_NEAR(plan::DecodeBytesPerLayer(tied, *t, 1) * t->num_moe_layers,
+              t->dense_bytes_device + t->num_moe_layers * routed, 1.0);
+  // Eight sequences choose at most every expert of a layer.
+  EXPECT_NEAR(plan::DecodeBytesPerLayer(*c, *m, 8) - plan::DecodeBytesPerLayer(*c, *m, 1),
+              6.0 * m->expert_bytes, 1.0);
+}
+
 // ---- The command itself. --------------------------------------------------
 
 struct CommandRun {
@@ -468,6 +521,28 @@ TEST(PlanCommandTest, JsonFromConfigAlone) {
       EXPECT_FALSE(j["from_weights"].get<bool>());
     }
   }
+}
+
+// Without a GPU the CPU engine is measured (made models of the family, a
+// channel round trip) unless both figures are given; either way the plan
+// says what it used.
+TEST(PlanCommandTest, CpuPlanMeasuresTheEngineUnlessTold) {
+  testing::TempDir dir;
+  testing::WriteText(dir.Sub("config.json"), Published()[0].config);
+  CommandRun r = Moectl(absl::StrCat("--model ", dir.path(),
+                                     " --gpu-mem 0 --host-mem 512G --host-gbps 20"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("(the CPU engine's weight reads, measured)"));
+  EXPECT_THAT(r.out, HasSubstr("us round trip to the daemon)"));
+  r = Moectl(absl::StrCat("--model ", dir.path(),
+                          " --gpu-mem 0 --host-mem 512G --host-gbps 20 --device-gbps 7.5 "
+                          "--layer-overhead-us 40 --json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, Not(HasSubstr("measured")));
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["device_gbps"].get<double>(), 7.5);
+  EXPECT_EQ(j["layer_overhead_us"].get<double>(), 40);
 }
 
 TEST(PlanCommandTest, TextSaysWhatFitsAndHowToStart) {
