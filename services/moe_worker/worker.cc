@@ -80,11 +80,11 @@ absl::Status Worker::CheckOptions(const std::vector<rpc::ListenAddress>& listen)
     return absl::InvalidArgumentError(
         "--max-queue and --max-prompt-tokens must be >= 0");
   }
-  if (options_.runner.max_batch < 1 || options_.runner.max_batch > kMaxRequestsPerSession ||
+  if (options_.runner.max_batch < 0 || options_.runner.max_batch > kMaxRequestsPerSession ||
       options_.runner.prefill_chunk < 0 || options_.runner.kv_budget_bytes < 0 ||
       options_.runner.kv_block_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--max-batch must be in [1, ", kMaxRequestsPerSession, "] (got ",
+        "--max-batch must be in [0 (auto), ", kMaxRequestsPerSession, "] (got ",
         options_.runner.max_batch,
         "); --prefill-chunk and --kv-budget-mb must be >= 0, --kv-block-tokens >= 1"));
   }
@@ -147,6 +147,8 @@ absl::Status Worker::Init() {
                      return MakeExpertProvider(options_.cache, cache_model, *model_,
                                                cache_security, options_.device_host_experts);
                    }));
+  options_.runner = serving::ResolveAutoBatch(options_.runner, Session::KvCacheBytes(*model_, 1),
+                                              model_->max_context());
   RunnerOptions runner_options = options_.runner;
   if (!options_.record_trace.empty()) {
     ASSIGN_OR_RETURN(recorder_,

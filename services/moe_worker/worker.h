@@ -57,10 +57,13 @@ struct WorkerOptions {
   // Bearer token for moe-cached (--cache-auth-token-file); "" : none.
   std::string cache_auth_token_file;
   rpc::SecurityOptions security;  // this worker's server (see security.h)
-  // The worker's defaults: RunnerOptions' but for a 1 GiB prefix cache.
+  // The worker's defaults: RunnerOptions' but for a 1 GiB prefix cache and
+  // auto batching (max_batch 0: serving::ResolveAutoBatch at start, from
+  // the model's KV bytes per token and the KV budget).
   RunnerOptions runner = [] {
     RunnerOptions r;
     r.prefix_cache_bytes = int64_t{1} << 30;
+    r.max_batch = 0;
     return r;
   }();
   // A device (CUDA) worker offers host execution to moe-cached: misses it is

@@ -66,7 +66,10 @@ absl::StatusOr<std::string> Worker::DryRun(const WorkerOptions& options) {
                   options.model_dir, "\n");
   absl::StrAppend(&out, "backend:  ", backend->Info().name, " (", backend->Info().device_name,
                   "); dense weights ", plan::HumanBytes(m.dense_bytes_device), "\n");
-  absl::StrAppend(&out, "KV cache: ", KvText(m, options.runner), "\n");
+  absl::StrAppend(&out, "KV cache: ",
+                  KvText(m, serving::ResolveAutoBatch(options.runner, m.kv_bytes_per_token,
+                                                      m.max_context)),
+                  options.runner.max_batch == 0 ? " (auto)" : "", "\n");
   absl::StrAppend(&out, "experts:  ", experts, "\n");
   absl::StrAppend(&out, "tokenizer: ", has_tokenizer ? tok_path : "none (prompt_token_ids only)",
                   "\n");

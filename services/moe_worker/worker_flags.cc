@@ -23,7 +23,10 @@ void DeclareRunnerFlags(flags::FlagSet& f, const RunnerOptions& d) {
   f.Int("max-prompt-tokens", d.max_prompt_tokens, "longest prompt accepted (0: context window)",
         kInt);
   f.Int("max-batch", d.max_batch,
-        "sequences per forward step, continuous batching (1-64; 1: one at a time)", kInt);
+        "sequences per forward step, continuous batching (1-64; 1: one at a time; 0: auto, "
+        "as many as the KV budget holds at 2048 positions each, at most 16; without "
+        "--kv-budget-mb the budget is then 2 GiB)",
+        kInt);
   f.Int("prefill-chunk", d.prefill_chunk,
         "with --max-batch > 1: prompt tokens a joining sequence runs per step (0: whole "
         "prompt)", kInt);

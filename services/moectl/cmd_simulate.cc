@@ -95,7 +95,9 @@ void DeclareFlags(FlagSet& f) {
   flag_groups::DeclareLink(f, d.link.link_gbps);
   f.Double("expert-mb", d.link.expert_mb, "bytes per bf16 expert / 1e6",
            {.min = 0, .min_exclusive = true});
-  f.String("model", "", "checkpoint DIR the trace is of: sizes its experts");
+  f.String("model", "",
+           "a Hugging Face checkpoint directory: the one the trace was recorded on (sizes its "
+           "experts)");
   f.Double("layer-ms", d.link.layer_ms, "compute per MoE layer per iteration, ms", {.min = 0});
   f.Double("chunk-mb", d.link.chunk_mb, "transfer chunk, MB (preemption granularity)",
            {.min = 0, .min_exclusive = true});

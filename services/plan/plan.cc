@@ -192,10 +192,9 @@ void AddFlags(Plan& p) {
   if (o.daemon_socket != "unix:/tmp/moe-cached.sock") d.insert(d.end(), {"--listen", o.daemon_socket});
   std::vector<std::string>& w = p.worker_flags;
   w = {"--model", o.model_dir, "--device", device, "--cache", o.daemon_socket};
-  if (o.max_batch > 1) {
-    w.insert(w.end(), {"--max-batch", absl::StrCat(o.max_batch), "--kv-budget-mb",
-                       flags::FormatSize(p.kv_bytes)});
-  }
+  // The KV the plan reserved bounds the worker's (auto) batching too.
+  if (o.max_batch > 1) w.insert(w.end(), {"--max-batch", absl::StrCat(o.max_batch)});
+  w.insert(w.end(), {"--kv-budget-mb", flags::FormatSize(p.kv_bytes)});
   if (o.gpu_bytes > 0 && p.miss_mode != MissMode::kFetch) {
     w.insert(w.end(), {"--device-host-experts", "on"});
   }

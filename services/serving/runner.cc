@@ -1,5 +1,6 @@
 #include "services/serving/runner.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -27,6 +28,16 @@ SchedulerOptions SchedulerOptionsFor(const RunnerOptions& o) {
 }
 
 }  // namespace
+
+RunnerOptions ResolveAutoBatch(RunnerOptions o, int64_t kv_bytes_per_token, int64_t max_context) {
+  if (o.max_batch != 0) return o;
+  if (o.kv_budget_bytes <= 0) o.kv_budget_bytes = kAutoKvBudgetBytes;
+  const int64_t sequence =
+      std::max<int64_t>(1, kv_bytes_per_token * std::min(max_context, kAutoSequenceTokens));
+  o.max_batch = static_cast<int>(std::clamp<int64_t>(o.kv_budget_bytes / sequence, 1,
+                                                     kAutoMaxBatch));
+  return o;
+}
 
 struct Runner::Job : Sequence {
   absl::Time deadline;

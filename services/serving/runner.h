@@ -65,7 +65,8 @@ class OutputSink {
 struct RunnerOptions {
   // Requests waiting beyond the running ones; more get RESOURCE_EXHAUSTED.
   int max_queue = 16;
-  // Sequences per forward step; 1 runs requests one at a time.
+  // Sequences per forward step; 1 runs requests one at a time; 0 (auto,
+  // moe-worker's default) is not a runner value: ResolveAutoBatch first.
   int max_batch = 1;
   // With max_batch > 1: prompt tokens a joining sequence runs per step;
   // 0: the whole prompt in one step.
@@ -100,6 +101,19 @@ struct RunnerOptions {
   int64_t prefix_cache_bytes = 0;
   int prefix_block_tokens = 16;
 };
+
+// Auto batching (max_batch 0, moe-worker's default): the KV budget
+// (kv_budget_bytes, else kAutoKvBudgetBytes, which then becomes the
+// budget) divided by what one sequence of kAutoSequenceTokens positions (at
+// most `max_context`) holds, between 1 and kAutoMaxBatch. Sequences hold
+// blocks as they grow, so more shorter ones fit, and a step that runs out
+// preempts (above). Options with max_batch >= 1 come back unchanged.
+// REQUIRES: kv_bytes_per_token > 0, max_context > 0.
+inline constexpr int kAutoMaxBatch = 16;
+inline constexpr int64_t kAutoKvBudgetBytes = int64_t{2} << 30;
+inline constexpr int64_t kAutoSequenceTokens = 2048;
+RunnerOptions ResolveAutoBatch(RunnerOptions options, int64_t kv_bytes_per_token,
+                               int64_t max_context);
 
 class Runner {
  public:

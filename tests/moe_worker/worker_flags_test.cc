@@ -30,7 +30,7 @@ TEST(WorkerFlagsTest, ListenRepeatsAndValuesParse) {
        "/tmp/p", "--pregate-hints", "on"});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_TRUE(f->options.runner.pregate_hints);
-  EXPECT_EQ(f->options.runner.max_batch, 1);  // one at a time unless asked
+  EXPECT_EQ(f->options.runner.max_batch, 0);  // auto: chosen from the KV budget at start
   auto b16 = ParseWorkerFlags({"--model=/m", "--max-batch", "16", "--prefill-chunk=8",
                                "--kv-budget-mb", "3"});
   ASSERT_TRUE(b16.ok()) << b16.status();

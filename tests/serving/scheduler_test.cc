@@ -15,6 +15,7 @@
 #include "kernels/backend.h"
 #include "services/engine/in_memory_provider.h"
 #include "services/serving/executor.h"
+#include "services/serving/runner.h"
 #include "tests/common/test_util.h"
 
 namespace moe::serving {
@@ -81,6 +82,34 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<InMemoryExpertProvider> provider_;
   std::unique_ptr<Executor> executor_;
 };
+
+// moe-worker's default batch: what the KV budget holds at 2048 positions
+// per sequence (the context when shorter), 1 to 16; no budget given: 2 GiB,
+// which becomes the budget. A given --max-batch is kept.
+TEST(AutoBatchTest, ChosenFromTheKvBudget) {
+  RunnerOptions o;
+  o.max_batch = 0;
+  // kjv-moe: 3072 B per token, 1024 positions: 3 MiB a sequence -> the cap.
+  RunnerOptions r = ResolveAutoBatch(o, 3072, 1024);
+  EXPECT_EQ(r.max_batch, kAutoMaxBatch);
+  EXPECT_EQ(r.kv_budget_bytes, kAutoKvBudgetBytes);
+  // Mixtral-8x7B, f32: 32 layers x 2 x 8 heads x 128 x 4 B = 256 KiB per
+  // token, 512 MiB per 2048 positions: 4 in 2 GiB, 1 in 600 MiB, and never 0.
+  r = ResolveAutoBatch(o, 256 << 10, 32768);
+  EXPECT_EQ(r.max_batch, 4);
+  o.kv_budget_bytes = int64_t{600} << 20;
+  r = ResolveAutoBatch(o, 256 << 10, 32768);
+  EXPECT_EQ(r.max_batch, 1);
+  EXPECT_EQ(r.kv_budget_bytes, int64_t{600} << 20);
+  o.kv_budget_bytes = 1;
+  EXPECT_EQ(ResolveAutoBatch(o, 256 << 10, 32768).max_batch, 1);
+  // Given: unchanged, budget included.
+  RunnerOptions given;
+  given.max_batch = 3;
+  r = ResolveAutoBatch(given, 3072, 1024);
+  EXPECT_EQ(r.max_batch, 3);
+  EXPECT_EQ(r.kv_budget_bytes, 0);
+}
 
 TEST_F(SchedulerTest, NothingIsQueuedBeforeOpenOrAfterClose) {
   Scheduler s(*model_, SchedulerOptions{}, nullptr);
