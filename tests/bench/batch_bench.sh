@@ -2,14 +2,16 @@
 # Continuous batching (issue 14 item 6): total decode tokens/s, p50/p99 TPOT
 # and TTFT, and expert bytes moved per generated token, at 1, 4 and 16
 # concurrent streams, for today's one-at-a-time runner (--max-batch 1) and
-# the batched runner (--max-batch 16), side by side in one run, through the
+# the batched runner (--max-batch 16; BATCH=0: moe-worker's default, auto),
+# side by side in one run, through the
 # real moe-cached (emulated link, a cache smaller than the model) and
 # moe-worker (CPU backend). The two runners alternate per stream count so
 # that drift of this shared CPU hits both alike.
 # Each stream is one `moectl generate` process sending WAVES requests back
 # to back; tokens/s = generated tokens of all streams / wall time of the
 # wave; TTFT and TPOT are the worker's own per-request figures (TTFT counts
-# queueing from the worker's Submit).
+# queueing from the worker's Submit). Greedy requests: the texts of each
+# request under both runners are compared (a line per stream count).
 # usage: tests/bench/batch_bench.sh [BUILD_DIR]  (env: LINK_GBPS (1), CAP
 #        (experts cached, default half), NEW_TOKENS (32), WAVES (2),
 #        STREAMS ("1 4 16"), BATCH (16), CHUNK (prefill chunk, 16),
@@ -152,4 +154,15 @@ for streams in $streams_list; do
   set -- $(summary "batch-$streams")
   printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' "$streams" batch "$1" "$2" "$3" "$4" "$5" "$6"
   $py -c "print('%-7s ratio batch/one: throughput %.2fx, bytes per token %.2fx; batched KV preemptions %s' % ('$streams', $1 / $one_tps, $6 / max($one_bpt, 1), '$(cat "$work/batch-$streams.preempt")'))"
+  # Greedy: every request's text must be the same whichever runner ran it.
+  same=0 all=0
+  for w in $(seq 1 "$waves"); do
+    for s in $(seq 1 "$streams"); do
+      all=$((all + 1))
+      a=$(tail -1 "$work/one-$streams.$w.$s.out" | $py -c 'import json,sys; print(json.load(sys.stdin)["text"])')
+      b=$(tail -1 "$work/batch-$streams.$w.$s.out" | $py -c 'import json,sys; print(json.load(sys.stdin)["text"])')
+      [ "$a" = "$b" ] && same=$((same + 1))
+    done
+  done
+  echo "$streams       texts identical (one vs batch): $same of $all"
 done
