@@ -18,7 +18,8 @@
 //  - moe-cached keeps every routed expert in host memory in the held format
 //    (--expert-format, else q8 for FP8 and MXFP4 checkpoints, else as
 //    stored) and an arena of `cache_slots` experts on the device;
-//  - without a GPU the host holds all of it, and its arena.
+//  - without a GPU the host holds all of it, and its arena (every expert
+//    when they fit twice, else one layer at most).
 // A reserve of kDeviceReservePercent of the device budget is left for
 // activations and the CUDA context.
 //
@@ -131,7 +132,9 @@ struct Plan {
 
 // The miss mode, when not given: fetch when every expert has a slot, auto
 // (the daemon's cost model per miss) when at least one layer's experts do,
-// else host (the experts run where they are). Without a GPU: host.
+// else host (the experts run where they are). Without a GPU the arena holds
+// every expert (fetch) when the host can hold them twice, else at most one
+// layer (host).
 // INVALID_ARGUMENT for options out of range.
 absl::StatusOr<Plan> MakePlan(const ModelConfig& config, const StoredFormats& stored,
                               const PlanOptions& options);
