@@ -114,7 +114,7 @@ SpinOutcome SpinWhileNot(absl::FunctionRef<bool()> done, int64_t budget_ns) {
 }
 
 SpinGovernor::SpinGovernor(absl::Duration max_spin)
-    : max_ns_(std::max<int64_t>(0, ToNanos(max_spin))), budget_ns_(max_ns_) {}
+    : max_ns_(std::max<int64_t>(0, ToNanos(max_spin))), recent_ns_(max_ns_), budget_ns_(max_ns_) {}
 
 int64_t SpinGovernor::BudgetNanos() {
   if (LegacySpin()) return max_ns_;
@@ -129,11 +129,15 @@ void SpinGovernor::Record(int64_t waited_ns, SpinOutcome outcome) {
     quiet_until_ns_ = MonotonicNanos() + ToNanos(kQuietAfterPreempt);
     return;
   }
-  if (waited_ns <= max_ns_) {
-    budget_ns_ = std::clamp<int64_t>(2 * waited_ns, std::min(kMinBudgetNs, max_ns_), max_ns_);
-  } else {
-    budget_ns_ = std::max<int64_t>(std::min(kMinBudgetNs, max_ns_), budget_ns_ / 2);
-  }
+  // The longest recent hand-off, forgotten by an eighth per wait: one
+  // quick hand-off among slower ones does not cut the spin short (a
+  // layer's exchange alternates short and long waits; sleeping through the
+  // long ones cost an idle request 35%: docs/benchmarks.md "Contention"),
+  // and waits longer than the maximum (idle periods) wear it down to the
+  // floor in a few dozen waits.
+  recent_ns_ -= recent_ns_ / 8;
+  if (waited_ns <= max_ns_) recent_ns_ = std::max(recent_ns_, waited_ns);
+  budget_ns_ = std::clamp<int64_t>(2 * recent_ns_, std::min(kMinBudgetNs, max_ns_), max_ns_);
 }
 
 bool MachineOversubscribed() {

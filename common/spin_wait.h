@@ -17,8 +17,9 @@
 //    scheduler slice (a gap of more than kPreemptedGap between two polls:
 //    another thread ran on it that did not yield back, e.g. a busy loop;
 //    our own threads, which yield, hand it back within microseconds);
-//  - otherwise twice the last hand-off's latency, at most the site's maximum
-//    (a wait that outlasted the maximum halves the budget).
+//  - otherwise twice the longest recent hand-off (each wait forgets an
+//    eighth of it; waits that outlast the site's maximum do not count), at
+//    most that maximum.
 //
 // The spinner polls with `pause` and yields the CPU every few polls, so a
 // peer that shares its core gets it back without waiting for a tick.
@@ -75,6 +76,7 @@ class SpinGovernor {
 
  private:
   const int64_t max_ns_;
+  int64_t recent_ns_;  // the longest recent hand-off, decaying
   int64_t budget_ns_;
   int64_t quiet_until_ns_ = 0;
 };
