@@ -38,11 +38,14 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> WaitForCache(
       if (wait <= absl::ZeroDuration()) return p;
       return absl::Status(p.status().code(),
                           absl::StrCat(p.status().message(), " (gave up after --cache-wait ",
-                                       absl::ToInt64Seconds(wait), " s)"));
+                                       absl::ToInt64Seconds(wait),
+                                       " s: start moe-cached first, e.g. systemctl start "
+                                       "moe-cached, or allow it longer with --cache-wait)"));
     }
     if (now >= next_log) {
       MOE_LOG(INFO) << "waiting for moe-cached at " << address << " ("
-                    << absl::ToInt64Seconds(end - now) << " s left of --cache-wait): "
+                    << absl::ToInt64Seconds(absl::Ceil(end - now, absl::Seconds(1)))
+                    << " s left of --cache-wait; is it started?): "
                     << p.status().message();
       rpc::NotifyStatus(absl::StrCat("waiting for moe-cached at ", address));
       next_log = now + kWaitLogEvery;

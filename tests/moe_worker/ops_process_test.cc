@@ -344,7 +344,7 @@ TEST_F(OpsProcessTest, WorkerGivesUpAfterCacheWait) {
                                "w.log", &log),
             1);
   EXPECT_THAT(log, HasSubstr("waiting for moe-cached at " + cache_));
-  EXPECT_THAT(log, HasSubstr("gave up after --cache-wait 1 s"));
+  EXPECT_THAT(log, HasSubstr("gave up after --cache-wait 1 s: start moe-cached first"));
 }
 
 // Point 5: --version on all three binaries names the revision and the CUDA
