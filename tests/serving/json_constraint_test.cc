@@ -1,0 +1,1509 @@
+// Structured output (json_schema.h, json_constraint.h): what each supported
+// keyword accepts and refuses, how unsupported and malformed schemas are
+// refused, agreement with an independent non-incremental reference on
+// random and mutated instances (and prefix closure), the token mask against
+// brute force, decoding under the mask, a large-vocabulary mask timing, and
+// random schemas that must compile or be refused and stay live.
+#include "services/serving/json_constraint.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/serving/json_schema.h"
+
+namespace moe::serving {
+namespace {
+
+using nlohmann::json;
+using Rng = std::mt19937;
+
+JsonGrammar MustCompile(const json& schema) {
+  absl::StatusOr<JsonGrammar> g = CompileJsonSchema(schema);
+  EXPECT_TRUE(g.ok()) << g.status() << " for " << schema.dump();
+  if (!g.ok()) return AnyJsonObject();
+  return std::move(*g);
+}
+
+JsonGrammar MustCompile(const char* schema_text) { return MustCompile(json::parse(schema_text)); }
+
+// Feeds `text` one byte at a time: every byte taken and the whole complete.
+// Also checks that one Advance of the whole text agrees.
+bool Accepts(const JsonGrammar& g, std::string_view text) {
+  JsonMatcher bytewise(g);
+  bool ok = true;
+  for (char c : text) {
+    if (!bytewise.Advance(std::string_view(&c, 1))) {
+      ok = false;
+      break;
+    }
+  }
+  ok = ok && bytewise.IsComplete();
+  JsonMatcher whole(g);
+  EXPECT_EQ(ok, whole.Advance(text) && whole.IsComplete()) << text;
+  return ok;
+}
+
+// Whether `text` can be taken (as a prefix, complete or not).
+bool TakesPrefix(const JsonGrammar& g, std::string_view text) {
+  JsonMatcher m(g);
+  return m.Advance(text);
+}
+
+void ExpectAll(const JsonGrammar& g, std::initializer_list<std::string_view> yes,
+               std::initializer_list<std::string_view> no) {
+  for (std::string_view t : yes) EXPECT_TRUE(Accepts(g, t)) << "should accept: " << t;
+  for (std::string_view t : no) EXPECT_FALSE(Accepts(g, t)) << "should refuse: " << t;
+}
+
+// ---------------------------------------------------------------------------
+// The reference: parse the whole text with nlohmann::json, check the grammar's
+// extra bounds on the text, then the schema recursively on the value.
+
+bool IsWs(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+int64_t CodePoints(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// Marks, in a parsed object, the keys that appeared more than once (the
+// parser keeps the last value). Not valid UTF-8: no parsed key equals it.
+const std::string kDupKey =
+    "\xff"
+    "dup";
+
+json ParseTracked(const std::string& text, bool* ok) {
+  std::vector<std::set<std::string>> keys;
+  std::vector<std::vector<std::string>> dups;
+  json::parser_callback_t cb = [&](int, json::parse_event_t e, json& parsed) {
+    if (e == json::parse_event_t::object_start) {
+      keys.emplace_back();
+      dups.emplace_back();
+    } else if (e == json::parse_event_t::key && !keys.empty()) {
+      const std::string k = parsed.get<std::string>();
+      if (!keys.back().insert(k).second) dups.back().push_back(k);
+    } else if (e == json::parse_event_t::object_end && !keys.empty()) {
+      if (!dups.back().empty()) parsed[kDupKey] = dups.back();
+      keys.pop_back();
+      dups.pop_back();
+    }
+    return true;
+  };
+  json v = json::parse(text, cb, /*allow_exceptions=*/false);
+  *ok = !v.is_discarded();
+  return v;
+}
+
+// The grammar's limits beyond JSON, on the text of a valid JSON value.
+bool WithinBounds(const std::string& t) {
+  int depth = 0, ws = 0;
+  size_t i = 0;
+  while (i < t.size()) {
+    const char c = t[i];
+    if (IsWs(c)) {
+      if (++ws > kJsonMaxWhitespace) return false;
+      ++i;
+      continue;
+    }
+    ws = 0;
+    if (c == '{' || c == '[') {
+      if (++depth > kJsonMaxDepth) return false;
+      ++i;
+    } else if (c == '}' || c == ']') {
+      --depth;
+      ++i;
+    } else if (c == '"') {
+      size_t j = i + 1;
+      while (t[j] != '"') j += t[j] == '\\' ? 2 : 1;
+      const std::string raw = t.substr(i, j + 1 - i);
+      const std::string decoded = json::parse(raw).get<std::string>();
+      if (CodePoints(decoded) > kJsonMaxStringLength) return false;
+      size_t k = j + 1;
+      while (k < t.size() && IsWs(t[k])) ++k;
+      if (k < t.size() && t[k] == ':' && raw != json(decoded).dump()) return false;  // a key
+      i = j + 1;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      size_t j = i + (c == '-');
+      auto digits = [&] {
+        int n = 0;
+        while (j < t.size() && t[j] >= '0' && t[j] <= '9') ++j, ++n;
+        return n;
+      };
+      const int int_digits = digits();
+      int frac_digits = 0, exp_digits = 0;
+      if (j < t.size() && t[j] == '.') ++j, frac_digits = digits();
+      if (j < t.size() && (t[j] == 'e' || t[j] == 'E')) {
+        ++j;
+        if (t[j] == '+' || t[j] == '-') ++j;
+        exp_digits = digits();
+      }
+      if (int_digits > kJsonMaxIntegerDigits || frac_digits > kJsonMaxFractionDigits ||
+          exp_digits > kJsonMaxExponentDigits) {
+        return false;
+      }
+      i = j;
+    } else {
+      ++i;
+    }
+  }
+  return true;
+}
+
+std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool TypeMatches(const json& v, const std::string& type) {
+  if (type == "object") return v.is_object();
+  if (type == "array") return v.is_array();
+  if (type == "string") return v.is_string();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "null") return v.is_null();
+  if (type == "number") return v.is_number();
+  if (type == "integer") {
+    return v.is_number_integer() &&
+           !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX));
+  }
+  return false;
+}
+
+bool RefValid(const json& v, const json& s, const json& root) {
+  if (s.is_boolean()) return s.get<bool>();
+  if (s.contains("$ref")) {
+    const std::string ref = s["$ref"];
+    if (ref == "#") return RefValid(v, root, root);
+    const size_t slash = ref.rfind('/');
+    return RefValid(v, root[ref.substr(2, slash - 2)][ref.substr(slash + 1)], root);
+  }
+  for (const char* k : {"anyOf", "oneOf"}) {
+    if (!s.contains(k)) continue;
+    for (const json& alt : s[k]) {
+      if (RefValid(v, alt, root)) return true;
+    }
+    return false;
+  }
+  if (s.contains("type")) {
+    const json types = s["type"].is_array() ? s["type"] : json::array({s["type"]});
+    if (std::none_of(types.begin(), types.end(),
+                     [&](const json& t) { return TypeMatches(v, t.get<std::string>()); })) {
+      return false;
+    }
+  }
+  if (s.contains("enum") && std::none_of(s["enum"].begin(), s["enum"].end(),
+                                         [&](const json& e) { return Dump(v) == e.dump(); })) {
+    return false;
+  }
+  if (s.contains("const") && Dump(v) != s["const"].dump()) return false;
+  if (v.is_object()) {
+    const json props = s.value("properties", json::object());
+    const json required = s.value("required", json::array());
+    if (v.contains(kDupKey)) {
+      for (const json& d : v[kDupKey]) {
+        if (props.contains(d.get<std::string>()) ||
+            std::find(required.begin(), required.end(), d) != required.end()) {
+          return false;  // a listed property twice
+        }
+      }
+    }
+    for (const auto& [k, x] : v.items()) {
+      if (k == kDupKey) continue;
+      const json& sub = props.contains(k) ? props[k] : s.value("additionalProperties", json(true));
+      if (!RefValid(x, sub, root)) return false;
+    }
+    for (const json& r : required) {
+      if (!v.contains(r.get<std::string>())) return false;
+    }
+  }
+  if (v.is_array()) {
+    const json items = s.value("items", json(true));
+    for (const json& x : v) {
+      if (!RefValid(x, items, root)) return false;
+    }
+    if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return false;
+    if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return false;
+  }
+  if (v.is_string()) {
+    const int64_t n = CodePoints(v.get<std::string>());
+    if (s.contains("minLength") && n < s["minLength"].get<int64_t>()) return false;
+    if (s.contains("maxLength") && n > s["maxLength"].get<int64_t>()) return false;
+  }
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    const int64_t x = v.get<int64_t>();
+    if (s.contains("minimum") && x < s["minimum"].get<int64_t>()) return false;
+    if (s.contains("maximum") && x > s["maximum"].get<int64_t>()) return false;
+  } else if (v.is_number_unsigned()) {
+    const uint64_t x = v.get<uint64_t>();
+    if (s.contains("maximum") && s["maximum"].get<int64_t>() >= 0 &&
+        x > static_cast<uint64_t>(s["maximum"].get<int64_t>())) {
+      return false;
+    }
+    if (s.contains("maximum") && s["maximum"].get<int64_t>() < 0) return false;
+    if (s.contains("minimum") && s["minimum"].get<int64_t>() > 0 &&
+        x < static_cast<uint64_t>(s["minimum"].get<int64_t>())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Reference(const json& schema, const std::string& text) {
+  // nlohmann takes a NUL byte for the end of the input; JSON allows none.
+  if (text.find('\0') != std::string::npos) return false;
+  bool ok = false;
+  const json v = ParseTracked(text, &ok);
+  return ok && WithinBounds(text) && RefValid(v, schema, schema);
+}
+
+// ---------------------------------------------------------------------------
+// Random schemas (within what the reference compares exactly: enum/const of
+// scalars, no floats or 0 in enums, no '/' in enum strings) and random
+// valid instances of them, as text.
+
+int Uniform(Rng& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+bool Chance(Rng& rng, double p) { return std::bernoulli_distribution(p)(rng); }
+
+const std::vector<std::string> kNames = {"a", "b", "name", "na", "n\"q", "\xc3\xa9", "x y"};
+const std::vector<std::string> kExtraNames = {"x1", "zz", "k\xc3\xa9y"};
+
+json RandomScalar(Rng& rng) {
+  static const std::vector<json> pool = {
+      "red", "a\"b", "c\\d", "\xc3\xa9t\xc3\xa9", "x y", "line\nbreak", 1, -7, 12, 123, 42,
+      true,  false,  nullptr};
+  return pool[Uniform(rng, 0, static_cast<int>(pool.size()) - 1)];
+}
+
+json IntegerSchema(Rng& rng) {
+  json s = {{"type", "integer"}};
+  const int form = Uniform(rng, 0, 4);
+  const int lo = Uniform(rng, -20, 10);
+  if (form == 1 || form == 3) s["minimum"] = lo;
+  if (form == 2 || form == 3) s["maximum"] = lo + Uniform(rng, 0, 40);
+  if (form == 4) {
+    s["minimum"] = -1000000;
+    s["maximum"] = Uniform(rng, -200, 5000);
+  }
+  return s;
+}
+
+json RandomSchema(Rng& rng, int depth, bool* uses_ref) {
+  const int kind = Uniform(rng, 0, depth >= 3 ? 6 : 12);
+  json s;
+  switch (kind) {
+    case 0: {
+      s = {{"type", "string"}};
+      if (Chance(rng, 0.5)) {
+        const int lo = Uniform(rng, 0, 3);
+        s["minLength"] = lo;
+        s["maxLength"] = lo + Uniform(rng, 0, 5);
+      }
+      break;
+    }
+    case 1:
+      s = IntegerSchema(rng);
+      break;
+    case 2:
+      s = {{"type", "number"}};
+      break;
+    case 3:
+      s = {{"type", "boolean"}};
+      break;
+    case 4:
+      s = {{"type", "null"}};
+      break;
+    case 5: {
+      json values = json::array();
+      for (int i = Uniform(rng, 1, 4); i > 0; --i) values.push_back(RandomScalar(rng));
+      s = {{"enum", values}};
+      break;
+    }
+    case 6:
+      s = {{"const", RandomScalar(rng)}};
+      break;
+    case 7:
+      s = Chance(rng, 0.5)
+              ? json{{"type", {"string", "null"}}, {"maxLength", 4}}
+              : json{{"type", {"integer", "boolean"}}, {"minimum", -3}, {"maximum", 30}};
+      break;
+    case 8: {
+      s = {{"type", "object"}};
+      std::vector<std::string> names = kNames;
+      std::shuffle(names.begin(), names.end(), rng);
+      names.resize(Uniform(rng, 0, 4));
+      json props = json::object();
+      json required = json::array();
+      for (const std::string& n : names) {
+        props[n] = RandomSchema(rng, depth + 1, uses_ref);
+        if (Chance(rng, 0.5)) required.push_back(n);
+      }
+      s["properties"] = props;
+      if (!required.empty()) s["required"] = required;
+      const int ap = Uniform(rng, 0, 3);
+      if (ap == 1) s["additionalProperties"] = true;
+      if (ap == 2) s["additionalProperties"] = false;
+      if (ap == 3) s["additionalProperties"] = {{"type", "integer"}};
+      break;
+    }
+    case 9: {
+      s = {{"type", "array"}, {"items", RandomSchema(rng, depth + 1, uses_ref)}};
+      if (Chance(rng, 0.5)) {
+        const int lo = Uniform(rng, 0, 2);
+        s["minItems"] = lo;
+        s["maxItems"] = lo + Uniform(rng, 0, 3);
+      }
+      break;
+    }
+    case 10: {
+      json alts = json::array();
+      for (int i = Uniform(rng, 2, 3); i > 0; --i) {
+        alts.push_back(RandomSchema(rng, depth + 1, uses_ref));
+      }
+      s = {{Chance(rng, 0.7) ? "anyOf" : "oneOf", alts}};
+      break;
+    }
+    case 11:
+      s = Chance(rng, 0.5) ? json(true) : json{{"description", "anything"}};
+      break;
+    default:
+      *uses_ref = true;
+      s = {{"$ref", "#/$defs/node"}};
+      break;
+  }
+  if (s.is_object() && Chance(rng, 0.2)) s["title"] = "t";
+  return s;
+}
+
+const json kTreeNode = json::parse(R"({
+  "type": "object",
+  "properties": {
+    "v": {"type": "integer", "minimum": -3, "maximum": 3},
+    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}
+  },
+  "required": ["v"],
+  "additionalProperties": false
+})");
+
+json RandomRootSchema(Rng& rng) {
+  bool uses_ref = false;
+  json s = RandomSchema(rng, 0, &uses_ref);
+  if (uses_ref) {
+    if (!s.is_object()) s = json::object();
+    s["$defs"] = {{"node", kTreeNode}};
+  }
+  return s;
+}
+
+struct InstanceGen {
+  Rng& rng;
+  const json& root;
+
+  std::string Ws() {
+    if (!Chance(rng, 0.3)) return "";
+    std::string w;
+    for (int i = Uniform(rng, 1, 3); i > 0; --i) w += " \n\t\r"[Uniform(rng, 0, 3)];
+    return w;
+  }
+
+  std::string Char() {
+    static const std::vector<std::string> pool = {"a",
+                                                  "Z",
+                                                  "0",
+                                                  " ",
+                                                  "~",
+                                                  "{",
+                                                  "}",
+                                                  ":",
+                                                  ",",
+                                                  "\x7f",
+                                                  "\\\"",
+                                                  "\\\\",
+                                                  "\\/",
+                                                  "\\n",
+                                                  "\\t",
+                                                  "\\b",
+                                                  "\\u00e9",
+                                                  "\\u0000",
+                                                  "\\ud83d\\ude00",
+                                                  "\\uD834\\uDD1E",
+                                                  "\xc3\xa9",
+                                                  "\xe2\x82\xac",
+                                                  "\xf0\x9f\x98\x80",
+                                                  "\xe4\xb8\xad",
+                                                  "/"};
+    return pool[Uniform(rng, 0, static_cast<int>(pool.size()) - 1)];
+  }
+
+  std::string String(int lo, int hi) {
+    std::string s = "\"";
+    for (int n = Uniform(rng, lo, std::min(hi, lo + 6)); n > 0; --n) s += Char();
+    return s + "\"";
+  }
+
+  std::string Number() {
+    std::string s = Chance(rng, 0.3) ? "-" : "";
+    if (Chance(rng, 0.3)) {
+      s += "0";
+    } else {
+      s += std::to_string(Uniform(rng, 1, 99999));
+    }
+    if (Chance(rng, 0.4)) s += "." + std::to_string(Uniform(rng, 0, 9999));
+    if (Chance(rng, 0.3)) {
+      s += Chance(rng, 0.5) ? "e" : "E";
+      if (Chance(rng, 0.5)) s += Chance(rng, 0.5) ? "+" : "-";
+      s += std::to_string(Uniform(rng, 0, 99));
+    }
+    return s;
+  }
+
+  std::string Integer(const json& s) {
+    const int64_t lo = std::max<int64_t>(s.value("minimum", int64_t{-100000}), -100000);
+    const int64_t hi = std::min<int64_t>(s.value("maximum", int64_t{100000}), 100000);
+    const int64_t v = std::uniform_int_distribution<int64_t>(lo, std::max(lo, hi))(rng);
+    if (v == 0 && Chance(rng, 0.3)) return "-0";
+    return std::to_string(v);
+  }
+
+  std::string Object(const std::vector<std::pair<std::string, std::string>>& members) {
+    std::string out = "{" + Ws();
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (i > 0) out += "," + Ws();
+      out += json(members[i].first).dump() + Ws() + ":" + Ws() + members[i].second + Ws();
+    }
+    return out + "}";
+  }
+
+  std::string Array(const std::vector<std::string>& items) {
+    std::string out = "[" + Ws();
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i > 0) out += "," + Ws();
+      out += items[i] + Ws();
+    }
+    return out + "]";
+  }
+
+  std::string Any(int depth) {
+    const int kind = Uniform(rng, 0, depth >= 3 ? 5 : 7);
+    switch (kind) {
+      case 0:
+        return String(0, 4);
+      case 1:
+        return Number();
+      case 2:
+        return "true";
+      case 3:
+        return "false";
+      case 4:
+        return "null";
+      case 5:
+        return std::to_string(Uniform(rng, -50, 50));
+      case 6: {
+        std::vector<std::pair<std::string, std::string>> m;
+        std::vector<std::string> names = kNames;
+        std::shuffle(names.begin(), names.end(), rng);
+        for (int i = Uniform(rng, 0, 3); i > 0; --i) m.emplace_back(names[i], Any(depth + 1));
+        return Object(m);
+      }
+      default: {
+        std::vector<std::string> items;
+        for (int i = Uniform(rng, 0, 3); i > 0; --i) items.push_back(Any(depth + 1));
+        return Array(items);
+      }
+    }
+  }
+
+  std::string Value(const json& s, int depth) {
+    if (s.is_boolean()) return Any(depth);
+    if (s.contains("$ref")) {
+      return Value(root["$defs"]["node"], depth);
+    }
+    for (const char* k : {"anyOf", "oneOf"}) {
+      if (s.contains(k)) {
+        return Value(s[k][Uniform(rng, 0, static_cast<int>(s[k].size()) - 1)], depth);
+      }
+    }
+    if (s.contains("enum")) {
+      return s["enum"][Uniform(rng, 0, static_cast<int>(s["enum"].size()) - 1)].dump();
+    }
+    if (s.contains("const")) return s["const"].dump();
+    if (!s.contains("type")) return Any(depth);
+    const json& t = s["type"];
+    const std::string type =
+        t.is_array() ? t[Uniform(rng, 0, static_cast<int>(t.size()) - 1)].get<std::string>()
+                     : t.get<std::string>();
+    if (type == "string") return String(s.value("minLength", 0), s.value("maxLength", 8));
+    if (type == "integer") return Integer(s);
+    if (type == "number") return Number();
+    if (type == "boolean") return Chance(rng, 0.5) ? "true" : "false";
+    if (type == "null") return "null";
+    if (type == "array") {
+      const int lo = s.value("minItems", 0);
+      const int hi = depth > 4 ? lo : std::min(s.value("maxItems", lo + 3), lo + 3);
+      std::vector<std::string> items;
+      for (int n = Uniform(rng, lo, hi); n > 0; --n) {
+        items.push_back(Value(s.value("items", json(true)), depth + 1));
+      }
+      return Array(items);
+    }
+    // object
+    const json props = s.value("properties", json::object());
+    const json required = s.value("required", json::array());
+    std::vector<std::pair<std::string, std::string>> m;
+    for (const auto& [name, sub] : props.items()) {
+      const bool req = std::find(required.begin(), required.end(), json(name)) != required.end();
+      if (req || (depth <= 4 && Chance(rng, 0.5))) m.emplace_back(name, Value(sub, depth + 1));
+    }
+    const json ap = s.value("additionalProperties", json(true));
+    if (!(ap.is_boolean() && !ap.get<bool>()) && Chance(rng, 0.3)) {
+      const std::string& extra = kExtraNames[Uniform(rng, 0, 2)];
+      m.emplace_back(extra, ap.is_boolean() ? Any(depth + 1) : Value(ap, depth + 1));
+    }
+    std::shuffle(m.begin(), m.end(), rng);
+    return Object(m);
+  }
+
+  std::string Instance() { return Ws() + Value(root, 0) + Ws(); }
+};
+
+std::string Mutate(std::string s, Rng& rng) {
+  static const std::string alphabet = "{}[]:,\"\\ \n0123456789-+.eEtrufalsn/abxyz";
+  auto byte = [&] {
+    return Chance(rng, 0.1) ? static_cast<char>(Uniform(rng, 0, 255))
+                            : alphabet[Uniform(rng, 0, static_cast<int>(alphabet.size()) - 1)];
+  };
+  for (int edits = Uniform(rng, 1, 2); edits > 0; --edits) {
+    const int op = Uniform(rng, 0, 2);
+    if (op == 0 || s.empty()) {
+      s.insert(s.begin() + Uniform(rng, 0, static_cast<int>(s.size())), byte());
+    } else if (op == 1) {
+      s.erase(s.begin() + Uniform(rng, 0, static_cast<int>(s.size()) - 1));
+    } else {
+      s[Uniform(rng, 0, static_cast<int>(s.size()) - 1)] = byte();
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Hand-picked strings per keyword.
+
+TEST(JsonConstraintTest, TypesAndTypeLists) {
+  ExpectAll(MustCompile(R"({"type":"boolean"})"), {"true", "false", " true "},
+            {"null", "tru", "True", "1"});
+  ExpectAll(MustCompile(R"({"type":"null"})"), {"null"}, {"nul", "true", "\"null\""});
+  ExpectAll(MustCompile(R"({"type":["string","null"]})"), {"\"x\"", "null"}, {"1", "true"});
+  ExpectAll(MustCompile(R"({"type":["integer","boolean"]})"), {"-3", "false"}, {"1.5", "null"});
+  ExpectAll(MustCompile(R"({"type":"object"})"), {"{}", "{\"a\":[1,{}]}"}, {"[]", "1"});
+  ExpectAll(MustCompile(R"({"type":"array"})"), {"[]", "[1,\"a\",[null]]"}, {"{}", "[1,]", "[,1]"});
+  // No type: any value; `true` too.
+  ExpectAll(MustCompile(R"({"description":"anything"})"), {"1", "\"s\"", "[]", "{}", "null"},
+            {"", "x"});
+  ExpectAll(MustCompile(json(true)), {"1", "{\"a\":1}"}, {"}", "1 2"});
+}
+
+TEST(JsonConstraintTest, Numbers) {
+  const JsonGrammar num = MustCompile(R"({"type":"number"})");
+  ExpectAll(num,
+            {"0", "-0", "12", "-0.5", "1.25e10", "1E+2", "3e-07", "99999999999999999999",
+             "0.1234567890123456", "1e99"},
+            {"01", "-", "1.", ".5", "+1", "1e", "1e+", "--1", "0x10", "1.2.3",
+             "999999999999999999999",  // 21 integer digits
+             "0.12345678901234567",    // 17 fraction digits
+             "1e100", "NaN", "Infinity"});
+  const JsonGrammar integer = MustCompile(R"({"type":"integer"})");
+  ExpectAll(integer, {"0", "-0", "7", "-12", "9223372036854775807", "-9223372036854775808"},
+            {"1.0", "1e2", "01", "9223372036854775808", "-9223372036854775809", "-"});
+}
+
+TEST(JsonConstraintTest, IntegerRangeDigitByDigit) {
+  const JsonGrammar g = MustCompile(R"({"type":"integer","minimum":-5,"maximum":12})");
+  ExpectAll(g, {"-5", "-1", "-0", "0", "7", "10", "12"}, {"-6", "13", "-10", "100", "-50"});
+  // Prefixes: "1" may become 1, 10, 11 or 12; "-" any of -5..-0; "13" never.
+  EXPECT_TRUE(TakesPrefix(g, "1"));
+  EXPECT_TRUE(TakesPrefix(g, "-"));
+  EXPECT_FALSE(TakesPrefix(g, "13"));
+  EXPECT_FALSE(TakesPrefix(g, "-6"));
+  EXPECT_FALSE(TakesPrefix(g, "2") && TakesPrefix(g, "20"));
+
+  const JsonGrammar high = MustCompile(R"({"type":"integer","minimum":100,"maximum":200})");
+  ExpectAll(high, {"100", "150", "200"}, {"99", "201", "1", "20", "0", "-100"});
+  EXPECT_TRUE(TakesPrefix(high, "1"));   // 1xx
+  EXPECT_TRUE(TakesPrefix(high, "20"));  // 200
+  EXPECT_FALSE(TakesPrefix(high, "3"));
+  EXPECT_FALSE(TakesPrefix(high, "201"));
+  EXPECT_FALSE(TakesPrefix(high, "0"));
+  EXPECT_FALSE(TakesPrefix(high, "-"));
+
+  const JsonGrammar negative = MustCompile(R"({"type":"integer","minimum":-200,"maximum":-100})");
+  ExpectAll(negative, {"-100", "-150", "-200"}, {"-99", "-201", "-0", "100"});
+  EXPECT_FALSE(TakesPrefix(negative, "-9"));  // -9x is above -100, -9xx below -200
+  EXPECT_TRUE(TakesPrefix(negative, "-1"));
+  EXPECT_FALSE(TakesPrefix(negative, "1"));
+
+  // Bounds that are not whole numbers are rounded inwards.
+  ExpectAll(MustCompile(R"({"type":"integer","minimum":0.5,"maximum":2.5})"), {"1", "2"},
+            {"0", "3"});
+}
+
+TEST(JsonConstraintTest, StringsUtf8EscapesAndLength) {
+  const JsonGrammar any = MustCompile(R"({"type":"string"})");
+  ExpectAll(
+      any,
+      {"\"\"", "\"a b\"", "\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t\"", "\"\\u00e9\\uD83D\\uDE00\"",
+       "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", "\"\x7f\"", "\"\\u0000\"",
+       "\"\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80\xf4\x8f\xbf\xbf\xf1\x80\x80\x80\""},
+      {"\"a",
+       "\"\n\"",
+       "\"\t\"",
+       "\"\x01\"",
+       "\"\\x\"",
+       "\"\\u12\"",
+       "\"\\u12g4\"",
+       "\"\xff\"",
+       "\"\xc0\xaf\"",      // not UTF-8, overlong
+       "\"\xed\xa0\x80\"",  // a surrogate in UTF-8
+       "\"\xe0\x80\xaf\"",
+       "\"\xf0\x80\x80\xaf\"",  // overlong
+       "\"\x80\"",
+       "\"\xc3\xa9\xa9\"",      // stray continuation
+       "\"\xf4\x90\x80\x80\"",  // above U+10FFFF
+       "\"\xe2\x82\"",          // cut short
+       "\"\\ud800\"",
+       "\"\\ud800x\"",  // high surrogate alone
+       "\"\\udc00\"",   // low surrogate alone
+       "\"\\ud800\\u0041\"",
+       "'a'"});
+  // Length in code points: an escape, a surrogate pair, a multi-byte
+  // character each count as one.
+  const JsonGrammar g = MustCompile(R"({"type":"string","minLength":2,"maxLength":3})");
+  ExpectAll(g,
+            {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xe2\x82\xac\"", "\"\\n\\t\\u00e9\"",
+             "\"\\ud83d\\ude00x\"", "\"\xf0\x9f\x98\x80\xf0\x9f\x98\x80\xf0\x9f\x98\x80\""},
+            {"\"a\"", "\"\xc3\xa9\"", "\"\\n\"", "\"abcd\"", "\"ab\\n\\t\"",
+             "\"\xf0\x9f\x98\x80\xf0\x9f\x98\x80\xf0\x9f\x98\x80\xf0\x9f\x98\x80\""});
+  EXPECT_FALSE(TakesPrefix(g, "\"abc\\"));  // a fourth code point may not start
+  // The default bound on any string.
+  const std::string longest = "\"" + std::string(kJsonMaxStringLength, 'x') + "\"";
+  EXPECT_TRUE(Accepts(any, longest));
+  EXPECT_FALSE(Accepts(any, "\"" + std::string(kJsonMaxStringLength + 1, 'x') + "\""));
+}
+
+TEST(JsonConstraintTest, EnumAndConst) {
+  const JsonGrammar g = MustCompile(
+      R"({"enum":["a\"b", "c\\d", "\u00e9", 1, 12, 1.5, null, true, {"k":[1,2]}, []]})");
+  ExpectAll(g,
+            {"\"a\\\"b\"", "\"c\\\\d\"", "\"\xc3\xa9\"", "1", "12", "1.5", "null", "true",
+             "{\"k\":[1,2]}", "[]", " 12 "},
+            {"\"a\\u0022b\"", "\"ab\"", "\"\\u00e9\"", "2", "123", "1.50", "false",
+             "{\"k\": [1,2]}", "{\"k\":[1,2,3]}", "[ ]"});
+  // const with a type filter and a nested value.
+  ExpectAll(MustCompile(R"({"const":{"a":[true,"x y"]}})"), {"{\"a\":[true,\"x y\"]}"},
+            {"{\"a\":[true,\"x y\"] }x", "{\"a\":[true]}"});
+  ExpectAll(MustCompile(R"({"type":"string","enum":["x", 1, "y"]})"), {"\"x\"", "\"y\""}, {"1"});
+  ExpectAll(MustCompile(R"({"type":"integer","enum":[1, 2.5, "3"]})"), {"1"}, {"2.5", "\"3\""});
+}
+
+TEST(JsonConstraintTest, ObjectsRequiredAndAdditional) {
+  const JsonGrammar closed = MustCompile(R"({"type":"object",
+      "properties":{"a":{"type":"integer"},"b":{"type":"string"}},
+      "required":["a"], "additionalProperties":false})");
+  ExpectAll(closed, {"{\"a\":1}", "{\"b\":\"x\",\"a\":1}", "{ \"a\" : 1 , \"b\" : \"x\" }"},
+            {"{}", "{\"b\":\"x\"}", "{\"a\":1,\"a\":2}", "{\"a\":1,\"c\":2}", "{\"a\":1,}",
+             "{\"a\":\"1\"}", "{\"a\" 1}", "{,\"a\":1}", "{\"a\":1 \"b\":\"x\"}"});
+  EXPECT_FALSE(TakesPrefix(closed, "{\"c"));                   // no such property
+  EXPECT_FALSE(TakesPrefix(closed, "{\"a\":1,\"a"));           // seen already
+  EXPECT_TRUE(TakesPrefix(closed, "{\"a\":1,\""));             // "b" may still come
+  EXPECT_FALSE(TakesPrefix(closed, "{\"a\":1,\"b\":\"x\","));  // nothing may follow a comma
+
+  const JsonGrammar open = MustCompile(R"({"type":"object",
+      "properties":{"a":{"type":"integer"}}, "required":["a"]})");
+  ExpectAll(open,
+            {"{\"a\":1,\"c\":[1,{\"d\":null}]}", "{\"zz\":\"x\",\"a\":-1}", "{\"aa\":1,\"a\":1}"},
+            {"{\"a\":1,\"a\":2}", "{\"c\":1}", "{\"a\":\"x\"}"});
+
+  const JsonGrammar typed = MustCompile(R"({"type":"object",
+      "properties":{"a":{"type":"integer"}}, "additionalProperties":{"type":"boolean"}})");
+  ExpectAll(typed, {"{}", "{\"z\":true,\"a\":3}", "{\"a\":3,\"y\":false}"},
+            {"{\"z\":1}", "{\"a\":true}"});
+
+  // Required but unlisted, with other keys allowed: takes their schema.
+  ExpectAll(MustCompile(
+                R"({"type":"object","required":["id"],"additionalProperties":{"type":"integer"}})"),
+            {"{\"id\":1}", "{\"x\":2,\"id\":1}"},
+            {"{\"x\":2}", "{\"id\":\"1\"}", "{\"id\":1,\"id\":2}"});
+}
+
+TEST(JsonConstraintTest, KeysCanonicalAndPrefixNames) {
+  // Names that are prefixes of one another, and names that need escapes.
+  const JsonGrammar g = MustCompile(R"({"type":"object","additionalProperties":false,
+      "properties":{"na":{"type":"integer"},"name":{"type":"string"},"n\"q":{"type":"null"},
+                    "\u00e9":{"type":"boolean"},"tab\t":{"type":"integer"}}})");
+  ExpectAll(g,
+            {"{\"na\":1,\"name\":\"x\"}", "{\"name\":\"x\",\"na\":1}", "{\"n\\\"q\":null}",
+             "{\"\xc3\xa9\":true}", "{\"tab\\t\":1}"},
+            {"{\"nam\":1}", "{\"n\\u0061\":1}", "{\"\\u00e9\":true}", "{\"tab\\u0009\":1}",
+             "{\"na\":\"x\"}", "{\"names\":\"x\"}"});
+  // Other keys must be canonical too.
+  const JsonGrammar open = AnyJsonObject();
+  ExpectAll(open, {"{\"a\\\"b\":1}", "{\"\\u001f\":1}", "{\"\\n\":1}", "{\"a/b\":1}"},
+            {"{\"a\\/b\":1}", "{\"\\u0041\":1}", "{\"\\u000a\":1}", "{\"\\u001F\":1}"});
+}
+
+TEST(JsonConstraintTest, ArraysNested) {
+  const JsonGrammar g = MustCompile(R"({"type":"array","minItems":1,"maxItems":3,
+      "items":{"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"maxItems":2}})");
+  ExpectAll(g, {"[[]]", "[[1,2],[3],[]]", "[ [ 0 , 9 ] ]"},
+            {"[]", "[[1,2,3]]", "[[],[],[],[]]", "[[10]]", "[1]", "[[1],]", "[[-1]]"});
+  EXPECT_FALSE(TakesPrefix(g, "[[],[],[],"));
+  EXPECT_FALSE(TakesPrefix(g, "[[],[],[]") && TakesPrefix(g, "[[],[],[],"));
+
+  const JsonGrammar objects = MustCompile(R"({"type":"object","properties":{
+      "rows":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"}},
+              "required":["id"],"additionalProperties":false}}},
+      "required":["rows"],"additionalProperties":false})");
+  ExpectAll(objects, {"{\"rows\":[]}", "{\"rows\":[{\"id\":1},{\"id\":2}]}"},
+            {"{\"rows\":[{}]}", "{\"rows\":[{\"id\":1,\"x\":2}]}", "{\"rows\":{}}"});
+}
+
+const char* kToolCallSchema = R"({
+  "anyOf": [
+    {"type": "object", "additionalProperties": false, "required": ["name", "arguments"],
+     "properties": {
+       "name": {"const": "get_weather"},
+       "arguments": {"type": "object", "additionalProperties": false, "required": ["city"],
+                     "properties": {"city": {"type": "string", "maxLength": 20},
+                                    "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                                    "units": {"enum": ["celsius", "fahrenheit"]}}}}},
+    {"type": "object", "additionalProperties": false, "required": ["name", "arguments"],
+     "properties": {
+       "name": {"const": "search"},
+       "arguments": {"type": "object", "additionalProperties": false, "required": ["query"],
+                     "properties": {"query": {"type": "string"},
+                                    "max_results": {"type": "integer", "minimum": 1, "maximum": 10}}}}}
+  ]
+})";
+
+TEST(JsonConstraintTest, AnyOfToolCalls) {
+  const JsonGrammar g = MustCompile(kToolCallSchema);
+  ExpectAll(
+      g,
+      {R"({"name":"get_weather","arguments":{"city":"Paris"}})",
+       R"({"name": "get_weather", "arguments": {"city": "Oslo", "days": 3, "units": "celsius"}})",
+       R"({"arguments":{"units":"fahrenheit","city":"Rome"},"name":"get_weather"})",
+       R"({"name":"search","arguments":{"query":"moe","max_results":10}})",
+       R"({"arguments":{"query":"x"},"name":"search"})"},
+      {R"({"name":"get_weather","arguments":{"query":"x"}})",
+       R"({"name":"search","arguments":{"city":"Paris"}})",
+       R"({"arguments":{"city":"Paris"},"name":"search"})",
+       R"({"name":"get_weather","arguments":{"city":"Paris","days":8}})",
+       R"({"name":"search","arguments":{"query":"x","max_results":0}})",
+       R"({"name":"get_weather"})", R"({"name":"other","arguments":{}})"});
+  // Both alternatives stay alive until the name decides.
+  JsonMatcher m(g);
+  ASSERT_TRUE(m.Advance(R"({"arguments":{)"));
+  EXPECT_EQ(m.num_parses(), 2);
+  ASSERT_TRUE(m.Advance(R"("city":"Paris"},"name":")"));
+  EXPECT_EQ(m.num_parses(), 1);
+  EXPECT_FALSE(m.CanAdvance("s"));
+  EXPECT_TRUE(m.CanAdvance("get_weather\"}"));
+}
+
+TEST(JsonConstraintTest, ParsesMergedAndBounded) {
+  // Alternatives that meet again become one parse.
+  const JsonGrammar strings =
+      MustCompile(R"({"anyOf":[{"type":"string"},{"type":"string","maxLength":5}]})");
+  JsonMatcher m(strings);
+  ASSERT_TRUE(m.Advance("\"ab"));
+  EXPECT_EQ(m.num_parses(), 2);
+  ASSERT_TRUE(m.Advance("\""));
+  EXPECT_EQ(m.num_parses(), 1);
+  EXPECT_TRUE(m.IsDone());
+
+  // 8 x 8 nested alternatives: at most kJsonMaxParses stay alive, the
+  // earlier ones, and what is kept stays valid.
+  json inner = json::array(), outer = json::array();
+  for (int i = 0; i < 8; ++i) {
+    inner.push_back({{"type", "object"},
+                     {"additionalProperties", false},
+                     {"properties", {{"q" + std::to_string(i), {{"type", "integer"}}}}}});
+  }
+  for (int i = 0; i < 8; ++i) {
+    outer.push_back(
+        {{"type", "object"},
+         {"additionalProperties", false},
+         {"properties",
+          {{"x", {{"anyOf", inner}}}, {"p" + std::to_string(i), {{"type", "integer"}}}}}});
+  }
+  const json schema = {{"anyOf", outer}};
+  const JsonGrammar g = MustCompile(schema);
+  JsonMatcher n(g);
+  ASSERT_TRUE(n.Advance("{\"x\":{"));
+  EXPECT_EQ(n.num_parses(), kJsonMaxParses);
+  ASSERT_TRUE(n.Advance("\"q7\":1}"));
+  EXPECT_EQ(n.num_parses(), 4);              // outer alternatives 0..3 kept
+  EXPECT_FALSE(n.CanAdvance(",\"p7\":1}"));  // dropped: the documented cost
+  ASSERT_TRUE(n.Advance(",\"p3\":1}"));
+  EXPECT_TRUE(n.IsDone());
+  EXPECT_TRUE(Reference(schema, "{\"x\":{\"q7\":1},\"p3\":1}"));
+}
+
+TEST(JsonConstraintTest, RefRecursionAndDepthLimit) {
+  const JsonGrammar tree =
+      MustCompile(json{{"$defs", {{"node", kTreeNode}}}, {"$ref", "#/$defs/node"}});
+  ExpectAll(
+      tree,
+      {"{\"v\":1}", "{\"v\":0,\"kids\":[{\"v\":1},{\"v\":-3,\"kids\":[{\"v\":2,\"kids\":[]}]}]}"},
+      {"{}", "{\"v\":4}", "{\"v\":1,\"kids\":[{}]}",
+       "{\"v\":1,\"kids\":[{\"v\":1},{\"v\":1},{\"v\":1}]}"});
+  // "definitions" and "#" work the same way.
+  const JsonGrammar list = MustCompile(R"({"type":"object","properties":{
+      "next":{"$ref":"#"}, "x":{"$ref":"#/definitions/x"}},"additionalProperties":false,
+      "definitions":{"x":{"type":"integer"}}})");
+  ExpectAll(list, {"{\"next\":{\"next\":{\"x\":1}}}"}, {"{\"next\":{\"y\":1}}"});
+
+  // Each tree level opens an object and an array: kJsonMaxDepth / 2 levels
+  // fit, the next object is refused, and the matcher can still finish.
+  const std::string level = "{\"v\":1,\"kids\":[";
+  JsonMatcher m(tree);
+  int levels = 0;
+  while (m.Advance(level)) ++levels;
+  EXPECT_EQ(levels, kJsonMaxDepth / 2);
+  EXPECT_FALSE(m.CanAdvance("{"));
+  EXPECT_TRUE(m.CanAdvance("]"));
+  std::string close;
+  for (int i = 0; i < levels; ++i) close += "]}";
+  EXPECT_TRUE(m.Advance(close));
+  EXPECT_TRUE(m.IsDone());
+
+  // A node whose required recursion always fits: it must stop in time.
+  const JsonGrammar chain = MustCompile(R"({"$defs":{"n":{"anyOf":[{"type":"null"},
+      {"type":"object","properties":{"n":{"$ref":"#/$defs/n"}},"required":["n"],"additionalProperties":false}]}},
+      "$ref":"#/$defs/n"})");
+  JsonMatcher c(chain);
+  int opened = 0;
+  while (c.Advance("{\"n\":")) ++opened;
+  EXPECT_EQ(opened, kJsonMaxDepth);
+  EXPECT_TRUE(c.Advance("null"));
+  EXPECT_TRUE(c.Advance(std::string(opened, '}')));
+  EXPECT_TRUE(c.IsDone());
+}
+
+TEST(JsonConstraintTest, WhitespaceBounded) {
+  const JsonGrammar g = MustCompile(R"({"type":"object","properties":{"a":{"type":"array"}}})");
+  const std::string eight(kJsonMaxWhitespace, ' ');
+  ExpectAll(g,
+            {"{\"a\":[1,2]}", " \n\t\r{ \"a\" : [ 1 , 2 ] } ",
+             eight + "{" + eight + "\"a\"" + eight + ":" + eight + "[" + eight + "]" + eight + "}" +
+                 eight},
+            {eight + " {}", "{" + eight + " }", "{}" + eight + " ", "{\"a\":[1" + eight + " ]}",
+             "{\"a\":[1 2]}", "{\"a\":[- 1]}", "{\f}", "{\v}"});
+  // Inside strings spaces are text, not whitespace.
+  EXPECT_TRUE(Accepts(MustCompile(R"({"type":"string"})"), "\"" + std::string(100, ' ') + "\""));
+}
+
+TEST(JsonConstraintTest, CompleteAndDone) {
+  const JsonGrammar object = MustCompile(R"({"type":"object"})");
+  JsonMatcher m(object);
+  EXPECT_FALSE(m.IsComplete());
+  ASSERT_TRUE(m.Advance("{\"a\":1"));
+  EXPECT_FALSE(m.IsComplete());
+  ASSERT_TRUE(m.Advance("}"));
+  EXPECT_TRUE(m.IsComplete());
+  EXPECT_TRUE(m.IsDone());
+  EXPECT_TRUE(m.Advance("  "));
+  EXPECT_FALSE(m.CanAdvance("x"));
+
+  const JsonGrammar small = MustCompile(R"({"type":"integer","minimum":0,"maximum":12})");
+  JsonMatcher n(small);
+  ASSERT_TRUE(n.Advance("1"));
+  EXPECT_TRUE(n.IsComplete());
+  EXPECT_FALSE(n.IsDone());  // 10..12 may follow
+  ASSERT_TRUE(n.Advance("2"));
+  EXPECT_TRUE(n.IsDone());
+
+  const JsonGrammar number = MustCompile(R"({"type":"number"})");
+  JsonMatcher x(number);
+  ASSERT_TRUE(x.Advance("5"));
+  EXPECT_TRUE(x.IsComplete());
+  EXPECT_FALSE(x.IsDone());
+  ASSERT_TRUE(x.Advance("."));
+  EXPECT_FALSE(x.IsComplete());
+
+  // Refusal leaves the state as it was.
+  JsonMatcher y(object);
+  ASSERT_TRUE(y.Advance("{\"a\":"));
+  EXPECT_FALSE(y.Advance("1}x"));
+  EXPECT_TRUE(y.Advance("2}"));
+  EXPECT_TRUE(y.IsDone());
+}
+
+TEST(JsonConstraintTest, AnyJsonObject) {
+  const JsonGrammar g = AnyJsonObject();
+  ExpectAll(g, {"{}", "{\"a\":[1,2,{\"b\":null}],\"c\":\"x\",\"a\":3}", " { } "},
+            {"[]", "1", "\"x\"", "null", "{\"a\"}", "{\"a\":}", "{a:1}"});
+  std::string deep;
+  for (int i = 0; i < kJsonMaxDepth - 1; ++i) deep += "{\"k\":";
+  EXPECT_TRUE(Accepts(g, deep + "[]" + std::string(kJsonMaxDepth - 1, '}')));
+  EXPECT_FALSE(TakesPrefix(g, deep + "[["));
+}
+
+// ---------------------------------------------------------------------------
+// Errors.
+
+void ExpectRefused(const json& schema, const std::vector<std::string>& parts) {
+  absl::StatusOr<JsonGrammar> g = CompileJsonSchema(schema);
+  ASSERT_FALSE(g.ok()) << schema.dump();
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
+  for (const std::string& p : parts) {
+    EXPECT_NE(g.status().message().find(p), std::string::npos)
+        << "\"" << g.status().message() << "\" lacks \"" << p << "\" for " << schema.dump();
+  }
+}
+
+TEST(JsonSchemaTest, UnsupportedKeywordsNamed) {
+  const json name_pattern =
+      json::parse(R"({"type":"object","properties":{"name":{"type":"string","pattern":"^a"}}})");
+  absl::StatusOr<JsonGrammar> g = CompileJsonSchema(name_pattern);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message(),
+            "unsupported JSON-schema keyword \"pattern\" at /properties/name");
+  for (const char* k : {"pattern",
+                        "format",
+                        "multipleOf",
+                        "exclusiveMinimum",
+                        "exclusiveMaximum",
+                        "patternProperties",
+                        "not",
+                        "allOf",
+                        "if",
+                        "then",
+                        "else",
+                        "dependentRequired",
+                        "dependentSchemas",
+                        "minProperties",
+                        "maxProperties",
+                        "uniqueItems",
+                        "contains",
+                        "prefixItems",
+                        "propertyNames",
+                        "unevaluatedProperties",
+                        "$anchor",
+                        "$dynamicRef",
+                        "nullable",
+                        "contentEncoding"}) {
+    json inner = {{"type", "string"}, {k, 1}};
+    json schema = {{"type", "object"},
+                   {"properties", {{"a/b~", {{"type", "array"}, {"items", inner}}}}}};
+    ExpectRefused(schema, {absl::StrCat("\"", k, "\""), "/properties/a~1b~0/items", "unsupported"});
+    ExpectRefused(json{{k, 1}}, {absl::StrCat("\"", k, "\""), "the root"});
+  }
+  ExpectRefused(
+      json::parse(R"({"anyOf":[{"type":"null"},{"type":"array","items":[{"type":"null"}]}]})"),
+      {"\"items\"", "tuple", "/anyOf/1"});
+  ExpectRefused(json::parse(R"({"type":"number","minimum":0})"), {"\"minimum\"", "integer"});
+  ExpectRefused(json::parse(R"({"maximum":3})"), {"\"maximum\"", "integer"});
+  ExpectRefused(json::parse(R"({"type":"object","properties":{"a":{"$defs":{}}}})"),
+                {"\"$defs\"", "/properties/a"});
+}
+
+TEST(JsonSchemaTest, MalformedSchemasNamed) {
+  struct Case {
+    const char* schema;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {R"(42)", {"object or true", "the root"}},
+      {R"("string")", {"object or true"}},
+      {R"(null)", {"object or true"}},
+      {R"(false)", {"false"}},
+      {R"({"properties":{"a":false}})", {"false", "/properties/a"}},
+      {R"({"items":[1]})", {"items"}},
+      {R"({"type":"text"})", {"\"type\"", "text"}},
+      {R"({"type":[]})", {"\"type\""}},
+      {R"({"type":["string",1]})", {"\"type\""}},
+      {R"({"type":"object","properties":[]})", {"\"properties\""}},
+      {R"({"type":"object","required":"a"})", {"\"required\""}},
+      {R"({"type":"object","required":[1]})", {"\"required\""}},
+      {R"({"type":"object","properties":{"a":{}},"required":["b"],"additionalProperties":false})",
+       {"\"required\"", "\"b\"", "additionalProperties"}},
+      {R"({"type":"object","additionalProperties":1})", {"\"additionalProperties\""}},
+      {R"({"type":"integer","minimum":5,"maximum":4})", {"\"minimum\"", "\"maximum\""}},
+      {R"({"type":"integer","minimum":1.2,"maximum":1.8})", {"\"minimum\""}},
+      {R"({"type":"integer","minimum":"1"})", {"\"minimum\""}},
+      {R"({"type":"string","minLength":3,"maxLength":2})", {"\"minLength\"", "\"maxLength\""}},
+      {R"({"type":"string","minLength":-1})", {"\"minLength\""}},
+      {R"({"type":"string","maxLength":1.5})", {"\"maxLength\""}},
+      {R"({"type":"string","minLength":5000})", {"\"minLength\"", "4096"}},
+      {R"({"type":"array","minItems":3,"maxItems":2})", {"\"minItems\"", "\"maxItems\""}},
+      {R"({"enum":[]})", {"\"enum\""}},
+      {R"({"enum":"a"})", {"\"enum\""}},
+      {R"({"enum":[1,2],"const":3})", {"\"enum\"", "\"const\""}},
+      {R"({"type":"string","enum":[1,2]})", {"\"enum\"", "\"type\""}},
+      {R"({"enum":["a"],"minLength":1})", {"\"enum\"", "\"minLength\""}},
+      {R"({"anyOf":[]})", {"\"anyOf\""}},
+      {R"({"oneOf":{}})", {"\"oneOf\""}},
+      {R"({"anyOf":[{"type":"null"}],"type":"object"})", {"\"anyOf\"", "\"type\""}},
+      {R"({"anyOf":[{"type":"null"}],"oneOf":[{"type":"null"}]})", {"\"anyOf\"", "\"oneOf\""}},
+      {R"({"anyOf":[{"type":"null"},{"pattern":"x"}]})", {"\"pattern\"", "/anyOf/1"}},
+      {R"({"$ref":"#/$defs/missing","$defs":{}})", {"\"$ref\"", "missing", "resolve"}},
+      {R"({"$ref":"http://example.com/s.json"})", {"\"$ref\"", "http://example.com/s.json"}},
+      {R"({"$ref":"#/properties/a"})", {"\"$ref\""}},
+      {R"({"$ref":1})", {"\"$ref\""}},
+      {R"({"$ref":"#/$defs/a","type":"object","$defs":{"a":{}}})", {"\"$ref\"", "\"type\""}},
+      {R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/b"},"b":{"anyOf":[{"$ref":"#/$defs/a"}]}}})",
+       {"cycle", "/$defs/"}},
+      {R"({"$ref":"#"})", {"cycle"}},
+      {R"({"$defs":[],"type":"null"})", {"\"$defs\""}},
+      {R"({"$defs":{"n":{"type":"object","properties":{"n":{"$ref":"#/$defs/n"}},"required":["n"]}},
+           "$ref":"#/$defs/n"})",
+       {"accepts no value", "32"}},
+      {R"({"type":"array","minItems":1,"items":{"$ref":"#"}})", {"accepts no value"}},
+  };
+  for (const Case& c : cases) ExpectRefused(json::parse(c.schema), c.parts);
+}
+
+TEST(JsonSchemaTest, LimitsRefused) {
+  json deep = {{"type", "string"}};
+  for (int i = 0; i < kJsonSchemaMaxDepth + 2; ++i) deep = {{"type", "array"}, {"items", deep}};
+  ExpectRefused(deep, {"deeper than 64", "/items/items"});
+
+  json wide = {{"type", "object"}, {"properties", json::object()}};
+  for (int i = 0; i <= kJsonSchemaMaxProperties; ++i) {
+    wide["properties"]["p" + std::to_string(i)] = json(true);
+  }
+  ExpectRefused(wide, {"more than 64 properties"});
+
+  json many = {{"type", "object"}, {"properties", json::object()}};
+  for (int i = 0; i < 40; ++i) {
+    json inner = {{"type", "object"}, {"properties", json::object()}};
+    for (int j = 0; j < 60; ++j) {
+      inner["properties"]["q" + std::to_string(j)] = {{"type", "string"}};
+    }
+    many["properties"]["p" + std::to_string(i)] = inner;
+  }
+  ExpectRefused(many, {"more than 2048 nodes"});
+
+  json values = json::array();
+  for (int i = 0; i <= kJsonSchemaMaxEnumValues; ++i) values.push_back(i);
+  ExpectRefused(json{{"enum", values}}, {"\"enum\"", "more than 1024"});
+
+  ExpectRefused(json{{"enum", {std::string(1 << 16, 'x')}}}, {"enum/const", "65536"});
+  ExpectRefused(json{{"type", "object"}, {"properties", {{std::string(300, 'n'), json(true)}}}},
+                {"longer than 256"});
+
+  json alts = json::array();
+  for (int i = 0; i <= kJsonSchemaMaxAlternatives; ++i) alts.push_back({{"const", i}});
+  ExpectRefused(json{{"anyOf", alts}}, {"\"anyOf\"", "more than 32"});
+  // Expanded by $ref and type lists past the bound.
+  json nested = json::array();
+  for (int i = 0; i < 7; ++i) {  // 5 leaves each (boolean and null share one)
+    nested.push_back({{"type", {"string", "integer", "boolean", "array", "object", "null"}}});
+  }
+  ExpectRefused(json{{"anyOf", nested}}, {"more than 32 alternatives"});
+
+  // Strings that are not UTF-8 inside the schema value (built in code).
+  ExpectRefused(json{{"const", std::string("\xff")}}, {"UTF-8"});
+}
+
+// ---------------------------------------------------------------------------
+// Against the reference.
+
+TEST(JsonConstraintTest, MatchesReferenceOnRandomAndMutatedInstances) {
+  Rng rng(20240611);
+  int compared = 0, valid_mutants = 0, invalid_mutants = 0, instances = 0;
+  for (int round = 0; round < 250; ++round) {
+    const json schema = RandomRootSchema(rng);
+    SCOPED_TRACE(schema.dump());
+    const JsonGrammar g = MustCompile(schema);
+    InstanceGen gen{rng, schema};
+    for (int k = 0; k < 8; ++k) {
+      const std::string text = gen.Instance();
+      ASSERT_TRUE(Reference(schema, text)) << "the generator made an invalid instance: " << text;
+      // Prefix closure: every byte of a valid instance is taken.
+      JsonMatcher m(g);
+      for (size_t i = 0; i < text.size(); ++i) {
+        ASSERT_TRUE(m.Advance(text.substr(i, 1))) << "refused byte " << i << " of " << text;
+      }
+      EXPECT_TRUE(m.IsComplete()) << text;
+      ++instances;
+      for (int j = 0; j < 8; ++j) {
+        const std::string mutant = Mutate(text, rng);
+        const bool want = Reference(schema, mutant);
+        EXPECT_EQ(Accepts(g, mutant), want) << "mutant: " << mutant << "\nfrom: " << text;
+        (want ? valid_mutants : invalid_mutants) += 1;
+        ++compared;
+      }
+    }
+  }
+  std::printf("reference check: %d instances, %d mutants (%d valid, %d invalid)\n", instances,
+              compared, valid_mutants, invalid_mutants);
+  EXPECT_GT(valid_mutants, compared / 50);  // both outcomes are exercised
+  EXPECT_GT(invalid_mutants, compared / 2);
+}
+
+TEST(JsonConstraintTest, AnyJsonObjectMatchesReference) {
+  Rng rng(7);
+  const JsonGrammar g = AnyJsonObject();
+  const json schema = {{"type", "object"}};
+  InstanceGen gen{rng, schema};
+  for (int k = 0; k < 300; ++k) {
+    const std::string text = gen.Instance();
+    EXPECT_TRUE(Accepts(g, text)) << text;
+    for (int j = 0; j < 5; ++j) {
+      const std::string mutant = Mutate(text, rng);
+      EXPECT_EQ(Accepts(g, mutant), Reference(schema, mutant)) << mutant;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Token masks.
+
+std::vector<std::string> SmallVocab() {
+  std::vector<std::string> v = {""};  // id 0: no bytes, never allowed
+  for (int c = 0x20; c < 0x7f; ++c) v.push_back(std::string(1, static_cast<char>(c)));
+  for (const char* t : {"\n",
+                        "\t",
+                        "{\"",
+                        "\":",
+                        "\",",
+                        "\"}",
+                        "\":\"",
+                        "true",
+                        "false",
+                        "null",
+                        "123",
+                        "-5",
+                        "0.5",
+                        "e+1",
+                        "\"na",
+                        "me\"",
+                        "name",
+                        "get_weather",
+                        "search",
+                        "arguments",
+                        "city",
+                        "query",
+                        "{\"name\":\"",
+                        "\\\"",
+                        "\\u00e9",
+                        "\\ud83d",
+                        "\\ude00",
+                        "  ",
+                        "\n  ",
+                        "]}",
+                        "}}",
+                        ",\"",
+                        "[{\"",
+                        "\"a\xff\"",
+                        "\xff",
+                        "\xc3",
+                        "\xa9",
+                        "\xc3\xa9",
+                        "\xe2\x82",
+                        "\xac",
+                        "\xf0\x9f\x98\x80",
+                        "12",
+                        "7}",
+                        "\"\"",
+                        "[]",
+                        "{}",
+                        "nu",
+                        "ll",
+                        "tr",
+                        "ue",
+                        "\"v\":",
+                        "\"kids\":["}) {
+    v.push_back(t);
+  }
+  v.push_back("true");  // the same bytes as another id: both allowed or neither
+  return v;
+}
+
+std::vector<uint8_t> BruteForce(const JsonMatcher& m, const std::vector<std::string>& vocab) {
+  std::vector<uint8_t> mask(vocab.size(), 0);
+  for (size_t id = 0; id < vocab.size(); ++id) {
+    mask[id] = !vocab[id].empty() && m.CanAdvance(vocab[id]);
+  }
+  return mask;
+}
+
+struct MaskCase {
+  json schema;
+  std::vector<std::string> instances;
+};
+
+std::vector<MaskCase> MaskCases() {
+  return {
+      {json::parse(kToolCallSchema),
+       {R"({"name": "get_weather", "arguments": {"city": "P\u00e9ris \ud83d\ude00", "days": 7}})",
+        R"({"arguments":{"query":"na\"me","max_results":3},"name":"search"})"}},
+      {json{{"$defs", {{"node", kTreeNode}}}, {"$ref", "#/$defs/node"}},
+       {R"({"v":1,"kids":[{"v":-3},{"v":0,"kids":[]}]})"}},
+      {json::parse(
+           R"({"type":"array","items":{"type":"string","minLength":1,"maxLength":3},"maxItems":4})"),
+       {"[\"\xc3\xa9\xe2\x82\xac\", \"a\"]"}},
+      {json::parse(R"({"type":"integer","minimum":-5,"maximum":123})"), {"123", "-5"}},
+      {json::parse(R"({"enum":["true", true, 12, "na\"me"]})"), {"\"na\\\"me\"", "12"}},
+      {json(nullptr),
+       {R"({"any": [1, 2.5e+1, {"x": null}, "\u00e9"], "b": false})"}},  // AnyJsonObject
+  };
+}
+
+JsonGrammar CaseGrammar(const MaskCase& c) {
+  return c.schema.is_null() ? AnyJsonObject() : MustCompile(c.schema);
+}
+
+TEST(JsonConstraintTest, MaskEqualsBruteForce) {
+  const std::vector<std::string> vocab = SmallVocab();
+  const TokenTrie trie(vocab);
+  EXPECT_EQ(trie.vocab_size(), static_cast<int>(vocab.size()));
+  const size_t true_id = std::find(vocab.begin(), vocab.end(), "true") - vocab.begin();
+  ASSERT_LT(true_id, vocab.size() - 1);
+  int steps = 0;
+  for (const MaskCase& c : MaskCases()) {
+    const JsonGrammar g = CaseGrammar(c);
+    for (const std::string& text : c.instances) {
+      JsonMatcher m(g);
+      for (size_t i = 0; i <= text.size(); ++i) {
+        std::vector<uint8_t> mask;
+        m.AllowedTokens(trie, &mask);
+        ASSERT_EQ(mask, BruteForce(m, vocab)) << "after " << text.substr(0, i);
+        EXPECT_EQ(mask[0], 0);
+        EXPECT_EQ(mask[vocab.size() - 1], mask[true_id]);  // same bytes, same answer
+        if (i < text.size()) {
+          // The instance's own next byte, when a one-byte token, is allowed.
+          const uint8_t next = static_cast<uint8_t>(text[i]);
+          if (next >= 0x20 && next < 0x7f) {
+            EXPECT_EQ(mask[1 + next - 0x20], 1);
+          }
+          ASSERT_TRUE(m.Advance(text.substr(i, 1)));
+        }
+        ++steps;
+      }
+      EXPECT_TRUE(m.IsComplete());
+    }
+  }
+  EXPECT_GT(steps, 200);
+}
+
+// Decodes under the mask with `pick` choosing among allowed ids (-1: end of
+// sequence, offered when complete); returns the text, or fails.
+template <typename Pick>
+std::string Decode(const JsonGrammar& g, const TokenTrie& trie,
+                   const std::vector<std::string>& vocab, int max_steps, Pick pick) {
+  JsonMatcher m(g);
+  std::string out;
+  for (int step = 0; step < max_steps; ++step) {
+    if (m.IsDone()) return out;
+    std::vector<uint8_t> mask;
+    m.AllowedTokens(trie, &mask);
+    std::vector<int> allowed;
+    for (size_t id = 0; id < mask.size(); ++id) {
+      if (mask[id]) allowed.push_back(static_cast<int>(id));
+    }
+    if (m.IsComplete()) allowed.push_back(-1);
+    EXPECT_FALSE(allowed.empty()) << "dead end after " << out;  // liveness
+    if (allowed.empty()) return out;
+    const int id = pick(allowed);
+    if (id < 0) return out;
+    EXPECT_TRUE(m.Advance(vocab[id]));
+    out += vocab[id];
+  }
+  ADD_FAILURE() << "no end within " << max_steps << " steps: " << out.substr(0, 200);
+  return out;
+}
+
+TEST(JsonConstraintTest, MaskDecodingTerminatesValid) {
+  const std::vector<std::string> vocab = SmallVocab();
+  const TokenTrie trie(vocab);
+  // Smallest id, on schemas whose every string and array is bounded.
+  for (
+      const char* s :
+      {kToolCallSchema,
+       R"({"type":"array","items":{"type":"integer","minimum":3,"maximum":250},"minItems":2,"maxItems":4})",
+       R"({"type":"object","properties":{"a":{"type":"string","maxLength":5},"b":{"enum":["x","yy"]},
+                           "c":{"type":"array","maxItems":2,"items":{"type":"boolean"}}},"required":["a","b","c"],"additionalProperties":false})"}) {
+    const json schema = json::parse(s);
+    const JsonGrammar g = MustCompile(schema);
+    const std::string text = Decode(
+        g, trie, vocab, 5000, [](const std::vector<int>& a) { return a[0] < 0 ? a.back() : a[0]; });
+    EXPECT_TRUE(Reference(schema, text)) << text;
+    std::printf("smallest-id decode: %s\n", text.c_str());
+  }
+  // Seeded random choices, on every mask case's schema.
+  Rng rng(99);
+  for (const MaskCase& c : MaskCases()) {
+    const JsonGrammar g = CaseGrammar(c);
+    const json schema = c.schema.is_null() ? json{{"type", "object"}} : c.schema;
+    for (int k = 0; k < 20; ++k) {
+      const std::string text = Decode(g, trie, vocab, 20000, [&](const std::vector<int>& a) {
+        return a[Uniform(rng, 0, static_cast<int>(a.size()) - 1)];
+      });
+      EXPECT_TRUE(Reference(schema, text)) << text;
+    }
+  }
+}
+
+TEST(JsonConstraintTest, MaskOnLargeVocabulary) {
+  Rng rng(5);
+  const std::string alphabet = "{}[]:,\"\\ \n0123456789-+.eEabcdefghijklmnopqrstuvwxyz_";
+  std::vector<std::string> vocab;
+  for (int i = 0; i < 50000; ++i) {
+    std::string t;
+    for (int n = Uniform(rng, 1, 8); n > 0; --n) {
+      t += alphabet[Uniform(rng, 0, static_cast<int>(alphabet.size()) - 1)];
+    }
+    vocab.push_back(t);
+  }
+  const TokenTrie trie(vocab);
+  const JsonGrammar g = MustCompile(kToolCallSchema);
+  const std::string text =
+      R"({"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "units": "celsius"}})";
+  JsonMatcher m(g);
+  double total_us = 0, max_us = 0;
+  int masks = 0;
+  for (size_t i = 0; i < 50 && i < text.size(); ++i) {
+    std::vector<uint8_t> mask;
+    const auto start = std::chrono::steady_clock::now();
+    m.AllowedTokens(trie, &mask);
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    total_us += us;
+    max_us = std::max(max_us, us);
+    ++masks;
+    ASSERT_EQ(mask, BruteForce(m, vocab)) << "after " << text.substr(0, i);
+    // The instance's next byte, as a one-byte token, is allowed.
+    const auto one = std::find(vocab.begin(), vocab.end(), text.substr(i, 1));
+    if (one != vocab.end()) {
+      EXPECT_EQ(mask[one - vocab.begin()], 1) << i;
+    }
+    ASSERT_TRUE(m.Advance(text.substr(i, 1)));
+  }
+  std::printf("mask over %zu tokens (%d trie nodes): mean %.1f us, max %.1f us over %d steps\n",
+              vocab.size(), trie.num_nodes(), total_us / masks, max_us, masks);
+}
+
+// ---------------------------------------------------------------------------
+// Fuzz: random schema-like JSON compiles or is refused; what compiles stays
+// live under random decoding.
+
+json RandomSchemaLike(Rng& rng, int depth) {
+  static const std::vector<std::string> keys = {"type",        "properties",
+                                                "required",    "additionalProperties",
+                                                "enum",        "const",
+                                                "items",       "minItems",
+                                                "maxItems",    "minimum",
+                                                "maximum",     "minLength",
+                                                "maxLength",   "anyOf",
+                                                "oneOf",       "$ref",
+                                                "$defs",       "description",
+                                                "title",       "pattern",
+                                                "format",      "not",
+                                                "allOf",       "definitions",
+                                                "uniqueItems", "x"};
+  static const std::vector<json> types = {"object", "array",   "string", "integer",
+                                          "number", "boolean", "null"};
+  auto scalar = [&]() -> json {
+    switch (Uniform(rng, 0, 6)) {
+      case 0:
+        return Uniform(rng, -3, 5);
+      case 1:
+        return Uniform(rng, 0, 3) * 0.5;
+      case 2:
+        return types[Uniform(rng, 0, 6)];
+      case 3:
+        return Chance(rng, 0.5);
+      case 4:
+        return nullptr;
+      case 5:
+        return Chance(rng, 0.5) ? "#/$defs/a" : "#";
+      default:
+        return "a";
+    }
+  };
+  if (depth > 3 || Chance(rng, 0.15)) return Chance(rng, 0.5) ? json(true) : scalar();
+  json s = json::object();
+  for (int n = Uniform(rng, 0, 4); n > 0; --n) {
+    const std::string& k = keys[Uniform(rng, 0, static_cast<int>(keys.size()) - 1)];
+    if (k == "properties" || k == "$defs" || k == "definitions") {
+      json p = json::object();
+      for (int i = Uniform(rng, 0, 3); i > 0; --i) {
+        p[std::string(1, static_cast<char>('a' + Uniform(rng, 0, 3)))] =
+            RandomSchemaLike(rng, depth + 1);
+      }
+      s[k] = Chance(rng, 0.9) ? p : json(scalar());
+    } else if (k == "anyOf" || k == "oneOf" || k == "enum" || k == "required") {
+      json a = json::array();
+      for (int i = Uniform(rng, 0, 3); i > 0; --i) {
+        a.push_back(k == "required"
+                        ? json(std::string(1, static_cast<char>('a' + Uniform(rng, 0, 3))))
+                    : k == "enum" ? scalar()
+                                  : RandomSchemaLike(rng, depth + 1));
+      }
+      s[k] = a;
+    } else if (k == "items" || k == "additionalProperties") {
+      s[k] = Chance(rng, 0.8) ? RandomSchemaLike(rng, depth + 1) : json(scalar());
+    } else if (k == "type" && Chance(rng, 0.3)) {
+      s[k] = {types[Uniform(rng, 0, 6)], types[Uniform(rng, 0, 6)]};
+    } else {
+      s[k] = scalar();
+    }
+  }
+  return s;
+}
+
+TEST(JsonSchemaTest, RandomSchemasCompileOrRefuseAndStayLive) {
+  Rng rng(1234);
+  const std::vector<std::string> vocab = SmallVocab();
+  const TokenTrie trie(vocab);
+  int compiled = 0, refused = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const json schema = RandomSchemaLike(rng, 0);
+    SCOPED_TRACE(schema.dump());
+    absl::StatusOr<JsonGrammar> g = CompileJsonSchema(schema);
+    if (!g.ok()) {
+      EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
+      EXPECT_FALSE(g.status().message().empty());
+      ++refused;
+      continue;
+    }
+    ++compiled;
+    // A random walk over single bytes: until done, some byte is always
+    // allowed (or the value is complete).
+    JsonMatcher m(*g);
+    std::string text;
+    for (int step = 0; step < 150 && !m.IsDone(); ++step) {
+      std::vector<int> bytes;
+      for (int c = 0; c < 256; ++c) {
+        if (m.CanAdvance(std::string(1, static_cast<char>(c)))) bytes.push_back(c);
+      }
+      if (bytes.empty()) {
+        EXPECT_TRUE(m.IsComplete()) << "dead end after " << text;
+        break;
+      }
+      if (step % 25 == 0) {
+        std::vector<uint8_t> mask;
+        m.AllowedTokens(trie, &mask);
+        EXPECT_EQ(mask, BruteForce(m, vocab)) << text;
+      }
+      const char c = static_cast<char>(bytes[Uniform(rng, 0, static_cast<int>(bytes.size()) - 1)]);
+      ASSERT_TRUE(m.Advance(std::string(1, c)));
+      text += c;
+    }
+  }
+  std::printf("random schemas: %d compiled, %d refused\n", compiled, refused);
+  EXPECT_GT(compiled, 20);
+  EXPECT_GT(refused, 20);
+}
+
+}  // namespace
+}  // namespace moe::serving
