@@ -263,6 +263,11 @@ absl::StatusOr<Plan> MakePlan(const ModelConfig& config, const StoredFormats& st
   return p;
 }
 
+double DeviceReadGbps(const PlanOptions& o) {
+  if (o.gpu_bytes > 0) return o.device_gbps;
+  return o.cpu_engine_gbps > 0 ? o.cpu_engine_gbps : o.host_gbps;
+}
+
 std::string HumanBytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

@@ -146,6 +146,10 @@ absl::StatusOr<Plan> MakePlan(const ModelConfig& config, const StoredFormats& st
 std::string PlanText(const Plan& plan);
 nlohmann::ordered_json PlanJson(const Plan& plan);
 
+// The rate the computing device reads weights at, GB/s: device_gbps with a
+// GPU; without one the CPU engine's (cpu_engine_gbps), else host_gbps.
+double DeviceReadGbps(const PlanOptions& options);
+
 // "1.5 GiB" for messages.
 std::string HumanBytes(int64_t bytes);
 // Arguments as a shell line (each quoted when it needs it).

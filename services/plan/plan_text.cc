@@ -59,12 +59,11 @@ std::string MachineText(const Plan& p) {
   absl::StrAppend(&s, Line("host memory needed:", absl::StrCat(HumanBytes(p.host_bytes),
                                                                gpu ? " (every expert)" : "")));
   absl::StrAppend(&s, Line("miss mode:", MissModeName(p.miss_mode)));
-  const double device_gbps =
-      gpu ? o.device_gbps : (o.cpu_engine_gbps > 0 ? o.cpu_engine_gbps : o.host_gbps);
   absl::StrAppend(&s, Line("figures:", absl::StrFormat(
                                            "link %g GB/s, host %g GB/s %g GFLOP/s, device "
                                            "%g GB/s %g GFLOP/s, %g us per layer",
-                                           o.link_gbps, o.host_gbps, o.host_gflops, device_gbps,
+                                           o.link_gbps, o.host_gbps, o.host_gflops,
+                                           DeviceReadGbps(o),
                                            gpu ? o.device_gflops : o.host_gflops,
                                            o.layer_overhead_us)));
   absl::StrAppend(&s, Line("predicted decode:",
@@ -124,9 +123,7 @@ nlohmann::ordered_json PlanJson(const Plan& p) {
   j["suggestions"] = p.suggestions;
   j["link_gbps"] = p.options.link_gbps;
   j["host_gbps"] = p.options.host_gbps;
-  j["device_gbps"] = p.options.gpu_bytes > 0 ? p.options.device_gbps
-                     : p.options.cpu_engine_gbps > 0 ? p.options.cpu_engine_gbps
-                                                     : p.options.host_gbps;
+  j["device_gbps"] = DeviceReadGbps(p.options);
   j["layer_overhead_us"] = p.options.layer_overhead_us;
   j["layer_ms"] = p.layer_ms;
   j["predicted_decode_tokens_per_s"] = p.predicted_decode_tokens_per_s;

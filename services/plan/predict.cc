@@ -19,9 +19,7 @@ struct Device {
 };
 
 Device DeviceOf(const PlanOptions& o) {
-  if (o.gpu_bytes > 0) return {o.device_gbps * 1e9, o.device_gflops * 1e9};
-  const double gbps = o.cpu_engine_gbps > 0 ? o.cpu_engine_gbps : o.host_gbps;
-  return {gbps * 1e9, o.host_gflops * 1e9};
+  return {DeviceReadGbps(o) * 1e9, (o.gpu_bytes > 0 ? o.device_gflops : o.host_gflops) * 1e9};
 }
 
 // The step's compute figures, per MoE layer.
