@@ -90,7 +90,8 @@ absl::StatusOr<GenerateSummary> Generate(
     token = sampled.token;
     if (i == 0) first = Clock::now();
     ++summary.generated_tokens;
-    const bool stop = std::find(stops.begin(), stops.end(), token) != stops.end();
+    const bool stop =
+        sampled.ends || std::find(stops.begin(), stops.end(), token) != stops.end();
     if (!on_token(sampled)) {
       summary.finish_reason = "cancelled";
       break;

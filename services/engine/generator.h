@@ -54,7 +54,8 @@ absl::Status ValidateGenerateOptions(const MoeModel& model,
                                      const GenerateOptions& options);
 
 // Runs one request. `on_token` sees each token as it is produced (a stop
-// token is delivered too, as the last one) and returns false to cancel.
+// token is delivered too, as the last one, and so is a token that ends a
+// constraint: SampledToken::ends) and returns false to cancel.
 // `observer` (optional) sees every MoE layer's routing. `on_done`
 // (optional) sees the session once the last token is out, before it goes
 // (a prefix cache saves its positions then); not called on error.

@@ -82,16 +82,26 @@ double Rng::Uniform() { return (Next() >> 11) * 0x1.0p-53; }
 Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt)
     : params_(params), rng_(params.seed) {
   if (params_.repetition_penalty != 1.0f) seen_.insert(prompt.begin(), prompt.end());
+  if (params_.constraint != nullptr) constraint_ = params_.constraint->Start();
 }
 
 bool Sampler::Adjusts() const {
-  return !params_.logit_bias.empty() || params_.repetition_penalty != 1.0f ||
+  return constraint_ != nullptr || !params_.logit_bias.empty() || params_.repetition_penalty != 1.0f ||
          params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
 }
 
 std::vector<float> Sampler::AdjustedLogits(absl::Span<const float> logits) const {
   std::vector<float> out(logits.begin(), logits.end());
   const int32_t n = static_cast<int32_t>(out.size());
+  if (constraint_ != nullptr) {
+    constraint_->Allowed(&allowed_);
+    const int32_t known = std::min<int32_t>(n, static_cast<int32_t>(allowed_.size()));
+    constexpr float kNever = -std::numeric_limits<float>::infinity();
+    for (int32_t id = 0; id < known; ++id) {
+      if (allowed_[id] == 0) out[id] = kNever;
+    }
+    std::fill(out.begin() + known, out.end(), kNever);
+  }
   for (const auto& [id, bias] : params_.logit_bias) {
     if (id < n) out[id] += bias;
   }
@@ -179,14 +189,31 @@ int32_t Sampler::Draw(absl::Span<const float> logits) {
     cum += scratch_[i].first;
     if (u < cum) return scratch_[i].second;
   }
-  return scratch_[keep - 1].second;  // rounding at the top end
+  // Rounding at the top end: the last one that could be drawn (never one of
+  // probability 0, which a constraint or a bias of -inf excluded).
+  size_t last = keep - 1;
+  while (last > 0 && scratch_[last].first == 0.0f) --last;
+  return scratch_[last].second;
 }
 
 SampledToken Sampler::Next(absl::Span<const float> logits) {
   SampledToken out;
   if (Adjusts()) {
     const std::vector<float> adjusted = AdjustedLogits(logits);
-    out.token = Draw(adjusted);
+    if (constraint_ != nullptr &&
+        std::none_of(allowed_.begin(), allowed_.end(), [](uint8_t a) { return a != 0; })) {
+      // Nothing may come next (a vocabulary without the bytes the grammar
+      // needs): the sequence ends here, on the model's own choice (which
+      // the constraint did not allow, so its owner sees an incomplete value).
+      out.token = Draw(logits);
+      out.ends = true;
+    } else {
+      out.token = Draw(adjusted);
+      if (constraint_ != nullptr) {
+        constraint_->Accept(out.token);
+        out.ends = constraint_->Done();
+      }
+    }
   } else {
     out.token = Draw(logits);
   }

@@ -3,6 +3,8 @@
 // (own xoshiro256** generator), plus log-probabilities.
 //
 // The chain, in order (each step is off at its neutral value):
+//   0. constraint (structured output): tokens the request's TokenConstraint
+//      does not allow next get logit -inf (so no later step can pick them);
 //   1. logit_bias: adds a bias to chosen token ids' logits;
 //   2. repetition_penalty r (CTRL / Hugging Face): every token seen in the
 //      prompt or the output so far has its logit l divided by r when l > 0,
@@ -29,6 +31,7 @@
 #define MOECACHE_SERVICES_ENGINE_SAMPLER_H_
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -40,6 +43,32 @@
 namespace moe {
 
 inline constexpr int kMaxTopLogprobs = 20;
+
+// Which tokens may come next in one sequence (structured output: a JSON
+// schema's grammar over the tokens' bytes, services/serving). The sampler
+// asks Allowed before each draw and hands the drawn token to Accept.
+// Thread-compatible: one per sequence.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Resizes *allowed to the vocabulary it knows and sets (*allowed)[id] = 1
+  // for each token that may come next (ids past its size are not allowed).
+  // All zero only when the constraint cannot be continued with this
+  // vocabulary; the sampler then ends the sequence (SampledToken::ends).
+  virtual void Allowed(std::vector<uint8_t>* allowed) const = 0;
+  // Takes the drawn token, one Allowed permitted.
+  virtual void Accept(int32_t token) = 0;
+  // Nothing may follow the tokens accepted so far: the sequence ends.
+  virtual bool Done() const = 0;
+};
+
+// Makes a sequence's TokenConstraint; immutable and shared (SamplingParams
+// is copied). Thread-safe.
+class TokenConstraintFactory {
+ public:
+  virtual ~TokenConstraintFactory() = default;
+  virtual std::unique_ptr<TokenConstraint> Start() const = 0;
+};
 
 // The defaults below are every interface's defaults (HTTP, gRPC, moectl
 // generate/run/chat): greedy, no truncation, no penalties, and a random
@@ -55,6 +84,8 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias)
   uint64_t seed = 0;
   int top_logprobs = 0;             // 0..kMaxTopLogprobs alternatives per token
+  // Structured output (step 0); null: none.
+  std::shared_ptr<const TokenConstraintFactory> constraint;
 };
 
 // INVALID_ARGUMENT for NaN or negative temperature, top_p or min_p outside
@@ -68,6 +99,9 @@ struct SampledToken {
   int32_t token = 0;
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top_logprobs;  // descending
+  // The constraint is satisfied and allows nothing more: this token is the
+  // sequence's last (finish reason "stop"), as after a stop token.
+  bool ends = false;
 };
 
 // xoshiro256** seeded through splitmix64: small, fast, and identical on every
@@ -91,7 +125,7 @@ class Sampler {
   // Samples the next token and counts it as output (for the penalties).
   SampledToken Next(absl::Span<const float> logits);
 
-  // The logits after steps 1-3 of the chain, given the tokens so far.
+  // The logits after steps 0-3 of the chain, given the tokens so far.
   std::vector<float> AdjustedLogits(absl::Span<const float> logits) const;
 
  private:
@@ -102,6 +136,8 @@ class Sampler {
   size_t Truncate(absl::Span<const float> logits, double* total);
 
   SamplingParams params_;
+  std::unique_ptr<TokenConstraint> constraint_;  // from params_.constraint
+  mutable std::vector<uint8_t> allowed_;         // constraint_'s mask, reused
   Rng rng_;
   absl::flat_hash_set<int32_t> seen_;             // prompt + output
   absl::flat_hash_map<int32_t, int64_t> output_counts_;

@@ -31,9 +31,31 @@ struct Builtin {
 // Built-in templates (written for this project, in the shape each family's
 // own tokenizer_config.json template produces).
 constexpr Builtin kBuiltins[] = {
+    // With `tools`: a system turn lists them (its own system message goes
+    // first in it) and says to call one as <tool_call>{"name", "arguments"}
+    // </tool_call> (tool_calls.h reads that back); tool results come back
+    // as user turns in <tool_response>, as Hermes-style templates do.
     {"chatml",
-     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
-     "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+     "{% if tools %}{{ '<|im_start|>system\n' }}"
+     "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\n\n' }}{% endif %}"
+     "{{ '# Tools\n\nThese functions are available, described as JSON schemas inside "
+     "<tools></tools>:\n<tools>' }}{% for tool in tools %}{{ '\n' }}{{ tool | tojson }}"
+     "{% endfor %}{{ '\n</tools>\n\nTo call one, answer with its name and arguments as a JSON "
+     "object inside <tool_call></tool_call> tags:\n<tool_call>\n{\"name\": \"NAME\", "
+     "\"arguments\": {...}' + '}\n</tool_call><|im_end|>\n' }}{% endif %}"
+     "{% for message in messages %}"
+     "{% if tools and loop.first and message['role'] == 'system' %}"
+     "{% elif message['role'] == 'tool' %}{{ '<|im_start|>user\n<tool_response>\n' + "
+     "message['content'] + '\n</tool_response><|im_end|>\n' }}"
+     "{% elif message['role'] == 'assistant' and message['tool_calls'] %}"
+     "{{ '<|im_start|>assistant\n' + message['content'] }}"
+     "{% for call in message['tool_calls'] %}{{ '\n<tool_call>\n{\"name\": \"' + "
+     "call['function']['name'] + '\", \"arguments\": ' }}"
+     "{% if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}"
+     "{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}"
+     "{{ '}\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\n' }}"
+     "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+     "'<|im_end|>' + '\n' }}{% endif %}{% endfor %}"
      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"},
     {"llama3",
      "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "

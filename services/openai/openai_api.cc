@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "services/serving/json_schema.h"
 #include "services/serving/request_proto.h"
 
 namespace moe::openai {
@@ -82,19 +83,11 @@ void RefuseUnsupported(const Json& body) {
     Refuse("best_of", "only best_of = 1 is supported");
   }
   if (!IsAbsent(body, "suffix")) Refuse("suffix", "'suffix' is not supported");
-  for (const char* p : {"tools", "functions"}) {
-    if (!IsAbsent(body, p) && !body[p].empty()) {
-      Refuse(p, "tools and function calling are not supported");
-    }
+  if (!IsAbsent(body, "functions") && !body["functions"].empty()) {
+    Refuse("functions", "the legacy 'functions' are not supported: use 'tools'");
   }
-  for (const char* p : {"tool_choice", "function_call"}) {
-    if (!IsAbsent(body, p) && body[p] != "none") {
-      Refuse(p, "tools and function calling are not supported");
-    }
-  }
-  if (!IsAbsent(body, "response_format") &&
-      !(body["response_format"].is_object() && body["response_format"].value("type", "") == "text")) {
-    Refuse("response_format", "only response_format {\"type\": \"text\"} is supported");
+  if (!IsAbsent(body, "function_call") && body["function_call"] != "none") {
+    Refuse("function_call", "the legacy 'function_call' is not supported: use 'tool_choice'");
   }
 }
 
@@ -118,7 +111,9 @@ std::string MessageText(const Json& content, size_t i) {
   return text;
 }
 
-// The conversation in the plain {role, content} form templates expect.
+// The conversation in the form Hugging Face templates expect: {role,
+// content}, plus an assistant's tool_calls and a tool result's
+// tool_call_id / name as the client sent them.
 Json Messages(const Json& body) {
   if (IsAbsent(body, "messages") || !body["messages"].is_array() || body["messages"].empty()) {
     Refuse("messages", "'messages' must be a non-empty array");
@@ -133,24 +128,181 @@ Json Messages(const Json& body) {
     }
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";  // OpenAI's newer name for it
-    if (role != "system" && role != "user" && role != "assistant") {
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
       Refuse(param + ".role", absl::StrCat("role '", role,
-                                           "' is not supported (system, user, assistant)"));
+                                           "' is not supported (system, user, assistant, tool)"));
     }
+    Json msg = {{"role", role}, {"content", MessageText(m.value("content", Json()), i)}};
     for (const auto& [k, v] : m.items()) {
-      if (k == "tool_calls" || k == "function_call") {
-        if (!v.is_null() && !v.empty()) Refuse(param + "." + k, "tool calls are not supported");
-      } else if (k != "role" && k != "content" && k != "name") {
+      if (k == "role" || k == "content" || v.is_null()) continue;
+      if (k == "name" || (k == "tool_call_id" && role == "tool")) {
+        if (!v.is_string()) Refuse(param + "." + k, absl::StrCat("'", k, "' must be a string"));
+        msg[k] = v;
+      } else if (k == "tool_calls" && role == "assistant") {
+        if (!v.is_array()) Refuse(param + ".tool_calls", "'tool_calls' must be an array");
+        for (const Json& call : v) {
+          const bool shaped = call.is_object() && call.contains("function") &&
+                              call["function"].is_object() &&
+                              call["function"].value("name", Json()).is_string();
+          if (!shaped) {
+            Refuse(param + ".tool_calls",
+                   "each tool call needs {\"type\": \"function\", \"function\": {\"name\", "
+                   "\"arguments\"}}");
+          }
+        }
+        if (!v.empty()) msg[k] = v;
+      } else if (k == "function_call") {
+        Refuse(param + "." + k, "the legacy 'function_call' is not supported: use 'tool_calls'");
+      } else {
         Refuse(param + "." + k, absl::StrCat("unknown message field '", k, "'"));
       }
     }
-    Json msg = {{"role", role}, {"content", MessageText(m.value("content", Json()), i)}};
     out.push_back(std::move(msg));
   }
   return out;
 }
 
-std::vector<int32_t> PromptIds(const Json& body, bool chat, const ModelInfo& model) {
+// A tool's function name: OpenAI's ^[a-zA-Z0-9_-]{1,64}$.
+bool IsFunctionName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-';
+         });
+}
+
+// `tools`, `tool_choice` and `response_format` (chat only): the tool mode,
+// the tools the chat template gets (null when none) and the JSON schema
+// decoding is constrained to (null when none).
+struct Structured {
+  Json tools;
+  Json schema;
+};
+
+Structured ParseStructured(const Json& body, bool chat, ApiRequest* r) {
+  Structured out;
+  if (!IsAbsent(body, "response_format")) {
+    const Json& f = body["response_format"];
+    const std::string type = f.is_object() && f.value("type", Json()).is_string()
+                                 ? f["type"].get<std::string>()
+                                 : "";
+    if (type == "json_object") {
+      out.schema = {{"type", "object"}};
+    } else if (type == "json_schema") {
+      const Json& js = f.value("json_schema", Json());
+      if (!js.is_object()) {
+        Refuse("response_format", "response_format json_schema needs a 'json_schema' object");
+      }
+      for (const auto& [k, v] : js.items()) {
+        if (k != "name" && k != "schema" && k != "strict" && k != "description") {
+          Refuse("response_format", absl::StrCat("unknown response_format.json_schema field '",
+                                                 k, "'"));
+        }
+      }
+      out.schema = js.contains("schema") && !js["schema"].is_null() ? js["schema"] : Json::object();
+    } else if (type != "text") {
+      Refuse("response_format",
+             "response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+             "{\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}");
+    }
+  }
+  std::vector<Json> parameters;  // by tool
+  if (!IsAbsent(body, "tools")) {
+    const Json& tools = body["tools"];
+    if (!tools.is_array()) Refuse("tools", "'tools' must be an array");
+    if (static_cast<int>(tools.size()) > kMaxTools) {
+      Refuse("tools", absl::StrCat("at most ", kMaxTools, " tools"));
+    }
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const Json& t = tools[i];
+      const std::string param = absl::StrCat("tools[", i, "]");
+      if (!t.is_object() || t.value("type", Json()) != "function" || !t.contains("function") ||
+          !t["function"].is_object()) {
+        Refuse(param, "each tool must be {\"type\": \"function\", \"function\": {...}}");
+      }
+      const Json& fn = t["function"];
+      for (const auto& [k, v] : fn.items()) {
+        if (k != "name" && k != "description" && k != "parameters" && k != "strict") {
+          Refuse(param + ".function." + k, absl::StrCat("unknown function field '", k, "'"));
+        }
+      }
+      const Json name = fn.value("name", Json());
+      if (!name.is_string() || !IsFunctionName(name.get<std::string>())) {
+        Refuse(param + ".function.name",
+               "a function name must be 1-64 letters, digits, '_' or '-'");
+      }
+      if (std::find(r->tool_names.begin(), r->tool_names.end(), name.get<std::string>()) !=
+          r->tool_names.end()) {
+        Refuse(param + ".function.name",
+               absl::StrCat("two tools are named '", name.get<std::string>(), "'"));
+      }
+      Json params = fn.contains("parameters") && !fn["parameters"].is_null()
+                        ? fn["parameters"]
+                        : Json{{"type", "object"}, {"properties", Json::object()}};
+      if (absl::StatusOr<serving::JsonGrammar> g = serving::CompileJsonSchema(params); !g.ok()) {
+        Refuse(param + ".function.parameters", std::string(g.status().message()));
+      }
+      r->tool_names.push_back(name.get<std::string>());
+      parameters.push_back(std::move(params));
+    }
+  }
+  if (!chat) return out;
+  const bool has_tools = !r->tool_names.empty();
+  r->tool_mode = has_tools ? ToolMode::kAuto : ToolMode::kNone;
+  if (!IsAbsent(body, "tool_choice")) {
+    const Json& c = body["tool_choice"];
+    if (c == "none") {
+      r->tool_mode = ToolMode::kNone;
+    } else if (c == "auto" || c == "required") {
+      if (!has_tools) Refuse("tool_choice", absl::StrCat("tool_choice '", c.get<std::string>(),
+                                                         "' needs 'tools'"));
+      r->tool_mode = c == "auto" ? ToolMode::kAuto : ToolMode::kRequired;
+    } else if (c.is_object() && c.value("type", Json()) == "function" &&
+               c.value("function", Json()).is_object() &&
+               c["function"].value("name", Json()).is_string()) {
+      r->tool_name = c["function"]["name"].get<std::string>();
+      if (std::find(r->tool_names.begin(), r->tool_names.end(), r->tool_name) ==
+          r->tool_names.end()) {
+        Refuse("tool_choice", absl::StrCat("tool_choice names '", r->tool_name,
+                                           "', which is not among the tools"));
+      }
+      r->tool_mode = ToolMode::kNamed;
+    } else {
+      Refuse("tool_choice",
+             "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": "
+             "\"function\", \"function\": {\"name\": ...}}");
+    }
+  }
+  if (!IsAbsent(body, "parallel_tool_calls") && !body["parallel_tool_calls"].is_boolean()) {
+    Refuse("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+  }
+  const bool forced = r->tool_mode == ToolMode::kNamed || r->tool_mode == ToolMode::kRequired;
+  if (forced && !out.schema.is_null()) {
+    Refuse("tool_choice", "a forced tool call and a response_format cannot both constrain "
+                          "the output");
+  }
+  if (r->tool_mode != ToolMode::kNone) out.tools = body["tools"];
+  if (r->tool_mode == ToolMode::kNamed) {
+    const size_t i = static_cast<size_t>(
+        std::find(r->tool_names.begin(), r->tool_names.end(), r->tool_name) -
+        r->tool_names.begin());
+    out.schema = parameters[i];
+  } else if (r->tool_mode == ToolMode::kRequired) {
+    Json calls = Json::array();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      calls.push_back({{"type", "object"},
+                       {"properties",
+                        {{"name", {{"const", r->tool_names[i]}}}, {"arguments", parameters[i]}}},
+                       {"required", {"name", "arguments"}},
+                       {"additionalProperties", false}});
+    }
+    out.schema = calls.size() == 1 ? calls[0] : Json{{"anyOf", calls}};
+  }
+  return out;
+}
+
+std::vector<int32_t> PromptIds(const Json& body, bool chat, const ModelInfo& model,
+                               const Json& tools) {
   if (chat) {
     const Json messages = Messages(body);
     if (model.chat_template == nullptr) {
@@ -158,7 +310,8 @@ std::vector<int32_t> PromptIds(const Json& body, bool chat, const ModelInfo& mod
                          "/v1/completions", 400, "no_chat_template");
     }
     if (model.tokenizer == nullptr) Refuse("messages", "this model has no tokenizer.json");
-    absl::StatusOr<std::string> text = model.chat_template->Apply(messages, true);
+    const Json extra = tools.is_null() ? Json::object() : Json{{"tools", tools}};
+    absl::StatusOr<std::string> text = model.chat_template->Apply(messages, true, extra);
     if (!text.ok()) Refuse("messages", absl::StrCat("chat template: ", text.status().message()));
     // As transformers does: the template writes every special token itself.
     return model.tokenizer->Encode(*text, /*add_special=*/false);
@@ -260,12 +413,17 @@ void ParseSampling(const Json& body, serving::Request* q) {
 // The request's parameters against the one bounds table (the model's
 // vocabulary, --max-prompt-tokens and the tokenizer that stop strings need
 // are the runner's to check).
-void Validate(const serving::Request& q, const ModelInfo& model) {
+void Validate(const serving::Request& q, const ModelInfo& model, ToolMode tools) {
   serving::Limits limits;
   limits.context_window = model.context_length;
   limits.max_new_tokens = model.max_new_tokens_limit;
   if (absl::Status s = serving::Validate(q, limits); !s.ok()) {
-    Refuse(serving::FieldOf(s), std::string(s.message()));
+    std::string field = serving::FieldOf(s);
+    // A forced tool call's schema is built from the tools, not sent.
+    if (field == "response_format" && (tools == ToolMode::kNamed || tools == ToolMode::kRequired)) {
+      field = "tool_choice";
+    }
+    Refuse(field, std::string(s.message()));
   }
 }
 
@@ -288,7 +446,9 @@ ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
   r.chat = chat;
   serving::Request q;
   q.transport = serving::Transport::kHttp;
-  q.prompt_ids = PromptIds(body, chat, model);
+  const Structured structured = ParseStructured(body, chat, &r);
+  if (!structured.schema.is_null()) q.json_schema = structured.schema.dump();
+  q.prompt_ids = PromptIds(body, chat, model, structured.tools);
   const int64_t room = std::max<int64_t>(
       1, std::min<int64_t>(model.max_new_tokens_limit,
                            model.context_length - static_cast<int64_t>(q.prompt_ids.size())));
@@ -309,7 +469,7 @@ ApiRequest Parse(const Json& body, bool chat, const ModelInfo& model) {
     r.logprobs = true;
     q.top_logprobs = Bounded<int64_t>(body, "logprobs", 0, 5, 0);
   }
-  Validate(q, model);
+  Validate(q, model, r.tool_mode);
   r.top_logprobs = static_cast<int>(q.top_logprobs);
   serving::ToProto(q, &r.generate);
   if (!IsAbsent(body, "stream") && !body["stream"].is_boolean()) {
@@ -521,14 +681,103 @@ Json ResponseAssembler::Usage() const {
             {"expert_stall_seconds", usage_.expert_stall_seconds()}}}};
 }
 
+Json ResponseAssembler::CallObject(size_t index, const ToolCall& call) const {
+  // Unique per response: the completion's id and the call's index.
+  const size_t dash = id_.find('-');
+  return {{"id", absl::StrCat("call_", dash == std::string::npos ? id_ : id_.substr(dash + 1), "_",
+                              index)},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+std::vector<ToolCall> ResponseAssembler::Calls(std::string* content) const {
+  *content = text_;
+  switch (request_.tool_mode) {
+    case ToolMode::kNone:
+      return {};
+    case ToolMode::kNamed:
+    case ToolMode::kRequired: {
+      // A forced call cut short (max_tokens, a stop string) stays text.
+      std::optional<ToolCall> call = ForcedToolCall(text_, request_.tool_name);
+      if (!call.has_value() || finish_reason_ != "stop") return {};
+      content->clear();
+      return {*std::move(call)};
+    }
+    case ToolMode::kAuto: {
+      ParsedText parsed = ParseToolCallBlocks(text_, request_.tool_names);
+      if (!parsed.calls.empty()) *content = std::move(parsed.content);
+      return std::move(parsed.calls);
+    }
+  }
+  return {};
+}
+
+void ResponseAssembler::ToolDelta(const v1::GenerateResponse& r, Json* delta,
+                                  std::string* finish) {
+  const bool first = text_.empty() && streamed_ == 0;
+  text_ += r.text();
+  const bool last = !finish->empty();
+  if (request_.tool_mode == ToolMode::kNamed) {
+    // The text is the arguments: streamed as they come.
+    if (first) {
+      Json call = CallObject(0, {request_.tool_name, r.text()});
+      call["index"] = 0;
+      (*delta)["tool_calls"] = Json::array({call});
+    } else if (!r.text().empty()) {
+      (*delta)["tool_calls"] = {{{"index", 0}, {"function", {{"arguments", r.text()}}}}};
+    }
+    if (last && *finish == "stop" && ForcedToolCall(text_, request_.tool_name).has_value()) {
+      *finish = "tool_calls";
+    }
+    streamed_ = text_.size();
+    return;
+  }
+  if (request_.tool_mode == ToolMode::kAuto && !last) {
+    // Content until a <tool_call> may begin; the rest waits for the end.
+    const size_t n = StreamableContent(text_);
+    if (n > streamed_) {
+      (*delta)["content"] = text_.substr(streamed_, n - streamed_);
+      streamed_ = n;
+    }
+    return;
+  }
+  if (!last) return;  // kRequired: the call goes out whole, at the end
+  finish_reason_ = *finish;
+  std::string content;
+  std::vector<ToolCall> calls = Calls(&content);
+  if (calls.empty()) {
+    if (text_.size() > streamed_) (*delta)["content"] = text_.substr(streamed_);
+    return;
+  }
+  // kAuto: what was held back beside the calls (the content before them was
+  // streamed already).
+  if (request_.tool_mode == ToolMode::kAuto) {
+    const std::string rest = ParseToolCallBlocks(text_.substr(streamed_), request_.tool_names).content;
+    if (!rest.empty()) (*delta)["content"] = rest;
+  }
+  Json list = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json call = CallObject(i, calls[i]);
+    call["index"] = i;
+    list.push_back(std::move(call));
+  }
+  (*delta)["tool_calls"] = std::move(list);
+  *finish = "tool_calls";
+}
+
 Json ResponseAssembler::Chunk(const v1::GenerateResponse& r) {
   if (r.has_usage()) usage_ = r.usage();
   Json choice = {{"index", 0}};
+  std::string finish = r.finish_reason();
   if (request_.chat) {
     Json delta = Json::object();
     if (!sent_role_) delta["role"] = "assistant";
     sent_role_ = true;
-    delta["content"] = r.text();
+    if (request_.tool_mode == ToolMode::kNone) {
+      delta["content"] = r.text();
+    } else {
+      ToolDelta(r, &delta, &finish);
+    }
     choice["delta"] = delta;
   } else {
     choice["text"] = r.text();
@@ -539,7 +788,7 @@ Json ResponseAssembler::Chunk(const v1::GenerateResponse& r) {
   } else {
     choice["logprobs"] = nullptr;
   }
-  choice["finish_reason"] = r.finish_reason().empty() ? Json() : Json(r.finish_reason());
+  choice["finish_reason"] = finish.empty() ? Json() : Json(finish);
   Json chunk = Envelope(request_.chat ? "chat.completion.chunk" : "text_completion");
   chunk["choices"] = Json::array({choice});
   if (request_.include_usage) chunk["usage"] = nullptr;
@@ -571,13 +820,23 @@ void ResponseAssembler::Add(const v1::GenerateResponse& r) {
 
 Json ResponseAssembler::Final() const {
   Json choice = {{"index", 0}};
+  std::string finish = finish_reason_;
   if (request_.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+    std::string content;
+    const std::vector<ToolCall> calls = Calls(&content);
+    choice["message"] = {{"role", "assistant"}, {"content", content}};
+    if (!calls.empty()) {
+      if (content.empty()) choice["message"]["content"] = nullptr;
+      Json list = Json::array();
+      for (size_t i = 0; i < calls.size(); ++i) list.push_back(CallObject(i, calls[i]));
+      choice["message"]["tool_calls"] = std::move(list);
+      finish = "tool_calls";
+    }
   } else {
     choice["text"] = text_;
   }
   choice["logprobs"] = request_.logprobs ? logprobs_ : Json();
-  choice["finish_reason"] = finish_reason_;
+  choice["finish_reason"] = finish;
   Json out = Envelope(request_.chat ? "chat.completion" : "text_completion");
   out["choices"] = Json::array({choice});
   out["usage"] = Usage();

@@ -11,8 +11,10 @@
 //
 // Everything a request asks for is either honoured or refused with a 400
 // naming the parameter ("param": the field as the client spelled it):
-// unknown parameters, n > 1, tools, images, echo, best_of > 1 are refused,
-// never ignored. The samplers (temperature, top_k, top_p, min_p, the
+// unknown parameters, n > 1, the legacy functions/function_call, images,
+// echo, best_of > 1 are refused, never ignored. response_format
+// (json_object, json_schema) becomes serving::Request::json_schema; tools
+// and tool_choice are tool_calls.h's (the chat template gets `tools`). The samplers (temperature, top_k, top_p, min_p, the
 // penalties, logit_bias, seed, ignore_eos, stop) take serving::Request's
 // defaults when absent, the same as gRPC's and moectl's. Numeric ranges,
 // stop strings and the context window are serving::Validate's (one bounds
@@ -30,6 +32,7 @@
 #include "nlohmann/json.hpp"
 #include "services/engine/tokenizer.h"
 #include "services/openai/chat_template.h"
+#include "services/openai/tool_calls.h"
 
 namespace moe::openai {
 
@@ -76,7 +79,13 @@ struct ApiRequest {
   bool include_usage = false;    // stream_options.include_usage
   bool logprobs = false;
   int top_logprobs = 0;
+  ToolMode tool_mode = ToolMode::kNone;
+  std::string tool_name;                // kNamed: the function
+  std::vector<std::string> tool_names;  // the functions offered
 };
+
+// The most tools a request may offer.
+inline constexpr int kMaxTools = 128;
 
 // The body of POST /v1/completions (`chat` false) or /v1/chat/completions.
 // On failure returns nullopt and fills *error (400 or 404 for a model that
@@ -102,7 +111,10 @@ class ResponseAssembler {
 
   // Streaming: the chunk object for one token response (the first chat
   // chunk also carries the role). The last token's chunk carries
-  // finish_reason.
+  // finish_reason. With tools (tool_calls.h): kNamed streams the arguments
+  // as tool_calls deltas; kRequired sends its call with the last chunk;
+  // kAuto streams content up to a <tool_call> and sends the calls with the
+  // last chunk. finish_reason is then "tool_calls".
   Json Chunk(const v1::GenerateResponse& response);
   // Streaming with include_usage: the final chunk (empty choices, usage).
   Json UsageChunk() const;
@@ -112,6 +124,13 @@ class ResponseAssembler {
 
  private:
   Json Logprobs(const v1::GenerateResponse& r);
+  // The chat delta's content or tool_calls for one streamed response;
+  // *finish may become "tool_calls".
+  void ToolDelta(const v1::GenerateResponse& r, Json* delta, std::string* finish);
+  // The calls the whole text stands for (none when it is content) and the
+  // content left beside them.
+  std::vector<ToolCall> Calls(std::string* content) const;
+  Json CallObject(size_t index, const ToolCall& call) const;
   Json Usage() const;
   Json Envelope(const char* object) const;
 
@@ -121,6 +140,7 @@ class ResponseAssembler {
   int64_t created_;
   bool sent_role_ = false;
   std::string text_;
+  size_t streamed_ = 0;  // kAuto: bytes of text_ sent as content
   std::string finish_reason_;
   Json logprobs_;  // accumulated (non-streaming)
   int text_offset_ = 0;

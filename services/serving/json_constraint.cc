@@ -277,15 +277,15 @@ class JsonMatcher::Stepper {
         case kKey:
           return Key(st, c);
         case kRoot: {
-          if (ws) return Whitespace(st);
+          if (ws) return Whitespace(st, c);
           if (top.phase != kBefore) return;
           top.phase = kAfter;
           return StartValue(st, top.node, c);
         }
         case kObject:
-          return ws ? Whitespace(st) : Object(st, c);
+          return ws ? Whitespace(st, c) : Object(st, c);
         case kArray:
-          return ws ? Whitespace(st) : Array(st, c);
+          return ws ? Whitespace(st, c) : Array(st, c);
         default:
           return;
       }
@@ -293,9 +293,11 @@ class JsonMatcher::Stepper {
   }
 
  private:
-  void Whitespace(Local& st) {
-    if (st.ws >= kJsonMaxWhitespace) return;
-    ++st.ws;
+  // A run of whitespace is one byte: a space or a line break (ws: the bytes
+  // of the run taken, 0 or 1).
+  void Whitespace(Local& st, uint8_t c) {
+    if (st.ws != 0 || (c != ' ' && c != '\n')) return;
+    st.ws = 1;
     Emit(st);
   }
 

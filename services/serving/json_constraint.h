@@ -110,7 +110,7 @@ class JsonMatcher {
   struct Stack {
     uint32_t begin = 0;  // in frames_
     uint8_t size = 0;
-    uint8_t ws = 0;     // whitespace bytes in a row just taken
+    uint8_t ws = 0;     // the whitespace run just taken (Stepper::Whitespace)
     uint8_t depth = 0;  // open objects and arrays
   };
 

@@ -41,8 +41,12 @@
 // What the grammar accepts beyond the schema's own rules (stricter than
 // JSON, so that a model cannot run on forever, and so that matching stays a
 // small state):
-// - At most kJsonMaxWhitespace whitespace bytes in a row, only where JSON
-//   allows whitespace; none at all is always acceptable.
+// - Whitespace only where JSON allows it, and at most one byte of it in a
+//   row, a space or a line break: compact and spaced JSON fit, indentation
+//   does not. A model that is not trained on JSON otherwise pads every gap
+//   with as much whitespace as it may (measured: the trained model, allowed
+//   a line break and 16 spaces, used all 17 at every gap and ran out of
+//   tokens before its value was complete).
 // - Objects and arrays nest at most kJsonMaxDepth deep (the brackets inside
 //   an enum/const literal do not count: a literal is matched as one unit).
 // - Numbers: at most 20 integer digits, 16 fraction digits and 2 exponent
@@ -88,7 +92,6 @@ namespace moe::serving {
 
 // Limits on the output (see above).
 inline constexpr int kJsonMaxDepth = 32;
-inline constexpr int kJsonMaxWhitespace = 8;
 inline constexpr int kJsonMaxStringLength = 4096;
 inline constexpr int kJsonMaxIntegerDigits = 20;
 inline constexpr int kJsonMaxFractionDigits = 16;

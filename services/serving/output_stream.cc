@@ -40,7 +40,8 @@ Output OutputStream::Push(const SampledToken& t, const ExpertCounters& experts) 
   out.top_logprobs = t.top_logprobs;
   // The engine stops after this token exactly when one of these holds, so
   // the last output can carry the summary as it streams.
-  const bool stop_token = std::find(stops_.begin(), stops_.end(), t.token) != stops_.end();
+  const bool stop_token =
+      t.ends || std::find(stops_.begin(), stops_.end(), t.token) != stops_.end();
   bool last = stop_token || generated_ == max_new_tokens_;
   if (decoder_ != nullptr) {
     std::string text = decoder_->Push(t.token);

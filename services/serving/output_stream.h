@@ -69,8 +69,8 @@ class OutputStream {
   // REQUIRES: !done().
   Output Push(const SampledToken& token, const ExpertCounters& experts);
 
-  // The last output went out: a stop token, a stop string or
-  // max_new_tokens.
+  // The last output went out: a stop token, the end of the request's
+  // constraint (SampledToken::ends), a stop string or max_new_tokens.
   bool done() const { return !finish_.empty(); }
   // "stop" or "length" once done(); "" before.
   const std::string& finish_reason() const { return finish_; }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 namespace moe::serving {
 namespace {
@@ -113,6 +114,15 @@ absl::Status ValidateLogitBias(const Request& r, const Limits& l) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateJsonSchema(const Request& r, const Limits& l) {
+  if (r.json_schema.empty()) return absl::OkStatus();
+  if (!l.has_tokenizer) {
+    return Invalid(Name(kJsonSchemaBound, r.transport),
+                   "structured output needs the model's tokenizer.json");
+  }
+  return GrammarFor(r).status();
+}
+
 uint64_t RandomSeed() {
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();
@@ -171,7 +181,23 @@ absl::Status ValidateParameters(const Request& r, const Limits& l) {
     if (absl::Status s = InRange(bound, r.transport, value, bound.hi); !s.ok()) return s;
   }
   if (absl::Status s = ValidateLogitBias(r, l); !s.ok()) return s;
+  if (absl::Status s = ValidateJsonSchema(r, l); !s.ok()) return s;
   return ValidateStops(r, l);
+}
+
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> GrammarFor(const Request& r) {
+  if (r.json_schema.empty()) return nullptr;
+  const std::string field = Name(kJsonSchemaBound, r.transport);
+  if (static_cast<double>(r.json_schema.size()) > kJsonSchemaBound.hi) {
+    return Invalid(field, absl::StrCat("a JSON schema of ", r.json_schema.size(),
+                                       " bytes; at most ", kJsonSchemaBound.hi));
+  }
+  const nlohmann::json schema =
+      nlohmann::json::parse(r.json_schema, nullptr, /*allow_exceptions=*/false);
+  if (schema.is_discarded()) return Invalid(field, "the JSON schema is not valid JSON");
+  absl::StatusOr<JsonGrammar> grammar = CompileJsonSchema(schema);
+  if (!grammar.ok()) return Invalid(field, std::string(grammar.status().message()));
+  return std::make_shared<const JsonGrammar>(*std::move(grammar));
 }
 
 std::string FieldOf(const absl::Status& status) {

@@ -20,6 +20,7 @@
 #define MOECACHE_SERVICES_SERVING_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,6 +29,7 @@
 #include "absl/status/status.h"
 #include "services/engine/generator.h"
 #include "services/engine/tokenizer.h"
+#include "services/serving/json_schema.h"
 
 namespace moe::serving {
 
@@ -55,6 +57,10 @@ struct Request {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;             // do not stop at the model's eos ids
   std::vector<std::string> stop;       // stop strings, matched on the text
+  // Structured output: the output is one JSON value this JSON schema (its
+  // text; json_schema.h lists the keywords) accepts, by token masks. "" =
+  // unconstrained. OpenAI's json_object is {"type":"object"}.
+  std::string json_schema;
   Transport transport = Transport::kGrpc;
 };
 
@@ -88,6 +94,10 @@ inline constexpr FieldBound kFrequencyPenaltyBound = {"frequency_penalty", "freq
 // Each bias of logit_bias (OpenAI's range).
 inline constexpr FieldBound kLogitBiasBound = {"logit_bias", "logit_bias", "--logit-bias", -100,
                                                100};
+// The length of json_schema's text in bytes (not a value: outside the
+// table; json_schema.h bounds what the schema may hold).
+inline constexpr FieldBound kJsonSchemaBound = {"json_schema", "response_format", "--json-schema",
+                                                0, 1 << 18};
 inline constexpr FieldBound kFieldBounds[] = {
     kMaxNewTokensBound,      kTemperatureBound,     kTopPBound,
     kTopLogprobsBound,       kTopKBound,            kMinPBound,
@@ -125,11 +135,15 @@ absl::Status Validate(const Request& request, const Limits& limits);
 // window is then checked against max_new_tokens alone.
 absl::Status ValidateParameters(const Request& request, const Limits& limits);
 
+// The request's json_schema compiled (null when it has none), or the
+// INVALID_ARGUMENT that Validate returns for it (naming the field).
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> GrammarFor(const Request& request);
+
 // The field an INVALID_ARGUMENT from Validate names; "" when none.
 std::string FieldOf(const absl::Status& status);
 
-// The engine's options for a validated request (request_id and pre-gating
-// are left for the runner). A request without a seed gets a random one
+// The engine's options for a validated request (request_id, pre-gating and
+// the json_schema's constraint are left for the runner: serving::Runner). A request without a seed gets a random one
 // here, so each call may differ.
 GenerateOptions ToGenerateOptions(const Request& request);
 

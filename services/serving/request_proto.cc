@@ -25,6 +25,7 @@ Request FromProto(const v1::GenerateRequest& m, Transport transport) {
   r.stop_token_ids.assign(m.stop_token_ids().begin(), m.stop_token_ids().end());
   r.ignore_eos = m.ignore_eos();
   r.stop.assign(m.stop().begin(), m.stop().end());
+  r.json_schema = m.json_schema();
   r.transport = transport;
   return r;
 }
@@ -56,6 +57,7 @@ void ToProto(const Request& r, v1::GenerateRequest* m) {
   m->set_ignore_eos(r.ignore_eos);
   m->clear_stop();
   for (const std::string& s : r.stop) m->add_stop(s);
+  m->set_json_schema(r.json_schema);
 }
 
 }  // namespace moe::serving

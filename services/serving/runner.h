@@ -36,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/base/call_once.h"
 #include "absl/time/time.h"
 #include "services/engine/expert_provider.h"
 #include "services/engine/generator.h"
@@ -48,6 +49,7 @@
 #include "services/serving/prefix_cache.h"
 #include "services/serving/request.h"
 #include "services/serving/scheduler.h"
+#include "services/serving/structured_output.h"
 
 namespace moe::serving {
 
@@ -141,7 +143,8 @@ class Runner {
   void Stop(absl::Duration grace);
 
   // The engine options `request` stands for (its text prompt encoded),
-  // validated against the model and the options.
+  // validated against the model and the options; a json_schema becomes the
+  // sampler's constraint (structured_output.h). Thread-safe.
   absl::StatusOr<GenerateOptions> BuildOptions(Request& request) const;
 
   int queued() const { return scheduler_.queued(); }
@@ -170,6 +173,9 @@ class Runner {
   // Keeps what `session` ran for `job` (its prompt, then its output) in the
   // prefix cache; a failure is logged, never the request's.
   void KeepPrefix(const Job& job, const Session& session);
+  // The tokenizer's TokenVocabulary, built on first use (a constrained
+  // request); any thread.
+  std::shared_ptr<const TokenVocabulary> Vocabulary() const;
 
   const MoeModel& model_;
   const Tokenizer* tokenizer_;
@@ -178,6 +184,8 @@ class Runner {
   Scheduler scheduler_;
   Executor executor_;
   PrefixCache prefix_cache_;  // the engine thread's
+  mutable absl::once_flag vocabulary_once_;
+  mutable std::shared_ptr<const TokenVocabulary> vocabulary_;
   // Absolute time (ns since epoch) after which running requests are
   // cancelled; int64 max while not stopping.
   std::atomic<int64_t> cancel_after_ns_;

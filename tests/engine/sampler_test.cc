@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
+#include <set>
 
 #include "gtest/gtest.h"
 
@@ -92,6 +94,105 @@ TEST(SamplerTest, RejectsBadParameters) {
   p = {};
   p.top_logprobs = 20;
   EXPECT_TRUE(ValidateSamplingParams(p).ok());
+}
+
+// A constraint for the tests: a fixed sequence of allowed sets; done after
+// `done_after` accepted tokens. Records what it was given.
+class ScriptedConstraint : public TokenConstraint {
+ public:
+  ScriptedConstraint(std::vector<std::set<int32_t>> steps, int done_after,
+                     std::vector<int32_t>* accepted)
+      : steps_(std::move(steps)), done_after_(done_after), accepted_(accepted) {}
+  void Allowed(std::vector<uint8_t>* allowed) const override {
+    allowed->assign(kVocab, 0);
+    const std::set<int32_t>& now = steps_[std::min(accepted_->size(), steps_.size() - 1)];
+    for (int32_t id : now) (*allowed)[id] = 1;
+  }
+  void Accept(int32_t token) override { accepted_->push_back(token); }
+  bool Done() const override { return static_cast<int>(accepted_->size()) >= done_after_; }
+  static constexpr int kVocab = 6;  // shorter than the logits below: the rest never allowed
+
+ private:
+  std::vector<std::set<int32_t>> steps_;
+  int done_after_;
+  std::vector<int32_t>* accepted_;
+};
+
+class ScriptedFactory : public TokenConstraintFactory {
+ public:
+  ScriptedFactory(std::vector<std::set<int32_t>> steps, int done_after)
+      : steps_(std::move(steps)), done_after_(done_after) {}
+  std::unique_ptr<TokenConstraint> Start() const override {
+    return std::make_unique<ScriptedConstraint>(steps_, done_after_, &accepted);
+  }
+  mutable std::vector<int32_t> accepted;
+
+ private:
+  std::vector<std::set<int32_t>> steps_;
+  int done_after_;
+};
+
+TEST(SamplerConstraintTest, OnlyAllowedTokensAreDrawnAndTheLastEnds) {
+  // Token 7 (past the constraint's vocabulary) and 1 have the highest logits.
+  const std::vector<float> logits = {0.1f, 5.0f, 0.3f, -2.0f, 0.2f, 1.0f, 0.0f, 9.0f};
+  auto factory = std::make_shared<ScriptedFactory>(
+      std::vector<std::set<int32_t>>{{2, 3}, {0, 4, 5}, {3}}, 3);
+  for (float temperature : {0.0f, 1.0f}) {
+    factory->accepted.clear();
+    SamplingParams p;
+    p.temperature = temperature;
+    p.seed = 5;
+    p.constraint = factory;
+    Sampler s(p);
+    SampledToken a = s.Next(logits), b = s.Next(logits), c = s.Next(logits);
+    if (temperature == 0.0f) {
+      EXPECT_EQ(a.token, 2);  // the best allowed, not the best
+      EXPECT_EQ(b.token, 5);
+    }
+    EXPECT_TRUE(a.token == 2 || a.token == 3) << a.token;
+    EXPECT_TRUE(b.token == 0 || b.token == 4 || b.token == 5) << b.token;
+    EXPECT_EQ(c.token, 3);
+    EXPECT_FALSE(a.ends);
+    EXPECT_FALSE(b.ends);
+    EXPECT_TRUE(c.ends);
+    EXPECT_EQ(factory->accepted, (std::vector<int32_t>{a.token, b.token, c.token}));
+    // Log-probabilities stay the model's.
+    double lse = 0;
+    for (float l : logits) lse += std::exp(static_cast<double>(l));
+    EXPECT_NEAR(c.logprob, logits[3] - std::log(lse), 1e-5);
+  }
+}
+
+TEST(SamplerConstraintTest, TruncationAndBiasNeverBringBackADisallowedToken) {
+  // top_k larger than the allowed set, a huge bias on a disallowed token,
+  // many seeded draws: never outside {1, 4}.
+  const std::vector<float> logits = {3.0f, -1.0f, 2.0f, 4.0f, -3.0f, 0.0f};
+  auto factory = std::make_shared<ScriptedFactory>(std::vector<std::set<int32_t>>{{1, 4}}, 1 << 30);
+  SamplingParams p;
+  p.temperature = 2.0f;
+  p.top_k = 5;
+  p.top_p = 0.99f;
+  p.min_p = 0.0f;
+  p.logit_bias = {{3, 100.0f}};
+  p.constraint = factory;
+  std::map<int32_t, int> seen;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    p.seed = seed;
+    Sampler s(p);
+    ++seen[s.Next(logits).token];
+  }
+  for (const auto& [id, n] : seen) EXPECT_TRUE(id == 1 || id == 4) << id;
+  EXPECT_EQ(seen.size(), 2u);  // both drawn: the mask does not collapse to greedy
+}
+
+TEST(SamplerConstraintTest, NothingAllowedEndsTheSequence) {
+  auto factory = std::make_shared<ScriptedFactory>(std::vector<std::set<int32_t>>{{}}, 1 << 30);
+  SamplingParams p;
+  p.constraint = factory;
+  Sampler s(p);
+  SampledToken t = s.Next(std::vector<float>{0.0f, 1.0f, 0.5f});
+  EXPECT_TRUE(t.ends);
+  EXPECT_TRUE(factory->accepted.empty());  // the token was not the constraint's
 }
 
 }  // namespace

@@ -213,7 +213,7 @@ TEST_F(HttpProcessTest, BadRequestsGetOpenAiShapedErrors) {
        400, "messages[0].content"},
       {"/v1/chat/completions",
        R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", 400,
-       "tools"},
+       "tools[0]"},
       {"/v1/completions", R"({"prompt": [1, 2], "max_tokens": 100000})", 400, "max_tokens"},
       {"/v1/completions", R"({"prompt": ")" + std::string(5000, 'a') + R"("})", 413, ""},
   };

@@ -167,7 +167,7 @@ TEST(OpenAiApiTest, RefusesWhatItDoesNotSupportByName) {
                      {"tools", Json::array({{{"type", "function"}}})}},
                     true)
                 .param,
-            "tools");
+            "tools[0]");
   Json body = openai::ErrorBody(Refusal({{"prompt", ids}, {"n", 3}}, false));
   EXPECT_TRUE(body["error"]["message"].is_string());
   EXPECT_EQ(body["error"]["type"], "invalid_request_error");

@@ -126,6 +126,101 @@ TEST_F(TrainedChatTest, OfficialNodeClientChatsWithTheTrainedModelsOwnTemplate) 
   EXPECT_EQ(j["sampled"][0], j["sampled"][1]);
 }
 
+// structured_test.mjs's `verse` schema, checked by hand on the parsed value.
+bool IsVerse(const Json& v) {
+  if (!v.is_object() || v.size() != 4) return false;
+  for (const char* k : {"book", "chapter", "words", "names"}) {
+    if (!v.contains(k)) return false;
+  }
+  const Json& book = v["book"];
+  if (book != "Genesis" && book != "Exodus" && book != "Psalms") return false;
+  if (!v["chapter"].is_number_integer() || v["chapter"].get<int64_t>() < 1 ||
+      v["chapter"].get<int64_t>() > 150) {
+    return false;
+  }
+  auto code_points = [](const std::string& s) {
+    size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  };
+  if (!v["words"].is_string() || code_points(v["words"].get<std::string>()) > 40) return false;
+  if (!v["names"].is_array() || v["names"].size() > 3) return false;
+  for (const Json& n : v["names"]) {
+    if (!n.is_string() || code_points(n.get<std::string>()) > 12) return false;
+  }
+  return true;
+}
+
+Json ParsedOrNull(const Json& text) {
+  return text.is_string() ? Json::parse(text.get<std::string>(), nullptr, false) : Json();
+}
+
+TEST_F(TrainedChatTest, OfficialNodeClientGetsStructuredOutputAndToolCalls) {
+  const std::string node_dir = std::string(MOE_SOURCE_DIR) + "/tests/openai_node";
+  ASSERT_TRUE(std::ifstream(node_dir + "/node_modules/openai/package.json").good())
+      << "the openai npm package is not installed: run scripts/setup-deps.sh "
+         "(npm ci in tests/openai_node)";
+  ASSERT_TRUE(Start(TrainedModel())) << worker_.Log();
+  int code = 0;
+  const std::string out = RunShell("BASE_URL=" + base_ + "/v1 MODEL=kjv-moe node " + node_dir +
+                                       "/structured_test.mjs",
+                                   &code, /*with_stderr=*/true);
+  ASSERT_EQ(code, 0) << out << worker_.Log();
+  const Json j = Json::parse(out.substr(out.rfind('{', out.find("\"schema_content\""))), nullptr,
+                             false);
+  ASSERT_TRUE(j.is_object()) << out;
+  // response_format json_schema: a value of the schema, ended by itself.
+  EXPECT_TRUE(IsVerse(ParsedOrNull(j["schema_content"]))) << j["schema_content"];
+  EXPECT_EQ(j["schema_finish"], "stop");
+  const Json object = ParsedOrNull(j["object_content"]);
+  EXPECT_TRUE(object.is_object()) << j["object_content"];
+  EXPECT_EQ(j["object_finish"], "stop");
+  // A forced call by name: OpenAI's shape, arguments of the schema.
+  const Json& named = j["named"];
+  EXPECT_TRUE(named["content"].is_null()) << named;
+  ASSERT_EQ(named["tool_calls"].size(), 1u) << named;
+  const Json& call = named["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_verse");
+  EXPECT_TRUE(call["id"].is_string() && !call["id"].get<std::string>().empty()) << call;
+  EXPECT_TRUE(IsVerse(ParsedOrNull(call["function"]["arguments"]))) << call;
+  EXPECT_EQ(j["named_finish"], "tool_calls");
+  // Streamed: the same call, arguments in pieces.
+  const Json& streamed = j["named_streamed"];
+  EXPECT_EQ(streamed["name"], "get_verse");
+  EXPECT_EQ(streamed["arguments"], call["function"]["arguments"]);
+  EXPECT_EQ(streamed["finish"], "tool_calls");
+  EXPECT_EQ(streamed["content"], "");
+  EXPECT_GT(j["streamed_usage"]["completion_tokens"].get<int>(), 3) << j["streamed_usage"];
+  // The repeat of the same prompt found it in the prefix cache.
+  EXPECT_GT(j["streamed_usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0)
+      << j["streamed_usage"];
+  // "required": one of the tools, its arguments of its schema; streamed the same.
+  const Json& required = j["required"];
+  ASSERT_EQ(required["tool_calls"].size(), 1u) << required;
+  const std::string name = required["tool_calls"][0]["function"]["name"];
+  const Json args = ParsedOrNull(required["tool_calls"][0]["function"]["arguments"]);
+  if (name == "get_verse") {
+    EXPECT_TRUE(IsVerse(args)) << args;
+  } else {
+    EXPECT_EQ(name, "count_words");
+    EXPECT_TRUE(args.is_object() && args.size() == 1 && args["n"].is_number_integer() &&
+                args["n"].get<int>() >= 0 && args["n"].get<int>() <= 9)
+        << args;
+  }
+  EXPECT_EQ(j["required_finish"], "tool_calls");
+  EXPECT_EQ(j["required_streamed"]["name"], name);
+  EXPECT_EQ(j["required_streamed"]["arguments"], required["tool_calls"][0]["function"]["arguments"]);
+  EXPECT_EQ(j["required_streamed"]["finish"], "tool_calls");
+  // The tool's result went back in and was answered.
+  EXPECT_EQ(j["follow_up_finish"], "length") << j;
+  EXPECT_EQ(j["follow_up_usage"]["completion_tokens"], 8);
+  // An unsupported keyword: 400 naming response_format and the keyword.
+  EXPECT_EQ(j["bad_schema"]["status"], 400) << j["bad_schema"];
+  EXPECT_EQ(j["bad_schema"]["param"], "response_format") << j["bad_schema"];
+  EXPECT_NE(j["bad_schema"]["message"].get<std::string>().find("pattern"), std::string::npos);
+}
+
 TEST_F(TrainedChatTest, AModelWithoutATemplateFallsBackToChatMlWithAWarning) {
   const std::string model = dir_.Sub("tiny");
   ASSERT_TRUE(moe::testing::MakeTinyModel(model).ok());
