@@ -24,6 +24,12 @@
 //   vocabulary has a token for it is the vocabulary's matter (one with all
 //   256 single bytes always does).
 //
+// Inside a string's plain text, the tokens made only of plain bytes that
+// fit in the room left (maxLength) are marked from a list sorted by length,
+// and the walk goes only down the subtrees that hold another byte: a large
+// vocabulary costs a pass over its plain ids, not a walk of every node
+// (measured in docs/benchmarks.md, "Structured output").
+//
 // Cost: the state is a few frames per live parse (one per open object,
 // array, string or number, plus the top level), at most kJsonMaxDepth + 2
 // frames of 24 bytes each; anyOf keeps one stack of frames per alternative
@@ -70,10 +76,19 @@ class TokenTrie {
     int32_t first_child = -1;
     int32_t next_sibling = -1;
     uint32_t ids_begin = 0, ids_end = 0;  // tokens that end here, in ids_
+    // The tokens of the whole subtree (this node's and below): contiguous
+    // in ids_, as the trie is laid out in preorder.
+    uint32_t subtree_begin = 0, subtree_end = 0;
+    uint16_t height = 0;       // the longest path below, in bytes
+    bool plain_below = false;  // this byte and every byte below are plain
     uint8_t byte = 0;
   };
   std::vector<Node> nodes_;  // nodes_[0]: the root (no byte)
   std::vector<int32_t> ids_;
+  // The tokens of plain bytes only, shortest first; plain_up_to_[n]: how
+  // many of them have at most n bytes.
+  std::vector<int32_t> plain_by_length_;
+  std::vector<uint32_t> plain_up_to_;
   int vocab_size_ = 0;
   int max_length_ = 0;
 };
@@ -123,8 +138,11 @@ class JsonMatcher {
             std::vector<uint8_t>* mask) const;
   // The same inside a string's plain text, where the state after the path
   // is (*levels)[base] with `extra` more code points (not materialized).
+  // `listed`: the plain tokens from the root were marked from the list
+  // already (only other bytes are looked for).
   void WalkPlain(const TokenTrie& trie, int32_t node, size_t base, size_t level, uint64_t extra,
-                 uint64_t room, std::vector<JsonMatcher>* levels, std::vector<uint8_t>* mask) const;
+                 uint64_t room, bool listed, std::vector<JsonMatcher>* levels,
+                 std::vector<uint8_t>* mask) const;
   // Code points a single parse inside a string's plain text may still take;
   // -1 when the state is not that.
   int64_t PlainRoom() const;

@@ -8,6 +8,7 @@
 //   build/bin/structured_bench [MODEL_DIR] [REPS]
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -36,11 +37,13 @@ constexpr char kSchema[] = R"({"type": "object", "properties": {
   "required": ["book", "chapter", "words", "names"], "additionalProperties": false})";
 
 struct Stat {
-  double median, lo, hi;
+  double median, lo, hi, mean, p90;
 };
 Stat Summarize(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
+  double sum = 0;
+  for (double x : v) sum += x;
+  return {v[v.size() / 2], v.front(), v.back(), sum / v.size(), v[v.size() * 9 / 10]};
 }
 
 // Per-token mask time (µs) replaying `tokens` under `grammar`.
@@ -94,10 +97,13 @@ int Main(int argc, char** argv) {
     });
     if (!a.ok()) return 1;
     constrained = got;
+    // The same options but the schema (the same session size), stopped
+    // after as many tokens.
     GenerateOptions free = o;
     free.sampling.constraint = nullptr;
-    free.max_new_tokens = static_cast<int>(got.size());
-    auto b = Generate(**model, experts->get(), free, [](const SampledToken&) { return true; });
+    size_t n = 0;
+    auto b = Generate(**model, experts->get(), free,
+                      [&](const SampledToken&) { return ++n < got.size(); });
     if (!b.ok()) return 1;
     with_us.push_back(a->tpot_seconds * 1e6);
     without_us.push_back(b->tpot_seconds * 1e6);
@@ -107,13 +113,17 @@ int Main(int argc, char** argv) {
   std::string joined;
   for (const std::string& t : text) joined += t;
 
-  // A vocabulary of Qwen's size: the model's tokens plus random words.
+  // A vocabulary of Qwen's size: the model's tokens plus random words, most
+  // of letters (as most of a BPE vocabulary is), one in ten with
+  // punctuation, quotes and brackets included.
   std::vector<std::string> big = vocab->bytes();
   std::mt19937 rng(7);
-  const std::string letters = "abcdefghijklmnopqrstuvwxyz      ,.:\"'{}[]0123456789ABCDEFGHIJ";
+  const std::string letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  const std::string punctuation = ",.:;\"'{}[]()0123456789-_!?";
   while (big.size() < 151936) {
     std::string w = rng() % 2 ? " " : "";
     for (int n = 1 + static_cast<int>(rng() % 9); n > 0; --n) w += letters[rng() % letters.size()];
+    if (rng() % 10 == 0) w.insert(rng() % (w.size() + 1), 1, punctuation[rng() % punctuation.size()]);
     big.push_back(w);
   }
   const serving::TokenVocabulary big_vocab(big);
@@ -131,10 +141,20 @@ int Main(int argc, char** argv) {
   std::printf("| time per token, without (µs) | %.0f | %.0f-%.0f |\n", without.median, without.lo,
               without.hi);
   std::printf("| with / without | %.3f | |\n", with.median / without.median);
-  std::printf("| the mask alone, this vocabulary (µs per token) | %.1f | %.1f-%.1f |\n",
-              mask.median, mask.lo, mask.hi);
-  std::printf("| the mask alone, 151,936 tokens (µs per token) | %.1f | %.1f-%.1f |\n",
-              big_mask.median, big_mask.lo, big_mask.hi);
+  std::printf("| the mask alone, this vocabulary (µs per token) | %.1f | %.1f-%.1f (mean %.1f, "
+              "p90 %.1f) |\n",
+              mask.median, mask.lo, mask.hi, mask.mean, mask.p90);
+  std::printf("| the mask alone, 151,936 tokens (µs per token) | %.1f | %.1f-%.1f (mean %.1f, "
+              "p90 %.1f) |\n",
+              big_mask.median, big_mask.lo, big_mask.hi, big_mask.mean, big_mask.p90);
+  if (std::getenv("MASK_TRACE") != nullptr) {
+    const std::vector<double> t = MaskTimes(*grammar, big_vocab, text);
+    std::string so_far;
+    for (size_t i = 0; i < t.size(); ++i) {
+      std::printf("%8.1f µs after %s\n", t[i], nlohmann::json(so_far).dump().c_str());
+      so_far += text[i];
+    }
+  }
   return 0;
 }
 
