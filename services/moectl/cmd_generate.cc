@@ -7,14 +7,27 @@
 // whose "text" is the whole generated text (the tokens' texts concatenated),
 // so a script can read the last line alone.
 //
+// --prompts-file FILE sends one request per line of FILE, --concurrency at
+// a time over one channel (a load generator, and batch inference from a
+// file): one JSON line per request, in the file's order,
+//   {"index":..,"finish_reason":..,"text":..,"usage":{..}} (or "error")
+// then {"requests":..,"failed":..,"generated_tokens":..,"wall_seconds":..,
+// "tokens_per_second":..}, wall time from the first request sent to the last
+// one finished.
+//
 // Exit codes: 0 success, 2 bad flags or a request the worker refused as
 // INVALID_ARGUMENT, 1 anything else (unreachable worker, busy, cancelled).
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "moe/v1/inference.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -33,6 +46,10 @@ using json = nlohmann::ordered_json;
 void DeclareFlags(FlagSet& f) {
   f.String("target", "", "moe-worker address: unix:PATH or HOST:PORT (required)");
   f.String("prompt", "", "prompt text (the worker tokenizes it)");
+  f.String("prompts-file", "",
+           "one prompt per line: the requests go --concurrency at a time; JSON "
+           "lines out (one per request, in order, then the totals)");
+  f.Int("concurrency", 16, "requests in flight at once with --prompts-file");
   DeclareGenerationFlags(f);
   DeclareSamplingFlags(f);
   f.String("stop-ids", "", "comma-separated token ids that end generation");
@@ -55,9 +72,9 @@ absl::Status AddIds(const std::string& text, const char* what,
 
 absl::StatusOr<v1::GenerateRequest> RequestFromFlags(const FlagSet& f) {
   RETURN_IF_ERROR(f.Require("target"));
-  if (f.IsSet("prompt") == f.IsSet("prompt-ids")) {
+  if (static_cast<int>(f.IsSet("prompt")) + f.IsSet("prompt-ids") + f.IsSet("prompts-file") != 1) {
     return absl::InvalidArgumentError(
-        "exactly one of --prompt and --prompt-ids is required");
+        "exactly one of --prompt, --prompt-ids and --prompts-file is required");
   }
   if (!f.positional().empty()) {
     return absl::InvalidArgumentError(
@@ -194,9 +211,110 @@ absl::Status Stream(const FlagSet& f, const v1::GenerateRequest& request) {
   return absl::OkStatus();
 }
 
+// The most prompts a --prompts-file may hold, and its largest size.
+constexpr size_t kMaxPrompts = 100000;
+constexpr int64_t kMaxPromptsFileBytes = 64 << 20;
+
+absl::StatusOr<std::vector<std::string>> ReadPrompts(const std::string& path) {
+  absl::StatusOr<std::string> read = ReadFileToString(path, kMaxPromptsFileBytes);
+  if (!read.ok()) {
+    return absl::Status(read.status().code(),
+                        absl::StrCat("--prompts-file: ", read.status().message()));
+  }
+  const std::string& text = *read;
+  std::vector<std::string> prompts;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.empty()) prompts.emplace_back(line);
+  }
+  if (prompts.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--prompts-file ", path, " has no prompt"));
+  }
+  if (prompts.size() > kMaxPrompts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompts-file has ", prompts.size(), " prompts; at most ", kMaxPrompts));
+  }
+  return prompts;
+}
+
+// --prompts-file: every prompt, --concurrency at a time; OK when all were.
+absl::Status StreamMany(const FlagSet& f, const v1::GenerateRequest& base) {
+  ASSIGN_OR_RETURN(std::vector<std::string> prompts, ReadPrompts(f.GetString("prompts-file")));
+  const int64_t concurrency = f.GetInt("concurrency");
+  if (concurrency < 1 || concurrency > 1024) {
+    return absl::InvalidArgumentError("--concurrency must be in [1, 1024]");
+  }
+  ASSIGN_OR_RETURN(auto channel,
+                   DialService(f, f.GetString("target"), MoeService::kWorker, "--target"));
+  auto stub = v1::Inference::NewStub(channel);
+  struct Result {
+    absl::Status status;
+    std::string text, finish;
+    v1::Usage usage;
+  };
+  std::vector<Result> results(prompts.size());
+  std::atomic<size_t> next{0};
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(f.GetDouble("timeout-s") * 1e3));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int64_t t = 0; t < std::min<int64_t>(concurrency, prompts.size()); ++t) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < prompts.size(); i = next++) {
+        v1::GenerateRequest r = base;
+        r.set_prompt(prompts[i]);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+        auto reader = stub->Generate(&ctx, r);
+        v1::GenerateResponse resp;
+        Result& out = results[i];
+        while (reader->Read(&resp)) {
+          out.text += resp.text();
+          if (!resp.finish_reason().empty()) {
+            out.finish = resp.finish_reason();
+            out.usage = resp.usage();
+          }
+        }
+        out.status = rpc::FromGrpcStatus(reader->Finish());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int failed = 0;
+  int64_t generated = 0;
+  absl::Status first_error;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    json j;
+    j["index"] = i;
+    if (!r.status.ok()) {
+      ++failed;
+      if (first_error.ok()) first_error = r.status;
+      j["error"] = r.status.ToString();
+    } else {
+      generated += r.usage.generated_tokens();
+      j["finish_reason"] = r.finish;
+      j["text"] = r.text;
+      j["usage"] = {{"prompt_tokens", r.usage.prompt_tokens()},
+                    {"generated_tokens", r.usage.generated_tokens()},
+                    {"time_to_first_token_seconds", r.usage.time_to_first_token_seconds()},
+                    {"time_per_output_token_seconds", r.usage.time_per_output_token_seconds()},
+                    {"cached_prompt_tokens", r.usage.cached_prompt_tokens()}};
+    }
+    PrintJsonLine(j);
+  }
+  PrintJsonLine({{"requests", results.size()},
+                 {"failed", failed},
+                 {"generated_tokens", generated},
+                 {"wall_seconds", wall},
+                 {"tokens_per_second", wall > 0 ? generated / wall : 0.0}});
+  return first_error;
+}
+
 int RunGenerate(const Args& args) {
   FlagSet flags("generate",
-                "--target ADDR (--prompt TEXT | --prompt-ids 1,2,3) "
+                "--target ADDR (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file FILE) "
                 "[--max-new-tokens N] [sampling flags] [--json]");
   DeclareFlags(flags);
   absl::Status parsed = flags.Parse(args);
@@ -207,7 +325,9 @@ int RunGenerate(const Args& args) {
   absl::StatusOr<v1::GenerateRequest> request =
       parsed.ok() ? RequestFromFlags(flags) : parsed;
   absl::Status status = request.status();
-  if (status.ok()) status = Stream(flags, *request);
+  if (status.ok()) {
+    status = flags.IsSet("prompts-file") ? StreamMany(flags, *request) : Stream(flags, *request);
+  }
   if (status.ok()) return 0;
   std::string msg = absl::StrReplaceAll(status.ToString(), {{"\n", " "}});
   std::fprintf(stderr, "moectl generate: %s\n", msg.c_str());

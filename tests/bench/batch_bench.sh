@@ -7,9 +7,12 @@
 # real moe-cached (emulated link, a cache smaller than the model) and
 # moe-worker (CPU backend). The two runners alternate per stream count so
 # that drift of this shared CPU hits both alike.
-# Each stream is one `moectl generate` process sending WAVES requests back
-# to back; tokens/s = generated tokens of all streams / wall time of the
-# wave; TTFT and TPOT are the worker's own per-request figures (TTFT counts
+# Each wave is STREAMS concurrent requests from one `moectl generate
+# --prompts-file --concurrency STREAMS` process (CLIENT=processes: one
+# `moectl generate` process per stream, as before 2026-12-04, whose start-up
+# competes with the worker for the CPU); WAVES waves back to back;
+# tokens/s = generated tokens of all streams / wall time of the wave (the
+# client's, first request sent to last finished); TTFT and TPOT are the worker's own per-request figures (TTFT counts
 # queueing from the worker's Submit). Greedy requests: the texts of each
 # request under both runners are compared (a line per stream count).
 # usage: tests/bench/batch_bench.sh [BUILD_DIR]  (env: LINK_GBPS (1), CAP
@@ -17,7 +20,8 @@
 #        STREAMS ("1 4 16"), BATCH (16), CHUNK (prefill chunk, 16),
 #        LAYERS (4), POLICY (lfu), PREFETCH (off), HINTS (off), KEEP_WORK=1,
 #        KV_MB (the batched worker's --kv-budget-mb, default 0: none),
-#        KV_BLOCK (its --kv-block-tokens, default 64),
+#        KV_BLOCK (its --kv-block-tokens, default 64), CLIENT (one: one
+#        moectl process per wave; processes: one per stream),
 #        MODEL (a mixtral-layout model directory instead of the made one, e.g.
 #        the trained deploy/models/kjv-moe: learned routing; LAYERS is then
 #        read from it))
@@ -36,6 +40,7 @@ prefetch=${PREFETCH:-off}
 hints=${HINTS:-off}  # moe-worker --pregate-hints (both runners)
 kv_mb=${KV_MB:-0}
 kv_block=${KV_BLOCK:-64}
+client=${CLIENT:-one}
 py=/usr/bin/python3
 
 work=$(mktemp -d /tmp/moe-batch.XXXXXX)
@@ -97,16 +102,34 @@ measure() {
   : >"$work/$tag.wall"
   for w in $(seq 1 "$waves"); do
     local t0 t1 cl=""
-    t0=$(date +%s.%N)
-    for s in $(seq 1 "$streams"); do
-      $bin/moectl generate --target "unix:$work/w.sock" --prompt "$(prompt_for "$s" "$w")" \
-        --max-new-tokens "$new_tokens" --ignore-eos --json >"$work/$tag.$w.$s.out" 2>&1 &
-      cl="$cl $!"
-    done
-    for p in $cl; do wait "$p" || { cat "$work/$tag.$w".*.out; exit 1; }; done
-    t1=$(date +%s.%N)
-    echo "$t0 $t1" | $py -c 'import sys; a,b=map(float,sys.stdin.read().split()); print(b-a)' \
-      >>"$work/$tag.wall"
+    if [ "$client" = one ]; then
+      : >"$work/$tag.$w.prompts"
+      for s in $(seq 1 "$streams"); do prompt_for "$s" "$w" >>"$work/$tag.$w.prompts"; done
+      $bin/moectl generate --target "unix:$work/w.sock" --prompts-file "$work/$tag.$w.prompts" \
+        --concurrency "$streams" --max-new-tokens "$new_tokens" --ignore-eos \
+        >"$work/$tag.$w.all" 2>&1 || { cat "$work/$tag.$w.all"; exit 1; }
+      # One file per stream, as the per-process client writes them.
+      $py - "$work/$tag.$w" "$streams" <<'EOF2'
+import json, sys
+base, n = sys.argv[1], int(sys.argv[2])
+lines = [json.loads(l) for l in open(base + ".all") if l.strip()]
+for s in range(1, n + 1):
+    open("%s.%d.out" % (base, s), "w").write(json.dumps(lines[s - 1]) + "\n")
+open(base + ".wallone", "w").write("%f\n" % lines[-1]["wall_seconds"])
+EOF2
+      cat "$work/$tag.$w.wallone" >>"$work/$tag.wall"
+    else
+      t0=$(date +%s.%N)
+      for s in $(seq 1 "$streams"); do
+        $bin/moectl generate --target "unix:$work/w.sock" --prompt "$(prompt_for "$s" "$w")" \
+          --max-new-tokens "$new_tokens" --ignore-eos --json >"$work/$tag.$w.$s.out" 2>&1 &
+        cl="$cl $!"
+      done
+      for p in $cl; do wait "$p" || { cat "$work/$tag.$w".*.out; exit 1; }; done
+      t1=$(date +%s.%N)
+      echo "$t0 $t1" | $py -c 'import sys; a,b=map(float,sys.stdin.read().split()); print(b-a)' \
+        >>"$work/$tag.wall"
+    fi
     for s in $(seq 1 "$streams"); do
       tail -1 "$work/$tag.$w.$s.out" | $py -c \
         'import json,sys; print(json.dumps(json.load(sys.stdin)["usage"]))' >>"$work/$tag.usage"
@@ -141,7 +164,7 @@ EOF
 
 echo "model: ${MODEL:-made mixtral (hidden 256, expert width 512)}: $layers MoE layers x $per_layer experts (top-2);" \
      "expert $expert_bytes bytes; cache $cap of $experts experts ($policy, prefetch $prefetch, pregate hints $hints);" \
-     "link $link GB/s; $new_tokens new tokens x $waves waves per stream;" \
+     "link $link GB/s; $new_tokens new tokens x $waves waves per stream; client: $client;" \
      "batched: --max-batch $batch --prefill-chunk $chunk --kv-budget-mb $kv_mb --kv-block-tokens $kv_block"
 printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' streams runner "tok/s" p50_tpot p99_tpot \
   p50_ttft p99_ttft bytes/token

@@ -164,6 +164,56 @@ TEST_F(OpsReportTest, WorkerExportsTheMetricsOperatorsExpect) {
   EXPECT_THAT(m, HasSubstr("\",version=\"0.1.0\"} 1"));
 }
 
+// moectl generate --prompts-file: every line a request, --concurrency at a
+// time, answered in the file's order with the same texts as one at a time.
+TEST_F(OpsReportTest, GenerateSendsAPromptsFileConcurrently) {
+  StartWorker();
+  const std::vector<std::string> prompts = {"In the beginning", "And God said", "Let there be",
+                                            "light", "and there was"};
+  std::string file;
+  for (const std::string& p : prompts) file += p + "\n";
+  moe::testing::WriteText(dir_.Sub("prompts.txt"), file + "\n");  // a blank line is skipped
+  int code = -1;
+  const std::string out = Moectl("generate --target " + worker_sock_ + " --prompts-file " +
+                                     dir_.Sub("prompts.txt") +
+                                     " --concurrency 3 --max-new-tokens 4 --ignore-eos",
+                                 &code);
+  ASSERT_EQ(code, 0) << out;
+  std::vector<nlohmann::json> lines;
+  for (absl::string_view l : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    lines.push_back(nlohmann::json::parse(l, nullptr, false));
+  }
+  ASSERT_EQ(lines.size(), prompts.size() + 1) << out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(lines[i]["index"], i);
+    EXPECT_EQ(lines[i]["finish_reason"], "length");
+    EXPECT_EQ(lines[i]["usage"]["generated_tokens"], 4);
+    const std::string one = Moectl("generate --target " + worker_sock_ + " --prompt '" +
+                                       prompts[i] + "' --max-new-tokens 4 --ignore-eos --json",
+                                   &code);
+    ASSERT_EQ(code, 0) << one;
+    const std::vector<std::string> rows = absl::StrSplit(one, '\n', absl::SkipEmpty());
+    EXPECT_EQ(lines[i]["text"], nlohmann::json::parse(rows.back())["text"]) << prompts[i];
+  }
+  const nlohmann::json& totals = lines.back();
+  EXPECT_EQ(totals["requests"], prompts.size());
+  EXPECT_EQ(totals["failed"], 0);
+  EXPECT_EQ(totals["generated_tokens"], 20);
+  EXPECT_GT(totals["tokens_per_second"].get<double>(), 0);
+
+  moe::testing::WriteText(dir_.Sub("empty.txt"), "\n\n");
+  const std::string empty = Moectl("generate --target " + worker_sock_ + " --prompts-file " +
+                                       dir_.Sub("empty.txt"),
+                                   &code);
+  EXPECT_EQ(code, 2) << empty;
+  EXPECT_THAT(empty, HasSubstr("has no prompt"));
+  EXPECT_THAT(Moectl("generate --target " + worker_sock_ + " --prompt x --prompts-file " +
+                         dir_.Sub("prompts.txt"),
+                     &code),
+              HasSubstr("exactly one of --prompt, --prompt-ids and --prompts-file"));
+  EXPECT_EQ(code, 2);
+}
+
 // Point 7: each command pointed at the other service says so, and
 // `stats --worker` takes the worker's gRPC address too.
 TEST_F(OpsReportTest, WrongEndpointGetsAClearAnswer) {
