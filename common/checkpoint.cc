@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/gguf_model.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -111,8 +113,66 @@ absl::Status Checkpoint::OpenIndex(const std::string& index_path) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
+    std::unique_ptr<GgufCheckpoint> gguf, const ModelConfig& config, const std::string& path) {
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  ckpt->dir_ = path;
+  for (const GgufTensorInfo& t : gguf->tensors()) {
+    ASSIGN_OR_RETURN(GgufName name, MapGgufTensorName(config.family, t.name));
+    DType dtype;
+    switch (t.type) {
+      case GgufType::kF32: dtype = DType::kF32; break;
+      case GgufType::kF16: dtype = DType::kF16; break;
+      case GgufType::kBF16: dtype = DType::kBF16; break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor '", t.name, "' is ", GgufTypeName(static_cast<uint32_t>(t.type)),
+            ": only F32, F16 and BF16 GGUF tensors are loaded so far"));
+    }
+    const absl::Span<const uint8_t> bytes = gguf->Data(t);
+    std::vector<int64_t> shape = t.shape();
+    if (name.stacked_experts) {
+      // ggml dims [in, out, experts]: expert e is the e-th [out, in] block.
+      if (shape.size() != 3 || shape[0] != config.num_experts) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor '", t.name, "' stacks ", shape.empty() ? 0 : shape[0],
+            " experts; the model has ", config.num_experts));
+      }
+      const size_t each = bytes.size() / static_cast<size_t>(shape[0]);
+      const std::vector<int64_t> one(shape.begin() + 1, shape.end());
+      for (int64_t e = 0; e < shape[0]; ++e) {
+        const std::string ours = name.ForExpert(static_cast<int>(e));
+        ckpt->views_[ours] = TensorView{dtype, one, bytes.data() + e * each, each};
+        ckpt->names_.push_back(ours);
+      }
+      continue;
+    }
+    const uint8_t* data = bytes.data();
+    if (name.rope_permuted) {
+      const bool q = absl::StrContains(t.name, "attn_q");
+      const int64_t heads = q ? config.num_attention_heads : config.num_key_value_heads;
+      const int64_t head_dim = config.head_dim;
+      if (shape.size() != 2 || heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 ||
+          shape[0] != heads * head_dim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor '", t.name, "' has ", shape.empty() ? 0 : shape[0],
+            " rows; ", heads, " heads of ", head_dim, " expected"));
+      }
+      std::vector<uint8_t>& copy = ckpt->owned_.emplace_back(bytes.size());
+      UndoLlamaRopePermutation(bytes.data(), heads, head_dim,
+                               bytes.size() / static_cast<size_t>(shape[0]), copy.data());
+      data = copy.data();
+    }
+    ckpt->views_[name.ours] = TensorView{dtype, shape, data, bytes.size()};
+    ckpt->names_.push_back(name.ours);
+  }
+  std::sort(ckpt->names_.begin(), ckpt->names_.end());
+  ckpt->gguf_ = std::move(gguf);
+  return ckpt;
+}
+
 bool Checkpoint::Has(absl::string_view name) const {
-  return where_.count(std::string(name)) > 0;
+  return where_.count(std::string(name)) > 0 || views_.count(std::string(name)) > 0;
 }
 
 const SafetensorsFile* Checkpoint::FileOf(absl::string_view name) const {
@@ -121,6 +181,7 @@ const SafetensorsFile* Checkpoint::FileOf(absl::string_view name) const {
 }
 
 absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
+  if (auto view = views_.find(std::string(name)); view != views_.end()) return view->second;
   auto it = where_.find(std::string(name));
   if (it == where_.end()) {
     return absl::NotFoundError(absl::StrCat(

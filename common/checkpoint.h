@@ -1,6 +1,7 @@
 // A Hugging Face model directory's weights: either one `model.safetensors`
 // or `model.safetensors.index.json` plus the shard files it names (the same
-// rule transformers uses: the single file wins when both exist).
+// rule transformers uses: the single file wins when both exist). Or a GGUF
+// checkpoint (FromGguf), its tensors under our (Hugging Face) names.
 //
 // Open validates everything up front: every shard parses (see
 // SafetensorsFile), every index entry names a shard that exists and holds
@@ -22,6 +23,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/dtype.h"
+#include "common/gguf.h"
+#include "common/model_config.h"
 #include "common/safetensors.h"
 
 namespace moe {
@@ -73,6 +76,15 @@ class Checkpoint {
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
       const std::string& dir);
 
+  // The tensors of a GGUF checkpoint of `config` (ModelConfigFromGguf)
+  // under our names (common/gguf_model.h): a stacked expert tensor becomes
+  // one view per expert (no copy), llama's permuted attn_q / attn_k rows
+  // are put back in Hugging Face order (a copy, held here). F32, F16 and
+  // BF16 tensors only so far: INVALID_ARGUMENT naming the tensor and its
+  // type for the others, and for names the family does not have.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> FromGguf(
+      std::unique_ptr<GgufCheckpoint> gguf, const ModelConfig& config, const std::string& path);
+
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
 
@@ -81,7 +93,8 @@ class Checkpoint {
   // NOT_FOUND (naming the tensor and directory) for unknown names.
   absl::StatusOr<TensorView> Get(absl::string_view name) const;
 
-  // Where `name` lives: the shard and its header entry; nullptr if unknown.
+  // Where `name` lives: the shard and its header entry; nullptr if unknown
+  // (and for every tensor of a GGUF checkpoint).
   // For loaders that want file offsets rather than views.
   const SafetensorsFile* FileOf(absl::string_view name) const;
 
@@ -109,6 +122,11 @@ class Checkpoint {
     const TensorInfo* info;
   };
   std::unordered_map<std::string, Location> where_;
+  // A GGUF checkpoint's views (where_ is then empty), and the bytes of the
+  // ones it had to copy.
+  std::unique_ptr<GgufCheckpoint> gguf_;
+  std::unordered_map<std::string, TensorView> views_;
+  std::vector<std::vector<uint8_t>> owned_;
 };
 
 }  // namespace moe

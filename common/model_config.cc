@@ -2,11 +2,14 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/config_reader.h"
 #include "common/file_util.h"
 #include "common/family_fields.h"
 #include "common/fp8.h"
+#include "common/gguf.h"
+#include "common/gguf_model.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -446,6 +449,16 @@ absl::Status ValidateModelConfig(ModelConfig* config) {
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  if (absl::EndsWith(dir, ".gguf") && IsRegularFile(dir)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> gguf, GgufCheckpoint::Open(dir));
+    absl::StatusOr<ModelConfig> config =
+        ModelConfigFromGguf(gguf->metadata(), gguf->tensors());
+    if (!config.ok()) {
+      return absl::Status(config.status().code(),
+                          absl::StrCat(dir, ": ", config.status().message()));
+    }
+    return config;
+  }
   std::string path = JoinPath(dir, "config.json");
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   auto config = ParseModelConfig(text);

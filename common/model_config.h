@@ -221,6 +221,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json);
 std::vector<std::string> IntKeysReadForTest(absl::string_view json);
 
 // Reads and parses `dir`/config.json; errors are prefixed with the path.
+// A `dir` that is a `.gguf` file: its metadata (ModelConfigFromGguf).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 
 // Checks the invariants listed at the top of this file and recomputes

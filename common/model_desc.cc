@@ -3,7 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "common/file_util.h"
 #include "common/fp8.h"
+#include "common/gguf_model.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -312,6 +314,14 @@ int64_t RoutedExpertParams(const ModelConfig& c) {
 
 absl::StatusOr<ModelDescription> ModelDescription::Open(
     const std::string& dir) {
+  if (absl::EndsWith(dir, ".gguf") && IsRegularFile(dir)) {
+    // A GGUF checkpoint: the config from its metadata, the tensors by our names.
+    ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> gguf, GgufCheckpoint::Open(dir));
+    ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+    ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
+                     Checkpoint::FromGguf(std::move(gguf), config, dir));
+    return FromParts(std::move(config), std::move(ckpt));
+  }
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
   return FromParts(std::move(config), std::move(ckpt));

@@ -3,7 +3,9 @@
 // ExpectedTensors(config) lists every tensor a family's checkpoint must hold,
 // with its Hugging Face name, role, layer, expert and shape (PyTorch layout:
 // Linear weights are [out_features, in_features]). ModelDescription opens a
-// model directory (config.json + safetensors), checks that every expected
+// model directory (config.json + safetensors), or a `.gguf` file (its
+// metadata as the config, its tensors under our names: Checkpoint::FromGguf),
+// checks that every expected
 // tensor exists with exactly that shape and a float dtype (F32/F16/BF16, or
 // F8_E4M3 with block scales when config.json says so: common/fp8.h), and
 // then hands out zero-copy views by role:

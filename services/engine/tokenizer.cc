@@ -3,13 +3,17 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/file_util.h"
+#include "common/gguf.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "services/engine/tokenizer_spec.h"
@@ -230,6 +234,136 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string
     }
   }
   return tokenizer;
+}
+
+namespace {
+
+// llama.cpp's tokenizer.ggml.pre names and the split regexes they stand for
+// (the Hugging Face tokenizer.json patterns tokenizer_text.cc recognizes).
+absl::StatusOr<std::string> PreRegex(absl::string_view pre) {
+  if (pre == "default" || pre == "gpt-2" || pre == "gpt2" || pre == "olmo") {
+    return std::string(
+        R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
+  }
+  if (pre == "qwen2") {
+    return std::string(
+        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
+  }
+  if (pre == "llama-bpe" || pre == "llama3") {
+    return std::string(
+        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "GGUF tokenizer.ggml.pre '", pre, "' is not supported (default, gpt-2, qwen2, llama-bpe)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufMetadata& m) {
+  if (!m.Has("tokenizer.ggml.model")) {
+    return absl::NotFoundError("the GGUF file has no tokenizer (tokenizer.ggml.model)");
+  }
+  ASSIGN_OR_RETURN(absl::string_view model, m.GetString("tokenizer.ggml.model"));
+  if (model != "gpt2") {
+    return absl::UnimplementedError(absl::StrCat(
+        "GGUF tokenizer.ggml.model '", model,
+        "' is not read yet (only 'gpt2', byte-level BPE)"));
+  }
+  absl::string_view pre = "default";
+  if (m.Has("tokenizer.ggml.pre")) {
+    ASSIGN_OR_RETURN(pre, m.GetString("tokenizer.ggml.pre"));
+  }
+  ASSIGN_OR_RETURN(std::string regex, PreRegex(pre));
+  ASSIGN_OR_RETURN(std::vector<absl::string_view> tokens, m.GetStringArray("tokenizer.ggml.tokens"));
+  std::vector<absl::string_view> merges;
+  if (m.Has("tokenizer.ggml.merges")) {
+    ASSIGN_OR_RETURN(merges, m.GetStringArray("tokenizer.ggml.merges"));
+  }
+  std::vector<int64_t> types;
+  if (m.Has("tokenizer.ggml.token_type")) {
+    ASSIGN_OR_RETURN(types, m.GetIntArray("tokenizer.ggml.token_type"));
+    if (types.size() != tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GGUF tokenizer.ggml.token_type has ", types.size(), " entries for ", tokens.size(),
+          " tokens"));
+    }
+  }
+  // As a tokenizer.json, parsed by the one parser.
+  nlohmann::json vocab = nlohmann::json::object();
+  nlohmann::json added = nlohmann::json::array();
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string t(tokens[id]);
+    const int64_t type = types.empty() ? 1 : types[id];
+    if (type == 3 || type == 4) {  // control, user defined: matched whole
+      added.push_back({{"id", id}, {"content", t}, {"special", type == 3}});
+    }
+    if (!vocab.contains(t)) vocab[t] = id;
+  }
+  nlohmann::json merge_list = nlohmann::json::array();
+  for (absl::string_view mg : merges) merge_list.push_back(std::string(mg));
+  nlohmann::json j = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}},
+      {"added_tokens", added},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", regex}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", false},
+           {"trim_offsets", false},
+           {"use_regex", false}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"post_processor", nullptr}};
+  std::optional<int64_t> bos, eos;
+  if (m.Has("tokenizer.ggml.bos_token_id")) {
+    ASSIGN_OR_RETURN(bos, m.GetInt("tokenizer.ggml.bos_token_id"));
+  }
+  if (m.Has("tokenizer.ggml.eos_token_id")) {
+    ASSIGN_OR_RETURN(eos, m.GetInt("tokenizer.ggml.eos_token_id"));
+  }
+  for (const std::optional<int64_t>& id : {bos, eos}) {
+    if (id.has_value() && (*id < 0 || *id >= static_cast<int64_t>(tokens.size()))) {
+      return absl::InvalidArgumentError(absl::StrCat("GGUF bos/eos token id ", *id,
+                                                     " outside the ", tokens.size(), " tokens"));
+    }
+  }
+  bool add_bos = false;
+  if (m.Has("tokenizer.ggml.add_bos_token")) {
+    ASSIGN_OR_RETURN(add_bos, m.GetBool("tokenizer.ggml.add_bos_token"));
+  }
+  if (add_bos && bos.has_value()) {
+    const std::string name(tokens[*bos]);
+    j["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", name}, {"type_id", 0}}}},
+                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"special_tokens", {{name, {{"id", name}, {"ids", {*bos}}, {"tokens", {name}}}}}}};
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = FromJson(j.dump());
+  if (!t.ok()) {
+    return absl::Status(t.status().code(),
+                        absl::StrCat("GGUF tokenizer: ", t.status().message()));
+  }
+  if (bos.has_value()) (*t)->bos_id_ = static_cast<int32_t>(*bos);
+  if (eos.has_value()) (*t)->eos_id_ = static_cast<int32_t>(*eos);
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::ForModel(const std::string& path) {
+  if (absl::EndsWith(path, ".gguf") && IsRegularFile(path)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> gguf, GgufCheckpoint::Open(path));
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = FromGguf(gguf->metadata());
+    if (!t.ok()) {
+      return absl::Status(t.status().code(), absl::StrCat(path, ": ", t.status().message()));
+    }
+    return t;
+  }
+  const std::string file = JoinPath(path, "tokenizer.json");
+  if (!IsRegularFile(file)) return absl::NotFoundError(absl::StrCat("no tokenizer.json in ", path));
+  return FromFile(file);
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special) const {

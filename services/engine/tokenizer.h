@@ -36,6 +36,8 @@
 
 namespace moe {
 
+class GgufMetadata;
+
 namespace tok {
 struct TokenizerSpec;  // parsed tokenizer.json (tokenizer_spec.h)
 }  // namespace tok
@@ -50,6 +52,18 @@ class Tokenizer {
   // INVALID_ARGUMENT for malformed JSON or merges naming unknown tokens;
   // UNIMPLEMENTED for model types other than BPE and unknown components.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view json);
+  // The vocabulary of a GGUF file (llama.cpp's tokenizer.ggml.* keys):
+  // model "gpt2" (byte-level BPE with merges) and the pre-tokenizer that
+  // tokenizer.ggml.pre names ("default"/"gpt-2", "qwen2", "llama-bpe");
+  // token_type 3 (control) tokens are special added tokens, 4 (user
+  // defined) plain added ones; bos/eos from tokenizer.ggml.{bos,eos}_token_id,
+  // and a leading bos when tokenizer.ggml.add_bos_token says so. NOT_FOUND
+  // when the file has no vocabulary; UNIMPLEMENTED naming the model or pre
+  // otherwise (the SentencePiece kind, "llama", is not read yet).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufMetadata& metadata);
+  // The tokenizer of a model path: `path`/tokenizer.json, or a `.gguf`
+  // file's vocabulary. NOT_FOUND when there is none.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> ForModel(const std::string& path);
 
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;

@@ -72,9 +72,11 @@ absl::Status Worker::CheckOptions(const std::vector<rpc::ListenAddress>& listen)
   if (options_.model_dir.empty()) {
     return absl::InvalidArgumentError("--model DIR is required");
   }
-  if (!std::filesystem::is_directory(options_.model_dir)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model ", options_.model_dir, ": not a directory"));
+  const bool gguf = absl::EndsWith(options_.model_dir, ".gguf") &&
+                    std::filesystem::is_regular_file(options_.model_dir);
+  if (!gguf && !std::filesystem::is_directory(options_.model_dir)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model ", options_.model_dir, ": not a directory (nor a .gguf file)"));
   }
   if (options_.runner.max_queue < 0 || options_.runner.max_prompt_tokens < 0) {
     return absl::InvalidArgumentError(
@@ -182,12 +184,13 @@ absl::Status Worker::LoadModel() {
   if (options_.cpu_threads > 0) SetCpuThreads(options_.cpu_threads);
   ASSIGN_OR_RETURN(backend_, CreateBackend(options_.backend));
   ASSIGN_OR_RETURN(model_, MoeModel::Load(options_.model_dir, backend_.get()));
-  const std::string tok_path = options_.model_dir + "/tokenizer.json";
-  if (std::filesystem::exists(tok_path)) {
-    ASSIGN_OR_RETURN(tokenizer_, Tokenizer::FromFile(tok_path));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::ForModel(options_.model_dir);
+  if (tokenizer.ok()) {
+    tokenizer_ = *std::move(tokenizer);
+  } else if (absl::IsNotFound(tokenizer.status())) {
+    MOE_LOG(WARNING) << tokenizer.status().message() << ": only prompt_token_ids are accepted";
   } else {
-    MOE_LOG(WARNING) << "no tokenizer.json in " << options_.model_dir
-                     << ": only prompt_token_ids are accepted";
+    return tokenizer.status();
   }
   if (!options_.http.listen.empty()) {
     // A template this interpreter cannot render fails here, not later.

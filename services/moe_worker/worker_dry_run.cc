@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "services/moe_worker/worker.h"
@@ -34,9 +35,9 @@ absl::StatusOr<std::string> Worker::DryRun(const WorkerOptions& options) {
   RETURN_IF_ERROR(w.CheckOptions(listen));
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(options.backend));
   ASSIGN_OR_RETURN(ModelDescription desc, ModelDescription::Open(options.model_dir));
-  const std::string tok_path = options.model_dir + "/tokenizer.json";
-  const bool has_tokenizer = std::filesystem::exists(tok_path);
-  if (has_tokenizer) RETURN_IF_ERROR(Tokenizer::FromFile(tok_path).status());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::ForModel(options.model_dir);
+  if (!tokenizer.ok() && !absl::IsNotFound(tokenizer.status())) return tokenizer.status();
+  const bool has_tokenizer = tokenizer.ok();
   if (!options.http.listen.empty()) {
     RETURN_IF_ERROR(openai::ChatTemplate::FromModelDir(options.model_dir).status());
   }
@@ -71,7 +72,7 @@ absl::StatusOr<std::string> Worker::DryRun(const WorkerOptions& options) {
                                                       m.max_context)),
                   options.runner.max_batch == 0 ? " (auto)" : "", "\n");
   absl::StrAppend(&out, "experts:  ", experts, "\n");
-  absl::StrAppend(&out, "tokenizer: ", has_tokenizer ? tok_path : "none (prompt_token_ids only)",
+  absl::StrAppend(&out, "tokenizer: ", has_tokenizer ? (absl::EndsWith(options.model_dir, ".gguf") ? options.model_dir : options.model_dir + "/tokenizer.json") : std::string("none (prompt_token_ids only)"),
                   "\n");
   absl::StrAppend(&out, "start:    ", VersionLine("moe-worker"), " serving model ", name,
                   " on ", listen_text, ", backend ", backend->Info().name, ", metrics ",

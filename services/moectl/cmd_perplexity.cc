@@ -90,8 +90,7 @@ absl::Status Run(const FlagSet& f) {
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(f.GetString("text")));
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(f.GetString("device")));
   ASSIGN_OR_RETURN(std::unique_ptr<MoeModel> model, MoeModel::Load(dir, backend.get()));
-  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok,
-                   Tokenizer::FromFile(JoinPath(dir, "tokenizer.json")));
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(dir));
   std::vector<int32_t> ids = tok->Encode(text, /*add_special=*/true);
   const int64_t limit = std::min<int64_t>(f.GetInt("max-tokens"), model->max_context());
   if (static_cast<int64_t>(ids.size()) > limit) ids.resize(static_cast<size_t>(limit));

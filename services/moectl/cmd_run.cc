@@ -162,11 +162,13 @@ std::optional<Failure> Run(const FlagSet& f, serving::Request request) {
   auto model = MoeModel::Load(dir, backend->get());
   if (!model.ok()) return Failure{1, model.status()};
   std::unique_ptr<Tokenizer> tokenizer;
-  const std::string tok_path = JoinPath(dir, "tokenizer.json");
-  if (f.IsSet("prompt") || IsRegularFile(tok_path)) {
-    auto t = Tokenizer::FromFile(tok_path);
-    if (!t.ok()) return Failure{1, t.status()};
-    tokenizer = std::move(*t);
+  {
+    auto t = Tokenizer::ForModel(dir);
+    if (t.ok()) {
+      tokenizer = std::move(*t);
+    } else if (f.IsSet("prompt") || !absl::IsNotFound(t.status())) {
+      return Failure{1, t.status()};
+    }
   }
   if (f.IsSet("prompt")) {
     // Even an empty --prompt is encoded (special tokens), as always.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "common/model_desc.h"
 #include "services/flags/flag_groups.h"
@@ -63,6 +64,7 @@ plan::StoredFormats StoredFormatsOf(const std::string& dir, const ModelConfig& c
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     if (e.path().extension() == ".safetensors") any = true;
   }
+  if (absl::EndsWith(dir, ".gguf")) any = true;  // a GGUF file holds its weights
   if (!any) return s;
   absl::StatusOr<ModelDescription> d = ModelDescription::Open(dir);
   if (!d.ok()) {

@@ -2,9 +2,15 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "common/gguf.h"
+#include "common/status_macros.h"
 
 namespace moe::openai {
 namespace {
@@ -87,9 +93,46 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   return ss.str();
 }
 
-// tokenizer_config.json as an object; an empty object when the file is
-// absent. INVALID_ARGUMENT when it is not a JSON object.
+bool IsGguf(const std::string& path) {
+  return absl::EndsWith(path, ".gguf") && IsRegularFile(path);
+}
+
+// A GGUF file's tokenizer.chat_template and bos/eos token texts, in the
+// shape of a tokenizer_config.json.
+absl::StatusOr<Json> GgufConfig(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> gguf, GgufCheckpoint::Open(path));
+  const GgufMetadata& m = gguf->metadata();
+  Json config = Json::object();
+  if (m.Has("tokenizer.chat_template")) {
+    ASSIGN_OR_RETURN(absl::string_view t, m.GetString("tokenizer.chat_template"));
+    config["chat_template"] = std::string(t);
+  }
+  if (m.Has("tokenizer.ggml.tokens")) {
+    ASSIGN_OR_RETURN(std::vector<absl::string_view> tokens,
+                     m.GetStringArray("tokenizer.ggml.tokens"));
+    for (const auto& [key, name] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token"},
+                                    std::pair{"tokenizer.ggml.eos_token_id", "eos_token"}}) {
+      if (!m.Has(key)) continue;
+      ASSIGN_OR_RETURN(int64_t id, m.GetInt(key));
+      if (id >= 0 && id < static_cast<int64_t>(tokens.size())) {
+        config[name] = std::string(tokens[static_cast<size_t>(id)]);
+      }
+    }
+  }
+  return config;
+}
+
+// Where a model's own template comes from, for the start-up log.
+std::string OwnTemplateOrigin(const std::string& model) {
+  return IsGguf(model) ? absl::StrCat(model, " (tokenizer.chat_template)")
+                       : absl::StrCat(model, "/tokenizer_config.json");
+}
+
+// tokenizer_config.json as an object (a GGUF file: its metadata, GgufConfig);
+// an empty object when the file is absent. INVALID_ARGUMENT when it is not a
+// JSON object.
 absl::StatusOr<Json> ReadConfig(const std::string& dir) {
+  if (IsGguf(dir)) return GgufConfig(dir);
   const std::string path = dir + "/tokenizer_config.json";
   absl::StatusOr<std::string> text = ReadText(path);
   if (!text.ok()) return Json::object();
@@ -139,7 +182,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Resolve(const std::s
   if (choice.empty()) {
     absl::StatusOr<std::unique_ptr<ChatTemplate>> own = FromModelDir(model_dir);
     if (!own.ok() || *own != nullptr) {
-      *origin = absl::StrCat(model_dir, "/tokenizer_config.json");
+      *origin = OwnTemplateOrigin(model_dir);
       return own;
     }
     *fallback = true;
@@ -199,7 +242,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Create(std::string s
 }
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromModelDir(const std::string& dir) {
-  const std::string path = dir + "/tokenizer_config.json";
+  const std::string path = OwnTemplateOrigin(dir);
   absl::StatusOr<Json> config = ReadConfig(dir);
   if (!config.ok()) return config.status();
   absl::StatusOr<std::string> source = TemplateOf(*config, path);

@@ -34,8 +34,10 @@ class ChatTemplate {
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> Create(std::string source,
                                                               std::string bos_token,
                                                               std::string eos_token);
-  // From `dir`/tokenizer_config.json. Null (OK) when the model has no chat
-  // template; INVALID_ARGUMENT for one that cannot be parsed or rendered.
+  // From `dir`/tokenizer_config.json (a `.gguf` file: its
+  // tokenizer.chat_template, bos and eos). Null (OK) when the model has no
+  // chat template; INVALID_ARGUMENT for one that cannot be parsed or
+  // rendered.
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromModelDir(const std::string& dir);
 
   // What the worker serves chat with (--chat-template `choice`):

@@ -22,17 +22,23 @@
 #     the Q8_0 / Q4_0 files (experts only; the rest stays BF16 / F32, as ours).
 #     Our side reads the safetensors folder with --expert-format bf16|q8|q4
 #     (converted into memory at load).
-#  4. The machine's memory read bandwidth (read_bw), per thread count.
-#  5. Token check: 4 prompts of token ids x 32 greedy tokens, both sides, per
-#     format. bf16 and q8 must agree; where they part, it must be a near-tie
-#     in our log-probs (llama.cpp's token within --tie-nats, default 0.05, of
-#     ours; the sequences are compared up to that point only), else the
-#     script stops. llama.cpp rounds activations to bf16 in BF16 products and
-#     quantizes them with f16 scales in Q8_0 ones; ours keeps f32 activations
-#     for bf16 and f32 scales for q8, so exact ties can break either way on a
-#     random model whose top logits are close. q4 is reported, not checked:
-#     our q4 (64-weight groups, scale + min) is not llama.cpp's Q4_0 (32-weight
-#     groups, scale only); both are 4.5 bits per weight.
+#  4. The machine's memory read bandwidth (read_bw) per thread count, measured
+#     right before and right after the timing (step 6).
+#  5. Token check (tests/bench/peer/check_tokens.py): 4 prompts of token ids
+#     x 32 greedy tokens, both sides, per format. bf16 and q8 must agree up to
+#     near-ties, else the script stops. Where the tokens part, it is a
+#     near-tie if llama.cpp's token is within --tie-nats (0.05) of ours in our
+#     log-probs, or if a router near-tie earlier in the sequence explains it:
+#     tests/bench/peer/explain_divergence.py teacher-forces the common prefix
+#     through the float64 reference (tests/reference/moe_reference.py) and
+#     flips the closest router decisions one at a time; one flip giving
+#     llama.cpp's token explains it. (llama.cpp rounds activations to bf16 in
+#     BF16 products and to 8 bits with f16 scales in Q8_0 ones; ours keeps
+#     f32 activations for bf16, f32 scales for q8; a random model's router
+#     has decisions within 1e-3.) Only tokens up to the first difference are
+#     compared. q4 is reported, not checked: our q4 (64-weight groups, scale +
+#     min) is not llama.cpp's Q4_0 (32-weight groups, scale only); both are
+#     4.5 bits per weight.
 #  6. Timing, sides alternated (which goes first flips every configuration
 #     and rep): a P-token prompt (200) in one batch, then N greedy tokens (64).
 #     Ours: `moectl run --cpu-threads T --json` (TTFT = the prompt + first
@@ -46,14 +52,16 @@
 #
 # usage: tests/bench/peer_bench.sh [--quick] [--threads 1,2] [--formats bf16,q8,q4]
 #          [--reps 5] [--n-gen 64] [--prompt-tokens 200] [--tie-nats 0.05]
-#          [--quiet-wait SEC] [--build DIR] [--peer-dir DIR] [--keep]
+#          [--quiet-wait SEC] [--retries 2] [--max-others 0.25]
+#          [--build DIR] [--peer-dir DIR] [--keep]
 #   --quick: 1 rep, 1 thread (unless given), the small model, 32 tokens.
 #   --quiet-wait SEC: before each pair of timed runs, wait while other
 #     processes keep > 1/4 core busy (at most SEC seconds over the whole run).
 #   Each timed run also records the CPU other processes used meanwhile
 #   ("others" column, in cores): on a shared machine, read it before the
 #   numbers (llama.cpp's spinning threadpool suffers most when a core is
-#   taken).
+#   taken). --retries N: a pair where either run saw others above
+#   --max-others cores is run again, up to N more times (the last is kept).
 # env: PEER_DIR (scratch folder), MOE_CPU_SIMD (caps our SIMD level),
 #      LLAMA_MMAP=1, PY (a python3 with numpy; default /usr/bin/python3)
 # Run it niced on a shared machine: nice -n 10 tests/bench/peer_bench.sh
@@ -75,6 +83,8 @@ keep=0
 threads_set=0
 reps_set=0
 quiet_wait=0
+retries=2
+max_others=0.25
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -82,6 +92,8 @@ while [ $# -gt 0 ]; do
     --formats) formats=${2:?--formats needs a list}; shift ;;
     --reps) reps=${2:?--reps needs a number}; reps_set=1; shift ;;
     --quiet-wait) quiet_wait=${2:?--quiet-wait needs seconds}; shift ;;
+    --retries) retries=${2:?--retries needs a number}; shift ;;
+    --max-others) max_others=${2:?--max-others needs cores}; shift ;;
     --n-gen) n_gen=${2:?--n-gen needs a number}; shift ;;
     --prompt-tokens) prompt_tokens=${2:?--prompt-tokens needs a number}; shift ;;
     --tie-nats) tie_nats=${2:?--tie-nats needs a number}; shift ;;
@@ -108,6 +120,8 @@ for t in $threads; do [[ $t =~ ^[1-9][0-9]*$ ]] || die "bad thread count '$t'"; 
 [[ $n_gen =~ ^[0-9]+$ ]] && [ "$n_gen" -ge 2 ] || die "--n-gen must be >= 2"
 [[ $prompt_tokens =~ ^[1-9][0-9]*$ ]] || die "bad --prompt-tokens '$prompt_tokens'"
 [[ $quiet_wait =~ ^[0-9]+$ ]] || die "bad --quiet-wait '$quiet_wait'"
+[[ $retries =~ ^[0-9]+$ ]] || die "bad --retries '$retries'"
+[[ $max_others =~ ^[0-9]*\.?[0-9]+$ ]] || die "bad --max-others '$max_others'"
 
 py=${PY:-/usr/bin/python3}
 moectl=$build/bin/moectl
@@ -220,10 +234,6 @@ EOF
 bench_prompt=$(cat "$work/bench_prompt.txt")
 first_t=${threads%% *}
 
-# --- 4. read bandwidth ---
-log "read bandwidth (read_bw, 1 GiB, threads $threads)"
-"$read_bw" --mb 1024 --threads "${threads// /,}" --reps 7 >"$work/read_bw.txt"
-
 # --- 5. token check ---
 check_n=32
 for f in $formats; do
@@ -240,42 +250,10 @@ for f in $formats; do
     --prompts "$work/check_prompts.txt" >"$work/check-llama-$f.txt" 2>"$work/check-llama-$f.err" ||
     { cat "$work/check-llama-$f.err" >&2; die "llama_driver gen failed ($f)"; }
 done
-"$py" - "$work" "$tie_nats" "$formats" "$check_n" <<'EOF' || die "TOKEN CHECK FAILED: the two engines do not compute the same function (see above)"
-import json, sys
-work, tol, formats, n = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
-names = {"bf16": "BF16", "q8": "Q8_0", "q4": "Q4_0"}
-ok = True
-for f in formats:
-    llama = [l.strip().split(",") for l in open(f"{work}/check-llama-{f}.txt") if l.strip()]
-    exact, notes = 0, []
-    for i, theirs in enumerate(llama, 1):
-        steps = [json.loads(l) for l in open(f"{work}/check-ours-{f}-{i}.jsonl") if '"token_id"' in l]
-        ours = [str(s["token_id"]) for s in steps]
-        if ours == theirs:
-            exact += 1
-            continue
-        k = next((j for j in range(min(len(ours), len(theirs))) if ours[j] != theirs[j]), None)
-        if k is None:
-            notes.append(f"prompt {i}: ours has {len(ours)} tokens, llama.cpp {len(theirs)} (NOT comparable)")
-            ok = False
-            continue
-        top = {str(a["token_id"]): a["logprob"] for a in steps[k]["top_logprobs"]}
-        gap = steps[k]["logprob"] - top[theirs[k]] if theirs[k] in top else float("inf")
-        tie = gap <= tol
-        notes.append(f"prompt {i}: same {k} tokens, then ours {ours[k]} / llama.cpp {theirs[k]}, "
-                     f"log-prob gap {gap:.4f} nats in ours ({'near-tie' if tie else 'NOT a near-tie'})")
-        if f != "q4" and not tie:
-            ok = False
-    verdict = ("all equal" if exact == len(llama) else
-               "reported only (q4 is not Q4_0)" if f == "q4" else
-               "ok: equal up to near-ties" if all("NOT" not in x for x in notes) else "FAILED")
-    print(f"token check {f} / {names[f]}: {exact} of {len(llama)} prompts equal in all {n} tokens; {verdict}")
-    for note in notes:
-        print("    " + note)
-sys.exit(0 if ok else 1)
-EOF
+"$py" "$root/tests/bench/peer/check_tokens.py" "$work" "$model" "$formats" "$check_n" "$tie_nats" ||
+  die "TOKEN CHECK FAILED: the engines differ beyond near-ties (see above)"
 
-# --- 6. timing, sides alternated ---
+# --- 4 and 6. read bandwidth (before and after the timing), timing, sides alternated ---
 # Other processes' CPU during each timed run (this machine is shared): the
 # busy jiffies of /proc/stat over the run minus the run's own user + system
 # time, in cores (0 = nothing else ran; 1 = a whole other core was busy).
@@ -327,25 +305,40 @@ wait_quiet() {
     waited=$((waited + 6))
   done
 }
+wait_quiet
+log "read bandwidth (read_bw, 1 GiB, threads $threads)"
+"$read_bw" --mb 1024 --threads "${threads// /,}" --reps 7 >"$work/read_bw.txt"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+# clean_pair FORMAT THREADS REP: both runs had others' CPU <= --max-others.
+clean_pair() {
+  cat "$work/t-ours-$1-$2-$3.json.others" "$work/t-llama-$1-$2-$3.json.others" 2>/dev/null |
+    awk -v m="$max_others" '$1 > m {bad = 1} END {exit bad}'
+}
+rerun=0
 n=0
 for r in $(seq 1 "$reps"); do
   for t in $threads; do
     for f in $formats; do
       n=$((n + 1))
-      wait_quiet
-      log "timing rep $r/$reps: $f, $t thread(s)"
-      if [ $(( (n + r) % 2 )) = 0 ]; then
-        run_ours "$f" "$t" "$r"; run_llama "$f" "$t" "$r"
-      else
-        run_llama "$f" "$t" "$r"; run_ours "$f" "$t" "$r"
-      fi
+      for attempt in $(seq 0 "$retries"); do
+        wait_quiet
+        log "timing rep $r/$reps: $f, $t thread(s)$([ "$attempt" = 0 ] || echo ", again ($attempt)")"
+        if [ $(( (n + r) % 2 )) = 0 ]; then
+          run_ours "$f" "$t" "$r"; run_llama "$f" "$t" "$r"
+        else
+          run_llama "$f" "$t" "$r"; run_ours "$f" "$t" "$r"
+        fi
+        clean_pair "$f" "$t" "$r" && break
+        [ "$attempt" = "$retries" ] || rerun=$((rerun + 1))
+      done
     done
   done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+wait_quiet
+"$read_bw" --mb 1024 --threads "${threads// /,}" --reps 7 >>"$work/read_bw.txt"
 
-# --- 7. the table ---
+# --- the tables ---
 cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)
 backend=$(sed -n 's/.*loaded CPU backend from .*\/\(libggml-cpu-[a-z0-9]*\)\.so.*/\1/p' "$work/llama-info.txt" | head -1)
 echo
@@ -354,7 +347,8 @@ echo
 echo "- machine: $cpu, $(nproc) CPUs; load average before $load_before, after $load_after"
 echo "- ours: $("$moectl" --version 2>/dev/null | head -1)${MOE_CPU_SIMD:+, MOE_CPU_SIMD=$MOE_CPU_SIMD}"
 echo "- model: $name ($make_args), $(sed -n 's/^total bytes: //p' "$work/inspect.txt") bf16"
-echo "- prompt $prompt_tokens tokens in one batch, then $n_gen greedy tokens; $reps rep(s), sides alternated"
+echo "- prompt $prompt_tokens tokens in one batch, then $n_gen greedy tokens; $reps rep(s), sides alternated;" \
+  "$rerun pair(s) re-run because other processes used > $max_others cores (at most $retries times each)"
 "$py" - "$work" "$reps" "$threads" "$formats" <<'EOF'
 import json, re, statistics, sys
 work, reps, threads, formats = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
@@ -366,10 +360,10 @@ bpe = {"bf16": num(r"^bytes per expert: (\d+)"), "q8": num(r"^bytes per expert a
 weights = bpe["bf16"] // 2
 llama_bpe = {"bf16": weights * 2, "q8": weights * 34 // 32, "q4": weights * 18 // 32}
 per_tok = num(r"^moe layers: (\d+)") * num(r"^top-k: (\d+)")
-bw = {}
+bw = {}  # threads -> medians measured before and after the timing
 for l in open(f"{work}/read_bw.txt"):
     p = l.split()
-    bw[p[1]] = float(p[3])
+    bw.setdefault(p[1], []).append(float(p[3]))
 names = {"bf16": "BF16", "q8": "Q8_0", "q4": "Q4_0"}
 def load(side, f, t, key):
     v = []
@@ -411,11 +405,13 @@ for t in threads:
         lb = per_tok * llama_bpe[f] * statistics.median(ld) / 1e9
         gbps.append((f, t, per_tok * bpe[f], ob, per_tok * llama_bpe[f], lb))
 print()
-print("decode bandwidth: expert bytes read per token x median decode tokens/s, against the read bandwidth (read_bw, 1 GiB, median of 7)")
+print("decode bandwidth: expert bytes read per token x median decode tokens/s, against the read bandwidth"
+      " (read_bw: 1 GiB, median of 7, before / after the timing; % of the higher)")
 print()
 print("| experts | threads | read GB/s | ours MB/token | ours GB/s | % of read | llama.cpp MB/token | llama.cpp GB/s | % of read |")
 print("|---|---|---|---|---|---|---|---|---|")
 for f, t, obytes, ob, lbytes, lb in gbps:
-    r = bw.get(t, float("nan"))
-    print(f"| {f} / {names[f]} | {t} | {r:.1f} | {obytes / 1e6:.1f} | {ob:.1f} | {100 * ob / r:.0f}% | {lbytes / 1e6:.1f} | {lb:.1f} | {100 * lb / r:.0f}% |")
+    r = max(bw.get(t, [float("nan")]))
+    rs = " / ".join(f"{x:.1f}" for x in bw.get(t, []))
+    print(f"| {f} / {names[f]} | {t} | {rs} | {obytes / 1e6:.1f} | {ob:.1f} | {100 * ob / r:.0f}% | {lbytes / 1e6:.1f} | {lb:.1f} | {100 * lb / r:.0f}% |")
 EOF

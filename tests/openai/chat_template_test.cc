@@ -3,6 +3,8 @@
 // fallback, and the errors that stop a worker at start.
 #include "services/openai/chat_template.h"
 
+#include <cstdlib>
+
 #include "gtest/gtest.h"
 #include "tests/common/test_util.h"
 
@@ -118,4 +120,28 @@ TEST(TrainedModelTemplateTest, WritesTheConversationAsVerses) {
 }
 
 }  // namespace
+// A GGUF file's tokenizer.chat_template is the model's own template (the
+// trained model converted by tests/reference/hf_to_gguf.py).
+TEST(GgufChatTemplateTest, TheFilesTemplateIsTheModelsOwn) {
+  moe::testing::TempDir dir;
+  const std::string folder = std::string(MOE_SOURCE_DIR) + "/deploy/models/kjv-moe";
+  const std::string gguf = dir.Sub("kjv.gguf");
+  const std::string cmd = "/usr/bin/python3 " + std::string(MOE_SOURCE_DIR) +
+                          "/tests/reference/hf_to_gguf.py " + folder + " " + gguf;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  bool fallback = true;
+  std::string origin;
+  auto from_file = ChatTemplate::Resolve("", gguf, &fallback, &origin);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_FALSE(fallback);
+  EXPECT_EQ(origin, gguf + " (tokenizer.chat_template)");
+  auto from_folder = ChatTemplate::FromModelDir(folder);
+  ASSERT_TRUE(from_folder.ok() && *from_folder != nullptr);
+  const Json messages = Json::array({{{"role", "user"}, {"content", "Who made the earth?"}},
+                                     {{"role", "assistant"}, {"content", "God."}},
+                                     {{"role", "user"}, {"content", "When?"}}});
+  EXPECT_EQ((*from_file)->Apply(messages, true).value(),
+            (*from_folder)->Apply(messages, true).value());
+}
+
 }  // namespace moe::openai

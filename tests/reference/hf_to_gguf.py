@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""Converts a small Hugging Face MoE folder (config.json + model.safetensors)
+to a GGUF file the way llama.cpp's converter lays it out, for tests: our own
+code, standard library only (with tests/reference/gguf_writer.py).
+
+    hf_to_gguf.py MODEL_DIR OUT.gguf
+
+Families: mixtral (GGUF architecture "llama" with experts) and qwen3_moe
+("qwen3moe"). Tensors keep their dtype (F32, F16 or BF16). What llama.cpp's
+converter does and this does too: llama.cpp's tensor names, each layer's
+routed experts stacked into one tensor per projection (ggml dims [in, out,
+experts]), and the rows of a llama model's attn_q / attn_k permuted for its
+interleaved rope (HF row h*d + j*d/2 + i goes to row h*d + 2*i + j). A
+byte-level BPE tokenizer.json becomes tokenizer.ggml.* (model "gpt2", the
+pre-tokenizer named by its split regex, tokens by id, merges, token types:
+3 for special added tokens, 4 for other added ones, 1 otherwise), and
+tokenizer_config.json's chat_template becomes tokenizer.chat_template.
+"""
+import json
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_writer as gw  # noqa: E402
+
+DTYPES = {"F32": (gw.F32, 4), "F16": (gw.F16, 2), "BF16": (gw.BF16, 2)}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = (t["dtype"], t["shape"], blob[base + a:base + b])
+    return out
+
+
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+         r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+          r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def add_tokenizer(w, path):
+    tok = json.load(open(path))
+    model = tok["model"]
+    if model.get("type", "BPE") != "BPE" or model.get("byte_fallback"):
+        sys.exit("hf_to_gguf.py: only byte-level BPE tokenizers are converted")
+    ids = dict(model["vocab"])
+    kinds = {}
+    for a in tok.get("added_tokens", []):
+        ids[a["content"]] = a["id"]
+        kinds[a["id"]] = 3 if a.get("special") else 4
+    tokens = [None] * (max(ids.values()) + 1)
+    for t, i in ids.items():
+        tokens[i] = t
+    tokens = [t if t is not None else "[PAD%d]" % i for i, t in enumerate(tokens)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    pre = "default"
+    text = json.dumps(tok.get("pre_tokenizer"))
+    if json.dumps(QWEN2)[1:-1] in text:
+        pre = "qwen2"
+    elif json.dumps(LLAMA3)[1:-1] in text:
+        pre = "llama-bpe"
+    post = tok.get("post_processor") or {}
+    add_bos = post.get("type") == "TemplateProcessing" and "SpecialToken" in post["single"][0]
+    w.add("tokenizer.ggml.model", gw.STRING, "gpt2")
+    w.add("tokenizer.ggml.pre", gw.STRING, pre)
+    w.add("tokenizer.ggml.tokens", gw.ARRAY, tokens, elem=gw.STRING)
+    w.add("tokenizer.ggml.token_type", gw.ARRAY,
+          [kinds.get(i, 1) for i in range(len(tokens))], elem=gw.INT32)
+    w.add("tokenizer.ggml.merges", gw.ARRAY, merges, elem=gw.STRING)
+    w.add("tokenizer.ggml.add_bos_token", gw.BOOL, bool(add_bos))
+    cfg_path = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    if os.path.exists(cfg_path):
+        template = json.load(open(cfg_path)).get("chat_template")
+        if isinstance(template, str):
+            w.add("tokenizer.chat_template", gw.STRING, template)
+
+
+def permute_rows(data, rows, heads, row_bytes):
+    d = rows // heads
+    out = bytearray(len(data))
+    for h in range(heads):
+        for i in range(d // 2):
+            for j in range(2):
+                src = h * d + j * (d // 2) + i
+                dst = h * d + 2 * i + j
+                out[dst * row_bytes:(dst + 1) * row_bytes] = \
+                    data[src * row_bytes:(src + 1) * row_bytes]
+    return bytes(out)
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    tensors = read_safetensors(os.path.join(src, "model.safetensors"))
+    family = cfg["model_type"]
+    if family == "mixtral":
+        arch, moe, experts_key = "llama", "block_sparse_moe", "num_local_experts"
+        proj = {"w1": "ffn_gate", "w3": "ffn_up", "w2": "ffn_down"}
+    elif family == "qwen3_moe":
+        arch, moe, experts_key = "qwen3moe", "mlp", "num_experts"
+        proj = {"gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
+    else:
+        sys.exit("hf_to_gguf.py: family %s is not converted" % family)
+    if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+        sys.exit("hf_to_gguf.py: dense layers (mlp_only_layers, decoder_sparse_step) have "
+                 "no GGUF form in llama.cpp's qwen3moe")
+    heads = cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    n_exp = cfg[experts_key]
+
+    w = gw.GGUFWriter(version=3)
+    U32, F32V = gw.UINT32, gw.FLOAT32
+    w.add("general.architecture", gw.STRING, arch)
+    w.add(arch + ".embedding_length", U32, cfg["hidden_size"])
+    w.add(arch + ".block_count", U32, cfg["num_hidden_layers"])
+    w.add(arch + ".attention.head_count", U32, heads)
+    w.add(arch + ".attention.head_count_kv", U32, kv_heads)
+    w.add(arch + ".expert_count", U32, n_exp)
+    w.add(arch + ".expert_used_count", U32, cfg["num_experts_per_tok"])
+    w.add(arch + ".feed_forward_length", U32, cfg["intermediate_size"])
+    w.add(arch + ".context_length", U32, cfg["max_position_embeddings"])
+    w.add(arch + ".attention.layer_norm_rms_epsilon", F32V, cfg["rms_norm_eps"])
+    w.add(arch + ".rope.freq_base", F32V, cfg.get("rope_theta", 10000.0))
+    w.add(arch + ".vocab_size", U32, cfg["vocab_size"])
+    if arch == "llama":
+        w.add(arch + ".rope.dimension_count", U32, head_dim)
+    else:
+        w.add(arch + ".expert_feed_forward_length", U32, cfg["moe_intermediate_size"])
+        w.add(arch + ".attention.key_length", U32, head_dim)
+        w.add(arch + ".attention.value_length", U32, head_dim)
+    for key, gkey in (("bos_token_id", "tokenizer.ggml.bos_token_id"),
+                      ("eos_token_id", "tokenizer.ggml.eos_token_id")):
+        v = cfg.get(key)
+        if isinstance(v, list):
+            v = v[0] if v else None
+        if v is not None:
+            w.add(gkey, U32, v)
+
+    tok_path = os.path.join(src, "tokenizer.json")
+    if os.path.exists(tok_path):
+        add_tokenizer(w, tok_path)
+
+    def add(name, dtype, shape, data):
+        w.add_tensor(name, DTYPES[dtype][0], list(reversed(shape)), data)
+
+    simple = {"model.embed_tokens.weight": "token_embd.weight",
+              "model.norm.weight": "output_norm.weight",
+              "lm_head.weight": "output.weight"}
+    layer_names = {"input_layernorm.weight": "attn_norm.weight",
+                   "post_attention_layernorm.weight": "ffn_norm.weight",
+                   "self_attn.q_proj.weight": "attn_q.weight",
+                   "self_attn.k_proj.weight": "attn_k.weight",
+                   "self_attn.v_proj.weight": "attn_v.weight",
+                   "self_attn.o_proj.weight": "attn_output.weight",
+                   "self_attn.q_norm.weight": "attn_q_norm.weight",
+                   "self_attn.k_norm.weight": "attn_k_norm.weight",
+                   moe + ".gate.weight": "ffn_gate_inp.weight"}
+    stacks = {}
+    for name in sorted(tensors):
+        dtype, shape, data = tensors[name]
+        if name in simple:
+            add(simple[name], dtype, shape, data)
+            continue
+        parts = name.split(".")
+        layer, rest = int(parts[2]), ".".join(parts[3:])
+        if rest in layer_names:
+            if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
+                h = heads if "q_proj" in rest else kv_heads
+                data = permute_rows(data, shape[0], h, len(data) // shape[0])
+            add("blk.%d.%s" % (layer, layer_names[rest]), dtype, shape, data)
+            continue
+        # model.layers.N.<moe>.experts.E.<proj>.weight
+        e, p = int(parts[5]), parts[6]
+        stacks.setdefault((layer, proj[p]), {})[e] = (dtype, shape, data)
+    for (layer, kind), by_expert in sorted(stacks.items()):
+        dtype, shape, _ = by_expert[0]
+        data = b"".join(by_expert[e][2] for e in range(n_exp))
+        add("blk.%d.%s_exps.weight" % (layer, kind), dtype, [n_exp] + shape, data)
+    w.write(dst)
+
+
+if __name__ == "__main__":
+    main()
