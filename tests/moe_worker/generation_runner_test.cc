@@ -68,24 +68,8 @@ class GoneProvider : public ExpertProvider {
   void Release(AcquiredExperts&) override {}
 };
 
-class GenerationRunnerTest : public ::testing::Test {
+class GenerationRunnerTest : public testing::TinyRunnerTest {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(moe::testing::MakeTinyModel(dir_.path()).ok());
-    auto backend = CreateBackend("cpu");
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    backend_ = std::move(*backend);
-    auto model = MoeModel::Load(dir_.path(), backend_.get());
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    auto tok = Tokenizer::FromFile(dir_.path() + "/tokenizer.json");
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = std::move(*tok);
-    auto provider = InMemoryExpertProvider::Create(*model_);
-    ASSERT_TRUE(provider.ok());
-    provider_ = std::move(*provider);
-  }
-
   std::unique_ptr<GenerationRunner> MakeRunner(ExpertProvider* provider,
                                                RunnerOptions options = {}) {
     auto runner = std::make_unique<GenerationRunner>(
@@ -101,13 +85,6 @@ class GenerationRunnerTest : public ::testing::Test {
     r.set_ignore_eos(true);
     return r;
   }
-
-  moe::testing::TempDir dir_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<MoeModel> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<InMemoryExpertProvider> provider_;
-  WorkerMetrics metrics_;
 };
 
 TEST_F(GenerationRunnerTest, GreedyTokensEqualInProcessGenerate) {

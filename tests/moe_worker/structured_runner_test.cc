@@ -61,33 +61,8 @@ bool IsPerson(const std::string& text) {
   return v["ok"].is_boolean();
 }
 
-class StructuredRunnerTest : public ::testing::Test {
+class StructuredRunnerTest : public testing::TinyRunnerTest {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(moe::testing::MakeTinyModel(dir_.path()).ok());
-    auto backend = CreateBackend("cpu");
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    backend_ = std::move(*backend);
-    auto model = MoeModel::Load(dir_.path(), backend_.get());
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
-    auto tok = Tokenizer::FromFile(dir_.path() + "/tokenizer.json");
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = std::move(*tok);
-    auto provider = InMemoryExpertProvider::Create(*model_);
-    ASSERT_TRUE(provider.ok());
-    provider_ = std::move(*provider);
-  }
-
-  std::unique_ptr<GenerationRunner> MakeRunner(int max_batch = 1) {
-    RunnerOptions options;
-    options.max_batch = max_batch;
-    auto runner = std::make_unique<GenerationRunner>(*model_, provider_.get(), tokenizer_.get(),
-                                                     &metrics_, options);
-    EXPECT_TRUE(runner->Start().ok());
-    return runner;
-  }
-
   static v1::GenerateRequest Request(const std::string& schema, int n = 400) {
     v1::GenerateRequest r;
     for (int32_t id : {5, 17, 300, 42, 5, 17}) r.add_prompt_token_ids(id);
@@ -97,29 +72,11 @@ class StructuredRunnerTest : public ::testing::Test {
     return r;
   }
 
-  std::vector<std::shared_ptr<RecordingSink>> Run(GenerationRunner& runner,
-                                                  const std::vector<v1::GenerateRequest>& rs) {
-    std::vector<std::shared_ptr<RecordingSink>> sinks;
-    for (const v1::GenerateRequest& r : rs) {
-      sinks.push_back(std::make_shared<RecordingSink>());
-      EXPECT_TRUE(runner.Submit(r, absl::InfiniteFuture(), sinks.back()).ok());
-    }
-    for (auto& s : sinks) EXPECT_TRUE(s->Wait().ok());
-    return sinks;
-  }
-
   std::string Text(RecordingSink& sink) {
     std::string text;
     for (const auto& r : sink.responses()) text += r.text();
     return text;
   }
-
-  moe::testing::TempDir dir_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<MoeModel> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<InMemoryExpertProvider> provider_;
-  WorkerMetrics metrics_;
 };
 
 TEST_F(StructuredRunnerTest, GreedyAndSampledOutputsMatchTheSchemaAndEndThemselves) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -16,7 +17,9 @@
 #include "services/engine/generator.h"
 #include "services/engine/in_memory_provider.h"
 #include "services/engine/moe_model.h"
+#include "services/engine/tokenizer.h"
 #include "services/moe_worker/generation_runner.h"
+#include "services/moe_worker/worker_metrics.h"
 #include "tests/common/test_util.h"
 #include "tests/common/tiny_model.h"
 
@@ -107,6 +110,56 @@ class RecordingSink : public ResponseSink {
   int finishes_ = 0;
   absl::Status status_;
   std::atomic<bool> cancelled_{false};
+};
+
+// The runner tests' fixture: a tiny model on the CPU with its tokenizer and
+// every expert in memory, GenerationRunners over it, and a way to run
+// requests submitted together to their end.
+class TinyRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(moe::testing::MakeTinyModel(dir_.path()).ok());
+    auto backend = CreateBackend("cpu");
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = std::move(*backend);
+    auto model = MoeModel::Load(dir_.path(), backend_.get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    auto tok = Tokenizer::FromFile(dir_.path() + "/tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = std::move(*tok);
+    auto provider = InMemoryExpertProvider::Create(*model_);
+    ASSERT_TRUE(provider.ok());
+    provider_ = std::move(*provider);
+  }
+
+  std::unique_ptr<GenerationRunner> MakeRunner(int max_batch = 1) {
+    RunnerOptions options;
+    options.max_batch = max_batch;
+    auto runner = std::make_unique<GenerationRunner>(*model_, provider_.get(), tokenizer_.get(),
+                                                     &metrics_, options);
+    EXPECT_TRUE(runner->Start().ok());
+    return runner;
+  }
+
+  // Runs each of `rs` (submitted together) to the end.
+  std::vector<std::shared_ptr<RecordingSink>> Run(GenerationRunner& runner,
+                                                  const std::vector<v1::GenerateRequest>& rs) {
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (const v1::GenerateRequest& r : rs) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      EXPECT_TRUE(runner.Submit(r, absl::InfiniteFuture(), sinks.back()).ok());
+    }
+    for (auto& s : sinks) EXPECT_TRUE(s->Wait().ok());
+    return sinks;
+  }
+
+  moe::testing::TempDir dir_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<MoeModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<InMemoryExpertProvider> provider_;
+  WorkerMetrics metrics_;
 };
 
 }  // namespace moe::worker::testing
