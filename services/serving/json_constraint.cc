@@ -848,7 +848,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes)
     bool first = n.ids_begin == n.ids_end;  // no tokens end here
     for (int32_t c = n.first_child; c >= 0; c = nodes_[c].next_sibling) {
       const Node& child = nodes_[c];
-      n.height = std::max<uint16_t>(n.height, static_cast<uint16_t>(child.height + 1));
+      n.height = std::max<uint32_t>(n.height, child.height + 1);
       n.plain_below = n.plain_below && child.plain_below;
       if (first) {
         n.subtree_begin = child.subtree_begin;

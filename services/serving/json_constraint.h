@@ -79,7 +79,7 @@ class TokenTrie {
     // The tokens of the whole subtree (this node's and below): contiguous
     // in ids_, as the trie is laid out in preorder.
     uint32_t subtree_begin = 0, subtree_end = 0;
-    uint16_t height = 0;       // the longest path below, in bytes
+    uint32_t height = 0;       // the longest path below, in bytes
     bool plain_below = false;  // this byte and every byte below are plain
     uint8_t byte = 0;
   };
