@@ -226,7 +226,8 @@ void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
   float (*dot)(const uint8_t*, const QuantizedActivations&, int64_t) =
       q8 ? (simd ? (level == SimdLevel::kAvx512 && vnni ? &DotQ8Avx512Vnni : &DotQ8Avx2)
                  : &DotQ8Scalar)
-         : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
+         : (simd ? (level == SimdLevel::kAvx512 && vnni ? &DotQ4Avx512Vnni : &DotQ4Avx2)
+                 : &DotQ4Scalar);
   if (a.dtype == DType::kMxfp4) dot = simd ? &DotMxfp4Avx2 : &DotMxfp4Scalar;
   const int64_t row_bytes = WeightBytes(a.dtype, 1, a.k);
   const auto* w = static_cast<const uint8_t*>(a.w);

@@ -45,13 +45,16 @@ std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k);
 // The AVX-512 VNNI q8 kernel (cpu_quant_vnni.cc): one output y[i, j] of
 // the q8 row `w`. REQUIRES: Q8VnniSupported().
 float DotQ8Avx512Vnni(const uint8_t* w, const QuantizedActivations& x, int64_t i);
+// The same for a q4 row (its codes are unsigned: vpdpbusd takes them as they
+// are). REQUIRES: Q8VnniSupported().
+float DotQ4Avx512Vnni(const uint8_t* w, const QuantizedActivations& x, int64_t i);
 // AVX512_VNNI, AVX512BW and AVX512VL are all present.
 bool Q8VnniSupported();
 
 // REQUIRES: IsQuantDType(a.dtype), a.k a multiple of its group,
-// SimdLevelSupported(level). At the AVX-512 level q8 runs a VNNI
-// (vpdpbusd) kernel where the CPU has AVX512_VNNI/BW/VL; q4, and q8 without
-// VNNI, run the AVX2 kernel.
+// SimdLevelSupported(level). At the AVX-512 level q8 and q4 run VNNI
+// (vpdpbusd) kernels where the CPU has AVX512_VNNI/BW/VL; without VNNI, and
+// for MXFP4, the AVX2 kernels run.
 void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a);
 
 }  // namespace moe

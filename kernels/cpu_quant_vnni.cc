@@ -1,4 +1,4 @@
-// The AVX-512 VNNI q8 dot product (see cpu_quant_matmul.h): its own file
+// The AVX-512 VNNI q8 and q4 dot products (see cpu_quant_matmul.h): their own file
 // because GCC 12's avx512fintrin.h trips -Wuninitialized inside
 // _mm512_inserti64x4 / _mm512_cvtepi32_ps (their undefined pass-through
 // operands), as in cpu_matmul_avx512.cc.
@@ -49,7 +49,52 @@ MOE_QUANT_VNNI inline __m512 Q8PairVnni(const uint8_t* w, const int8_t* xq, cons
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(SignedDot2(wv, xv)), scale, acc);
 }
 
+// One q4 block (64 weights: the low nibbles are its first 32, the high
+// nibbles the next 32) against its two activation groups, into acc. The
+// codes are unsigned (0..15), which is what vpdpbusd's first operand wants,
+// so no sign trick: lanes 0-7 sum the low half against group 2g, lanes
+// 8-15 the high half against group 2g + 1 (the AVX2 kernel's quads).
+MOE_QUANT_VNNI inline __m512 Q4BlockVnni(const uint8_t* blk, const int8_t* xg, float xd0,
+                                         float xd1, __m512 acc) {
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 4));
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  const __m256i lo = _mm256_and_si256(bytes, low);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+  const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  const __m512i xv = _mm512_loadu_si512(xg);
+  const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+  const float d = _cvtsh_ss(Load16(blk));
+  const __m512 scale =
+      _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d * xd0), _mm512_set1_ps(d * xd1));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc);
+}
+
 }  // namespace
+
+MOE_QUANT_VNNI float DotQ4Avx512Vnni(const uint8_t* w, const QuantizedActivations& x,
+                                     int64_t i) {
+  const int64_t groups = x.k / kQ4Group;
+  const int8_t* xq = x.q.data() + i * x.k;
+  const float* xd = x.d.data() + i * (x.k / kActGroup);
+  const float* sd = x.sd.data() + i * (x.k / kActGroup);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  float macc = 0.0f;
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    const uint8_t* b0 = w + g * kQ4BlockBytes;
+    const uint8_t* b1 = b0 + kQ4BlockBytes;
+    acc0 = Q4BlockVnni(b0, xq + g * kQ4Group, xd[2 * g], xd[2 * g + 1], acc0);
+    acc1 = Q4BlockVnni(b1, xq + (g + 1) * kQ4Group, xd[2 * g + 2], xd[2 * g + 3], acc1);
+    macc += _cvtsh_ss(Load16(b0 + 2)) * (sd[2 * g] + sd[2 * g + 1]);
+    macc += _cvtsh_ss(Load16(b1 + 2)) * (sd[2 * g + 2] + sd[2 * g + 3]);
+  }
+  if (g < groups) {
+    const uint8_t* b0 = w + g * kQ4BlockBytes;
+    acc0 = Q4BlockVnni(b0, xq + g * kQ4Group, xd[2 * g], xd[2 * g + 1], acc0);
+    macc += _cvtsh_ss(Load16(b0 + 2)) * (sd[2 * g] + sd[2 * g + 1]);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + macc;
+}
 
 MOE_QUANT_VNNI float DotQ8Avx512Vnni(const uint8_t* w, const QuantizedActivations& x,
                                      int64_t i) {
