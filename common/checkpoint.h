@@ -106,6 +106,9 @@ class Checkpoint {
     return files_;
   }
 
+  // Files the weights are in: the safetensors shards, or the GGUF parts.
+  size_t file_count() const { return gguf_ != nullptr ? gguf_->file_count() : files_.size(); }
+
   const std::string& dir() const { return dir_; }
   bool sharded() const { return sharded_; }
 

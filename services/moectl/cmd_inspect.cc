@@ -179,7 +179,7 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
   std::printf("total bytes: %llu (%s)\n",
               static_cast<unsigned long long>(d.total_bytes()),
               Human(d.total_bytes()).c_str());
-  std::printf("files: %zu\n", d.checkpoint().files().size());
+  std::printf("files: %zu\n", d.checkpoint().file_count());
 }
 
 void PrintJson(const std::string& dir, const ModelDescription& d) {
@@ -202,7 +202,7 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["bytes_per_expert_mxfp4"] = ExpertBytesAs(d, DType::kMxfp4);
   j["dense_bytes"] = d.dense_bytes();
   j["total_bytes"] = d.total_bytes();
-  j["files"] = d.checkpoint().files().size();
+  j["files"] = d.checkpoint().file_count();
   if (c.is_mla()) {
     j["kv_lora_rank"] = c.mla.kv_lora_rank;
     j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
