@@ -72,7 +72,11 @@ absl::StatusOr<std::string> Worker::DryRun(const WorkerOptions& options) {
                                                       m.max_context)),
                   options.runner.max_batch == 0 ? " (auto)" : "", "\n");
   absl::StrAppend(&out, "experts:  ", experts, "\n");
-  absl::StrAppend(&out, "tokenizer: ", has_tokenizer ? (absl::EndsWith(options.model_dir, ".gguf") ? options.model_dir : options.model_dir + "/tokenizer.json") : std::string("none (prompt_token_ids only)"),
+  const std::string tokenizer_from = absl::EndsWith(options.model_dir, ".gguf")
+                                         ? options.model_dir
+                                         : options.model_dir + "/tokenizer.json";
+  absl::StrAppend(&out, "tokenizer: ",
+                  has_tokenizer ? tokenizer_from : std::string("none (prompt_token_ids only)"),
                   "\n");
   absl::StrAppend(&out, "start:    ", VersionLine("moe-worker"), " serving model ", name,
                   " on ", listen_text, ", backend ", backend->Info().name, ", metrics ",
