@@ -17,6 +17,15 @@ double Seconds(Clock::duration d) {
 
 }  // namespace
 
+std::vector<int32_t> StopTokens(const GenerateOptions& o,
+                                const std::vector<int64_t>& eos_token_ids) {
+  std::vector<int32_t> stops = o.stop_token_ids;
+  if (o.stop_at_eos) {
+    for (int64_t id : eos_token_ids) stops.push_back(static_cast<int32_t>(id));
+  }
+  return stops;
+}
+
 absl::Status ValidateGenerateOptions(const MoeModel& model,
                                      const GenerateOptions& o) {
   const ModelConfig& c = model.config();
@@ -56,10 +65,7 @@ absl::StatusOr<GenerateSummary> Generate(
         "prefix of ", o.prefix_positions, " positions for a prompt of ", o.prompt.size()));
   }
   const ModelConfig& c = model.config();
-  std::vector<int32_t> stops = o.stop_token_ids;
-  if (o.stop_at_eos) {
-    for (int64_t id : c.eos_token_ids) stops.push_back(static_cast<int32_t>(id));
-  }
+  const std::vector<int32_t> stops = StopTokens(o, c.eos_token_ids);
   Session session(model, experts,
                   static_cast<int64_t>(o.prompt.size()) + o.max_new_tokens);
   session.set_routing_observer(std::move(observer));

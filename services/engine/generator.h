@@ -46,6 +46,11 @@ struct GenerateSummary {
   SessionStats stats;
 };
 
+// The tokens that end a request: its stop ids, then the model's eos ids
+// unless it ignores them (stop_at_eos false).
+std::vector<int32_t> StopTokens(const GenerateOptions& options,
+                                const std::vector<int64_t>& eos_token_ids);
+
 // Checks a request against the model before any work: non-empty prompt,
 // ids in the vocabulary, 1 <= max_new_tokens <= kMaxNewTokensLimit, prompt
 // + max_new_tokens within the context, sampling parameters.

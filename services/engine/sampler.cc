@@ -86,8 +86,9 @@ Sampler::Sampler(const SamplingParams& params, absl::Span<const int32_t> prompt)
 }
 
 bool Sampler::Adjusts() const {
-  return constraint_ != nullptr || !params_.logit_bias.empty() || params_.repetition_penalty != 1.0f ||
-         params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  return constraint_ != nullptr || !params_.logit_bias.empty() ||
+         params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+         params_.frequency_penalty != 0.0f;
 }
 
 std::vector<float> Sampler::AdjustedLogits(absl::Span<const float> logits) const {

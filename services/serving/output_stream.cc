@@ -16,13 +16,10 @@ OutputStream::OutputStream(const GenerateOptions& options,
                            std::vector<std::string> stop_strings, absl::Time submitted)
     : prompt_tokens_(static_cast<int>(options.prompt.size())),
       max_new_tokens_(options.max_new_tokens),
-      stops_(options.stop_token_ids),
+      stops_(StopTokens(options, eos_token_ids)),
       has_stop_strings_(!stop_strings.empty()),
       stop_strings_(std::move(stop_strings)),
       start_(Clock::now() - absl::ToChronoNanoseconds(absl::Now() - submitted)) {
-  if (options.stop_at_eos) {
-    for (int64_t id : eos_token_ids) stops_.push_back(static_cast<int32_t>(id));
-  }
   if (tokenizer != nullptr) {
     decoder_ = std::make_unique<StreamDecoder>(*tokenizer, /*skip_special=*/true);
   }

@@ -86,13 +86,10 @@ absl::StatusOr<GenerateOptions> Runner::BuildOptions(Request& r) const {
   o.pregate_distance = options_.pregate_distance;
   ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> grammar, GrammarFor(r));
   if (grammar != nullptr) {
-    // The tokens that end the sequence once the value is complete: the
-    // same the output stream stops at.
-    std::vector<int32_t> ends = o.stop_token_ids;
-    if (o.stop_at_eos) {
-      for (int64_t id : model_.config().eos_token_ids) ends.push_back(static_cast<int32_t>(id));
-    }
-    o.sampling.constraint = JsonTokenConstraint(std::move(grammar), Vocabulary(), std::move(ends));
+    // Once the value is complete, the tokens the output stream stops at may
+    // end it.
+    o.sampling.constraint = JsonTokenConstraint(std::move(grammar), Vocabulary(),
+                                                StopTokens(o, model_.config().eos_token_ids));
   }
   return o;
 }
