@@ -338,7 +338,8 @@ void Runner::Finished(const Job& job, const absl::Status& status, const ExpertCo
                 << " generated_tokens=" << generated
                 << absl::StrFormat(" ttft_ms=%.1f tpot_ms=%.2f", ttft * 1e3, tpot * 1e3)
                 << " expert_hits=" << counters.hits << " expert_misses=" << counters.misses
-                << absl::StrFormat(" stall_ms=%.1f", counters.stall_seconds * 1e3)
+                << absl::StrFormat(" stall_ms=%.1f wait_ms=%.1f", counters.stall_seconds * 1e3,
+                                   counters.wait_seconds * 1e3)
                 << " cached_tokens=" << (streamed ? job.stream->cached_prompt_tokens() : 0)
                 << " finish=" << finish
                 << (status.ok() ? "" : absl::StrCat(" error=\"", status.message(), "\""));
