@@ -99,6 +99,10 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
            "deadline of each HTTP request, seconds (0: none)", {.min = 0});
   f.Int("shutdown-grace-s", absl::ToInt64Seconds(d.shutdown_grace),
         "seconds in-flight requests get on SIGTERM", kNonNegativeInt);
+  f.Int("warmup-tokens", d.warmup_tokens,
+        "prompt tokens of a throwaway request run before serving, so that the first "
+        "client's prompt is as fast as the next (0: none; capped by the context)",
+        kNonNegativeInt);
   f.String("port-file", d.port_file, "write the bound ports as JSON once serving");
   flag_groups::DeclareChatTemplate(f, openai::BuiltinChatTemplateNames());
   f.Group("");
@@ -157,6 +161,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   o.http.read_timeout = absl::Seconds(f.GetDouble("http-read-timeout-s"));
   o.http.request_timeout = absl::Seconds(f.GetDouble("http-request-timeout-s"));
   o.shutdown_grace = absl::Seconds(f.GetInt("shutdown-grace-s"));
+  o.warmup_tokens = static_cast<int>(f.GetInt("warmup-tokens"));
   o.port_file = f.GetString("port-file");
   o.chat_template = f.GetString("chat-template");
   o.record_trace = f.GetString("record-trace");

@@ -330,6 +330,7 @@ void Runner::Finished(const Job& job, const absl::Status& status, const ExpertCo
     metrics_->AddCachedPromptTokens(job.stream->cached_prompt_tokens());
   }
   // One line per finished request, for operators (journalctl) and scripts.
+  if (!options_.log_requests) return;
   const std::string finish = !status.ok()
                                  ? absl::AsciiStrToLower(absl::StatusCodeToString(status.code()))
                                  : (streamed ? job.stream->finish_reason() : "");

@@ -102,6 +102,9 @@ struct RunnerOptions {
   // is set (a trace must see every position's routing).
   int64_t prefix_cache_bytes = 0;
   int prefix_block_tokens = 16;
+  // One INFO line per finished request ("request N finished: ..."); off
+  // for moe-worker's warm-up runner, whose request no client sent.
+  bool log_requests = true;
 };
 
 // Auto batching (max_batch 0, moe-worker's default): the KV budget

@@ -405,5 +405,32 @@ TEST_F(OpsProcessTest, OneLogLinePerFinishedRequest) {
   EXPECT_THAT(log, HasSubstr(" finish=length"));
 }
 
+// Issue 29 item 4: a throwaway prompt warms the engine (and moe-cached's
+// cost model) before the worker serves; no client sees it: no request log
+// line, and the first client request is request 1.
+TEST_F(OpsProcessTest, WarmUpRunsBeforeServingUnseen) {
+  WorkerProcess daemon;
+  StartDaemon(daemon, "c.log");
+  WorkerProcess worker;
+  ASSERT_TRUE(worker.Spawn(WorkerArgs(worker_sock_, {"--cache", cache_}), dir_.Sub("w.log")));
+  ASSERT_TRUE(worker.WaitServing(worker_sock_)) << worker.Log();
+  std::string log = worker.Log();
+  EXPECT_THAT(log, HasSubstr("warm-up: "));
+  EXPECT_THAT(log, HasSubstr(" prompt tokens in "));
+  EXPECT_THAT(log, Not(HasSubstr("finished:")));
+  ASSERT_TRUE(Generate(worker_sock_, 3).ok());
+  ASSERT_TRUE(WaitFor([&] { return worker.Log().find("finished:") != std::string::npos; }));
+  log = worker.Log();
+  EXPECT_THAT(log, HasSubstr("request 1 finished: prompt_tokens=3 generated_tokens=3"));
+  EXPECT_EQ(log.find("finished:"), log.rfind("finished:")) << log;
+
+  WorkerProcess cold;
+  const std::string cold_sock = "unix:" + dir_.Sub("w2.sock");
+  ASSERT_TRUE(cold.Spawn(WorkerArgs(cold_sock, {"--cache", cache_, "--warmup-tokens", "0"}),
+                         dir_.Sub("w2.log")));
+  ASSERT_TRUE(cold.WaitServing(cold_sock)) << cold.Log();
+  EXPECT_THAT(cold.Log(), Not(HasSubstr("warm-up")));
+}
+
 }  // namespace
 }  // namespace moe::worker
