@@ -178,7 +178,27 @@ absl::Status DaemonExpertProvider::Check(absl::Status status) {
   return status;
 }
 
+absl::Status DaemonExpertProvider::SetHostOnly(bool on) {
+  if (!on) {
+    if (host_only_ && client_ != nullptr && unreported_.experts > 0) {
+      absl::Status s = client_->ReportHostRuns(unreported_);
+      if (!s.ok()) MOE_LOG(WARNING) << "reporting host runs: " << s;
+    }
+    unreported_ = HostRunReport{};
+    host_only_ = false;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(EnsureAttached());
+  if (!client_->host_execution() || host_backend_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "host-only acquires need moe-cached's host copy and a CPU worker");
+  }
+  host_only_ = true;
+  return absl::OkStatus();
+}
+
 absl::Status DaemonExpertProvider::BeginRequest(uint64_t request_id) {
+  if (host_only_) return absl::OkStatus();
   const bool had_client = client_ != nullptr;
   RETURN_IF_ERROR(EnsureAttached());
   absl::Status s = Check(client_->BeginRequest(request_id));
@@ -193,11 +213,13 @@ absl::Status DaemonExpertProvider::BeginRequest(uint64_t request_id) {
 
 absl::Status DaemonExpertProvider::EndRequest(uint64_t request_id) {
   hints_.clear();
+  if (host_only_) return absl::OkStatus();
   if (client_ == nullptr) return absl::OkStatus();  // nothing to end
   return Check(client_->EndRequest(request_id));
 }
 
 void DaemonExpertProvider::Hint(absl::Span<const ExpertHint> hints) {
+  if (host_only_) return;
   // Over shm the hints go at once, so the daemon can prefetch while this
   // layer's attention runs; otherwise they ride on the next Acquire.
   if (client_ != nullptr && client_->shm_enabled() && client_->Hint(hints).ok()) return;
@@ -218,6 +240,7 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
     int moe_layer, absl::Span<const ExpertDemand> demands,
     absl::Span<const MemberDemands> members, bool prefill) {
   RETURN_IF_ERROR(EnsureAttached());
+  if (host_only_) return AcquireOnHost(moe_layer, demands);
   absl::StatusOr<AcquireResult> reply = client_->Acquire({.layer = moe_layer,
                                                           .demands = demands,
                                                           .prefill = prefill,
@@ -232,7 +255,6 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
   AcquiredExperts out;
   out.moe_layer = moe_layer;
   out.usage = reply->usage;
-  const DType dtype = expert_dtype_;  // the daemon's format, from Attach
   // Leases and host answers each keep demand order: merge them back.
   size_t li = 0, hi = 0;
   for (const ExpertDemand& d : demands) {
@@ -248,15 +270,7 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
       return absl::InternalError(
           absl::StrCat("moe-cached did not answer expert ", d.expert, " in demand order"));
     }
-    ExpertView view{d.expert, data + offsets_.gate, data + offsets_.up, data + offsets_.down,
-                    dtype};
-    view.on_host = on_host;
-    if (has_biases_) {
-      view.gate_bias = reinterpret_cast<const float*>(data + offsets_.gate_bias);
-      view.up_bias = reinterpret_cast<const float*>(data + offsets_.up_bias);
-      view.down_bias = reinterpret_cast<const float*>(data + offsets_.down_bias);
-    }
-    out.views.push_back(view);
+    out.views.push_back(ViewOf(data, d.expert, on_host));
   }
   out.leases = std::move(reply->leases);
   if (!reply->host.empty()) out.host_backend = host_backend_.get();  // null on the CPU
@@ -267,6 +281,34 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
     for (const ExpertDemand& d : demands) computing_.tokens += d.tokens;
     answered_ns_ = absl::GetCurrentTimeNanos();
   }
+  return out;
+}
+
+ExpertView DaemonExpertProvider::ViewOf(const uint8_t* data, int expert, bool on_host) const {
+  ExpertView view{expert, data + offsets_.gate, data + offsets_.up, data + offsets_.down,
+                  expert_dtype_};
+  view.on_host = on_host;
+  if (has_biases_) {
+    view.gate_bias = reinterpret_cast<const float*>(data + offsets_.gate_bias);
+    view.up_bias = reinterpret_cast<const float*>(data + offsets_.up_bias);
+    view.down_bias = reinterpret_cast<const float*>(data + offsets_.down_bias);
+  }
+  return view;
+}
+
+AcquiredExperts DaemonExpertProvider::AcquireOnHost(int moe_layer,
+                                                    absl::Span<const ExpertDemand> demands) {
+  AcquiredExperts out;
+  out.moe_layer = moe_layer;
+  for (const ExpertDemand& d : demands) {
+    out.views.push_back(ViewOf(client_->HostData(ExpertKey{moe_layer, d.expert}), d.expert,
+                               /*on_host=*/true));
+  }
+  out.usage.misses = out.usage.host = static_cast<int32_t>(demands.size());
+  computing_ = HostRunReport{static_cast<int32_t>(demands.size()),
+                             static_cast<int32_t>(demands.size()), 0, 0};
+  for (const ExpertDemand& d : demands) computing_.tokens += d.tokens;
+  answered_ns_ = absl::GetCurrentTimeNanos();
   return out;
 }
 

@@ -82,6 +82,17 @@ class DaemonExpertProvider : public ExpertProvider {
 
   int64_t reattaches() const { return reattaches_; }
 
+  // Host-only mode, for moe-worker's warm-up before it serves: every
+  // acquire is answered from the daemon's host copy without a message (the
+  // daemon counts no request, hit or miss and learns no activation), hints
+  // are dropped and request boundaries are not sent; the CPU time of the
+  // experts is still reported (CacheClient::ReportHostRuns), so that the
+  // daemon's miss cost model starts from this machine's speed. Turning it
+  // off reports what is left of that time. FAILED_PRECONDITION when there
+  // is no host copy to read or the experts run on a device (a CUDA worker):
+  // nothing could be warmed without the daemon.
+  absl::Status SetHostOnly(bool on);
+
   // Least CPU expert time summed into one host-run report.
   static constexpr int64_t kHostReportIntervalNs = 20'000'000;
 
@@ -91,6 +102,11 @@ class DaemonExpertProvider : public ExpertProvider {
                                              absl::Span<const ExpertDemand> demands,
                                              absl::Span<const MemberDemands> members,
                                              bool prefill);
+
+  // Host-only mode's acquire (SetHostOnly).
+  AcquiredExperts AcquireOnHost(int moe_layer, absl::Span<const ExpertDemand> demands);
+  // The view of the expert whose slot-layout block starts at `data`.
+  ExpertView ViewOf(const uint8_t* data, int expert, bool on_host) const;
 
   struct RoleOffsets {
     uint64_t gate = 0, up = 0, down = 0;
@@ -114,6 +130,7 @@ class DaemonExpertProvider : public ExpertProvider {
   DType expert_dtype_ = DType::kBF16;  // what the slots hold, from Attach
   std::vector<ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;
+  bool host_only_ = false;
   // The acquire being computed (answered, not yet released) and the sum of
   // those not yet reported.
   int64_t answered_ns_ = 0;

@@ -233,6 +233,16 @@ absl::Status Worker::WarmUp(const RunnerOptions& shape) {
   const int64_t context = model_->max_context();
   const int tokens = static_cast<int>(std::min<int64_t>(options_.warmup_tokens, context - 1));
   if (tokens <= 0) return absl::OkStatus();
+  // Through moe-cached, the warm-up reads the experts from its host copy
+  // without asking for them: the daemon counts no request and learns no
+  // activation from it, but gets its host-run time (its cost model's).
+  auto* daemon = dynamic_cast<DaemonExpertProvider*>(provider_.get());
+  if (daemon != nullptr) {
+    if (absl::Status s = daemon->SetHostOnly(true); !s.ok()) {
+      MOE_LOG(INFO) << "no warm-up: " << s.message();
+      return absl::OkStatus();
+    }
+  }
   RunnerOptions o = shape;
   o.recorder = nullptr;
   o.prefix_cache_bytes = 0;
@@ -252,6 +262,7 @@ absl::Status Worker::WarmUp(const RunnerOptions& shape) {
   absl::Status status = warm.Submit(request, absl::InfiniteFuture(), sink);
   if (status.ok()) status = sink->Wait();
   warm.Stop(absl::ZeroDuration());
+  if (daemon != nullptr) daemon->SetHostOnly(false).IgnoreError();
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat("warm-up request (--warmup-tokens ", tokens,
                                                     "): ", status.message()));

@@ -140,8 +140,11 @@ class Worker {
   // (no metrics, trace or prefix cache: no client sees it), then stops
   // that runner: the engine thread's allocations, the CPU thread pool and
   // the daemon's host-run cost model are warm for the first request (issue
-  // 29: cold first prompts ran at 0.4-0.5x of the second). Its thread's
-  // malloc arena is reused by the serving runner's thread.
+  // 29: cold first prompts ran at 0.4-0.5x of the second). Through
+  // moe-cached it reads the experts from the daemon's host copy unasked
+  // (DaemonExpertProvider::SetHostOnly: the daemon's statistics and
+  // activation matrices do not see it); skipped, with an INFO line, where
+  // there is no host copy to read (a CUDA worker).
   absl::Status WarmUp(const RunnerOptions& shape);
   std::string ModelName() const;  // last component of the model directory
 
