@@ -136,15 +136,17 @@ class Worker {
   absl::Status LoadModel();
   absl::Status StartServers(const std::vector<rpc::ListenAddress>& listen);
   // Runs one prompt of options_.warmup_tokens tokens (capped by the
-  // context) and one generated token through a runner shaped like `shape`
+  // context and --max-prompt-tokens) and one generated token through a runner shaped like `shape`
   // (no metrics, trace or prefix cache: no client sees it), then stops
   // that runner: the engine thread's allocations, the CPU thread pool and
   // the daemon's host-run cost model are warm for the first request (issue
   // 29: cold first prompts ran at 0.4-0.5x of the second). Through
   // moe-cached it reads the experts from the daemon's host copy unasked
   // (DaemonExpertProvider::SetHostOnly: the daemon's statistics and
-  // activation matrices do not see it); skipped, with an INFO line, where
-  // there is no host copy to read (a CUDA worker).
+  // activation matrices do not see it), else, on the CPU, from the worker's
+  // mapping of the checkpoint; a CUDA worker without the daemon's host copy
+  // skips it, with an INFO line. A warm-up that fails (e.g. a KV budget
+  // too small for it) is logged as a warning; the worker serves anyway.
   absl::Status WarmUp(const RunnerOptions& shape);
   std::string ModelName() const;  // last component of the model directory
 
