@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/gguf_blocks.h"
 #include "common/gguf_model.h"
+#include "common/quant.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -113,26 +116,55 @@ absl::Status Checkpoint::OpenIndex(const std::string& index_path) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// What a GGUF tensor of `type` becomes: kept as it is (`dtype`, its bytes
+// viewed in place or, for MXFP4, repacked), or decoded to F32 at load.
+struct GgufPlan {
+  DType dtype = DType::kF32;
+  bool decode = false;  // dequantize to an owned F32 copy
+  bool repack = false;  // ggml MXFP4 -> kMxfp4 (an owned copy)
+};
+
+absl::StatusOr<GgufPlan> PlanGgufTensor(const std::string& path, const GgufTensorInfo& t,
+                                        bool expert) {
+  switch (t.type) {
+    case GgufType::kF32: return GgufPlan{DType::kF32};
+    case GgufType::kF16: return GgufPlan{DType::kF16};
+    case GgufType::kBF16: return GgufPlan{DType::kBF16};
+    default: break;
+  }
+  const std::optional<DType> held = HeldDTypeOfGguf(t.type);
+  if (!held.has_value() || !CanDequantizeGguf(t.type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tensor '", t.name, "' is ", GgufTypeName(static_cast<uint32_t>(t.type)),
+        ": GGUF tensors of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and "
+        "MXFP4 are loaded; this type is not yet"));
+  }
+  if (!expert) return GgufPlan{DType::kF32, /*decode=*/true};
+  return GgufPlan{*held, false, /*repack=*/t.type == GgufType::kMXFP4};
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
     std::unique_ptr<GgufCheckpoint> gguf, const ModelConfig& config, const std::string& path) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = path;
   for (const GgufTensorInfo& t : gguf->tensors()) {
     ASSIGN_OR_RETURN(GgufName name, MapGgufTensorName(config.family, t.name));
-    DType dtype;
-    switch (t.type) {
-      case GgufType::kF32: dtype = DType::kF32; break;
-      case GgufType::kF16: dtype = DType::kF16; break;
-      case GgufType::kBF16: dtype = DType::kBF16; break;
-      default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": tensor '", t.name, "' is ", GgufTypeName(static_cast<uint32_t>(t.type)),
-            ": only F32, F16 and BF16 GGUF tensors are loaded so far"));
-    }
-    const absl::Span<const uint8_t> bytes = gguf->Data(t);
+    ASSIGN_OR_RETURN(GgufPlan plan, PlanGgufTensor(path, t, name.stacked_experts));
+    absl::Span<const uint8_t> bytes = gguf->Data(t);
     std::vector<int64_t> shape = t.shape();
+    if (plan.repack) {
+      std::vector<uint8_t>& copy = ckpt->owned_.emplace_back(bytes.size());
+      RepackGgufMxfp4(bytes.data(), static_cast<int64_t>(bytes.size() / kMxfp4BlockBytes),
+                      copy.data());
+      bytes = absl::MakeConstSpan(copy);
+    }
     if (name.stacked_experts) {
-      // ggml dims [in, out, experts]: expert e is the e-th [out, in] block.
+      // ggml dims [in, out, experts]: expert e is the e-th [out, in] block,
+      // whole rows of whole blocks (the reader checked dims[0]).
       if (shape.size() != 3 || shape[0] != config.num_experts) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": tensor '", t.name, "' stacks ", shape.empty() ? 0 : shape[0],
@@ -142,7 +174,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
       const std::vector<int64_t> one(shape.begin() + 1, shape.end());
       for (int64_t e = 0; e < shape[0]; ++e) {
         const std::string ours = name.ForExpert(static_cast<int>(e));
-        ckpt->views_[ours] = TensorView{dtype, one, bytes.data() + e * each, each};
+        ckpt->views_[ours] = TensorView{plan.dtype, one, bytes.data() + e * each, each};
         ckpt->names_.push_back(ours);
       }
       continue;
@@ -163,7 +195,16 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
                                bytes.size() / static_cast<size_t>(shape[0]), copy.data());
       data = copy.data();
     }
-    ckpt->views_[name.ours] = TensorView{dtype, shape, data, bytes.size()};
+    size_t nbytes = bytes.size();
+    if (plan.decode) {
+      // A dense block-format tensor: decoded once to F32 (exactly ggml's
+      // dequantized values), so every dense kernel reads it as it is.
+      nbytes = sizeof(float) * static_cast<size_t>(t.numel);
+      std::vector<uint8_t>& f32 = ckpt->owned_.emplace_back(nbytes);
+      RETURN_IF_ERROR(DequantizeGguf(t.type, data, t.numel, reinterpret_cast<float*>(f32.data())));
+      data = f32.data();
+    }
+    ckpt->views_[name.ours] = TensorView{plan.dtype, shape, data, nbytes};
     ckpt->names_.push_back(name.ours);
   }
   std::sort(ckpt->names_.begin(), ckpt->names_.end());

@@ -79,9 +79,15 @@ class Checkpoint {
   // The tensors of a GGUF checkpoint of `config` (ModelConfigFromGguf)
   // under our names (common/gguf_model.h): a stacked expert tensor becomes
   // one view per expert (no copy), llama's permuted attn_q / attn_k rows
-  // are put back in Hugging Face order (a copy, held here). F32, F16 and
-  // BF16 tensors only so far: INVALID_ARGUMENT naming the tensor and its
-  // type for the others, and for names the family does not have.
+  // are put back in Hugging Face order (a copy, held here).
+  // Types: F32, F16 and BF16 are viewed as they are. Routed experts in
+  // block formats keep their blocks: Q8_0 as kQ8 and Q4_0, Q4_1, Q5_0,
+  // Q5_1, Q4_K, Q5_K, Q6_K as kQ4_0 .. kQ6K (views, no copy; an expert's
+  // bytes are its GGUF blocks' bytes), MXFP4 repacked to kMxfp4 (lossless,
+  // a copy held here). Other tensors in those block types are dequantized
+  // to F32 at load (common/gguf_blocks.h: exactly ggml's values).
+  // INVALID_ARGUMENT naming the tensor and its type for any other type, and
+  // for names the family does not have.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> FromGguf(
       std::unique_ptr<GgufCheckpoint> gguf, const ModelConfig& config, const std::string& path);
 
@@ -108,6 +114,10 @@ class Checkpoint {
 
   // Files the weights are in: the safetensors shards, or the GGUF parts.
   size_t file_count() const { return gguf_ != nullptr ? gguf_->file_count() : files_.size(); }
+
+  // The GGUF file(s) of a FromGguf checkpoint (their tensor infos keep the
+  // GGUF types); nullptr for safetensors.
+  const GgufCheckpoint* gguf() const { return gguf_.get(); }
 
   const std::string& dir() const { return dir_; }
   bool sharded() const { return sharded_; }

@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 18> kDTypes = {{
+constexpr std::array<DTypeEntry, 25> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -36,6 +36,13 @@ constexpr std::array<DTypeEntry, 18> kDTypes = {{
     {DType::kF8E4M3, "F8_E4M3", 1},
     {DType::kF8E5M2, "F8_E5M2", 1},
     {DType::kMxfp4, "MXFP4", 0},
+    {DType::kQ4_0, "Q4_0", 0},
+    {DType::kQ4_1, "Q4_1", 0},
+    {DType::kQ5_0, "Q5_0", 0},
+    {DType::kQ5_1, "Q5_1", 0},
+    {DType::kQ4K, "Q4_K", 0},
+    {DType::kQ5K, "Q5_K", 0},
+    {DType::kQ6K, "Q6_K", 0},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -64,7 +71,15 @@ int64_t QuantGroupSize(DType dtype) {
     case DType::kQ4:
       return 64;
     case DType::kMxfp4:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
       return 32;
+    case DType::kQ4K:
+    case DType::kQ5K:
+    case DType::kQ6K:
+      return 256;
     default:
       return 1;
   }
@@ -78,6 +93,20 @@ int64_t QuantBlockBytes(DType dtype) {
       return 2 + 2 + 32;
     case DType::kMxfp4:
       return 1 + 16;
+    case DType::kQ4_0:
+      return 2 + 16;
+    case DType::kQ4_1:
+      return 2 + 2 + 16;
+    case DType::kQ5_0:
+      return 2 + 4 + 16;
+    case DType::kQ5_1:
+      return 2 + 2 + 4 + 16;
+    case DType::kQ4K:
+      return 2 + 2 + 12 + 128;
+    case DType::kQ5K:
+      return 2 + 2 + 12 + 32 + 128;
+    case DType::kQ6K:
+      return 128 + 64 + 16 + 2;
     default:
       return static_cast<int64_t>(DTypeSize(dtype));
   }
@@ -90,8 +119,8 @@ int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols) {
 }
 
 absl::StatusOr<DType> ParseWeightDType(absl::string_view name) {
-  for (DType q : {DType::kQ8, DType::kQ4, DType::kMxfp4}) {
-    if (DTypeName(q) == name) return q;
+  for (const DTypeEntry& e : kDTypes) {
+    if (IsQuantDType(e.dtype) && e.name == name) return e.dtype;
   }
   return ParseDType(name);
 }
@@ -99,10 +128,6 @@ absl::StatusOr<DType> ParseWeightDType(absl::string_view name) {
 bool IsFloatDType(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
 }
-
-
-
-
 
 absl::Status ConvertToFloat(const void* src, DType dtype, size_t n,
                             float* dst) {

@@ -48,16 +48,36 @@ enum class DType : int32_t {
   // checkpoint's MXFP4 `_blocks` + `_scales` (scales then in
   // TensorView::scales). Never a safetensors dtype.
   kMxfp4 = 17,
+  // ggml's block formats that have no equal above, exactly as GGUF files
+  // store them (layouts in common/gguf_blocks.h): routed experts of GGUF
+  // checkpoints are held and moved in these blocks, and read by the CPU
+  // kernels (kernels/cpu_gguf_quant.h); the CUDA backend refuses them so
+  // far. (GGUF's Q8_0 is kQ8 byte for byte; its MXFP4 is repacked to
+  // kMxfp4 at load.)
+  kQ4_0 = 18,  // 18 B / 32:  f16 d | u8 qs[16]              w = d (q - 8)
+  kQ4_1 = 19,  // 20 B / 32:  f16 d | f16 m | u8 qs[16]      w = d q + m
+  kQ5_0 = 20,  // 22 B / 32:  f16 d | u32 qh | u8 qs[16]     w = d (q - 16)
+  kQ5_1 = 21,  // 24 B / 32:  f16 d | f16 m | u32 qh | qs[16]  w = d q + m
+  kQ4K = 22,   // 144 B / 256 (8 sub-blocks of 32, 6-bit scales and mins)
+  kQ5K = 23,   // 176 B / 256
+  kQ6K = 24,   // 210 B / 256 (16 sub-blocks of 16, int8 scales)
 };
 
 // Bytes per element (BOOL and the F8 types are one byte); 0 for the block
-// formats (kQ8, kQ4),
-// whose sizes come from WeightBytes.
+// formats (kQ8, kQ4, kMxfp4 and the ggml ones), whose sizes come from
+// WeightBytes.
 size_t DTypeSize(DType dtype);
 
-// True for the block formats kernels read: kQ8, kQ4, kMxfp4.
+// True for ggml's block formats kQ4_0 .. kQ6K (CPU kernels only so far).
+inline bool IsGgufBlockDType(DType dtype) {
+  return dtype >= DType::kQ4_0 && dtype <= DType::kQ6K;
+}
+
+// True for the block formats kernels read: kQ8, kQ4, kMxfp4 and the ggml
+// ones (IsGgufBlockDType).
 inline bool IsQuantDType(DType dtype) {
-  return dtype == DType::kQ8 || dtype == DType::kQ4 || dtype == DType::kMxfp4;
+  return dtype == DType::kQ8 || dtype == DType::kQ4 || dtype == DType::kMxfp4 ||
+         IsGgufBlockDType(dtype);
 }
 // Weights per block (1 for plain dtypes) and bytes per block.
 int64_t QuantGroupSize(DType dtype);
@@ -66,14 +86,15 @@ int64_t QuantBlockBytes(DType dtype);
 // -1 when cols is not a multiple of the dtype's group.
 int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols);
 
-// The safetensors spelling: "BOOL", "U8", ..., "BF16", "F32".
+// The safetensors spelling: "BOOL", "U8", ..., "BF16", "F32"; the block
+// formats: "Q8", "Q4", "MXFP4", and ggml's names ("Q4_0", ..., "Q6_K").
 absl::string_view DTypeName(DType dtype);
 
 // Parses the safetensors spelling (exact, case-sensitive). Unknown names give
 // INVALID_ARGUMENT naming the dtype; the block formats are not safetensors
 // dtypes and are never parsed from a file.
 absl::StatusOr<DType> ParseDType(absl::string_view name);
-// ParseDType that also accepts the block formats ("Q8", "Q4"): for names
+// ParseDType that also accepts the block formats ("Q8", "Q4", "Q4_K"...): for names
 // that do not come from a file (the expert layout in Attach's reply).
 absl::StatusOr<DType> ParseWeightDType(absl::string_view name);
 

@@ -151,6 +151,16 @@ absl::Status ResolveWeightDType(const Checkpoint& ckpt, const std::string& name,
     }
     return absl::OkStatus();
   }
+  if (IsQuantDType(view->dtype) && view->scales.data == nullptr) {
+    // Blocks with their scales inside (GGUF experts, Checkpoint::FromGguf).
+    if (view->shape.size() == 2 &&
+        WeightBytes(view->dtype, view->shape[0], view->shape[1]) ==
+            static_cast<int64_t>(view->nbytes)) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "has dtype ", DTypeName(view->dtype), " but is not a 2-D weight of whole blocks"));
+  }
   if (view->dtype != DType::kF8E4M3) {
     return absl::InvalidArgumentError(absl::StrCat(
         "has dtype ", DTypeName(view->dtype),
@@ -229,6 +239,10 @@ absl::Status ConvertWeightView(const TensorView& view, DType to, void* dst) {
   if (view.shape.size() != 2) {
     return absl::InvalidArgumentError("ConvertWeightView: not a 2-D weight");
   }
+  if (IsQuantDType(view.dtype) && view.scales.data == nullptr && !view.strided()) {
+    // Packed blocks (GGUF experts): the same bytes, or decoded and redone.
+    return ConvertWeights(view.data, view.dtype, view.shape[0], view.shape[1], to, dst);
+  }
   if (view.dtype == DType::kMxfp4) return ConvertMxfp4View(view, to, dst);
   if (view.strided()) return ConvertStridedView(view, to, dst);
   const int64_t rows = view.shape[0], cols = view.shape[1];
@@ -261,6 +275,13 @@ absl::Status ConvertWeightView(const TensorView& view, DType to, void* dst) {
 DType DefaultHeldFormat(DType stored) {
   return stored == DType::kF8E4M3 || stored == DType::kMxfp4 ? DType::kQ8
                                                               : stored;
+}
+
+DType DefaultHeldFormat(const TensorView& expert) {
+  if (expert.dtype == DType::kMxfp4 && expert.scales.data == nullptr && !expert.strided()) {
+    return DType::kMxfp4;  // already our packed blocks (a GGUF file's MXFP4)
+  }
+  return DefaultHeldFormat(expert.dtype);
 }
 
 void QuantizeFp8Blocks(const float* w, int64_t rows, int64_t cols,

@@ -69,7 +69,8 @@ absl::Status ResolveWeightDType(const Checkpoint& ckpt, const std::string& name,
 absl::Status DequantizeFp8Row(const TensorView& view, int64_t row, float* dst);
 
 // Converts a 2-D weight view (F32/F16/BF16, or F8_E4M3 with its scales, or
-// MXFP4, or a strided view: common/mxfp4.h) to
+// MXFP4, or a strided view: common/mxfp4.h, or packed blocks of a block
+// format: ConvertWeights) to
 // `to` (a float dtype or a block format) at dst, which holds
 // WeightBytes(to, rows, cols) bytes. INVALID_ARGUMENT as ConvertWeights.
 absl::Status ConvertWeightView(const TensorView& view, DType to, void* dst);
@@ -78,6 +79,10 @@ absl::Status ConvertWeightView(const TensorView& view, DType to, void* dst);
 // kQ8 for F8_E4M3 and MXFP4 checkpoints (no kernel reads them; q8 holds
 // MXFP4 exactly), else as stored.
 DType DefaultHeldFormat(DType stored);
+// The same for one expert weight view: block-format views with their
+// scales inside (GGUF experts: kQ8, the ggml dtypes, packed kMxfp4) are
+// held as they are.
+DType DefaultHeldFormat(const TensorView& expert);
 
 // Quantizes a [rows, cols] float matrix as the published checkpoints do:
 // per [B0, B1] tile, scale_inv = max|w| / 448 (1 for an all-zero tile) and

@@ -7,7 +7,7 @@
 // row's length must be a multiple of block_elems. The sizes below are the
 // published ggml layouts (ggml-common.h), e.g. Q4_K: 256 weights in 144
 // bytes (f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of
-// nibbles); kernels/gguf_blocks.h decodes the ones we compute with.
+// nibbles); common/gguf_blocks.h decodes the ones we compute with.
 //
 // Thread-safe: constant tables and pure functions.
 #ifndef MOECACHE_COMMON_GGUF_TYPES_H_

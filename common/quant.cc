@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/gguf_blocks.h"
+#include "common/logging.h"
 #include "common/mxfp4.h"
 
 namespace moe {
@@ -53,6 +55,12 @@ absl::Status QuantizeRow(const float* src, int64_t cols, DType format,
   if (!IsQuantDType(format)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "QuantizeRow: ", DTypeName(format), " is not a block format"));
+  }
+  if (IsGgufBlockDType(format)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot quantize weights to ", DTypeName(format),
+        ": ggml's block formats are only read from GGUF files (hold them as q8, q4, "
+        "mxfp4 or bf16 instead)"));
   }
   const int64_t group = QuantGroupSize(format);
   if (cols <= 0 || cols % group != 0) {
@@ -109,22 +117,32 @@ std::string ExpertFormatName(DType format) {
 
 absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
                             int64_t cols, DType to, void* dst) {
-  if (!IsFloatDType(from)) {
+  if (!IsFloatDType(from) && !IsQuantDType(from)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot convert weights of dtype ", DTypeName(from)));
   }
+  const int64_t in_row = WeightBytes(from, 1, cols);
   const int64_t out_row = WeightBytes(to, 1, cols);
-  if (out_row < 0) {
+  if (in_row < 0 || out_row < 0) {
+    const DType bad = in_row < 0 ? from : to;
     return absl::InvalidArgumentError(absl::StrCat(
-        "rows of ", cols, " weights are not whole ", DTypeName(to),
-        " blocks of ", QuantGroupSize(to)));
+        "rows of ", cols, " weights are not whole ", DTypeName(bad),
+        " blocks of ", QuantGroupSize(bad)));
   }
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  const size_t in_row = DTypeSize(from) * static_cast<size_t>(cols);
+  if (from == to) {  // block for block
+    if (rows > 0) std::memcpy(out, in, static_cast<size_t>(rows * in_row));
+    return absl::OkStatus();
+  }
   std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
-    absl::Status s = ConvertToFloat(in + r * in_row, from, cols, row.data());
+    absl::Status s;
+    if (IsQuantDType(from)) {
+      DequantizeRow(in + r * in_row, from, cols, row.data());
+    } else {
+      s = ConvertToFloat(in + r * in_row, from, cols, row.data());
+    }
     if (s.ok()) {
       s = IsQuantDType(to) ? QuantizeRow(row.data(), cols, to, out + r * out_row)
                            : ConvertFromFloat(row.data(), cols, to, out + r * out_row);
@@ -135,6 +153,13 @@ absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
 }
 
 void DequantizeRow(const void* src, DType format, int64_t cols, float* dst) {
+  if (const std::optional<GgufType> t = GgufTypeOfDType(format);
+      t.has_value() && format != DType::kQ8) {
+    MOE_CHECK(DequantizeGguf(*t, static_cast<const uint8_t*>(src), cols, dst).ok())
+        << "DequantizeRow: " << cols << " weights are not whole " << DTypeName(format)
+        << " blocks";
+    return;
+  }
   for (int64_t i = 0; i < cols; ++i) dst[i] = DequantizeElement(src, format, i);
 }
 

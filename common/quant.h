@@ -50,25 +50,29 @@ absl::StatusOr<DType> ParseExpertFormat(absl::string_view name);
 // The inverse ("bf16", "q8", "q4"); DTypeName for other dtypes.
 std::string ExpertFormatName(DType format);
 
-// Converts a [rows, cols] weight of float dtype `from` (F32/F16/BF16) into
-// `to` (a float dtype or a block format) at dst (WeightBytes(to, rows, cols)
-// bytes). INVALID_ARGUMENT as QuantizeRow.
+// Converts a [rows, cols] weight of dtype `from` (F32/F16/BF16, or a block
+// format, decoded by DequantizeRow) into `to` (a float dtype or a block
+// format QuantizeRow writes; from == to copies the bytes) at dst
+// (WeightBytes(to, rows, cols) bytes). INVALID_ARGUMENT as QuantizeRow.
 absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
                             int64_t cols, DType to, void* dst);
 
 // Quantizes one row of `cols` floats into cols / G blocks of `format`.
-// INVALID_ARGUMENT if `format` is not kQ8/kQ4, cols is not a multiple of the
+// INVALID_ARGUMENT if `format` is not kQ8/kQ4/kMxfp4 (the ggml block
+// dtypes come from files only), cols is not a multiple of the
 // group, or a value is not finite.
 // REQUIRES: dst holds WeightBytes(format, 1, cols) bytes.
 absl::Status QuantizeRow(const float* src, int64_t cols, DType format,
                          void* dst);
 
-// Dequantizes one row (the inverse layout of QuantizeRow). REQUIRES: format
-// is kQ8 or kQ4 and cols a multiple of its group.
+// Dequantizes one row (the inverse layout of QuantizeRow; the ggml block
+// dtypes through common/gguf_blocks.h). REQUIRES: IsQuantDType(format) and
+// cols a multiple of its group.
 void DequantizeRow(const void* src, DType format, int64_t cols, float* dst);
 
 // Element `i` of a matrix of `format` (row-major, whole rows of blocks), as a
-// float. REQUIRES: format is kQ8 or kQ4.
+// float. REQUIRES: format is kQ8, kQ4 or kMxfp4 (DequantizeRow reads the
+// others).
 inline float DequantizeElement(const void* data, DType format, int64_t i) {
   const auto* p = static_cast<const uint8_t*>(data);
   if (format == DType::kMxfp4) {

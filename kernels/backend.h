@@ -8,7 +8,8 @@
 //  * Activations are f32, row-major. Weights are f32, f16 or bf16 (DType),
 //    row-major in the Hugging Face layout; accumulation is always f32.
 //    MatMul and ExpertFfn also take the block formats kQ8, kQ4 and kMxfp4
-//    (common/quant.h), read directly (dequantized on the fly); their rows
+//    (common/quant.h) and ggml's kQ4_0 .. kQ6K (common/gguf_blocks.h; CPU
+//    only), read directly (dequantized on the fly); their rows
 //    must be whole blocks. A backend without kernels for them returns
 //    UNIMPLEMENTED.
 //  * Shapes are stated per parameter as `// [rows, cols]`. The public methods
@@ -67,6 +68,9 @@ struct BackendInfo {
   bool supports_q4 = true;
   // And kMxfp4 (the CPU always; CUDA since module ABI v6).
   bool supports_mxfp4 = true;
+  // And ggml's block formats kQ4_0 .. kQ6K (IsGgufBlockDType): the CPU
+  // only so far; the CUDA backend returns UNIMPLEMENTED for them.
+  bool supports_gguf_blocks = true;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
   int threads = 1;                  // CPU worker threads (1 on a device)

@@ -32,6 +32,29 @@ std::string CpuModelName() {
   return "cpu";
 }
 
+// At least n floats of scratch for an expert's intermediates: the calling
+// thread's kept buffer up to kKeptFloats (a prompt's are megabytes, so they
+// are then neither allocated nor page-faulted per call), its own above.
+class ExpertScratch {
+ public:
+  explicit ExpertScratch(int64_t n) {
+    constexpr int64_t kKeptFloats = int64_t{16} << 20;  // 64 MiB
+    if (n > kKeptFloats) {
+      own_.resize(static_cast<size_t>(n));
+      data_ = own_.data();
+      return;
+    }
+    thread_local std::vector<float> kept;
+    if (kept.size() < static_cast<size_t>(n)) kept.resize(static_cast<size_t>(n));
+    data_ = kept.data();
+  }
+  float* data() const { return data_; }
+
+ private:
+  std::vector<float> own_;
+  float* data_ = nullptr;
+};
+
 }  // namespace
 
 CpuBackend::CpuBackend(int threads)
@@ -175,7 +198,7 @@ absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
                                      int64_t count, int64_t hidden,
                                      int64_t inter, Stream) {
   // xg [count, hidden] | g [count, inter] | u [count, inter] | d [count, hidden]
-  std::vector<float> scratch(static_cast<size_t>(count * (2 * hidden + 2 * inter)));
+  const ExpertScratch scratch(count * (2 * hidden + 2 * inter));
   float* xg = scratch.data();
   float* g = xg + count * hidden;
   float* u = g + count * inter;
@@ -183,9 +206,7 @@ absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
   ASSIGN_OR_RETURN(const float* xin,
                    GatherRows("ExpertFfn", x, rows, tokens, count, hidden, xg));
   const SimdLevel level = simd_.load();
-  CpuMatMul(*pool_, level, {xin, gate, w_dtype, nullptr, g, count, inter, hidden});
-  CpuMatMul(*pool_, level, {xin, up, w_dtype, nullptr, u, count, inter, hidden});
-  cpu::SiluMul(g, u, g, count * inter);
+  CpuGateUpSilu(*pool_, level, xin, gate, up, w_dtype, g, u, count, inter, hidden);
   CpuMatMul(*pool_, level, {g, down, w_dtype, nullptr, d, count, hidden, inter});
   for (int64_t i = 0; i < count; ++i) {
     const float w = weights ? weights[i] : 1.0f;
@@ -201,7 +222,7 @@ absl::Status CpuBackend::DoBiasedExpertFfn(const float* x, const int32_t* rows,
                                            const ClampedSwiglu& act, float* out,
                                            int64_t tokens, int64_t count, int64_t hidden,
                                            int64_t inter, Stream) {
-  std::vector<float> scratch(static_cast<size_t>(count * (2 * hidden + 2 * inter)));
+  const ExpertScratch scratch(count * (2 * hidden + 2 * inter));
   float* xg = scratch.data();
   float* g = xg + count * hidden;
   float* u = g + count * inter;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu_ops.h"
 #include "kernels/cpu_quant_matmul.h"
 
 namespace moe {
@@ -106,31 +107,82 @@ float DotScalar(const float* a, const float* b, int64_t n) {
 void AxpyScalar(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
+void DotRowsScalar(const float* a, const float* b, int64_t stride, int64_t rows, int64_t n,
+                   float scale, float* out) {
+  for (int64_t j = 0; j < rows; ++j) out[j] = DotScalar(a, b + j * stride, n) * scale;
+}
+void AxpyRowsScalar(const float* alpha, const float* x, int64_t stride, int64_t rows, float* y,
+                    int64_t n) {
+  for (int64_t j = 0; j < rows; ++j) AxpyScalar(alpha[j], x + j * stride, y, n);
+}
 }  // namespace
 
 VectorOps VectorOpsFor(SimdLevel level) {
   switch (level) {
     case SimdLevel::kAvx2:
-      return {&DotAvx2, &AxpyAvx2};
+      return {&DotAvx2, &AxpyAvx2, &DotRowsAvx2, &AxpyRowsAvx2};
     case SimdLevel::kAvx512:
-      return {&DotAvx512, &AxpyAvx512};
+      return {&DotAvx512, &AxpyAvx512, &DotRowsAvx512, &AxpyRowsAvx512};
     default:
-      return {&DotScalar, &AxpyScalar};
+      return {&DotScalar, &AxpyScalar, &DotRowsScalar, &AxpyRowsScalar};
   }
 }
 
+namespace {
+
+using ColumnsFn = void (*)(const MatMulArgs&, int64_t, int64_t);
+
+ColumnsFn ColumnsFor(SimdLevel level) {
+  if (level == SimdLevel::kAvx2) return &MatMulColumnsAvx2;
+  if (level == SimdLevel::kAvx512) return &MatMulColumnsAvx512;
+  return &MatMulColumnsScalar;
+}
+
+// Enough chunks to balance the threads; at most 64 columns so that a
+// chunk's k-block of W stays in L2 while every row of x passes over it.
+int64_t FloatColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k) {
+  // Tiny products are not worth waking the pool for.
+  if (m * n * k < (int64_t{1} << 15)) return n;
+  int64_t per_thread = (n + pool.size() * 4 - 1) / (pool.size() * 4);
+  return std::clamp<int64_t>((per_thread + 7) / 8 * 8, 8, 64);
+}
+
+}  // namespace
+
 void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
   if (IsQuantDType(a.dtype)) return CpuQuantMatMul(pool, level, a);
-  void (*kernel)(const MatMulArgs&, int64_t, int64_t) = &MatMulColumnsScalar;
-  if (level == SimdLevel::kAvx2) kernel = &MatMulColumnsAvx2;
-  if (level == SimdLevel::kAvx512) kernel = &MatMulColumnsAvx512;
-  // Enough chunks to balance the threads; at most 64 columns so that a
-  // chunk's k-block of W stays in L2 while every row of x passes over it.
-  int64_t per_thread = (a.n + pool.size() * 4 - 1) / (pool.size() * 4);
-  int64_t grain = std::clamp<int64_t>((per_thread + 7) / 8 * 8, 8, 64);
-  // Tiny products are not worth waking the pool for.
-  if (a.m * a.n * a.k < (int64_t{1} << 15)) grain = a.n;
-  pool.ParallelFor(a.n, grain, [&](int64_t b, int64_t e) { kernel(a, b, e); });
+  const ColumnsFn kernel = ColumnsFor(level);
+  pool.ParallelFor(a.n, FloatColumnGrain(pool, a.m, a.n, a.k),
+                   [&](int64_t b, int64_t e) { kernel(a, b, e); });
+}
+
+void CpuGateUpSilu(ThreadPool& pool, SimdLevel level, const float* x, const void* gate,
+                   const void* up, DType dtype, float* g, float* u, int64_t m, int64_t n,
+                   int64_t k) {
+  auto silu_mul = [&](int64_t b, int64_t e) {
+    for (int64_t i = 0; i < m; ++i) {
+      cpu::SiluMul(g + i * n + b, u + i * n + b, g + i * n + b, e - b);
+    }
+  };
+  if (IsQuantDType(dtype)) {
+    QuantizedInput local;
+    QuantizedInput& in = QuantizedInputFor(m, k, &local);
+    in.Prepare(x, m, k, dtype, level);
+    pool.ParallelFor(n, QuantColumnGrain(pool, m, n, k), [&](int64_t b, int64_t e) {
+      in.Columns(gate, nullptr, g, n, b, e);
+      in.Columns(up, nullptr, u, n, b, e);
+      silu_mul(b, e);
+    });
+    return;
+  }
+  const ColumnsFn kernel = ColumnsFor(level);
+  const MatMulArgs ga{x, gate, dtype, nullptr, g, m, n, k};
+  const MatMulArgs ua{x, up, dtype, nullptr, u, m, n, k};
+  pool.ParallelFor(n, FloatColumnGrain(pool, m, n, k), [&](int64_t b, int64_t e) {
+    kernel(ga, b, e);
+    kernel(ua, b, e);
+    silu_mul(b, e);
+  });
 }
 
 }  // namespace moe

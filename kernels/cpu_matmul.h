@@ -47,18 +47,49 @@ void MatMulColumnsAvx512(const MatMulArgs& a, int64_t n_begin, int64_t n_end);
 struct VectorOps {
   float (*dot)(const float* a, const float* b, int64_t n);   // sum a[i]*b[i]
   void (*axpy)(float alpha, const float* x, float* y, int64_t n);  // y += a*x
+  // out[j] = dot(a, b + j * stride, n) * scale for j < rows: bit for bit
+  // `dot` row by row, in one call (attention's scores).
+  void (*dot_rows)(const float* a, const float* b, int64_t stride, int64_t rows, int64_t n,
+                   float scale, float* out);
+  // axpy(alpha[j], x + j * stride, y, n) for j = 0 .. rows - 1, bit for bit,
+  // with y held in registers across the rows (attention's weighted values).
+  void (*axpy_rows)(const float* alpha, const float* x, int64_t stride, int64_t rows, float* y,
+                    int64_t n);
 };
 // REQUIRES: SimdLevelSupported(level).
 VectorOps VectorOpsFor(SimdLevel level);
 float DotAvx2(const float* a, const float* b, int64_t n);
 void AxpyAvx2(float alpha, const float* x, float* y, int64_t n);
+void DotRowsAvx2(const float* a, const float* b, int64_t stride, int64_t rows, int64_t n,
+                 float scale, float* out);
+void AxpyRowsAvx2(const float* alpha, const float* x, int64_t stride, int64_t rows, float* y,
+                  int64_t n);
 float DotAvx512(const float* a, const float* b, int64_t n);
 void AxpyAvx512(float alpha, const float* x, float* y, int64_t n);
+void DotRowsAvx512(const float* a, const float* b, int64_t stride, int64_t rows, int64_t n,
+                   float scale, float* out);
+void AxpyRowsAvx512(const float* alpha, const float* x, int64_t stride, int64_t rows, float* y,
+                    int64_t n);
 
 // The whole product on `pool` with the kernel of `level` (for kQ8/kQ4:
 // CpuQuantMatMul).
 // REQUIRES: SimdLevelSupported(level).
 void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a);
+
+// An expert's gate and up in one pass over the pool, then
+// g = silu(g) * u in place: as two CpuMatMul calls and cpu::SiluMul, bit for
+// bit, with one wake-up of the pool and (block formats) the activations
+// quantized once.
+// REQUIRES: SimdLevelSupported(level); dtype a weight dtype, k a multiple of
+// its group.
+void CpuGateUpSilu(ThreadPool& pool, SimdLevel level,
+                   const float* x,     // [m, k]
+                   const void* gate,   // [n, k] of dtype
+                   const void* up,     // [n, k] of dtype
+                   DType dtype,
+                   float* g,           // [m, n]: silu(x gate^T) * (x up^T)
+                   float* u,           // [m, n] scratch
+                   int64_t m, int64_t n, int64_t k);
 
 }  // namespace moe
 

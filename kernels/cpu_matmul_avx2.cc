@@ -61,5 +61,13 @@ MOE_SIMD_TARGET float DotAvx2(const float* a, const float* b, int64_t n) {
 MOE_SIMD_TARGET void AxpyAvx2(float alpha, const float* x, float* y, int64_t n) {
   SimdAxpy<Avx2>(alpha, x, y, n);
 }
+MOE_SIMD_TARGET void DotRowsAvx2(const float* a, const float* b, int64_t stride, int64_t rows,
+                                int64_t n, float scale, float* out) {
+  SimdDotRows<Avx2>(a, b, stride, rows, n, scale, out);
+}
+MOE_SIMD_TARGET void AxpyRowsAvx2(const float* alpha, const float* x, int64_t stride,
+                                 int64_t rows, float* y, int64_t n) {
+  SimdAxpyRows<Avx2>(alpha, x, stride, rows, y, n);
+}
 
 }  // namespace moe

@@ -116,22 +116,16 @@ void Attention(ThreadPool& pool, const VectorOps& vo, const float* q,
       const int64_t kvh = h / group;
       const int64_t len = s.start_pos + t + 1;
       const float* qv = q + th * d;
+      vo.dot_rows(qv, k_cache + kvh * d, kv_row, len, d, scale, scores.data());
       float mx = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) {
-        const float* kv = k_cache + j * kv_row + kvh * d;
-        scores[j] = vo.dot(qv, kv, d) * scale;
-        mx = std::max(mx, scores[j]);
-      }
+      for (int64_t j = 0; j < len; ++j) mx = std::max(mx, scores[j]);
       float sum = 0.0f;
       for (int64_t j = 0; j < len; ++j) {
         scores[j] = std::exp(scores[j] - mx);
         sum += scores[j];
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < len; ++j) {
-        const float* vv = v_cache + j * kv_row + kvh * d;
-        vo.axpy(scores[j], vv, acc.data(), d);
-      }
+      vo.axpy_rows(scores.data(), v_cache + kvh * d, kv_row, len, acc.data(), d);
       float* o = out + th * d;
       const float inv = 1.0f / sum;
       for (int64_t i = 0; i < d; ++i) o[i] = acc[i] * inv;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/quant.h"
+#include "kernels/cpu_gguf_quant.h"
 
 #define MOE_QUANT_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -94,9 +95,11 @@ MOE_QUANT_AVX2 inline __m256 BlockQ8Avx2(const uint8_t* blk, const int8_t* xq, f
                                          __m256 acc) {
   const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
   const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-  // |x| * (w signed like x): u8 x s8 pairs, |sum| <= 2 * 127 * 127 < 2^15.
+  // |w| * (x signed like w): u8 x s8 pairs. |w| may be 128 (a GGUF Q8_0
+  // code of -128 reads as u8 128), x stays within +-127 (negating it never
+  // overflows): |sum| <= 2 * 128 * 127 < 2^15.
   const __m256i p = _mm256_madd_epi16(
-      _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv)),
+      _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)),
       _mm256_set1_epi16(1));
   const __m256 scale = _mm256_set1_ps(_cvtsh_ss(Load16(blk)) * xd);
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc);
@@ -182,6 +185,33 @@ MOE_QUANT_AVX2 float DotQ4Avx2(const uint8_t* w, const QuantizedActivations& x,
   return HSum(_mm256_add_ps(acc[0], acc[1])) + macc;
 }
 
+// The scalar rounding of QuantizeActivations, into raw buffers.
+void QuantizeScalar(const float* x, int64_t m, int64_t k, int8_t* q_out, float* d_out,
+                    float* sd_out) {
+  for (int64_t g = 0; g < m * (k / kActGroup); ++g) {
+    const float* xs = x + g * kActGroup;
+    float amax = 0.0f;
+    for (int64_t t = 0; t < kActGroup; ++t) amax = std::max(amax, std::fabs(xs[t]));
+    const float d = amax / 127.0f;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int64_t t = 0; t < kActGroup; ++t) {
+      const float q = std::clamp(std::nearbyint(xs[t] * inv), -127.0f, 127.0f);
+      q_out[g * kActGroup + t] = static_cast<int8_t>(q);
+      sum += static_cast<int32_t>(q);
+    }
+    d_out[g] = d;
+    sd_out[g] = d * static_cast<float>(sum);
+  }
+}
+
+// Grows v to at least n elements; never shrinks (no refill of a regrown tail).
+template <typename T>
+T* AtLeast(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
 }  // namespace
 
 void QuantizeActivations(const float* x, int64_t m, int64_t k,
@@ -192,21 +222,7 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k,
   out->q.resize(static_cast<size_t>(m * k));
   out->d.resize(static_cast<size_t>(m * groups));
   out->sd.resize(static_cast<size_t>(m * groups));
-  for (int64_t g = 0; g < m * groups; ++g) {
-    const float* xs = x + g * kActGroup;
-    float amax = 0.0f;
-    for (int64_t t = 0; t < kActGroup; ++t) amax = std::max(amax, std::fabs(xs[t]));
-    const float d = amax / 127.0f;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int32_t sum = 0;
-    for (int64_t t = 0; t < kActGroup; ++t) {
-      const float q = std::clamp(std::nearbyint(xs[t] * inv), -127.0f, 127.0f);
-      out->q[g * kActGroup + t] = static_cast<int8_t>(q);
-      sum += static_cast<int32_t>(q);
-    }
-    out->d[g] = d;
-    out->sd[g] = d * static_cast<float>(sum);
-  }
+  QuantizeScalar(x, m, k, out->q.data(), out->d.data(), out->sd.data());
 }
 
 std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k) {
@@ -217,28 +233,70 @@ std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k) {
   return out;
 }
 
-void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
-  QuantizedActivations x;
-  QuantizeActivations(a.x, a.m, a.k, &x);
-  const bool q8 = a.dtype == DType::kQ8;
-  const bool simd = level != SimdLevel::kScalar;
+void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
+                             SimdLevel level) {
   static const bool vnni = Q8VnniSupported();
-  float (*dot)(const uint8_t*, const QuantizedActivations&, int64_t) =
-      q8 ? (simd ? (level == SimdLevel::kAvx512 && vnni ? &DotQ8Avx512Vnni : &DotQ8Avx2)
-                 : &DotQ8Scalar)
-         : (simd ? (level == SimdLevel::kAvx512 && vnni ? &DotQ4Avx512Vnni : &DotQ4Avx2)
-                 : &DotQ4Scalar);
-  if (a.dtype == DType::kMxfp4) dot = simd ? &DotMxfp4Avx2 : &DotMxfp4Scalar;
-  const int64_t row_bytes = WeightBytes(a.dtype, 1, a.k);
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  int64_t grain = std::max<int64_t>(8, a.n / (pool.size() * 8));
-  if (a.m * a.n * a.k < (int64_t{1} << 15)) grain = a.n;
-  pool.ParallelFor(a.n, grain, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      const uint8_t* wj = w + j * row_bytes;
-      const float bias = a.bias ? a.bias[j] : 0.0f;
-      for (int64_t i = 0; i < a.m; ++i) a.y[i * a.n + j] = dot(wj, x, i) + bias;
+  const bool simd = level != SimdLevel::kScalar;
+  const bool avx512_vnni = level == SimdLevel::kAvx512 && vnni;
+  const bool q8 = dtype == DType::kQ8;
+  dot_ = q8 ? (simd ? (avx512_vnni ? &DotQ8Avx512Vnni : &DotQ8Avx2) : &DotQ8Scalar)
+            : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
+  if (dtype == DType::kMxfp4) dot_ = simd ? &DotMxfp4Avx2 : &DotMxfp4Scalar;
+  if (IsGgufBlockDType(dtype)) dot_ = GgufDotFor(dtype, level);  // cpu_gguf_quant.h
+  vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
+  row_bytes_ = WeightBytes(dtype, 1, k);
+  const int64_t groups = m * (k / kActGroup);
+  x_.m = m;
+  x_.k = k;
+  int8_t* q = AtLeast(x_.q, m * k);
+  float* d = AtLeast(x_.d, groups);
+  float* sd = AtLeast(x_.sd, groups);
+  if (avx512_vnni) {
+    QuantizeActivationsAvx512(x, m, k, q, d, sd);
+  } else {
+    QuantizeScalar(x, m, k, q, d, sd);
+  }
+  if (vnni_rows_ == nullptr) return;
+  vx_ = VnniActivations{m, k, q, AtLeast(lane_d_, m * k / 4),
+                        AtLeast(block_sd_, m * k / kQ4Group)};
+  PrepareVnniLanes(x_, lane_d_.data(), block_sd_.data());
+}
+
+void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t n,
+                             int64_t n_begin, int64_t n_end) const {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t m = x_.m;
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const uint8_t* wj = wb + j * row_bytes_;
+    const float bj = bias ? bias[j] : 0.0f;
+    if (vnni_rows_ != nullptr) {
+      for (int64_t i = 0; i < m; i += kVnniMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kVnniMaxRows, m - i));
+        vnni_rows_(wj, vx_, i, rows, bj, y + i * n + j, n);
+      }
+    } else {
+      for (int64_t i = 0; i < m; ++i) y[i * n + j] = dot_(wj, x_, i) + bj;
     }
+  }
+}
+
+int64_t QuantColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k) {
+  if (m * n * k < (int64_t{1} << 15)) return n;  // not worth waking the pool
+  return std::max<int64_t>(8, n / (pool.size() * 8));
+}
+
+QuantizedInput& QuantizedInputFor(int64_t m, int64_t k, QuantizedInput* local) {
+  if (m * k > (int64_t{8} << 20)) return *local;
+  thread_local QuantizedInput kept;
+  return kept;
+}
+
+void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
+  QuantizedInput local;
+  QuantizedInput& in = QuantizedInputFor(a.m, a.k, &local);
+  in.Prepare(a.x, a.m, a.k, a.dtype, level);
+  pool.ParallelFor(a.n, QuantColumnGrain(pool, a.m, a.n, a.k), [&](int64_t b, int64_t e) {
+    in.Columns(a.w, a.bias, a.y, a.n, b, e);
   });
 }
 

@@ -15,7 +15,11 @@
 // bf16 and not just smaller.
 //
 // Within one SIMD level the result does not depend on the thread count
-// (each output is reduced by one thread, blocks in order).
+// (each output is reduced by one thread, blocks in order), nor on how many
+// activation rows are computed together (decode alone or a prompt's tile).
+// The levels differ in the f32 rounding of the per-block terms' sum (since
+// 2026-12-04 the AVX-512 q4 kernel sums the min terms of even and odd
+// blocks apart, then adds them).
 #ifndef MOECACHE_KERNELS_CPU_QUANT_MATMUL_H_
 #define MOECACHE_KERNELS_CPU_QUANT_MATMUL_H_
 
@@ -42,19 +46,79 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k,
 // x rounded as the kernels see it (d * q), for references.
 std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k);
 
-// The AVX-512 VNNI q8 kernel (cpu_quant_vnni.cc): one output y[i, j] of
-// the q8 row `w`. REQUIRES: Q8VnniSupported().
+// The AVX-512 VNNI q8 dot product (cpu_quant_vnni.cc): one output y[i, j]
+// of the q8 row `w`. REQUIRES: Q8VnniSupported().
 float DotQ8Avx512Vnni(const uint8_t* w, const QuantizedActivations& x, int64_t i);
-// The same for a q4 row (its codes are unsigned: vpdpbusd takes them as they
-// are). REQUIRES: Q8VnniSupported().
-float DotQ4Avx512Vnni(const uint8_t* w, const QuantizedActivations& x, int64_t i);
-// AVX512_VNNI, AVX512BW and AVX512VL are all present.
+
+// q4 activations as the VNNI row kernels read them: the codes, the scale d
+// of each 4-code lane's group (lane_d, so a block's scales are one vector
+// multiply) and, per 64-weight block, sd of its two groups added (block_sd,
+// the min term's factor); PrepareVnniLanes fills the last two.
+// (q8 keeps the per-output DotQ8Avx512Vnni: a tile of 2 weight rows x 4
+// activation rows sharing each loaded block measured 7% slower; its
+// per-block float work, not its loads, bounds it.)
+struct VnniActivations {
+  int64_t m = 0, k = 0;
+  const int8_t* q = nullptr;        // [m, k]
+  const float* lane_d = nullptr;    // [m, k / 4]
+  const float* block_sd = nullptr;  // [m, k / 64]
+};
+void PrepareVnniLanes(const QuantizedActivations& x,
+                      float* lane_d,     // [x.m, x.k / 4]
+                      float* block_sd);  // [x.m, x.k / 64]
+// QuantizeActivations's arithmetic with AVX-512 (bit for bit the same).
+// REQUIRES: Q8VnniSupported(); q [m, k], d and sd [m, k / kActGroup].
+void QuantizeActivationsAvx512(const float* x, int64_t m, int64_t k, int8_t* q, float* d,
+                               float* sd);
+
+// y[r * y_stride] = q4 row `w` . activation row i0 + r (+ bias), for
+// r < rows (1 to kVnniMaxRows): one pass over the row's blocks serves all
+// `rows`, and each row's sums run in the order they have alone (even and
+// odd blocks in two accumulators each, for the codes and the min term), so
+// a row's result does not depend on `rows`. REQUIRES: Q8VnniSupported().
+inline constexpr int kVnniMaxRows = 4;
+using VnniRowsFn = void (*)(const uint8_t* w, const VnniActivations& x, int64_t i0, int rows,
+                            float bias, float* y, int64_t y_stride);
+VnniRowsFn Q4RowsVnni();
+// AVX512_VNNI, AVX512BW, AVX512VL and AVX512DQ are all present.
 bool Q8VnniSupported();
 
+// Activations quantized once for any number of products with them (an
+// expert's gate and up share theirs), for one weight dtype and SIMD level,
+// with the kernel that goes with them. Its buffers only grow, so a kept
+// QuantizedInput allocates nothing once warm. Prepare is not thread-safe;
+// Columns may run on several threads at once.
+class QuantizedInput {
+ public:
+  // REQUIRES: IsQuantDType(dtype), k a multiple of its group,
+  // SimdLevelSupported(level).
+  void Prepare(const float* x,  // [m, k]
+               int64_t m, int64_t k, DType dtype, SimdLevel level);
+  // Columns [n_begin, n_end) of y = x W^T (+ bias), for every row of x.
+  void Columns(const void* w,      // [n, k] of the prepared dtype
+               const float* bias,  // [n] or nullptr
+               float* y,           // [m, n]
+               int64_t n, int64_t n_begin, int64_t n_end) const;
+
+ private:
+  QuantizedActivations x_;
+  std::vector<float> lane_d_, block_sd_;
+  VnniActivations vx_;
+  VnniRowsFn vnni_rows_ = nullptr;
+  float (*dot_)(const uint8_t*, const QuantizedActivations&, int64_t) = nullptr;
+  int64_t row_bytes_ = 0;
+};
+// Where to prepare m x k activations: the calling thread's own
+// QuantizedInput, kept for the thread's life, up to 8 Mi activations (its
+// buffers then hold ~9 bytes per activation); `*local` above.
+QuantizedInput& QuantizedInputFor(int64_t m, int64_t k, QuantizedInput* local);
+// The ParallelFor grain over the n columns of a quantized product.
+int64_t QuantColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k);
+
 // REQUIRES: IsQuantDType(a.dtype), a.k a multiple of its group,
-// SimdLevelSupported(level). At the AVX-512 level q8 and q4 run VNNI
-// (vpdpbusd) kernels where the CPU has AVX512_VNNI/BW/VL; without VNNI, and
-// for MXFP4, the AVX2 kernels run.
+// SimdLevelSupported(level). At the AVX-512 level q8 and q4 run the VNNI
+// (vpdpbusd) kernels above where the CPU has them; without VNNI, and for
+// MXFP4, the AVX2 kernels run.
 void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a);
 
 }  // namespace moe

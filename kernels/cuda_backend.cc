@@ -24,6 +24,16 @@ namespace {
 
 void* S(Stream stream) { return static_cast<void*>(stream); }
 
+// ggml's block formats (IsGgufBlockDType) have no kernels in the module: a
+// clear refusal here rather than an unknown dtype number in the module.
+absl::Status RefuseGgufBlocks(const char* op, DType w_dtype) {
+  if (!IsGgufBlockDType(w_dtype)) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      op, ": ", DTypeName(w_dtype), " weights (ggml blocks from a GGUF file) run on the CPU "
+      "only so far; run with --backend cpu, or hold the experts as q8, q4 or bf16 "
+      "(--expert-format)"));
+}
+
 class CudaBackend : public Backend {
  public:
   CudaBackend(const MoeCudaModuleApi* api, int device, std::string name)
@@ -34,6 +44,7 @@ class CudaBackend : public Backend {
     info.name = "cuda";
     info.device_name = device_name_;
     info.is_device = true;
+    info.supports_gguf_blocks = false;
     size_t free_bytes = 0, total_bytes = 0;
     if (api_->set_device(device_) == 0 &&
         api_->mem_info(&free_bytes, &total_bytes) == 0) {
@@ -95,6 +106,7 @@ class CudaBackend : public Backend {
   absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
                         const float* bias, float* y, int64_t m, int64_t n,
                         int64_t k, Stream stream) override {
+    RETURN_IF_ERROR(RefuseGgufBlocks("MatMul", w_dtype));
     return Check(api_->matmul(x, w, static_cast<int>(w_dtype), bias, y, m, n,
                               k, S(stream)),
                  "MatMul");
@@ -166,6 +178,7 @@ class CudaBackend : public Backend {
                               const float* kpe_cache, float* out,
                               const MlaShape& shape, float scale,
                               Stream stream) override {
+    RETURN_IF_ERROR(RefuseGgufBlocks("MlaAttention", kv_b_dtype));
     MoeCudaMlaShape s{shape.tokens,   shape.heads, shape.nope_dim,
                       shape.rope_dim, shape.v_dim, shape.rank,
                       shape.max_seq,  shape.start_pos};
@@ -189,6 +202,7 @@ class CudaBackend : public Backend {
                                  const ClampedSwiglu& act, float* out,
                                  int64_t tokens, int64_t count, int64_t hidden,
                                  int64_t inter, Stream stream) override {
+    RETURN_IF_ERROR(RefuseGgufBlocks("BiasedExpertFfn", e.w_dtype));
     return Check(api_->biased_expert_ffn(
                      x, rows, weights, e.gate, e.up, e.down,
                      static_cast<int>(e.w_dtype), e.gate_bias, e.up_bias,
@@ -202,6 +216,7 @@ class CudaBackend : public Backend {
                            float* out, int64_t tokens, int64_t count,
                            int64_t hidden, int64_t inter,
                            Stream stream) override {
+    RETURN_IF_ERROR(RefuseGgufBlocks("ExpertFfn", w_dtype));
     return Check(api_->expert_ffn(x, rows, weights, gate, up, down,
                                   static_cast<int>(w_dtype), out, tokens,
                                   count, hidden, inter, S(stream)),

@@ -16,11 +16,21 @@ InMemoryExpertProvider::Create(const MoeModel& model,
   const ModelDescription& d = model.description();
   Backend& be = model.backend();
   const bool device = be.Info().is_device;
-  const DType held = format.value_or(DefaultHeldFormat(d.expert_dtype()));
+  DType held = format.value_or(DefaultHeldFormat(d.expert_dtype()));
+  if (!format.has_value() && c.num_moe_layers() > 0 && c.num_experts > 0) {
+    ASSIGN_OR_RETURN(TensorView first, d.Expert(0, 0, TensorRole::kExpertGate));
+    held = DefaultHeldFormat(first);  // GGUF blocks stay blocks
+  }
   if (held == DType::kMxfp4 && !be.Info().supports_mxfp4) {
     return absl::UnimplementedError(absl::StrCat(
         "the ", be.Info().name, " backend has no mxfp4 kernels; hold the experts as q8 "
         "(exact for MXFP4 checkpoints)"));
+  }
+  if (IsGgufBlockDType(held) && !be.Info().supports_gguf_blocks) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", be.Info().name, " backend has no kernels for ", DTypeName(held),
+        " experts (ggml blocks run on the CPU only so far); hold them as q8, q4 or bf16 "
+        "(--expert-format)"));
   }
   for (int l = 0; l < c.num_moe_layers(); ++l) {
     for (int e = 0; e < c.num_experts; ++e) {

@@ -65,9 +65,10 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
   if (gate.dtype != up.dtype || gate.dtype != down.dtype) {
     return absl::InvalidArgumentError("expert tensors have different dtypes");
   }
-  const DType held = format.value_or(DefaultHeldFormat(gate.dtype));
+  const DType held = format.value_or(DefaultHeldFormat(gate));
+  // Block formats (GGUF experts included) decode to floats on the way.
   const bool convertible = IsFloatDType(gate.dtype) || gate.dtype == DType::kF8E4M3 ||
-                           gate.dtype == DType::kMxfp4;
+                           IsQuantDType(gate.dtype);
   if (held != gate.dtype && (!convertible ||
                              (!IsFloatDType(held) && !IsQuantDType(held)))) {
     return absl::InvalidArgumentError(absl::StrCat(

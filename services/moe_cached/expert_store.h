@@ -53,7 +53,8 @@ struct ExpertStoreOptions {
   // --expert-format: the dtype the store (and so every copy and arena slot)
   // holds; the checkpoint's experts are converted, quantized for kQ8/kQ4
   // (common/quant.h), while loading. nullopt: as stored in the checkpoint
-  // (q8 for F8_E4M3 checkpoints, whose format no kernel reads).
+  // (q8 for F8_E4M3 checkpoints, whose format no kernel reads; a GGUF
+  // file's block-format experts keep their blocks: DefaultHeldFormat).
   std::optional<DType> format;
   // Called once on the whole buffer after allocation, before it is filled
   // (CUDA: register it as pinned memory). A failure aborts the load with
@@ -79,8 +80,8 @@ class ExpertStore {
   ExpertStore& operator=(const ExpertStore&) = delete;
 
   // The layout of one block, for the given gate/up/down views held as
-  // `format` (nullopt: their own dtype, or q8 for F8_E4M3 and MXFP4
-  // experts: DefaultHeldFormat), then `biases` (none, or the gate, up and
+  // `format` (nullopt: DefaultHeldFormat(gate): their own dtype, or q8 for
+  // F8_E4M3 and safetensors MXFP4 experts), then `biases` (none, or the gate, up and
   // down bias views, held as F32). INVALID_ARGUMENT if the three dtypes
   // differ, or a row is not whole blocks of `format`.
   static absl::StatusOr<std::vector<ExpertTensorLayout>> ComputeLayout(

@@ -1,8 +1,11 @@
 // moectl inspect DIR: validates a Hugging Face MoE model directory and prints
 // its summary; any invalid model is one line on stderr and exit code 1.
 #include <cstdio>
+#include <map>
 #include <string>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -44,6 +47,46 @@ int64_t ExpertBytesAs(const ModelDescription& d, DType format) {
     total += 4 * (2 * c.moe_intermediate_size + c.hidden_size);
   }
   return total;
+}
+
+// The held format without --expert-format: of the experts' views (GGUF
+// blocks stay blocks).
+DType HeldByDefault(const ModelDescription& d) {
+  if (d.config().num_moe_layers() > 0 && d.config().num_experts > 0) {
+    auto gate = d.Expert(0, 0, TensorRole::kExpertGate);
+    if (gate.ok()) return DefaultHeldFormat(*gate);
+  }
+  return DefaultHeldFormat(d.expert_dtype());
+}
+
+// A GGUF file's tensor types, counted: "Q4_K" -> {tensors, routed experts}.
+std::map<std::string, std::pair<int, int>> GgufTypeCounts(const ModelDescription& d) {
+  std::map<std::string, std::pair<int, int>> out;
+  const GgufCheckpoint* g = d.checkpoint().gguf();
+  if (g == nullptr) return out;
+  for (const GgufTensorInfo& t : g->tensors()) {
+    auto& [all, experts] = out[GgufTypeName(static_cast<uint32_t>(t.type))];
+    ++all;
+    if (absl::StrContains(t.name, "_exps.")) ++experts;
+  }
+  return out;
+}
+
+void PrintGgufTypes(const ModelDescription& d) {
+  for (const auto& [type, counts] : GgufTypeCounts(d)) {
+    const bool plain = type == "F32" || type == "F16" || type == "BF16";
+    std::string what;
+    if (counts.second > 0) {
+      absl::StrAppend(&what, counts.second, " routed-expert",
+                      plain || type == "MXFP4" ? "" : ", kept as blocks",
+                      type == "MXFP4" ? ", repacked to our MXFP4 blocks (lossless)" : "");
+    }
+    if (counts.first > counts.second) {
+      absl::StrAppend(&what, what.empty() ? "" : "; ", counts.first - counts.second, " other",
+                      plain ? "" : ", dequantized to F32 at load");
+    }
+    std::printf("gguf tensors %s: %d (%s)\n", type.c_str(), counts.first, what.c_str());
+  }
 }
 
 void PrintSinksAndClampedExperts(const ModelConfig& c) {
@@ -150,8 +193,9 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
                 static_cast<long long>(c.fp8->block_rows),
                 static_cast<long long>(c.fp8->block_cols));
   }
+  PrintGgufTypes(d);
   std::printf("experts held as (no --expert-format): %s\n",
-              ExpertFormatName(DefaultHeldFormat(d.expert_dtype())).c_str());
+              ExpertFormatName(HeldByDefault(d)).c_str());
   std::printf("bytes per expert: %llu (%s)\n",
               static_cast<unsigned long long>(d.bytes_per_expert()),
               Human(d.bytes_per_expert()).c_str());
@@ -195,7 +239,10 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["expert_dtype"] = std::string(DTypeName(d.expert_dtype()));
   j["bytes_per_expert"] = d.bytes_per_expert();
   if (c.fp8) j["fp8_block_size"] = {c.fp8->block_rows, c.fp8->block_cols};
-  j["expert_held_format"] = ExpertFormatName(DefaultHeldFormat(d.expert_dtype()));
+  j["expert_held_format"] = ExpertFormatName(HeldByDefault(d));
+  for (const auto& [type, counts] : GgufTypeCounts(d)) {
+    j["gguf_tensor_types"][type] = {{"tensors", counts.first}, {"experts", counts.second}};
+  }
   j["bytes_per_expert_bf16"] = ExpertBytesAs(d, DType::kBF16);
   j["bytes_per_expert_q8"] = ExpertBytesAs(d, DType::kQ8);
   j["bytes_per_expert_q4"] = ExpertBytesAs(d, DType::kQ4);

@@ -47,8 +47,11 @@
 #     weights read into memory at load (LLAMA_MMAP=1: mapped), the prompt
 #     once cold (reported apart), then timed warm as llama-bench does, then
 #     the decode. Medians and ranges over the reps; ratio = ours / llama.cpp.
-#     Achieved decode bandwidth: expert bytes read per token (MoE layers x
-#     top-k x bytes per expert of the format) x tokens/s, against read_bw.
+#     Achieved decode bandwidth: the bytes read per token x tokens/s,
+#     against read_bw, for the experts (MoE layers x top-k x bytes per
+#     expert of the format) and for all weights (the experts plus the dense
+#     weights: attention, routers, norms, lm_head, one embedding row; the
+#     same bytes on both sides, as both keep them in bf16 / f32).
 #
 # usage: tests/bench/peer_bench.sh [--quick] [--threads 1,2] [--formats bf16,q8,q4]
 #          [--reps 5] [--n-gen 64] [--prompt-tokens 200] [--tie-nats 0.05]
@@ -360,6 +363,9 @@ bpe = {"bf16": num(r"^bytes per expert: (\d+)"), "q8": num(r"^bytes per expert a
 weights = bpe["bf16"] // 2
 llama_bpe = {"bf16": weights * 2, "q8": weights * 34 // 32, "q4": weights * 18 // 32}
 per_tok = num(r"^moe layers: (\d+)") * num(r"^top-k: (\d+)")
+hidden = num(r"^hidden: (\d+)")
+# Dense weights read per token: all but the embedding table, plus its row.
+dense = num(r"^dense bytes: (\d+)") - num(r"vocab: (\d+)") * hidden * 2 + 2 * hidden
 bw = {}  # threads -> medians measured before and after the timing
 for l in open(f"{work}/read_bw.txt"):
     p = l.split()
@@ -405,13 +411,16 @@ for t in threads:
         lb = per_tok * llama_bpe[f] * statistics.median(ld) / 1e9
         gbps.append((f, t, per_tok * bpe[f], ob, per_tok * llama_bpe[f], lb))
 print()
-print("decode bandwidth: expert bytes read per token x median decode tokens/s, against the read bandwidth"
-      " (read_bw: 1 GiB, median of 7, before / after the timing; % of the higher)")
+print("decode bandwidth: bytes read per token x median decode tokens/s, against the read bandwidth"
+      " (read_bw: 1 GiB, median of 7, before / after the timing; % of the higher); experts alone, and"
+      f" all weights (the experts + {dense / 1e6:.1f} MB of dense weights per token, the same on both sides)")
 print()
-print("| experts | threads | read GB/s | ours MB/token | ours GB/s | % of read | llama.cpp MB/token | llama.cpp GB/s | % of read |")
+print("| experts | threads | read GB/s | MB/token: experts / all | ours GB/s: experts / all | % of read (all) | llama.cpp MB/token: experts / all | llama.cpp GB/s: experts / all | % of read (all) |")
 print("|---|---|---|---|---|---|---|---|---|")
 for f, t, obytes, ob, lbytes, lb in gbps:
     r = max(bw.get(t, [float("nan")]))
     rs = " / ".join(f"{x:.1f}" for x in bw.get(t, []))
-    print(f"| {f} / {names[f]} | {t} | {rs} | {obytes / 1e6:.1f} | {ob:.1f} | {100 * ob / r:.0f}% | {lbytes / 1e6:.1f} | {lb:.1f} | {100 * lb / r:.0f}% |")
+    oall = ob * (obytes + dense) / obytes
+    lall = lb * (lbytes + dense) / lbytes
+    print(f"| {f} / {names[f]} | {t} | {rs} | {obytes / 1e6:.1f} / {(obytes + dense) / 1e6:.1f} | {ob:.1f} / {oall:.1f} | {100 * ob / r:.0f}% ({100 * oall / r:.0f}%) | {lbytes / 1e6:.1f} / {(lbytes + dense) / 1e6:.1f} | {lb:.1f} / {lall:.1f} | {100 * lb / r:.0f}% ({100 * lall / r:.0f}%) |")
 EOF

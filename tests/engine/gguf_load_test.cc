@@ -4,6 +4,7 @@
 // experts, llama's permuted q/k rows) load through ModelDescription::Open
 // and give the folder's logits bit for bit and the same greedy tokens; what
 // is not loaded yet is refused naming the tensor or the architecture.
+// (Quantized tensors: gguf_quant_test.cc.)
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -182,8 +183,8 @@ TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {
   ASSERT_TRUE(MakeModel(o, dir.Sub("hf")).ok());
   const std::string gguf = dir.Sub("m.gguf");
   ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " " + dir.Sub("hf") + " " + gguf), 0);
-  // Retype blk.0.ffn_down_exps as Q8_0 in place (its byte count differs,
-  // but the type is checked first).
+  // Retype blk.0.ffn_down_exps as IQ4_NL in place, a block type that is
+  // not loaded (its byte count differs, but the type is checked first).
   const std::string retype = absl::StrCat(
       "import sys; sys.path.insert(0, '", MOE_SOURCE_DIR, "/tests/reference')\n",
       "b = bytearray(open('", gguf, "', 'rb').read())\n",
@@ -191,7 +192,7 @@ TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {
       "i = b.index(name) + len(name)\n",
       "nd = int.from_bytes(b[i:i + 4], 'little')\n",
       "t = i + 4 + 8 * nd\n",
-      "b[t:t + 4] = (8).to_bytes(4, 'little')\n",
+      "b[t:t + 4] = (20).to_bytes(4, 'little')\n",
       "open('", gguf, "', 'wb').write(b)\n");
   moe::testing::WriteText(dir.Sub("retype.py"), retype);
   ASSERT_EQ(Shell("/usr/bin/python3 " + dir.Sub("retype.py")), 0);
@@ -199,6 +200,8 @@ TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {
   ASSERT_FALSE(quantized.ok());
   EXPECT_EQ(quantized.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(quantized.status().message().find("blk.0.ffn_down_exps.weight"), std::string::npos)
+      << quantized.status();
+  EXPECT_NE(quantized.status().message().find("IQ4_NL"), std::string::npos)
       << quantized.status();
 }
 

@@ -11,7 +11,7 @@
 
 #include "common/gguf.h"
 #include "common/logging.h"
-#include "kernels/gguf_blocks.h"
+#include "common/gguf_blocks.h"
 
 namespace {
 

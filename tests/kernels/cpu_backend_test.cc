@@ -161,6 +161,29 @@ TEST(CpuDispatchTest, AttentionPathsMatchScalar) {
   }
 }
 
+// dot_rows and axpy_rows are dot and axpy row by row, bit for bit, at every
+// level (registers held across rows, vector tails, chunks of 8 registers).
+TEST(CpuDispatchTest, VectorRowHelpersAreTheOneRowHelpers) {
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!SimdLevelSupported(level)) continue;
+    const VectorOps vo = VectorOpsFor(level);
+    for (int64_t n : {1, 7, 37, 128, 200, 576}) {
+      SCOPED_TRACE(testing::Message() << SimdLevelName(level) << " n=" << n);
+      const int64_t rows = 13, stride = n + 3;
+      auto a = Random(n, 10), b = Random(rows * stride, 11), alpha = Random(rows, 12);
+      std::vector<float> got(rows), y0 = Random(n, 13);
+      vo.dot_rows(a.data(), b.data(), stride, rows, n, 0.3f, got.data());
+      for (int64_t j = 0; j < rows; ++j) {
+        ASSERT_EQ(got[j], vo.dot(a.data(), b.data() + j * stride, n) * 0.3f) << j;
+      }
+      std::vector<float> want = y0, y = y0;
+      for (int64_t j = 0; j < rows; ++j) vo.axpy(alpha[j], b.data() + j * stride, want.data(), n);
+      vo.axpy_rows(alpha.data(), b.data(), stride, rows, y.data(), n);
+      EXPECT_EQ(y, want);
+    }
+  }
+}
+
 // Results are bit-identical for every thread count.
 TEST(CpuBackendTest, ResultsDoNotDependOnThreadCount) {
   const int64_t m = 6, n = 150, k = 1500;

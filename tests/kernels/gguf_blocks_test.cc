@@ -1,4 +1,4 @@
-// The CPU decoder of GGUF weight blocks (kernels/gguf_blocks.h) against an
+// The CPU decoder of GGUF weight blocks (common/gguf_blocks.h) against an
 // independent float64 decoder in Python (tests/reference/gguf_quants.py),
 // on blocks that script quantizes and on blocks of random bits, read through
 // the GGUF reader; plus a few blocks decoded by hand from the layouts.
@@ -15,7 +15,7 @@
 #include "common/gguf.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/gguf_blocks.h"
+#include "common/gguf_blocks.h"
 #include "tests/common/test_util.h"
 
 namespace moe {

@@ -59,7 +59,8 @@ class ServedE2eTest : public ::testing::TestWithParam<Param> {
  protected:
   using Served = ServedRun;
 
-  std::string model_dir() { return dir_.Sub("model"); }
+  // A folder, or (overridden) a .gguf file.
+  virtual std::string model_dir() { return dir_.Sub("model"); }
 
   // Greedy tokens and their logprobs through a fresh moe-cached (`experts`
   // slots, `policy`, `daemon_args`) and moe-worker; both are stopped after.

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """GGUF (ggml) weight blocks in numpy: quantizers and float64 dequantizers
-written from the published block layouts (see kernels/gguf_blocks.h for the
+written from the published block layouts (see common/gguf_blocks.h for the
 layouts in words). Independent of our C++ decoder, which is tested against
 dequantize() here (kernels/gguf_blocks_test.cc).
 

@@ -1,12 +1,21 @@
 #!/usr/bin/python3
 """Converts a small Hugging Face MoE folder (config.json + model.safetensors)
 to a GGUF file the way llama.cpp's converter lays it out, for tests: our own
-code, standard library only (with tests/reference/gguf_writer.py).
+code, standard library only (with tests/reference/gguf_writer.py) unless a
+quantizing option asks for numpy.
 
-    hf_to_gguf.py MODEL_DIR OUT.gguf
+    hf_to_gguf.py MODEL_DIR OUT.gguf [--experts TYPE] [--dense TYPE]
+                  [--dequantized DIR]
 
 Families: mixtral (GGUF architecture "llama" with experts) and qwen3_moe
-("qwen3moe"). Tensors keep their dtype (F32, F16 or BF16). What llama.cpp's
+("qwen3moe"). Tensors keep their dtype (F32, F16 or BF16), unless
+--experts quantizes the routed experts (and --dense the other 2-D weights
+whose rows are whole blocks, the router excepted) to a ggml block type
+(Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4) with the numpy
+quantizers of gguf_quants.py; --dequantized then writes DIR, the same model
+as a folder whose weights are the float64 dequantization of what went into
+the file (F64 safetensors, for moe_reference.py). Our quantizer may write
+the Q8_0 code -128 (ggml's own never does; files may hold it). What llama.cpp's
 converter does and this does too: llama.cpp's tensor names, each layer's
 routed experts stacked into one tensor per projection (ggml dims [in, out,
 experts]), and the rows of a llama model's attn_q / attn_k permuted for its
@@ -16,8 +25,10 @@ pre-tokenizer named by its split regex, tokens by id, merges, token types:
 3 for special added tokens, 4 for other added ones, 1 otherwise), and
 tokenizer_config.json's chat_template becomes tokenizer.chat_template.
 """
+import argparse
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -98,8 +109,77 @@ def permute_rows(data, rows, heads, row_bytes):
     return bytes(out)
 
 
+def as_float64(dtype, shape, data):
+    import numpy as np
+    if dtype == "BF16":
+        bits = np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16
+        a = bits.view(np.float32)
+    else:
+        a = np.frombuffer(data, dtype={"F32": "<f4", "F16": "<f2", "F64": "<f8"}[dtype])
+    return a.astype(np.float64).reshape(shape)
+
+
+class Quantizer:
+    """Quantizes 2-D weights [out, in] row by row when a type applies to them,
+    remembering the float64 dequantization of every tensor by its HF name."""
+
+    def __init__(self, experts, dense, keep):
+        self.types = {"experts": experts, "dense": dense, "router": None}
+        self.keep = keep  # remember the dequantized weights
+        self.dequantized = {}
+
+    def convert(self, hf_name, kind, dtype, shape, data):
+        """(ggml type, bytes) for the tensor, in HF row order."""
+        t = self.types[kind]
+        if t is not None:
+            per, _ = gw.BLOCK[t]
+            if len(shape) != 2 or shape[1] % per:
+                t = None
+        if t is None:
+            if self.keep:
+                self.dequantized[hf_name] = as_float64(dtype, shape, data)
+            return DTYPES[dtype][0], data
+        import gguf_quants as gq
+        raw = gq.quantize(t, as_float64(dtype, shape, data))
+        if self.keep:
+            self.dequantized[hf_name] = gq.dequantize(t, raw).reshape(shape)
+        return t, raw
+
+    def write_folder(self, src, out):
+        os.makedirs(out, exist_ok=True)
+        for f in os.listdir(src):
+            if f.endswith(".json") and f != "model.safetensors.index.json":
+                shutil.copy(os.path.join(src, f), os.path.join(out, f))
+        header, blobs, off = {}, [], 0
+        for name in sorted(self.dequantized):
+            a = self.dequantized[name]
+            b = a.astype("<f8").tobytes()
+            header[name] = {"dtype": "F64", "shape": list(a.shape),
+                            "data_offsets": [off, off + len(b)]}
+            blobs.append(b)
+            off += len(b)
+        h = json.dumps(header).encode()
+        h += b" " * (-len(h) % 8)
+        with open(os.path.join(out, "model.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def parse_args():
+    types = {v: k for k, v in gw.TYPE_NAMES.items()}
+    p = argparse.ArgumentParser()
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--experts", choices=sorted(types), default=None)
+    p.add_argument("--dense", choices=sorted(types), default=None)
+    p.add_argument("--dequantized", default=None)
+    a = p.parse_args()
+    return a, types.get(a.experts), types.get(a.dense)
+
+
 def main():
-    src, dst = sys.argv[1], sys.argv[2]
+    args, expert_type, dense_type = parse_args()
+    src, dst = args.src, args.dst
+    quant = Quantizer(expert_type, dense_type, args.dequantized is not None)
     cfg = json.load(open(os.path.join(src, "config.json")))
     tensors = read_safetensors(os.path.join(src, "model.safetensors"))
     family = cfg["model_type"]
@@ -151,8 +231,8 @@ def main():
     if os.path.exists(tok_path):
         add_tokenizer(w, tok_path)
 
-    def add(name, dtype, shape, data):
-        w.add_tensor(name, DTYPES[dtype][0], list(reversed(shape)), data)
+    def add(name, ggml_type, shape, data):
+        w.add_tensor(name, ggml_type, list(reversed(shape)), data)
 
     simple = {"model.embed_tokens.weight": "token_embd.weight",
               "model.norm.weight": "output_norm.weight",
@@ -170,24 +250,31 @@ def main():
     for name in sorted(tensors):
         dtype, shape, data = tensors[name]
         if name in simple:
-            add(simple[name], dtype, shape, data)
+            t, raw = quant.convert(name, "dense", dtype, shape, data)
+            add(simple[name], t, shape, raw)
             continue
         parts = name.split(".")
         layer, rest = int(parts[2]), ".".join(parts[3:])
         if rest in layer_names:
+            # The router stays as it is, as llama.cpp keeps it.
+            kind = "router" if rest == moe + ".gate.weight" else "dense"
+            t, raw = quant.convert(name, kind, dtype, shape, data)
             if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
                 h = heads if "q_proj" in rest else kv_heads
-                data = permute_rows(data, shape[0], h, len(data) // shape[0])
-            add("blk.%d.%s" % (layer, layer_names[rest]), dtype, shape, data)
+                raw = permute_rows(raw, shape[0], h, len(raw) // shape[0])
+            add("blk.%d.%s" % (layer, layer_names[rest]), t, shape, raw)
             continue
         # model.layers.N.<moe>.experts.E.<proj>.weight
         e, p = int(parts[5]), parts[6]
-        stacks.setdefault((layer, proj[p]), {})[e] = (dtype, shape, data)
+        t, raw = quant.convert(name, "experts", dtype, shape, data)
+        stacks.setdefault((layer, proj[p]), {})[e] = (t, shape, raw)
     for (layer, kind), by_expert in sorted(stacks.items()):
-        dtype, shape, _ = by_expert[0]
+        t, shape, _ = by_expert[0]
         data = b"".join(by_expert[e][2] for e in range(n_exp))
-        add("blk.%d.%s_exps.weight" % (layer, kind), dtype, [n_exp] + shape, data)
+        add("blk.%d.%s_exps.weight" % (layer, kind), t, [n_exp] + shape, data)
     w.write(dst)
+    if args.dequantized:
+        quant.write_folder(src, args.dequantized)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // CPU reference decoding of GGUF (ggml) weight blocks to floats: the
 // ground truth that block-reading kernels are tested against, and the
-// conversion path for tensors converted at load.
+// conversion path for tensors converted at load (Checkpoint::FromGguf);
+// and which of our DTypes holds each block type as it is.
 //
 // Each function decodes one block (ggml-common.h layouts, little-endian;
 // common/gguf_types.h lists the sizes):
@@ -27,12 +28,14 @@
 // results match them to the last bit for finite scales.
 //
 // Thread-safe: pure functions.
-#ifndef MOECACHE_KERNELS_GGUF_BLOCKS_H_
-#define MOECACHE_KERNELS_GGUF_BLOCKS_H_
+#ifndef MOECACHE_COMMON_GGUF_BLOCKS_H_
+#define MOECACHE_COMMON_GGUF_BLOCKS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "common/dtype.h"
 #include "common/gguf_types.h"
 
 namespace moe {
@@ -59,6 +62,24 @@ absl::Status DequantizeGguf(GgufType type,
                             const uint8_t* data,  // [n / block_elems, block_bytes]
                             int64_t n, float* out);  // [n]
 
+// The DType that holds GGUF blocks of `type` as they are: Q8_0 -> kQ8 and
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K -> kQ4_0 .. kQ6K (the same
+// bytes), MXFP4 -> kMxfp4 (the same bytes after RepackGgufMxfp4). nullopt
+// for the plain types and the block types we have no kernel for.
+std::optional<DType> HeldDTypeOfGguf(GgufType type);
+
+// The inverse for kQ8 and the ggml block dtypes (nullopt otherwise,
+// kMxfp4 included: its nibble order is ours, not ggml's).
+std::optional<GgufType> GgufTypeOfDType(DType dtype);
+
+// Rewrites `blocks` MXFP4 blocks from ggml's nibble order (byte j holds
+// weights j and j + 16) into kMxfp4's (byte j holds weights 2j and 2j + 1),
+// scale byte first in both: every weight keeps its value. dst may not
+// overlap src.
+void RepackGgufMxfp4(const uint8_t* src,  // [blocks, 17]
+                     int64_t blocks,
+                     uint8_t* dst);       // [blocks, 17]
+
 }  // namespace moe
 
-#endif  // MOECACHE_KERNELS_GGUF_BLOCKS_H_
+#endif  // MOECACHE_COMMON_GGUF_BLOCKS_H_

@@ -1,4 +1,4 @@
-#include "kernels/gguf_blocks.h"
+#include "common/gguf_blocks.h"
 
 #include <cmath>
 #include <cstring>
@@ -208,6 +208,51 @@ absl::Status DequantizeGguf(GgufType type, const uint8_t* data, int64_t n,
     decode(data + b * info.block_bytes, out + b * info.block_elems);
   }
   return absl::OkStatus();
+}
+
+std::optional<DType> HeldDTypeOfGguf(GgufType type) {
+  switch (type) {
+    case GgufType::kQ8_0: return DType::kQ8;
+    case GgufType::kQ4_0: return DType::kQ4_0;
+    case GgufType::kQ4_1: return DType::kQ4_1;
+    case GgufType::kQ5_0: return DType::kQ5_0;
+    case GgufType::kQ5_1: return DType::kQ5_1;
+    case GgufType::kQ4_K: return DType::kQ4K;
+    case GgufType::kQ5_K: return DType::kQ5K;
+    case GgufType::kQ6_K: return DType::kQ6K;
+    case GgufType::kMXFP4: return DType::kMxfp4;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<GgufType> GgufTypeOfDType(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8: return GgufType::kQ8_0;
+    case DType::kQ4_0: return GgufType::kQ4_0;
+    case DType::kQ4_1: return GgufType::kQ4_1;
+    case DType::kQ5_0: return GgufType::kQ5_0;
+    case DType::kQ5_1: return GgufType::kQ5_1;
+    case DType::kQ4K: return GgufType::kQ4_K;
+    case DType::kQ5K: return GgufType::kQ5_K;
+    case DType::kQ6K: return GgufType::kQ6_K;
+    default: return std::nullopt;
+  }
+}
+
+void RepackGgufMxfp4(const uint8_t* src, int64_t blocks, uint8_t* dst) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* in = src + 17 * b;
+    uint8_t* out = dst + 17 * b;
+    out[0] = in[0];
+    uint8_t codes[32];
+    for (int j = 0; j < 16; ++j) {
+      codes[j] = in[1 + j] & 0x0F;
+      codes[j + 16] = in[1 + j] >> 4;
+    }
+    for (int j = 0; j < 16; ++j) {
+      out[1 + j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+    }
+  }
 }
 
 }  // namespace moe

@@ -1,0 +1,265 @@
+// GGUF checkpoints with quantized tensors (issue 30, tensor types): tiny
+// Mixtral and Qwen3-MoE models whose routed experts were quantized to ggml
+// block types by our own numpy quantizers (tests/reference/gguf_quants.py,
+// through hf_to_gguf.py --experts/--dense) load with their experts kept as
+// blocks (kQ8, kQ4_0, kQ4K, kQ5K, kQ6K, kMxfp4; an expert's bytes are the
+// GGUF blocks' bytes), dense block tensors dequantized to F32, and run:
+// greedy tokens and logprobs agree with the float64 reference forward
+// (tests/reference/moe_reference.py) of the dequantized weights. Malformed
+// quantized tensors are refused naming the tensor.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/gguf_blocks.h"
+#include "common/model_desc.h"
+#include "common/model_maker.h"
+#include "common/quant.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "services/engine/generator.h"
+#include "services/engine/in_memory_provider.h"
+#include "services/engine/moe_model.h"
+#include "tests/common/test_util.h"
+
+namespace moe {
+namespace {
+
+int Shell(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string Capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << cmd << "\n" << out;
+  return out;
+}
+
+const std::string kReference = std::string(MOE_SOURCE_DIR) + "/tests/reference";
+
+struct Case {
+  const char* name;
+  ModelFamily family;
+  const char* experts;  // ggml type of the routed experts
+  const char* dense;    // of the other 2-D weights, or "" to keep them F32
+  DType held;           // what the experts load as
+  int seed = 9;         // of the made model: tiny random models have near
+                        // ties that int8 activations may flip; these don't
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// Widths of 256 so that K-quant blocks fit every row: 2 layers x 4 experts
+// of [256, 256] (6 MB as F32, ~0.8 MB as Q4_K).
+MakeModelOptions QuantizableModel(ModelFamily family, int seed = 9) {
+  MakeModelOptions o = TinyPreset(family);
+  o.dtype = DType::kF32;
+  o.layers = 2;
+  o.hidden = 256;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 64;
+  o.experts = 4;
+  o.top_k = 2;
+  o.intermediate = 256;
+  if (family == ModelFamily::kQwen3Moe) o.moe_intermediate = 256;
+  o.mlp_only_layers.clear();  // llama.cpp's qwen3moe has no dense layers
+  o.seed = seed;
+  return o;
+}
+
+class GgufQuantTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const Case& c = GetParam();
+    folder_ = dir_.Sub("hf");
+    gguf_ = dir_.Sub("model.gguf");
+    dequantized_ = dir_.Sub("dequantized");
+    ASSERT_TRUE(MakeModel(QuantizableModel(c.family, c.seed), folder_).ok());
+    std::string cmd = absl::StrCat(
+        "/usr/bin/python3 ", kReference, "/hf_to_gguf.py ", folder_, " ", gguf_,
+        " --experts ", c.experts, " --dequantized ", dequantized_);
+    if (*c.dense != '\0') absl::StrAppend(&cmd, " --dense ", c.dense);
+    ASSERT_EQ(Shell(cmd), 0) << cmd;
+  }
+
+  moe::testing::TempDir dir_;
+  std::string folder_, gguf_, dequantized_;
+};
+
+TEST_P(GgufQuantTest, ExpertsKeepTheirBlocksAndDenseTensorsAreDecoded) {
+  const Case& c = GetParam();
+  auto d = ModelDescription::Open(gguf_);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->expert_dtype(), c.held);
+  const ModelConfig& cfg = d->config();
+  const int64_t h = cfg.hidden_size, inter = cfg.moe_intermediate_size;
+  // Bytes per expert: exactly the GGUF blocks of gate, up and down.
+  const int64_t want =
+      2 * WeightBytes(c.held, inter, h) + WeightBytes(c.held, h, inter);
+  EXPECT_EQ(d->bytes_per_expert(), static_cast<uint64_t>(want));
+  const GgufCheckpoint* g = d->checkpoint().gguf();
+  ASSERT_NE(g, nullptr);
+  int64_t expert_file_bytes = 0;
+  for (const GgufTensorInfo& t : g->tensors()) {
+    if (t.name.find("_exps.") != std::string::npos) {
+      expert_file_bytes += static_cast<int64_t>(t.nbytes);
+    }
+  }
+  EXPECT_EQ(expert_file_bytes, want * cfg.num_moe_layers() * cfg.num_experts);
+  auto up = d->Expert(1, 3, TensorRole::kExpertUp);
+  ASSERT_TRUE(up.ok());
+  EXPECT_EQ(up->dtype, c.held);
+  EXPECT_EQ(up->nbytes, static_cast<size_t>(WeightBytes(c.held, inter, h)));
+  auto q = d->Dense(TensorRole::kQProj, 0);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->dtype, DType::kF32);  // F32 in the file, or decoded to F32
+}
+
+TEST_P(GgufQuantTest,
+       TokensAndLogprobsMatchTheFloat64ReferenceOfTheDequantizedWeights) {
+  auto backend = CreateBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  auto model = MoeModel::Load(gguf_, backend->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto experts = InMemoryExpertProvider::Create(**model);
+  ASSERT_TRUE(experts.ok()) << experts.status();
+  const std::vector<int32_t> prompt = {1, 7, 42, 99, 3, 250, 17};
+  const int kNew = 10;
+  GenerateOptions opts;
+  opts.prompt = prompt;
+  opts.max_new_tokens = kNew;
+  opts.stop_at_eos = false;
+  std::vector<SampledToken> got;
+  ASSERT_TRUE(
+      Generate(**model, experts->get(), opts, [&](const SampledToken& t) {
+        got.push_back(t);
+        return true;
+      }).ok());
+  ASSERT_EQ(got.size(), static_cast<size_t>(kNew));
+  const std::string out = Capture(
+      absl::StrCat("/usr/bin/python3 ", kReference,
+                   "/moe_reference.py --model ", dequantized_, " --prompt-ids ",
+                   absl::StrJoin(prompt, ","), " --max-new-tokens ", kNew));
+  auto ref = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(ref.is_discarded()) << out;
+  double max_diff = 0;
+  for (int i = 0; i < kNew; ++i) {
+    ASSERT_EQ(got[i].token, ref["tokens"][i].get<int>()) << "token " << i;
+    max_diff = std::max(
+        max_diff, std::abs(got[i].logprob - ref["logprobs"][i].get<double>()));
+  }
+  std::printf("[%s] max |logprob - reference| = %.3g\n", GetParam().name,
+              max_diff);
+  // The weights are the same numbers on both sides (ggml's decoders = the
+  // numpy ones); what differs is that the expert kernels round their
+  // inputs to int8 per 32 (QuantizeActivations, <= 1/254 of each group's
+  // max), as for q8 experts, whose forward-reference tolerance this is
+  // (forward_reference_test.cc: kQ8Tolerance), plus f32 arithmetic.
+  EXPECT_LE(max_diff, 8e-2);
+}
+
+// `moectl inspect` names the file's types, what each became, and the
+// held format.
+TEST_P(GgufQuantTest, InspectShowsTheTypes) {
+  const Case& c = GetParam();
+  const std::string out = Capture(
+      absl::StrCat(MOE_BINARY_DIR, "/bin/moectl inspect --json ", gguf_));
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(j["expert_dtype"], std::string(DTypeName(c.held))) << out;
+  EXPECT_EQ(j["expert_held_format"], ExpertFormatName(c.held)) << out;
+  // 2 layers x gate, up, down.
+  EXPECT_EQ(j["gguf_tensor_types"][c.experts]["experts"], 6) << out;
+  if (*c.dense != '\0') {
+    EXPECT_GT(j["gguf_tensor_types"][c.dense]["tensors"].get<int>(),
+              j["gguf_tensor_types"][c.dense]["experts"].get<int>())
+        << out;
+  }
+  const std::string text =
+      Capture(absl::StrCat(MOE_BINARY_DIR, "/bin/moectl inspect ", gguf_));
+  EXPECT_NE(text.find(absl::StrCat("gguf tensors ", c.experts, ": ")),
+            std::string::npos)
+      << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, GgufQuantTest,
+    ::testing::Values(
+        Case{"MixtralQ8_0", ModelFamily::kMixtral, "Q8_0", "", DType::kQ8, 11},
+        Case{"Qwen3MoeQ4_0", ModelFamily::kQwen3Moe, "Q4_0", "", DType::kQ4_0},
+        Case{"MixtralQ4_KDenseQ8_0", ModelFamily::kMixtral, "Q4_K", "Q8_0",
+             DType::kQ4K},
+        Case{"Qwen3MoeQ5_K", ModelFamily::kQwen3Moe, "Q5_K", "", DType::kQ5K},
+        Case{"MixtralQ6_KDenseQ6_K", ModelFamily::kMixtral, "Q6_K", "Q6_K",
+             DType::kQ6K},
+        Case{"Qwen3MoeMxfp4", ModelFamily::kQwen3Moe, "MXFP4", "Q4_K",
+             DType::kMxfp4}),
+    [](const ::testing::TestParamInfo<Case>& i) {
+      return std::string(i.param.name);
+    });
+
+// A quantized tensor whose rows are not whole blocks, and a block type we
+// do not load, are refused naming the tensor.
+TEST(GgufQuantRefusalTest, MalformedOrUnloadedBlockTensorsAreNamed) {
+  moe::testing::TempDir dir;
+  ASSERT_TRUE(
+      MakeModel(QuantizableModel(ModelFamily::kMixtral), dir.Sub("hf")).ok());
+  const std::string gguf = dir.Sub("m.gguf");
+  ASSERT_EQ(
+      Shell(absl::StrCat("/usr/bin/python3 ", kReference, "/hf_to_gguf.py ",
+                         dir.Sub("hf"), " ", gguf, " --experts Q4_K")),
+      0);
+  // Rewrites blk.0.ffn_down_exps's type (and, with `row`, its row length) in
+  // place.
+  auto retype = [&](const std::string& out, int type, int row) {
+    const std::string script = absl::StrCat(
+        "b = bytearray(open('", gguf, "', 'rb').read())\n",
+        "name = b'blk.0.ffn_down_exps.weight'\n",
+        "i = b.index(name) + len(name)\n",
+        "nd = int.from_bytes(b[i:i + 4], 'little')\n",
+        row > 0 ? absl::StrCat("b[i + 4:i + 12] = (", row,
+                               ").to_bytes(8, 'little')\n")
+                : "",
+        "t = i + 4 + 8 * nd\n", "b[t:t + 4] = (", type,
+        ").to_bytes(4, 'little')\n", "open('", out, "', 'wb').write(b)\n");
+    moe::testing::WriteText(out + ".py", script);
+    ASSERT_EQ(Shell("/usr/bin/python3 " + out + ".py"), 0);
+  };
+  ASSERT_NO_FATAL_FAILURE(
+      retype(dir.Sub("rows.gguf"), 12, 200));  // Q4_K rows of 200
+  auto rows = ModelDescription::Open(dir.Sub("rows.gguf"));
+  ASSERT_FALSE(rows.ok());
+  EXPECT_EQ(rows.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rows.status().message().find("blk.0.ffn_down_exps.weight"),
+            std::string::npos)
+      << rows.status();
+  EXPECT_NE(rows.status().message().find("256"), std::string::npos)
+      << rows.status();
+
+  ASSERT_NO_FATAL_FAILURE(
+      retype(dir.Sub("q2k.gguf"), 10, 0));  // Q2_K: same block size
+  auto q2k = ModelDescription::Open(dir.Sub("q2k.gguf"));
+  ASSERT_FALSE(q2k.ok());
+  EXPECT_NE(q2k.status().message().find("blk.0.ffn_down_exps.weight"),
+            std::string::npos)
+      << q2k.status();
+  EXPECT_NE(q2k.status().message().find("Q2_K"), std::string::npos)
+      << q2k.status();
+}
+
+}  // namespace
+}  // namespace moe

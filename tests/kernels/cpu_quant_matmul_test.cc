@@ -1,0 +1,172 @@
+// The CPU kernels of the block formats q8 and q4 (kernels/cpu_quant_matmul.h)
+// at every SIMD level this CPU has: against the float64 product of the
+// dequantized weights and the rounded activations; the AVX-512 activation
+// rounding bit for bit the scalar one; a row's result independent of the
+// rows it is computed with (the prompt path's token tiles) and of the thread
+// count; the fused gate/up bit for bit two products and SiluMul.
+#include "kernels/cpu_quant_matmul.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/quant.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu_matmul.h"
+#include "kernels/cpu_ops.h"
+#include "tests/kernels/reference_ops.h"
+
+namespace moe {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float range = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-range, range);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint8_t> Quantized(int64_t rows, int64_t cols, DType dt, uint32_t seed) {
+  std::vector<float> f = Random(rows * cols, seed);
+  std::vector<uint8_t> w(WeightBytes(dt, rows, cols));
+  const int64_t row_bytes = WeightBytes(dt, 1, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(QuantizeRow(f.data() + r * cols, cols, dt, w.data() + r * row_bytes).ok());
+  }
+  return w;
+}
+
+std::vector<SimdLevel> Levels() {
+  std::vector<SimdLevel> levels;
+  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (SimdLevelSupported(l)) levels.push_back(l);
+  }
+  return levels;
+}
+
+std::vector<float> Product(ThreadPool& pool, SimdLevel level, const std::vector<float>& x,
+                           const std::vector<uint8_t>& w, DType dt, const float* bias,
+                           int64_t m, int64_t n, int64_t k) {
+  std::vector<float> y(m * n, NAN);
+  CpuQuantMatMul(pool, level, {x.data(), w.data(), dt, bias, y.data(), m, n, k});
+  return y;
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// q8 block counts odd and even, below, at and past the 16 blocks of one
+// scale gather; q4 likewise; 1 to 9 rows: every token tile and its tails.
+constexpr Shape kShapes[] = {{1, 1, 64},    {1, 67, 1088}, {2, 5, 96},   {3, 17, 544},
+                             {4, 9, 1024},  {5, 13, 2176}, {7, 3, 128},  {9, 70, 192},
+                             {6, 33, 2112}, {8, 4, 64 * 33}};
+
+TEST(CpuQuantMatMulTest, EveryLevelMatchesTheFloat64Reference) {
+  ThreadPool pool(3);
+  for (SimdLevel level : Levels()) {
+    for (DType dt : {DType::kQ8, DType::kQ4}) {
+      for (const Shape& s : kShapes) {
+        if (s.k % QuantGroupSize(dt) != 0) continue;
+        SCOPED_TRACE(testing::Message() << SimdLevelName(level) << " " << DTypeName(dt) << " "
+                                        << s.m << "x" << s.n << "x" << s.k);
+        const auto x = Random(s.m * s.k, 1, 2.0f);
+        const auto w = Quantized(s.n, s.k, dt, 2);
+        const auto bias = Random(s.n, 3);
+        const auto want = ref::MatMul(RoundActivations(x.data(), s.m, s.k), w.data(), dt,
+                                      bias.data(), s.m, s.n, s.k);
+        const auto got = Product(pool, level, x, w, dt, bias.data(), s.m, s.n, s.k);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 4e-6 * std::sqrt(double(s.k)) * (1 + std::fabs(want[i])))
+              << "at " << i;
+        }
+      }
+    }
+  }
+}
+
+// A token's outputs are the same bits whether it is computed alone (decode),
+// at any place of a prompt's token tile, or on any number of threads.
+TEST(CpuQuantMatMulTest, RowsDoNotDependOnTheirTileOrTheThreadCount) {
+  ThreadPool one(1), three(3);
+  const int64_t m = 9, n = 21, k = 1088;
+  for (SimdLevel level : Levels()) {
+    for (DType dt : {DType::kQ8, DType::kQ4}) {
+      SCOPED_TRACE(testing::Message() << SimdLevelName(level) << " " << DTypeName(dt));
+      const auto x = Random(m * k, 4, 3.0f);
+      const auto w = Quantized(n, k, dt, 5);
+      const auto all = Product(three, level, x, w, dt, nullptr, m, n, k);
+      EXPECT_EQ(Product(one, level, x, w, dt, nullptr, m, n, k), all);
+      for (int64_t i = 0; i < m; ++i) {
+        const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+        const auto alone = Product(one, level, xi, w, dt, nullptr, 1, n, k);
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(alone[j], all[i * n + j]) << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST(CpuQuantMatMulTest, Avx512RoundingIsTheScalarRounding) {
+  if (!Q8VnniSupported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  const int64_t m = 5, k = 320;
+  auto x = Random(m * k, 6, 4.0f);
+  for (int64_t i = 0; i < 32; ++i) x[i] = 0.0f;  // an all-zero group
+  // A group with max |x| = 127 (scale 1): halves round to even.
+  for (int64_t i = 32; i < 64; ++i) x[i] = static_cast<float>(i % 7) - 2.5f;
+  x[32] = -127.0f;
+  for (int64_t i = 64; i < 96; ++i) x[i] = (i % 2 ? 1 : -1) * 0.5f;
+  QuantizedActivations want;
+  QuantizeActivations(x.data(), m, k, &want);
+  std::vector<int8_t> q(m * k);
+  std::vector<float> d(m * k / kActGroup), sd(m * k / kActGroup);
+  QuantizeActivationsAvx512(x.data(), m, k, q.data(), d.data(), sd.data());
+  EXPECT_EQ(q, want.q);
+  EXPECT_EQ(d, want.d);
+  EXPECT_EQ(sd, want.sd);
+}
+
+// CpuGateUpSilu is two CpuMatMul calls and SiluMul, bit for bit, for the
+// float and the block dtypes, at every level.
+TEST(CpuQuantMatMulTest, FusedGateUpIsTwoProductsAndSiluMul) {
+  ThreadPool pool(3);
+  const int64_t n = 70, k = 192;
+  for (SimdLevel level : Levels()) {
+    for (DType dt : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+      for (int64_t m : {1, 6}) {
+        SCOPED_TRACE(testing::Message() << SimdLevelName(level) << " " << DTypeName(dt)
+                                        << " m=" << m);
+        const auto x = Random(m * k, 7);
+        std::vector<uint8_t> gate, up;
+        if (IsQuantDType(dt)) {
+          gate = Quantized(n, k, dt, 8);
+          up = Quantized(n, k, dt, 9);
+        } else {
+          for (auto* w : {&gate, &up}) {
+            const auto f = Random(n * k, w == &gate ? 8 : 9);
+            w->resize(n * k * DTypeSize(dt));
+            for (int64_t i = 0; i < n * k; ++i) {
+              if (dt == DType::kF32) {
+                std::memcpy(w->data() + 4 * i, &f[i], 4);
+              } else {
+                const uint16_t h = FloatToBF16(f[i]);
+                std::memcpy(w->data() + 2 * i, &h, 2);
+              }
+            }
+          }
+        }
+        std::vector<float> g(m * n), u(m * n), want_g(m * n), want_u(m * n);
+        CpuMatMul(pool, level, {x.data(), gate.data(), dt, nullptr, want_g.data(), m, n, k});
+        CpuMatMul(pool, level, {x.data(), up.data(), dt, nullptr, want_u.data(), m, n, k});
+        cpu::SiluMul(want_g.data(), want_u.data(), want_g.data(), m * n);
+        CpuGateUpSilu(pool, level, x.data(), gate.data(), up.data(), dt, g.data(), u.data(), m,
+                      n, k);
+        EXPECT_EQ(g, want_g);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,243 @@
+// The CPU products that read ggml's blocks (kernels/cpu_gguf_quant.h,
+// through CpuMatMul's dispatch) against a float64 reference built from
+// the ggml decoders (common/gguf_blocks.h): every ggml block dtype, every
+// SIMD level this machine runs plus the scalar path, odd shapes, 1 and 3
+// threads. Random blocks (every code, scale and min bit pattern, finite
+// f16 scales) rather than quantized floats, so that every field matters.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/gguf_blocks.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu_gguf_quant.h"
+#include "kernels/cpu_matmul.h"
+#include "kernels/cpu_quant_matmul.h"
+#include "kernels/thread_pool.h"
+
+namespace moe {
+namespace {
+
+constexpr DType kGgufDTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                 DType::kQ5_1, DType::kQ4K,  DType::kQ5K,
+                                 DType::kQ6K};
+
+// Byte offsets of a block's f16 fields (made finite and modest here).
+std::vector<int> F16Fields(DType t) {
+  switch (t) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4K:
+    case DType::kQ5K:
+      return {0, 2};
+    case DType::kQ6K:
+      return {208};
+    default:
+      return {0};
+  }
+}
+
+// `rows` rows of k weights of random blocks.
+std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k,
+                                  std::mt19937& rng) {
+  const int64_t blocks = rows * k / QuantGroupSize(t);
+  const int64_t bb = QuantBlockBytes(t);
+  std::vector<uint8_t> w(static_cast<size_t>(blocks * bb));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> octave(-10, 2);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int off : F16Fields(t)) {
+      const uint16_t h = FloatToHalf(std::ldexp(scale(rng), octave(rng)));
+      std::memcpy(&w[static_cast<size_t>(b * bb + off)], &h, 2);
+    }
+  }
+  return w;
+}
+
+struct Reference {
+  std::vector<double> y;      // [m, n]
+  std::vector<double> scale;  // [m, n]: sum of |terms| the f32 sums round
+};
+
+// y = dequantized W (ggml's decoder) x rounded activations, in float64.
+// The scale bounds every partial sum the kernels form: |w x| per weight,
+// plus, per group of 32, 2 max|w| sum|x| (a group's min or offset term is
+// at most that).
+Reference Expected(DType t, const std::vector<uint8_t>& w,
+                   const std::vector<float>& x, int64_t m, int64_t n,
+                   int64_t k) {
+  const std::vector<float> xr = RoundActivations(x.data(), m, k);
+  const int64_t row_bytes = WeightBytes(t, 1, k);
+  std::vector<float> wr(static_cast<size_t>(k));
+  Reference r{std::vector<double>(static_cast<size_t>(m * n)),
+              std::vector<double>(static_cast<size_t>(m * n))};
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_TRUE(DequantizeGguf(*GgufTypeOfDType(t), w.data() + j * row_bytes, k,
+                               wr.data())
+                    .ok());
+    for (int64_t i = 0; i < m; ++i) {
+      double y = 0, s = 0;
+      for (int64_t g = 0; g < k / 32; ++g) {
+        double wmax = 0, xsum = 0;
+        for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
+          const double wv = wr[c], xv = xr[i * k + c];
+          y += wv * xv;
+          s += std::fabs(wv * xv);
+          wmax = std::max(wmax, std::fabs(wv));
+          xsum += std::fabs(xv);
+        }
+        s += 2 * wmax * xsum;
+      }
+      r.y[i * n + j] = y;
+      r.scale[i * n + j] = s;
+    }
+  }
+  return r;
+}
+
+std::vector<SimdLevel> Levels() {
+  std::vector<SimdLevel> out;
+  for (SimdLevel l :
+       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (SimdLevelSupported(l)) out.push_back(l);
+  }
+  return out;
+}
+
+// Random blocks of `t` through CpuMatMul at every level, 1 and 3 threads,
+// against Expected().
+void CheckAgainstTheReference(DType t) {
+  const int64_t g = QuantGroupSize(t);
+  std::mt19937 rng(static_cast<uint32_t>(t) * 7919u);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool one(1), three(3);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{1, 1, g}, Shape{3, 7, 3 * g}, Shape{5, 33, 2 * g},
+                        Shape{2, 65, (g == 256 ? 4 : 9) * g}}) {
+    SCOPED_TRACE(::testing::Message() << DTypeName(t) << " m " << s.m << " n "
+                                      << s.n << " k " << s.k);
+    const std::vector<uint8_t> w = RandomBlocks(t, s.n, s.k, rng);
+    std::vector<float> x(static_cast<size_t>(s.m * s.k));
+    for (float& v : x) v = normal(rng);
+    x[0] = 9.0f;  // an outlier: a coarse activation group
+    const Reference ref = Expected(t, w, x, s.m, s.n, s.k);
+    for (SimdLevel level : Levels()) {
+      SCOPED_TRACE(std::string(SimdLevelName(level)));
+      std::vector<float> y1(static_cast<size_t>(s.m * s.n)), y3(y1.size());
+      CpuMatMul(
+          one, level,
+          MatMulArgs{x.data(), w.data(), t, nullptr, y1.data(), s.m, s.n, s.k});
+      CpuMatMul(
+          three, level,
+          MatMulArgs{x.data(), w.data(), t, nullptr, y3.data(), s.m, s.n, s.k});
+      EXPECT_EQ(y1, y3);  // one thread reduces each output, in order
+      double worst = 0;
+      for (size_t o = 0; o < y1.size(); ++o) {
+        // f32 rounding of each group's scale product and of the sums of
+        // up to a hundred group terms: tens of f32 ulps (6e-8 each) of the
+        // largest partial sums at most; measured worst: 0.8% of this.
+        const double tol = 2e-6 * ref.scale[o] + 1e-30;
+        const double err = std::fabs(y1[o] - ref.y[o]);
+        worst = std::max(worst, err / tol);
+        EXPECT_LE(err, tol)
+            << "output " << o << ": " << y1[o] << " vs " << ref.y[o];
+        if (err > tol) return;
+      }
+      std::printf("[%s %s %ldx%ldx%ld] worst error %.3g of the tolerance\n",
+                  std::string(DTypeName(t)).c_str(),
+                  std::string(SimdLevelName(level)).c_str(),
+                  static_cast<long>(s.m), static_cast<long>(s.n),
+                  static_cast<long>(s.k), worst);
+    }
+  }
+}
+
+class GgufQuantMatMulTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GgufQuantMatMulTest, MatchesTheFloat64ReferenceAtEveryLevel) {
+  CheckAgainstTheReference(GetParam());
+}
+
+// GGUF Q8_0 experts run on the q8 kernels (kQ8 is Q8_0 byte for byte),
+// including blocks with the code -128, which our quantizer never writes
+// but a GGUF file may hold (random bytes hold many).
+TEST(GgufQ8_0Test, RandomQ8_0BlocksMatchTheReferenceAtEveryLevel) {
+  CheckAgainstTheReference(DType::kQ8);
+}
+
+// Bias goes on top; the dispatch picks a kernel for every level.
+TEST_P(GgufQuantMatMulTest, AddsTheBiasAndHasAKernelAtEveryLevel) {
+  const DType t = GetParam();
+  for (SimdLevel level : Levels()) EXPECT_NE(GgufDotFor(t, level), nullptr);
+  EXPECT_NE(GgufDotScalar(t), nullptr);
+  EXPECT_NE(GgufDotAvx2(t), nullptr);
+  std::mt19937 rng(3);
+  const int64_t k = QuantGroupSize(t) * 2;
+  const std::vector<uint8_t> w = RandomBlocks(t, 2, k, rng);
+  std::vector<float> x(static_cast<size_t>(k), 0.5f);
+  const float bias[2] = {100.0f, -100.0f};
+  float plain[2], biased[2];
+  ThreadPool pool(1);
+  CpuMatMul(pool, SimdLevel::kScalar,
+            MatMulArgs{x.data(), w.data(), t, nullptr, plain, 1, 2, k});
+  CpuMatMul(pool, SimdLevel::kScalar,
+            MatMulArgs{x.data(), w.data(), t, bias, biased, 1, 2, k});
+  EXPECT_FLOAT_EQ(biased[0], plain[0] + 100.0f);
+  EXPECT_FLOAT_EQ(biased[1], plain[1] - 100.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GgufQuantMatMulTest,
+                         ::testing::ValuesIn(kGgufDTypes),
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           std::string name(DTypeName(i.param));
+                           name.erase(
+                               std::remove(name.begin(), name.end(), '_'),
+                               name.end());
+                           return name;
+                         });
+
+// The dtype table: sizes are ggml's, and the names parse back.
+TEST(GgufDTypeTest, SizesNamesAndMapping) {
+  for (DType t : kGgufDTypes) {
+    const GgufTypeInfo& info = GgufTypeInfoOf(*GgufTypeOfDType(t));
+    EXPECT_EQ(QuantGroupSize(t), info.block_elems) << DTypeName(t);
+    EXPECT_EQ(QuantBlockBytes(t), info.block_bytes) << DTypeName(t);
+    EXPECT_EQ(DTypeName(t), info.name);
+    EXPECT_TRUE(IsQuantDType(t) && IsGgufBlockDType(t));
+    EXPECT_EQ(*ParseWeightDType(DTypeName(t)), t);
+    EXPECT_FALSE(ParseDType(DTypeName(t)).ok());  // never a safetensors dtype
+    EXPECT_EQ(HeldDTypeOfGguf(info.type), t);
+  }
+  EXPECT_EQ(WeightBytes(DType::kQ4K, 3, 512), 3 * 2 * 144);
+  EXPECT_EQ(WeightBytes(DType::kQ6K, 1, 300), -1);
+  EXPECT_EQ(HeldDTypeOfGguf(GgufType::kQ8_0), DType::kQ8);
+  EXPECT_EQ(HeldDTypeOfGguf(GgufType::kMXFP4), DType::kMxfp4);
+  EXPECT_FALSE(HeldDTypeOfGguf(GgufType::kQ2_K).has_value());
+  EXPECT_FALSE(IsGgufBlockDType(DType::kQ8) || IsGgufBlockDType(DType::kMxfp4));
+}
+
+// ggml's MXFP4 nibble order repacked into kMxfp4's: the same 32 values.
+TEST(GgufDTypeTest, Mxfp4RepackKeepsEveryWeight) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> ggml(17 * 5), ours(ggml.size());
+  for (uint8_t& b : ggml) b = static_cast<uint8_t>(byte(rng));
+  for (int b = 0; b < 5; ++b) ggml[17 * b] = static_cast<uint8_t>(110 + 4 * b);
+  RepackGgufMxfp4(ggml.data(), 5, ours.data());
+  std::vector<float> want(160), got(160);
+  ASSERT_TRUE(
+      DequantizeGguf(GgufType::kMXFP4, ggml.data(), 160, want.data()).ok());
+  DequantizeRow(ours.data(), DType::kMxfp4, 160, got.data());
+  EXPECT_EQ(got, want);
+}
+
+}  // namespace
+}  // namespace moe
