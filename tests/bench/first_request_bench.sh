@@ -9,7 +9,8 @@
 # of the others; then the median ratio per side.
 # usage: tests/bench/first_request_bench.sh [BUILD_DIR]
 #   env: ROUNDS (3 per side), REQS (4), MODEL (deploy/models/kjv-moe),
-#        REPEAT (18: copies of the prompt's sentence, ~250 tokens)
+#        REPEAT (18: copies of the prompt's sentence, ~250 tokens),
+#        DAEMON_FLAGS (more moe-cached flags, e.g. "--miss-mode auto")
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin
@@ -38,7 +39,7 @@ round() {
   local tag=$1 warm=$2 d="$work/$1.$RANDOM"
   mkdir -p "$d"
   $bin/moe-cached --model "$name=$model" --listen "unix:$d/c.sock" --metrics-addr "" \
-    --policy lru 2>"$d/c.log" &
+    --policy lru ${DAEMON_FLAGS:-} 2>"$d/c.log" &
   local cpid=$!
   pids="$cpid"
   wait_for_socket "$d/c.sock" $cpid || { cat "$d/c.log"; exit 1; }
