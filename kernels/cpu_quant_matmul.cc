@@ -64,7 +64,18 @@ float DotQ4Scalar(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
 // d = 2^(e - 128)).
 constexpr int8_t kFp4Twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-float Mxfp4Scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
+// 2^(e - 128) for every scale byte, from a table: a libm ldexp call per
+// 32-weight block held the MXFP4 kernels to ~5 giga-weights/s, a tenth of
+// q8's. The same values (the table is ldexp's), so the same bits.
+struct Mxfp4Scales {
+  float v[256];
+  Mxfp4Scales() {
+    for (int e = 0; e < 256; ++e) v[e] = std::ldexp(1.0f, e - 128);
+  }
+};
+const Mxfp4Scales kMxfp4Scales;
+
+inline float Mxfp4Scale(uint8_t e) { return kMxfp4Scales.v[e]; }
 
 float DotMxfp4Scalar(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
   const int64_t blocks = x.k / 32;
