@@ -277,10 +277,7 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
   if (!reply->host.empty()) out.host_backend = host_backend_.get();  // null on the CPU
   // A CPU worker's expert time is all host time: reported for the cost model.
   if (client_->host_execution() && host_backend_ == nullptr) {
-    computing_ = HostRunReport{static_cast<int32_t>(demands.size()),
-                               static_cast<int32_t>(reply->host.size()), 0, 0};
-    for (const ExpertDemand& d : demands) computing_.tokens += d.tokens;
-    answered_ns_ = absl::GetCurrentTimeNanos();
+    StartComputing(demands, static_cast<int32_t>(reply->host.size()));
   }
   return out;
 }
@@ -297,6 +294,13 @@ ExpertView DaemonExpertProvider::ViewOf(const uint8_t* data, int expert, bool on
   return view;
 }
 
+void DaemonExpertProvider::StartComputing(absl::Span<const ExpertDemand> demands,
+                                          int32_t host_experts) {
+  computing_ = HostRunReport{static_cast<int32_t>(demands.size()), host_experts, 0, 0};
+  for (const ExpertDemand& d : demands) computing_.tokens += d.tokens;
+  answered_ns_ = absl::GetCurrentTimeNanos();
+}
+
 AcquiredExperts DaemonExpertProvider::AcquireOnHost(int moe_layer,
                                                     absl::Span<const ExpertDemand> demands) {
   AcquiredExperts out;
@@ -306,10 +310,7 @@ AcquiredExperts DaemonExpertProvider::AcquireOnHost(int moe_layer,
                                /*on_host=*/true));
   }
   out.usage.misses = out.usage.host = static_cast<int32_t>(demands.size());
-  computing_ = HostRunReport{static_cast<int32_t>(demands.size()),
-                             static_cast<int32_t>(demands.size()), 0, 0};
-  for (const ExpertDemand& d : demands) computing_.tokens += d.tokens;
-  answered_ns_ = absl::GetCurrentTimeNanos();
+  StartComputing(demands, static_cast<int32_t>(demands.size()));
   return out;
 }
 

@@ -105,6 +105,9 @@ class DaemonExpertProvider : public ExpertProvider {
 
   // Host-only mode's acquire (SetHostOnly).
   AcquiredExperts AcquireOnHost(int moe_layer, absl::Span<const ExpertDemand> demands);
+  // An answered acquire's experts start running on this CPU: its share of
+  // the next host-run report.
+  void StartComputing(absl::Span<const ExpertDemand> demands, int32_t host_experts);
   // The view of the expert whose slot-layout block starts at `data`.
   ExpertView ViewOf(const uint8_t* data, int expert, bool on_host) const;
 

@@ -28,6 +28,7 @@
 #include "services/engine/in_memory_provider.h"
 #include "services/engine/moe_model.h"
 #include "tests/common/test_util.h"
+#include "tests/common/tiny_model.h"
 
 namespace moe {
 namespace {
@@ -62,25 +63,6 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-// Widths of 256 so that K-quant blocks fit every row: 2 layers x 4 experts
-// of [256, 256] (6 MB as F32, ~0.8 MB as Q4_K).
-MakeModelOptions QuantizableModel(ModelFamily family, int seed = 9) {
-  MakeModelOptions o = TinyPreset(family);
-  o.dtype = DType::kF32;
-  o.layers = 2;
-  o.hidden = 256;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.head_dim = 64;
-  o.experts = 4;
-  o.top_k = 2;
-  o.intermediate = 256;
-  if (family == ModelFamily::kQwen3Moe) o.moe_intermediate = 256;
-  o.mlp_only_layers.clear();  // llama.cpp's qwen3moe has no dense layers
-  o.seed = seed;
-  return o;
-}
-
 class GgufQuantTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -88,7 +70,7 @@ class GgufQuantTest : public ::testing::TestWithParam<Case> {
     folder_ = dir_.Sub("hf");
     gguf_ = dir_.Sub("model.gguf");
     dequantized_ = dir_.Sub("dequantized");
-    ASSERT_TRUE(MakeModel(QuantizableModel(c.family, c.seed), folder_).ok());
+    ASSERT_TRUE(MakeModel(moe::testing::KQuantableModel(c.family, c.seed), folder_).ok());
     std::string cmd = absl::StrCat(
         "/usr/bin/python3 ", kReference, "/hf_to_gguf.py ", folder_, " ", gguf_,
         " --experts ", c.experts, " --dequantized ", dequantized_);
@@ -217,7 +199,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(GgufQuantRefusalTest, MalformedOrUnloadedBlockTensorsAreNamed) {
   moe::testing::TempDir dir;
   ASSERT_TRUE(
-      MakeModel(QuantizableModel(ModelFamily::kMixtral), dir.Sub("hf")).ok());
+      MakeModel(moe::testing::KQuantableModel(ModelFamily::kMixtral, 9), dir.Sub("hf")).ok());
   const std::string gguf = dir.Sub("m.gguf");
   ASSERT_EQ(
       Shell(absl::StrCat("/usr/bin/python3 ", kReference, "/hf_to_gguf.py ",

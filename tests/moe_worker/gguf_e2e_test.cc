@@ -14,6 +14,7 @@
 #include "common/model_desc.h"
 #include "gtest/gtest.h"
 #include "services/moe_cached/expert_store.h"  // kTensorAlign, kBlockAlign
+#include "tests/common/tiny_model.h"
 #include "tests/moe_worker/served_e2e.h"
 
 namespace moe::worker {
@@ -39,19 +40,7 @@ class GgufE2eTest : public ServedE2eTest<Case> {
   void SetUp() override {
     const Case& c = GetParam();
     // 2 layers x 4 experts of [256, 256]: K-quant blocks fit every row.
-    MakeModelOptions o = TinyPreset(c.family);
-    o.dtype = DType::kF32;
-    o.layers = 2;
-    o.hidden = 256;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.head_dim = 64;
-    o.experts = 4;
-    o.top_k = 2;
-    o.intermediate = 256;
-    if (c.family == ModelFamily::kQwen3Moe) o.moe_intermediate = 256;
-    o.mlp_only_layers.clear();
-    o.seed = 23;
+    const MakeModelOptions o = moe::testing::KQuantableModel(c.family, 23);
     ASSERT_TRUE(MakeModel(o, dir_.Sub("hf")).ok());
     std::string cmd = absl::StrCat(
         "/usr/bin/python3 ", MOE_SOURCE_DIR, "/tests/reference/hf_to_gguf.py ",

@@ -1,17 +1,15 @@
 // Structured output (json_schema.h, json_constraint.h): what each supported
 // keyword accepts and refuses, how unsupported and malformed schemas are
-// refused, agreement with an independent non-incremental reference on
-// random and mutated instances (and prefix closure), the token mask against
-// brute force, decoding under the mask, a large-vocabulary mask timing, and
-// random schemas that must compile or be refused and stay live.
+// refused, agreement with an independent non-incremental reference
+// (json_test_util.h) on random and mutated instances (and prefix closure),
+// and random schemas that must compile or be refused and stay live. The
+// token mask's tests are in json_token_mask_test.cc.
 #include "services/serving/json_constraint.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <random>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,257 +19,19 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/serving/json_schema.h"
+#include "tests/serving/json_test_util.h"
 
 namespace moe::serving {
 namespace {
 
-using nlohmann::json;
-using Rng = std::mt19937;
+using namespace json_test;  // NOLINT: the shared test vocabulary
 
-JsonGrammar MustCompile(const json& schema) {
-  absl::StatusOr<JsonGrammar> g = CompileJsonSchema(schema);
-  EXPECT_TRUE(g.ok()) << g.status() << " for " << schema.dump();
-  if (!g.ok()) return AnyJsonObject();
-  return std::move(*g);
-}
-
-JsonGrammar MustCompile(const char* schema_text) { return MustCompile(json::parse(schema_text)); }
-
-// Feeds `text` one byte at a time: every byte taken and the whole complete.
-// Also checks that one Advance of the whole text agrees.
-bool Accepts(const JsonGrammar& g, std::string_view text) {
-  JsonMatcher bytewise(g);
-  bool ok = true;
-  for (char c : text) {
-    if (!bytewise.Advance(std::string_view(&c, 1))) {
-      ok = false;
-      break;
-    }
-  }
-  ok = ok && bytewise.IsComplete();
-  JsonMatcher whole(g);
-  EXPECT_EQ(ok, whole.Advance(text) && whole.IsComplete()) << text;
-  return ok;
-}
-
-// Whether `text` can be taken (as a prefix, complete or not).
-bool TakesPrefix(const JsonGrammar& g, std::string_view text) {
-  JsonMatcher m(g);
-  return m.Advance(text);
-}
-
-void ExpectAll(const JsonGrammar& g, std::initializer_list<std::string_view> yes,
-               std::initializer_list<std::string_view> no) {
-  for (std::string_view t : yes) EXPECT_TRUE(Accepts(g, t)) << "should accept: " << t;
-  for (std::string_view t : no) EXPECT_FALSE(Accepts(g, t)) << "should refuse: " << t;
-}
-
-// ---------------------------------------------------------------------------
-// The reference: parse the whole text with nlohmann::json, check the grammar's
-// extra bounds on the text, then the schema recursively on the value.
-
-bool IsWs(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-
-int64_t CodePoints(const std::string& s) {
-  int64_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-// Marks, in a parsed object, the keys that appeared more than once (the
-// parser keeps the last value). Not valid UTF-8: no parsed key equals it.
-const std::string kDupKey =
-    "\xff"
-    "dup";
-
-json ParseTracked(const std::string& text, bool* ok) {
-  std::vector<std::set<std::string>> keys;
-  std::vector<std::vector<std::string>> dups;
-  json::parser_callback_t cb = [&](int, json::parse_event_t e, json& parsed) {
-    if (e == json::parse_event_t::object_start) {
-      keys.emplace_back();
-      dups.emplace_back();
-    } else if (e == json::parse_event_t::key && !keys.empty()) {
-      const std::string k = parsed.get<std::string>();
-      if (!keys.back().insert(k).second) dups.back().push_back(k);
-    } else if (e == json::parse_event_t::object_end && !keys.empty()) {
-      if (!dups.back().empty()) parsed[kDupKey] = dups.back();
-      keys.pop_back();
-      dups.pop_back();
-    }
-    return true;
-  };
-  json v = json::parse(text, cb, /*allow_exceptions=*/false);
-  *ok = !v.is_discarded();
-  return v;
-}
-
-// The grammar's limits beyond JSON, on the text of a valid JSON value.
-bool WithinBounds(const std::string& t) {
-  int depth = 0, ws = 0;
-  size_t i = 0;
-  while (i < t.size()) {
-    const char c = t[i];
-    if (IsWs(c)) {
-      // At most one: a space or a line break.
-      if (ws > 0 || (c != ' ' && c != '\n')) return false;
-      ++ws;
-      ++i;
-      continue;
-    }
-    ws = 0;
-    if (c == '{' || c == '[') {
-      if (++depth > kJsonMaxDepth) return false;
-      ++i;
-    } else if (c == '}' || c == ']') {
-      --depth;
-      ++i;
-    } else if (c == '"') {
-      size_t j = i + 1;
-      while (t[j] != '"') j += t[j] == '\\' ? 2 : 1;
-      const std::string raw = t.substr(i, j + 1 - i);
-      const std::string decoded = json::parse(raw).get<std::string>();
-      if (CodePoints(decoded) > kJsonMaxStringLength) return false;
-      size_t k = j + 1;
-      while (k < t.size() && IsWs(t[k])) ++k;
-      if (k < t.size() && t[k] == ':' && raw != json(decoded).dump()) return false;  // a key
-      i = j + 1;
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      size_t j = i + (c == '-');
-      auto digits = [&] {
-        int n = 0;
-        while (j < t.size() && t[j] >= '0' && t[j] <= '9') ++j, ++n;
-        return n;
-      };
-      const int int_digits = digits();
-      int frac_digits = 0, exp_digits = 0;
-      if (j < t.size() && t[j] == '.') ++j, frac_digits = digits();
-      if (j < t.size() && (t[j] == 'e' || t[j] == 'E')) {
-        ++j;
-        if (t[j] == '+' || t[j] == '-') ++j;
-        exp_digits = digits();
-      }
-      if (int_digits > kJsonMaxIntegerDigits || frac_digits > kJsonMaxFractionDigits ||
-          exp_digits > kJsonMaxExponentDigits) {
-        return false;
-      }
-      i = j;
-    } else {
-      ++i;
-    }
-  }
-  return true;
-}
-
-std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-bool TypeMatches(const json& v, const std::string& type) {
-  if (type == "object") return v.is_object();
-  if (type == "array") return v.is_array();
-  if (type == "string") return v.is_string();
-  if (type == "boolean") return v.is_boolean();
-  if (type == "null") return v.is_null();
-  if (type == "number") return v.is_number();
-  if (type == "integer") {
-    return v.is_number_integer() &&
-           !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX));
-  }
-  return false;
-}
-
-bool RefValid(const json& v, const json& s, const json& root) {
-  if (s.is_boolean()) return s.get<bool>();
-  if (s.contains("$ref")) {
-    const std::string ref = s["$ref"];
-    if (ref == "#") return RefValid(v, root, root);
-    const size_t slash = ref.rfind('/');
-    return RefValid(v, root[ref.substr(2, slash - 2)][ref.substr(slash + 1)], root);
-  }
-  for (const char* k : {"anyOf", "oneOf"}) {
-    if (!s.contains(k)) continue;
-    for (const json& alt : s[k]) {
-      if (RefValid(v, alt, root)) return true;
-    }
-    return false;
-  }
-  if (s.contains("type")) {
-    const json types = s["type"].is_array() ? s["type"] : json::array({s["type"]});
-    if (std::none_of(types.begin(), types.end(),
-                     [&](const json& t) { return TypeMatches(v, t.get<std::string>()); })) {
-      return false;
-    }
-  }
-  if (s.contains("enum") && std::none_of(s["enum"].begin(), s["enum"].end(),
-                                         [&](const json& e) { return Dump(v) == e.dump(); })) {
-    return false;
-  }
-  if (s.contains("const") && Dump(v) != s["const"].dump()) return false;
-  if (v.is_object()) {
-    const json props = s.value("properties", json::object());
-    const json required = s.value("required", json::array());
-    if (v.contains(kDupKey)) {
-      for (const json& d : v[kDupKey]) {
-        if (props.contains(d.get<std::string>()) ||
-            std::find(required.begin(), required.end(), d) != required.end()) {
-          return false;  // a listed property twice
-        }
-      }
-    }
-    for (const auto& [k, x] : v.items()) {
-      if (k == kDupKey) continue;
-      const json& sub = props.contains(k) ? props[k] : s.value("additionalProperties", json(true));
-      if (!RefValid(x, sub, root)) return false;
-    }
-    for (const json& r : required) {
-      if (!v.contains(r.get<std::string>())) return false;
-    }
-  }
-  if (v.is_array()) {
-    const json items = s.value("items", json(true));
-    for (const json& x : v) {
-      if (!RefValid(x, items, root)) return false;
-    }
-    if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return false;
-    if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return false;
-  }
-  if (v.is_string()) {
-    const int64_t n = CodePoints(v.get<std::string>());
-    if (s.contains("minLength") && n < s["minLength"].get<int64_t>()) return false;
-    if (s.contains("maxLength") && n > s["maxLength"].get<int64_t>()) return false;
-  }
-  if (v.is_number_integer() && !v.is_number_unsigned()) {
-    const int64_t x = v.get<int64_t>();
-    if (s.contains("minimum") && x < s["minimum"].get<int64_t>()) return false;
-    if (s.contains("maximum") && x > s["maximum"].get<int64_t>()) return false;
-  } else if (v.is_number_unsigned()) {
-    const uint64_t x = v.get<uint64_t>();
-    if (s.contains("maximum") && s["maximum"].get<int64_t>() >= 0 &&
-        x > static_cast<uint64_t>(s["maximum"].get<int64_t>())) {
-      return false;
-    }
-    if (s.contains("maximum") && s["maximum"].get<int64_t>() < 0) return false;
-    if (s.contains("minimum") && s["minimum"].get<int64_t>() > 0 &&
-        x < static_cast<uint64_t>(s["minimum"].get<int64_t>())) {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool Reference(const json& schema, const std::string& text) {
-  // nlohmann takes a NUL byte for the end of the input; JSON allows none.
-  if (text.find('\0') != std::string::npos) return false;
-  bool ok = false;
-  const json v = ParseTracked(text, &ok);
-  return ok && WithinBounds(text) && RefValid(v, schema, schema);
-}
 
 // ---------------------------------------------------------------------------
 // Random schemas (within what the reference compares exactly: enum/const of
 // scalars, no floats or 0 in enums, no '/' in enum strings) and random
 // valid instances of them, as text.
 
-int Uniform(Rng& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
 bool Chance(Rng& rng, double p) { return std::bernoulli_distribution(p)(rng); }
 
 const std::vector<std::string> kNames = {"a", "b", "name", "na", "n\"q", "\xc3\xa9", "x y"};
@@ -383,16 +143,6 @@ json RandomSchema(Rng& rng, int depth, bool* uses_ref) {
   if (s.is_object() && Chance(rng, 0.2)) s["title"] = "t";
   return s;
 }
-
-const json kTreeNode = json::parse(R"({
-  "type": "object",
-  "properties": {
-    "v": {"type": "integer", "minimum": -3, "maximum": 3},
-    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}
-  },
-  "required": ["v"],
-  "additionalProperties": false
-})");
 
 json RandomRootSchema(Rng& rng) {
   bool uses_ref = false;
@@ -774,23 +524,6 @@ TEST(JsonConstraintTest, ArraysNested) {
             {"{\"rows\":[{}]}", "{\"rows\":[{\"id\":1,\"x\":2}]}", "{\"rows\":{}}"});
 }
 
-const char* kToolCallSchema = R"({
-  "anyOf": [
-    {"type": "object", "additionalProperties": false, "required": ["name", "arguments"],
-     "properties": {
-       "name": {"const": "get_weather"},
-       "arguments": {"type": "object", "additionalProperties": false, "required": ["city"],
-                     "properties": {"city": {"type": "string", "maxLength": 20},
-                                    "days": {"type": "integer", "minimum": 1, "maximum": 7},
-                                    "units": {"enum": ["celsius", "fahrenheit"]}}}}},
-    {"type": "object", "additionalProperties": false, "required": ["name", "arguments"],
-     "properties": {
-       "name": {"const": "search"},
-       "arguments": {"type": "object", "additionalProperties": false, "required": ["query"],
-                     "properties": {"query": {"type": "string"},
-                                    "max_results": {"type": "integer", "minimum": 1, "maximum": 10}}}}}
-  ]
-})";
 
 TEST(JsonConstraintTest, AnyOfToolCalls) {
   const JsonGrammar g = MustCompile(kToolCallSchema);
@@ -1161,234 +894,6 @@ TEST(JsonConstraintTest, AnyJsonObjectMatchesReference) {
       EXPECT_EQ(Accepts(g, mutant), Reference(schema, mutant)) << mutant;
     }
   }
-}
-
-// ---------------------------------------------------------------------------
-// Token masks.
-
-std::vector<std::string> SmallVocab() {
-  std::vector<std::string> v = {""};  // id 0: no bytes, never allowed
-  for (int c = 0x20; c < 0x7f; ++c) v.push_back(std::string(1, static_cast<char>(c)));
-  for (const char* t : {"\n",
-                        "\t",
-                        "{\"",
-                        "\":",
-                        "\",",
-                        "\"}",
-                        "\":\"",
-                        "true",
-                        "false",
-                        "null",
-                        "123",
-                        "-5",
-                        "0.5",
-                        "e+1",
-                        "\"na",
-                        "me\"",
-                        "name",
-                        "get_weather",
-                        "search",
-                        "arguments",
-                        "city",
-                        "query",
-                        "{\"name\":\"",
-                        "\\\"",
-                        "\\u00e9",
-                        "\\ud83d",
-                        "\\ude00",
-                        "  ",
-                        "\n  ",
-                        "]}",
-                        "}}",
-                        ",\"",
-                        "[{\"",
-                        "\"a\xff\"",
-                        "\xff",
-                        "\xc3",
-                        "\xa9",
-                        "\xc3\xa9",
-                        "\xe2\x82",
-                        "\xac",
-                        "\xf0\x9f\x98\x80",
-                        "12",
-                        "7}",
-                        "\"\"",
-                        "[]",
-                        "{}",
-                        "nu",
-                        "ll",
-                        "tr",
-                        "ue",
-                        "\"v\":",
-                        "\"kids\":["}) {
-    v.push_back(t);
-  }
-  v.push_back("true");  // the same bytes as another id: both allowed or neither
-  return v;
-}
-
-std::vector<uint8_t> BruteForce(const JsonMatcher& m, const std::vector<std::string>& vocab) {
-  std::vector<uint8_t> mask(vocab.size(), 0);
-  for (size_t id = 0; id < vocab.size(); ++id) {
-    mask[id] = !vocab[id].empty() && m.CanAdvance(vocab[id]);
-  }
-  return mask;
-}
-
-struct MaskCase {
-  json schema;
-  std::vector<std::string> instances;
-};
-
-std::vector<MaskCase> MaskCases() {
-  return {
-      {json::parse(kToolCallSchema),
-       {R"({"name": "get_weather", "arguments": {"city": "P\u00e9ris \ud83d\ude00", "days": 7}})",
-        R"({"arguments":{"query":"na\"me","max_results":3},"name":"search"})"}},
-      {json{{"$defs", {{"node", kTreeNode}}}, {"$ref", "#/$defs/node"}},
-       {R"({"v":1,"kids":[{"v":-3},{"v":0,"kids":[]}]})"}},
-      {json::parse(
-           R"({"type":"array","items":{"type":"string","minLength":1,"maxLength":3},"maxItems":4})"),
-       {"[\"\xc3\xa9\xe2\x82\xac\", \"a\"]"}},
-      {json::parse(R"({"type":"integer","minimum":-5,"maximum":123})"), {"123", "-5"}},
-      {json::parse(R"({"enum":["true", true, 12, "na\"me"]})"), {"\"na\\\"me\"", "12"}},
-      {json(nullptr),
-       {R"({"any": [1, 2.5e+1, {"x": null}, "\u00e9"], "b": false})"}},  // AnyJsonObject
-  };
-}
-
-JsonGrammar CaseGrammar(const MaskCase& c) {
-  return c.schema.is_null() ? AnyJsonObject() : MustCompile(c.schema);
-}
-
-TEST(JsonConstraintTest, MaskEqualsBruteForce) {
-  const std::vector<std::string> vocab = SmallVocab();
-  const TokenTrie trie(vocab);
-  EXPECT_EQ(trie.vocab_size(), static_cast<int>(vocab.size()));
-  const size_t true_id = std::find(vocab.begin(), vocab.end(), "true") - vocab.begin();
-  ASSERT_LT(true_id, vocab.size() - 1);
-  int steps = 0;
-  for (const MaskCase& c : MaskCases()) {
-    const JsonGrammar g = CaseGrammar(c);
-    for (const std::string& text : c.instances) {
-      JsonMatcher m(g);
-      for (size_t i = 0; i <= text.size(); ++i) {
-        std::vector<uint8_t> mask;
-        m.AllowedTokens(trie, &mask);
-        ASSERT_EQ(mask, BruteForce(m, vocab)) << "after " << text.substr(0, i);
-        EXPECT_EQ(mask[0], 0);
-        EXPECT_EQ(mask[vocab.size() - 1], mask[true_id]);  // same bytes, same answer
-        if (i < text.size()) {
-          // The instance's own next byte, when a one-byte token, is allowed.
-          const uint8_t next = static_cast<uint8_t>(text[i]);
-          if (next >= 0x20 && next < 0x7f) {
-            EXPECT_EQ(mask[1 + next - 0x20], 1);
-          }
-          ASSERT_TRUE(m.Advance(text.substr(i, 1)));
-        }
-        ++steps;
-      }
-      EXPECT_TRUE(m.IsComplete());
-    }
-  }
-  EXPECT_GT(steps, 200);
-}
-
-// Decodes under the mask with `pick` choosing among allowed ids (-1: end of
-// sequence, offered when complete); returns the text, or fails.
-template <typename Pick>
-std::string Decode(const JsonGrammar& g, const TokenTrie& trie,
-                   const std::vector<std::string>& vocab, int max_steps, Pick pick) {
-  JsonMatcher m(g);
-  std::string out;
-  for (int step = 0; step < max_steps; ++step) {
-    if (m.IsDone()) return out;
-    std::vector<uint8_t> mask;
-    m.AllowedTokens(trie, &mask);
-    std::vector<int> allowed;
-    for (size_t id = 0; id < mask.size(); ++id) {
-      if (mask[id]) allowed.push_back(static_cast<int>(id));
-    }
-    if (m.IsComplete()) allowed.push_back(-1);
-    EXPECT_FALSE(allowed.empty()) << "dead end after " << out;  // liveness
-    if (allowed.empty()) return out;
-    const int id = pick(allowed);
-    if (id < 0) return out;
-    EXPECT_TRUE(m.Advance(vocab[id]));
-    out += vocab[id];
-  }
-  ADD_FAILURE() << "no end within " << max_steps << " steps: " << out.substr(0, 200);
-  return out;
-}
-
-TEST(JsonConstraintTest, MaskDecodingTerminatesValid) {
-  const std::vector<std::string> vocab = SmallVocab();
-  const TokenTrie trie(vocab);
-  // Smallest id, on schemas whose every string and array is bounded.
-  for (
-      const char* s :
-      {kToolCallSchema,
-       R"({"type":"array","items":{"type":"integer","minimum":3,"maximum":250},"minItems":2,"maxItems":4})",
-       R"({"type":"object","properties":{"a":{"type":"string","maxLength":5},"b":{"enum":["x","yy"]},
-                           "c":{"type":"array","maxItems":2,"items":{"type":"boolean"}}},"required":["a","b","c"],"additionalProperties":false})"}) {
-    const json schema = json::parse(s);
-    const JsonGrammar g = MustCompile(schema);
-    const std::string text = Decode(
-        g, trie, vocab, 5000, [](const std::vector<int>& a) { return a[0] < 0 ? a.back() : a[0]; });
-    EXPECT_TRUE(Reference(schema, text)) << text;
-    std::printf("smallest-id decode: %s\n", text.c_str());
-  }
-  // Seeded random choices, on every mask case's schema.
-  Rng rng(99);
-  for (const MaskCase& c : MaskCases()) {
-    const JsonGrammar g = CaseGrammar(c);
-    const json schema = c.schema.is_null() ? json{{"type", "object"}} : c.schema;
-    for (int k = 0; k < 20; ++k) {
-      const std::string text = Decode(g, trie, vocab, 20000, [&](const std::vector<int>& a) {
-        return a[Uniform(rng, 0, static_cast<int>(a.size()) - 1)];
-      });
-      EXPECT_TRUE(Reference(schema, text)) << text;
-    }
-  }
-}
-
-TEST(JsonConstraintTest, MaskOnLargeVocabulary) {
-  Rng rng(5);
-  const std::string alphabet = "{}[]:,\"\\ \n0123456789-+.eEabcdefghijklmnopqrstuvwxyz_";
-  std::vector<std::string> vocab;
-  for (int i = 0; i < 50000; ++i) {
-    std::string t;
-    for (int n = Uniform(rng, 1, 8); n > 0; --n) {
-      t += alphabet[Uniform(rng, 0, static_cast<int>(alphabet.size()) - 1)];
-    }
-    vocab.push_back(t);
-  }
-  const TokenTrie trie(vocab);
-  const JsonGrammar g = MustCompile(kToolCallSchema);
-  const std::string text =
-      R"({"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "units": "celsius"}})";
-  JsonMatcher m(g);
-  double total_us = 0, max_us = 0;
-  int masks = 0;
-  for (size_t i = 0; i < 50 && i < text.size(); ++i) {
-    std::vector<uint8_t> mask;
-    const auto start = std::chrono::steady_clock::now();
-    m.AllowedTokens(trie, &mask);
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-    total_us += us;
-    max_us = std::max(max_us, us);
-    ++masks;
-    ASSERT_EQ(mask, BruteForce(m, vocab)) << "after " << text.substr(0, i);
-    // The instance's next byte, as a one-byte token, is allowed.
-    const auto one = std::find(vocab.begin(), vocab.end(), text.substr(i, 1));
-    if (one != vocab.end()) {
-      EXPECT_EQ(mask[one - vocab.begin()], 1) << i;
-    }
-    ASSERT_TRUE(m.Advance(text.substr(i, 1)));
-  }
-  std::printf("mask over %zu tokens (%d trie nodes): mean %.1f us, max %.1f us over %d steps\n",
-              vocab.size(), trie.num_nodes(), total_us / masks, max_us, masks);
 }
 
 // ---------------------------------------------------------------------------
