@@ -5,6 +5,7 @@ code, standard library only (with tests/reference/gguf_writer.py) unless a
 quantizing option asks for numpy.
 
     hf_to_gguf.py MODEL_DIR OUT.gguf [--experts TYPE] [--dense TYPE]
+                  [--tensor-type GGUF_NAME=TYPE ...]
                   [--dequantized DIR]
 
 Families: mixtral (GGUF architecture "llama" with experts) and qwen3_moe
@@ -123,14 +124,17 @@ class Quantizer:
     """Quantizes 2-D weights [out, in] row by row when a type applies to them,
     remembering the float64 dequantization of every tensor by its HF name."""
 
-    def __init__(self, experts, dense, keep):
+    def __init__(self, experts, dense, keep, overrides=None):
         self.types = {"experts": experts, "dense": dense, "router": None}
+        self.overrides = overrides or {}  # GGUF tensor name -> ggml type
         self.keep = keep  # remember the dequantized weights
         self.dequantized = {}
 
-    def convert(self, hf_name, kind, dtype, shape, data):
-        """(ggml type, bytes) for the tensor, in HF row order."""
-        t = self.types[kind]
+    def convert(self, hf_name, kind, dtype, shape, data, gguf_name=None):
+        """(ggml type, bytes) for the tensor, in HF row order. A --tensor-type
+        override for `gguf_name` wins over the kind's type (llama.cpp's
+        mixed files: Q4_K_M puts some layers' ffn_down_exps in Q6_K)."""
+        t = self.overrides.get(gguf_name, self.types[kind])
         if t is not None:
             per, _ = gw.BLOCK[t]
             if len(shape) != 2 or shape[1] % per:
@@ -172,14 +176,22 @@ def parse_args():
     p.add_argument("--experts", choices=sorted(types), default=None)
     p.add_argument("--dense", choices=sorted(types), default=None)
     p.add_argument("--dequantized", default=None)
+    p.add_argument("--tensor-type", action="append", default=[],
+                   help="GGUF_NAME=TYPE, e.g. blk.1.ffn_down_exps.weight=q6_k")
     a = p.parse_args()
-    return a, types.get(a.experts), types.get(a.dense)
+    overrides = {}
+    for o in a.tensor_type:
+        name, _, t = o.partition("=")
+        if t not in types:
+            p.error("--tensor-type %s: unknown type %r" % (o, t))
+        overrides[name] = types[t]
+    return a, types.get(a.experts), types.get(a.dense), overrides
 
 
 def main():
-    args, expert_type, dense_type = parse_args()
+    args, expert_type, dense_type, overrides = parse_args()
     src, dst = args.src, args.dst
-    quant = Quantizer(expert_type, dense_type, args.dequantized is not None)
+    quant = Quantizer(expert_type, dense_type, args.dequantized is not None, overrides)
     cfg = json.load(open(os.path.join(src, "config.json")))
     tensors = read_safetensors(os.path.join(src, "model.safetensors"))
     family = cfg["model_type"]
@@ -266,7 +278,8 @@ def main():
             continue
         # model.layers.N.<moe>.experts.E.<proj>.weight
         e, p = int(parts[5]), parts[6]
-        t, raw = quant.convert(name, "experts", dtype, shape, data)
+        stacked = "blk.%d.%s_exps.weight" % (layer, proj[p])
+        t, raw = quant.convert(name, "experts", dtype, shape, data, stacked)
         stacks.setdefault((layer, proj[p]), {})[e] = (t, shape, raw)
     for (layer, kind), by_expert in sorted(stacks.items()):
         t, shape, _ = by_expert[0]
