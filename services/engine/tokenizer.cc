@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "services/engine/tokenizer_spec.h"
+#include "services/engine/tokenizer_spm.h"
 #include "services/engine/tokenizer_text.h"
 
 namespace moe {
@@ -85,6 +86,10 @@ void ApplyPreTokenizer(const PreStep& step, bool first, std::vector<std::string>
 void EncodeSegment(const TokenizerSpec& spec, std::string_view segment, bool first,
                    std::vector<int32_t>* ids) {
   if (segment.empty()) return;
+  if (spec.spm != nullptr) {
+    spec.spm->Encode(segment, first, ids);
+    return;
+  }
   std::string s(segment);
   for (const tok::NormStep& n : spec.normalizers) {
     if (n.kind == tok::NormStep::kPrepend) {
@@ -264,10 +269,21 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufMetadat
     return absl::NotFoundError("the GGUF file has no tokenizer (tokenizer.ggml.model)");
   }
   ASSIGN_OR_RETURN(absl::string_view model, m.GetString("tokenizer.ggml.model"));
+  if (model == "llama") {
+    absl::StatusOr<tok::GgufSpmVocab> v = tok::SpmVocabFromGguf(m);
+    if (!v.ok()) {
+      return absl::Status(v.status().code(),
+                          absl::StrCat("GGUF tokenizer: ", v.status().message()));
+    }
+    std::unique_ptr<Tokenizer> t(new Tokenizer(std::move(v->spec)));
+    if (v->bos_id.has_value()) t->bos_id_ = v->bos_id;
+    if (v->eos_id.has_value()) t->eos_id_ = v->eos_id;
+    return t;
+  }
   if (model != "gpt2") {
     return absl::UnimplementedError(absl::StrCat(
         "GGUF tokenizer.ggml.model '", model,
-        "' is not read yet (only 'gpt2', byte-level BPE)"));
+        "' is not read yet (only 'gpt2', byte-level BPE, and 'llama', SentencePiece)"));
   }
   absl::string_view pre = "default";
   if (m.Has("tokenizer.ggml.pre")) {
@@ -401,13 +417,17 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special) 
 }
 
 std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special) const {
-  std::vector<std::string> toks;
-  toks.reserve(ids.size());
+  std::vector<int32_t> kept;
+  kept.reserve(ids.size());
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size() || spec_->id_to_token[id].empty()) continue;
     if (skip_special && IsSpecial(id)) continue;
-    toks.push_back(spec_->id_to_token[id]);
+    kept.push_back(id);
   }
+  if (spec_->spm != nullptr) return spec_->spm->Decode(kept);
+  std::vector<std::string> toks;
+  toks.reserve(kept.size());
+  for (int32_t id : kept) toks.push_back(spec_->id_to_token[id]);
   if (!spec_->has_decoder) return absl::StrJoin(toks, " ");
   for (const DecStep& step : spec_->decoders) ApplyDecoder(step, &toks);
   return absl::StrJoin(toks, "");

@@ -1,7 +1,8 @@
 // Hugging Face `tokenizer.json` BPE tokenizers: the byte-level kind (GPT-2
 // byte mapping, ByteLevel / Split pre-tokenizers; Qwen, OLMoE) and the
 // SentencePiece kind (`▁` for spaces, `<0xNN>` byte fallback; Mixtral,
-// Llama). Only the `BPE` model type is supported.
+// Llama). Only the `BPE` model type is supported. GGUF vocabularies: see
+// FromGguf (the "llama" kind is merged by piece scores, not merge ranks).
 //
 //   ASSIGN_OR_RETURN(auto tok, Tokenizer::FromFile(dir + "/tokenizer.json"));
 //   std::vector<int32_t> ids = tok->Encode("Hello world", /*add_special=*/true);
@@ -53,13 +54,25 @@ class Tokenizer {
   // UNIMPLEMENTED for model types other than BPE and unknown components.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view json);
   // The vocabulary of a GGUF file (llama.cpp's tokenizer.ggml.* keys):
-  // model "gpt2" (byte-level BPE with merges) and the pre-tokenizer that
-  // tokenizer.ggml.pre names ("default"/"gpt-2", "qwen2", "llama-bpe");
-  // token_type 3 (control) tokens are special added tokens, 4 (user
-  // defined) plain added ones; bos/eos from tokenizer.ggml.{bos,eos}_token_id,
-  // and a leading bos when tokenizer.ggml.add_bos_token says so. NOT_FOUND
-  // when the file has no vocabulary; UNIMPLEMENTED naming the model or pre
-  // otherwise (the SentencePiece kind, "llama", is not read yet).
+  // - model "gpt2": byte-level BPE with merges and the pre-tokenizer that
+  //   tokenizer.ggml.pre names ("default"/"gpt-2", "qwen2", "llama-bpe");
+  //   a leading bos only when tokenizer.ggml.add_bos_token says so.
+  // - model "llama": SentencePiece pieces with tokenizer.ggml.scores, encoded
+  //   as llama.cpp's SPM tokenizer does (spaces as "▁", a "▁" before the
+  //   text when tokenizer.ggml.add_space_prefix, default true; highest-score
+  //   merges, leftmost first on ties; "<0xNN>" byte fallback, else one
+  //   unknown token per character). Unlike llama.cpp, the prefix is not
+  //   repeated after each special token (as Metaspace's "first" scheme).
+  //   llama.cpp's defaults: unknown/bos/eos ids 0/1/2, add_bos_token true,
+  //   add_eos_token false. Decode drops the prefix space of the first token
+  //   and renders byte tokens as their bytes. The unknown token (type 2) is
+  //   a special added token too, as in a tokenizer.json.
+  // Both: token_type 3 (control) tokens are special added tokens, 4 (user
+  // defined) plain added ones, matched whole in the text; bos/eos from
+  // tokenizer.ggml.{bos,eos}_token_id. NOT_FOUND when the file has no
+  // vocabulary; INVALID_ARGUMENT for arrays of different lengths or
+  // bos/eos/unknown ids outside the vocabulary; UNIMPLEMENTED naming
+  // another model or pre.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufMetadata& metadata);
   // The tokenizer of a model path: `path`/tokenizer.json, or a `.gguf`
   // file's vocabulary. NOT_FOUND when there is none.

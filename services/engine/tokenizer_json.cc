@@ -235,15 +235,7 @@ absl::Status ParseAddedTokens(const json& j, TokenizerSpec* spec) {
     spec->added_special[a.id] = a.special;
     spec->added.push_back(std::move(a));
   }
-  std::stable_sort(spec->added.begin(), spec->added.end(),
-                   [](const AddedToken& x, const AddedToken& y) {
-                     return x.content.size() > y.content.size();
-                   });
-  spec->added_by_first_byte.assign(256, {});
-  for (size_t i = 0; i < spec->added.size(); ++i) {
-    const auto first = static_cast<uint8_t>(spec->added[i].content[0]);
-    spec->added_by_first_byte[first].push_back(static_cast<int>(i));
-  }
+  IndexAddedTokens(spec);
   return absl::OkStatus();
 }
 
@@ -281,6 +273,18 @@ absl::Status ParseAll(const json& j, TokenizerSpec* spec) {
 }
 
 }  // namespace
+
+void IndexAddedTokens(TokenizerSpec* spec) {
+  std::stable_sort(spec->added.begin(), spec->added.end(),
+                   [](const AddedToken& x, const AddedToken& y) {
+                     return x.content.size() > y.content.size();
+                   });
+  spec->added_by_first_byte.assign(256, {});
+  for (size_t i = 0; i < spec->added.size(); ++i) {
+    const auto first = static_cast<uint8_t>(spec->added[i].content[0]);
+    spec->added_by_first_byte[first].push_back(static_cast<int>(i));
+  }
+}
 
 absl::StatusOr<std::unique_ptr<TokenizerSpec>> ParseTokenizerJson(std::string_view text) {
   const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);

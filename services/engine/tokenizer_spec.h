@@ -1,5 +1,6 @@
 // Internal: the parsed form of a tokenizer.json and the BPE model. Shared by
-// tokenizer_json.cc (parsing), tokenizer_bpe.cc and tokenizer.cc.
+// tokenizer_json.cc (parsing), tokenizer_bpe.cc, tokenizer_spm.cc and
+// tokenizer.cc.
 #ifndef MOECACHE_SERVICES_ENGINE_TOKENIZER_SPEC_H_
 #define MOECACHE_SERVICES_ENGINE_TOKENIZER_SPEC_H_
 
@@ -17,6 +18,8 @@
 #include "services/engine/tokenizer_text.h"
 
 namespace moe::tok {
+
+class SpmModel;  // tokenizer_spm.h
 
 struct AddedToken {
   int32_t id = 0;
@@ -103,9 +106,17 @@ struct TokenizerSpec {
   // the sequence goes (-1 in the list). Empty: no template.
   std::vector<int32_t> single_template;
   std::optional<int32_t> template_bos;  // first item of the template, if special
+  // Set for a GGUF "llama" vocabulary: it encodes the text between added
+  // tokens and decodes in place of the normalizers, pre-tokenizers, BPE
+  // and decoders above (`bpe` then holds the vocabulary only, for lookups).
+  std::shared_ptr<const SpmModel> spm;
 };
 
 absl::StatusOr<std::unique_ptr<TokenizerSpec>> ParseTokenizerJson(std::string_view json);
+
+// Orders `spec->added` longest content first and fills added_by_first_byte.
+// REQUIRES: no added token has empty content.
+void IndexAddedTokens(TokenizerSpec* spec);
 
 }  // namespace moe::tok
 

@@ -1,8 +1,10 @@
 // Fuzz target: the GGUF parser. Any input must give a status, never a
 // crash, and every accepted file must keep its promises: tensor views inside
 // the input, sizes consistent with the type's blocks, aligned offsets,
-// names findable, every metadata getter safe on every key, and the block
-// decoder safe on any bytes (the first blocks of each tensor).
+// names findable, every metadata getter safe on every key, the block
+// decoder safe on any bytes (the first blocks of each tensor), and a
+// vocabulary (tokenizer.ggml.*) either refused or encoding and decoding any
+// text to ids inside it.
 #include <cstddef>
 #include <cstdint>
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "common/gguf.h"
 #include "common/logging.h"
 #include "common/gguf_blocks.h"
+#include "services/engine/tokenizer.h"
 
 namespace {
 
@@ -30,6 +33,23 @@ void CheckMetadata(const moe::GgufMetadata& m) {
   }
 }
 
+void CheckTokenizer(const moe::GgufMetadata& m, const uint8_t* data, size_t size) {
+  if (!m.Has("tokenizer.ggml.model")) return;
+  auto t = moe::Tokenizer::FromGguf(m);
+  if (!t.ok()) return;
+  const moe::Tokenizer& tok = **t;
+  // Fixed text (specials, bytes, spaces) and the input's own last bytes.
+  std::string text = "<s> Hello  w\xc3\xb6rld\n\xe4\xb8\xad\xf0\x9f\x98\x80 \xff";
+  text.append(reinterpret_cast<const char*>(data) + size - std::min<size_t>(size, 48),
+              std::min<size_t>(size, 48));
+  const std::vector<int32_t> ids = tok.Encode(text, /*add_special=*/true);
+  for (int32_t id : ids) MOE_CHECK(id >= 0 && id < tok.vocab_size()) << id;
+  (void)tok.Decode(ids);
+  moe::StreamDecoder stream(tok, /*skip_special=*/true);
+  for (int32_t id : ids) (void)stream.Push(id);
+  (void)stream.Flush();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -37,6 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!file.ok()) return 0;
   const moe::GgufFile& f = **file;
   CheckMetadata(f.metadata());
+  CheckTokenizer(f.metadata(), data, size);
   for (const moe::GgufTensorInfo& t : f.tensors()) {
     MOE_CHECK(f.Find(t.name) == &t) << t.name;
     const moe::GgufTypeInfo& type = moe::GgufTypeInfoOf(t.type);

@@ -242,6 +242,37 @@ def split_cases():
             "part 2 of 2 lacks split.count" if k == 0 else None)
 
 
+def llama_vocab(scores_cut=0, types_cut=0):
+    """A small SentencePiece ("llama") vocabulary, optionally with its scores
+    or token types cut short."""
+    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0xC3>", "<0xB6>", "\u2581", "H", "e",
+              "l", "o", "w", "r", "d", "he", "ll", "\u2581he", "\u2581w", "or", "ld",
+              "[INST]", "<|x|>"]
+    scores = [0.0] * 6 + [-10.0 - k for k in range(8)] + [-1.0, -2.0, -1.5, -3.0, -2.5,
+                                                        -3.5, 0.0, 0.0]
+    types = [2, 3, 3, 6, 6, 6] + [1] * 14 + [3, 4]
+    w = g.GGUFWriter()
+    w.add("general.architecture", g.STRING, "llama")
+    w.add("tokenizer.ggml.model", g.STRING, "llama")
+    w.add("tokenizer.ggml.tokens", g.ARRAY, tokens, elem=g.STRING)
+    w.add("tokenizer.ggml.scores", g.ARRAY, scores[:len(scores) - scores_cut], elem=g.FLOAT32)
+    w.add("tokenizer.ggml.token_type", g.ARRAY, types[:len(types) - types_cut], elem=g.INT32)
+    w.add("tokenizer.ggml.bos_token_id", g.UINT32, 1)
+    w.add("tokenizer.ggml.eos_token_id", g.UINT32, 2)
+    w.add("tokenizer.ggml.add_bos_token", g.BOOL, 1)
+    w.add("tokenizer.ggml.add_space_prefix", g.BOOL, 1)
+    return w.to_bytes()
+
+
+def vocab_cases():
+    # Well-formed GGUF files (seeds for fuzz_gguf, which also builds their
+    # tokenizer); whether the tokenizer accepts them is checked by
+    # tests/engine/tokenizer_spm_test.cc.
+    put("vocab_llama.gguf", llama_vocab(), "OK")
+    put("vocab_llama_short_scores.gguf", llama_vocab(scores_cut=1), "OK")
+    put("vocab_llama_short_types.gguf", llama_vocab(types_cut=3), "OK")
+
+
 def main():
     if os.path.isdir(ROOT):
         shutil.rmtree(ROOT)
@@ -250,6 +281,7 @@ def main():
     metadata_cases()
     tensor_cases()
     split_cases()
+    vocab_cases()
     with open(os.path.join(ROOT, "expected.txt"), "w") as f:
         f.write("# path<TAB>expected error substring, or OK (see make_gguf_corpus.py)\n")
         for rel, msg in sorted(expected):
