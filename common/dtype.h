@@ -79,6 +79,22 @@ inline bool IsQuantDType(DType dtype) {
   return dtype == DType::kQ8 || dtype == DType::kQ4 || dtype == DType::kMxfp4 ||
          IsGgufBlockDType(dtype);
 }
+
+// The dtypes of a routed expert's three projections. One file may mix them
+// per projection and per layer (llama.cpp's Q4_K_M keeps some layers'
+// ffn_down in Q6_K); the experts of one layer always share theirs.
+struct ExpertDTypes {
+  DType gate = DType::kBF16;
+  DType up = DType::kBF16;
+  DType down = DType::kBF16;
+  static ExpertDTypes All(DType t) { return {t, t, t}; }
+  bool uniform() const { return gate == up && up == down; }
+  friend bool operator==(const ExpertDTypes& a, const ExpertDTypes& b) {
+    return a.gate == b.gate && a.up == b.up && a.down == b.down;
+  }
+  friend bool operator!=(const ExpertDTypes& a, const ExpertDTypes& b) { return !(a == b); }
+};
+
 // Weights per block (1 for plain dtypes) and bytes per block.
 int64_t QuantGroupSize(DType dtype);
 int64_t QuantBlockBytes(DType dtype);

@@ -1,10 +1,13 @@
 #include "common/model_desc.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/fp8.h"
+#include "common/quant.h"
 #include "common/gguf_model.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -352,7 +355,6 @@ absl::Status ModelDescription::Index() {
                   {});
   const TensorSpec* first_missing = nullptr;
   int missing = 0;
-  bool have_expert = false;
   for (const TensorSpec& spec : specs_) {
     auto view = checkpoint_->Get(spec.name);
     if (!view.ok()) {
@@ -381,14 +383,6 @@ absl::Status ModelDescription::Index() {
       dense_bytes_ += view->nbytes + view->scales.nbytes;
       continue;
     }
-    if (have_expert && view->dtype != expert_dtype_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dir, ": tensor '", spec.name, "' has dtype ", DTypeName(view->dtype),
-          " but earlier experts are ", DTypeName(expert_dtype_),
-          "; all expert weights must share one dtype"));
-    }
-    have_expert = true;
-    expert_dtype_ = view->dtype;
     int moe = config_.MoeLayerIndex(spec.layer);
     experts_[static_cast<size_t>(moe * num_experts + spec.expert)]
             [ExpertSlot(spec.role)] = *view;
@@ -400,20 +394,7 @@ absl::Status ModelDescription::Index() {
                      missing > 1 ? absl::StrCat(" and ", missing - 1, " more")
                                  : std::string()));
   }
-  if (!experts_.empty()) {
-    for (const TensorView& v : experts_[0]) {
-      bytes_per_expert_ += v.nbytes + v.scales.nbytes;
-    }
-  }
-  if (config_.has_expert_biases() && !experts_.empty()) {
-    expert_dtype_ = experts_[0][0].dtype;
-    if (experts_[0][2].dtype != expert_dtype_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dir, ": fused expert tensors gate_up_proj and down_proj have "
-          "dtypes ", DTypeName(expert_dtype_), " and ",
-          DTypeName(experts_[0][2].dtype), "; they must share one"));
-    }
-  }
+  RETURN_IF_ERROR(IndexExpertTypes());
   if (config_.tie_word_embeddings)
     dense_[{TensorRole::kLmHead, -1}] = dense_[{TensorRole::kEmbed, -1}];
   return absl::OkStatus();
@@ -456,10 +437,50 @@ absl::StatusOr<TensorView> ModelDescription::Expert(int moe_layer, int expert,
                  [ExpertSlot(role)];
 }
 
+absl::Status ModelDescription::IndexExpertTypes() {
+  const int layers = config_.num_moe_layers();
+  const int64_t n = config_.num_experts;
+  layer_dtypes_.assign(static_cast<size_t>(layers), {});
+  layer_bytes_.assign(static_cast<size_t>(layers), 0);
+  static constexpr const char* kRoles[3] = {"gate", "up", "down"};
+  for (int l = 0; l < layers && n > 0; ++l) {
+    const std::array<TensorView, 6>& first = experts_[static_cast<size_t>(l * n)];
+    layer_dtypes_[l] = {first[0].dtype, first[1].dtype, first[2].dtype};
+    for (const TensorView& v : first) layer_bytes_[l] += v.nbytes + v.scales.nbytes;
+    for (int64_t e = 1; e < n; ++e) {
+      const std::array<TensorView, 6>& x = experts_[static_cast<size_t>(l * n + e)];
+      for (int r = 0; r < 3; ++r) {
+        if (x[r].dtype != first[r].dtype) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              checkpoint_->dir(), ": expert ", e, " of MoE layer ", l, " has a ", kRoles[r],
+              " of dtype ", DTypeName(x[r].dtype), " but expert 0's is ",
+              DTypeName(first[r].dtype), "; the experts of a layer must share their dtypes"));
+        }
+      }
+    }
+  }
+  if (layers > 0 && n > 0) {
+    // Fused experts (one tensor per projection pair) carry one dtype.
+    if (config_.has_expert_biases() && !layer_dtypes_[0].uniform()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint_->dir(), ": fused expert tensors gate_up_proj and down_proj have dtypes ",
+          DTypeName(layer_dtypes_[0].gate), " and ", DTypeName(layer_dtypes_[0].down),
+          "; they must share one"));
+    }
+    expert_dtype_ = WidestDType(layer_dtypes_);
+    mixed_ = false;
+    for (const ExpertDTypes& d : layer_dtypes_) {
+      mixed_ |= !d.uniform() || d != layer_dtypes_[0];
+    }
+    bytes_per_expert_ = *std::max_element(layer_bytes_.begin(), layer_bytes_.end());
+  }
+  return absl::OkStatus();
+}
+
 uint64_t ModelDescription::total_bytes() const {
-  return dense_bytes_ + static_cast<uint64_t>(config_.num_moe_layers()) *
-                            static_cast<uint64_t>(config_.num_experts) *
-                            bytes_per_expert_;
+  uint64_t experts = 0;
+  for (uint64_t b : layer_bytes_) experts += b * static_cast<uint64_t>(config_.num_experts);
+  return dense_bytes_ + experts;
 }
 
 }  // namespace moe

@@ -170,11 +170,26 @@ class ModelDescription {
   absl::StatusOr<TensorView> Expert(int moe_layer, int expert,
                                     TensorRole role) const;
 
-  // The dtype shared by all expert weights.
+  // The dtypes of the experts of MoE layer `moe_layer`: the experts of a
+  // layer share them (Open refuses a file where they differ), and a GGUF
+  // file may mix them per projection and per layer (llama.cpp's Q4_K_M).
+  // REQUIRES: 0 <= moe_layer < config().num_moe_layers().
+  const ExpertDTypes& expert_dtypes(int moe_layer) const { return layer_dtypes_[moe_layer]; }
+  // One entry per MoE layer.
+  const std::vector<ExpertDTypes>& all_expert_dtypes() const { return layer_dtypes_; }
+  // True when the expert weights are not all of one dtype.
+  bool mixed_expert_dtypes() const { return mixed_; }
+  // The dtype of every expert weight; with mixed_expert_dtypes(), the one
+  // of most bytes per weight among them (WidestDType), which plans and
+  // conversions size against.
   DType expert_dtype() const { return expert_dtype_; }
   // Bytes of one expert's gate + up + down weights, as stored (with the
-  // block scales of F8_E4M3 and MXFP4 weights, and the expert biases).
+  // block scales of F8_E4M3 and MXFP4 weights, and the expert biases): of
+  // the largest layer's experts when they differ (expert_bytes).
   uint64_t bytes_per_expert() const { return bytes_per_expert_; }
+  // The same for the experts of MoE layer `moe_layer` (REQUIRES as
+  // expert_dtypes).
+  uint64_t expert_bytes(int moe_layer) const { return layer_bytes_[moe_layer]; }
   // Bytes of every expected tensor that is not a routed expert (embeddings,
   // attention, norms, routers, shared experts, dense MLPs, lm_head).
   uint64_t dense_bytes() const { return dense_bytes_; }
@@ -195,6 +210,11 @@ class ModelDescription {
   // [moe_layer * num_experts + expert] -> {gate, up, down, gate_bias,
   // up_bias, down_bias} (the biases with has_expert_biases() only)
   std::vector<std::array<TensorView, 6>> experts_;
+  // Index's last step: per-layer dtypes and bytes, checked alike per layer.
+  absl::Status IndexExpertTypes();
+  std::vector<ExpertDTypes> layer_dtypes_;  // per MoE layer
+  std::vector<uint64_t> layer_bytes_;       // per MoE layer
+  bool mixed_ = false;
   DType expert_dtype_ = DType::kF32;
   uint64_t bytes_per_expert_ = 0;
   uint64_t dense_bytes_ = 0;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/gguf_blocks.h"
 #include "common/logging.h"
 #include "common/mxfp4.h"
@@ -98,6 +99,31 @@ absl::StatusOr<DType> ParseExpertFormat(absl::string_view name) {
   if (name == "mxfp4") return DType::kMxfp4;
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown expert format '", name, "' (choose bf16, q8, q4 or mxfp4)"));
+}
+
+std::string ExpertFormatsName(absl::Span<const ExpertDTypes> formats) {
+  std::vector<std::string> names;
+  for (const ExpertDTypes& f : formats) {
+    for (DType t : {f.gate, f.up, f.down}) {
+      std::string n = ExpertFormatName(t);
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(std::move(n));
+    }
+  }
+  return names.empty() ? "none" : absl::StrJoin(names, "+");
+}
+
+DType WidestDType(absl::Span<const ExpertDTypes> formats) {
+  MOE_CHECK(!formats.empty());
+  DType best = formats[0].gate;
+  auto per_weight = [](DType t) {
+    return static_cast<double>(QuantBlockBytes(t)) / static_cast<double>(QuantGroupSize(t));
+  };
+  for (const ExpertDTypes& f : formats) {
+    for (DType t : {f.gate, f.up, f.down}) {
+      if (per_weight(t) > per_weight(best)) best = t;
+    }
+  }
+  return best;
 }
 
 std::string ExpertFormatName(DType format) {

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/dtype.h"
 
 namespace moe {
@@ -49,6 +50,13 @@ inline constexpr int64_t kMxfp4BlockBytes = 17;
 absl::StatusOr<DType> ParseExpertFormat(absl::string_view name);
 // The inverse ("bf16", "q8", "q4"); DTypeName for other dtypes.
 std::string ExpertFormatName(DType format);
+// The formats of a model's experts (one ExpertDTypes per MoE layer) in
+// words: one ExpertFormatName when they all agree, else the distinct names
+// in order of first appearance joined by "+" ("Q4_K+Q6_K"); "none" for none.
+std::string ExpertFormatsName(absl::Span<const ExpertDTypes> formats);
+// Of `formats`, the dtype of most bytes per weight (the first such);
+// REQUIRES: !formats.empty().
+DType WidestDType(absl::Span<const ExpertDTypes> formats);
 
 // Converts a [rows, cols] weight of dtype `from` (F32/F16/BF16, or a block
 // format, decoded by DequantizeRow) into `to` (a float dtype or a block

@@ -244,7 +244,7 @@ absl::Status Backend::RouterTopK(const float* logits, int32_t* topk_ids,
 absl::Status Backend::ExpertFfn(const float* x, const int32_t* rows,
                                 const float* weights, const void* gate,
                                 const void* up, const void* down,
-                                DType w_dtype, float* out, int64_t tokens,
+                                const ExpertDTypes& w, float* out, int64_t tokens,
                                 int64_t count, int64_t hidden, int64_t inter,
                                 Stream stream) {
   constexpr absl::string_view kOp = "ExpertFfn";
@@ -252,7 +252,9 @@ absl::Status Backend::ExpertFfn(const float* x, const int32_t* rows,
                                   {"count", count},
                                   {"hidden", hidden},
                                   {"inter", inter}}));
-  RETURN_IF_ERROR(CheckWeightDType(kOp, w_dtype, {hidden, inter}));
+  RETURN_IF_ERROR(CheckWeightDType(kOp, w.gate, {hidden}));
+  RETURN_IF_ERROR(CheckWeightDType(kOp, w.up, {hidden}));
+  RETURN_IF_ERROR(CheckWeightDType(kOp, w.down, {inter}));
   if (count > tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ExpertFfn: count (", count, ") exceeds tokens (", tokens, ")"));
@@ -266,7 +268,7 @@ absl::Status Backend::ExpertFfn(const float* x, const int32_t* rows,
   RETURN_IF_ERROR(CheckPtr(kOp, "down", down, hidden * inter));
   RETURN_IF_ERROR(CheckPtr(kOp, "out", out, tokens * hidden));
   if (count == 0) return absl::OkStatus();
-  return DoExpertFfn(x, rows, weights, gate, up, down, w_dtype, out, tokens,
+  return DoExpertFfn(x, rows, weights, gate, up, down, w, out, tokens,
                      count, hidden, inter, stream);
 }
 

@@ -276,16 +276,27 @@ class Backend {
   // rows == nullptr means rows 0..count-1; weights == nullptr means 1.
   // REQUIRES: rows are distinct and in [0, tokens). The CPU backend returns
   // INVALID_ARGUMENT otherwise; a device skips rows out of range.
+  // Each projection has its own dtype (`w`: a file may mix them, e.g. a
+  // Q6_K down beside Q4_K gate and up); each must be a weight dtype whose
+  // blocks divide its rows (hidden for gate and up, inter for down).
   absl::Status ExpertFfn(const float* x,        // [tokens, hidden]
                          const int32_t* rows,   // [count] or nullptr
                          const float* weights,  // [count] or nullptr
-                         const void* gate,      // [inter, hidden] of w_dtype
-                         const void* up,        // [inter, hidden] of w_dtype
-                         const void* down,      // [hidden, inter] of w_dtype
-                         DType w_dtype,
+                         const void* gate,      // [inter, hidden] of w.gate
+                         const void* up,        // [inter, hidden] of w.up
+                         const void* down,      // [hidden, inter] of w.down
+                         const ExpertDTypes& w,
                          float* out,            // [tokens, hidden]
                          int64_t tokens, int64_t count, int64_t hidden,
                          int64_t inter, Stream stream = nullptr);
+  // The same with one dtype for all three projections.
+  absl::Status ExpertFfn(const float* x, const int32_t* rows, const float* weights,
+                         const void* gate, const void* up, const void* down, DType w_dtype,
+                         float* out, int64_t tokens, int64_t count, int64_t hidden,
+                         int64_t inter, Stream stream = nullptr) {
+    return ExpertFfn(x, rows, weights, gate, up, down, ExpertDTypes::All(w_dtype), out, tokens,
+                     count, hidden, inter, stream);
+  }
 
   // Attention with sinks (backend.cc checks the shapes): Attention
   // with a learned logit per head that joins each softmax and is dropped
@@ -400,7 +411,7 @@ class Backend {
   virtual absl::Status DoExpertFfn(const float* x, const int32_t* rows,
                                    const float* weights, const void* gate,
                                    const void* up, const void* down,
-                                   DType w_dtype, float* out, int64_t tokens,
+                                   const ExpertDTypes& w, float* out, int64_t tokens,
                                    int64_t count, int64_t hidden,
                                    int64_t inter, Stream stream) = 0;
   virtual absl::Status DoEmbedding(const void* table, DType dtype,

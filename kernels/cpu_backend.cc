@@ -194,7 +194,7 @@ absl::StatusOr<const float*> CpuBackend::GatherRows(const char* op, const float*
 absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
                                      const float* weights, const void* gate,
                                      const void* up, const void* down,
-                                     DType w_dtype, float* out, int64_t tokens,
+                                     const ExpertDTypes& w, float* out, int64_t tokens,
                                      int64_t count, int64_t hidden,
                                      int64_t inter, Stream) {
   // xg [count, hidden] | g [count, inter] | u [count, inter] | d [count, hidden]
@@ -206,8 +206,14 @@ absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
   ASSIGN_OR_RETURN(const float* xin,
                    GatherRows("ExpertFfn", x, rows, tokens, count, hidden, xg));
   const SimdLevel level = simd_.load();
-  CpuGateUpSilu(*pool_, level, xin, gate, up, w_dtype, g, u, count, inter, hidden);
-  CpuMatMul(*pool_, level, {g, down, w_dtype, nullptr, d, count, hidden, inter});
+  if (w.gate == w.up) {
+    CpuGateUpSilu(*pool_, level, xin, gate, up, w.gate, g, u, count, inter, hidden);
+  } else {  // the same arithmetic, x quantized once per product
+    CpuMatMul(*pool_, level, {xin, gate, w.gate, nullptr, g, count, inter, hidden});
+    CpuMatMul(*pool_, level, {xin, up, w.up, nullptr, u, count, inter, hidden});
+    cpu::SiluMul(g, u, g, count * inter);
+  }
+  CpuMatMul(*pool_, level, {g, down, w.down, nullptr, d, count, hidden, inter});
   for (int64_t i = 0; i < count; ++i) {
     const float w = weights ? weights[i] : 1.0f;
     float* o = out + (rows ? rows[i] : i) * hidden;

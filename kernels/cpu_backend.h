@@ -66,7 +66,7 @@ class CpuBackend : public Backend {
                             Stream stream) override;
   absl::Status DoExpertFfn(const float* x, const int32_t* rows,
                            const float* weights, const void* gate,
-                           const void* up, const void* down, DType w_dtype,
+                           const void* up, const void* down, const ExpertDTypes& w,
                            float* out, int64_t tokens, int64_t count,
                            int64_t hidden, int64_t inter,
                            Stream stream) override;

@@ -212,13 +212,20 @@ class CudaBackend : public Backend {
   }
   absl::Status DoExpertFfn(const float* x, const int32_t* rows,
                            const float* weights, const void* gate,
-                           const void* up, const void* down, DType w_dtype,
+                           const void* up, const void* down, const ExpertDTypes& w,
                            float* out, int64_t tokens, int64_t count,
                            int64_t hidden, int64_t inter,
                            Stream stream) override {
-    RETURN_IF_ERROR(RefuseGgufBlocks("ExpertFfn", w_dtype));
+    RETURN_IF_ERROR(RefuseGgufBlocks("ExpertFfn", w.gate));
+    RETURN_IF_ERROR(RefuseGgufBlocks("ExpertFfn", w.down));
+    if (!w.uniform()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "ExpertFfn: the CUDA kernels take one dtype for gate, up and down, not ",
+          DTypeName(w.gate), "/", DTypeName(w.up), "/", DTypeName(w.down),
+          "; hold the experts in one format (--expert-format)"));
+    }
     return Check(api_->expert_ffn(x, rows, weights, gate, up, down,
-                                  static_cast<int>(w_dtype), out, tokens,
+                                  static_cast<int>(w.gate), out, tokens,
                                   count, hidden, inter, S(stream)),
                  "ExpertFfn");
   }

@@ -44,6 +44,7 @@ ExpertCacheOptions MakeCacheOptions(const CacheShape& shape,
   co.top_k = shape.top_k;
   co.capacity = config.capacity;
   co.expert_bytes = shape.expert_bytes;
+  co.layer_bytes = shape.layer_bytes;
   co.prefetch = config.prefetch;
   co.miss_mode = config.miss_mode;
   co.host = config.host;

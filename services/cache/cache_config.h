@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "services/cache/clock.h"
@@ -38,6 +39,9 @@ struct CacheShape {
   int top_k = 1;
   uint64_t expert_bytes = 0;          // one expert's block (a slot)
   double expert_flops_per_token = 0;  // 2 x the expert's parameters
+  // Bytes copied for an expert of each layer where layers differ (mixed
+  // types, ExpertCacheOptions::layer_bytes); empty: expert_bytes for all.
+  std::vector<uint64_t> layer_bytes;
 };
 
 // What the user chose.

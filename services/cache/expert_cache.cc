@@ -54,6 +54,19 @@ absl::StatusOr<std::unique_ptr<ExpertCache>> ExpertCache::Create(
   }
   RETURN_IF_ERROR(CheckCapacity(options.capacity, options.num_experts, options.miss_mode));
   if (options.expert_bytes == 0) return absl::InvalidArgumentError("expert_bytes must be > 0");
+  if (!options.layer_bytes.empty()) {
+    if (options.layer_bytes.size() != static_cast<size_t>(options.num_layers)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer_bytes has ", options.layer_bytes.size(), " entries for ", options.num_layers,
+          " layers"));
+    }
+    for (uint64_t b : options.layer_bytes) {
+      if (b == 0 || b > options.expert_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer_bytes entry ", b, " is outside (0, expert_bytes = ", options.expert_bytes, "]"));
+      }
+    }
+  }
   if (policy == nullptr || engine == nullptr) {
     return absl::InvalidArgumentError("cache needs a policy and a copy engine");
   }
@@ -196,7 +209,7 @@ absl::Status ExpertCache::StartLoad(SlotId slot, const ExpertKey& key, TransferP
   TransferRequest req;
   req.src = host_block_ ? host_block_(key) : nullptr;
   req.dst_offset = static_cast<uint64_t>(slot) * options_.expert_bytes;
-  req.bytes = options_.expert_bytes;
+  req.bytes = CopyBytes(key.layer);
   req.priority = priority;
   auto id = engine_->Submit(req, [this, slot, gen](TransferId, absl::Status status) {
     OnTransferDone(slot, gen, std::move(status));
@@ -239,7 +252,7 @@ void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status 
   m.cancelling = false;
   m.transfer = kNoTransfer;
   if (status.ok()) {
-    stats_[PhaseIndex(m.phase)].bytes_moved += options_.expert_bytes;
+    stats_[PhaseIndex(m.phase)].bytes_moved += CopyBytes(info.key.layer);
     slots_.CompleteLoad(slot, generation).IgnoreError();
     m.demand = false;
   } else {
@@ -292,6 +305,11 @@ void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status 
     }
   }
   ready_cv_.SignalAll();
+}
+
+uint64_t ExpertCache::CopyBytes(int layer) const {
+  return options_.layer_bytes.empty() ? options_.expert_bytes
+                                      : options_.layer_bytes[static_cast<size_t>(layer)];
 }
 
 double ExpertCache::RemainingLoadSeconds(SlotId slot) const {

@@ -71,6 +71,11 @@ struct ExpertCacheOptions {
   // fails with RESOURCE_EXHAUSTED when its layer's experts find no slots.
   int capacity = 0;
   uint64_t expert_bytes = 0;  // one expert's block; slot i at i * expert_bytes
+  // Where the layers' experts differ in size (mixed types): the bytes one
+  // copy moves for an expert of each layer, each in (0, expert_bytes], one
+  // per layer. Empty: expert_bytes for every layer. The cost figures (the
+  // gate's X, the miss planner) keep expert_bytes: the largest, a bound.
+  std::vector<uint64_t> layer_bytes;
   bool prefetch = false;
   bool prefetch_gate = true;
   int max_prefetch_per_layer = 1;
@@ -347,6 +352,8 @@ class ExpertCache {
   // Seconds of demand copies queued on the link (plus the rest of an
   // in-flight prefetch chunk a demand would wait behind).
   double LinkBacklogSeconds() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What one copy of an expert of `layer` moves (ExpertCacheOptions::layer_bytes).
+  uint64_t CopyBytes(int layer) const;
   // Seconds until the load into `slot` completes (remaining bytes / link).
   double RemainingLoadSeconds(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A speculative load (prefetch, copy behind) may take a slot only while a

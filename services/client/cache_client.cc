@@ -215,13 +215,22 @@ absl::Status CheckArenaGeometry(const ArenaGeometry& g) {
       slots_bytes > g.arena_bytes) {
     return refuse("the slots do not fit in the arena");
   }
+  if (g.num_layers <= 0 || g.layer_block_bytes.size() != static_cast<size_t>(g.num_layers)) {
+    return refuse(absl::StrCat("it describes ", g.layer_block_bytes.size(), " layers' blocks"));
+  }
+  for (uint64_t b : g.layer_block_bytes) {
+    if (b == 0 || b > g.slot_bytes) return refuse("a layer's blocks do not fit in a slot");
+  }
   if (g.store_bytes == 0) return absl::OkStatus();
-  uint64_t store_need;
-  if (g.num_layers <= 0 || g.num_experts <= 0 ||
-      !CheckedMul(static_cast<uint64_t>(g.num_layers) * static_cast<uint64_t>(g.num_experts),
-                  g.slot_bytes, &store_need) ||
-      store_need > g.store_bytes) {
-    return refuse("the host copy does not hold a block per expert");
+  if (g.num_experts <= 0) return refuse("no experts");
+  uint64_t store_need = 0;
+  for (uint64_t b : g.layer_block_bytes) {
+    uint64_t layer;
+    if (!CheckedMul(b, static_cast<uint64_t>(g.num_experts), &layer) ||
+        layer > g.store_bytes - store_need) {
+      return refuse("the host copy does not hold a block per expert");
+    }
+    store_need += layer;
   }
   return absl::OkStatus();
 }
@@ -253,19 +262,35 @@ absl::StatusOr<std::unique_ptr<CacheClient>> CacheClient::Connect(
   Impl& im = *client->impl_;
   std::vector<UniqueFd> fds;
   RETURN_IF_ERROR(im.MapArena(aresp, &fds));
-  RETURN_IF_ERROR(CheckArenaGeometry({aresp.arena_bytes(), aresp.slot_bytes(),
-                                      aresp.slot_count(), im.store.valid() ? aresp.store_bytes() : 0,
-                                      aresp.num_layers(), aresp.num_experts()}));
+  ArenaGeometry geometry{aresp.arena_bytes(), aresp.slot_bytes(), aresp.slot_count(),
+                        im.store.valid() ? aresp.store_bytes() : 0, aresp.num_layers(),
+                        aresp.num_experts()};
+  for (const moe::v1::LayerLayout& l : aresp.layer_layout()) {
+    geometry.layer_block_bytes.push_back(l.block_bytes());
+  }
+  RETURN_IF_ERROR(CheckArenaGeometry(geometry));
   client->model_ = aresp.model().empty() ? options.model : aresp.model();
   client->num_layers_ = aresp.num_layers();
   client->num_experts_ = aresp.num_experts();
   client->top_k_ = aresp.top_k();
   client->slot_bytes_ = aresp.slot_bytes();
   client->slot_count_ = aresp.slot_count();
-  for (const auto& t : aresp.expert_layout()) {
-    ASSIGN_OR_RETURN(DType dtype, ParseWeightDType(t.dtype()));
-    client->layout_.push_back({t.role(), dtype, {t.shape().begin(), t.shape().end()},
-                               t.offset(), t.nbytes()});
+  uint64_t store_offset = 0;
+  for (const moe::v1::LayerLayout& l : aresp.layer_layout()) {
+    SlotLayout& layout = client->layouts_.emplace_back();
+    layout.block_bytes = l.block_bytes();
+    layout.store_offset = store_offset;
+    store_offset += l.block_bytes() * static_cast<uint64_t>(aresp.num_experts());
+    for (const moe::v1::TensorLayout& t : l.tensors()) {
+      ASSIGN_OR_RETURN(DType dtype, ParseWeightDType(t.dtype()));
+      if (t.offset() > l.block_bytes() || t.nbytes() > l.block_bytes() - t.offset()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "moe-cached's layout puts the ", t.role(), " tensor at [", t.offset(), ", +",
+            t.nbytes(), ") outside its ", l.block_bytes(), "-byte block"));
+      }
+      layout.tensors.push_back(
+          {t.role(), dtype, {t.shape().begin(), t.shape().end()}, t.offset(), t.nbytes()});
+    }
   }
   absl::StatusOr<PidWatch> watch = PidWatch::Open(aresp.daemon_pid());
   if (watch.ok()) im.daemon = std::move(*watch);
@@ -282,9 +307,9 @@ const uint8_t* CacheClient::HostData(const ExpertKey& key) const {
   MOE_CHECK(key.layer >= 0 && key.layer < num_layers_ && key.expert >= 0 &&
             key.expert < num_experts_)
       << key.ToString() << " out of range";
-  const uint64_t block = static_cast<uint64_t>(key.layer) * num_experts_ + key.expert;
-  MOE_CHECK((block + 1) * slot_bytes_ <= impl_->store.size()) << "host copy too small";
-  return impl_->store.data() + block * slot_bytes_;
+  // CheckArenaGeometry saw every layer's blocks inside the host copy.
+  const SlotLayout& l = layouts_[static_cast<size_t>(key.layer)];
+  return impl_->store.data() + l.store_offset + static_cast<uint64_t>(key.expert) * l.block_bytes;
 }
 
 const uint8_t* CacheClient::SlotData(SlotId slot) const {

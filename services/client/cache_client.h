@@ -94,13 +94,16 @@ struct ArenaGeometry {
   uint64_t store_bytes = 0;  // the host copy; 0 when none was granted
   int32_t num_layers = 0;
   int32_t num_experts = 0;
+  // One per MoE layer: its blocks' bytes (LayerLayout::block_bytes).
+  std::vector<uint64_t> layer_block_bytes;
 };
 
 // FAILED_PRECONDITION unless slot_bytes > 0, slot_count slots of slot_bytes
-// fit in arena_bytes, and a host copy (store_bytes > 0) holds its
-// num_layers x num_experts blocks of slot_bytes (both counts positive). The
-// products are overflow-checked: the numbers come from another process, and
-// a product that wraps would pass a plain comparison.
+// fit in arena_bytes, there is one block size per layer (num_layers > 0),
+// each in (0, slot_bytes], and a host copy (store_bytes > 0) holds every
+// layer's num_experts blocks (num_experts > 0). The sums and products are
+// overflow-checked: the numbers come from another process, and a product
+// that wraps would pass a plain comparison.
 absl::Status CheckArenaGeometry(const ArenaGeometry& g);
 
 // Where one tensor of an expert lies inside a slot.
@@ -110,6 +113,13 @@ struct SlotTensor {
   std::vector<int64_t> shape;
   uint64_t offset = 0;
   uint64_t nbytes = 0;
+};
+
+// One MoE layer's experts, as moe-cached reported them at Attach.
+struct SlotLayout {
+  std::vector<SlotTensor> tensors;  // each inside block_bytes
+  uint64_t block_bytes = 0;         // <= slot_bytes()
+  uint64_t store_offset = 0;        // the layer's first block in the host copy
 };
 
 class CacheClient {
@@ -159,7 +169,8 @@ class CacheClient {
   int top_k() const { return top_k_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
   uint32_t slot_count() const { return slot_count_; }
-  const std::vector<SlotTensor>& layout() const { return layout_; }
+  // REQUIRES: 0 <= layer < num_layers().
+  const SlotLayout& layout(int layer) const { return layouts_[static_cast<size_t>(layer)]; }
   bool shm_enabled() const;
   // The daemon granted its host copy: acquires may answer "run on host".
   bool host_execution() const;
@@ -182,7 +193,7 @@ class CacheClient {
   int top_k_ = 0;
   uint64_t slot_bytes_ = 0;
   uint32_t slot_count_ = 0;
-  std::vector<SlotTensor> layout_;
+  std::vector<SlotLayout> layouts_;  // one per MoE layer
 };
 
 }  // namespace moe::client

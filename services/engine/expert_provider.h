@@ -30,7 +30,7 @@ struct ExpertView {
   const void* gate = nullptr;  // [inter, hidden]
   const void* up = nullptr;    // [inter, hidden]
   const void* down = nullptr;  // [hidden, inter]
-  DType dtype = DType::kBF16;
+  ExpertDTypes dtypes;  // of gate, up and down (the layer's: they may differ)
   // With ModelConfig::has_expert_biases(), f32; else nullptr.
   const float* gate_bias = nullptr;  // [inter]
   const float* up_bias = nullptr;    // [inter]

@@ -16,29 +16,31 @@ InMemoryExpertProvider::Create(const MoeModel& model,
   const ModelDescription& d = model.description();
   Backend& be = model.backend();
   const bool device = be.Info().is_device;
-  DType held = format.value_or(DefaultHeldFormat(d.expert_dtype()));
-  if (!format.has_value() && c.num_moe_layers() > 0 && c.num_experts > 0) {
-    ASSIGN_OR_RETURN(TensorView first, d.Expert(0, 0, TensorRole::kExpertGate));
-    held = DefaultHeldFormat(first);  // GGUF blocks stay blocks
-  }
-  if (held == DType::kMxfp4 && !be.Info().supports_mxfp4) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the ", be.Info().name, " backend has no mxfp4 kernels; hold the experts as q8 "
-        "(exact for MXFP4 checkpoints)"));
-  }
-  if (IsGgufBlockDType(held) && !be.Info().supports_gguf_blocks) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the ", be.Info().name, " backend has no kernels for ", DTypeName(held),
-        " experts (ggml blocks run on the CPU only so far); hold them as q8, q4 or bf16 "
-        "(--expert-format)"));
-  }
+  const TensorRole roles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                               TensorRole::kExpertDown};
   for (int l = 0; l < c.num_moe_layers(); ++l) {
+    // Each projection as stored (GGUF blocks stay blocks, mixed types
+    // included), unless `format` says otherwise.
+    DType held_of[3];
+    for (int r = 0; r < 3 && c.num_experts > 0; ++r) {
+      ASSIGN_OR_RETURN(TensorView first, d.Expert(l, 0, roles[r]));
+      const DType held = held_of[r] = format.value_or(DefaultHeldFormat(first));
+      if (held == DType::kMxfp4 && !be.Info().supports_mxfp4) {
+        return absl::UnimplementedError(absl::StrCat(
+            "the ", be.Info().name, " backend has no mxfp4 kernels; hold the experts as q8 "
+            "(exact for MXFP4 checkpoints)"));
+      }
+      if (IsGgufBlockDType(held) && !be.Info().supports_gguf_blocks) {
+        return absl::UnimplementedError(absl::StrCat(
+            "the ", be.Info().name, " backend has no kernels for ", DTypeName(held),
+            " experts (ggml blocks run on the CPU only so far); hold them as q8, q4 or bf16 "
+            "(--expert-format)"));
+      }
+    }
     for (int e = 0; e < c.num_experts; ++e) {
       const void* ptrs[3];
-      const TensorRole roles[3] = {TensorRole::kExpertGate,
-                                   TensorRole::kExpertUp,
-                                   TensorRole::kExpertDown};
       for (int r = 0; r < 3; ++r) {
+        const DType held = held_of[r];
         ASSIGN_OR_RETURN(TensorView v, d.Expert(l, e, roles[r]));
         ptrs[r] = v.data;
         uint64_t nbytes = v.nbytes;
@@ -62,7 +64,7 @@ InMemoryExpertProvider::Create(const MoeModel& model,
           ptrs[r] = dst;
         }
       }
-      ExpertView view{e, ptrs[0], ptrs[1], ptrs[2], held};
+      ExpertView view{e, ptrs[0], ptrs[1], ptrs[2], {held_of[0], held_of[1], held_of[2]}};
       if (c.has_expert_biases()) {
         const float* biases[3];
         for (int r = 0; r < 3; ++r) {

@@ -47,11 +47,12 @@ absl::Status RunOneExpert(Backend& be, const ModelConfig& c, const ExpertView& v
   if (c.has_expert_biases()) {
     const ClampedSwiglu act{static_cast<float>(c.swiglu_limit),
                             static_cast<float>(c.swiglu_alpha)};
-    return be.BiasedExpertFfn(x, rows, row_w, view.gate, view.up, view.down, view.dtype,
+    // Biased (fused) experts come in one dtype (ModelDescription checks it).
+    return be.BiasedExpertFfn(x, rows, row_w, view.gate, view.up, view.down, view.dtypes.gate,
                               view.gate_bias, view.up_bias, view.down_bias, act, out, t, count,
                               c.hidden_size, c.moe_intermediate_size);
   }
-  return be.ExpertFfn(x, rows, row_w, view.gate, view.up, view.down, view.dtype, out, t, count,
+  return be.ExpertFfn(x, rows, row_w, view.gate, view.up, view.down, view.dtypes, out, t, count,
                       c.hidden_size, c.moe_intermediate_size);
 }
 

@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
     prometheus::Registry& registry) {
   std::unique_ptr<CachedModel> m(new CachedModel());
   m->options_ = options;
-  const uint64_t block = store->block_bytes();
+  const uint64_t block = store->slot_bytes();
   // A cache of 0 slots (every miss on the host) still maps an arena: one
   // page, so that the attach protocol and the workers' mappings stay the same.
   constexpr uint64_t kMinArenaBytes = 4096;
@@ -59,10 +59,15 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
   shape.num_experts = store->num_experts();
   shape.top_k = store->top_k();
   shape.expert_bytes = block;
-  // 2 FLOPs per parameter per token: gate, up and down.
-  for (const ExpertTensorLayout& t : store->layout()) {
-    shape.expert_flops_per_token +=
-        2.0 * static_cast<double>(t.nbytes) / DTypeSize(t.dtype);
+  shape.expert_flops_per_token = store->expert_flops_per_token();
+  bool sizes_differ = false;
+  for (int l = 0; l < store->num_layers(); ++l) {
+    sizes_differ |= store->layer(l).block_bytes != block;
+  }
+  if (sizes_differ) {
+    for (int l = 0; l < store->num_layers(); ++l) {
+      shape.layer_bytes.push_back(store->layer(l).block_bytes);
+    }
   }
   RETURN_IF_ERROR(cache::ValidateCacheConfig(shape, options.cache));
   ASSIGN_OR_RETURN(auto policy, cache::MakePolicy(options.cache.policy,
@@ -147,7 +152,7 @@ absl::Status CachedModel::Start() {
                   << cache_->policy_name() << "'s warm set before the first request";
   }
   MOE_LOG(INFO) << "model " << name() << ": " << options_.cache.capacity
-                << " slots of " << store_->block_bytes() << " bytes "
+                << " slots of " << store_->slot_bytes() << " bytes "
                 << (cuda_arena_ != nullptr ? "in CUDA device memory"
                                            : "in host shared memory")
                 << ", policy " << cache_->policy_name() << ", prefetch "

@@ -40,18 +40,21 @@ absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const
                                                            ": ", desc.status().message()));
   }
   ModelPlan plan{std::move(*desc)};
-  uint64_t block_bytes = 0;
-  {
-    ASSIGN_OR_RETURN(TensorView g, plan.desc.Expert(0, 0, TensorRole::kExpertGate));
-    ASSIGN_OR_RETURN(TensorView u, plan.desc.Expert(0, 0, TensorRole::kExpertUp));
-    ASSIGN_OR_RETURN(TensorView d, plan.desc.Expert(0, 0, TensorRole::kExpertDown));
-    ASSIGN_OR_RETURN(std::vector<TensorView> biases, ExpertStore::BiasViews(plan.desc, 0, 0));
-    RETURN_IF_ERROR(
-        ExpertStore::ComputeLayout(g, u, d, &block_bytes, options_.expert_format, biases)
-            .status());
-  }
-  plan.block_bytes = block_bytes;
   const ModelConfig& config = plan.desc.config();
+  // ExpertStore::Load's layouts, without reading an expert.
+  for (int l = 0; l < config.num_moe_layers(); ++l) {
+    ASSIGN_OR_RETURN(TensorView g, plan.desc.Expert(l, 0, TensorRole::kExpertGate));
+    ASSIGN_OR_RETURN(TensorView u, plan.desc.Expert(l, 0, TensorRole::kExpertUp));
+    ASSIGN_OR_RETURN(TensorView d, plan.desc.Expert(l, 0, TensorRole::kExpertDown));
+    ASSIGN_OR_RETURN(std::vector<TensorView> biases, ExpertStore::BiasViews(plan.desc, l, 0));
+    uint64_t bytes = 0;
+    ASSIGN_OR_RETURN(std::vector<ExpertTensorLayout> layout,
+                     ExpertStore::ComputeLayout(g, u, d, &bytes, options_.expert_format, biases));
+    plan.block_bytes = std::max(plan.block_bytes, bytes);
+    plan.store_bytes += bytes * static_cast<uint64_t>(config.num_experts);
+    plan.held.push_back({layout[0].dtype, layout[1].dtype, layout[2].dtype});
+  }
+  const uint64_t block_bytes = plan.block_bytes;
   // Per model: the free device memory shrinks with every arena.
   ASSIGN_OR_RETURN(plan.device, ResolveDevice(options_.device));
   ASSIGN_OR_RETURN(plan.capacity,
@@ -114,7 +117,8 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
     mo.state_path = absl::StrCat(options_.state_dir, "/", spec.name, ".eamc");
   }
   // What the store holds (the --expert-format), not what the checkpoint stores.
-  const rpc::HeldExperts held{ExpertFormatName(store->format()), store->block_bytes()};
+  const rpc::HeldExperts held{ExpertFormatsName(store->formats()), store->slot_bytes(),
+                              store->total_bytes()};
   ASSIGN_OR_RETURN(std::unique_ptr<CachedModel> model,
                    CachedModel::Create(std::move(store), mo, *registry_));
   RETURN_IF_ERROR(model->Start());

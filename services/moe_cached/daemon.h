@@ -60,7 +60,9 @@ class Daemon {
     ModelDescription desc;
     DeviceChoice device;
     int capacity = 0;
-    uint64_t block_bytes = 0;  // one expert held
+    uint64_t block_bytes = 0;  // one expert held: a slot (the largest layer's)
+    uint64_t store_bytes = 0;  // every expert held (the host copy)
+    std::vector<ExpertDTypes> held;  // per MoE layer
   };
   // Checks every flag, path, port and permission (and starts /metrics)
   // before anything is loaded: a configuration error costs no load time.

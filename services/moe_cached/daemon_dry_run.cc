@@ -41,11 +41,11 @@ absl::StatusOr<std::string> Daemon::DryRun() const {
     ASSIGN_OR_RETURN(ModelPlan plan, PlanModel(spec));
     const ModelConfig& c = plan.desc.config();
     const uint64_t experts = static_cast<uint64_t>(c.num_moe_layers()) * c.num_experts;
-    const DType held = options_.expert_format.value_or(DefaultHeldFormat(plan.desc.expert_dtype()));
     absl::StrAppend(&out, "model ", spec.name, " (", spec.dir, "): ",
                     rpc::ModelSummary(plan.desc), "\n");
-    absl::StrAppend(&out, "  experts held as ", ExpertFormatName(held), ", ", plan.block_bytes,
-                    " bytes each; host store ", Gib(experts * plan.block_bytes), "\n");
+    absl::StrAppend(&out, "  experts held as ", ExpertFormatsName(plan.held), ", ",
+                    plan.desc.mixed_expert_dtypes() ? "up to " : "", plan.block_bytes,
+                    " bytes each; host store ", Gib(plan.store_bytes), "\n");
     absl::StrAppend(
         &out, "  arena: ", plan.capacity,
         absl::StrFormat(" slots (%.1f%% of %d experts), ",

@@ -62,27 +62,25 @@ class Progress {
 absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
     const TensorView& gate, const TensorView& up, const TensorView& down,
     uint64_t* block_bytes, std::optional<DType> format, const std::vector<TensorView>& biases) {
-  if (gate.dtype != up.dtype || gate.dtype != down.dtype) {
-    return absl::InvalidArgumentError("expert tensors have different dtypes");
-  }
-  const DType held = format.value_or(DefaultHeldFormat(gate));
-  // Block formats (GGUF experts included) decode to floats on the way.
-  const bool convertible = IsFloatDType(gate.dtype) || gate.dtype == DType::kF8E4M3 ||
-                           IsQuantDType(gate.dtype);
-  if (held != gate.dtype && (!convertible ||
-                             (!IsFloatDType(held) && !IsQuantDType(held)))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot convert experts of dtype ", DTypeName(gate.dtype), " to ",
-        DTypeName(held)));
-  }
   std::vector<ExpertTensorLayout> layout;
   uint64_t offset = 0;
   const char* roles[3] = {"gate", "up", "down"};
   const TensorView* views[3] = {&gate, &up, &down};
   for (int i = 0; i < 3; ++i) {
-    const std::vector<int64_t>& shape = views[i]->shape;
-    uint64_t nbytes = views[i]->nbytes;
-    if (held != gate.dtype || IsQuantDType(held)) {
+    const TensorView& v = *views[i];
+    const DType held = format.value_or(DefaultHeldFormat(v));
+    // Block formats (GGUF experts included) decode to floats on the way.
+    const bool convertible =
+        IsFloatDType(v.dtype) || v.dtype == DType::kF8E4M3 || IsQuantDType(v.dtype);
+    if (held != v.dtype &&
+        (!convertible || (!IsFloatDType(held) && !IsQuantDType(held)))) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot convert expert ", roles[i],
+                                                     " weights of dtype ", DTypeName(v.dtype),
+                                                     " to ", DTypeName(held)));
+    }
+    const std::vector<int64_t>& shape = v.shape;
+    uint64_t nbytes = v.nbytes;
+    if (held != v.dtype || IsQuantDType(held)) {
       const int64_t b = shape.size() == 2 ? WeightBytes(held, shape[0], shape[1]) : -1;
       if (b < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -125,15 +123,33 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
   if (store->num_layers_ <= 0 || store->num_experts_ <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("model ", name, " has no routed experts"));
   }
-  ASSIGN_OR_RETURN(TensorView g0, model.Expert(0, 0, TensorRole::kExpertGate));
-  ASSIGN_OR_RETURN(TensorView u0, model.Expert(0, 0, TensorRole::kExpertUp));
-  ASSIGN_OR_RETURN(TensorView d0, model.Expert(0, 0, TensorRole::kExpertDown));
-  ASSIGN_OR_RETURN(std::vector<TensorView> b0, BiasViews(model, 0, 0));
-  ASSIGN_OR_RETURN(store->layout_,
-                   ComputeLayout(g0, u0, d0, &store->block_bytes_, options.format, b0));
-  const DType source = g0.dtype;
-  const uint64_t blocks = static_cast<uint64_t>(store->num_layers_) * store->num_experts_;
-  store->total_bytes_ = blocks * store->block_bytes_;
+  static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                                           TensorRole::kExpertDown};
+  // Each layer's layout from its expert 0 (a layer's experts share their
+  // dtypes and shapes: ModelDescription checks the dtypes, the copy below
+  // the shapes).
+  bool convert = false;  // some tensor changes format (or is gathered)
+  for (int l = 0; l < store->num_layers_; ++l) {
+    TensorView v[3];
+    for (int r = 0; r < 3; ++r) {
+      ASSIGN_OR_RETURN(v[r], model.Expert(l, 0, kRoles[r]));
+    }
+    ASSIGN_OR_RETURN(std::vector<TensorView> biases, BiasViews(model, l, 0));
+    ExpertLayerLayout& layer = store->layers_.emplace_back();
+    ASSIGN_OR_RETURN(layer.tensors, ComputeLayout(v[0], v[1], v[2], &layer.block_bytes,
+                                                  options.format, biases));
+    layer.offset = store->total_bytes_;
+    store->total_bytes_ += layer.block_bytes * static_cast<uint64_t>(store->num_experts_);
+    store->slot_bytes_ = std::max(store->slot_bytes_, layer.block_bytes);
+    store->formats_.push_back(
+        {layer.tensors[0].dtype, layer.tensors[1].dtype, layer.tensors[2].dtype});
+    for (int r = 0; r < 3; ++r) convert |= ViewNeedsConversion(v[r], layer.tensors[r].dtype);
+  }
+  for (int r = 0; r < 3; ++r) {
+    double weights = 1;
+    for (int64_t d : store->layers_[0].tensors[r].shape) weights *= static_cast<double>(d);
+    store->flops_per_token_ += 2.0 * weights;
+  }
 
   // An unnamed memfd, so that workers can map it read-only (the FdBroker
   // hands it over) and run missed experts where they lie.
@@ -155,28 +171,30 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
     store->unpin_ = options.unpin;
   }
 
-  static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
-                                           TensorRole::kExpertDown};
   // Strided views (fused experts) are gathered even when the
   // format stays.
-  const bool convert = ViewNeedsConversion(g0, store->format());
-  Progress progress(convert ? absl::StrCat(name, " (to ", ExpertFormatName(store->format()), ")")
-                            : name,
-                    store->total_bytes_, options.progress_interval_seconds);
+  Progress progress(
+      convert ? absl::StrCat(name, " (to ", ExpertFormatsName(store->formats_), ")") : name,
+      store->total_bytes_, options.progress_interval_seconds);
   for (int l = 0; l < store->num_layers_; ++l) {
+    const ExpertLayerLayout& layer = store->layers_[l];
+    TensorView first[3];
+    for (int r = 0; r < 3; ++r) {
+      ASSIGN_OR_RETURN(first[r], model.Expert(l, 0, kRoles[r]));
+    }
     for (int e = 0; e < store->num_experts_; ++e) {
-      uint8_t* block = store->data_ + (static_cast<uint64_t>(l) * store->num_experts_ + e) *
-                                          store->block_bytes_;
+      uint8_t* block = store->data_ + layer.offset + static_cast<uint64_t>(e) * layer.block_bytes;
       for (int r = 0; r < 3; ++r) {
         ASSIGN_OR_RETURN(TensorView view, model.Expert(l, e, kRoles[r]));
-        const ExpertTensorLayout& slot = store->layout_[r];
-        if (view.dtype != source || view.shape != slot.shape ||
-            (!convert && view.nbytes != slot.nbytes)) {
+        const ExpertTensorLayout& slot = layer.tensors[r];
+        const bool convert_view = ViewNeedsConversion(view, slot.dtype);
+        if (view.dtype != first[r].dtype || view.shape != slot.shape ||
+            (!convert_view && view.nbytes != slot.nbytes)) {
           return absl::InvalidArgumentError(absl::StrCat(
               "model ", name, ": expert L", l, "/E", e, " ", slot.role,
-              " differs in shape or dtype from expert L0/E0"));
+              " differs in shape or dtype from expert L", l, "/E0"));
         }
-        if (convert) {
+        if (convert_view) {
           absl::Status s = ConvertWeightView(view, slot.dtype, block + slot.offset);
           if (!s.ok()) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -187,7 +205,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
         }
       }
       RETURN_IF_ERROR(store->CopyBiases(name, model, l, e, block));
-      progress.Add(store->block_bytes_);
+      progress.Add(layer.block_bytes);
     }
   }
   progress.Finish();
@@ -210,11 +228,11 @@ absl::Status ExpertStore::CopyBiases(const std::string& name, const ModelDescrip
                                      int l, int e, uint8_t* block) const {
   ASSIGN_OR_RETURN(std::vector<TensorView> biases, BiasViews(model, l, e));
   for (size_t i = 0; i < biases.size(); ++i) {
-    const ExpertTensorLayout& slot = layout_[3 + i];
+    const ExpertTensorLayout& slot = layers_[l].tensors[3 + i];
     if (biases[i].shape != slot.shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model ", name, ": expert L", l, "/E", e, " ", slot.role,
-          " differs in shape from expert L0/E0"));
+          " differs in shape from expert L", l, "/E0"));
     }
     RETURN_IF_ERROR(ConvertVectorView(biases[i], reinterpret_cast<float*>(block + slot.offset)));
   }
@@ -230,7 +248,8 @@ ExpertStore::~ExpertStore() {
 const uint8_t* ExpertStore::Block(int layer, int expert) const {
   MOE_CHECK(layer >= 0 && layer < num_layers_ && expert >= 0 && expert < num_experts_)
       << "expert L" << layer << "/E" << expert << " out of range";
-  return data_ + (static_cast<uint64_t>(layer) * num_experts_ + expert) * block_bytes_;
+  const ExpertLayerLayout& l = layers_[layer];
+  return data_ + l.offset + static_cast<uint64_t>(expert) * l.block_bytes;
 }
 
 double ExpertStore::MeasureReadBytesPerSec() const {

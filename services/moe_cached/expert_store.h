@@ -3,14 +3,19 @@
 // Each expert (moe_layer, expert) gets one contiguous block, so that one copy
 // moves one expert into an arena slot:
 //
-//   block (l, e) at (l * num_experts + e) * block_bytes()
+//   layer l's blocks from layer(l).offset, block (l, e) at
+//   layer(l).offset + e * layer(l).block_bytes
 //   inside a block: gate | up | down (| gate_bias | up_bias | down_bias, F32,
 //   with expert biases: they travel with their expert), each at a
 //   kTensorAlign-aligned offset,
-//   the block padded to kBlockAlign (a page), the same layout for all experts.
+//   the block padded to kBlockAlign (a page), the same layout for all
+//   experts of a layer.
 //
-// The layout (role, dtype, shape, offset, nbytes) is what Attach reports to
-// workers: an arena slot holds exactly one block.
+// Layers differ only where the checkpoint's types do (a GGUF Q4_K_M file
+// keeps some layers' down projections in Q6_K): then their blocks differ in
+// size, and an arena slot is slot_bytes() long, the largest block; a copy
+// moves the expert's own block_bytes. The layouts (per layer: role, dtype,
+// shape, offset, nbytes) are what Attach reports to workers.
 //
 // Host memory: an unnamed memfd mapped shared (fd(): workers that run missed
 // experts on the host map it read-only), with transparent huge pages
@@ -49,12 +54,20 @@ struct ExpertTensorLayout {
   uint64_t nbytes = 0;
 };
 
+// One MoE layer's experts in the store.
+struct ExpertLayerLayout {
+  std::vector<ExpertTensorLayout> tensors;
+  uint64_t block_bytes = 0;  // one expert, a multiple of kBlockAlign
+  uint64_t offset = 0;       // the layer's first block in the store
+};
+
 struct ExpertStoreOptions {
   // --expert-format: the dtype the store (and so every copy and arena slot)
   // holds; the checkpoint's experts are converted, quantized for kQ8/kQ4
-  // (common/quant.h), while loading. nullopt: as stored in the checkpoint
-  // (q8 for F8_E4M3 checkpoints, whose format no kernel reads; a GGUF
-  // file's block-format experts keep their blocks: DefaultHeldFormat).
+  // (common/quant.h), while loading. nullopt: each tensor as stored in the
+  // checkpoint (q8 for F8_E4M3 checkpoints, whose format no kernel reads; a
+  // GGUF file's block-format experts keep their blocks, mixed types
+  // included: DefaultHeldFormat).
   std::optional<DType> format;
   // Called once on the whole buffer after allocation, before it is filled
   // (CUDA: register it as pinned memory). A failure aborts the load with
@@ -79,11 +92,12 @@ class ExpertStore {
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
 
-  // The layout of one block, for the given gate/up/down views held as
-  // `format` (nullopt: DefaultHeldFormat(gate): their own dtype, or q8 for
-  // F8_E4M3 and safetensors MXFP4 experts), then `biases` (none, or the gate, up and
-  // down bias views, held as F32). INVALID_ARGUMENT if the three dtypes
-  // differ, or a row is not whole blocks of `format`.
+  // The layout of one block, for the given gate/up/down views each held as
+  // `format` (nullopt: DefaultHeldFormat(view): its own dtype, or q8 for
+  // F8_E4M3 and safetensors MXFP4 experts), then `biases` (none, or the
+  // gate, up and down bias views, held as F32). INVALID_ARGUMENT if a view
+  // cannot be converted to `format`, or a row is not whole blocks of its
+  // held dtype.
   static absl::StatusOr<std::vector<ExpertTensorLayout>> ComputeLayout(
       const TensorView& gate, const TensorView& up, const TensorView& down,
       uint64_t* block_bytes, std::optional<DType> format = std::nullopt,
@@ -100,11 +114,16 @@ class ExpertStore {
   int num_layers() const { return num_layers_; }
   int num_experts() const { return num_experts_; }
   int top_k() const { return top_k_; }
-  uint64_t block_bytes() const { return block_bytes_; }
-  // The dtype of every expert tensor held (the format loaded with).
-  DType format() const { return layout_.empty() ? DType::kF32 : layout_[0].dtype; }
+  // An arena slot: the largest block of any layer.
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  // REQUIRES: 0 <= layer < num_layers().
+  const ExpertLayerLayout& layer(int layer) const { return layers_[layer]; }
+  // The held dtypes of every layer's gate, up and down (ExpertFormatsName
+  // says them in words).
+  const std::vector<ExpertDTypes>& formats() const { return formats_; }
+  // 2 x the weights of one expert (gate, up, down): its FLOPs per token.
+  double expert_flops_per_token() const { return flops_per_token_; }
   uint64_t total_bytes() const { return total_bytes_; }
-  const std::vector<ExpertTensorLayout>& layout() const { return layout_; }
   // Bytes per second one thread reads from the store (up to 256 MiB of it,
   // twice): the host figure of the miss cost model when none is given.
   double MeasureReadBytesPerSec() const;
@@ -120,12 +139,14 @@ class ExpertStore {
   int num_layers_ = 0;
   int num_experts_ = 0;
   int top_k_ = 0;
-  uint64_t block_bytes_ = 0;
+  uint64_t slot_bytes_ = 0;
   uint64_t total_bytes_ = 0;
+  double flops_per_token_ = 0;
   uint8_t* data_ = nullptr;  // mmap'ed, total_bytes_
   UniqueFd fd_;
   std::function<void(void* data, uint64_t bytes)> unpin_;  // set once pinned
-  std::vector<ExpertTensorLayout> layout_;
+  std::vector<ExpertLayerLayout> layers_;
+  std::vector<ExpertDTypes> formats_;
 };
 
 }  // namespace moe::cached

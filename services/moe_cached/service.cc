@@ -38,15 +38,20 @@ grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::Att
     resp->set_shm_name(m.arena().name());
   }
   resp->set_arena_bytes(m.arena_bytes());
-  resp->set_slot_bytes(store.block_bytes());
+  resp->set_slot_bytes(store.slot_bytes());
   resp->set_slot_count(static_cast<uint32_t>(m.options().cache.capacity));
-  for (const ExpertTensorLayout& t : store.layout()) {
-    moe::v1::TensorLayout* l = resp->add_expert_layout();
-    l->set_role(t.role);
-    l->set_dtype(std::string(DTypeName(t.dtype)));
-    for (int64_t d : t.shape) l->add_shape(d);
-    l->set_offset(t.offset);
-    l->set_nbytes(t.nbytes);
+  for (int layer = 0; layer < store.num_layers(); ++layer) {
+    const ExpertLayerLayout& from = store.layer(layer);
+    moe::v1::LayerLayout* to = resp->add_layer_layout();
+    to->set_block_bytes(from.block_bytes);
+    for (const ExpertTensorLayout& t : from.tensors) {
+      moe::v1::TensorLayout* l = to->add_tensors();
+      l->set_role(t.role);
+      l->set_dtype(std::string(DTypeName(t.dtype)));
+      for (int64_t d : t.shape) l->add_shape(d);
+      l->set_offset(t.offset);
+      l->set_nbytes(t.nbytes);
+    }
   }
   resp->set_channel_name(r->channel_name);
   resp->set_miss_mode(MissModeName(m.options().cache.miss_mode));

@@ -100,54 +100,62 @@ absl::Status DaemonExpertProvider::Attach() {
       {"gate", TensorRole::kExpertGate},
       {"up", TensorRole::kExpertUp},
       {"down", TensorRole::kExpertDown}};
-  uint64_t* offsets[] = {&offsets_.gate, &offsets_.up, &offsets_.down};
-  for (int r = 0; r < 3; ++r) {
-    ASSIGN_OR_RETURN(TensorView mine, d.Expert(0, 0, roles[r].second));
-    const client::SlotTensor* found = nullptr;
-    for (const client::SlotTensor& t : client->layout()) {
-      if (t.role == roles[r].first) found = &t;
+  std::vector<LayerSlots> layers(static_cast<size_t>(c.num_moe_layers()));
+  for (int l = 0; l < c.num_moe_layers(); ++l) {
+    const client::SlotLayout& layout = client->layout(l);
+    LayerSlots& mine_l = layers[static_cast<size_t>(l)];
+    uint64_t* offsets[] = {&mine_l.offsets.gate, &mine_l.offsets.up, &mine_l.offsets.down};
+    DType* dtypes[] = {&mine_l.dtypes.gate, &mine_l.dtypes.up, &mine_l.dtypes.down};
+    for (int r = 0; r < 3; ++r) {
+      ASSIGN_OR_RETURN(TensorView mine, d.Expert(l, 0, roles[r].second));
+      const client::SlotTensor* found = nullptr;
+      for (const client::SlotTensor& t : layout.tensors) {
+        if (t.role == roles[r].first) found = &t;
+      }
+      if (found == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "moe-cached's expert layout of MoE layer ", l, " has no ", roles[r].first,
+            " tensor"));
+      }
+      RETURN_IF_ERROR(CheckSlotTensor(*found, mine, roles[r].first, layout.block_bytes));
+      RETURN_IF_ERROR(CheckBackendRunsFormat(model_.backend().Info(), found->dtype));
+      *dtypes[r] = found->dtype;
+      *offsets[r] = found->offset;
     }
-    if (found == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "moe-cached's expert layout has no ", roles[r].first, " tensor"));
-    }
-    RETURN_IF_ERROR(CheckSlotTensor(*found, mine, roles[r].first, client->slot_bytes()));
-    if (r > 0 && found->dtype != expert_dtype_) {
-      return absl::FailedPreconditionError(
-          "moe-cached's expert tensors are held in different formats");
-    }
-    expert_dtype_ = found->dtype;
-    *offsets[r] = found->offset;
+    RETURN_IF_ERROR(FindBiasOffsets(layout, &mine_l.offsets));
   }
-  RETURN_IF_ERROR(CheckBackendRunsFormat(model_.backend().Info(), expert_dtype_));
-  RETURN_IF_ERROR(FindBiasOffsets(*client));
+  std::vector<ExpertDTypes> formats;
+  for (const LayerSlots& l : layers) formats.push_back(l.dtypes);
   MOE_LOG(INFO) << "attached to moe-cached at " << options_.address
                 << " for model '" << client->model() << "': "
                 << client->slot_count() << " slots of "
-                << ExpertFormatName(expert_dtype_) << " experts, hot path over "
+                << ExpertFormatsName(formats) << " experts, hot path over "
                 << (client->shm_enabled() ? "shared memory" : "gRPC")
                 << (client->host_execution() ? "; misses may run here from its host copy" : "");
+  layers_ = std::move(layers);
   client_ = std::move(client);
   return absl::OkStatus();
 }
 
-absl::Status DaemonExpertProvider::FindBiasOffsets(const client::CacheClient& client) {
+absl::Status DaemonExpertProvider::FindBiasOffsets(const client::SlotLayout& layout,
+                                                   RoleOffsets* out) {
   const ModelConfig& c = model_.config();
   has_biases_ = c.has_expert_biases();
   if (!has_biases_) return absl::OkStatus();
   const std::pair<const char*, int64_t> want[] = {{"gate_bias", c.moe_intermediate_size},
                                                   {"up_bias", c.moe_intermediate_size},
                                                   {"down_bias", c.hidden_size}};
-  uint64_t* offsets[] = {&offsets_.gate_bias, &offsets_.up_bias, &offsets_.down_bias};
+  uint64_t* offsets[] = {&out->gate_bias, &out->up_bias, &out->down_bias};
   for (int r = 0; r < 3; ++r) {
     const client::SlotTensor* found = nullptr;
-    for (const client::SlotTensor& t : client.layout()) {
+    for (const client::SlotTensor& t : layout.tensors) {
       if (t.role == want[r].first) found = &t;
     }
     const uint64_t nbytes = sizeof(float) * static_cast<uint64_t>(want[r].second);
     if (found == nullptr || found->dtype != DType::kF32 ||
         found->shape != std::vector<int64_t>{want[r].second} || found->nbytes != nbytes ||
-        !FitsInSlot(found->offset, nbytes, client.slot_bytes()) || found->offset % sizeof(float) != 0) {
+        !FitsInSlot(found->offset, nbytes, layout.block_bytes) ||
+        found->offset % sizeof(float) != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "moe-cached's expert layout has no F32 ", want[r].first, " [", want[r].second,
           "] tensor, which this model's experts carry"));
@@ -156,7 +164,6 @@ absl::Status DaemonExpertProvider::FindBiasOffsets(const client::CacheClient& cl
   }
   return absl::OkStatus();
 }
-
 absl::Status DaemonExpertProvider::EnsureAttached() {
   if (client_ != nullptr) return absl::OkStatus();
   absl::Status s = Attach();
@@ -271,7 +278,7 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
       return absl::InternalError(
           absl::StrCat("moe-cached did not answer expert ", d.expert, " in demand order"));
     }
-    out.views.push_back(ViewOf(data, d.expert, on_host));
+    out.views.push_back(ViewOf(data, moe_layer, d.expert, on_host));
   }
   out.leases = std::move(reply->leases);
   if (!reply->host.empty()) out.host_backend = host_backend_.get();  // null on the CPU
@@ -282,14 +289,16 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
   return out;
 }
 
-ExpertView DaemonExpertProvider::ViewOf(const uint8_t* data, int expert, bool on_host) const {
-  ExpertView view{expert, data + offsets_.gate, data + offsets_.up, data + offsets_.down,
-                  expert_dtype_};
+ExpertView DaemonExpertProvider::ViewOf(const uint8_t* data, int moe_layer, int expert,
+                                        bool on_host) const {
+  const LayerSlots& l = layers_[static_cast<size_t>(moe_layer)];
+  ExpertView view{expert, data + l.offsets.gate, data + l.offsets.up, data + l.offsets.down,
+                  l.dtypes};
   view.on_host = on_host;
   if (has_biases_) {
-    view.gate_bias = reinterpret_cast<const float*>(data + offsets_.gate_bias);
-    view.up_bias = reinterpret_cast<const float*>(data + offsets_.up_bias);
-    view.down_bias = reinterpret_cast<const float*>(data + offsets_.down_bias);
+    view.gate_bias = reinterpret_cast<const float*>(data + l.offsets.gate_bias);
+    view.up_bias = reinterpret_cast<const float*>(data + l.offsets.up_bias);
+    view.down_bias = reinterpret_cast<const float*>(data + l.offsets.down_bias);
   }
   return view;
 }
@@ -306,8 +315,8 @@ AcquiredExperts DaemonExpertProvider::AcquireOnHost(int moe_layer,
   AcquiredExperts out;
   out.moe_layer = moe_layer;
   for (const ExpertDemand& d : demands) {
-    out.views.push_back(ViewOf(client_->HostData(ExpertKey{moe_layer, d.expert}), d.expert,
-                               /*on_host=*/true));
+    out.views.push_back(ViewOf(client_->HostData(ExpertKey{moe_layer, d.expert}), moe_layer,
+                               d.expert, /*on_host=*/true));
   }
   out.usage.misses = out.usage.host = static_cast<int32_t>(demands.size());
   StartComputing(demands, static_cast<int32_t>(demands.size()));

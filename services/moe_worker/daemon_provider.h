@@ -108,12 +108,18 @@ class DaemonExpertProvider : public ExpertProvider {
   // An answered acquire's experts start running on this CPU: its share of
   // the next host-run report.
   void StartComputing(absl::Span<const ExpertDemand> demands, int32_t host_experts);
-  // The view of the expert whose slot-layout block starts at `data`.
-  ExpertView ViewOf(const uint8_t* data, int expert, bool on_host) const;
+  // The view of an expert of `moe_layer` whose block starts at `data`.
+  ExpertView ViewOf(const uint8_t* data, int moe_layer, int expert, bool on_host) const;
 
   struct RoleOffsets {
     uint64_t gate = 0, up = 0, down = 0;
     uint64_t gate_bias = 0, up_bias = 0, down_bias = 0;  // expert biases
+  };
+  // Where an expert's tensors lie in a slot of one MoE layer, and what they
+  // hold (from Attach).
+  struct LayerSlots {
+    RoleOffsets offsets;
+    ExpertDTypes dtypes;
   };
   DaemonExpertProvider(const MoeModel& model, client::CacheClientOptions o)
       : model_(model), options_(std::move(o)) {}
@@ -126,11 +132,10 @@ class DaemonExpertProvider : public ExpertProvider {
   const client::CacheClientOptions options_;
   std::unique_ptr<client::CacheClient> client_;
   // With expert biases: the F32 biases each slot carries after the weights.
-  absl::Status FindBiasOffsets(const client::CacheClient& client);
+  absl::Status FindBiasOffsets(const client::SlotLayout& layout, RoleOffsets* out);
 
-  RoleOffsets offsets_;
+  std::vector<LayerSlots> layers_;  // one per MoE layer
   bool has_biases_ = false;
-  DType expert_dtype_ = DType::kBF16;  // what the slots hold, from Attach
   std::vector<ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;
   bool host_only_ = false;

@@ -41,10 +41,7 @@ absl::StatusOr<std::string> Worker::DryRun(const WorkerOptions& options) {
   if (!options.http.listen.empty()) {
     RETURN_IF_ERROR(openai::ChatTemplate::FromModelDir(options.model_dir).status());
   }
-  plan::StoredFormats stored{desc.expert_dtype(), desc.expert_dtype()};
-  if (absl::StatusOr<TensorView> e = desc.Dense(TensorRole::kEmbed, -1); e.ok()) {
-    stored.dense = e->dtype;
-  }
+  const plan::StoredFormats stored = plan::StoredFormatsFromWeights(desc);
   ASSIGN_OR_RETURN(plan::ModelFigures m,
                    plan::ComputeFigures(desc.config(), stored, std::nullopt));
   const std::string name = w.ModelName();

@@ -49,14 +49,31 @@ int64_t ExpertBytesAs(const ModelDescription& d, DType format) {
   return total;
 }
 
-// The held format without --expert-format: of the experts' views (GGUF
-// blocks stay blocks).
-DType HeldByDefault(const ModelDescription& d) {
-  if (d.config().num_moe_layers() > 0 && d.config().num_experts > 0) {
-    auto gate = d.Expert(0, 0, TensorRole::kExpertGate);
-    if (gate.ok()) return DefaultHeldFormat(*gate);
+// The held formats without --expert-format, in words: of the experts' views
+// (GGUF blocks stay blocks, mixed types included).
+std::string HeldByDefault(const ModelDescription& d) {
+  const ModelConfig& c = d.config();
+  if (c.num_moe_layers() == 0 || c.num_experts == 0) {
+    return ExpertFormatName(DefaultHeldFormat(d.expert_dtype()));
   }
-  return DefaultHeldFormat(d.expert_dtype());
+  std::vector<ExpertDTypes> held;
+  for (int l = 0; l < c.num_moe_layers(); ++l) {
+    DType t[3];
+    const TensorRole roles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                                 TensorRole::kExpertDown};
+    for (int r = 0; r < 3; ++r) {
+      auto v = d.Expert(l, 0, roles[r]);
+      t[r] = v.ok() ? DefaultHeldFormat(*v) : DefaultHeldFormat(d.expert_dtype());
+    }
+    held.push_back({t[0], t[1], t[2]});
+  }
+  return ExpertFormatsName(held);
+}
+
+// "Q4_K" or, for mixed types, "mixed: Q4_K+Q6_K".
+std::string StoredExpertTypes(const ModelDescription& d) {
+  if (!d.mixed_expert_dtypes()) return std::string(DTypeName(d.expert_dtype()));
+  return absl::StrCat("mixed: ", ExpertFormatsName(d.all_expert_dtypes()));
 }
 
 // A GGUF file's tensor types, counted: "Q4_K" -> {tensors, routed experts}.
@@ -186,23 +203,36 @@ void PrintText(const std::string& dir, const ModelDescription& d) {
   if (c.is_mla()) PrintLatentAttention(c);
   if (c.has_scored_router()) PrintScoredRouter(c);
   if (c.has_attention_sinks()) PrintSinksAndClampedExperts(c);
-  std::printf("expert dtype: %s\n",
-              std::string(DTypeName(d.expert_dtype())).c_str());
+  std::printf("expert dtype: %s\n", StoredExpertTypes(d).c_str());
+  if (d.mixed_expert_dtypes()) {
+    // One line per run of layers of the same types.
+    const std::vector<ExpertDTypes>& t = d.all_expert_dtypes();
+    for (size_t a = 0; a < t.size();) {
+      size_t b = a;
+      while (b + 1 < t.size() && t[b + 1] == t[a]) ++b;
+      std::printf("  MoE layers %zu-%zu: gate %s, up %s, down %s, %llu bytes per expert\n", a, b,
+                  std::string(DTypeName(t[a].gate)).c_str(),
+                  std::string(DTypeName(t[a].up)).c_str(),
+                  std::string(DTypeName(t[a].down)).c_str(),
+                  static_cast<unsigned long long>(d.expert_bytes(static_cast<int>(a))));
+      a = b + 1;
+    }
+  }
   if (c.fp8) {
     std::printf("fp8 block scales: %lld x %lld weights per scale\n",
                 static_cast<long long>(c.fp8->block_rows),
                 static_cast<long long>(c.fp8->block_cols));
   }
   PrintGgufTypes(d);
-  std::printf("experts held as (no --expert-format): %s\n",
-              ExpertFormatName(HeldByDefault(d)).c_str());
-  std::printf("bytes per expert: %llu (%s)\n",
+  std::printf("experts held as (no --expert-format): %s\n", HeldByDefault(d).c_str());
+  std::printf("bytes per expert: %llu (%s)%s\n",
               static_cast<unsigned long long>(d.bytes_per_expert()),
-              Human(d.bytes_per_expert()).c_str());
+              Human(d.bytes_per_expert()).c_str(),
+              d.mixed_expert_dtypes() ? ", the largest layer's" : "");
   for (DType f : {DType::kBF16, DType::kQ8, DType::kQ4, DType::kMxfp4}) {
     // Held as stored, except that MXFP4 blocks are repacked and expert
     // biases widened to F32.
-    if (f == d.expert_dtype() && f != DType::kMxfp4) continue;
+    if (f == d.expert_dtype() && f != DType::kMxfp4 && !d.mixed_expert_dtypes()) continue;
     const int64_t b = ExpertBytesAs(d, f);
     if (b < 0) {
       std::printf("bytes per expert as %s: n/a (rows are not whole blocks)\n",
@@ -236,10 +266,17 @@ void PrintJson(const std::string& dir, const ModelDescription& d) {
   j["experts"] = c.num_experts;
   j["top_k"] = c.top_k;
   j["hidden_size"] = c.hidden_size;
-  j["expert_dtype"] = std::string(DTypeName(d.expert_dtype()));
+  j["expert_dtype"] = std::string(DTypeName(d.expert_dtype()));  // the widest when mixed
+  j["expert_dtypes_mixed"] = d.mixed_expert_dtypes();
+  if (d.mixed_expert_dtypes()) {
+    for (const ExpertDTypes& t : d.all_expert_dtypes()) {
+      j["expert_dtypes"].push_back({std::string(DTypeName(t.gate)), std::string(DTypeName(t.up)),
+                                    std::string(DTypeName(t.down))});
+    }
+  }
   j["bytes_per_expert"] = d.bytes_per_expert();
   if (c.fp8) j["fp8_block_size"] = {c.fp8->block_rows, c.fp8->block_cols};
-  j["expert_held_format"] = ExpertFormatName(HeldByDefault(d));
+  j["expert_held_format"] = HeldByDefault(d);
   for (const auto& [type, counts] : GgufTypeCounts(d)) {
     j["gguf_tensor_types"][type] = {{"tensors", counts.first}, {"experts", counts.second}};
   }

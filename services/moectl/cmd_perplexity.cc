@@ -100,9 +100,11 @@ absl::Status Run(const FlagSet& f) {
   ASSIGN_OR_RETURN(Totals t, Measure(*model, ids, format));
   const double n = static_cast<double>(t.n);
   std::printf("tokens scored: %lld (teacher-forced, next-token)\n", static_cast<long long>(t.n));
-  const DType stored = model->description().expert_dtype();
+  const ModelDescription& desc = model->description();
+  const DType stored = desc.expert_dtype();
   std::printf("as stored (%s%s): NLL %.6f per token, perplexity %.4f\n",
-              std::string(DTypeName(stored)).c_str(),
+              desc.mixed_expert_dtypes() ? ExpertFormatsName(desc.all_expert_dtypes()).c_str()
+                                         : std::string(DTypeName(stored)).c_str(),
               stored == DType::kF8E4M3 || stored == DType::kMxfp4 ? ", dequantized to F32" : "",
               t.nll_ref / n, std::exp(t.nll_ref / n));
   std::printf("%s: NLL %.6f per token, perplexity %.4f\n", ExpertFormatName(format).c_str(),

@@ -72,11 +72,8 @@ plan::StoredFormats StoredFormatsOf(const std::string& dir, const ModelConfig& c
                  absl::StrReplaceAll(d.status().message(), {{"\n", " "}}).c_str());
     return s;
   }
-  s.experts = d->expert_dtype();
-  absl::StatusOr<TensorView> embed = d->Dense(TensorRole::kEmbed, -1);
-  if (embed.ok()) s.dense = embed->dtype;
   *measured = true;
-  return s;
+  return plan::StoredFormatsFromWeights(*d);
 }
 
 // Budgets and figures: given, else measured (said on stderr unless --json).

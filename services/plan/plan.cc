@@ -73,7 +73,7 @@ Plan PlanMemory(const ModelFigures& m, const PlanOptions& o) {
   p.kv_bytes = m.kv_bytes_per_token * p.context * o.max_batch;
   const bool gpu = o.gpu_bytes > 0;
   const int64_t budget = gpu ? o.gpu_bytes : o.host_bytes;
-  const int64_t all_experts = m.experts_total * m.expert_bytes;
+  const int64_t all_experts = m.all_expert_bytes;
   p.device_reserve = budget * kDeviceReservePercent / 100;
   p.device_needed = m.dense_bytes_device + p.kv_bytes + p.device_reserve;
   if (gpu) {
@@ -216,6 +216,22 @@ StoredFormats StoredFormatsFromConfig(const ModelConfig& c) {
   return s;
 }
 
+StoredFormats StoredFormatsFromWeights(const ModelDescription& d) {
+  StoredFormats s = StoredFormatsFromConfig(d.config());
+  s.experts = d.expert_dtype();
+  if (absl::StatusOr<TensorView> embed = d.Dense(TensorRole::kEmbed, -1); embed.ok()) {
+    s.dense = embed->dtype;
+  }
+  if (d.mixed_expert_dtypes()) {  // GGUF blocks, held as they are
+    const ModelConfig& c = d.config();
+    s.mixed_expert_bytes = static_cast<int64_t>(d.bytes_per_expert());
+    for (int l = 0; l < c.num_moe_layers(); ++l) {
+      s.mixed_all_expert_bytes += static_cast<int64_t>(d.expert_bytes(l)) * c.num_experts;
+    }
+  }
+  return s;
+}
+
 absl::StatusOr<ModelFigures> ComputeFigures(const ModelConfig& c, const StoredFormats& stored,
                                             std::optional<DType> format) {
   ModelFigures m;
@@ -237,7 +253,13 @@ absl::StatusOr<ModelFigures> ComputeFigures(const ModelConfig& c, const StoredFo
   m.params_total = m.params_dense + m.expert_params * m.experts_total;
   m.params_active = m.params_dense + int64_t{m.num_moe_layers} * m.top_k * m.expert_params;
   m.held_format = format.value_or(DefaultHeldFormat(stored.experts));
-  ASSIGN_OR_RETURN(m.expert_bytes, HeldExpertBytes(c, m.held_format));
+  if (!format.has_value() && stored.mixed_expert_bytes > 0) {
+    m.expert_bytes = stored.mixed_expert_bytes;
+    m.all_expert_bytes = stored.mixed_all_expert_bytes;
+  } else {
+    ASSIGN_OR_RETURN(m.expert_bytes, HeldExpertBytes(c, m.held_format));
+    m.all_expert_bytes = m.experts_total * m.expert_bytes;
+  }
   const int64_t widths = c.is_mla() ? c.mla.kv_lora_rank + c.mla.qk_rope_head_dim
                                     : 2 * c.num_key_value_heads * c.head_dim;
   m.kv_bytes_per_token = c.num_hidden_layers * 4 * widths;

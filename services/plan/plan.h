@@ -46,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/model_config.h"
+#include "common/model_desc.h"
 #include "nlohmann/json.hpp"
 #include "services/exchange/expert_exchange.h"
 
@@ -58,8 +59,16 @@ inline constexpr int64_t kDeviceReservePercent = 5;
 struct StoredFormats {
   DType experts = DType::kBF16;  // kF8E4M3, kMxfp4, or a float dtype
   DType dense = DType::kBF16;    // the non-expert matrices
+  // Where the experts mix types per layer or projection (a GGUF Q4_K_M
+  // file; `experts` is then the widest, ModelDescription::expert_dtype):
+  // the largest expert and all of them as held without --expert-format,
+  // from the weights. 0: computed from `experts`.
+  int64_t mixed_expert_bytes = 0;
+  int64_t mixed_all_expert_bytes = 0;
 };
 StoredFormats StoredFormatsFromConfig(const ModelConfig& config);
+// The same read from the weights themselves.
+StoredFormats StoredFormatsFromWeights(const ModelDescription& desc);
 
 // What a model is, in counts and bytes.
 struct ModelFigures {
@@ -73,7 +82,8 @@ struct ModelFigures {
   int64_t top_k = 0;
   StoredFormats stored;
   DType held_format = DType::kBF16;  // as moe-cached holds the experts
-  int64_t expert_bytes = 0;          // one expert held so (biases as F32)
+  int64_t expert_bytes = 0;          // one expert held so (biases as F32); the largest
+  int64_t all_expert_bytes = 0;      // every routed expert held so
   int64_t dense_bytes_device = 0;    // the non-expert tensors on the device
   int64_t kv_bytes_per_token = 0;    // all layers, F32 (MLA: the latent)
   int64_t max_context = 0;           // positions a session holds at most (MoeModel)

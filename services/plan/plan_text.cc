@@ -28,10 +28,13 @@ std::string ModelText(const Plan& p) {
   absl::StrAppend(&s, Line("experts:", absl::StrCat(m.experts_total, " (", m.num_moe_layers,
                                                     " MoE layers x ", m.experts_per_layer,
                                                     ", top-", m.top_k, ")")));
+  const bool mixed = m.stored.mixed_expert_bytes > 0 && m.expert_bytes == m.stored.mixed_expert_bytes;
   absl::StrAppend(&s, Line("experts stored / held as:",
-                           absl::StrCat(DTypeName(m.stored.experts), " / ",
-                                        ExpertFormatName(m.held_format))));
-  absl::StrAppend(&s, Line("bytes per expert (held):",
+                           mixed ? absl::StrCat("mixed types up to ", DTypeName(m.stored.experts),
+                                                " / as stored")
+                                 : absl::StrCat(DTypeName(m.stored.experts), " / ",
+                                                ExpertFormatName(m.held_format))));
+  absl::StrAppend(&s, Line(mixed ? "bytes per expert (held, largest):" : "bytes per expert (held):",
                            absl::StrCat(m.expert_bytes, " (", HumanBytes(m.expert_bytes), ")")));
   absl::StrAppend(&s, Line("dense weights on device:", HumanBytes(m.dense_bytes_device)));
   absl::StrAppend(&s, Line("KV cache per token:",
@@ -106,6 +109,7 @@ nlohmann::ordered_json PlanJson(const Plan& p) {
   j["expert_stored_dtype"] = std::string(DTypeName(m.stored.experts));
   j["expert_format"] = ExpertFormatName(m.held_format);
   j["expert_bytes"] = m.expert_bytes;
+  j["all_expert_bytes"] = m.all_expert_bytes;
   j["dense_bytes_device"] = m.dense_bytes_device;
   j["kv_bytes_per_token"] = m.kv_bytes_per_token;
   j["context"] = p.context;

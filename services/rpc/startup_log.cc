@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/quant.h"
 
 namespace moe::rpc {
 
@@ -28,11 +29,13 @@ std::string HumanBytes(uint64_t bytes) {
 }
 
 uint64_t AllExpertBytes(const ModelDescription& desc, const HeldExperts* held) {
+  if (held != nullptr) return held->total_bytes;
   const ModelConfig& c = desc.config();
-  const uint64_t each =
-      held != nullptr ? held->block_bytes : desc.bytes_per_expert();
-  return each * static_cast<uint64_t>(c.num_moe_layers()) *
-         static_cast<uint64_t>(c.num_experts);
+  uint64_t all = 0;
+  for (int l = 0; l < c.num_moe_layers(); ++l) {
+    all += desc.expert_bytes(l) * static_cast<uint64_t>(c.num_experts);
+  }
+  return all;
 }
 
 std::string ModelSummary(const ModelDescription& desc,
@@ -41,15 +44,15 @@ std::string ModelSummary(const ModelDescription& desc,
   absl::StatusOr<TensorView> embed = desc.Dense(TensorRole::kEmbed);
   // Lower case, as the flags spell them (--dtype bf16).
   auto name = [](DType d) { return absl::AsciiStrToLower(DTypeName(d)); };
-  const std::string stored = name(desc.expert_dtype());
+  const std::string stored = absl::AsciiStrToLower(ExpertFormatsName(desc.all_expert_dtypes()));
+  const std::string shown = held != nullptr ? absl::AsciiStrToLower(held->format) : stored;
   const std::string experts =
-      held == nullptr || held->format == stored
-          ? stored
-          : absl::StrCat(held->format, " (stored ", stored, ")");
+      shown == stored ? stored : absl::StrCat(shown, " (stored ", stored, ")");
   return absl::StrCat(ModelFamilyName(c.family), ", dense ",
                       embed.ok() ? name(embed->dtype) : "?", ", experts ",
                       experts, ", ", c.num_moe_layers(), " MoE layers x ",
                       c.num_experts, " experts of ",
+                      desc.mixed_expert_dtypes() ? "up to " : "",
                       HumanBytes(held != nullptr ? held->block_bytes
                                                  : desc.bytes_per_expert()));
 }

@@ -21,8 +21,9 @@ std::string HumanBytes(uint64_t bytes);
 // daemon's --expert-format): the held format and the bytes of one expert's
 // block in it.
 struct HeldExperts {
-  std::string format;  // as ExpertFormatName spells it, e.g. "q4"
-  uint64_t block_bytes = 0;
+  std::string format;  // as ExpertFormatsName spells it, e.g. "q4", "Q4_K+Q6_K"
+  uint64_t block_bytes = 0;  // the largest (a slot)
+  uint64_t total_bytes = 0;  // every expert
 };
 
 // "mixtral, dense bf16, experts bf16, 4 MoE layers x 8 experts of 48.0 KiB";

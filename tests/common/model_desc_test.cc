@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/model_maker.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -261,7 +262,32 @@ TEST_F(ModelDescriptionTest, MixedExpertDtypesAreRefused) {
       }
     }
   });
-  EXPECT_THAT(Error(), HasSubstr("all expert weights must share one dtype"));
+  EXPECT_THAT(Error(), HasSubstr("the experts of a layer must share their dtypes"));
+}
+
+// A layer whose down projections are all of another dtype (as llama.cpp's
+// Q4_K_M keeps some layers' ffn_down_exps in Q6_K) is described per layer.
+TEST_F(ModelDescriptionTest, ExpertDtypesMayDifferPerLayerAndProjection) {
+  Rewrite(dir_.path(), [](std::vector<Tensor>& t) {
+    for (auto& x : t) {
+      if (absl::StartsWith(x.name, "model.layers.2.mlp.experts.") &&
+          absl::EndsWith(x.name, "down_proj.weight")) {
+        x.dtype = DType::kF16;  // same size, different dtype
+      }
+    }
+  });
+  auto d = ModelDescription::Open(dir_.path());
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->mixed_expert_dtypes());
+  const ExpertDTypes bf16 = ExpertDTypes::All(DType::kBF16);
+  for (int l = 0; l < d->config().num_moe_layers(); ++l) {
+    const ExpertDTypes want = l == 2 ? ExpertDTypes{DType::kBF16, DType::kBF16, DType::kF16} : bf16;
+    EXPECT_EQ(d->expert_dtypes(l), want) << l;
+    EXPECT_EQ(d->expert_bytes(l), d->bytes_per_expert()) << l;
+  }
+  auto down = d->Expert(2, 3, TensorRole::kExpertDown);
+  ASSERT_TRUE(down.ok());
+  EXPECT_EQ(down->dtype, DType::kF16);
 }
 
 TEST_F(ModelDescriptionTest, AbsurdConfigFailsFast) {

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/gguf_blocks.h"
 #include "common/model_desc.h"
 #include "common/model_maker.h"
@@ -59,7 +61,39 @@ struct Case {
   DType held;           // what the experts load as
   int seed = 9;         // of the made model: tiny random models have near
                         // ties that int8 activations may flip; these don't
+  // hf_to_gguf.py --tensor-type overrides, "blk.L.ffn_{gate,up,down}_exps.weight=TYPE"
+  // separated by spaces: a file of mixed types (llama.cpp's Q4_K_M keeps
+  // some layers' ffn_down_exps in Q6_K); `held` is then the widest.
+  const char* overrides = "";
 };
+
+// Our dtype of a ggml type name (GGUF's Q8_0 is our q8, byte for byte).
+DType HeldAs(absl::string_view ggml) {
+  absl::StatusOr<DType> t = ParseWeightDType(ggml == "Q8_0" ? "Q8" : ggml);
+  EXPECT_TRUE(t.ok()) << ggml;
+  return t.value_or(DType::kF32);
+}
+
+// What the experts of `layer` should load as: `c.experts` (as `c.held`
+// unless overridden), or the override naming that layer and projection.
+ExpertDTypes ExpectedTypes(const Case& c, int layer) {
+  const char* roles[3] = {"gate", "up", "down"};
+  DType t[3];
+  const DType base = *c.overrides == '\0' ? c.held : HeldAs(c.experts);
+  for (int r = 0; r < 3; ++r) {
+    t[r] = base;
+    const std::string key = absl::StrCat("blk.", layer, ".ffn_", roles[r], "_exps.weight=");
+    for (absl::string_view o : absl::StrSplit(c.overrides, ' ', absl::SkipEmpty())) {
+      if (absl::StartsWith(o, key)) t[r] = HeldAs(o.substr(key.size()));
+    }
+  }
+  return {t[0], t[1], t[2]};
+}
+
+int OverrideCount(const Case& c) {
+  return static_cast<int>(
+      std::vector<absl::string_view>(absl::StrSplit(c.overrides, ' ', absl::SkipEmpty())).size());
+}
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -75,6 +109,9 @@ class GgufQuantTest : public ::testing::TestWithParam<Case> {
         "/usr/bin/python3 ", kReference, "/hf_to_gguf.py ", folder_, " ", gguf_,
         " --experts ", c.experts, " --dequantized ", dequantized_);
     if (*c.dense != '\0') absl::StrAppend(&cmd, " --dense ", c.dense);
+    for (absl::string_view o : absl::StrSplit(c.overrides, ' ', absl::SkipEmpty())) {
+      absl::StrAppend(&cmd, " --tensor-type ", o);
+    }
     ASSERT_EQ(Shell(cmd), 0) << cmd;
   }
 
@@ -89,10 +126,20 @@ TEST_P(GgufQuantTest, ExpertsKeepTheirBlocksAndDenseTensorsAreDecoded) {
   EXPECT_EQ(d->expert_dtype(), c.held);
   const ModelConfig& cfg = d->config();
   const int64_t h = cfg.hidden_size, inter = cfg.moe_intermediate_size;
-  // Bytes per expert: exactly the GGUF blocks of gate, up and down.
-  const int64_t want =
-      2 * WeightBytes(c.held, inter, h) + WeightBytes(c.held, h, inter);
-  EXPECT_EQ(d->bytes_per_expert(), static_cast<uint64_t>(want));
+  // Bytes per expert: exactly the GGUF blocks of gate, up and down, per
+  // layer (the largest is bytes_per_expert).
+  int64_t want = 0, largest = 0;
+  for (int l = 0; l < cfg.num_moe_layers(); ++l) {
+    const ExpertDTypes t = ExpectedTypes(c, l);
+    EXPECT_EQ(d->expert_dtypes(l), t) << "layer " << l;
+    const int64_t bytes = WeightBytes(t.gate, inter, h) + WeightBytes(t.up, inter, h) +
+                          WeightBytes(t.down, h, inter);
+    EXPECT_EQ(d->expert_bytes(l), static_cast<uint64_t>(bytes)) << "layer " << l;
+    want += bytes;
+    largest = std::max(largest, bytes);
+  }
+  EXPECT_EQ(d->mixed_expert_dtypes(), *c.overrides != '\0');
+  EXPECT_EQ(d->bytes_per_expert(), static_cast<uint64_t>(largest));
   const GgufCheckpoint* g = d->checkpoint().gguf();
   ASSERT_NE(g, nullptr);
   int64_t expert_file_bytes = 0;
@@ -101,11 +148,12 @@ TEST_P(GgufQuantTest, ExpertsKeepTheirBlocksAndDenseTensorsAreDecoded) {
       expert_file_bytes += static_cast<int64_t>(t.nbytes);
     }
   }
-  EXPECT_EQ(expert_file_bytes, want * cfg.num_moe_layers() * cfg.num_experts);
+  EXPECT_EQ(expert_file_bytes, want * cfg.num_experts);
+  const DType up_type = ExpectedTypes(c, 1).up;
   auto up = d->Expert(1, 3, TensorRole::kExpertUp);
   ASSERT_TRUE(up.ok());
-  EXPECT_EQ(up->dtype, c.held);
-  EXPECT_EQ(up->nbytes, static_cast<size_t>(WeightBytes(c.held, inter, h)));
+  EXPECT_EQ(up->dtype, up_type);
+  EXPECT_EQ(up->nbytes, static_cast<size_t>(WeightBytes(up_type, inter, h)));
   auto q = d->Dense(TensorRole::kQProj, 0);
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->dtype, DType::kF32);  // F32 in the file, or decoded to F32
@@ -163,9 +211,12 @@ TEST_P(GgufQuantTest, InspectShowsTheTypes) {
   auto j = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << out;
   EXPECT_EQ(j["expert_dtype"], std::string(DTypeName(c.held))) << out;
-  EXPECT_EQ(j["expert_held_format"], ExpertFormatName(c.held)) << out;
-  // 2 layers x gate, up, down.
-  EXPECT_EQ(j["gguf_tensor_types"][c.experts]["experts"], 6) << out;
+  EXPECT_EQ(j["expert_held_format"],
+            ExpertFormatsName({ExpectedTypes(c, 0), ExpectedTypes(c, 1)}))
+      << out;
+  EXPECT_EQ(j["expert_dtypes_mixed"], *c.overrides != '\0') << out;
+  // 2 layers x gate, up, down, less the overridden ones.
+  EXPECT_EQ(j["gguf_tensor_types"][c.experts]["experts"], 6 - OverrideCount(c)) << out;
   if (*c.dense != '\0') {
     EXPECT_GT(j["gguf_tensor_types"][c.dense]["tensors"].get<int>(),
               j["gguf_tensor_types"][c.dense]["experts"].get<int>())
@@ -189,7 +240,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"MixtralQ6_KDenseQ6_K", ModelFamily::kMixtral, "Q6_K", "Q6_K",
              DType::kQ6K},
         Case{"Qwen3MoeMxfp4", ModelFamily::kQwen3Moe, "MXFP4", "Q4_K",
-             DType::kMxfp4}),
+             DType::kMxfp4},
+        // As llama.cpp's Q4_K_M: a layer's down in Q6_K; and, to run gate
+        // and up of different types, layer 0's up in Q5_K.
+        Case{"MixtralQ4_K_M", ModelFamily::kMixtral, "Q4_K", "Q8_0", DType::kQ6K, 11,
+             "blk.1.ffn_down_exps.weight=Q6_K blk.0.ffn_up_exps.weight=Q5_K"},
+        Case{"Qwen3MoeQ4_KDownQ8_0", ModelFamily::kQwen3Moe, "Q4_K", "", DType::kQ8, 9,
+             "blk.0.ffn_down_exps.weight=Q8_0"}),
     [](const ::testing::TestParamInfo<Case>& i) {
       return std::string(i.param.name);
     });

@@ -8,6 +8,7 @@
 #include "common/fp8.h"
 #include "common/model_maker.h"
 #include "common/quant.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/moe_cached/daemon_process.h"
 
@@ -25,20 +26,24 @@ TEST(ExpertStoreTest, OneAlignedBlockPerExpertEqualToTheCheckpoint) {
   EXPECT_EQ(s.num_layers(), 4);
   EXPECT_EQ(s.num_experts(), 8);
   EXPECT_EQ(s.top_k(), 2);
-  EXPECT_EQ(s.block_bytes() % kBlockAlign, 0u);
-  EXPECT_GE(s.block_bytes(), desc->bytes_per_expert());
-  EXPECT_EQ(s.total_bytes(), 32 * s.block_bytes());
-  ASSERT_EQ(s.layout().size(), 3u);
+  EXPECT_EQ(s.slot_bytes() % kBlockAlign, 0u);
+  EXPECT_GE(s.slot_bytes(), desc->bytes_per_expert());
+  EXPECT_EQ(s.total_bytes(), 32 * s.slot_bytes());
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_EQ(s.layer(l).block_bytes, s.slot_bytes());
+    EXPECT_EQ(s.layer(l).offset, 8 * l * s.slot_bytes());
+  }
+  ASSERT_EQ(s.layer(0).tensors.size(), 3u);
   const TensorRole roles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                TensorRole::kExpertDown};
   const char* names[3] = {"gate", "up", "down"};
   for (int r = 0; r < 3; ++r) {
-    const ExpertTensorLayout& t = s.layout()[r];
+    const ExpertTensorLayout& t = s.layer(0).tensors[r];
     EXPECT_EQ(t.role, names[r]);
     EXPECT_EQ(t.offset % kTensorAlign, 0u);
-    EXPECT_LE(t.offset + t.nbytes, s.block_bytes());
+    EXPECT_LE(t.offset + t.nbytes, s.slot_bytes());
     if (r > 0) {
-      EXPECT_GE(t.offset, s.layout()[r - 1].offset + s.layout()[r - 1].nbytes);
+      EXPECT_GE(t.offset, s.layer(0).tensors[r - 1].offset + s.layer(0).tensors[r - 1].nbytes);
     }
   }
   for (int l = 0; l < 4; ++l) {
@@ -46,8 +51,8 @@ TEST(ExpertStoreTest, OneAlignedBlockPerExpertEqualToTheCheckpoint) {
       for (int r = 0; r < 3; ++r) {
         auto v = desc->Expert(l, e, roles[r]);
         ASSERT_TRUE(v.ok());
-        EXPECT_EQ(v->shape, s.layout()[r].shape);
-        EXPECT_EQ(std::memcmp(s.Block(l, e) + s.layout()[r].offset, v->data, v->nbytes), 0)
+        EXPECT_EQ(v->shape, s.layer(0).tensors[r].shape);
+        EXPECT_EQ(std::memcmp(s.Block(l, e) + s.layer(0).tensors[r].offset, v->data, v->nbytes), 0)
             << "L" << l << "/E" << e << " " << names[r];
       }
     }
@@ -70,13 +75,13 @@ TEST(ExpertStoreTest, Fp8ExpertsAreHeldAsQ8ByDefault) {
   ASSERT_EQ(desc->expert_dtype(), DType::kF8E4M3);
   auto store = ExpertStore::Load("m", *desc);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->format(), DType::kQ8);
+  EXPECT_EQ((*store)->formats()[3], ExpertDTypes::All(DType::kQ8));
   const TensorRole roles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                TensorRole::kExpertDown};
   for (int r = 0; r < 3; ++r) {
     auto v = desc->Expert(3, 5, roles[r]);
     ASSERT_TRUE(v.ok());
-    const ExpertTensorLayout& t = (*store)->layout()[r];
+    const ExpertTensorLayout& t = (*store)->layer(3).tensors[r];
     ASSERT_EQ(t.nbytes, static_cast<uint64_t>(WeightBytes(DType::kQ8, v->shape[0], v->shape[1])));
     // The reference: dequantize every row exactly, then quantize to q8.
     std::vector<float> row(v->shape[1]);
@@ -99,7 +104,7 @@ TEST(ExpertStoreTest, Fp8ExpertsAreHeldAsQ8ByDefault) {
     opts.format = f;
     auto other = ExpertStore::Load("m", *desc, opts);
     ASSERT_TRUE(other.ok()) << other.status();
-    EXPECT_EQ((*other)->format(), f);
+    EXPECT_EQ((*other)->formats()[0], ExpertDTypes::All(f));
   }
 }
 
@@ -119,13 +124,24 @@ TEST(ExpertStoreTest, PinFailureAbortsTheLoad) {
   EXPECT_GT(pinned, 0u);
 }
 
-TEST(ExpertStoreTest, MixedDtypesAreRejected) {
+// Each projection keeps its own dtype (mixed files); a dtype that cannot be
+// held is refused, naming the projection.
+TEST(ExpertStoreTest, ProjectionsKeepTheirOwnDtypes) {
   std::vector<uint8_t> bytes(64);
   TensorView a{DType::kBF16, {4, 8}, bytes.data(), 64};
   TensorView b{DType::kF32, {4, 4}, bytes.data(), 64};
+  std::vector<uint8_t> wide(256);
+  TensorView rows32{DType::kBF16, {4, 32}, wide.data(), 256};
   uint64_t block = 0;
-  EXPECT_EQ(ExpertStore::ComputeLayout(a, a, b, &block).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  auto mixed = ExpertStore::ComputeLayout(a, a, b, &block);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ((*mixed)[0].dtype, DType::kBF16);
+  EXPECT_EQ((*mixed)[2].dtype, DType::kF32);
+  EXPECT_EQ((*mixed)[2].nbytes, 64u);
+  // Held as q8: gate and up (rows of 32) can be, down (rows of 4) cannot.
+  auto refused = ExpertStore::ComputeLayout(rows32, rows32, b, &block, DType::kQ8);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("down"));
   auto ok = ExpertStore::ComputeLayout(a, a, a, &block);
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ((*ok)[1].offset, kTensorAlign);
@@ -156,9 +172,9 @@ TEST(ExpertStoreTest, QuantizedFormatsHoldFewerBytesOfTheSameWeights) {
     auto store = ExpertStore::Load("m", *desc, o);
     ASSERT_TRUE(store.ok()) << store.status();
     const ExpertStore& s = **store;
-    EXPECT_EQ(s.format(), format);
+    EXPECT_EQ(s.formats()[0], ExpertDTypes::All(format));
     uint64_t tensor_bytes = 0;
-    for (const ExpertTensorLayout& t : s.layout()) {
+    for (const ExpertTensorLayout& t : s.layer(0).tensors) {
       EXPECT_EQ(t.dtype, format);
       EXPECT_EQ(int64_t(t.nbytes), WeightBytes(format, t.shape[0], t.shape[1]));
       tensor_bytes += t.nbytes;
@@ -170,7 +186,7 @@ TEST(ExpertStoreTest, QuantizedFormatsHoldFewerBytesOfTheSameWeights) {
         for (int r = 0; r < 3; ++r) {
           auto v = desc->Expert(l, e, roles[r]);
           ASSERT_TRUE(v.ok());
-          const ExpertTensorLayout& t = s.layout()[r];
+          const ExpertTensorLayout& t = s.layer(0).tensors[r];
           const int64_t n = t.shape[0] * t.shape[1];
           std::vector<float> want(n), got(n);
           ASSERT_TRUE(ConvertToFloat(v->data, v->dtype, n, want.data()).ok());

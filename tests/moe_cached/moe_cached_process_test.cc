@@ -79,12 +79,12 @@ class MoeCachedTest : public ::testing::Test {
 
   // Every tensor of the leased expert equals the checkpoint, byte for byte.
   void ExpectSlotMatches(const CacheClient& client, int layer, const SlotLease& lease) {
-    ASSERT_EQ(client.layout().size(), 3u);
+    ASSERT_EQ(client.layout(layer).tensors.size(), 3u);
     EXPECT_EQ(lease.key.layer, layer);
     for (int r = 0; r < 3; ++r) {
       auto view = desc_->Expert(layer, lease.key.expert, kRoles[r]);
       ASSERT_TRUE(view.ok());
-      const SlotTensor& t = client.layout()[r];
+      const SlotTensor& t = client.layout(layer).tensors[r];
       ASSERT_EQ(t.nbytes, view->nbytes);
       EXPECT_EQ(std::memcmp(client.SlotData(lease.slot) + t.offset, view->data, view->nbytes), 0)
           << "L" << layer << "/E" << lease.key.expert << " " << t.role << " in slot "

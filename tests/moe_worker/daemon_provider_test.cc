@@ -99,16 +99,26 @@ TEST(CheckSlotTensorTest, AnOffsetThatWrapsIsRefused) {
 // and the host copy's L * E blocks must fit their regions without wrapping.
 TEST(CheckArenaGeometryTest, ProductsThatWrapAreRefused) {
   using client::CheckArenaGeometry;
-  EXPECT_TRUE(CheckArenaGeometry({4096, 1024, 4, 0, 2, 3}).ok());
-  EXPECT_TRUE(CheckArenaGeometry({4096, 1024, 4, 6 * 1024, 2, 3}).ok());
+  const std::vector<uint64_t> two = {1024, 1024};
+  EXPECT_TRUE(CheckArenaGeometry({4096, 1024, 4, 0, 2, 3, two}).ok());
+  EXPECT_TRUE(CheckArenaGeometry({4096, 1024, 4, 6 * 1024, 2, 3, two}).ok());
+  // Layers of different block sizes (mixed types): the host copy holds each
+  // layer's own blocks.
+  EXPECT_TRUE(CheckArenaGeometry({4096, 1024, 4, 3 * (512 + 1024), 2, 3, {512, 1024}}).ok());
+  const uint64_t huge = uint64_t{1} << 62;
   const client::ArenaGeometry bad[] = {
-      {4096, 0, 4, 0, 2, 3},                        // empty slots
-      {4096, 1024, 5, 0, 2, 3},                     // more slots than the arena holds
-      {4096, uint64_t{1} << 63, 2, 0, 2, 3},        // 2^64 wraps to 0
-      {4096, 1024, 4, 5 * 1024, 2, 3},              // host copy short of L x E blocks
-      {4096, 1, 1, 4096, 65536, 65536},             // 2^32 blocks of 1 byte
-      {~uint64_t{0}, uint64_t{1} << 62, 1, 1024, 4, 65536},  // 2^18 x 2^62 wraps
-      {4096, 1024, 4, 6 * 1024, -1, 3},             // a negative shape
+      {4096, 0, 4, 0, 2, 3, {0, 0}},                       // empty slots
+      {4096, 1024, 5, 0, 2, 3, two},                       // more slots than the arena holds
+      {4096, uint64_t{1} << 63, 2, 0, 2, 3, two},          // 2^64 wraps to 0
+      {4096, 1024, 4, 5 * 1024, 2, 3, two},                // host copy short of L x E blocks
+      {4096, 1024, 4, 3 * 1536 - 1, 2, 3, {512, 1024}},    // ... of mixed blocks
+      {4096, 1, 1, 4096, 2, 65536, {1, 1}},                // 2^17 blocks of 1 byte
+      {~uint64_t{0}, huge, 1, 1024, 2, 65536, {huge, huge}},  // 2^16 x 2^62 wraps
+      {~uint64_t{0}, huge, 1, ~uint64_t{0}, 2, 3, {huge, huge}},  // the sum wraps
+      {4096, 1024, 4, 6 * 1024, -1, 3, two},               // a negative shape
+      {4096, 1024, 4, 0, 3, 3, two},                       // a layer without a block size
+      {4096, 1024, 4, 0, 2, 3, {1024, 2048}},              // a block larger than a slot
+      {4096, 1024, 4, 0, 2, 3, {1024, 0}},                 // an empty block
   };
   for (const client::ArenaGeometry& g : bad) {
     absl::Status s = CheckArenaGeometry(g);

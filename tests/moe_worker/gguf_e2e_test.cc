@@ -1,9 +1,11 @@
 // A GGUF file with quantized experts served by the real moe-cached +
 // moe-worker with partial caches (issue 30): the daemon holds and moves
 // the experts as the file's blocks (bytes copied per miss = the GGUF
-// blocks' bytes, page-padded), the worker computes on them, and the greedy
+// blocks' bytes, page-padded; per layer where a file mixes types, as
+// llama.cpp's Q4_K_M does), the worker computes on them, and the greedy
 // tokens and logprobs equal `moectl run` on the same file, for every capacity
 // and policy (design invariant 4).
+#include <algorithm>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -28,8 +30,20 @@ struct Case {
   ModelFamily family;
   const char* experts;  // ggml type of the routed experts
   const char* dense;    // of the other 2-D weights ("": F32)
-  DType held;
+  DType held;           // the widest where `overrides` mix types
+  const char* overrides = "";  // hf_to_gguf.py --tensor-type NAME=TYPE, space-separated
 };
+
+// One expert's block in the daemon (ExpertStore's layout): gate, up and
+// down, each at a kTensorAlign offset, padded to a page.
+uint64_t BlockBytes(const ExpertDTypes& t, int64_t rows, int64_t cols) {
+  uint64_t block = 0;
+  for (DType d : {t.gate, t.up, t.down}) {
+    block = (block + cached::kTensorAlign - 1) / cached::kTensorAlign * cached::kTensorAlign +
+            static_cast<uint64_t>(WeightBytes(d, rows, cols));
+  }
+  return (block + cached::kBlockAlign - 1) / cached::kBlockAlign * cached::kBlockAlign;
+}
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -46,6 +60,9 @@ class GgufE2eTest : public ServedE2eTest<Case> {
         "/usr/bin/python3 ", MOE_SOURCE_DIR, "/tests/reference/hf_to_gguf.py ",
         dir_.Sub("hf"), " ", model_dir(), " --experts ", c.experts);
     if (*c.dense != '\0') absl::StrAppend(&cmd, " --dense ", c.dense);
+    for (absl::string_view o : absl::StrSplit(c.overrides, ' ', absl::SkipEmpty())) {
+      absl::StrAppend(&cmd, " --tensor-type ", o);
+    }
     RunCommandForTest(cmd);
   }
 
@@ -71,9 +88,22 @@ TEST_P(GgufE2eTest, ServedTokensEqualMoectlRunOnTheSameFile) {
   auto desc = ModelDescription::Open(model_dir());
   ASSERT_TRUE(desc.ok()) << desc.status();
   ASSERT_EQ(desc->expert_dtype(), c.held);
-  const int64_t expert_bytes = static_cast<int64_t>(desc->bytes_per_expert());
-  EXPECT_EQ(expert_bytes,
-            3 * WeightBytes(c.held, 256, 256));  // the GGUF blocks
+  ASSERT_EQ(desc->mixed_expert_dtypes(), *c.overrides != '\0');
+  // Each layer's blocks (the GGUF blocks of its types, page-padded).
+  uint64_t smallest = ~uint64_t{0}, largest = 0;
+  for (int l = 0; l < desc->config().num_moe_layers(); ++l) {
+    const ExpertDTypes t = desc->expert_dtypes(l);
+    EXPECT_EQ(desc->expert_bytes(l), static_cast<uint64_t>(WeightBytes(t.gate, 256, 256) +
+                                                           WeightBytes(t.up, 256, 256) +
+                                                           WeightBytes(t.down, 256, 256)));
+    smallest = std::min(smallest, BlockBytes(t, 256, 256));
+    largest = std::max(largest, BlockBytes(t, 256, 256));
+  }
+  if (*c.overrides == '\0') {
+    EXPECT_EQ(desc->bytes_per_expert(), 3 * static_cast<uint64_t>(WeightBytes(c.held, 256, 256)));
+  } else {
+    ASSERT_LT(smallest, largest) << "the layers' blocks should differ in size";
+  }
 
   std::vector<int32_t> want;
   std::vector<double> want_lp;
@@ -93,19 +123,17 @@ TEST_P(GgufE2eTest, ServedTokensEqualMoectlRunOnTheSameFile) {
     const nlohmann::json& stats = run.stats;
     EXPECT_GT(stats["misses"].get<int64_t>(), 0) << stats.dump();
     if (stats["host_runs"].get<int64_t>() == 0) {
-      // A miss copies one slot: the three tensors' GGUF blocks, each at a
-      // kTensorAlign offset, padded to a page (kBlockAlign).
-      uint64_t slot = 0;
-      for (int r = 0; r < 3; ++r) {
-        slot = (slot + cached::kTensorAlign - 1) / cached::kTensorAlign *
-                   cached::kTensorAlign +
-               static_cast<uint64_t>(expert_bytes / 3);
+      // A miss copies its expert's block: the three tensors' GGUF blocks,
+      // each at a kTensorAlign offset, padded to a page (kBlockAlign); with
+      // mixed types a smaller layer's copies move less than a slot.
+      const uint64_t misses = stats["misses"].get<uint64_t>();
+      const uint64_t copied = stats["bytes_copied"].get<uint64_t>();
+      if (smallest == largest) {
+        EXPECT_EQ(copied, misses * largest) << stats.dump();
+      } else {
+        EXPECT_GT(copied, misses * smallest) << stats.dump();
+        EXPECT_LT(copied, misses * largest) << stats.dump();
       }
-      slot = (slot + cached::kBlockAlign - 1) / cached::kBlockAlign *
-             cached::kBlockAlign;
-      EXPECT_EQ(stats["bytes_copied"].get<uint64_t>(),
-                stats["misses"].get<uint64_t>() * slot)
-          << stats.dump();
     }
   }
 }
@@ -118,7 +146,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Qwen3MoeQ6_K", ModelFamily::kQwen3Moe, "Q6_K", "", DType::kQ6K},
         Case{"MixtralQ8_0", ModelFamily::kMixtral, "Q8_0", "", DType::kQ8},
         Case{"Qwen3MoeMxfp4", ModelFamily::kQwen3Moe, "MXFP4", "",
-             DType::kMxfp4}),
+             DType::kMxfp4},
+        // llama.cpp's Q4_K_M keeps some layers' down in Q6_K; here also a
+        // layer whose gate and up differ.
+        Case{"MixtralQ4_K_M", ModelFamily::kMixtral, "Q4_K", "Q8_0", DType::kQ6K,
+             "blk.1.ffn_down_exps.weight=Q6_K blk.0.ffn_up_exps.weight=Q5_K"}),
     [](const ::testing::TestParamInfo<Case>& i) {
       return std::string(i.param.name);
     });
