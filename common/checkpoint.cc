@@ -153,6 +153,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
   ckpt->dir_ = path;
   for (const GgufTensorInfo& t : gguf->tensors()) {
     ASSIGN_OR_RETURN(GgufName name, MapGgufTensorName(config.family, t.name));
+    // The nextn (MTP) layers llama.cpp keeps after the decoder's: not run,
+    // as a folder's are not.
+    if (name.nextn || (name.layer >= config.num_hidden_layers &&
+                       name.layer < config.num_hidden_layers + config.num_nextn_predict_layers)) {
+      continue;
+    }
     ASSIGN_OR_RETURN(GgufPlan plan, PlanGgufTensor(path, t, name.stacked_experts));
     absl::Span<const uint8_t> bytes = gguf->Data(t);
     std::vector<int64_t> shape = t.shape();

@@ -1,26 +1,41 @@
-// A model description from GGUF metadata (issue 30, not yet wired into the
-// loaders): the hyper-parameters llama.cpp writes as `{arch}.*` keys mapped
-// to our ModelConfig, and llama.cpp's tensor names mapped to ours.
+// A model description from GGUF metadata (issue 30): the hyper-parameters
+// llama.cpp writes as `{arch}.*` keys mapped to our ModelConfig, and
+// llama.cpp's tensor names mapped to ours. Both are tables: one row per
+// architecture in gguf_model.cc (its keys, what llama.cpp's graph fixes,
+// the bools the tensors decide), the layer names in gguf_names.cc.
 //
-// Architectures (general.architecture): "qwen3moe" (Qwen3-MoE) and "llama"
-// with experts (Mixtral; a llama without {arch}.expert_count is dense and
-// refused). The keys are turned into the config.json fields of the family
-// and parsed by ParseModelConfig, so defaults and validation are the same
-// as for a Hugging Face folder; errors name the GGUF key where one is
-// missing or of the wrong type.
+// Architectures (general.architecture): "llama" with experts (Mixtral; a
+// llama without {arch}.expert_count is dense and refused), "qwen2moe"
+// (Qwen1.5/Qwen2-MoE: sigmoid-gated shared expert, q/k/v biases),
+// "qwen3moe", "olmoe" (q/k norms over the whole projection) and "glm4moe"
+// (GLM-4.5: leading dense layers, shared experts, sigmoid router with
+// correction bias, partial rotary from rope.dimension_count; block_count
+// counts the nextn_predict_layers MTP layers, which are not run:
+// ModelConfig::num_hidden_layers excludes them and their tensors are
+// marked GgufName::nextn or lie past the decoder's layers). The keys are
+// turned into the config.json fields of the family and parsed by
+// ParseModelConfig, so defaults and validation are the same as for a
+// Hugging Face folder; where llama.cpp's graph fixes a choice (qwen2moe
+// and olmoe never renormalise the top-k weights; glm4moe routes with
+// expert_gating_func 2, sigmoid) the row says so, and a file that says
+// otherwise is refused. Errors are INVALID_ARGUMENT naming the GGUF key
+// where one is missing, of the wrong type or of a value we do not run.
+// Not mapped yet: deepseek2 (latent attention) and gpt-oss.
 //
 // Tensor names: llama.cpp stores each layer's routed experts stacked, one
 // tensor per projection (blk.N.ffn_{gate,up,down}_exps.weight, ggml dims
 // [in, out, experts]); older Mixtral files store them per expert
 // (blk.N.ffn_gate.E.weight). A stacked tensor maps to a name pattern with
 // "{expert}" in it; expert e's weights are the e-th slice of dims[2]
-// (rows() / experts rows each), to be viewed without copying.
+// (rows() / experts rows each), to be viewed without copying. Shared
+// experts are ffn_*_shexp, qwen2moe's shared gate ffn_gate_inp_shexp, the
+// router's correction bias exp_probs_b.bias, dense layers ffn_{gate,up,down}.
 //
 // llama.cpp's converter permutes the rows of attn_q / attn_k of "llama"
 // (Mixtral) models so that its interleaved rope pairs the values that HF's
 // rotate_half pairs; GgufName::rope_permuted marks them, and
-// UndoLlamaRopePermutation restores the HF order. qwen3moe uses NEOX rope
-// and is stored unpermuted.
+// UndoLlamaRopePermutation restores the HF order. The other architectures
+// use NEOX rope and are stored unpermuted.
 //
 // Thread-safe: pure functions.
 #ifndef MOECACHE_COMMON_GGUF_MODEL_H_
@@ -53,6 +68,7 @@ struct GgufName {
   int layer = -1;                // -1 for embedding, final norm, lm head
   bool stacked_experts = false;  // dims[2] is the expert index
   bool rope_permuted = false;    // llama attn_q / attn_k: see above
+  bool nextn = false;            // an MTP layer's own tensor (not loaded)
   // `ours` for expert e. REQUIRES: stacked_experts.
   std::string ForExpert(int expert) const;
 };

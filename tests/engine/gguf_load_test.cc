@@ -1,5 +1,5 @@
-// GGUF checkpoints through the one loader (issue 30): a Mixtral and a
-// Qwen3-MoE model, F32 and BF16, converted to GGUF by our own reference
+// GGUF checkpoints through the one loader (issue 30): Mixtral, Qwen2-MoE,
+// Qwen3-MoE, OLMoE and GLM-4.5 models, float types, converted to GGUF by our own reference
 // converter (tests/reference/hf_to_gguf.py: llama.cpp's names, stacked
 // experts, llama's permuted q/k rows) load through ModelDescription::Open
 // and give the folder's logits bit for bit and the same greedy tokens; what
@@ -44,7 +44,9 @@ struct Case {
 class GgufLoadTest : public ::testing::TestWithParam<Case> {
  protected:
   // The folder and its GGUF.
-  void Make(const Case& c) {
+  // `edit`, a Python script, runs on the folder (its path is argv[1])
+  // before it is converted.
+  void Make(const Case& c, const std::string& edit = "") {
     MakeModelOptions o = TinyPreset(c.family);
     o.dtype = c.dtype;
     o.mlp_only_layers.clear();  // llama.cpp's qwen3moe has no dense layers
@@ -52,6 +54,10 @@ class GgufLoadTest : public ::testing::TestWithParam<Case> {
     folder_ = dir_.Sub("hf");
     gguf_ = dir_.Sub("model.gguf");
     ASSERT_TRUE(MakeModel(o, folder_).ok());
+    if (!edit.empty()) {
+      moe::testing::WriteText(dir_.Sub("edit.py"), edit);
+      ASSERT_EQ(Shell("/usr/bin/python3 " + dir_.Sub("edit.py") + " " + folder_), 0);
+    }
     ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " " + folder_ + " " + gguf_), 0);
   }
 
@@ -101,6 +107,20 @@ TEST_P(GgufLoadTest, GivesTheFoldersLogitsAndTokens) {
   EXPECT_EQ(desc->config().num_experts, folder_desc->config().num_experts);
   EXPECT_EQ(desc->config().num_hidden_layers, folder_desc->config().num_hidden_layers);
   EXPECT_EQ(desc->checkpoint().names(), folder_desc->checkpoint().names());
+  // What the keys carry (and the tensors decide): the same model.
+  const ModelConfig& g = desc->config();
+  const ModelConfig& f = folder_desc->config();
+  EXPECT_EQ(g.head_dim, f.head_dim);
+  EXPECT_EQ(g.rotary_dim, f.rotary_dim);
+  EXPECT_EQ(g.moe_intermediate_size, f.moe_intermediate_size);
+  EXPECT_EQ(g.shared_expert_intermediate_size, f.shared_expert_intermediate_size);
+  EXPECT_EQ(g.moe_layers, f.moe_layers);
+  EXPECT_EQ(g.norm_topk_prob, f.norm_topk_prob);
+  EXPECT_EQ(g.routed_scaling_factor, f.routed_scaling_factor);
+  EXPECT_EQ(g.n_group, f.n_group);
+  EXPECT_EQ(g.topk_group, f.topk_group);
+  EXPECT_EQ(g.qkv_bias, f.qkv_bias);
+  EXPECT_EQ(g.qk_norm, f.qk_norm);
   const Run a = RunModel(folder_), b = RunModel(gguf_);
   ASSERT_EQ(a.logits.size(), b.logits.size());
   EXPECT_EQ(a.logits, b.logits);  // the same weights, the same arithmetic
@@ -161,8 +181,59 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"MixtralBf16", ModelFamily::kMixtral, DType::kBF16},
                       Case{"MixtralF32", ModelFamily::kMixtral, DType::kF32},
                       Case{"Qwen3MoeBf16", ModelFamily::kQwen3Moe, DType::kBF16},
-                      Case{"Qwen3MoeF16", ModelFamily::kQwen3Moe, DType::kF16}),
+                      Case{"Qwen3MoeF16", ModelFamily::kQwen3Moe, DType::kF16},
+                      Case{"Qwen2MoeBf16", ModelFamily::kQwen2Moe, DType::kBF16},
+                      Case{"Qwen2MoeF32", ModelFamily::kQwen2Moe, DType::kF32},
+                      Case{"OlmoeBf16", ModelFamily::kOlmoe, DType::kBF16},
+                      Case{"OlmoeF16", ModelFamily::kOlmoe, DType::kF16},
+                      Case{"Glm4MoeBf16", ModelFamily::kGlm4Moe, DType::kBF16},
+                      Case{"Glm4MoeF32", ModelFamily::kGlm4Moe, DType::kF32}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// llama.cpp's glm4moe keeps the nextn (MTP) layer after the decoder's and
+// counts it in block_count: the file loads without it, as the folder does.
+using GgufNextnTest = GgufLoadTest;
+TEST_F(GgufNextnTest, Glm4MoeSkipsTheMtpLayer) {
+  // Appends layer 4 (a copy of layer 3 plus the nextn tensors) to the
+  // folder and says so in config.json.
+  const std::string edit = absl::StrCat(
+      "import json, os, struct, sys\n", "sys.path.insert(0, '", MOE_SOURCE_DIR,
+      "/tests/reference')\n", "import hf_to_gguf as h\n", "d = sys.argv[1]\n",
+      "cfg = json.load(open(os.path.join(d, 'config.json')))\n",
+      "n, hid = cfg['num_hidden_layers'], cfg['hidden_size']\n",
+      "t = h.read_safetensors(os.path.join(d, 'model.safetensors'))\n",
+      "last = 'model.layers.%d.' % (n - 1)\n",
+      "for k in [k for k in t if k.startswith(last)]:\n",
+      "    t['model.layers.%d.' % n + k[len(last):]] = t[k]\n",
+      "dt, _, norm = t[last + 'input_layernorm.weight']\n",
+      "for k in ('enorm', 'hnorm', 'shared_head.norm'):\n",
+      "    t['model.layers.%d.%s.weight' % (n, k)] = (dt, [hid], norm)\n",
+      "t['model.layers.%d.eh_proj.weight' % n] = (dt, [hid, 2 * hid], norm * 2 * hid)\n",
+      "header, blobs, off = {}, [], 0\n", "for k in sorted(t):\n",
+      "    dtype, shape, b = t[k]\n",
+      "    header[k] = {'dtype': dtype, 'shape': shape, 'data_offsets': [off, off + len(b)]}\n",
+      "    blobs.append(b)\n", "    off += len(b)\n", "j = json.dumps(header).encode()\n",
+      "j += b' ' * (-len(j) % 8)\n",
+      "open(os.path.join(d, 'model.safetensors'), 'wb').write(\n",
+      "    struct.pack('<Q', len(j)) + j + b''.join(blobs))\n",
+      "cfg['num_nextn_predict_layers'] = 1\n",
+      "json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))\n");
+  Make(Case{"Glm4MoeMtp", ModelFamily::kGlm4Moe, DType::kBF16}, edit);
+  auto desc = ModelDescription::Open(gguf_);
+  ASSERT_TRUE(desc.ok()) << desc.status();
+  auto folder_desc = ModelDescription::Open(folder_);
+  ASSERT_TRUE(folder_desc.ok()) << folder_desc.status();
+  EXPECT_EQ(desc->config().num_hidden_layers, folder_desc->config().num_hidden_layers);
+  EXPECT_EQ(desc->config().num_nextn_predict_layers, 1);
+  const std::string mtp = absl::StrCat("model.layers.", desc->config().num_hidden_layers, ".");
+  for (const std::string& name : desc->checkpoint().names()) {
+    EXPECT_EQ(name.rfind(mtp, 0), std::string::npos) << name;
+  }
+  const Run a = RunModel(folder_), b = RunModel(gguf_);
+  ASSERT_FALSE(a.logits.empty());
+  EXPECT_EQ(a.logits, b.logits);
+  EXPECT_EQ(a.tokens, b.tokens);
+}
 
 TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {
   moe::testing::TempDir dir;

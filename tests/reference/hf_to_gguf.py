@@ -8,8 +8,9 @@ quantizing option asks for numpy.
                   [--tensor-type GGUF_NAME=TYPE ...]
                   [--dequantized DIR]
 
-Families: mixtral (GGUF architecture "llama" with experts) and qwen3_moe
-("qwen3moe"). Tensors keep their dtype (F32, F16 or BF16), unless
+Families: mixtral (GGUF architecture "llama" with experts), qwen2_moe
+("qwen2moe"), qwen3_moe ("qwen3moe"), olmoe ("olmoe") and glm4_moe
+("glm4moe", its nextn layers counted in block_count as llama.cpp does). Tensors keep their dtype (F32, F16 or BF16), unless
 --experts quantizes the routed experts (and --dense the other 2-D weights
 whose rows are whole blocks, the router excepted) to a ggml block type
 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4) with the numpy
@@ -182,10 +183,89 @@ def parse_args():
     overrides = {}
     for o in a.tensor_type:
         name, _, t = o.partition("=")
+        t = t.upper()  # ggml type names, any case (q6_k)
         if t not in types:
             p.error("--tensor-type %s: unknown type %r" % (o, t))
         overrides[name] = types[t]
     return a, types.get(a.experts), types.get(a.dense), overrides
+
+
+PROJ = {"gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
+
+# model_type -> llama.cpp's architecture, our MoE block, the config field
+# counting the routed experts, expert projection names.
+FAMILIES = {
+    "mixtral": ("llama", "block_sparse_moe", "num_local_experts",
+                {"w1": "ffn_gate", "w3": "ffn_up", "w2": "ffn_down"}),
+    "qwen2_moe": ("qwen2moe", "mlp", "num_experts", PROJ),
+    "qwen3_moe": ("qwen3moe", "mlp", "num_experts", PROJ),
+    "olmoe": ("olmoe", "mlp", "num_experts", PROJ),
+    "glm4_moe": ("glm4moe", "mlp", "n_routed_experts", PROJ),
+}
+
+# Per-layer HF names (after model.layers.N.) -> llama.cpp's (after blk.N.).
+LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+    # the nextn (MTP) layers' own tensors
+    "eh_proj.weight": "nextn.eh_proj.weight",
+    "enorm.weight": "nextn.enorm.weight",
+    "hnorm.weight": "nextn.hnorm.weight",
+    "embed_tokens.weight": "nextn.embed_tokens.weight",
+    "shared_head.head.weight": "nextn.shared_head_head.weight",
+    "shared_head.norm.weight": "nextn.shared_head_norm.weight",
+}
+# Kept as they are, as llama.cpp keeps routers.
+ROUTERS = ("gate.weight", "shared_expert_gate.weight")
+
+
+def add_arch_keys(w, arch, cfg, head_dim):
+    """The keys llama.cpp's converter writes beyond the common ones."""
+    U32, F32V = gw.UINT32, gw.FLOAT32
+    if arch == "llama":
+        w.add(arch + ".rope.dimension_count", U32, head_dim)
+        return
+    if arch in ("qwen2moe", "qwen3moe", "glm4moe"):
+        w.add(arch + ".expert_feed_forward_length", U32, cfg["moe_intermediate_size"])
+    if arch != "olmoe":
+        w.add(arch + ".attention.key_length", U32, head_dim)
+        w.add(arch + ".attention.value_length", U32, head_dim)
+    if arch == "qwen2moe":
+        w.add(arch + ".expert_shared_feed_forward_length", U32,
+              cfg["shared_expert_intermediate_size"])
+    if arch == "olmoe" and cfg.get("clip_qkv") is not None:
+        w.add(arch + ".attention.clamp_kqv", F32V, cfg["clip_qkv"])
+    if arch == "glm4moe":
+        w.add(arch + ".rope.dimension_count", U32,
+              int(head_dim * cfg.get("partial_rotary_factor", 0.5)))
+        w.add(arch + ".expert_shared_count", U32, cfg.get("n_shared_experts") or 0)
+        w.add(arch + ".leading_dense_block_count", U32, cfg.get("first_k_dense_replace", 1))
+        w.add(arch + ".expert_gating_func", U32, 2)  # sigmoid
+        w.add(arch + ".expert_weights_scale", F32V, cfg.get("routed_scaling_factor", 1.0))
+        w.add(arch + ".expert_weights_norm", gw.BOOL, bool(cfg.get("norm_topk_prob", True)))
+        w.add(arch + ".expert_group_count", U32, cfg.get("n_group", 1))
+        w.add(arch + ".expert_group_used_count", U32, cfg.get("topk_group", 1))
+        if cfg.get("num_nextn_predict_layers"):
+            w.add(arch + ".nextn_predict_layers", U32, cfg["num_nextn_predict_layers"])
 
 
 def main():
@@ -195,27 +275,24 @@ def main():
     cfg = json.load(open(os.path.join(src, "config.json")))
     tensors = read_safetensors(os.path.join(src, "model.safetensors"))
     family = cfg["model_type"]
-    if family == "mixtral":
-        arch, moe, experts_key = "llama", "block_sparse_moe", "num_local_experts"
-        proj = {"w1": "ffn_gate", "w3": "ffn_up", "w2": "ffn_down"}
-    elif family == "qwen3_moe":
-        arch, moe, experts_key = "qwen3moe", "mlp", "num_experts"
-        proj = {"gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
-    else:
+    if family not in FAMILIES:
         sys.exit("hf_to_gguf.py: family %s is not converted" % family)
+    arch, moe, experts_key, proj = FAMILIES[family]
     if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
         sys.exit("hf_to_gguf.py: dense layers (mlp_only_layers, decoder_sparse_step) have "
-                 "no GGUF form in llama.cpp's qwen3moe")
+                 "no GGUF form in llama.cpp's %s" % arch)
     heads = cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     n_exp = cfg[experts_key]
+    # llama.cpp's glm4moe counts the nextn (MTP) layers in block_count.
+    blocks = cfg["num_hidden_layers"] + (cfg.get("num_nextn_predict_layers") or 0)
 
     w = gw.GGUFWriter(version=3)
     U32, F32V = gw.UINT32, gw.FLOAT32
     w.add("general.architecture", gw.STRING, arch)
     w.add(arch + ".embedding_length", U32, cfg["hidden_size"])
-    w.add(arch + ".block_count", U32, cfg["num_hidden_layers"])
+    w.add(arch + ".block_count", U32, blocks)
     w.add(arch + ".attention.head_count", U32, heads)
     w.add(arch + ".attention.head_count_kv", U32, kv_heads)
     w.add(arch + ".expert_count", U32, n_exp)
@@ -225,12 +302,7 @@ def main():
     w.add(arch + ".attention.layer_norm_rms_epsilon", F32V, cfg["rms_norm_eps"])
     w.add(arch + ".rope.freq_base", F32V, cfg.get("rope_theta", 10000.0))
     w.add(arch + ".vocab_size", U32, cfg["vocab_size"])
-    if arch == "llama":
-        w.add(arch + ".rope.dimension_count", U32, head_dim)
-    else:
-        w.add(arch + ".expert_feed_forward_length", U32, cfg["moe_intermediate_size"])
-        w.add(arch + ".attention.key_length", U32, head_dim)
-        w.add(arch + ".attention.value_length", U32, head_dim)
+    add_arch_keys(w, arch, cfg, head_dim)
     for key, gkey in (("bos_token_id", "tokenizer.ggml.bos_token_id"),
                       ("eos_token_id", "tokenizer.ggml.eos_token_id")):
         v = cfg.get(key)
@@ -249,15 +321,10 @@ def main():
     simple = {"model.embed_tokens.weight": "token_embd.weight",
               "model.norm.weight": "output_norm.weight",
               "lm_head.weight": "output.weight"}
-    layer_names = {"input_layernorm.weight": "attn_norm.weight",
-                   "post_attention_layernorm.weight": "ffn_norm.weight",
-                   "self_attn.q_proj.weight": "attn_q.weight",
-                   "self_attn.k_proj.weight": "attn_k.weight",
-                   "self_attn.v_proj.weight": "attn_v.weight",
-                   "self_attn.o_proj.weight": "attn_output.weight",
-                   "self_attn.q_norm.weight": "attn_q_norm.weight",
-                   "self_attn.k_norm.weight": "attn_k_norm.weight",
-                   moe + ".gate.weight": "ffn_gate_inp.weight"}
+    layer_names = dict(LAYER_NAMES)
+    for r in ROUTERS:
+        layer_names[moe + "." + r] = ("ffn_gate_inp.weight" if r == "gate.weight"
+                                      else "ffn_gate_inp_shexp.weight")
     stacks = {}
     for name in sorted(tensors):
         dtype, shape, data = tensors[name]
@@ -268,14 +335,15 @@ def main():
         parts = name.split(".")
         layer, rest = int(parts[2]), ".".join(parts[3:])
         if rest in layer_names:
-            # The router stays as it is, as llama.cpp keeps it.
-            kind = "router" if rest == moe + ".gate.weight" else "dense"
+            kind = "router" if rest[len(moe) + 1:] in ROUTERS else "dense"
             t, raw = quant.convert(name, kind, dtype, shape, data)
             if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
                 h = heads if "q_proj" in rest else kv_heads
                 raw = permute_rows(raw, shape[0], h, len(raw) // shape[0])
             add("blk.%d.%s" % (layer, layer_names[rest]), t, shape, raw)
             continue
+        if len(parts) != 8 or parts[4] != "experts":
+            sys.exit("hf_to_gguf.py: no GGUF name for %s" % name)
         # model.layers.N.<moe>.experts.E.<proj>.weight
         e, p = int(parts[5]), parts[6]
         stacked = "blk.%d.%s_exps.weight" % (layer, proj[p])

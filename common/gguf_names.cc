@@ -1,0 +1,199 @@
+// llama.cpp's tensor names mapped to ours (common/gguf_model.h), as tables:
+// the per-layer names of every family, each tagged with the part of a
+// model it belongs to, and per family the parts its GGUF files hold.
+#include "common/gguf_model.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+
+namespace moe {
+namespace {
+
+// Parts of a decoder layer beyond attention, norms, router and experts.
+enum Part : uint32_t {
+  kBase = 0,
+  kQkNorm = 1 << 0,        // attn_{q,k}_norm
+  kQkvBias = 1 << 1,       // attn_{q,k,v}.bias
+  kDenseMlp = 1 << 2,      // ffn_{gate,up,down}: leading dense layers
+  kSharedExpert = 1 << 3,  // ffn_{gate,up,down}_shexp
+  kSharedGate = 1 << 4,    // ffn_gate_inp_shexp (sigmoid-gated shared expert)
+  kScoreBias = 1 << 5,     // exp_probs_b.bias (e_score_correction_bias)
+  kNextn = 1 << 6,         // nextn.*: the MTP layers' own tensors
+};
+
+// What each family's GGUF files hold.
+struct FamilyNames {
+  ModelFamily family;
+  uint32_t parts;
+  bool rope_permuted;  // llama.cpp permutes attn_q / attn_k rows ("llama")
+};
+
+constexpr FamilyNames kFamilyNames[] = {
+    {ModelFamily::kMixtral, kBase, true},
+    {ModelFamily::kQwen2Moe, kQkvBias | kSharedExpert | kSharedGate, false},
+    {ModelFamily::kQwen3Moe, kQkNorm, false},
+    {ModelFamily::kOlmoe, kQkNorm, false},
+    {ModelFamily::kGlm4Moe,
+     kQkNorm | kQkvBias | kDenseMlp | kSharedExpert | kScoreBias | kNextn,
+     false},
+};
+
+// llama.cpp's per-layer names (after "blk.N.") and ours (after
+// "model.layers.N."); "{moe}", "{router}" and "{shared}" stand for the
+// family row's moe_block, router_name and shared_block.
+struct LayerName {
+  const char* gguf;
+  const char* ours;
+  Part part;
+  bool rope_permuted_in_llama = false;
+};
+
+constexpr LayerName kLayerNames[] = {
+    {"attn_norm.weight", "input_layernorm.weight", kBase},
+    {"ffn_norm.weight", "post_attention_layernorm.weight", kBase},
+    {"attn_q.weight", "self_attn.q_proj.weight", kBase, true},
+    {"attn_k.weight", "self_attn.k_proj.weight", kBase, true},
+    {"attn_v.weight", "self_attn.v_proj.weight", kBase},
+    {"attn_output.weight", "self_attn.o_proj.weight", kBase},
+    {"ffn_gate_inp.weight", "{moe}.{router}.weight", kBase},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight", kQkNorm},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight", kQkNorm},
+    {"attn_q.bias", "self_attn.q_proj.bias", kQkvBias},
+    {"attn_k.bias", "self_attn.k_proj.bias", kQkvBias},
+    {"attn_v.bias", "self_attn.v_proj.bias", kQkvBias},
+    {"ffn_gate.weight", "mlp.gate_proj.weight", kDenseMlp},
+    {"ffn_up.weight", "mlp.up_proj.weight", kDenseMlp},
+    {"ffn_down.weight", "mlp.down_proj.weight", kDenseMlp},
+    {"ffn_gate_shexp.weight", "{moe}.{shared}.gate_proj.weight", kSharedExpert},
+    {"ffn_up_shexp.weight", "{moe}.{shared}.up_proj.weight", kSharedExpert},
+    {"ffn_down_shexp.weight", "{moe}.{shared}.down_proj.weight", kSharedExpert},
+    {"ffn_gate_inp_shexp.weight", "{moe}.shared_expert_gate.weight",
+     kSharedGate},
+    {"exp_probs_b.bias", "{moe}.{router}.e_score_correction_bias", kScoreBias},
+    {"nextn.eh_proj.weight", "eh_proj.weight", kNextn},
+    {"nextn.enorm.weight", "enorm.weight", kNextn},
+    {"nextn.hnorm.weight", "hnorm.weight", kNextn},
+    {"nextn.embed_tokens.weight", "embed_tokens.weight", kNextn},
+    {"nextn.shared_head_head.weight", "shared_head.head.weight", kNextn},
+    {"nextn.shared_head_norm.weight", "shared_head.norm.weight", kNextn},
+};
+
+// gate, up, down as llama.cpp names them.
+constexpr const char* kExpertKinds[3] = {"ffn_gate", "ffn_up", "ffn_down"};
+
+const FamilyNames* NamesOf(ModelFamily family) {
+  for (const FamilyNames& f : kFamilyNames) {
+    if (f.family == family) return &f;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
+                                        absl::string_view rest) {
+  const FamilyTraits& traits = TraitsOf(names.family);
+  const std::string prefix = absl::StrCat("model.layers.", layer, ".");
+  const std::string moe = absl::StrCat(prefix, traits.moe_block, ".");
+  GgufName out;
+  out.layer = layer;
+  for (const LayerName& n : kLayerNames) {
+    if (rest != n.gguf) continue;
+    if (n.part != kBase && (names.parts & n.part) == 0) break;
+    out.ours = prefix +
+               absl::StrReplaceAll(n.ours, {{"{moe}", traits.moe_block},
+                                            {"{router}", traits.router_name},
+                                            {"{shared}", traits.shared_block}});
+    out.rope_permuted = n.rope_permuted_in_llama && names.rope_permuted;
+    out.nextn = n.part == kNextn;
+    return out;
+  }
+  for (int k = 0; k < 3; ++k) {
+    const std::string kind = kExpertKinds[k];
+    if (rest == kind + "_exps.weight") {
+      out.ours = absl::StrCat(moe, "experts.{expert}.", traits.expert_names[k],
+                              ".weight");
+      out.stacked_experts = true;
+      return out;
+    }
+    // Older per-expert files: ffn_gate.E.weight.
+    std::vector<absl::string_view> parts = absl::StrSplit(rest, '.');
+    int expert = 0;
+    if (parts.size() == 3 && parts[0] == kind && parts[2] == "weight" &&
+        absl::SimpleAtoi(parts[1], &expert) && expert >= 0) {
+      out.ours = absl::StrCat(moe, "experts.", expert, ".",
+                              traits.expert_names[k], ".weight");
+      return out;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "GGUF tensor 'blk.", layer, ".", rest, "' has no counterpart in a ",
+      ModelFamilyName(names.family), " model"));
+}
+
+}  // namespace
+
+std::string GgufName::ForExpert(int expert) const {
+  MOE_CHECK(stacked_experts) << ours;
+  return absl::StrReplaceAll(ours, {{"{expert}", absl::StrCat(expert)}});
+}
+
+absl::StatusOr<GgufName> MapGgufTensorName(ModelFamily family,
+                                           absl::string_view gguf_name) {
+  GgufName out;
+  if (gguf_name == "token_embd.weight") {
+    out.ours = "model.embed_tokens.weight";
+    return out;
+  }
+  if (gguf_name == "output_norm.weight") {
+    out.ours = "model.norm.weight";
+    return out;
+  }
+  if (gguf_name == "output.weight") {
+    out.ours = "lm_head.weight";
+    return out;
+  }
+  const FamilyNames* names = NamesOf(family);
+  if (names == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF tensor names are not mapped for ",
+                     ModelFamilyName(family), " yet"));
+  }
+  int layer = -1;
+  if (absl::StartsWith(gguf_name, "blk.")) {
+    absl::string_view rest = gguf_name.substr(4);
+    size_t dot = rest.find('.');
+    if (dot != absl::string_view::npos &&
+        absl::SimpleAtoi(rest.substr(0, dot), &layer) && layer >= 0) {
+      return MapLayerTensor(*names, layer, rest.substr(dot + 1));
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("GGUF tensor '", gguf_name, "' has no counterpart in a ",
+                   ModelFamilyName(family), " model"));
+}
+
+void UndoLlamaRopePermutation(const uint8_t* in, int64_t heads,
+                              int64_t head_dim, size_t row_bytes,
+                              uint8_t* out) {
+  MOE_CHECK(head_dim % 2 == 0) << head_dim;
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t j = 0; j < 2; ++j) {
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t hf = h * head_dim + j * half + i;
+        const int64_t gguf = h * head_dim + 2 * i + j;
+        std::memcpy(out + hf * row_bytes, in + gguf * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+}  // namespace moe
