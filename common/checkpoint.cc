@@ -119,15 +119,17 @@ absl::Status Checkpoint::OpenIndex(const std::string& index_path) {
 namespace {
 
 // What a GGUF tensor of `type` becomes: kept as it is (`dtype`, its bytes
-// viewed in place or, for MXFP4, repacked), or decoded to F32 at load.
+// viewed in place or, for MXFP4, repacked), or decoded to F32 at load. A
+// matrix stays in its blocks (routed experts and dense weights alike: the
+// engine decides per use, MoeModel::DenseView); only a block-format vector
+// is decoded.
 struct GgufPlan {
   DType dtype = DType::kF32;
   bool decode = false;  // dequantize to an owned F32 copy
   bool repack = false;  // ggml MXFP4 -> kMxfp4 (an owned copy)
 };
 
-absl::StatusOr<GgufPlan> PlanGgufTensor(const std::string& path, const GgufTensorInfo& t,
-                                        bool expert) {
+absl::StatusOr<GgufPlan> PlanGgufTensor(const std::string& path, const GgufTensorInfo& t) {
   switch (t.type) {
     case GgufType::kF32: return GgufPlan{DType::kF32};
     case GgufType::kF16: return GgufPlan{DType::kF16};
@@ -141,7 +143,7 @@ absl::StatusOr<GgufPlan> PlanGgufTensor(const std::string& path, const GgufTenso
         ": GGUF tensors of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and "
         "MXFP4 are loaded; this type is not yet"));
   }
-  if (!expert) return GgufPlan{DType::kF32, /*decode=*/true};
+  if (t.shape().size() < 2) return GgufPlan{DType::kF32, /*decode=*/true};
   return GgufPlan{*held, false, /*repack=*/t.type == GgufType::kMXFP4};
 }
 
@@ -159,7 +161,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
                        name.layer < config.num_hidden_layers + config.num_nextn_predict_layers)) {
       continue;
     }
-    ASSIGN_OR_RETURN(GgufPlan plan, PlanGgufTensor(path, t, name.stacked_experts));
+    ASSIGN_OR_RETURN(GgufPlan plan, PlanGgufTensor(path, t));
     absl::Span<const uint8_t> bytes = gguf->Data(t);
     std::vector<int64_t> shape = t.shape();
     if (plan.repack) {
@@ -203,8 +205,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
     }
     size_t nbytes = bytes.size();
     if (plan.decode) {
-      // A dense block-format tensor: decoded once to F32 (exactly ggml's
-      // dequantized values), so every dense kernel reads it as it is.
+      // A block-format vector: decoded once to F32 (exactly ggml's
+      // dequantized values).
       nbytes = sizeof(float) * static_cast<size_t>(t.numel);
       std::vector<uint8_t>& f32 = ckpt->owned_.emplace_back(nbytes);
       RETURN_IF_ERROR(DequantizeGguf(t.type, data, t.numel, reinterpret_cast<float*>(f32.data())));

@@ -61,15 +61,52 @@ absl::StatusOr<const void*> MoeModel::Place(const TensorView& view) {
   return static_cast<const void*>(p);
 }
 
-absl::StatusOr<Weight> MoeModel::Matrix(TensorRole role, int layer) {
+namespace {
+
+// The dense matrices that only ever meet Backend::MatMul whole (x W^T over
+// whole rows), so any weight dtype of the backend's may stay as it is.
+bool PlainMatMulWeight(TensorRole role) {
+  switch (role) {
+    case TensorRole::kQProj:
+    case TensorRole::kKProj:
+    case TensorRole::kVProj:
+    case TensorRole::kOProj:
+    case TensorRole::kLmHead:
+    case TensorRole::kRouter:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool BackendRuns(const BackendInfo& b, DType t) {
+  return (t == DType::kQ8 && b.supports_q8) || (t == DType::kQ4 && b.supports_q4) ||
+         (t == DType::kMxfp4 && b.supports_mxfp4) ||
+         (IsGgufBlockDType(t) && b.supports_gguf_blocks);
+}
+
+}  // namespace
+
+absl::StatusOr<TensorView> MoeModel::DenseView(TensorRole role, int layer, bool blocks_ok) {
   ASSIGN_OR_RETURN(TensorView view, desc_->Dense(role, layer));
   if (view.dtype == DType::kF8E4M3) {
     // Dense FP8 weights are a small share of the bytes: BF16 from here on.
     std::vector<uint8_t>& buf = dequantized_.emplace_back(
         static_cast<size_t>(view.numel()) * DTypeSize(DType::kBF16));
     RETURN_IF_ERROR(ConvertWeightView(view, DType::kBF16, buf.data()));
-    view = TensorView{DType::kBF16, view.shape, buf.data(), buf.size(), {}};
+    return TensorView{DType::kBF16, view.shape, buf.data(), buf.size(), {}};
   }
+  if (IsQuantDType(view.dtype) && !(blocks_ok && BackendRuns(backend_->Info(), view.dtype))) {
+    std::vector<uint8_t>& buf =
+        dequantized_.emplace_back(static_cast<size_t>(view.numel()) * sizeof(float));
+    RETURN_IF_ERROR(ConvertWeightView(view, DType::kF32, buf.data()));
+    return TensorView{DType::kF32, view.shape, buf.data(), buf.size(), {}};
+  }
+  return view;
+}
+
+absl::StatusOr<Weight> MoeModel::Matrix(TensorRole role, int layer) {
+  ASSIGN_OR_RETURN(TensorView view, DenseView(role, layer, PlainMatMulWeight(role)));
   Weight w;
   w.dtype = view.dtype;
   w.rows = view.shape[0];

@@ -107,6 +107,11 @@ class MoeModel {
   // Router, shared expert or dense MLP of `layer`.
   absl::Status PrepareMlp(LayerWeights& w, int layer);
   absl::StatusOr<Weight> Matrix(TensorRole role, int layer);
+  // The dense tensor as the engine reads it: block-format weights (GGUF
+  // files) stay blocks where `blocks_ok` (a plain MatMul weight) and the
+  // backend has kernels for them, else are decoded to F32 here (exactly
+  // the file's values); F8_E4M3 becomes BF16.
+  absl::StatusOr<TensorView> DenseView(TensorRole role, int layer, bool blocks_ok);
   absl::StatusOr<const float*> Vector(TensorRole role, int layer);
   absl::StatusOr<const void*> Place(const TensorView& view);
 
@@ -114,7 +119,8 @@ class MoeModel {
   Backend* backend_ = nullptr;
   bool device_ = false;
   std::vector<void*> owned_;  // backend buffers we allocated
-  // Host copies of F8_E4M3 dense weights, dequantized to BF16 at load.
+  // Host copies of F8_E4M3 dense weights, dequantized to BF16 at load, and
+  // of block-format ones decoded to F32 (DenseView).
   std::vector<std::vector<uint8_t>> dequantized_;
   std::vector<LayerWeights> layers_;
   Weight embed_, lm_head_;

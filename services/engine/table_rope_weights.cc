@@ -23,7 +23,7 @@ int64_t SourceInHead(int64_t i, int64_t rd) {
 }  // namespace
 
 absl::StatusOr<Weight> MoeModel::HeadPermuted(TensorRole role, int layer) {
-  ASSIGN_OR_RETURN(TensorView view, desc_->Dense(role, layer));
+  ASSIGN_OR_RETURN(TensorView view, DenseView(role, layer, /*blocks_ok=*/false));
   const int64_t d = config().head_dim, rd = config().rotary_dim;
   if (!IsFloatDType(view.dtype) || view.shape.size() != 2 ||
       view.shape[0] % d != 0) {

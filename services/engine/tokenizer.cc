@@ -269,6 +269,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufMetadat
     return absl::NotFoundError("the GGUF file has no tokenizer (tokenizer.ggml.model)");
   }
   ASSIGN_OR_RETURN(absl::string_view model, m.GetString("tokenizer.ggml.model"));
+  if (model == "none") {  // llama.cpp's "no vocabulary" (token ids only)
+    return absl::NotFoundError("the GGUF file has no tokenizer (tokenizer.ggml.model 'none')");
+  }
   if (model == "llama") {
     absl::StatusOr<tok::GgufSpmVocab> v = tok::SpmVocabFromGguf(m);
     if (!v.ok()) {

@@ -69,7 +69,7 @@ class Tokenizer {
   //   a special added token too, as in a tokenizer.json.
   // Both: token_type 3 (control) tokens are special added tokens, 4 (user
   // defined) plain added ones, matched whole in the text; bos/eos from
-  // tokenizer.ggml.{bos,eos}_token_id. NOT_FOUND when the file has no
+  // tokenizer.ggml.{bos,eos}_token_id. NOT_FOUND when the file has no (or a "none")
   // vocabulary; INVALID_ARGUMENT for arrays of different lengths or
   // bos/eos/unknown ids outside the vocabulary; UNIMPLEMENTED naming
   // another model or pre.

@@ -100,7 +100,9 @@ void PrintGgufTypes(const ModelDescription& d) {
     }
     if (counts.first > counts.second) {
       absl::StrAppend(&what, what.empty() ? "" : "; ", counts.first - counts.second, " other",
-                      plain ? "" : ", dequantized to F32 at load");
+                      plain ? ""
+                            : ", as blocks where a CPU MatMul reads them (attention, "
+                              "lm head, router), else decoded to F32 at load");
     }
     std::printf("gguf tensors %s: %d (%s)\n", type.c_str(), counts.first, what.c_str());
   }

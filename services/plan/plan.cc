@@ -24,8 +24,11 @@ DType TorchDType(const std::string& name) {
 
 // Bytes per element of a non-expert matrix on the device: FP8 is widened to
 // BF16 at load (MoeModel::Matrix).
-int64_t DenseElementBytes(DType stored) {
-  return stored == DType::kF8E4M3 ? 2 : static_cast<int64_t>(DTypeSize(stored));
+// Bytes per dense weight on the device: FP8 becomes BF16; a GGUF file's
+// block formats stay blocks (their bytes per weight).
+double DenseElementBytes(DType stored) {
+  if (stored == DType::kF8E4M3) return 2;
+  return static_cast<double>(QuantBlockBytes(stored)) / static_cast<double>(QuantGroupSize(stored));
 }
 
 int64_t Numel(const std::vector<int64_t>& shape) {
@@ -240,15 +243,18 @@ absl::StatusOr<ModelFigures> ComputeFigures(const ModelConfig& c, const StoredFo
   m.experts_per_layer = c.num_experts;
   m.top_k = c.top_k;
   m.experts_total = int64_t{m.num_moe_layers} * c.num_experts;
-  const int64_t dense_element = DenseElementBytes(stored.dense);
+  const double dense_element = DenseElementBytes(stored.dense);
+  // Vectors (norms, biases) are F32 in a GGUF file, and widened to F32 here.
+  const double vector_element = IsQuantDType(stored.dense) ? 4 : dense_element;
+  double dense_bytes = 0;
   for (const TensorSpec& s : ExpectedTensors(c)) {
     if (IsExpertRole(s.role)) continue;  // RoutedExpertParams
     const int64_t n = Numel(s.shape);
     m.params_dense += n;
-    m.dense_bytes_device += s.shape.size() >= 2
-                                ? n * dense_element
-                                : n * (dense_element + 4);
+    dense_bytes += static_cast<double>(n) *
+                   (s.shape.size() >= 2 ? dense_element : vector_element + 4);
   }
+  m.dense_bytes_device = static_cast<int64_t>(std::ceil(dense_bytes));
   m.expert_params = RoutedExpertParams(c);
   m.params_total = m.params_dense + m.expert_params * m.experts_total;
   m.params_active = m.params_dense + int64_t{m.num_moe_layers} * m.top_k * m.expert_params;

@@ -3,7 +3,8 @@
 // block types by our own numpy quantizers (tests/reference/gguf_quants.py,
 // through hf_to_gguf.py --experts/--dense) load with their experts kept as
 // blocks (kQ8, kQ4_0, kQ4K, kQ5K, kQ6K, kMxfp4; an expert's bytes are the
-// GGUF blocks' bytes), dense block tensors dequantized to F32, and run:
+// GGUF blocks' bytes), dense block matrices kept as blocks too (read by the
+// CPU MatMul where the engine only multiplies by them), and run:
 // greedy tokens and logprobs agree with the float64 reference forward
 // (tests/reference/moe_reference.py) of the dequantized weights. Malformed
 // quantized tensors are refused naming the tensor.
@@ -119,7 +120,7 @@ class GgufQuantTest : public ::testing::TestWithParam<Case> {
   std::string folder_, gguf_, dequantized_;
 };
 
-TEST_P(GgufQuantTest, ExpertsKeepTheirBlocksAndDenseTensorsAreDecoded) {
+TEST_P(GgufQuantTest, ExpertsAndDenseMatricesKeepTheirBlocks) {
   const Case& c = GetParam();
   auto d = ModelDescription::Open(gguf_);
   ASSERT_TRUE(d.ok()) << d.status();
@@ -154,9 +155,10 @@ TEST_P(GgufQuantTest, ExpertsKeepTheirBlocksAndDenseTensorsAreDecoded) {
   ASSERT_TRUE(up.ok());
   EXPECT_EQ(up->dtype, up_type);
   EXPECT_EQ(up->nbytes, static_cast<size_t>(WeightBytes(up_type, inter, h)));
+  // Dense matrices keep their blocks too (MoeModel decides per use).
   auto q = d->Dense(TensorRole::kQProj, 0);
   ASSERT_TRUE(q.ok());
-  EXPECT_EQ(q->dtype, DType::kF32);  // F32 in the file, or decoded to F32
+  EXPECT_EQ(q->dtype, *c.dense == '\0' ? DType::kF32 : HeldAs(c.dense));
 }
 
 TEST_P(GgufQuantTest,
@@ -240,7 +242,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"MixtralQ6_KDenseQ6_K", ModelFamily::kMixtral, "Q6_K", "Q6_K",
              DType::kQ6K},
         Case{"Qwen3MoeMxfp4", ModelFamily::kQwen3Moe, "MXFP4", "Q4_K",
-             DType::kMxfp4},
+             DType::kMxfp4, 13},
         // As llama.cpp's Q4_K_M: a layer's down in Q6_K; and, to run gate
         // and up of different types, layer 0's up in Q5_K.
         Case{"MixtralQ4_K_M", ModelFamily::kMixtral, "Q4_K", "Q8_0", DType::kQ6K, 11,

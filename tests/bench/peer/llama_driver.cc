@@ -16,6 +16,8 @@
 //       apart), then from an empty context (TTFT) followed by the decode.
 //       Prints one JSON line.
 //   llama_driver quantize IN OUT TYPE [--threads T]
+//       TYPE q4_k_m | q5_k_m | q6_k: llama.cpp's own file types (its mixture
+//       of types per tensor and layer, as its llama-quantize writes them);
 //       TYPE q8_0 | q4_0 | q4_1: routed experts (*_exps) in TYPE, every other
 //       tensor as stored in IN (bf16 stays bf16; norms and routers F32).
 //
@@ -271,11 +273,19 @@ int RunBench(const Args& a) {
 }
 
 int RunQuantize(const Args& a) {
-  if (a.positional.size() != 3) Die("usage: llama_driver quantize IN OUT q8_0|q4_0|q4_1");
+  if (a.positional.size() != 3) {
+    Die("usage: llama_driver quantize IN OUT q8_0|q4_0|q4_1|q4_k_m|q5_k_m|q6_k");
+  }
   const std::string& type = a.positional[2];
   llama_ftype ftype;
-  ggml_type expert;
-  if (type == "q8_0") {
+  ggml_type expert = GGML_TYPE_COUNT;  // COUNT: llama.cpp's own mixture for every tensor
+  if (type == "q4_k_m") {
+    ftype = LLAMA_FTYPE_MOSTLY_Q4_K_M;
+  } else if (type == "q5_k_m") {
+    ftype = LLAMA_FTYPE_MOSTLY_Q5_K_M;
+  } else if (type == "q6_k") {
+    ftype = LLAMA_FTYPE_MOSTLY_Q6_K;
+  } else if (type == "q8_0") {
     ftype = LLAMA_FTYPE_MOSTLY_Q8_0;
     expert = GGML_TYPE_Q8_0;
   } else if (type == "q4_0") {
@@ -285,7 +295,7 @@ int RunQuantize(const Args& a) {
     ftype = LLAMA_FTYPE_MOSTLY_Q4_1;
     expert = GGML_TYPE_Q4_1;
   } else {
-    Die("unknown type " + type + " (q8_0, q4_0, q4_1)");
+    Die("unknown type " + type + " (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k)");
   }
   LoadBackends(a);
   // Experts in `expert`; everything else stays as it is in IN (the first
@@ -295,9 +305,11 @@ int RunQuantize(const Args& a) {
   llama_model_quantize_params qp = llama_model_quantize_default_params();
   qp.nthread = a.threads;
   qp.ftype = ftype;
-  qp.token_embedding_type = GGML_TYPE_BF16;
-  qp.output_tensor_type = GGML_TYPE_BF16;
-  qp.tt_overrides = overrides;
+  if (expert != GGML_TYPE_COUNT) {
+    qp.token_embedding_type = GGML_TYPE_BF16;
+    qp.output_tensor_type = GGML_TYPE_BF16;
+    qp.tt_overrides = overrides;
+  }
   if (llama_model_quantize(a.positional[0].c_str(), a.positional[1].c_str(), &qp) != 0) {
     Die("llama_model_quantize failed for " + a.positional[0]);
   }
