@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -153,8 +155,13 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
     std::unique_ptr<GgufCheckpoint> gguf, const ModelConfig& config, const std::string& path) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = path;
+  std::vector<std::pair<const GgufTensorInfo*, GgufName>> stand_ins;
   for (const GgufTensorInfo& t : gguf->tensors()) {
     ASSIGN_OR_RETURN(GgufName name, MapGgufTensorName(config.family, t.name));
+    if (!name.stands_in_for.empty()) {
+      stand_ins.emplace_back(&t, std::move(name));
+      continue;
+    }
     // The nextn (MTP) layers llama.cpp keeps after the decoder's: not run,
     // as a folder's are not.
     if (name.nextn || (name.layer >= config.num_hidden_layers &&
@@ -172,8 +179,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
     }
     if (name.stacked_experts) {
       // ggml dims [in, out, experts]: expert e is the e-th [out, in] block,
-      // whole rows of whole blocks (the reader checked dims[0]).
-      if (shape.size() != 3 || shape[0] != config.num_experts) {
+      // whole rows of whole blocks (the reader checked dims[0]); a stacked
+      // bias [out, experts] is one [out] row per expert.
+      if (shape.size() < 2 || shape.size() > 3 || shape[0] != config.num_experts) {
         return absl::InvalidArgumentError(absl::StrCat(
             path, ": tensor '", t.name, "' stacks ", shape.empty() ? 0 : shape[0],
             " experts; the model has ", config.num_experts));
@@ -214,6 +222,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
     }
     ckpt->views_[name.ours] = TensorView{plan.dtype, shape, data, nbytes};
     ckpt->names_.push_back(name.ours);
+  }
+  for (const auto& [t, name] : stand_ins) {
+    if (ckpt->views_.count(name.stands_in_for) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", t->name, "': ", name.why));
+    }
   }
   std::sort(ckpt->names_.begin(), ckpt->names_.end());
   ckpt->gguf_ = std::move(gguf);

@@ -77,9 +77,12 @@ class Checkpoint {
       const std::string& dir);
 
   // The tensors of a GGUF checkpoint of `config` (ModelConfigFromGguf)
-  // under our names (common/gguf_model.h): a stacked expert tensor becomes
-  // one view per expert (no copy), llama's permuted attn_q / attn_k rows
-  // are put back in Hugging Face order (a copy, held here).
+  // under our names (common/gguf_model.h): a stacked expert tensor (or
+  // stacked expert bias) becomes one view per expert (no copy), llama's
+  // permuted attn_q / attn_k rows are put back in Hugging Face order (a
+  // copy, held here). gpt-oss's experts stay split per projection (our
+  // names experts.E.{gate,up,down}_proj.{weight,bias}; model_desc.h,
+  // BiasedExperts::kPerExpert).
   // Types: F32, F16 and BF16 are viewed as they are. Routed experts in
   // block formats keep their blocks: Q8_0 as kQ8 and Q4_0, Q4_1, Q5_0,
   // Q5_1, Q4_K, Q5_K, Q6_K as kQ4_0 .. kQ6K (views, no copy; an expert's

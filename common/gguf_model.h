@@ -7,12 +7,21 @@
 // Architectures (general.architecture): "llama" with experts (Mixtral; a
 // llama without {arch}.expert_count is dense and refused), "qwen2moe"
 // (Qwen1.5/Qwen2-MoE: sigmoid-gated shared expert, q/k/v biases),
-// "qwen3moe", "olmoe" (q/k norms over the whole projection) and "glm4moe"
+// "qwen3moe", "olmoe" (q/k norms over the whole projection), "glm4moe"
 // (GLM-4.5: leading dense layers, shared experts, sigmoid router with
 // correction bias, partial rotary from rope.dimension_count; block_count
 // counts the nextn_predict_layers MTP layers, which are not run:
 // ModelConfig::num_hidden_layers excludes them and their tensors are
-// marked GgufName::nextn or lie past the decoder's layers). The keys are
+// marked GgufName::nextn or lie past the decoder's layers), "deepseek2"
+// (latent attention; deepseek_v2 with expert_gating_func 1 or absent,
+// group_limited_greedy when expert_group_count > 1, deepseek_v3 with 2:
+// sigmoid, noaux_tc; qk_nope/v head sizes from key_length_mla /
+// value_length_mla, or from key_length / value_length in older files;
+// num_key_value_heads = heads, not llama.cpp's MQA 1; YaRN from
+// rope.scaling.*, mscale = mscale_all_dim = 10 * yarn_log_multiplier, as
+// llama.cpp assumes) and "gpt-oss" (sinks, biases, sliding window on even
+// layers, SwiGLU clamp 7 unless swiglu_clamp_exp says, YaRN without
+// truncation, plain rope without rope.scaling.type). The keys are
 // turned into the config.json fields of the family and parsed by
 // ParseModelConfig, so defaults and validation are the same as for a
 // Hugging Face folder; where llama.cpp's graph fixes a choice (qwen2moe
@@ -20,7 +29,9 @@
 // expert_gating_func 2, sigmoid) the row says so, and a file that says
 // otherwise is refused. Errors are INVALID_ARGUMENT naming the GGUF key
 // where one is missing, of the wrong type or of a value we do not run.
-// Not mapped yet: deepseek2 (latent attention) and gpt-oss.
+// A deepseek2 file's norm_topk_prob / routed_scaling_factor mean what
+// transformers' deepseek_v2 code does (no scaling when renormalising),
+// not llama.cpp's graph (which always scales).
 //
 // Tensor names: llama.cpp stores each layer's routed experts stacked, one
 // tensor per projection (blk.N.ffn_{gate,up,down}_exps.weight, ggml dims
@@ -30,6 +41,14 @@
 // (rows() / experts rows each), to be viewed without copying. Shared
 // experts are ffn_*_shexp, qwen2moe's shared gate ffn_gate_inp_shexp, the
 // router's correction bias exp_probs_b.bias, dense layers ffn_{gate,up,down}.
+// gpt-oss stores gate and up (of HF's fused gate_up_proj) as separate
+// stacks with stacked biases ffn_{gate,up,down}_exps.bias ([out,
+// experts]); they map to per-expert names experts.{expert}.{gate,up,
+// down}_proj.{weight,bias} (model_desc.h, BiasedExperts::kPerExpert).
+// Newer converters' attn_k_b / attn_v_b (DeepSeek's kv_b split for
+// absorbed MLA) and fused ffn_gate_up_exps map to GgufName::stands_in_for:
+// skipped when the file also holds the tensor they stand in for, refused
+// by name otherwise.
 //
 // llama.cpp's converter permutes the rows of attn_q / attn_k of "llama"
 // (Mixtral) models so that its interleaved rope pairs the values that HF's
@@ -69,6 +88,11 @@ struct GgufName {
   bool stacked_experts = false;  // dims[2] is the expert index
   bool rope_permuted = false;    // llama attn_q / attn_k: see above
   bool nextn = false;            // an MTP layer's own tensor (not loaded)
+  // Set (with `ours` empty) for a tensor that stands in for our tensor
+  // `stands_in_for` (newer converters' attn_k_b / attn_v_b for kv_b_proj):
+  // not loaded; a file without `stands_in_for` is refused with `why`.
+  std::string stands_in_for;
+  std::string why;
   // `ours` for expert e. REQUIRES: stacked_experts.
   std::string ForExpert(int expert) const;
 };

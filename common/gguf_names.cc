@@ -28,23 +28,42 @@ enum Part : uint32_t {
   kSharedGate = 1 << 4,    // ffn_gate_inp_shexp (sigmoid-gated shared expert)
   kScoreBias = 1 << 5,     // exp_probs_b.bias (e_score_correction_bias)
   kNextn = 1 << 6,         // nextn.*: the MTP layers' own tensors
+  kLatent = 1 << 7,        // attn_q_a*, attn_kv_a*, attn_kv_b: MLA
+  kSinksAndBiases = 1 << 8,  // attn_sinks, attn_output / router / expert
+                             // biases, post_attention_norm (gpt-oss)
+  kFfnNorm = 1 << 9,       // ffn_norm: the post-attention norm elsewhere
 };
+
+// Per-expert projection names of GGUF's split biased experts (gpt-oss's
+// Hugging Face names are fused: model_desc.h, BiasedExperts::kPerExpert).
+constexpr const char* kSplitExpertNames[3] = {"gate_proj", "up_proj",
+                                              "down_proj"};
 
 // What each family's GGUF files hold.
 struct FamilyNames {
   ModelFamily family;
   uint32_t parts;
   bool rope_permuted;  // llama.cpp permutes attn_q / attn_k rows ("llama")
+  // The experts' projection names when not the family row's.
+  const char* const* expert_names = nullptr;
 };
 
 constexpr FamilyNames kFamilyNames[] = {
-    {ModelFamily::kMixtral, kBase, true},
-    {ModelFamily::kQwen2Moe, kQkvBias | kSharedExpert | kSharedGate, false},
-    {ModelFamily::kQwen3Moe, kQkNorm, false},
-    {ModelFamily::kOlmoe, kQkNorm, false},
-    {ModelFamily::kGlm4Moe,
-     kQkNorm | kQkvBias | kDenseMlp | kSharedExpert | kScoreBias | kNextn,
+    {ModelFamily::kMixtral, kFfnNorm, true},
+    {ModelFamily::kQwen2Moe, kFfnNorm | kQkvBias | kSharedExpert | kSharedGate,
      false},
+    {ModelFamily::kQwen3Moe, kFfnNorm | kQkNorm, false},
+    {ModelFamily::kOlmoe, kFfnNorm | kQkNorm, false},
+    {ModelFamily::kGlm4Moe,
+     kFfnNorm | kQkNorm | kQkvBias | kDenseMlp | kSharedExpert | kScoreBias |
+         kNextn,
+     false},
+    {ModelFamily::kDeepseekV2, kFfnNorm | kLatent | kDenseMlp | kSharedExpert,
+     false},
+    {ModelFamily::kDeepseekV3,
+     kFfnNorm | kLatent | kDenseMlp | kSharedExpert | kScoreBias, false},
+    {ModelFamily::kGptOss, kQkvBias | kSinksAndBiases, false,
+     kSplitExpertNames},
 };
 
 // llama.cpp's per-layer names (after "blk.N.") and ours (after
@@ -59,7 +78,7 @@ struct LayerName {
 
 constexpr LayerName kLayerNames[] = {
     {"attn_norm.weight", "input_layernorm.weight", kBase},
-    {"ffn_norm.weight", "post_attention_layernorm.weight", kBase},
+    {"ffn_norm.weight", "post_attention_layernorm.weight", kFfnNorm},
     {"attn_q.weight", "self_attn.q_proj.weight", kBase, true},
     {"attn_k.weight", "self_attn.k_proj.weight", kBase, true},
     {"attn_v.weight", "self_attn.v_proj.weight", kBase},
@@ -85,6 +104,45 @@ constexpr LayerName kLayerNames[] = {
     {"nextn.embed_tokens.weight", "embed_tokens.weight", kNextn},
     {"nextn.shared_head_head.weight", "shared_head.head.weight", kNextn},
     {"nextn.shared_head_norm.weight", "shared_head.norm.weight", kNextn},
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight", kLatent},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", kLatent},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight", kLatent},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", kLatent},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", kLatent},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight", kLatent},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight",
+     kSinksAndBiases},
+    {"attn_sinks.weight", "self_attn.sinks", kSinksAndBiases},
+    {"attn_output.bias", "self_attn.o_proj.bias", kSinksAndBiases},
+    {"ffn_gate_inp.bias", "{moe}.{router}.bias", kSinksAndBiases},
+};
+
+// Tensors of newer llama.cpp converters that stand in for one of ours: a
+// file holding ours too loads (these are skipped); one without it is
+// refused, saying why (Checkpoint::FromGguf).
+struct StandIn {
+  const char* gguf;
+  const char* ours;  // the tensor it stands in for
+  Part part;
+  const char* why;
+};
+
+constexpr StandIn kStandIns[] = {
+    {"attn_k_b.weight", "self_attn.kv_b_proj.weight", kLatent,
+     "llama.cpp's split of kv_b for absorbed MLA (attn_k_b / attn_v_b) is "
+     "not loaded; convert keeping attn_kv_b"},
+    {"attn_v_b.weight", "self_attn.kv_b_proj.weight", kLatent,
+     "llama.cpp's split of kv_b for absorbed MLA (attn_k_b / attn_v_b) is "
+     "not loaded; convert keeping attn_kv_b"},
+    {"ffn_gate_up_exps.weight", "{moe}.experts.0.gate_proj.weight",
+     kSinksAndBiases,
+     "fused gate/up experts (ffn_gate_up_exps, llama.cpp's "
+     "--fuse-gate-up-exps) are not loaded; convert with ffn_gate_exps and "
+     "ffn_up_exps"},
+    {"ffn_gate_up_exps.bias", "{moe}.experts.0.gate_proj.bias",
+     kSinksAndBiases,
+     "fused gate/up expert biases (ffn_gate_up_exps.bias) are not loaded; "
+     "convert with ffn_gate_exps and ffn_up_exps"},
 };
 
 // gate, up, down as llama.cpp names them.
@@ -104,22 +162,36 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
   const std::string moe = absl::StrCat(prefix, traits.moe_block, ".");
   GgufName out;
   out.layer = layer;
+  auto ours = [&](const char* pattern) {
+    return prefix +
+           absl::StrReplaceAll(pattern, {{"{moe}", traits.moe_block},
+                                         {"{router}", traits.router_name},
+                                         {"{shared}", traits.shared_block}});
+  };
   for (const LayerName& n : kLayerNames) {
     if (rest != n.gguf) continue;
     if (n.part != kBase && (names.parts & n.part) == 0) break;
-    out.ours = prefix +
-               absl::StrReplaceAll(n.ours, {{"{moe}", traits.moe_block},
-                                            {"{router}", traits.router_name},
-                                            {"{shared}", traits.shared_block}});
+    out.ours = ours(n.ours);
     out.rope_permuted = n.rope_permuted_in_llama && names.rope_permuted;
     out.nextn = n.part == kNextn;
     return out;
   }
+  for (const StandIn& n : kStandIns) {
+    if (rest != n.gguf || (names.parts & n.part) == 0) continue;
+    out.stands_in_for = ours(n.ours);
+    out.why = n.why;
+    return out;
+  }
+  const bool biased = (names.parts & kSinksAndBiases) != 0;
   for (int k = 0; k < 3; ++k) {
     const std::string kind = kExpertKinds[k];
-    if (rest == kind + "_exps.weight") {
-      out.ours = absl::StrCat(moe, "experts.{expert}.", traits.expert_names[k],
-                              ".weight");
+    const std::string proj(names.expert_names != nullptr
+                               ? names.expert_names[k]
+                               : traits.expert_names[k]);
+    for (const char* what : {"weight", "bias"}) {
+      if (rest != absl::StrCat(kind, "_exps.", what)) continue;
+      if (what[0] == 'b' && !biased) break;
+      out.ours = absl::StrCat(moe, "experts.{expert}.", proj, ".", what);
       out.stacked_experts = true;
       return out;
     }
@@ -128,8 +200,7 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
     int expert = 0;
     if (parts.size() == 3 && parts[0] == kind && parts[2] == "weight" &&
         absl::SimpleAtoi(parts[1], &expert) && expert >= 0) {
-      out.ours = absl::StrCat(moe, "experts.", expert, ".",
-                              traits.expert_names[k], ".weight");
+      out.ours = absl::StrCat(moe, "experts.", expert, ".", proj, ".weight");
       return out;
     }
   }

@@ -22,7 +22,8 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // Collects specs for one model; `H` is hidden_size throughout.
 class SpecBuilder {
  public:
-  explicit SpecBuilder(const ModelConfig& c) : c_(c) {}
+  SpecBuilder(const ModelConfig& c, BiasedExperts biased)
+      : c_(c), biased_(biased) {}
 
   std::vector<TensorSpec> Build() {
     const int64_t v = c_.vocab_size, h = c_.hidden_size;
@@ -83,6 +84,22 @@ class SpecBuilder {
     AddFused(x + "gate_up_proj_bias", TensorRole::kExpertGateBias, i,
              {e, 2 * inter});
     AddFused(x + "down_proj_bias", TensorRole::kExpertDownBias, i, {e, h});
+  }
+
+  // A biased router and biased experts, per expert (BiasedExperts).
+  void AddPerExpertBiasedMoe(int i) {
+    const int64_t h = c_.hidden_size, e = c_.num_experts,
+                  inter = c_.moe_intermediate_size;
+    const std::string m = absl::StrCat(Layer(i), "mlp.");
+    Add(m + "router.weight", TensorRole::kRouter, i, -1, {e, h});
+    Add(m + "router.bias", TensorRole::kRouterBias, i, -1, {e});
+    for (int j = 0; j < e; ++j) {
+      const std::string x = absl::StrCat(m, "experts.", j, ".");
+      AddMlp(x, i, TensorRole::kExpertGate, inter, j);
+      Add(x + "gate_proj.bias", TensorRole::kExpertGateBias, i, j, {inter});
+      Add(x + "up_proj.bias", TensorRole::kExpertUpBias, i, j, {inter});
+      Add(x + "down_proj.bias", TensorRole::kExpertDownBias, i, j, {h});
+    }
   }
 
   // gate/up/down projections under `prefix`; `gate_role` is followed by its
@@ -165,7 +182,10 @@ class SpecBuilder {
   void AddMoe(int i) {
     const int64_t h = c_.hidden_size, e = c_.num_experts,
                   inter = c_.moe_intermediate_size;
-    if (c_.has_expert_biases()) return AddFusedMoe(i);
+    if (c_.has_expert_biases()) {
+      return biased_ == BiasedExperts::kFused ? AddFusedMoe(i)
+                                              : AddPerExpertBiasedMoe(i);
+    }
     const FamilyTraits& f = c_.traits();
     const std::string m = absl::StrCat(Layer(i), f.moe_block, ".");
     const std::string router = absl::StrCat(m, f.router_name, ".");
@@ -191,6 +211,7 @@ class SpecBuilder {
   }
 
   const ModelConfig& c_;
+  const BiasedExperts biased_;
   std::vector<TensorSpec> specs_;
 };
 
@@ -275,11 +296,12 @@ int ExpertSlot(TensorRole role) {
   }
 }
 
-std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config) {
-  return SpecBuilder(config).Build();
+std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config,
+                                        BiasedExperts biased) {
+  return SpecBuilder(config, biased).Build();
 }
 
-uint64_t ExpectedTensorCount(const ModelConfig& c) {
+uint64_t ExpectedTensorCount(const ModelConfig& c, BiasedExperts biased) {
   uint64_t per_layer = 6;  // two norms, q/k/v/o
   if (c.qkv_bias) per_layer += 3;
   if (c.o_bias) per_layer += 1;
@@ -293,7 +315,11 @@ uint64_t ExpectedTensorCount(const ModelConfig& c) {
   if (c.has_shared_expert()) per_moe += c.has_shared_expert_gate() ? 4 : 3;
   if (c.has_score_correction_bias()) per_moe += 1;
   // Fused experts: router weight + bias, experts (2 or 4) + 2 biases.
-  if (c.has_expert_biases()) per_moe = c.mxfp4 ? 8 : 6;
+  if (c.has_expert_biases()) {
+    per_moe = biased == BiasedExperts::kFused
+                  ? (c.mxfp4 ? 8 : 6)
+                  : 2 + 6 * static_cast<uint64_t>(c.num_experts);
+  }
   return (c.tie_word_embeddings ? 2 : 3) +
          per_layer * static_cast<uint64_t>(c.num_hidden_layers) +
          moe * per_moe + dense * 3;
@@ -335,7 +361,11 @@ absl::StatusOr<ModelDescription> ModelDescription::FromParts(
   ModelDescription desc;
   desc.config_ = std::move(config);
   desc.checkpoint_ = std::move(ckpt);
-  const uint64_t expected = ExpectedTensorCount(desc.config_);
+  // GGUF files split biased experts per projection (Checkpoint::FromGguf).
+  const BiasedExperts biased = desc.checkpoint_->gguf() != nullptr
+                                   ? BiasedExperts::kPerExpert
+                                   : BiasedExperts::kFused;
+  const uint64_t expected = ExpectedTensorCount(desc.config_, biased);
   const uint64_t held = desc.checkpoint_->names().size();
   if (expected > held + 1000 && expected > 4 * held) {
     // Do not materialise absurd tensor lists for a config that cannot match.
@@ -343,7 +373,7 @@ absl::StatusOr<ModelDescription> ModelDescription::FromParts(
         desc.checkpoint_->dir(), ": config.json describes ", expected,
         " tensors but the checkpoint holds only ", held));
   }
-  desc.specs_ = ExpectedTensors(desc.config_);
+  desc.specs_ = ExpectedTensors(desc.config_, biased);
   RETURN_IF_ERROR(desc.Index());
   return desc;
 }
@@ -460,12 +490,15 @@ absl::Status ModelDescription::IndexExpertTypes() {
     }
   }
   if (layers > 0 && n > 0) {
-    // Fused experts (one tensor per projection pair) carry one dtype.
-    if (config_.has_expert_biases() && !layer_dtypes_[0].uniform()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          checkpoint_->dir(), ": fused expert tensors gate_up_proj and down_proj have dtypes ",
-          DTypeName(layer_dtypes_[0].gate), " and ", DTypeName(layer_dtypes_[0].down),
-          "; they must share one"));
+    // Biased experts run in one dtype (Backend::BiasedExpertFfn).
+    for (int l = 0; l < layers && config_.has_expert_biases(); ++l) {
+      const ExpertDTypes& d = layer_dtypes_[l];
+      if (!d.uniform()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            checkpoint_->dir(), ": the biased experts of MoE layer ", l,
+            " have gate, up and down weights of dtypes ", DTypeName(d.gate), ", ",
+            DTypeName(d.up), " and ", DTypeName(d.down), "; they must share one"));
+      }
     }
     expert_dtype_ = WidestDType(layer_dtypes_);
     mixed_ = false;

@@ -101,6 +101,13 @@ enum class TensorRole {
 // strided views in the Linear layout: gate/up [inter, hidden], down
 // [hidden, inter], and the three biases.
 
+// How a checkpoint stores biased (kClampedSwiglu) experts: fused as above
+// (Hugging Face), or per expert and projection as a GGUF file does
+// (Checkpoint::FromGguf): experts.E.{gate,up,down}_proj.weight (the
+// Linear layout) and experts.E.{gate,up,down}_proj.bias. Other families'
+// experts are per expert either way.
+enum class BiasedExperts { kFused, kPerExpert };
+
 // Index of an expert role in {gate, up, down, gate_bias, up_bias,
 // down_bias}. REQUIRES: IsExpertRole(role).
 int ExpertSlot(TensorRole role);
@@ -126,12 +133,14 @@ struct TensorSpec {
 
 // Every tensor a checkpoint of `config` must hold, model-level first, then
 // layer by layer (experts in order). lm_head is omitted when tied.
-std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config);
+std::vector<TensorSpec> ExpectedTensors(
+    const ModelConfig& config, BiasedExperts biased = BiasedExperts::kFused);
 
-// The length of ExpectedTensors(config), computed without building it (a
-// config may claim millions of tensors; check this against the checkpoint
-// before materialising the list).
-uint64_t ExpectedTensorCount(const ModelConfig& config);
+// The length of ExpectedTensors(config, biased), computed without building
+// it (a config may claim millions of tensors; check this against the
+// checkpoint before materialising the list).
+uint64_t ExpectedTensorCount(const ModelConfig& config,
+                             BiasedExperts biased = BiasedExperts::kFused);
 
 // The weights of one routed expert (gate, up, down and their biases; MXFP4
 // counts two weights per byte and not its scales): the size of an expert

@@ -2,66 +2,20 @@
 #include "common/gguf_model.h"
 
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/gguf_metadata_builder.h"
 
 namespace moe {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// Builds metadata the way the parser would. The metadata view the builder's
-// strings: keep the builder alive while they are used.
-class MetadataBuilder {
- public:
-  MetadataBuilder& Str(const std::string& key, const std::string& value) {
-    GgufValue v;
-    v.type = GgufValueType::kString;
-    v.str = strings_.emplace_back(value);
-    entries_.push_back({key, v});
-    return *this;
-  }
-  MetadataBuilder& U32(const std::string& key, uint64_t value) {
-    GgufValue v;
-    v.type = GgufValueType::kUint32;
-    v.u = value;
-    entries_.push_back({key, v});
-    return *this;
-  }
-  MetadataBuilder& F32(const std::string& key, double value) {
-    GgufValue v;
-    v.type = GgufValueType::kFloat32;
-    v.f = value;
-    entries_.push_back({key, v});
-    return *this;
-  }
-  MetadataBuilder& Bool(const std::string& key, bool value) {
-    GgufValue v;
-    v.type = GgufValueType::kBool;
-    v.u = value ? 1 : 0;
-    entries_.push_back({key, v});
-    return *this;
-  }
-  MetadataBuilder& Drop(const std::string& key) {
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->key == key) {
-        entries_.erase(it);
-        break;
-      }
-    }
-    return *this;
-  }
-  GgufMetadata Build() const { return GgufMetadata("test.gguf", entries_); }
-
- private:
-  std::deque<std::string> strings_;  // stable addresses for the views
-  std::vector<GgufKeyValue> entries_;
-};
+using testing::GgufTensors;
+using testing::MetadataBuilder;
 
 MetadataBuilder Qwen3Moe() {
   MetadataBuilder b;
@@ -166,20 +120,10 @@ MetadataBuilder Glm4Moe() {
   return b;
 }
 
-std::vector<GgufTensorInfo> Tensors(std::vector<std::string> names) {
-  std::vector<GgufTensorInfo> out;
-  for (auto& n : names) {
-    GgufTensorInfo t;
-    t.name = n;
-    out.push_back(t);
-  }
-  return out;
-}
-
 TEST(GgufModelTest, Qwen3MoeConfig) {
   const MetadataBuilder b = Qwen3Moe();  // owns the strings m views
   GgufMetadata m = b.Build();
-  auto c = ModelConfigFromGguf(m, Tensors({"token_embd.weight"}));
+  auto c = ModelConfigFromGguf(m, GgufTensors({"token_embd.weight"}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->family, ModelFamily::kQwen3Moe);
   EXPECT_EQ(c->hidden_size, 64);
@@ -205,7 +149,7 @@ TEST(GgufModelTest, Qwen3MoeConfig) {
 TEST(GgufModelTest, MixtralConfig) {
   const MetadataBuilder b = Mixtral();
   GgufMetadata m = b.Build();
-  auto c = ModelConfigFromGguf(m, Tensors({"token_embd.weight", "output.weight"}));
+  auto c = ModelConfigFromGguf(m, GgufTensors({"token_embd.weight", "output.weight"}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->family, ModelFamily::kMixtral);
   EXPECT_EQ(c->num_experts, 4);
@@ -218,6 +162,22 @@ TEST(GgufModelTest, MixtralConfig) {
   EXPECT_TRUE(c->norm_topk_prob);
   EXPECT_FALSE(c->tie_word_embeddings);
   EXPECT_EQ(c->qk_norm, QkNorm::kNone);
+}
+
+// Heads of another width than hidden / heads (a zero-padded hidden, as the
+// peer benchmark writes the trained model): llama.cpp's key_length.
+TEST(GgufModelTest, MixtralHeadWidthFromKeyLength) {
+  MetadataBuilder b = Mixtral();
+  b.Drop("llama.embedding_length").U32("llama.embedding_length", 80);
+  GgufMetadata without = b.Build();
+  auto refused = ModelConfigFromGguf(without, GgufTensors({"token_embd.weight"}));
+  EXPECT_FALSE(refused.ok());  // 80 / 4 = 20 != rope.dimension_count 16
+  b.U32("llama.attention.key_length", 16).U32("llama.attention.value_length", 16);
+  GgufMetadata with = b.Build();
+  auto c = ModelConfigFromGguf(with, GgufTensors({"token_embd.weight"}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->hidden_size, 80);
+  EXPECT_EQ(c->head_dim, 16);
 }
 
 TEST(GgufModelTest, VocabDefaultsWithoutVocabKeyOrTokens) {
@@ -298,7 +258,7 @@ TEST(GgufModelTest, Qwen2MoeConfig) {
   const MetadataBuilder b = Qwen2Moe();
   GgufMetadata m = b.Build();
   auto c = ModelConfigFromGguf(
-      m, Tensors({"token_embd.weight", "output.weight", "blk.0.attn_q.bias"}));
+      m, GgufTensors({"token_embd.weight", "output.weight", "blk.0.attn_q.bias"}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->family, ModelFamily::kQwen2Moe);
   EXPECT_EQ(c->num_experts, 6);
@@ -311,7 +271,7 @@ TEST(GgufModelTest, Qwen2MoeConfig) {
   EXPECT_EQ(c->head_dim, 16);
   EXPECT_FALSE(c->tie_word_embeddings);
   // Without bias tensors: no biases (transformers' default is true).
-  auto unbiased = ModelConfigFromGguf(m, Tensors({"token_embd.weight"}));
+  auto unbiased = ModelConfigFromGguf(m, GgufTensors({"token_embd.weight"}));
   ASSERT_TRUE(unbiased.ok()) << unbiased.status();
   EXPECT_FALSE(unbiased->qkv_bias);
 }
@@ -320,7 +280,7 @@ TEST(GgufModelTest, OlmoeConfig) {
   MetadataBuilder b = Olmoe();
   b.F32("olmoe.attention.clamp_kqv", 8.0);
   GgufMetadata m = b.Build();
-  auto c = ModelConfigFromGguf(m, Tensors({"token_embd.weight", "output.weight"}));
+  auto c = ModelConfigFromGguf(m, GgufTensors({"token_embd.weight", "output.weight"}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->family, ModelFamily::kOlmoe);
   EXPECT_EQ(c->num_experts, 8);
@@ -334,7 +294,7 @@ TEST(GgufModelTest, OlmoeConfig) {
 TEST(GgufModelTest, Glm4MoeConfig) {
   const MetadataBuilder b = Glm4Moe();
   GgufMetadata m = b.Build();
-  auto c = ModelConfigFromGguf(m, Tensors({"token_embd.weight", "output.weight",
+  auto c = ModelConfigFromGguf(m, GgufTensors({"token_embd.weight", "output.weight",
                                            "blk.0.attn_q.bias", "blk.0.attn_q_norm.weight"}));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->family, ModelFamily::kGlm4Moe);
@@ -364,7 +324,7 @@ TEST(GgufModelTest, Glm4MoeConfig) {
       .Drop("glm4moe.expert_group_used_count")
       .Drop("glm4moe.rope.dimension_count");
   GgufMetadata pm = plain.Build();
-  auto p = ModelConfigFromGguf(pm, Tensors({"token_embd.weight"}));
+  auto p = ModelConfigFromGguf(pm, GgufTensors({"token_embd.weight"}));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->num_hidden_layers, 4);
   EXPECT_EQ(p->first_k_dense_replace, 0);
@@ -394,7 +354,9 @@ TEST(GgufModelTest, NewArchitectureErrorsNameTheKey) {
               HasSubstr("lacks glm4moe.expert_weights_scale (routed_scaling_factor)"));
   // GLM-4.5's metadata with `key` set to `value`.
   auto glm = [](const std::string& key, uint64_t value) {
-    return Glm4Moe().Drop(key).U32(key, value);
+    MetadataBuilder b = Glm4Moe();
+    b.Drop(key).U32(key, value);
+    return b;
   };
   EXPECT_THAT(msg(glm("glm4moe.expert_gating_func", 1)),
               HasSubstr("glm4moe.expert_gating_func is 1; glm4moe runs 2 (sigmoid) only"));
@@ -406,9 +368,9 @@ TEST(GgufModelTest, NewArchitectureErrorsNameTheKey) {
               HasSubstr("GGUF metadata (as config.json fields): head_dim * partial_rotary_factor"));
   EXPECT_THAT(msg(glm("glm4moe.expert_group_count", 3)),
               HasSubstr("not a multiple of n_group"));
-  EXPECT_THAT(msg(MetadataBuilder().Str("general.architecture", "deepseek2")),
-              HasSubstr("'deepseek2' is not supported (llama with experts, qwen2moe, qwen3moe, "
-                        "olmoe, glm4moe)"));
+  EXPECT_THAT(msg(MetadataBuilder().Str("general.architecture", "mamba")),
+              HasSubstr("'mamba' is not supported (llama with experts, qwen2moe, qwen3moe, "
+                        "olmoe, glm4moe, deepseek2, gpt-oss)"));
 }
 
 TEST(GgufModelTest, NewArchitectureTensorNames) {
@@ -442,8 +404,7 @@ TEST(GgufModelTest, NewArchitectureTensorNames) {
   EXPECT_EQ(ours(glm, "blk.3.nextn.shared_head_norm.weight"),
             "model.layers.3.shared_head.norm.weight");
   EXPECT_FALSE(MapGgufTensorName(glm, "blk.3.attn_q.weight")->nextn);
-  EXPECT_THAT(ours(ModelFamily::kDeepseekV2, "blk.0.attn_q.weight"),
-              HasSubstr("not mapped for deepseek_v2 yet"));
+  EXPECT_THAT(ours(glm, "blk.0.attn_kv_b.weight"), HasSubstr("no counterpart in a glm4_moe"));
 }
 
 // llama.cpp's converter: rows viewed as [heads, 2, head_dim / 2] and the

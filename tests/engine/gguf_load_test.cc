@@ -1,5 +1,5 @@
 // GGUF checkpoints through the one loader (issue 30): Mixtral, Qwen2-MoE,
-// Qwen3-MoE, OLMoE and GLM-4.5 models, float types, converted to GGUF by our own reference
+// Qwen3-MoE, OLMoE, GLM-4.5, DeepSeek-V2/V3 and gpt-oss models, float types, converted to GGUF by our own reference
 // converter (tests/reference/hf_to_gguf.py: llama.cpp's names, stacked
 // experts, llama's permuted q/k rows) load through ModelDescription::Open
 // and give the folder's logits bit for bit and the same greedy tokens; what
@@ -106,7 +106,11 @@ TEST_P(GgufLoadTest, GivesTheFoldersLogitsAndTokens) {
   EXPECT_EQ(desc->config().family, GetParam().family);
   EXPECT_EQ(desc->config().num_experts, folder_desc->config().num_experts);
   EXPECT_EQ(desc->config().num_hidden_layers, folder_desc->config().num_hidden_layers);
-  EXPECT_EQ(desc->checkpoint().names(), folder_desc->checkpoint().names());
+  // gpt_oss's fused experts come split per expert and projection
+  // (BiasedExperts::kPerExpert); every other name is the folder's.
+  if (!desc->config().has_expert_biases()) {
+    EXPECT_EQ(desc->checkpoint().names(), folder_desc->checkpoint().names());
+  }
   // What the keys carry (and the tensors decide): the same model.
   const ModelConfig& g = desc->config();
   const ModelConfig& f = folder_desc->config();
@@ -121,6 +125,25 @@ TEST_P(GgufLoadTest, GivesTheFoldersLogitsAndTokens) {
   EXPECT_EQ(g.topk_group, f.topk_group);
   EXPECT_EQ(g.qkv_bias, f.qkv_bias);
   EXPECT_EQ(g.qk_norm, f.qk_norm);
+  EXPECT_EQ(g.num_key_value_heads, f.num_key_value_heads);
+  EXPECT_EQ(g.mla.q_lora_rank, f.mla.q_lora_rank);
+  EXPECT_EQ(g.mla.kv_lora_rank, f.mla.kv_lora_rank);
+  EXPECT_EQ(g.mla.qk_nope_head_dim, f.mla.qk_nope_head_dim);
+  EXPECT_EQ(g.mla.qk_rope_head_dim, f.mla.qk_rope_head_dim);
+  EXPECT_EQ(g.mla.v_head_dim, f.mla.v_head_dim);
+  EXPECT_EQ(g.scoring_func, f.scoring_func);
+  EXPECT_EQ(g.topk_method, f.topk_method);
+  EXPECT_EQ(g.n_shared_experts, f.n_shared_experts);
+  EXPECT_EQ(g.first_k_dense_replace, f.first_k_dense_replace);
+  EXPECT_EQ(g.sliding_window, f.sliding_window);
+  EXPECT_EQ(g.sliding_layers, f.sliding_layers);
+  EXPECT_EQ(g.swiglu_limit, f.swiglu_limit);
+  EXPECT_EQ(g.yarn.has_value(), f.yarn.has_value());
+  if (g.yarn.has_value() && f.yarn.has_value()) {
+    EXPECT_EQ(g.yarn->factor, f.yarn->factor);
+    EXPECT_EQ(g.yarn->original_max_position_embeddings, f.yarn->original_max_position_embeddings);
+    EXPECT_EQ(g.yarn->truncate, f.yarn->truncate);
+  }
   const Run a = RunModel(folder_), b = RunModel(gguf_);
   ASSERT_EQ(a.logits.size(), b.logits.size());
   EXPECT_EQ(a.logits, b.logits);  // the same weights, the same arithmetic
@@ -187,7 +210,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"OlmoeBf16", ModelFamily::kOlmoe, DType::kBF16},
                       Case{"OlmoeF16", ModelFamily::kOlmoe, DType::kF16},
                       Case{"Glm4MoeBf16", ModelFamily::kGlm4Moe, DType::kBF16},
-                      Case{"Glm4MoeF32", ModelFamily::kGlm4Moe, DType::kF32}),
+                      Case{"Glm4MoeF32", ModelFamily::kGlm4Moe, DType::kF32},
+                      Case{"DeepseekV2Bf16", ModelFamily::kDeepseekV2, DType::kBF16},
+                      Case{"DeepseekV2F32", ModelFamily::kDeepseekV2, DType::kF32},
+                      Case{"DeepseekV3Bf16", ModelFamily::kDeepseekV3, DType::kBF16},
+                      Case{"DeepseekV3F16", ModelFamily::kDeepseekV3, DType::kF16},
+                      Case{"GptOssBf16", ModelFamily::kGptOss, DType::kBF16},
+                      Case{"GptOssF32", ModelFamily::kGptOss, DType::kF32}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // llama.cpp's glm4moe keeps the nextn (MTP) layer after the decoder's and
@@ -233,6 +262,23 @@ TEST_F(GgufNextnTest, Glm4MoeSkipsTheMtpLayer) {
   ASSERT_FALSE(a.logits.empty());
   EXPECT_EQ(a.logits, b.logits);
   EXPECT_EQ(a.tokens, b.tokens);
+}
+
+// Newer llama.cpp converters split DeepSeek's kv_b into attn_k_b and
+// attn_v_b: refused naming them (a file keeping attn_kv_b as well loads).
+TEST(GgufRefusalTest, SplitKvBIsNamed) {
+  moe::testing::TempDir dir;
+  MakeModelOptions o = TinyPreset(ModelFamily::kDeepseekV3);
+  ASSERT_TRUE(MakeModel(o, dir.Sub("hf")).ok());
+  const std::string gguf = dir.Sub("split.gguf");
+  ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --split-kv-b " + dir.Sub("hf") + " " + gguf),
+            0);
+  auto split = ModelDescription::Open(gguf);
+  ASSERT_FALSE(split.ok());
+  EXPECT_EQ(split.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(split.status().message().find("attn_k_b"), std::string::npos) << split.status();
+  EXPECT_NE(split.status().message().find("convert keeping attn_kv_b"), std::string::npos)
+      << split.status();
 }
 
 TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {

@@ -9,8 +9,12 @@ quantizing option asks for numpy.
                   [--dequantized DIR]
 
 Families: mixtral (GGUF architecture "llama" with experts), qwen2_moe
-("qwen2moe"), qwen3_moe ("qwen3moe"), olmoe ("olmoe") and glm4_moe
-("glm4moe", its nextn layers counted in block_count as llama.cpp does). Tensors keep their dtype (F32, F16 or BF16), unless
+("qwen2moe"), qwen3_moe ("qwen3moe"), olmoe ("olmoe"), glm4_moe
+("glm4moe", its nextn layers counted in block_count as llama.cpp does),
+deepseek_v2 / deepseek_v3 ("deepseek2": latent attention kept as kv_b,
+or with --split-kv-b as newer converters' attn_k_b / attn_v_b) and
+gpt_oss ("gpt-oss": fused experts split into gate / up / down stacks and
+biases; float experts only). Tensors keep their dtype (F32, F16 or BF16), unless
 --experts quantizes the routed experts (and --dense the other 2-D weights
 whose rows are whole blocks, the router excepted) to a ggml block type
 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4) with the numpy
@@ -177,6 +181,8 @@ def parse_args():
     p.add_argument("--experts", choices=sorted(types), default=None)
     p.add_argument("--dense", choices=sorted(types), default=None)
     p.add_argument("--dequantized", default=None)
+    p.add_argument("--split-kv-b", action="store_true",
+                   help="deepseek2: attn_k_b + attn_v_b instead of attn_kv_b")
     p.add_argument("--tensor-type", action="append", default=[],
                    help="GGUF_NAME=TYPE, e.g. blk.1.ffn_down_exps.weight=q6_k")
     a = p.parse_args()
@@ -201,6 +207,9 @@ FAMILIES = {
     "qwen3_moe": ("qwen3moe", "mlp", "num_experts", PROJ),
     "olmoe": ("olmoe", "mlp", "num_experts", PROJ),
     "glm4_moe": ("glm4moe", "mlp", "n_routed_experts", PROJ),
+    "deepseek_v2": ("deepseek2", "mlp", "n_routed_experts", PROJ),
+    "deepseek_v3": ("deepseek2", "mlp", "n_routed_experts", PROJ),
+    "gpt_oss": ("gpt-oss", "mlp", "num_local_experts", PROJ),
 }
 
 # Per-layer HF names (after model.layers.N.) -> llama.cpp's (after blk.N.).
@@ -233,9 +242,26 @@ LAYER_NAMES = {
     "embed_tokens.weight": "nextn.embed_tokens.weight",
     "shared_head.head.weight": "nextn.shared_head_head.weight",
     "shared_head.norm.weight": "nextn.shared_head_norm.weight",
+    # latent attention (deepseek2)
+    "self_attn.q_a_proj.weight": "attn_q_a.weight",
+    "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+    "self_attn.q_b_proj.weight": "attn_q_b.weight",
+    "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+    "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+    "self_attn.kv_b_proj.weight": "attn_kv_b.weight",
+}
+# Where an architecture names a tensor otherwise.
+ARCH_LAYER_NAMES = {
+    "gpt-oss": {
+        "post_attention_layernorm.weight": "post_attention_norm.weight",
+        "self_attn.o_proj.bias": "attn_output.bias",
+        "self_attn.sinks": "attn_sinks.weight",
+        "mlp.router.weight": "ffn_gate_inp.weight",
+        "mlp.router.bias": "ffn_gate_inp.bias",
+    },
 }
 # Kept as they are, as llama.cpp keeps routers.
-ROUTERS = ("gate.weight", "shared_expert_gate.weight")
+ROUTERS = ("gate.weight", "shared_expert_gate.weight", "router.weight", "router.bias")
 
 
 def add_arch_keys(w, arch, cfg, head_dim):
@@ -244,6 +270,10 @@ def add_arch_keys(w, arch, cfg, head_dim):
     if arch == "llama":
         w.add(arch + ".rope.dimension_count", U32, head_dim)
         return
+    if arch == "deepseek2":
+        return add_deepseek2_keys(w, arch, cfg)
+    if arch == "gpt-oss":
+        return add_gpt_oss_keys(w, arch, cfg, head_dim)
     if arch in ("qwen2moe", "qwen3moe", "glm4moe"):
         w.add(arch + ".expert_feed_forward_length", U32, cfg["moe_intermediate_size"])
     if arch != "olmoe":
@@ -268,6 +298,98 @@ def add_arch_keys(w, arch, cfg, head_dim):
             w.add(arch + ".nextn_predict_layers", U32, cfg["num_nextn_predict_layers"])
 
 
+def add_deepseek2_keys(w, arch, cfg):
+    """As llama.cpp's DeepseekV2Model: the MQA view of the latent cache as
+    key/value_length, the heads' sizes as key/value_length_mla."""
+    U32, F32V = gw.UINT32, gw.FLOAT32
+    rope, nope = cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"]
+    w.add(arch + ".leading_dense_block_count", U32, cfg.get("first_k_dense_replace", 0))
+    w.add(arch + ".expert_feed_forward_length", U32, cfg["moe_intermediate_size"])
+    w.add(arch + ".expert_shared_count", U32, cfg.get("n_shared_experts") or 0)
+    w.add(arch + ".expert_weights_scale", F32V, cfg.get("routed_scaling_factor", 1.0))
+    w.add(arch + ".expert_weights_norm", gw.BOOL, bool(cfg.get("norm_topk_prob", False)))
+    w.add(arch + ".expert_gating_func", U32, 2 if cfg.get("scoring_func") == "sigmoid" else 1)
+    w.add(arch + ".expert_group_count", U32, cfg.get("n_group") or 1)
+    w.add(arch + ".expert_group_used_count", U32, cfg.get("topk_group") or 1)
+    if cfg.get("q_lora_rank") is not None:
+        w.add(arch + ".attention.q_lora_rank", U32, cfg["q_lora_rank"])
+    w.add(arch + ".attention.kv_lora_rank", U32, cfg["kv_lora_rank"])
+    w.add(arch + ".attention.key_length", U32, cfg["kv_lora_rank"] + rope)
+    w.add(arch + ".attention.value_length", U32, cfg["kv_lora_rank"])
+    w.add(arch + ".attention.key_length_mla", U32, nope + rope)
+    w.add(arch + ".attention.value_length_mla", U32, cfg["v_head_dim"])
+    w.add(arch + ".rope.dimension_count", U32, rope)
+    y = cfg.get("rope_scaling") or {}
+    if y.get("rope_type", y.get("type")) == "yarn":
+        w.add(arch + ".rope.scaling.type", gw.STRING, "yarn")
+        w.add(arch + ".rope.scaling.factor", F32V, y["factor"])
+        w.add(arch + ".rope.scaling.original_context_length", U32,
+              y["original_max_position_embeddings"])
+        w.add(arch + ".rope.scaling.yarn_log_multiplier", F32V, 0.1 * y.get("mscale_all_dim", 0))
+
+
+def add_gpt_oss_keys(w, arch, cfg, head_dim):
+    """As llama.cpp's GptOssModel; swiglu_clamp_exp only when the clamp is
+    not the 7 llama.cpp's graph fixes."""
+    U32, F32V = gw.UINT32, gw.FLOAT32
+    w.add(arch + ".expert_feed_forward_length", U32, cfg["intermediate_size"])
+    w.add(arch + ".attention.key_length", U32, head_dim)
+    w.add(arch + ".attention.value_length", U32, head_dim)
+    w.add(arch + ".attention.sliding_window", U32, cfg["sliding_window"])
+    if cfg.get("swiglu_limit", 7.0) != 7.0:
+        w.add(arch + ".swiglu_clamp_exp", F32V, cfg["swiglu_limit"])
+    y = cfg.get("rope_scaling") or {}
+    if y.get("rope_type", y.get("type")) == "yarn":
+        w.add(arch + ".rope.scaling.type", gw.STRING, "yarn")
+        w.add(arch + ".rope.scaling.factor", F32V, y["factor"])
+        w.add(arch + ".rope.scaling.original_context_length", U32,
+              y.get("original_max_position_embeddings", 4096))
+
+
+def split_fused_experts(tensors, moe):
+    """gpt_oss's fused experts (model_desc.h) as llama.cpp splits them: per
+    layer and projection a stack [E, out, in] (and biases [E, out]), gate
+    from the even columns of gate_up_proj, up from the odd ones. Yields
+    (layer, GGUF tensor name, dtype, shape, bytes); numpy does the slicing."""
+    import numpy as np
+    np_dtype = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+    for name in sorted(tensors):
+        parts = name.split(".")
+        if len(parts) != 6 or parts[3] != moe or parts[4] != "experts":
+            continue
+        layer, what = int(parts[2]), parts[5]
+        dtype, shape, data = tensors[name]
+        a = np.frombuffer(data, dtype=np_dtype[dtype]).reshape(shape)
+        if what == "gate_up_proj":  # [E, H, 2I], x @ W
+            for kind, part in (("ffn_gate", a[:, :, ::2]), ("ffn_up", a[:, :, 1::2])):
+                b = np.ascontiguousarray(part.transpose(0, 2, 1))
+                yield layer, "%s_exps.weight" % kind, dtype, list(b.shape), b.tobytes()
+        elif what == "down_proj":  # [E, I, H]
+            b = np.ascontiguousarray(a.transpose(0, 2, 1))
+            yield layer, "ffn_down_exps.weight", dtype, list(b.shape), b.tobytes()
+        elif what == "gate_up_proj_bias":  # [E, 2I]
+            for kind, part in (("ffn_gate", a[:, ::2]), ("ffn_up", a[:, 1::2])):
+                b = np.ascontiguousarray(part)
+                yield layer, "%s_exps.bias" % kind, dtype, list(b.shape), b.tobytes()
+        elif what == "down_proj_bias":
+            yield layer, "ffn_down_exps.bias", dtype, shape, data
+        else:
+            sys.exit("hf_to_gguf.py: %s is not converted (MXFP4 experts: not yet)" % name)
+
+
+def split_kv_b(shape, data, cfg, dtype):
+    """Newer llama.cpp converters' attn_k_b (k_b transposed, [H, rank, nope])
+    and attn_v_b ([H, v, rank]) in place of kv_b_proj [H*(nope+v), rank]."""
+    import numpy as np
+    heads, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    a = np.frombuffer(data, dtype={"F32": "<f4", "F16": "<f2", "BF16": "<u2"}[dtype])
+    a = a.reshape(heads, nope + v, shape[1])
+    k_b = np.ascontiguousarray(a[:, :nope, :].transpose(0, 2, 1))
+    v_b = np.ascontiguousarray(a[:, nope:, :])
+    return [("attn_k_b.weight", list(k_b.shape), k_b.tobytes()),
+            ("attn_v_b.weight", list(v_b.shape), v_b.tobytes())]
+
+
 def main():
     args, expert_type, dense_type, overrides = parse_args()
     src, dst = args.src, args.dst
@@ -283,6 +405,8 @@ def main():
                  "no GGUF form in llama.cpp's %s" % arch)
     heads = cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or heads
+    if arch == "deepseek2":
+        kv_heads = 1  # llama.cpp's MQA view of latent attention
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     n_exp = cfg[experts_key]
     # llama.cpp's glm4moe counts the nextn (MTP) layers in block_count.
@@ -325,7 +449,13 @@ def main():
     for r in ROUTERS:
         layer_names[moe + "." + r] = ("ffn_gate_inp.weight" if r == "gate.weight"
                                       else "ffn_gate_inp_shexp.weight")
+    layer_names.update(ARCH_LAYER_NAMES.get(arch, {}))
     stacks = {}
+    if arch == "gpt-oss":
+        if expert_type is not None:
+            sys.exit("hf_to_gguf.py: gpt_oss experts are converted as floats only")
+        for layer, gname, dtype, shape, data in split_fused_experts(tensors, moe):
+            add("blk.%d.%s" % (layer, gname), DTYPES[dtype][0], shape, data)
     for name in sorted(tensors):
         dtype, shape, data = tensors[name]
         if name in simple:
@@ -334,6 +464,12 @@ def main():
             continue
         parts = name.split(".")
         layer, rest = int(parts[2]), ".".join(parts[3:])
+        if arch == "gpt-oss" and len(parts) == 6 and parts[4] == "experts":
+            continue  # split_fused_experts
+        if args.split_kv_b and rest == "self_attn.kv_b_proj.weight":
+            for gname, shape2, raw in split_kv_b(shape, data, cfg, dtype):
+                add("blk.%d.%s" % (layer, gname), DTYPES[dtype][0], shape2, raw)
+            continue
         if rest in layer_names:
             kind = "router" if rest[len(moe) + 1:] in ROUTERS else "dense"
             t, raw = quant.convert(name, kind, dtype, shape, data)
