@@ -252,7 +252,8 @@ TEST(GgufArchTest, GptOssErrorsNameTheKey) {
   EXPECT_THAT(Message(GptOss().Drop("gpt-oss.rope.scaling.type")
                           .Str("gpt-oss.rope.scaling.type", "longrope")),
               HasSubstr("gpt-oss.rope.scaling.type 'longrope' is not supported yet"));
-  GgufMetadata m = GptOss().Build();
+  const MetadataBuilder b = GptOss();  // alive while `m` views its strings
+  GgufMetadata m = b.Build();
   EXPECT_THAT(std::string(ModelConfigFromGguf(m, {}).status().message()),
               HasSubstr("gpt_oss without attention_bias is not supported"));
 }
