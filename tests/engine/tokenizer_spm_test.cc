@@ -461,6 +461,8 @@ TEST(SpmMetadataTest, MalformedMetadataIsInvalidArgument) {
   EXPECT_TRUE(absl::IsNotFound(Load(SmallVocab().Drop("tokenizer.ggml.tokens")).status()));
   EXPECT_TRUE(
       absl::IsUnimplemented(Load(SmallVocab().Str("tokenizer.ggml.model", "bert")).status()));
+  // llama.cpp's "none" (a file of token ids only) is no vocabulary.
+  EXPECT_TRUE(absl::IsNotFound(Load(SmallVocab().Str("tokenizer.ggml.model", "none")).status()));
 }
 
 // Odd but well-formed vocabularies: duplicate and empty pieces, control
