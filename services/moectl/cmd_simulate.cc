@@ -458,7 +458,7 @@ bool ResolveExpertSize(const trace::TraceHeader& h, SimulatePlan* plan, std::str
     }
     mb = static_cast<double>(m->expert_bytes) / 1e6;
     plan->expert_mb_from = absl::StrCat("--model ", plan->model, ", held as ",
-                                        ExpertFormatName(m->held_format));
+                                        m->held_name);
     return true;
   }
   if (h.expert_params > 0) {

@@ -173,7 +173,7 @@ std::vector<std::string> Suggestions(const ModelConfig& c, const StoredFormats& 
     alt.max_batch = 1;
     alt.miss_mode = MissMode::kHost;
     const Plan q = PlanMemory(m, alt);
-    out.push_back(absl::StrCat("nothing smaller fits: at ", ExpertFormatName(m.held_format),
+    out.push_back(absl::StrCat("nothing smaller fits: at ", m.held_name,
                                ", context ", alt.context, ", host-only experts it needs ",
                                o.gpu_bytes > 0 ? absl::StrCat(HumanBytes(q.device_needed),
                                                               " of GPU and ")
@@ -225,11 +225,12 @@ StoredFormats StoredFormatsFromWeights(const ModelDescription& d) {
   if (absl::StatusOr<TensorView> embed = d.Dense(TensorRole::kEmbed, -1); embed.ok()) {
     s.dense = embed->dtype;
   }
-  if (d.mixed_expert_dtypes()) {  // GGUF blocks, held as they are
+  if (d.checkpoint().gguf() != nullptr) {  // GGUF experts are held as they are
     const ModelConfig& c = d.config();
-    s.mixed_expert_bytes = static_cast<int64_t>(d.bytes_per_expert());
+    s.held_name = ExpertFormatsName(d.all_expert_dtypes());
+    s.held_expert_bytes = static_cast<int64_t>(d.bytes_per_expert());
     for (int l = 0; l < c.num_moe_layers(); ++l) {
-      s.mixed_all_expert_bytes += static_cast<int64_t>(d.expert_bytes(l)) * c.num_experts;
+      s.held_all_expert_bytes += static_cast<int64_t>(d.expert_bytes(l)) * c.num_experts;
     }
   }
   return s;
@@ -259,9 +260,12 @@ absl::StatusOr<ModelFigures> ComputeFigures(const ModelConfig& c, const StoredFo
   m.params_total = m.params_dense + m.expert_params * m.experts_total;
   m.params_active = m.params_dense + int64_t{m.num_moe_layers} * m.top_k * m.expert_params;
   m.held_format = format.value_or(DefaultHeldFormat(stored.experts));
-  if (!format.has_value() && stored.mixed_expert_bytes > 0) {
-    m.expert_bytes = stored.mixed_expert_bytes;
-    m.all_expert_bytes = stored.mixed_all_expert_bytes;
+  m.held_name = ExpertFormatName(m.held_format);
+  if (!format.has_value() && stored.held_expert_bytes > 0) {
+    m.held_format = stored.experts;  // a GGUF file's MXFP4 blocks stay MXFP4
+    m.held_name = stored.held_name;
+    m.expert_bytes = stored.held_expert_bytes;
+    m.all_expert_bytes = stored.held_all_expert_bytes;
   } else {
     ASSIGN_OR_RETURN(m.expert_bytes, HeldExpertBytes(c, m.held_format));
     m.all_expert_bytes = m.experts_total * m.expert_bytes;

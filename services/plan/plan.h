@@ -59,12 +59,14 @@ inline constexpr int64_t kDeviceReservePercent = 5;
 struct StoredFormats {
   DType experts = DType::kBF16;  // kF8E4M3, kMxfp4, or a float dtype
   DType dense = DType::kBF16;    // the non-expert matrices
-  // Where the experts mix types per layer or projection (a GGUF Q4_K_M
-  // file; `experts` is then the widest, ModelDescription::expert_dtype):
-  // the largest expert and all of them as held without --expert-format,
-  // from the weights. 0: computed from `experts`.
-  int64_t mixed_expert_bytes = 0;
-  int64_t mixed_all_expert_bytes = 0;
+  // From the weights of a GGUF file, whose experts are held as stored
+  // without --expert-format (their blocks, mixed types included; `experts`
+  // is then the widest, ModelDescription::expert_dtype): the held format in
+  // words ("Q4_K+Q6_K"), the largest expert and all of them. Empty and 0:
+  // computed from `experts`.
+  std::string held_name;
+  int64_t held_expert_bytes = 0;
+  int64_t held_all_expert_bytes = 0;
 };
 StoredFormats StoredFormatsFromConfig(const ModelConfig& config);
 // The same read from the weights themselves.
@@ -81,7 +83,8 @@ struct ModelFigures {
   int64_t experts_per_layer = 0;
   int64_t top_k = 0;
   StoredFormats stored;
-  DType held_format = DType::kBF16;  // as moe-cached holds the experts
+  DType held_format = DType::kBF16;  // as moe-cached holds the experts (the widest if mixed)
+  std::string held_name;             // the same in words ("q8", "Q4_K+Q6_K")
   int64_t expert_bytes = 0;          // one expert held so (biases as F32); the largest
   int64_t all_expert_bytes = 0;      // every routed expert held so
   int64_t dense_bytes_device = 0;    // the non-expert tensors on the device

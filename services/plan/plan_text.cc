@@ -28,12 +28,10 @@ std::string ModelText(const Plan& p) {
   absl::StrAppend(&s, Line("experts:", absl::StrCat(m.experts_total, " (", m.num_moe_layers,
                                                     " MoE layers x ", m.experts_per_layer,
                                                     ", top-", m.top_k, ")")));
-  const bool mixed = m.stored.mixed_expert_bytes > 0 && m.expert_bytes == m.stored.mixed_expert_bytes;
+  const bool mixed = m.held_name.find('+') != std::string::npos;
   absl::StrAppend(&s, Line("experts stored / held as:",
-                           mixed ? absl::StrCat("mixed types up to ", DTypeName(m.stored.experts),
-                                                " / as stored")
-                                 : absl::StrCat(DTypeName(m.stored.experts), " / ",
-                                                ExpertFormatName(m.held_format))));
+                           mixed ? absl::StrCat(m.held_name, " / as stored")
+                                 : absl::StrCat(DTypeName(m.stored.experts), " / ", m.held_name)));
   absl::StrAppend(&s, Line(mixed ? "bytes per expert (held, largest):" : "bytes per expert (held):",
                            absl::StrCat(m.expert_bytes, " (", HumanBytes(m.expert_bytes), ")")));
   absl::StrAppend(&s, Line("dense weights on device:", HumanBytes(m.dense_bytes_device)));
@@ -107,7 +105,7 @@ nlohmann::ordered_json PlanJson(const Plan& p) {
   j["top_k"] = m.top_k;
   j["expert_params"] = m.expert_params;
   j["expert_stored_dtype"] = std::string(DTypeName(m.stored.experts));
-  j["expert_format"] = ExpertFormatName(m.held_format);
+  j["expert_format"] = m.held_name;
   j["expert_bytes"] = m.expert_bytes;
   j["all_expert_bytes"] = m.all_expert_bytes;
   j["dense_bytes_device"] = m.dense_bytes_device;

@@ -224,6 +224,14 @@ TEST_P(GgufQuantTest, InspectShowsTheTypes) {
               j["gguf_tensor_types"][c.dense]["experts"].get<int>())
         << out;
   }
+  // `moectl plan` holds and sizes the experts as stored too (MXFP4 as
+  // MXFP4, mixed types at each layer's bytes).
+  const std::string plan_out = Capture(
+      absl::StrCat(MOE_BINARY_DIR, "/bin/moectl plan --json --model ", gguf_));
+  auto p = nlohmann::json::parse(plan_out, nullptr, false);
+  ASSERT_FALSE(p.is_discarded()) << plan_out;
+  EXPECT_EQ(p["expert_format"], j["expert_held_format"]) << plan_out;
+  EXPECT_EQ(p["expert_bytes"], j["bytes_per_expert"]) << plan_out;
   const std::string text =
       Capture(absl::StrCat(MOE_BINARY_DIR, "/bin/moectl inspect ", gguf_));
   EXPECT_NE(text.find(absl::StrCat("gguf tensors ", c.experts, ": ")),
