@@ -269,6 +269,8 @@ inline int Uniform(Rng& rng, int lo, int hi) {
   return std::uniform_int_distribution<int>(lo, hi)(rng);
 }
 
+inline bool Chance(Rng& rng, double p) { return std::bernoulli_distribution(p)(rng); }
+
 // Two tools' calls (anyOf of two objects), as tool_choice "required" builds.
 inline const char* kToolCallSchema = R"({
   "anyOf": [
