@@ -510,10 +510,12 @@ absl::Status ModelDescription::IndexExpertTypes() {
   return absl::OkStatus();
 }
 
-uint64_t ModelDescription::total_bytes() const {
+uint64_t ModelDescription::routed_expert_bytes() const {
   uint64_t experts = 0;
   for (uint64_t b : layer_bytes_) experts += b * static_cast<uint64_t>(config_.num_experts);
-  return dense_bytes_ + experts;
+  return experts;
 }
+
+uint64_t ModelDescription::total_bytes() const { return dense_bytes_ + routed_expert_bytes(); }
 
 }  // namespace moe

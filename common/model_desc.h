@@ -202,7 +202,9 @@ class ModelDescription {
   // Bytes of every expected tensor that is not a routed expert (embeddings,
   // attention, norms, routers, shared experts, dense MLPs, lm_head).
   uint64_t dense_bytes() const { return dense_bytes_; }
-  // dense_bytes() + all routed experts.
+  // Every routed expert of every MoE layer, as stored.
+  uint64_t routed_expert_bytes() const;
+  // dense_bytes() + routed_expert_bytes().
   uint64_t total_bytes() const;
 
  private:

@@ -41,18 +41,12 @@ absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const
   }
   ModelPlan plan{std::move(*desc)};
   const ModelConfig& config = plan.desc.config();
-  // ExpertStore::Load's layouts, without reading an expert.
-  for (int l = 0; l < config.num_moe_layers(); ++l) {
-    ASSIGN_OR_RETURN(TensorView g, plan.desc.Expert(l, 0, TensorRole::kExpertGate));
-    ASSIGN_OR_RETURN(TensorView u, plan.desc.Expert(l, 0, TensorRole::kExpertUp));
-    ASSIGN_OR_RETURN(TensorView d, plan.desc.Expert(l, 0, TensorRole::kExpertDown));
-    ASSIGN_OR_RETURN(std::vector<TensorView> biases, ExpertStore::BiasViews(plan.desc, l, 0));
-    uint64_t bytes = 0;
-    ASSIGN_OR_RETURN(std::vector<ExpertTensorLayout> layout,
-                     ExpertStore::ComputeLayout(g, u, d, &bytes, options_.expert_format, biases));
-    plan.block_bytes = std::max(plan.block_bytes, bytes);
-    plan.store_bytes += bytes * static_cast<uint64_t>(config.num_experts);
-    plan.held.push_back({layout[0].dtype, layout[1].dtype, layout[2].dtype});
+  ASSIGN_OR_RETURN(std::vector<ExpertLayerLayout> layers,
+                   ExpertStore::PlanLayers(plan.desc, options_.expert_format));
+  for (const ExpertLayerLayout& layer : layers) {
+    plan.block_bytes = std::max(plan.block_bytes, layer.block_bytes);
+    plan.store_bytes = layer.offset + layer.block_bytes * static_cast<uint64_t>(config.num_experts);
+    plan.held.push_back({layer.tensors[0].dtype, layer.tensors[1].dtype, layer.tensors[2].dtype});
   }
   const uint64_t block_bytes = plan.block_bytes;
   // Per model: the free device memory shrinks with every arena.

@@ -113,6 +113,28 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
   return layout;
 }
 
+absl::StatusOr<std::vector<ExpertLayerLayout>> ExpertStore::PlanLayers(
+    const ModelDescription& model, std::optional<DType> format) {
+  static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                                           TensorRole::kExpertDown};
+  const ModelConfig& c = model.config();
+  std::vector<ExpertLayerLayout> layers;
+  uint64_t offset = 0;
+  for (int l = 0; l < c.num_moe_layers(); ++l) {
+    TensorView v[3];
+    for (int r = 0; r < 3; ++r) {
+      ASSIGN_OR_RETURN(v[r], model.Expert(l, 0, kRoles[r]));
+    }
+    ASSIGN_OR_RETURN(std::vector<TensorView> biases, BiasViews(model, l, 0));
+    ExpertLayerLayout& layer = layers.emplace_back();
+    ASSIGN_OR_RETURN(layer.tensors,
+                     ComputeLayout(v[0], v[1], v[2], &layer.block_bytes, format, biases));
+    layer.offset = offset;
+    offset += layer.block_bytes * static_cast<uint64_t>(c.num_experts);
+  }
+  return layers;
+}
+
 absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
     const std::string& name, const ModelDescription& model, const ExpertStoreOptions& options) {
   const ModelConfig& config = model.config();
@@ -125,25 +147,18 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
   }
   static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                            TensorRole::kExpertDown};
-  // Each layer's layout from its expert 0 (a layer's experts share their
-  // dtypes and shapes: ModelDescription checks the dtypes, the copy below
-  // the shapes).
+  ASSIGN_OR_RETURN(store->layers_, PlanLayers(model, options.format));
   bool convert = false;  // some tensor changes format (or is gathered)
   for (int l = 0; l < store->num_layers_; ++l) {
-    TensorView v[3];
-    for (int r = 0; r < 3; ++r) {
-      ASSIGN_OR_RETURN(v[r], model.Expert(l, 0, kRoles[r]));
-    }
-    ASSIGN_OR_RETURN(std::vector<TensorView> biases, BiasViews(model, l, 0));
-    ExpertLayerLayout& layer = store->layers_.emplace_back();
-    ASSIGN_OR_RETURN(layer.tensors, ComputeLayout(v[0], v[1], v[2], &layer.block_bytes,
-                                                  options.format, biases));
-    layer.offset = store->total_bytes_;
-    store->total_bytes_ += layer.block_bytes * static_cast<uint64_t>(store->num_experts_);
+    const ExpertLayerLayout& layer = store->layers_[l];
+    store->total_bytes_ = layer.offset + layer.block_bytes * static_cast<uint64_t>(store->num_experts_);
     store->slot_bytes_ = std::max(store->slot_bytes_, layer.block_bytes);
     store->formats_.push_back(
         {layer.tensors[0].dtype, layer.tensors[1].dtype, layer.tensors[2].dtype});
-    for (int r = 0; r < 3; ++r) convert |= ViewNeedsConversion(v[r], layer.tensors[r].dtype);
+    for (int r = 0; r < 3; ++r) {
+      ASSIGN_OR_RETURN(TensorView v, model.Expert(l, 0, kRoles[r]));
+      convert |= ViewNeedsConversion(v, layer.tensors[r].dtype);
+    }
   }
   for (int r = 0; r < 3; ++r) {
     double weights = 1;

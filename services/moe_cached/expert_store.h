@@ -103,6 +103,12 @@ class ExpertStore {
       uint64_t* block_bytes, std::optional<DType> format = std::nullopt,
       const std::vector<TensorView>& biases = {});
 
+  // Every MoE layer's layout (from its expert 0: a layer's experts share
+  // their dtypes, and Load checks their shapes), offsets in the store
+  // included: what Load lays out, without reading an expert.
+  static absl::StatusOr<std::vector<ExpertLayerLayout>> PlanLayers(
+      const ModelDescription& model, std::optional<DType> format);
+
   // The gate, up and down bias views of an expert of `model`, or
   // none for families without expert biases.
   static absl::StatusOr<std::vector<TensorView>> BiasViews(const ModelDescription& model,

@@ -226,12 +226,9 @@ StoredFormats StoredFormatsFromWeights(const ModelDescription& d) {
     s.dense = embed->dtype;
   }
   if (d.checkpoint().gguf() != nullptr) {  // GGUF experts are held as they are
-    const ModelConfig& c = d.config();
     s.held_name = ExpertFormatsName(d.all_expert_dtypes());
     s.held_expert_bytes = static_cast<int64_t>(d.bytes_per_expert());
-    for (int l = 0; l < c.num_moe_layers(); ++l) {
-      s.held_all_expert_bytes += static_cast<int64_t>(d.expert_bytes(l)) * c.num_experts;
-    }
+    s.held_all_expert_bytes = static_cast<int64_t>(d.routed_expert_bytes());
   }
   return s;
 }

@@ -29,13 +29,7 @@ std::string HumanBytes(uint64_t bytes) {
 }
 
 uint64_t AllExpertBytes(const ModelDescription& desc, const HeldExperts* held) {
-  if (held != nullptr) return held->total_bytes;
-  const ModelConfig& c = desc.config();
-  uint64_t all = 0;
-  for (int l = 0; l < c.num_moe_layers(); ++l) {
-    all += desc.expert_bytes(l) * static_cast<uint64_t>(c.num_experts);
-  }
-  return all;
+  return held != nullptr ? held->total_bytes : desc.routed_expert_bytes();
 }
 
 std::string ModelSummary(const ModelDescription& desc,
