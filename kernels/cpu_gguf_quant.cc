@@ -1,4 +1,5 @@
-// The scalar ggml-block dot products (cpu_gguf_quant.h) and the dispatch.
+// The scalar ggml-block dot products (cpu_gguf_quant.h), the K-quants'
+// activation rounding, and the dispatch.
 #include "kernels/cpu_gguf_quant.h"
 
 #include "common/dtype.h"
@@ -46,75 +47,76 @@ float DotSmall(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
 // Q4_K / Q5_K: sub-blocks 2c and 2c + 1 share qs[32c .. 32c + 32) (low,
 // high nibbles); Q5_K's fifth bits are bits 2c and 2c + 1 of qh[l].
 template <bool kFive>
-float DotK45(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
+void K45Rows(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
+             float bias, float* y, int64_t y_stride) {
   constexpr int kBytes = kFive ? 176 : 144;
-  const int64_t blocks = x.k / 256;
-  const int8_t* xq = x.q.data() + i * x.k;
-  const float* xd = x.d.data() + i * (x.k / 32);
-  const float* sd = x.sd.data() + i * (x.k / 32);
-  float acc = 0.0f, macc = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = w + b * kBytes;
-    const float d = F16(blk), dmin = F16(blk + 2);
-    int sc[8], mn[8];
-    UnpackKScales(blk + 4, sc, mn);
-    const uint8_t* qh = blk + 16;
-    const uint8_t* qs = blk + (kFive ? 48 : 16);
-    for (int c = 0; c < 4; ++c) {
-      const int8_t* x0 = xq + b * 256 + 64 * c;
-      int32_t s0 = 0, s1 = 0;
-      for (int l = 0; l < 32; ++l) {
-        int lo = qs[32 * c + l] & 0x0F, hi = qs[32 * c + l] >> 4;
-        if (kFive) {
-          lo |= ((qh[l] >> (2 * c)) & 1) << 4;
-          hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+  const int64_t blocks = x.k / kKBlock;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    float acc = 0.0f, macc = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = w + b * kBytes;
+      int sc[8], mn[8];
+      UnpackKScales(blk + 4, sc, mn);
+      const uint8_t* qh = blk + 16;
+      const uint8_t* qs = blk + (kFive ? 48 : 16);
+      const int8_t* xb = x.q.data() + i * x.k + b * kKBlock;
+      const int16_t* bs = x.bsums.data() + (i * x.k + b * kKBlock) / 16;
+      int32_t isum = 0, msum = 0;
+      for (int c = 0; c < 4; ++c) {
+        int32_t s0 = 0, s1 = 0;
+        for (int l = 0; l < 32; ++l) {
+          int lo = qs[32 * c + l] & 0x0F, hi = qs[32 * c + l] >> 4;
+          if (kFive) {
+            lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+            hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+          }
+          s0 += lo * xb[64 * c + l];
+          s1 += hi * xb[64 * c + 32 + l];
         }
-        s0 += lo * x0[l];
-        s1 += hi * x0[32 + l];
+        isum += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
       }
-      const int64_t g = b * 8 + 2 * c;
-      acc +=
-          static_cast<float>(s0) * (d * static_cast<float>(sc[2 * c]) * xd[g]);
-      acc += static_cast<float>(s1) *
-             (d * static_cast<float>(sc[2 * c + 1]) * xd[g + 1]);
-      macc += dmin * static_cast<float>(mn[2 * c]) * sd[g];
-      macc += dmin * static_cast<float>(mn[2 * c + 1]) * sd[g + 1];
+      for (int j = 0; j < 8; ++j) msum += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+      const float dx = x.d[i * blocks + b];
+      acc += (F16(blk) * dx) * static_cast<float>(isum);
+      macc += (F16(blk + 2) * dx) * static_cast<float>(msum);
     }
+    y[r * y_stride] = acc - macc + bias;
   }
-  return acc - macc;
 }
 
 // Q6_K: per half h of 128 weights, activation group k (0..3) holds weights
 // 128h + 32k + l: a nibble of ql[64h + 32 (k & 1) + l] (high for k >= 2),
 // bits 2k, 2k + 1 of qh[32h + l], and scale sc[8h + 2k + l / 16].
-float DotQ6K(const uint8_t* w, const QuantizedActivations& x, int64_t i) {
-  const int64_t blocks = x.k / 256;
-  const int8_t* xq = x.q.data() + i * x.k;
-  const float* xd = x.d.data() + i * (x.k / 32);
-  float acc = 0.0f;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = w + b * 210;
-    const float d = F16(blk + 208);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = blk + 64 * h;
-      const uint8_t* qh = blk + 128 + 32 * h;
-      for (int k = 0; k < 4; ++k) {
-        const int8_t* xg = xq + b * 256 + 128 * h + 32 * k;
-        int32_t s[2] = {0, 0};
-        for (int l = 0; l < 32; ++l) {
-          const uint8_t byte = ql[32 * (k & 1) + l];
-          const int lo = k >= 2 ? byte >> 4 : byte & 0x0F;
-          const int q = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-          s[l / 16] += q * xg[l];
+void Q6KRows(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
+             float bias, float* y, int64_t y_stride) {
+  const int64_t blocks = x.k / kKBlock;
+  for (int r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = w + b * 210;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+      const int8_t* xb = x.q.data() + i * x.k + b * kKBlock;
+      int32_t isum = 0;
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = blk + 64 * h;
+        const uint8_t* qh = blk + 128 + 32 * h;
+        for (int k = 0; k < 4; ++k) {
+          int32_t s[2] = {0, 0};
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t byte = ql[32 * (k & 1) + l];
+            const int lo = k >= 2 ? byte >> 4 : byte & 0x0F;
+            const int q = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+            s[l / 16] += q * xb[128 * h + 32 * k + l];
+          }
+          isum += s[0] * sc[8 * h + 2 * k] + s[1] * sc[8 * h + 2 * k + 1];
         }
-        const int32_t total =
-            s[0] * sc[8 * h + 2 * k] + s[1] * sc[8 * h + 2 * k + 1];
-        acc += static_cast<float>(total) * (d * xd[b * 8 + 4 * h + k]);
       }
+      acc += (F16(blk + 208) * x.d[i * blocks + b]) * static_cast<float>(isum);
     }
+    y[r * y_stride] = acc + bias;
   }
-  return acc;
 }
 
 }  // namespace
@@ -129,23 +131,35 @@ GgufDotFn GgufDotScalar(DType dtype) {
       return &DotSmall<true, false>;
     case DType::kQ5_1:
       return &DotSmall<true, true>;
+    default:
+      return nullptr;
+  }
+}
+
+GgufKRowsFn GgufKRowsScalar(DType dtype) {
+  switch (dtype) {
     case DType::kQ4K:
-      return &DotK45<false>;
+      return &K45Rows<false>;
     case DType::kQ5K:
-      return &DotK45<true>;
+      return &K45Rows<true>;
     case DType::kQ6K:
-      return &DotQ6K;
+      return &Q6KRows;
     default:
       return nullptr;
   }
 }
 
 GgufDotFn GgufDotFor(DType dtype, SimdLevel level) {
-  static const bool vnni = Q8VnniSupported();
-  GgufDotFn f = nullptr;
-  if (level == SimdLevel::kAvx512 && vnni) f = GgufDotAvx512Vnni(dtype);
-  if (f == nullptr && level != SimdLevel::kScalar) f = GgufDotAvx2(dtype);
+  GgufDotFn f = level != SimdLevel::kScalar ? GgufDotAvx2(dtype) : nullptr;
   return f != nullptr ? f : GgufDotScalar(dtype);
+}
+
+GgufKRowsFn GgufKRowsFor(DType dtype, SimdLevel level) {
+  static const bool vnni = Q8VnniSupported();
+  GgufKRowsFn f = nullptr;
+  if (level == SimdLevel::kAvx512 && vnni) f = GgufKRowsAvx512Vnni(dtype);
+  if (f == nullptr && level != SimdLevel::kScalar) f = GgufKRowsAvx2(dtype);
+  return f != nullptr ? f : GgufKRowsScalar(dtype);
 }
 
 }  // namespace moe

@@ -2,28 +2,40 @@
 // (DType kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4K, kQ5K, kQ6K; layouts in
 // common/gguf_blocks.h), for CpuQuantMatMul (kernels/cpu_quant_matmul.h).
 //
-// The activations come quantized per 32 (QuantizedActivations: int8 codes,
-// an f32 scale d_x and d_x * sum(codes) per group). Every group of 32
-// weights meets one activation group, and its dot product is an exact
-// integer sum, scaled once:
+// The 32-weight types (Q4_0 .. Q5_1) meet activations quantized per 32
+// (QuantizedActivations: int8 codes, an f32 scale d_x and d_x * sum(codes)
+// per group), as ggml's Q8_0 / Q8_1 do:
 //   Q4_0 / Q5_0: y += (d * d_x) * sum((q - 8 or 16) * q_x)
 //   Q4_1 / Q5_1: y += (d * d_x) * sum(q * q_x) + m * (d_x * sum(q_x))
-//   Q4_K / Q5_K (8 sub-blocks of 32, scale s_j and min m_j):
-//     y += (d * s_j * d_x) * sum(q * q_x) - (dmin * m_j) * (d_x * sum(q_x))
-//   Q6_K (16 sub-blocks of 16, int8 scales): per activation group, the two
-//     sub-blocks' integer sums times their scales (still an exact integer),
-//     times d * d_x.
+//
+// The K-quants (256-weight blocks) meet activations quantized per 256
+// (KActivations, ggml's Q8_K: one f32 scale per 256 and the sum of every 16
+// codes), so a whole block's dot product is one exact integer:
+//   Q4_K / Q5_K (8 sub-blocks of 32, 6-bit scale s_j and min m_j):
+//     y += (d * d_x) * sum_j s_j sum(q * q_x)
+//        - (dmin * d_x) * sum_j m_j (sum of the sub-block's q_x)
+//   Q6_K (16 sub-blocks of 16, int8 scales s_j, codes q in 0..63):
+//     y += (d * d_x) * sum_j s_j sum((q - 32) * q_x)
+// The integers stay below 2^31 (|sum| <= 256 * 63 * 63 * 127 for Q5_K and
+// 256 * 32 * 128 * 127 for Q6_K), and the SIMD kernels form them from
+// 16-bit pair sums (|pair| <= 2 * 63 * 127 < 2^15). The codes and scales
+// equal ggml's Q8_K (which stores both negated), so both engines multiply
+// the same rounded activations.
+//
 // So the result equals the dequantized weights times the rounded
-// activations (RoundActivations) up to f32 rounding of the per-group terms
-// and of their sum; K-quant blocks (256 weights) need k % 256 == 0.
+// activations (RoundActivations / RoundKActivations) up to f32 rounding of
+// the per-block terms and of their sum; K-quant blocks need k % 256 == 0.
 //
 // Each output is reduced by one thread in a fixed order: within one SIMD
-// level the result does not depend on the thread count. The levels differ
-// only in the f32 rounding of that sum.
+// level the result does not depend on the thread count, nor (K-quants) on
+// how many activation rows one call computes (GgufKRowsFn). The levels differ only in the
+// f32 rounding of that sum.
 //
 // Thread-safe: pure functions.
 #ifndef MOECACHE_KERNELS_CPU_GGUF_QUANT_H_
 #define MOECACHE_KERNELS_CPU_GGUF_QUANT_H_
+
+#include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
@@ -34,22 +46,31 @@
 
 namespace moe {
 
-// One output y[i, j]: weight row `w` (x.k / QuantGroupSize blocks) against
-// activation row i of x.
+// The K-quants: 256-weight blocks that meet KActivations.
+inline bool IsGgufKDType(DType dtype) {
+  return dtype == DType::kQ4K || dtype == DType::kQ5K || dtype == DType::kQ6K;
+}
+
+// One output y[i, j] of a 32-weight type: weight row `w` (x.k / 32 blocks)
+// against activation row i of x.
 using GgufDotFn = float (*)(const uint8_t* w, const QuantizedActivations& x,
                             int64_t i);
 
 // The kernel for `dtype` at `level`: kScalar -> the scalar loops, kAvx2 ->
 // AVX2, kAvx512 -> AVX-512 VNNI where the CPU has AVX512_VNNI/BW/VL
-// (Q8VnniSupported), else AVX2. REQUIRES: IsGgufBlockDType(dtype),
+// (Q8VnniSupported), else AVX2. GgufDotFor REQUIRES a 32-weight type
+// (IsGgufBlockDType, not IsGgufKDType), GgufKRowsFor a K-quant;
 // SimdLevelSupported(level).
 GgufDotFn GgufDotFor(DType dtype, SimdLevel level);
+GgufKRowsFn GgufKRowsFor(DType dtype, SimdLevel level);
 
-// Per level, for GgufDotFor and the tests. nullptr for a dtype the level
-// has no kernel of its own for (GgufDotFor then falls back a level).
+// Per level, for the dispatch and the tests. nullptr for a dtype the level
+// has no kernel of its own for (the dispatch then falls back a level).
 GgufDotFn GgufDotScalar(DType dtype);
 GgufDotFn GgufDotAvx2(DType dtype);
-GgufDotFn GgufDotAvx512Vnni(DType dtype);
+GgufKRowsFn GgufKRowsScalar(DType dtype);
+GgufKRowsFn GgufKRowsAvx2(DType dtype);
+GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype);
 
 namespace gguf_quant_internal {
 
@@ -65,18 +86,26 @@ inline void UnpackKScales(const uint8_t* q, int scale[8], int min[8]) {
   }
 }
 
-// The same eight scales and eight mins as bytes of two words (byte j of
-// *scales is scale j), from 32-bit word arithmetic on the packed bytes: no
-// per-byte loop, so SIMD kernels can widen them in registers.
-inline void UnpackKScalesPacked(const uint8_t* q, uint64_t* scales,
-                                uint64_t* mins) {
-  uint32_t w[3];
-  std::memcpy(w, q, 12);
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  const uint32_t s_hi = (w[2] & kLow4) | (((w[0] >> 6) & kLow2) << 4);
-  const uint32_t m_hi = ((w[2] >> 4) & kLow4) | (((w[1] >> 6) & kLow2) << 4);
-  *scales = (w[0] & kLow6) | (static_cast<uint64_t>(s_hi) << 32);
-  *mins = (w[1] & kLow6) | (static_cast<uint64_t>(m_hi) << 32);
+// The same eight scales (bytes 0-7) and eight mins (bytes 8-15) in one
+// register, from a 16-byte load of the packed bytes (4 past the 12 read:
+// q must have 16 readable bytes, as a block's scales do) and byte shuffles:
+// no scalar unpacking and no moves from general registers.
+__attribute__((target("avx2"))) inline __m128i UnpackKScalesSimd(const uint8_t* q) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  // Low parts: scales 0-3 = q0-3 & 63, 4-7 = q8-11 & 15; mins 0-3 =
+  // q4-7 & 63, 4-7 = q8-11 >> 4.
+  const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7,
+                                                      8, 9, 10, 11));
+  const __m128i low = _mm_or_si128(
+      _mm_and_si128(a, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0,
+                                     0, 0)),
+      _mm_and_si128(_mm_srli_epi16(a, 4),
+                    _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
+  // High parts of sub-blocks 4-7: the top two bits of q0-3 (scales) and
+  // q4-7 (mins), to bits 4-5.
+  const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1,
+                                                      -1, 4, 5, 6, 7));
+  return _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
 }
 
 inline uint16_t Load16(const uint8_t* p) {

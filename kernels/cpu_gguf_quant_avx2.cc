@@ -18,7 +18,7 @@ namespace {
 
 using gguf_quant_internal::Load16;
 using gguf_quant_internal::Load32;
-using gguf_quant_internal::UnpackKScalesPacked;
+using gguf_quant_internal::UnpackKScalesSimd;
 
 MOE_GGUF_AVX2 inline float HSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -93,48 +93,44 @@ MOE_GGUF_AVX2 float DotSmallAvx2(const uint8_t* w,
   return HSum(_mm256_add_ps(acc0, acc1)) + macc;
 }
 
-// The eight sub-block factors of a K block, as vectors: d * s_j * d_x[j]
-// (stored, to be broadcast per sub-block) and, summed into `mins`,
-// dmin * m_j * sd[j] (no serial scalar chain per sub-block).
-MOE_GGUF_AVX2 inline void KFactors(const uint8_t* blk, const float* xd,
-                                   const float* sd, float scales[8],
-                                   __m256* mins) {
-  uint64_t sc, mn;
-  UnpackKScalesPacked(blk + 4, &sc, &mn);
-  const __m256 s = _mm256_cvtepi32_ps(
-      _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-  const __m256 m = _mm256_cvtepi32_ps(
-      _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
-  _mm256_store_ps(scales,
-                  _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(F16(blk)), s),
-                                _mm256_loadu_ps(xd)));
-  *mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(F16(blk + 2)), m),
-                          _mm256_loadu_ps(sd), *mins);
+// The 16 bit-sums of a K block's activations against 16 int16 weights:
+// eight int32 lanes (pairs added).
+MOE_GGUF_AVX2 inline __m256i BsumsDot(const int16_t* bs, __m256i w16) {
+  return _mm256_madd_epi16(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs)), w16);
 }
 
-// Q4_K / Q5_K: per 64 weights c, 32 bytes of qs give sub-block 2c (low
-// nibbles) and 2c + 1 (high); Q5_K's fifth bits are bits 2c, 2c + 1 of qh.
-template <bool kFive>
-MOE_GGUF_AVX2 float DotK45Avx2(const uint8_t* w, const QuantizedActivations& x,
-                               int64_t i) {
+// Q4_K / Q5_K (see the scalar K45Rows): per 64 weights c, 32 bytes of qs
+// give sub-block 2c (low nibbles) and 2c + 1 (high); the codes meet the
+// activations in vpmaddubsw (16-bit pair sums) and their sub-block scale
+// in vpmaddwd, so a block's sum stays integer in eight int32 lanes.
+template <bool kFive, int kRows>
+MOE_GGUF_AVX2 void K45RowsAvx2N(const uint8_t* w, const KActivations& x,
+                               int64_t i0, float bias, float* y,
+                               int64_t y_stride) {
   constexpr int kBytes = kFive ? 176 : 144;
-  const int64_t blocks = x.k / 256;
-  const int8_t* xq = x.q.data() + i * x.k;
-  const float* xd = x.d.data() + i * (x.k / 32);
-  const float* sd = x.sd.data() + i * (x.k / 32);
+  const int64_t blocks = x.k / kKBlock;
   const __m256i low = _mm256_set1_epi8(0x0F);
   const __m256i five = _mm256_set1_epi8(0x10);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  __m256 mins = _mm256_setzero_ps();
+  __m256 acc[kRows], macc[kRows];
+  for (int r = 0; r < kRows; ++r) acc[r] = macc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = w + b * kBytes;
-    alignas(32) float scale[8];
-    KFactors(blk, xd + b * 8, sd + b * 8, scale, &mins);
+    // Scale j in 16 int16 lanes (a byte shuffle of the scales widened and
+    // repeated); each min twice (m0 m0 m1 m1 ...), against the 16 bit-sums.
+    const __m128i sm = UnpackKScalesSimd(blk + 4);
+    const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+    const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+    __m256i scale[8];
+    for (int j = 0; j < 8; ++j) {
+      scale[j] = _mm256_shuffle_epi8(s16, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * j)));
+    }
     const uint8_t* qs = blk + (kFive ? 48 : 16);
     const __m256i qh =
         kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16))
               : __m256i{};
-    const int8_t* xb = xq + b * 256;
+    __m256i isum[kRows];
+    for (int r = 0; r < kRows; ++r) isum[r] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i bytes =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
@@ -151,35 +147,56 @@ MOE_GGUF_AVX2 float DotK45Avx2(const uint8_t* w, const QuantizedActivations& x,
             hi, _mm256_and_si256(
                     _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit1), bit1), five));
       }
-      const __m256i x0 =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 64 * c));
-      const __m256i x1 = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(xb + 64 * c + 32));
-      acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DotU8(lo, x0)),
-                             _mm256_broadcast_ss(scale + 2 * c), acc0);
-      acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DotU8(hi, x1)),
-                             _mm256_broadcast_ss(scale + 2 * c + 1), acc1);
+      for (int r = 0; r < kRows; ++r) {
+        const int8_t* xb = x.q.data() + (i0 + r) * x.k + b * kKBlock + 64 * c;
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32));
+        isum[r] = _mm256_add_epi32(
+            isum[r], _mm256_add_epi32(
+                         _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), scale[2 * c]),
+                         _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1),
+                                           scale[2 * c + 1])));
+      }
+    }
+    const float d = F16(blk), dmin = F16(blk + 2);
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t i = i0 + r;
+      const float dx = x.d[i * blocks + b];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * dx), acc[r]);
+      macc[r] = _mm256_fmadd_ps(
+          _mm256_cvtepi32_ps(BsumsDot(x.bsums.data() + (i * x.k + b * kKBlock) / 16, m16)),
+          _mm256_set1_ps(dmin * dx), macc[r]);
     }
   }
-  return HSum(_mm256_add_ps(acc0, acc1)) - HSum(mins);
+  for (int r = 0; r < kRows; ++r) y[r * y_stride] = HSum(acc[r]) - HSum(macc[r]) + bias;
 }
 
-// Q6_K (see the scalar DotQ6K): per half, group k's codes are a nibble of
-// ql0 (k = 0, 2) or ql1 (k = 1, 3) and two bits of qh; the sub-block scales
-// split the eight int32 lanes 4 + 4.
-MOE_GGUF_AVX2 float DotQ6KAvx2(const uint8_t* w, const QuantizedActivations& x,
-                               int64_t i) {
-  const int64_t blocks = x.k / 256;
-  const int8_t* xq = x.q.data() + i * x.k;
-  const float* xd = x.d.data() + i * (x.k / 32);
+// Q6_K (see the scalar Q6KRows): per half, group k's codes (0..63) are a
+// nibble of ql0 (k = 0, 2) or ql1 (k = 1, 3) and two bits of qh; the
+// sub-block scales (int16) split vpmaddwd's eight lanes 4 + 4, and the codes'
+// offset of 32 comes back per block as 32 * sum_j s_j (bit-sum j).
+template <int kRows>
+MOE_GGUF_AVX2 void Q6KRowsAvx2N(const uint8_t* w, const KActivations& x,
+                               int64_t i0, float bias, float* y,
+                               int64_t y_stride) {
+  const int64_t blocks = x.k / kKBlock;
   const __m256i low = _mm256_set1_epi8(0x0F);
   const __m256i three = _mm256_set1_epi8(0x03);
-  const __m256i bias = _mm256_set1_epi8(32);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc[kRows];
+  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = w + b * 210;
-    const float d = F16(blk + 208);
     const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    __m256i isum[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      // -32 * sum_j s_j bsum_j, as a start.
+      isum[r] = _mm256_sub_epi32(
+          _mm256_setzero_si256(),
+          _mm256_slli_epi32(
+              BsumsDot(x.bsums.data() + ((i0 + r) * x.k + b * kKBlock) / 16, sc16), 5));
+    }
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
@@ -191,34 +208,58 @@ MOE_GGUF_AVX2 float DotQ6KAvx2(const uint8_t* w, const QuantizedActivations& x,
                               _mm256_and_si256(ql1, low),
                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
                               _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low)};
-      const __m256i high[4] = {
-          _mm256_slli_epi16(_mm256_and_si256(qh, three), 4),
-          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three),
-                            4),
-          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), three),
-                            4),
-          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), three),
-                            4)};
       for (int k = 0; k < 4; ++k) {
-        const __m256i codes =
-            _mm256_sub_epi8(_mm256_or_si256(nib[k], high[k]), bias);
-        const __m256i xv = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(xq + b * 256 + 128 * h + 32 * k));
-        const float dx = d * xd[b * 8 + 4 * h + k];
-        const __m256 scale = _mm256_set_m128(
-            _mm_set1_ps(dx * static_cast<float>(sc[8 * h + 2 * k + 1])),
-            _mm_set1_ps(dx * static_cast<float>(sc[8 * h + 2 * k])));
-        if (k % 2 == 0) {
-          acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DotS8(codes, xv)), scale,
-                                 acc0);
-        } else {
-          acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DotS8(codes, xv)), scale,
-                                 acc1);
+        const __m256i codes = _mm256_or_si256(
+            nib[k], _mm256_slli_epi16(
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three), 4));
+        const __m256i scale = _mm256_set_m128i(
+            _mm_set1_epi16(sc[8 * h + 2 * k + 1]), _mm_set1_epi16(sc[8 * h + 2 * k]));
+        for (int r = 0; r < kRows; ++r) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+              x.q.data() + (i0 + r) * x.k + b * kKBlock + 128 * h + 32 * k));
+          isum[r] = _mm256_add_epi32(
+              isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xv), scale));
         }
       }
     }
+    const float d = F16(blk + 208);
+    for (int r = 0; r < kRows; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]),
+                               _mm256_set1_ps(d * x.d[(i0 + r) * blocks + b]), acc[r]);
+    }
   }
-  return HSum(_mm256_add_ps(acc0, acc1));
+  for (int r = 0; r < kRows; ++r) y[r * y_stride] = HSum(acc[r]) + bias;
+}
+
+// The row count as a template argument, so each row's sums live in
+// registers.
+template <bool kFive>
+MOE_GGUF_AVX2 void K45RowsAvx2(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
+                  float bias, float* y, int64_t y_stride) {
+  switch (rows) {
+    case 1:
+      return K45RowsAvx2N<kFive, 1>(w, x, i0, bias, y, y_stride);
+    case 2:
+      return K45RowsAvx2N<kFive, 2>(w, x, i0, bias, y, y_stride);
+    case 3:
+      return K45RowsAvx2N<kFive, 3>(w, x, i0, bias, y, y_stride);
+    default:
+      return K45RowsAvx2N<kFive, 4>(w, x, i0, bias, y, y_stride);
+  }
+}
+
+MOE_GGUF_AVX2 void Q6KRowsAvx2(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
+                 float bias, float* y, int64_t y_stride) {
+  switch (rows) {
+    case 1:
+      return Q6KRowsAvx2N<1>(w, x, i0, bias, y, y_stride);
+    case 2:
+      return Q6KRowsAvx2N<2>(w, x, i0, bias, y, y_stride);
+    case 3:
+      return Q6KRowsAvx2N<3>(w, x, i0, bias, y, y_stride);
+    default:
+      return Q6KRowsAvx2N<4>(w, x, i0, bias, y, y_stride);
+  }
 }
 
 }  // namespace
@@ -233,12 +274,19 @@ GgufDotFn GgufDotAvx2(DType dtype) {
       return &DotSmallAvx2<true, false>;
     case DType::kQ5_1:
       return &DotSmallAvx2<true, true>;
+    default:
+      return nullptr;
+  }
+}
+
+GgufKRowsFn GgufKRowsAvx2(DType dtype) {
+  switch (dtype) {
     case DType::kQ4K:
-      return &DotK45Avx2<false>;
+      return &K45RowsAvx2<false>;
     case DType::kQ5K:
-      return &DotK45Avx2<true>;
+      return &K45RowsAvx2<true>;
     case DType::kQ6K:
-      return &DotQ6KAvx2;
+      return &Q6KRowsAvx2;
     default:
       return nullptr;
   }

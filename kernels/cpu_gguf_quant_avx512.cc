@@ -1,10 +1,10 @@
-// The AVX-512 VNNI ggml-block dot products (cpu_gguf_quant.h) for the
-// K-quants, which dominate GGUF MoE files: one vpdpbusd covers 64 weights
-// (two K sub-blocks of 32, or two Q6_K activation groups), where AVX2
-// needs two maddubs + madd pairs. The small 32-weight types keep their
-// AVX2 kernels (GgufDotFor falls back). Its own file, as
-// cpu_quant_vnni.cc, because GCC 12's avx512fintrin.h trips
-// -Wuninitialized inside _mm512_inserti64x4 / _mm512_cvtepi32_ps.
+// The AVX-512 VNNI ggml-block products (cpu_gguf_quant.h) for the
+// K-quants, which dominate GGUF MoE files: one vpmaddubsw + vpdpwssd pair
+// covers 64 weights (two K sub-blocks of 32, or four Q6_K sub-blocks of
+// 16) with their scales, where AVX2 needs two maddubs + madd pairs. The
+// small 32-weight types keep their AVX2 kernels (GgufDotFor falls back).
+// Its own file, as cpu_quant_vnni.cc, because GCC 12's avx512fintrin.h
+// trips -Wuninitialized inside _mm512_inserti64x4 / _mm512_cvtepi32_ps.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -21,165 +21,268 @@ namespace moe {
 namespace {
 
 using gguf_quant_internal::Load16;
-using gguf_quant_internal::UnpackKScalesPacked;
+using gguf_quant_internal::Load32;
+using gguf_quant_internal::UnpackKScalesSimd;
 
 MOE_GGUF_VNNI inline float F16(const uint8_t* p) {
   return _cvtsh_ss(Load16(p));
 }
 
-MOE_GGUF_VNNI inline __m512i Join(__m256i lo, __m256i hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+MOE_GGUF_VNNI inline float HSum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-// Two scales: lanes 0-7 get a, lanes 8-15 get b.
-MOE_GGUF_VNNI inline __m512 Scale2(float a, float b) {
-  return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+// 32 bytes at p in both halves of a register.
+MOE_GGUF_VNNI inline __m512i Both(const uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Q4_K / Q5_K: per 64 weights c, the low nibbles (sub-block 2c) in the
-// lower 256 bits and the high nibbles (2c + 1) in the upper, against the 64
-// activations in order; the codes are unsigned, vpdpbusd's first operand.
-// A block's eight factors d * s_j * d_x[j] and dmin * m_j * sd[j] are
-// computed as vectors (no serial scalar chain per sub-block).
-template <bool kFive>
-MOE_GGUF_VNNI float DotK45Vnni(const uint8_t* w, const QuantizedActivations& x,
-                               int64_t i) {
+// The 16 bit-sums of a K block's activations against 16 int16 weights:
+// eight int32 lanes (pairs added).
+MOE_GGUF_VNNI inline __m256i BsumsDot(const int16_t* bs, __m256i w16) {
+  return _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs)), w16);
+}
+
+// Constants the kernels read from memory rather than build per call.
+struct alignas(64) KConstants {
+  // Q4_K/Q5_K: vpermw indices taking scale 2c to int16 lanes 0-15 and
+  // 2c + 1 to 16-31.
+  int16_t k45_pick[4][32];
+  // Q6_K: sub-blocks 4q .. 4q + 3 of a 64-weight run, eight lanes each.
+  int16_t q6_pick[4][32];
+  constexpr KConstants() : k45_pick(), q6_pick() {
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        k45_pick[c][l] = static_cast<int16_t>(2 * c + l / 16);
+        q6_pick[c][l] = static_cast<int16_t>(4 * c + l / 8);
+      }
+    }
+  }
+};
+constexpr KConstants kK;
+
+MOE_GGUF_VNNI inline __m512i Pick(const int16_t* p) { return _mm512_load_si512(p); }
+
+// The codes, scales and bit-sums of kR activation rows from i0.
+template <int kR>
+struct KRows {
+  const int8_t* xq[kR];
+  const float* xd[kR];
+  const int16_t* xbs[kR];
+  KRows(const KActivations& x, int64_t i0) {
+    const int64_t blocks = x.k / kKBlock;
+    for (int r = 0; r < kR; ++r) {
+      xq[r] = x.q.data() + (i0 + r) * x.k;
+      xd[r] = x.d.data() + (i0 + r) * blocks;
+      xbs[r] = x.bsums.data() + (i0 + r) * (x.k / 16);
+    }
+  }
+};
+
+// Q4_K / Q5_K: per 64 weights c, the 32 bytes of qs in both halves shifted
+// by 0 | 4 give sub-block 2c in bytes 0-31 and 2c + 1 in bytes 32-63, the
+// 64 activations in order. vpmaddubsw forms the 16-bit pair sums and
+// vpdpwssd multiplies them by the sub-block's scale into int32 lanes (two
+// chains, c even and odd), so a block is one integer vector per row and
+// one f32 multiply-add; the mins meet the bit-sums in vpmaddwd. (Four
+// weight rows a call, sharing the constants, measured ~10% slower at
+// decode than one.)
+template <bool kFive, int kR>
+MOE_GGUF_VNNI void K45RowsN(const uint8_t* w, const KActivations& x, int64_t i0, float bias,
+                            float* y, int64_t y_stride) {
   constexpr int kBytes = kFive ? 176 : 144;
-  const int64_t blocks = x.k / 256;
-  const int8_t* xq = x.q.data() + i * x.k;
-  const float* xd = x.d.data() + i * (x.k / 32);
-  const float* sd = x.sd.data() + i * (x.k / 32);
-  const __m256i low = _mm256_set1_epi8(0x0F);
+  const int64_t blocks = x.k / kKBlock;
+  const KRows<kR> t(x, i0);
+  const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i five = _mm512_set1_epi8(0x10);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  __m256 mins = _mm256_setzero_ps();
+  const __m512i nibble_shift =
+      _mm512_mask_blend_epi64(0xf0, _mm512_setzero_si512(), _mm512_set1_epi16(4));
+  __m512 acc[kR];
+  __m256 macc[kR];
+  for (int r = 0; r < kR; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    macc[r] = _mm256_setzero_ps();
+  }
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = w + b * kBytes;
-    uint64_t sc, mn;
-    UnpackKScalesPacked(blk + 4, &sc, &mn);
-    alignas(32) float scale[8];
-    _mm256_store_ps(
-        scale,
-        _mm256_mul_ps(
-            _mm256_mul_ps(_mm256_set1_ps(F16(blk)),
-                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                              _mm_cvtsi64_si128(static_cast<int64_t>(sc))))),
-            _mm256_loadu_ps(xd + b * 8)));
-    mins = _mm256_fmadd_ps(
-        _mm256_mul_ps(_mm256_set1_ps(F16(blk + 2)),
-                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                          _mm_cvtsi64_si128(static_cast<int64_t>(mn))))),
-        _mm256_loadu_ps(sd + b * 8), mins);
+    const __m128i sm = UnpackKScalesSimd(blk + 4);
+    const __m512i s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
+    const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
     const uint8_t* qs = blk + (kFive ? 48 : 16);
-    __m512i qh2 = _mm512_setzero_si512();
-    if (kFive) {
-      const __m256i qh =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
-      qh2 = Join(qh, qh);
-    }
-    const int8_t* xb = xq + b * 256;
+    const __m512i qh2 = kFive ? Both(blk + 16) : _mm512_setzero_si512();
+    __m512i isum[2][kR];
+    for (int r = 0; r < kR; ++r) isum[0][r] = isum[1][r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      const __m256i bytes =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
-      __m512i codes = Join(_mm256_and_si256(bytes, low),
-                           _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low));
+      __m512i codes =
+          _mm512_and_si512(_mm512_srlv_epi16(Both(qs + 32 * c), nibble_shift), low);
       if (kFive) {
         // Bit 2c of qh for the lower half, bit 2c + 1 for the upper.
         const __m512i bit = _mm512_mask_blend_epi64(
             0xf0, _mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
             _mm512_set1_epi8(static_cast<char>(1 << (2 * c + 1))));
-        const __mmask64 set = _mm512_test_epi8_mask(qh2, bit);
-        codes = _mm512_or_si512(codes, _mm512_maskz_mov_epi8(set, five));
+        codes = _mm512_or_si512(
+            codes, _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh2, bit), five));
       }
-      const __m512i xv = _mm512_loadu_si512(xb + 64 * c);
-      const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xv);
-      const __m512 f = Scale2(scale[2 * c], scale[2 * c + 1]);
-      if (c % 2 == 0) {
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc0);
-      } else {
-        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), f, acc1);
+      const __m512i scale = _mm512_permutexvar_epi16(Pick(kK.k45_pick[c]), s16);
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const __m512i xv = _mm512_loadu_si512(t.xq[r] + b * kKBlock + 64 * c);
+        isum[c & 1][r] =
+            _mm512_dpwssd_epi32(isum[c & 1][r], _mm512_maddubs_epi16(codes, xv), scale);
       }
     }
+    // d and dmin side by side.
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(Load32(blk))));
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      const __m128 f = _mm_mul_ps(dd, _mm_set1_ps(t.xd[r][b]));
+      acc[r] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(isum[0][r], isum[1][r])),
+                          _mm512_broadcastss_ps(f), acc[r]);
+      macc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(BsumsDot(t.xbs[r] + b * 16, m16)),
+                                    _mm256_broadcastss_ps(_mm_movehdup_ps(f)), macc[r]);
+    }
   }
-  const __m128 m2 =
-      _mm_add_ps(_mm256_castps256_ps128(mins), _mm256_extractf128_ps(mins, 1));
-  const __m128 m1 = _mm_add_ps(m2, _mm_movehl_ps(m2, m2));
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) -
-         _mm_cvtss_f32(_mm_add_ss(m1, _mm_movehdup_ps(m1)));
+  for (int r = 0; r < kR; ++r) {
+    y[r * y_stride] = _mm512_reduce_add_ps(acc[r]) - HSum8(macc[r]) + bias;
+  }
 }
 
-// Q6_K: per half, activation groups k and k + 1 side by side (k = 0, 2),
-// codes biased to unsigned (q in 0..63) for vpdpbusd, and the bias taken
-// back per sub-block of 16 as 32 * sum(q_x) (vpdpbusd of 32s against x).
-// Lanes 0-3, 4-7, 8-11, 12-15 are the four sub-blocks of 16.
-MOE_GGUF_VNNI float DotQ6KVnni(const uint8_t* w, const QuantizedActivations& x,
-                               int64_t i) {
-  const int64_t blocks = x.k / 256;
-  const int8_t* xq = x.q.data() + i * x.k;
-  const float* xd = x.d.data() + i * (x.k / 32);
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m256i three = _mm256_set1_epi8(0x03);
-  const __m512i bias = _mm512_set1_epi8(32);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+// Q6_K: per half h, the 64 bytes of ql give groups 0 | 1 (low nibbles,
+// weights 128h + [0, 64)) and 2 | 3 (high nibbles, 128h + [64, 128)), the
+// 32 bytes of qh in both halves shifted so that each group's two bits land
+// on bits 4-5. Codes 0..63 (unsigned, vpmaddubsw's first operand); the
+// offset of 32 comes back per block as 32 * sum_j s_j (bit-sum j). The
+// 32 int16 pair sums of 64 weights cover four sub-blocks of 16, eight
+// lanes each, whose scales vpdpwssd applies (two chains: the halves).
+template <int kR>
+MOE_GGUF_VNNI void Q6KRowsN(const uint8_t* w, const KActivations& x, int64_t i0, float bias,
+                            float* y, int64_t y_stride) {
+  const int64_t blocks = x.k / kKBlock;
+  const KRows<kR> t(x, i0);
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
+  // Groups 0 | 1: qh << 4 | qh << 2; groups 2 | 3: qh | qh >> 2.
+  const __m512i up =
+      _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+  const __m512i down =
+      _mm512_mask_blend_epi64(0xf0, _mm512_setzero_si512(), _mm512_set1_epi16(2));
+  __m512 acc[kR];
+  for (int r = 0; r < kR; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = w + b * 210;
-    const float d = F16(blk + 208);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+    const __m512i sc512 = _mm512_castsi256_si512(sc16);
+    // The first chain starts at -32 * sum_j s_j bsum_j.
+    __m512i isum[2][kR];
+    for (int r = 0; r < kR; ++r) {
+      isum[0][r] = _mm512_zextsi256_si512(_mm256_sub_epi32(
+          _mm256_setzero_si256(), _mm256_slli_epi32(BsumsDot(t.xbs[r] + b * 16, sc16), 5)));
+      isum[1][r] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-      // Groups 0 | 1 (low nibbles of ql0 | ql1, qh bits 0-1 | 2-3), then
-      // 2 | 3 (high nibbles, qh bits 4-5 | 6-7).
-      for (int pair = 0; pair < 2; ++pair) {
-        const int shift = 4 * pair;
-        const __m256i n0 = _mm256_and_si256(
-            _mm256_srl_epi16(ql0, _mm_cvtsi32_si128(shift)), low);
-        const __m256i n1 = _mm256_and_si256(
-            _mm256_srl_epi16(ql1, _mm_cvtsi32_si128(shift)), low);
-        const __m256i h0 = _mm256_and_si256(
-            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift)), three);
-        const __m256i h1 = _mm256_and_si256(
-            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(shift + 2)), three);
-        const __m512i codes =
-            Join(_mm256_or_si256(n0, _mm256_slli_epi16(h0, 4)),
-                 _mm256_or_si256(n1, _mm256_slli_epi16(h1, 4)));
-        const int k = 2 * pair;
-        const __m512i xv = _mm512_loadu_si512(xq + b * 256 + 128 * h + 32 * k);
-        const __m512i p = _mm512_sub_epi32(
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xv),
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, xv));
-        const int8_t* s = sc + 8 * h + 2 * k;
-        const __m512i sv =
-            _mm512_set_epi32(s[3], s[3], s[3], s[3], s[2], s[2], s[2], s[2],
-                             s[1], s[1], s[1], s[1], s[0], s[0], s[0], s[0]);
-        const __m512 scale =
-            Scale2(d * xd[b * 8 + 4 * h + k], d * xd[b * 8 + 4 * h + k + 1]);
-        const __m512 term = _mm512_cvtepi32_ps(_mm512_mullo_epi32(p, sv));
-        if (pair == 0) {
-          acc0 = _mm512_fmadd_ps(term, scale, acc0);
-        } else {
-          acc1 = _mm512_fmadd_ps(term, scale, acc1);
+      const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+      const __m512i qh2 = Both(blk + 128 + 32 * h);
+      const __m512i codes[2] = {
+          _mm512_or_si512(_mm512_and_si512(ql, low),
+                          _mm512_and_si512(_mm512_sllv_epi16(qh2, up), bits45)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                          _mm512_and_si512(_mm512_srlv_epi16(qh2, down), bits45))};
+#pragma GCC unroll 2
+      for (int p = 0; p < 2; ++p) {
+        const __m512i scale = _mm512_permutexvar_epi16(Pick(kK.q6_pick[2 * h + p]), sc512);
+#pragma GCC unroll 4
+        for (int r = 0; r < kR; ++r) {
+          const __m512i xv = _mm512_loadu_si512(t.xq[r] + b * kKBlock + 128 * h + 64 * p);
+          isum[h][r] =
+              _mm512_dpwssd_epi32(isum[h][r], _mm512_maddubs_epi16(codes[p], xv), scale);
         }
       }
     }
+    const float d = F16(blk + 208);
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      acc[r] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(isum[0][r], isum[1][r])),
+                          _mm512_set1_ps(d * t.xd[r][b]), acc[r]);
+    }
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  for (int r = 0; r < kR; ++r) y[r * y_stride] = _mm512_reduce_add_ps(acc[r]) + bias;
+}
+
+// The row count as a template argument, so each row's sums live in
+// registers.
+template <bool kFive>
+MOE_GGUF_VNNI void K45RowsVnni(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
+                               float bias, float* y, int64_t y_stride) {
+  switch (rows) {
+    case 1:
+      return K45RowsN<kFive, 1>(w, x, i0, bias, y, y_stride);
+    case 2:
+      return K45RowsN<kFive, 2>(w, x, i0, bias, y, y_stride);
+    case 3:
+      return K45RowsN<kFive, 3>(w, x, i0, bias, y, y_stride);
+    default:
+      return K45RowsN<kFive, 4>(w, x, i0, bias, y, y_stride);
+  }
+}
+
+MOE_GGUF_VNNI void Q6KRowsVnni(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
+                               float bias, float* y, int64_t y_stride) {
+  switch (rows) {
+    case 1:
+      return Q6KRowsN<1>(w, x, i0, bias, y, y_stride);
+    case 2:
+      return Q6KRowsN<2>(w, x, i0, bias, y, y_stride);
+    case 3:
+      return Q6KRowsN<3>(w, x, i0, bias, y, y_stride);
+    default:
+      return Q6KRowsN<4>(w, x, i0, bias, y, y_stride);
+  }
 }
 
 }  // namespace
 
-GgufDotFn GgufDotAvx512Vnni(DType dtype) {
+MOE_GGUF_VNNI void QuantizeKActivationsAvx512(const float* x, int64_t m, int64_t k,
+                                             KActivations* out) {
+  SizeKActivations(m, k, out);
+  const int64_t blocks = m * (k / kKBlock);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xs = x + b * kKBlock;
+    int8_t* q = out->q.data() + b * kKBlock;
+    __m512 amax = _mm512_setzero_ps();
+    for (int t = 0; t < 16; ++t) {
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(xs + 16 * t)));
+    }
+    const float a = _mm512_reduce_max_ps(amax);
+    const float inv = a > 0.0f ? 127.0f / a : 0.0f;
+    out->d[b] = a > 0.0f ? 1.0f / inv : 0.0f;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (int t = 0; t < 16; ++t) {
+      // vcvtps2dq rounds half to even under the default MXCSR, as nearbyint.
+      const __m512i v = _mm512_min_epi32(
+          hi, _mm512_max_epi32(
+                  lo, _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xs + 16 * t), vinv))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * t), _mm512_cvtepi32_epi8(v));
+      out->bsums[b * 16 + t] = static_cast<int16_t>(_mm512_reduce_add_epi32(v));
+    }
+  }
+}
+
+GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype) {
   switch (dtype) {
     case DType::kQ4K:
-      return &DotK45Vnni<false>;
+      return &K45RowsVnni<false>;
     case DType::kQ5K:
-      return &DotK45Vnni<true>;
+      return &K45RowsVnni<true>;
     case DType::kQ6K:
-      return &DotQ6KVnni;
+      return &Q6KRowsVnni;
     default:
       return nullptr;
   }

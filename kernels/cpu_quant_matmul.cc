@@ -244,6 +244,44 @@ std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k) {
   return out;
 }
 
+void SizeKActivations(int64_t m, int64_t k, KActivations* out) {
+  const int64_t blocks = m * (k / kKBlock);
+  out->m = m;
+  out->k = k;
+  AtLeast(out->q, m * k);
+  AtLeast(out->d, blocks);
+  AtLeast(out->bsums, blocks * 16);
+}
+
+void QuantizeKActivations(const float* x, int64_t m, int64_t k, KActivations* out) {
+  SizeKActivations(m, k, out);
+  const int64_t blocks = m * (k / kKBlock);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xs = x + b * kKBlock;
+    int8_t* q = out->q.data() + b * kKBlock;
+    float amax = 0.0f;
+    for (int64_t t = 0; t < kKBlock; ++t) amax = std::max(amax, std::fabs(xs[t]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int64_t t = 0; t < kKBlock; ++t) {
+      q[t] = static_cast<int8_t>(std::clamp(std::nearbyint(xs[t] * inv), -127.0f, 127.0f));
+    }
+    out->d[b] = amax > 0.0f ? 1.0f / inv : 0.0f;
+    for (int t = 0; t < 16; ++t) {
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) sum += q[16 * t + l];
+      out->bsums[b * 16 + t] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+std::vector<float> RoundKActivations(const float* x, int64_t m, int64_t k) {
+  KActivations qa;
+  QuantizeKActivations(x, m, k, &qa);
+  std::vector<float> out(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m * k; ++i) out[i] = qa.d[i / kKBlock] * qa.q[i];
+  return out;
+}
+
 void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
                              SimdLevel level) {
   static const bool vnni = Q8VnniSupported();
@@ -253,9 +291,19 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   dot_ = q8 ? (simd ? (avx512_vnni ? &DotQ8Avx512Vnni : &DotQ8Avx2) : &DotQ8Scalar)
             : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
   if (dtype == DType::kMxfp4) dot_ = simd ? &DotMxfp4Avx2 : &DotMxfp4Scalar;
-  if (IsGgufBlockDType(dtype)) dot_ = GgufDotFor(dtype, level);  // cpu_gguf_quant.h
-  vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
+  k_rows_ = IsGgufKDType(dtype) ? GgufKRowsFor(dtype, level) : nullptr;  // cpu_gguf_quant.h
+  if (IsGgufBlockDType(dtype) && k_rows_ == nullptr) dot_ = GgufDotFor(dtype, level);
   row_bytes_ = WeightBytes(dtype, 1, k);
+  if (k_rows_ != nullptr) {
+    vnni_rows_ = nullptr;
+    if (avx512_vnni) {
+      QuantizeKActivationsAvx512(x, m, k, &kx_);
+    } else {
+      QuantizeKActivations(x, m, k, &kx_);
+    }
+    return;
+  }
+  vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
   const int64_t groups = m * (k / kActGroup);
   x_.m = m;
   x_.k = k;
@@ -276,6 +324,16 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
 void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t n,
                              int64_t n_begin, int64_t n_end) const {
   const auto* wb = static_cast<const uint8_t*>(w);
+  if (k_rows_ != nullptr) {
+    for (int64_t j = n_begin; j < n_end; ++j) {
+      for (int64_t i = 0; i < kx_.m; i += kKMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, kx_.m - i));
+        k_rows_(wb + j * row_bytes_, kx_, i, rows, bias != nullptr ? bias[j] : 0.0f,
+                y + i * n + j, n);
+      }
+    }
+    return;
+  }
   const int64_t m = x_.m;
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* wj = wb + j * row_bytes_;

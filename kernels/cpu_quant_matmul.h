@@ -3,7 +3,8 @@
 // y[m, n] = x[m, k] W[n, k]^T (+ bias), reading W's blocks directly.
 //
 // As in llama.cpp's vec_dot_q8_0_q8_0 / q4_1_q8_1, the activations are first
-// rounded to 8 bits per 32 (an f32 scale per 32, QuantizeActivations), and
+// rounded to 8 bits per 32 (an f32 scale per 32, QuantizeActivations; ggml's
+// K-quants per 256 instead, KActivations, kernels/cpu_gguf_quant.h), and
 // each block's dot product is an exact integer sum, scaled once:
 //   kQ8: y += d_w * d_x * sum(q_w * q_x)
 //   kQ4: y += d_w * d_x * sum(q_w * q_x) + m_w * d_x * sum(q_x)
@@ -45,6 +46,36 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k,
                          QuantizedActivations* out);
 // x rounded as the kernels see it (d * q), for references.
 std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k);
+
+inline constexpr int64_t kKBlock = 256;
+
+// The ggml K-quants' activations (kernels/cpu_gguf_quant.h), rounded to 8
+// bits per 256 as ggml's Q8_K: per block of 256,
+// inv = 127 / max|x|, q = round_half_even(x * inv), d = 1 / inv (0 and all
+// codes 0 for a block of zeros), and bsums[t] = the sum of codes 16t ..
+// 16t + 15.
+struct KActivations {
+  int64_t m = 0, k = 0;
+  std::vector<int8_t> q;        // [m, k]
+  std::vector<float> d;         // [m, k / 256]
+  std::vector<int16_t> bsums;   // [m, k / 16]
+};
+// REQUIRES: k % 256 == 0. Grows the buffers, never shrinks them.
+void SizeKActivations(int64_t m, int64_t k, KActivations* out);  // sets m, k; grows
+void QuantizeKActivations(const float* x, int64_t m, int64_t k, KActivations* out);
+// x rounded as the K kernels see it (d * q), for references.
+std::vector<float> RoundKActivations(const float* x, int64_t m, int64_t k);
+// QuantizeKActivations's arithmetic with AVX-512 (bit for bit the same;
+// cpu_gguf_quant_avx512.cc). REQUIRES: Q8VnniSupported(), k % 256 == 0.
+void QuantizeKActivationsAvx512(const float* x, int64_t m, int64_t k, KActivations* out);
+
+// y[r * y_stride] = K-quant weight row `w` . activation row i0 + r (+ bias)
+// for r < rows (1 to kKMaxRows): the row's blocks are unpacked once for all
+// `rows`, and each row's sums run in the order they have alone, so a row's
+// result does not depend on `rows` (a prompt's tile and a decode step agree).
+inline constexpr int kKMaxRows = 4;
+using GgufKRowsFn = void (*)(const uint8_t* w, const KActivations& x, int64_t i0,
+                             int rows, float bias, float* y, int64_t y_stride);
 
 // The AVX-512 VNNI q8 dot product (cpu_quant_vnni.cc): one output y[i, j]
 // of the q8 row `w`. REQUIRES: Q8VnniSupported().
@@ -105,6 +136,8 @@ class QuantizedInput {
   std::vector<float> lane_d_, block_sd_;
   VnniActivations vx_;
   VnniRowsFn vnni_rows_ = nullptr;
+  KActivations kx_;                // the K-quants' activations (per 256)
+  GgufKRowsFn k_rows_ = nullptr;   // set for the K-quants
   float (*dot_)(const uint8_t*, const QuantizedActivations&, int64_t) = nullptr;
   int64_t row_bytes_ = 0;
 };

@@ -1,5 +1,11 @@
-// moectl perplexity --model DIR --text FILE [--expert-format F]: teacher-forced
-// quality of an expert format against the checkpoint's own experts.
+// moectl perplexity --model DIR (--text FILE | --token-ids FILE)
+// [--expert-format F]: teacher-forced quality of an expert format against
+// the checkpoint's own experts.
+//
+// --token-ids scores token ids as given (comma- or whitespace-separated,
+// each in [0, vocab)), for checkpoints without a vocabulary (a GGUF whose
+// tokenizer.ggml.model is "none") and for comparing with another engine on
+// exactly the same tokens; no BOS is added.
 //
 // Both runs feed the text's tokens one at a time (Session::Forward, decode
 // steps) through the same model; at every position the next token's negative
@@ -81,21 +87,55 @@ absl::StatusOr<Totals> Measure(const MoeModel& model, const std::vector<int32_t>
   return t;
 }
 
+// The ids of a --token-ids file: integers separated by commas and white
+// space, each in [0, vocab).
+absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& path,
+                                                   int64_t vocab) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  std::vector<int32_t> ids;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find_first_of(", \t\r\n", at);
+    const absl::string_view part =
+        absl::string_view(text).substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? text.size() : end + 1;
+    if (part.empty()) continue;
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": '", part.substr(0, 32), "' (token ", ids.size(), ") is not an integer"));
+    }
+    if (v < 0 || v >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": token ", ids.size(), " is ", v, ", outside the vocabulary [0, ", vocab, ")"));
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
 absl::Status Run(const FlagSet& f) {
   const std::string& dir = f.GetString("model");
-  if (dir.empty() || !f.IsSet("text")) {
-    return absl::InvalidArgumentError("--model and --text are required");
+  if (dir.empty() || f.IsSet("text") == f.IsSet("token-ids")) {
+    return absl::InvalidArgumentError(
+        "--model and exactly one of --text and --token-ids are required");
   }
   ASSIGN_OR_RETURN(DType format, ParseExpertFormat(f.GetString("expert-format")));
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(f.GetString("text")));
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, CreateBackend(f.GetString("device")));
   ASSIGN_OR_RETURN(std::unique_ptr<MoeModel> model, MoeModel::Load(dir, backend.get()));
-  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(dir));
-  std::vector<int32_t> ids = tok->Encode(text, /*add_special=*/true);
+  std::vector<int32_t> ids;
+  if (f.IsSet("token-ids")) {
+    ASSIGN_OR_RETURN(ids, ParseTokenIds(f.GetString("token-ids"), model->config().vocab_size));
+  } else {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(f.GetString("text")));
+    ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(dir));
+    ids = tok->Encode(text, /*add_special=*/true);
+  }
   const int64_t limit = std::min<int64_t>(f.GetInt("max-tokens"), model->max_context());
   if (static_cast<int64_t>(ids.size()) > limit) ids.resize(static_cast<size_t>(limit));
   if (ids.size() < 2) {
-    return absl::InvalidArgumentError("--text gives fewer than 2 tokens");
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.IsSet("text") ? "--text" : "--token-ids", " gives fewer than 2 tokens"));
   }
   ASSIGN_OR_RETURN(Totals t, Measure(*model, ids, format));
   const double n = static_cast<double>(t.n);
@@ -116,12 +156,15 @@ absl::Status Run(const FlagSet& f) {
 }
 
 int RunPerplexity(const Args& args) {
-  FlagSet flags("perplexity", "--model DIR --text FILE [--expert-format bf16|q8|q4]");
+  FlagSet flags("perplexity",
+                "--model DIR (--text FILE | --token-ids FILE) [--expert-format bf16|q8|q4]");
   flag_groups::DeclareModel(flags, /*repeatable=*/false);  // required here
   flag_groups::DeclareExpertFormat(flags, "q8");  // compared with the checkpoint's experts
   flag_groups::DeclareDevice(flags, "cpu", /*backend_alias=*/true);
   flags.Group("");
-  flags.String("text", "", "UTF-8 text file to score (required)");
+  flags.String("text", "", "UTF-8 text file to score (this or --token-ids)");
+  flags.String("token-ids", "",
+               "file of token ids to score as given (comma- or space-separated; no BOS added)");
   flags.Int("max-tokens", 512, "score at most this many tokens of the text");
   absl::Status parsed = flags.Parse(args);
   if (flags.help()) {

@@ -197,10 +197,11 @@ TEST_P(GgufQuantTest,
   std::printf("[%s] max |logprob - reference| = %.3g\n", GetParam().name,
               max_diff);
   // The weights are the same numbers on both sides (ggml's decoders = the
-  // numpy ones); what differs is that the expert kernels round their
-  // inputs to int8 per 32 (QuantizeActivations, <= 1/254 of each group's
-  // max), as for q8 experts, whose forward-reference tolerance this is
-  // (forward_reference_test.cc: kQ8Tolerance), plus f32 arithmetic.
+  // numpy ones); what differs is that the block kernels round their inputs
+  // to int8 per 32 (QuantizeActivations, <= 1/254 of each group's max; the
+  // K-quants per 256, KActivations), as for q8 experts, whose
+  // forward-reference tolerance this is (forward_reference_test.cc:
+  // kQ8Tolerance), plus f32 arithmetic.
   EXPECT_LE(max_diff, 8e-2);
 }
 
@@ -247,8 +248,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"MixtralQ4_KDenseQ8_0", ModelFamily::kMixtral, "Q4_K", "Q8_0",
              DType::kQ4K},
         Case{"Qwen3MoeQ5_K", ModelFamily::kQwen3Moe, "Q5_K", "", DType::kQ5K},
+        // Seed 11: seed 9's model has a near tie that the K-quants' per-256
+        // activations flip (at every SIMD level alike).
         Case{"MixtralQ6_KDenseQ6_K", ModelFamily::kMixtral, "Q6_K", "Q6_K",
-             DType::kQ6K},
+             DType::kQ6K, 11},
         Case{"Qwen3MoeMxfp4", ModelFamily::kQwen3Moe, "MXFP4", "Q4_K",
              DType::kMxfp4, 13},
         // As llama.cpp's Q4_K_M: a layer's down in Q6_K; and, to run gate

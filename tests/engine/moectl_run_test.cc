@@ -297,5 +297,42 @@ TEST_F(MoectlRunTest, PerplexityKlGrowsAsBitsShrink) {
   EXPECT_GT(q4, q8);
 }
 
+// --token-ids scores ids as given: the NLL of the one scored token is minus
+// the log-probability `moectl run` gives the same token after the same
+// one-token prompt; a bad id is refused by position, and --text and
+// --token-ids exclude each other.
+TEST_F(MoectlRunTest, PerplexityOfTokenIdsMatchesRunsLogprob) {
+  Result run = RunMoectl(absl::StrCat(Model(), " --prompt-ids 17 --max-new-tokens 1",
+                                      " --ignore-eos --backend cpu --json"));
+  ASSERT_EQ(run.code, 0) << run.err;
+  std::vector<json> lines = JsonLines(run.out);
+  ASSERT_GE(lines.size(), 1u) << run.out;
+  const int next = lines[0]["token_id"].get<int>();
+  const double logprob = lines[0]["logprob"].get<double>();
+
+  const std::string ids = absl::StrCat(::testing::TempDir(), "/ppl_ids.txt");
+  ASSERT_TRUE(WriteFileAtomically(ids, absl::StrCat(" 17,\n", next, "\n")).ok());
+  Result r = RunMoectlCommand("perplexity", absl::StrCat(Model(), " --token-ids ", ids,
+                                                         " --expert-format bf16"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tokens scored: 1 "));
+  const size_t at = r.out.find("NLL ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NEAR(std::stod(r.out.substr(at + 4)), -logprob, 2e-6) << r.out;
+
+  ASSERT_TRUE(WriteFileAtomically(ids, "17 5 999999999").ok());
+  Result bad = RunMoectlCommand("perplexity", absl::StrCat(Model(), " --token-ids ", ids));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("token 2 is 999999999, outside the vocabulary"));
+  ASSERT_TRUE(WriteFileAtomically(ids, "17 five").ok());
+  bad = RunMoectlCommand("perplexity", absl::StrCat(Model(), " --token-ids ", ids));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("'five' (token 1) is not an integer"));
+  bad = RunMoectlCommand("perplexity",
+                         absl::StrCat(Model(), " --token-ids ", ids, " --text ", ids));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("exactly one of --text and --token-ids"));
+}
+
 }  // namespace
 }  // namespace moe

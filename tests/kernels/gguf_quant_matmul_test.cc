@@ -72,7 +72,10 @@ struct Reference {
 Reference Expected(DType t, const std::vector<uint8_t>& w,
                    const std::vector<float>& x, int64_t m, int64_t n,
                    int64_t k) {
-  const std::vector<float> xr = RoundActivations(x.data(), m, k);
+  // The 32-weight types meet activations rounded per 32, the K-quants per
+  // 256 (kernels/cpu_gguf_quant.h).
+  const std::vector<float> xr = IsGgufKDType(t) ? RoundKActivations(x.data(), m, k)
+                                                : RoundActivations(x.data(), m, k);
   const int64_t row_bytes = WeightBytes(t, 1, k);
   std::vector<float> wr(static_cast<size_t>(k));
   Reference r{std::vector<double>(static_cast<size_t>(m * n)),
@@ -120,7 +123,9 @@ void CheckAgainstTheReference(DType t) {
   struct Shape {
     int64_t m, n, k;
   };
-  for (const Shape s : {Shape{1, 1, g}, Shape{3, 7, 3 * g}, Shape{5, 33, 2 * g},
+  // m = 1 with n = 37: decode, split between 3 threads.
+  for (const Shape s : {Shape{1, 1, g}, Shape{1, 37, 2 * g}, Shape{3, 7, 3 * g},
+                        Shape{5, 33, 2 * g},
                         Shape{2, 65, (g == 256 ? 4 : 9) * g}}) {
     SCOPED_TRACE(::testing::Message() << DTypeName(t) << " m " << s.m << " n "
                                       << s.n << " k " << s.k);
@@ -176,9 +181,18 @@ TEST(GgufQ8_0Test, RandomQ8_0BlocksMatchTheReferenceAtEveryLevel) {
 // Bias goes on top; the dispatch picks a kernel for every level.
 TEST_P(GgufQuantMatMulTest, AddsTheBiasAndHasAKernelAtEveryLevel) {
   const DType t = GetParam();
-  for (SimdLevel level : Levels()) EXPECT_NE(GgufDotFor(t, level), nullptr);
-  EXPECT_NE(GgufDotScalar(t), nullptr);
-  EXPECT_NE(GgufDotAvx2(t), nullptr);
+  if (IsGgufKDType(t)) {
+    for (SimdLevel level : Levels()) EXPECT_NE(GgufKRowsFor(t, level), nullptr);
+    EXPECT_NE(GgufKRowsScalar(t), nullptr);
+    EXPECT_NE(GgufKRowsAvx2(t), nullptr);
+    EXPECT_NE(GgufKRowsAvx512Vnni(t), nullptr);
+    EXPECT_EQ(GgufDotScalar(t), nullptr);
+  } else {
+    for (SimdLevel level : Levels()) EXPECT_NE(GgufDotFor(t, level), nullptr);
+    EXPECT_NE(GgufDotScalar(t), nullptr);
+    EXPECT_NE(GgufDotAvx2(t), nullptr);
+    EXPECT_EQ(GgufKRowsScalar(t), nullptr);
+  }
   std::mt19937 rng(3);
   const int64_t k = QuantGroupSize(t) * 2;
   const std::vector<uint8_t> w = RandomBlocks(t, 2, k, rng);
@@ -203,6 +217,98 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufQuantMatMulTest,
                                name.end());
                            return name;
                          });
+
+// A K-quant row against 1 to 4 activation rows at once gives each row the
+// bits it gets alone, at every level (a prompt's tile and a decode step
+// agree), with the bias on top; a block of zero activations counts nothing.
+TEST(GgufKRowsTest, EachRowGetsTheBitsItGetsAlone) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t k = 3 * kKBlock;
+  for (DType t : {DType::kQ4K, DType::kQ5K, DType::kQ6K}) {
+    const std::vector<uint8_t> w = RandomBlocks(t, 1, k, rng);
+    std::vector<float> x(static_cast<size_t>(kKMaxRows * k));
+    for (float& v : x) v = normal(rng);
+    std::fill(x.begin() + k, x.begin() + k + kKBlock, 0.0f);  // row 1, block 0
+    KActivations qa;
+    QuantizeKActivations(x.data(), kKMaxRows, k, &qa);
+    EXPECT_EQ(qa.d[3], 0.0f);
+    for (SimdLevel level : Levels()) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(t) << " " << SimdLevelName(level));
+      const GgufKRowsFn f = GgufKRowsFor(t, level);
+      float alone[kKMaxRows], together[kKMaxRows];
+      for (int r = 0; r < kKMaxRows; ++r) f(w.data(), qa, r, 1, 0.5f, &alone[r], 1);
+      for (int rows = 2; rows <= kKMaxRows; ++rows) {
+        f(w.data(), qa, 0, rows, 0.5f, together, 1);
+        for (int r = 0; r < rows; ++r) EXPECT_EQ(together[r], alone[r]) << rows << " " << r;
+      }
+      float plain;
+      f(w.data(), qa, 2, 1, 0.0f, &plain, 1);
+      EXPECT_EQ(plain + 0.5f, alone[2]);
+    }
+  }
+}
+
+// The K-quants' activations are ggml's Q8_K: codes and bit-sums as its
+// reference quantizer writes them (it stores both negated), here written out
+// from its definition: iscale = -127 / (the signed value of max |x|).
+TEST(GgufKRowsTest, ActivationsAreGgmlsQ8K) {
+  std::mt19937 rng(19);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(2 * kKBlock);
+  for (float& v : x) v = normal(rng);
+  x[7] = -4.5f;  // the block's max |x| is negative
+  KActivations qa;
+  QuantizeKActivations(x.data(), 1, 2 * kKBlock, &qa);
+  for (int b = 0; b < 2; ++b) {
+    float max = 0, amax = 0;
+    for (int j = 0; j < kKBlock; ++j) {
+      if (std::fabs(x[b * kKBlock + j]) > amax) {
+        amax = std::fabs(x[b * kKBlock + j]);
+        max = x[b * kKBlock + j];
+      }
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < kKBlock; ++j) {
+      const int v = std::min(127, static_cast<int>(std::nearbyint(iscale * x[b * kKBlock + j])));
+      const int ours = qa.q[b * kKBlock + j];
+      ASSERT_EQ(max < 0 ? ours : -ours, v) << b << " " << j;
+    }
+    EXPECT_EQ(std::fabs(qa.d[b]), std::fabs(1 / iscale));
+    for (int t = 0; t < 16; ++t) {
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) sum += qa.q[b * kKBlock + 16 * t + l];
+      EXPECT_EQ(qa.bsums[b * 16 + t], sum);
+    }
+  }
+}
+
+// The AVX-512 rounding of the K activations is the scalar one, bit for bit:
+// random rows, exact halves (ties round to even), a block of zeros, tiny
+// and huge values.
+TEST(GgufKRowsTest, Avx512ActivationsEqualTheScalarOnes) {
+  if (!Q8VnniSupported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int64_t m = 3, k = 4 * kKBlock;
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (float& v : x) v = normal(rng);
+  x[0] = 127.0f;  // block 0: codes are the values, halves are ties
+  for (int j = 1; j < 40; ++j) x[j] = static_cast<float>(j) - 20.5f;
+  std::fill(x.begin() + kKBlock, x.begin() + 2 * kKBlock, 0.0f);
+  for (int j = 0; j < kKBlock; ++j) x[2 * kKBlock + j] *= 1e-30f;
+  for (int j = 0; j < kKBlock; ++j) x[3 * kKBlock + j] *= 1e30f;
+  KActivations want, got;
+  QuantizeKActivations(x.data(), m, k, &want);
+  QuantizeKActivationsAvx512(x.data(), m, k, &got);
+  EXPECT_EQ(got.m, m);
+  EXPECT_EQ(got.k, k);
+  EXPECT_EQ(got.q, want.q);
+  EXPECT_EQ(got.d, want.d);
+  EXPECT_EQ(got.bsums, want.bsums);
+  EXPECT_EQ(want.q[21], 0);  // 0.5 rounds to 0
+  EXPECT_EQ(want.q[22], 2);  // 1.5 rounds to 2
+}
 
 // The dtype table: sizes are ggml's, and the names parse back.
 TEST(GgufDTypeTest, SizesNamesAndMapping) {

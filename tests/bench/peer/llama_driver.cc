@@ -15,6 +15,12 @@
 //       twice: first as the process's first forward (cold TTFT, reported
 //       apart), then from an empty context (TTFT) followed by the decode.
 //       Prints one JSON line.
+//   llama_driver ppl      --model F --threads T --token-ids FILE
+//       Teacher-forced perplexity of the ids in FILE (comma- or
+//       whitespace-separated, scored as given, no BOS added), one context,
+//       fed one token at a time as `moectl perplexity` feeds them: the mean
+//       NLL of every next token from a float64 log-softmax. Prints one JSON
+//       line.
 //   llama_driver quantize IN OUT TYPE [--threads T]
 //       TYPE q4_k_m | q5_k_m | q6_k: llama.cpp's own file types (its mixture
 //       of types per tensor and layer, as its llama-quantize writes them);
@@ -23,9 +29,12 @@
 //
 // Common flags: --libs DIR (where libggml-cpu-*.so live; default: the
 // directory of libllama, found from /proc/self/maps), --mmap (map the GGUF
-// instead of reading it into memory at load), --verbose (llama.cpp logs on
-// stderr).
+// instead of reading it into memory at load), --kv f16|f32 (the KV cache's
+// type; llama.cpp's default f16, f32 as ours keeps it), --verbose
+// (llama.cpp logs on stderr).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,7 +62,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 struct Args {
-  std::string cmd, model, prompts, prompt_ids, libs;
+  std::string cmd, model, prompts, prompt_ids, token_ids, libs, kv = "f16";
   std::vector<std::string> positional;
   int threads = 1;
   int n_gen = 32;
@@ -63,7 +72,7 @@ struct Args {
 
 Args Parse(int argc, char** argv) {
   if (argc < 2) {
-    Die("usage: llama_driver gen|bench|quantize ... (see the source's header)");
+    Die("usage: llama_driver gen|bench|ppl|quantize ... (see the source's header)");
   }
   Args a;
   a.cmd = argv[1];
@@ -76,6 +85,8 @@ Args Parse(int argc, char** argv) {
     if (s == "--model") a.model = value();
     else if (s == "--prompts") a.prompts = value();
     else if (s == "--prompt-ids") a.prompt_ids = value();
+    else if (s == "--token-ids") a.token_ids = value();
+    else if (s == "--kv") a.kv = value();
     else if (s == "--libs") a.libs = value();
     else if (s == "--threads") a.threads = std::atoi(value().c_str());
     else if (s == "--n-gen") a.n_gen = std::atoi(value().c_str());
@@ -86,6 +97,7 @@ Args Parse(int argc, char** argv) {
   }
   if (a.threads < 1) Die("--threads must be >= 1");
   if (a.n_gen < 2) Die("--n-gen must be >= 2");
+  if (a.kv != "f16" && a.kv != "f32") Die("--kv must be f16 or f32");
   return a;
 }
 
@@ -170,6 +182,7 @@ void Open(const Args& a, int n_ctx, Engine* e) {
   cp.n_seq_max = 1;
   cp.n_threads = cp.n_threads_batch = a.threads;
   cp.no_perf = true;
+  cp.type_k = cp.type_v = a.kv == "f32" ? GGML_TYPE_F32 : GGML_TYPE_F16;
   e->ctx = llama_init_from_model(e->model, cp);
   if (!e->ctx) Die("cannot create a context");
 
@@ -272,6 +285,42 @@ int RunBench(const Args& a) {
   return 0;
 }
 
+int RunPpl(const Args& a) {
+  std::ifstream in(a.token_ids);
+  if (!in) Die("cannot read --token-ids " + a.token_ids);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string all = text.str();
+  for (char& c : all) {
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') c = ',';
+  }
+  std::vector<llama_token> ids = ParseIds(all);
+  if (ids.size() < 2) Die("--token-ids gives fewer than 2 tokens");
+  Engine e;
+  Open(a, static_cast<int>(ids.size()) + 8, &e);
+  for (llama_token id : ids) {
+    if (id < 0 || id >= e.n_vocab) Die("token " + std::to_string(id) + " out of range");
+  }
+  double nll = 0;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) {
+    llama_batch batch = llama_batch_get_one(&ids[i], 1);
+    if (int rc = llama_decode(e.ctx, batch); rc != 0) {
+      Die("llama_decode failed: " + std::to_string(rc));
+    }
+    const float* logits = llama_get_logits_ith(e.ctx, -1);
+    if (!logits) Die("no logits");
+    double mx = -INFINITY;
+    for (int v = 0; v < e.n_vocab; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
+    double sum = 0;
+    for (int v = 0; v < e.n_vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) - mx);
+    nll -= static_cast<double>(logits[ids[i + 1]]) - (mx + std::log(sum));
+  }
+  const double n = static_cast<double>(ids.size() - 1);
+  std::printf("{\"tokens_scored\":%zu,\"kv\":\"%s\",\"nll\":%.9f,\"perplexity\":%.6f}\n",
+              ids.size() - 1, a.kv.c_str(), nll / n, std::exp(nll / n));
+  return 0;
+}
+
 int RunQuantize(const Args& a) {
   if (a.positional.size() != 3) {
     Die("usage: llama_driver quantize IN OUT q8_0|q4_0|q4_1|q4_k_m|q5_k_m|q6_k");
@@ -322,6 +371,7 @@ int main(int argc, char** argv) {
   Args a = Parse(argc, argv);
   if (a.cmd == "gen") return RunGen(a);
   if (a.cmd == "bench") return RunBench(a);
+  if (a.cmd == "ppl") return RunPpl(a);
   if (a.cmd == "quantize") return RunQuantize(a);
-  Die("unknown command " + a.cmd + " (gen, bench, quantize)");
+  Die("unknown command " + a.cmd + " (gen, bench, ppl, quantize)");
 }
