@@ -1,6 +1,7 @@
 #include "common/checkpoint.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
 #include <utility>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/gguf_blocks.h"
 #include "common/gguf_model.h"
@@ -149,6 +151,33 @@ absl::StatusOr<GgufPlan> PlanGgufTensor(const std::string& path, const GgufTenso
   return GgufPlan{*held, false, /*repack=*/t.type == GgufType::kMXFP4};
 }
 
+// DeepSeek's kv_b_proj joined from llama.cpp's attn_k_b [heads, rank,
+// nope] and attn_v_b [heads, v, rank] (JoinKvB), as F32 bytes of shape
+// [heads * (nope + v), rank]. REQUIRES: both halves.
+absl::StatusOr<std::vector<uint8_t>> JoinKvBHalves(const std::string& path,
+                                                   const GgufCheckpoint& gguf,
+                                                   const ModelConfig& config,
+                                                   const GgufTensorInfo* k_b,
+                                                   const GgufTensorInfo* v_b) {
+  const int64_t heads = config.num_attention_heads, rank = config.mla.kv_lora_rank,
+                nope = config.mla.qk_nope_head_dim, v = config.mla.v_head_dim;
+  const std::vector<int64_t> want_k = {heads, rank, nope}, want_v = {heads, v, rank};
+  for (const auto& [t, want] : {std::pair{k_b, want_k}, std::pair{v_b, want_v}}) {
+    if (t->shape() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor '", t->name, "' has shape [", absl::StrJoin(t->shape(), ", "),
+          "]; [", absl::StrJoin(want, ", "),
+          "] expected (heads, kv_lora_rank, qk_nope_head_dim, v_head_dim of the config)"));
+    }
+  }
+  std::vector<float> kf(static_cast<size_t>(k_b->numel)), vf(static_cast<size_t>(v_b->numel));
+  RETURN_IF_ERROR(DequantizeGguf(k_b->type, gguf.Data(*k_b).data(), k_b->numel, kf.data()));
+  RETURN_IF_ERROR(DequantizeGguf(v_b->type, gguf.Data(*v_b).data(), v_b->numel, vf.data()));
+  std::vector<uint8_t> joined(sizeof(float) * static_cast<size_t>(heads * (nope + v) * rank));
+  JoinKvB(kf.data(), vf.data(), heads, nope, v, rank, reinterpret_cast<float*>(joined.data()));
+  return joined;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
@@ -223,11 +252,35 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
     ckpt->views_[name.ours] = TensorView{plan.dtype, shape, data, nbytes};
     ckpt->names_.push_back(name.ours);
   }
+  // Stand-ins for a tensor the file lacks: kv_b joined from its halves,
+  // anything else refused.
+  std::map<std::string, std::array<const GgufTensorInfo*, 2>> kv_b_halves;
   for (const auto& [t, name] : stand_ins) {
-    if (ckpt->views_.count(name.stands_in_for) == 0) {
+    if (ckpt->views_.count(name.stands_in_for) != 0) continue;
+    if (name.kv_b_half == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tensor '", t->name, "': ", name.why));
     }
+    kv_b_halves[name.stands_in_for][name.kv_b_half - 1] = t;
+  }
+  for (const auto& [t, name] : stand_ins) {
+    auto halves = kv_b_halves.find(name.stands_in_for);
+    if (halves != kv_b_halves.end() && (halves->second[0] == nullptr || halves->second[1] == nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", t->name, "': ", name.why));
+    }
+  }
+  for (const auto& [ours, halves] : kv_b_halves) {
+    ASSIGN_OR_RETURN(std::vector<uint8_t> joined,
+                     JoinKvBHalves(path, *gguf, config, halves[0], halves[1]));
+    std::vector<uint8_t>& kept = ckpt->owned_.emplace_back(std::move(joined));
+    ckpt->views_[ours] = TensorView{
+        DType::kF32,
+        {config.num_attention_heads * (config.mla.qk_nope_head_dim + config.mla.v_head_dim),
+         config.mla.kv_lora_rank},
+        kept.data(),
+        kept.size()};
+    ckpt->names_.push_back(ours);
   }
   std::sort(ckpt->names_.begin(), ckpt->names_.end());
   ckpt->gguf_ = std::move(gguf);

@@ -47,8 +47,9 @@
 // down}_proj.{weight,bias} (model_desc.h, BiasedExperts::kPerExpert).
 // Newer converters' attn_k_b / attn_v_b (DeepSeek's kv_b split for
 // absorbed MLA) and fused ffn_gate_up_exps map to GgufName::stands_in_for:
-// skipped when the file also holds the tensor they stand in for, refused
-// by name otherwise.
+// skipped when the file also holds the tensor they stand in for. Otherwise
+// the two halves of kv_b are joined back into it (JoinKvB, F32), and any
+// other stand-in is refused by name.
 //
 // llama.cpp's converter permutes the rows of attn_q / attn_k of "llama"
 // (Mixtral) models so that its interleaved rope pairs the values that HF's
@@ -90,9 +91,12 @@ struct GgufName {
   bool nextn = false;            // an MTP layer's own tensor (not loaded)
   // Set (with `ours` empty) for a tensor that stands in for our tensor
   // `stands_in_for` (newer converters' attn_k_b / attn_v_b for kv_b_proj):
-  // not loaded; a file without `stands_in_for` is refused with `why`.
+  // not loaded as itself; when the file lacks `stands_in_for`, kv_b's
+  // halves are joined into it and anything else is refused with `why`.
   std::string stands_in_for;
   std::string why;
+  // 1 for attn_k_b, 2 for attn_v_b: the halves JoinKvB joins.
+  int kv_b_half = 0;
   // `ours` for expert e. REQUIRES: stacked_experts.
   std::string ForExpert(int expert) const;
 };
@@ -109,6 +113,15 @@ absl::StatusOr<GgufName> MapGgufTensorName(ModelFamily family,
 // `in` and `out` hold heads * head_dim rows of `row_bytes`, not overlapping.
 void UndoLlamaRopePermutation(const uint8_t* in, int64_t heads, int64_t head_dim,
                               size_t row_bytes, uint8_t* out);
+
+// DeepSeek's kv_b_proj [heads * (nope + v), rank] from llama.cpp's split
+// (its converter's view of kv_b as [heads, nope + v, rank], split on the
+// middle axis, the first part transposed): k_b [heads, rank, nope] and
+// v_b [heads, v, rank], all F32. Head h's rows are k_b[h] transposed, then
+// v_b[h]; exact (values are moved, not computed). REQUIRES: the buffers
+// hold those sizes and do not overlap.
+void JoinKvB(const float* k_b, const float* v_b, int64_t heads, int64_t nope, int64_t v,
+             int64_t rank, float* out);
 
 }  // namespace moe
 

@@ -125,15 +125,18 @@ struct StandIn {
   const char* ours;  // the tensor it stands in for
   Part part;
   const char* why;
+  int kv_b_half = 0;  // GgufName::kv_b_half
 };
 
 constexpr StandIn kStandIns[] = {
     {"attn_k_b.weight", "self_attn.kv_b_proj.weight", kLatent,
-     "llama.cpp's split of kv_b for absorbed MLA (attn_k_b / attn_v_b) is "
-     "not loaded; convert keeping attn_kv_b"},
+     "llama.cpp's split of kv_b for absorbed MLA needs both attn_k_b and "
+     "attn_v_b of the layer",
+     1},
     {"attn_v_b.weight", "self_attn.kv_b_proj.weight", kLatent,
-     "llama.cpp's split of kv_b for absorbed MLA (attn_k_b / attn_v_b) is "
-     "not loaded; convert keeping attn_kv_b"},
+     "llama.cpp's split of kv_b for absorbed MLA needs both attn_k_b and "
+     "attn_v_b of the layer",
+     2},
     {"ffn_gate_up_exps.weight", "{moe}.experts.0.gate_proj.weight",
      kSinksAndBiases,
      "fused gate/up experts (ffn_gate_up_exps, llama.cpp's "
@@ -180,6 +183,7 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
     if (rest != n.gguf || (names.parts & n.part) == 0) continue;
     out.stands_in_for = ours(n.ours);
     out.why = n.why;
+    out.kv_b_half = n.kv_b_half;
     return out;
   }
   const bool biased = (names.parts & kSinksAndBiases) != 0;
@@ -264,6 +268,17 @@ void UndoLlamaRopePermutation(const uint8_t* in, int64_t heads,
         std::memcpy(out + hf * row_bytes, in + gguf * row_bytes, row_bytes);
       }
     }
+  }
+}
+
+void JoinKvB(const float* k_b, const float* v_b, int64_t heads, int64_t nope, int64_t v,
+             int64_t rank, float* out) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float* head = out + h * (nope + v) * rank;
+    for (int64_t i = 0; i < nope; ++i) {
+      for (int64_t r = 0; r < rank; ++r) head[i * rank + r] = k_b[(h * rank + r) * nope + i];
+    }
+    std::memcpy(head + nope * rank, v_b + h * v * rank, sizeof(float) * v * rank);
   }
 }
 

@@ -287,7 +287,36 @@ TEST(GgufArchTest, DeepseekTensorNames) {
   auto k_b = MapGgufTensorName(v3, "blk.1.attn_k_b.weight");
   ASSERT_TRUE(k_b.ok()) << k_b.status();
   EXPECT_EQ(k_b->stands_in_for, "model.layers.1.self_attn.kv_b_proj.weight");
-  EXPECT_THAT(k_b->why, HasSubstr("attn_k_b / attn_v_b"));
+  EXPECT_THAT(k_b->why, HasSubstr("needs both attn_k_b and attn_v_b"));
+  EXPECT_EQ(k_b->kv_b_half, 1);
+  EXPECT_EQ(MapGgufTensorName(v2, "blk.1.attn_v_b.weight")->kv_b_half, 2);
+  EXPECT_EQ(MapGgufTensorName(v3, "blk.1.attn_kv_b.weight")->kv_b_half, 0);
+}
+
+// JoinKvB undoes llama.cpp's split: head h's rows are k_b[h] transposed,
+// then v_b[h] (2 heads, nope 3, v 2, rank 4; values name their place).
+TEST(GgufArchTest, JoinKvBUndoesTheSplit) {
+  const int64_t heads = 2, nope = 3, v = 2, rank = 4;
+  std::vector<float> kv_b(heads * (nope + v) * rank);
+  for (size_t i = 0; i < kv_b.size(); ++i) kv_b[i] = static_cast<float>(i);
+  // The converter: kv_b viewed [heads, nope + v, rank], split on axis 1,
+  // k_b transposed to [heads, rank, nope].
+  std::vector<float> k_b(heads * rank * nope), v_b(heads * v * rank);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r = 0; r < rank; ++r) {
+      for (int64_t i = 0; i < nope; ++i) {
+        k_b[(h * rank + r) * nope + i] = kv_b[(h * (nope + v) + i) * rank + r];
+      }
+    }
+    for (int64_t j = 0; j < v; ++j) {
+      for (int64_t r = 0; r < rank; ++r) {
+        v_b[(h * v + j) * rank + r] = kv_b[(h * (nope + v) + nope + j) * rank + r];
+      }
+    }
+  }
+  std::vector<float> joined(kv_b.size(), -1.0f);
+  JoinKvB(k_b.data(), v_b.data(), heads, nope, v, rank, joined.data());
+  EXPECT_EQ(joined, kv_b);
 }
 
 TEST(GgufArchTest, GptOssTensorNames) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -264,21 +265,49 @@ TEST_F(GgufNextnTest, Glm4MoeSkipsTheMtpLayer) {
   EXPECT_EQ(a.tokens, b.tokens);
 }
 
-// Newer llama.cpp converters split DeepSeek's kv_b into attn_k_b and
-// attn_v_b: refused naming them (a file keeping attn_kv_b as well loads).
-TEST(GgufRefusalTest, SplitKvBIsNamed) {
-  moe::testing::TempDir dir;
-  MakeModelOptions o = TinyPreset(ModelFamily::kDeepseekV3);
-  ASSERT_TRUE(MakeModel(o, dir.Sub("hf")).ok());
-  const std::string gguf = dir.Sub("split.gguf");
-  ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --split-kv-b " + dir.Sub("hf") + " " + gguf),
+// Newer llama.cpp converters split DeepSeek's kv_b into attn_k_b (each
+// head's part for k transposed) and attn_v_b, and write no attn_kv_b: the
+// halves are joined back, exactly (the folder's logits and tokens, bit for
+// bit); a layer with one half only is refused naming it.
+TEST_F(GgufLoadTest, SplitKvBIsJoinedBack) {
+  for (const ModelFamily family : {ModelFamily::kDeepseekV3, ModelFamily::kDeepseekV2}) {
+    SCOPED_TRACE(ModelFamilyName(family));
+    Make(Case{"DeepseekSplitKvB", family, DType::kF32});
+    const std::string split = dir_.Sub("split.gguf");
+    ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --split-kv-b " + folder_ + " " + split),
+              0);
+    auto desc = ModelDescription::Open(split);
+    ASSERT_TRUE(desc.ok()) << desc.status();
+    for (const std::string& name : desc->checkpoint().names()) {
+      EXPECT_EQ(name.find("k_b"), std::string::npos) << name;
+    }
+    const std::string kv_b = "model.layers.0.self_attn.kv_b_proj.weight";
+    auto joined = desc->checkpoint().Get(kv_b);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    auto folder_desc = ModelDescription::Open(folder_);
+    ASSERT_TRUE(folder_desc.ok());
+    auto original = folder_desc->checkpoint().Get(kv_b);
+    ASSERT_TRUE(original.ok());
+    EXPECT_EQ(joined->shape, original->shape);
+    ASSERT_EQ(joined->nbytes, original->nbytes);
+    EXPECT_EQ(std::memcmp(joined->data, original->data, joined->nbytes), 0);
+    const Run a = RunModel(folder_), b = RunModel(split);
+    ASSERT_FALSE(a.logits.empty());
+    EXPECT_EQ(a.logits, b.logits);
+    EXPECT_EQ(a.tokens, b.tokens);
+  }
+  const std::string half = dir_.Sub("half.gguf");
+  ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --split-kv-b --drop blk.1.attn_v_b.weight " +
+                  folder_ + " " + half),
             0);
-  auto split = ModelDescription::Open(gguf);
-  ASSERT_FALSE(split.ok());
-  EXPECT_EQ(split.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(split.status().message().find("attn_k_b"), std::string::npos) << split.status();
-  EXPECT_NE(split.status().message().find("convert keeping attn_kv_b"), std::string::npos)
-      << split.status();
+  auto refused = ModelDescription::Open(half);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("blk.1.attn_k_b.weight"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("needs both attn_k_b and attn_v_b"),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {

@@ -183,6 +183,8 @@ def parse_args():
     p.add_argument("--dequantized", default=None)
     p.add_argument("--split-kv-b", action="store_true",
                    help="deepseek2: attn_k_b + attn_v_b instead of attn_kv_b")
+    p.add_argument("--drop", action="append", default=[],
+                   help="leave out the GGUF tensor of this name (for refusal tests)")
     p.add_argument("--tensor-type", action="append", default=[],
                    help="GGUF_NAME=TYPE, e.g. blk.1.ffn_down_exps.weight=q6_k")
     a = p.parse_args()
@@ -440,7 +442,8 @@ def main():
         add_tokenizer(w, tok_path)
 
     def add(name, ggml_type, shape, data):
-        w.add_tensor(name, ggml_type, list(reversed(shape)), data)
+        if name not in args.drop:
+            w.add_tensor(name, ggml_type, list(reversed(shape)), data)
 
     simple = {"model.embed_tokens.weight": "token_embd.weight",
               "model.norm.weight": "output_norm.weight",
