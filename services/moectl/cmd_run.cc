@@ -33,6 +33,7 @@
 #include "services/engine/trace_recorder.h"
 #include "services/flags/flag_groups.h"
 #include "services/moectl/commands.h"
+#include "services/engine/session.h"
 #include "services/moectl/flags.h"
 #include "services/moectl/sampling_flags.h"
 #include "services/serving/request.h"
@@ -61,6 +62,10 @@ void DeclareFlags(FlagSet& f) {
   f.Bool("verbose", false,
          "keep INFO logs on stderr (default: warnings and errors only, "
          "unless MOE_LOG_LEVEL is set)");
+  f.Int("warmup", 0,
+        "untimed forwards of the prompt before the request (as llama-bench's warm-up run: "
+        "first-touch page faults, buffers and thread wake-ups stay out of the timings); "
+        "0 to 8");
 }
 
 // Flag values that need no model: exclusive choices, and the bounds
@@ -81,6 +86,10 @@ absl::StatusOr<serving::Request> RequestFromFlags(const FlagSet& f) {
   r.top_logprobs = f.GetInt("top-logprobs");
   RETURN_IF_ERROR(SamplingFromFlags(f, &r));
   RETURN_IF_ERROR(serving::ValidateParameters(r, serving::Limits{}));
+  if (f.GetInt("warmup") < 0 || f.GetInt("warmup") > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warmup must be 0 to 8, not ", f.GetInt("warmup")));
+  }
   if (f.IsSet("prompt-ids")) {
     ASSIGN_OR_RETURN(std::vector<int64_t> ids,
                      ParseIntList(f.GetString("prompt-ids")));
@@ -183,6 +192,14 @@ std::optional<Failure> Run(const FlagSet& f, serving::Request request) {
   auto experts =
       InMemoryExpertProvider::Create(**model, flag_groups::ExpertFormatFromFlags(f));
   if (!experts.ok()) return Failure{1, experts.status()};
+
+  // Warm-up: the prompt's prefill in a session of its own, untimed and
+  // unrecorded; the request then starts from an empty context as always.
+  for (int64_t i = 0; i < f.GetInt("warmup"); ++i) {
+    Session warm(**model, experts->get(), static_cast<int64_t>(request.prompt_ids.size()));
+    auto logits = warm.Forward(request.prompt_ids, /*prefill=*/true);
+    if (!logits.ok()) return Failure{1, logits.status()};
+  }
 
   std::unique_ptr<TraceRecorder> recorder;
   std::optional<RequestRecording> recording;

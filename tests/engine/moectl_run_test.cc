@@ -297,6 +297,28 @@ TEST_F(MoectlRunTest, PerplexityKlGrowsAsBitsShrink) {
   EXPECT_GT(q4, q8);
 }
 
+// --warmup runs the prompt untimed first: the tokens and their logprobs
+// are those of a run without it; out-of-range counts are refused.
+TEST_F(MoectlRunTest, WarmupLeavesTheTokensAsTheyAre) {
+  const std::string args = absl::StrCat(Model(), " --prompt-ids 3,17,250,9 --max-new-tokens 5",
+                                        " --ignore-eos --backend cpu --json");
+  Result plain = RunMoectl(args);
+  Result warm = RunMoectl(args + " --warmup 2");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(warm.code, 0) << warm.err;
+  std::vector<json> a = JsonLines(plain.out), b = JsonLines(warm.out);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    EXPECT_EQ(b[i]["token_id"], a[i]["token_id"]) << i;
+    EXPECT_EQ(b[i]["logprob"], a[i]["logprob"]) << i;
+  }
+  EXPECT_EQ(b.back()["usage"]["prompt_tokens"], 4);
+  Result bad = RunMoectl(args + " --warmup 9");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--warmup must be 0 to 8"));
+}
+
 // --token-ids scores ids as given: the NLL of the one scored token is minus
 // the log-probability `moectl run` gives the same token after the same
 // one-token prompt; a bad id is refused by position, and --text and
