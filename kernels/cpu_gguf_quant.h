@@ -6,6 +6,7 @@
 // (QuantizedActivations: int8 codes, an f32 scale d_x and d_x * sum(codes)
 // per group), as ggml's Q8_0 / Q8_1 do:
 //   Q4_0 / Q5_0: y += (d * d_x) * sum((q - 8 or 16) * q_x)
+//     (AVX-512 VNNI: (d * d_x) * sum(q * q_x) - (8 or 16) d * (d_x * sum(q_x)))
 //   Q4_1 / Q5_1: y += (d * d_x) * sum(q * q_x) + m * (d_x * sum(q_x))
 //
 // The K-quants (256-weight blocks) meet activations quantized per 256
@@ -56,6 +57,12 @@ inline bool IsGgufKDType(DType dtype) {
 using GgufDotFn = float (*)(const uint8_t* w, const QuantizedActivations& x,
                             int64_t i);
 
+// y[r * y_stride] = 32-weight-type row `w` . activation row i0 + r (+ bias)
+// for r < rows (1 to kKMaxRows), each row's sums in the order they have
+// alone (the AVX-512 VNNI kernels; other levels use GgufDotFn).
+using GgufSmallRowsFn = void (*)(const uint8_t* w, const QuantizedActivations& x, int64_t i0,
+                                 int rows, float bias, float* y, int64_t y_stride);
+
 // The kernel for `dtype` at `level`: kScalar -> the scalar loops, kAvx2 ->
 // AVX2, kAvx512 -> AVX-512 VNNI where the CPU has AVX512_VNNI/BW/VL
 // (Q8VnniSupported), else AVX2. GgufDotFor REQUIRES a 32-weight type
@@ -68,6 +75,9 @@ GgufKRowsFn GgufKRowsFor(DType dtype, SimdLevel level);
 // has no kernel of its own for (the dispatch then falls back a level).
 GgufDotFn GgufDotScalar(DType dtype);
 GgufDotFn GgufDotAvx2(DType dtype);
+// The AVX-512 VNNI rows kernels of the 32-weight types (nullptr for other
+// dtypes). REQUIRES to run: Q8VnniSupported().
+GgufSmallRowsFn GgufSmallRowsAvx512Vnni(DType dtype);
 GgufKRowsFn GgufKRowsScalar(DType dtype);
 GgufKRowsFn GgufKRowsAvx2(DType dtype);
 GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype);

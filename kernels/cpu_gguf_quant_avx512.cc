@@ -1,8 +1,8 @@
 // The AVX-512 VNNI ggml-block products (cpu_gguf_quant.h) for the
 // K-quants, which dominate GGUF MoE files: one vpmaddubsw + vpdpwssd pair
 // covers 64 weights (two K sub-blocks of 32, or four Q6_K sub-blocks of
-// 16) with their scales, where AVX2 needs two maddubs + madd pairs. The
-// small 32-weight types keep their AVX2 kernels (GgufDotFor falls back).
+// 16) with their scales, where AVX2 needs two maddubs + madd pairs; and the
+// 32-weight types with one vpdpbusd per block (256-bit).
 // Its own file, as cpu_quant_vnni.cc, because GCC 12's avx512fintrin.h
 // trips -Wuninitialized inside _mm512_inserti64x4 / _mm512_cvtepi32_ps.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -10,12 +10,20 @@
 
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "kernels/cpu_gguf_quant.h"
 
 #define MOE_GGUF_VNNI                                         \
   __attribute__((                                             \
       target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma," \
              "f16c")))
+
+// A lambda's own target (GCC does not inherit the enclosing function's).
+#define MOE_GGUF_VNNI_LAMBDA                                  \
+  __attribute__((                                             \
+      target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma," \
+             "f16c"), always_inline))
 
 namespace moe {
 namespace {
@@ -246,6 +254,94 @@ MOE_GGUF_VNNI void Q6KRowsVnni(const uint8_t* w, const KActivations& x, int64_t 
   }
 }
 
+// The 32-weight types (see the scalar DotSmall): the 16 nibble bytes in
+// both 128-bit halves, shifted by 0 | 4, give the 32 codes in element
+// order; codes stay unsigned (vpdpbusd's first operand, one instruction
+// per block and row) and the offset of Q4_0 / Q5_0 (8 / 16) comes back as
+// a min term, as Q4_1's min does: y += (d * d_x) * sum(q * q_x) +
+// m' * (d_x * sum(q_x)), m' = m or -offset * d. A block's codes serve up
+// to kKMaxRows activation rows; each row's sums run in the order they have
+// alone. (The scales of 8 blocks gathered into vectors at once measured
+// ~15% slower at decode: vpgatherdd and the per-block lane broadcast cost
+// more than the scalar conversions they replace.)
+MOE_GGUF_VNNI inline __m256i FifthBits256(uint32_t qh) {
+  const __m256i shuffle = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                            0x0101010101010101, 0x0000000000000000);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuffle);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(bytes, bit), _mm256_set1_epi8(0x10));
+}
+
+template <bool kFive, bool kMin, int kR>
+MOE_GGUF_VNNI void SmallRowsN(const uint8_t* w, const QuantizedActivations& x, int64_t i0,
+                              float bias, float* y, int64_t y_stride) {
+  constexpr int kBytes = 2 + (kMin ? 2 : 0) + (kFive ? 4 : 0) + 16;
+  constexpr float kOffset = kMin ? 0.0f : (kFive ? 16.0f : 8.0f);
+  const int64_t blocks = x.k / 32;
+  const int8_t* xq[kR];
+  const float* xd[kR];
+  const float* sd[kR];
+  // Two chains each (even and odd blocks): a block's few operations would
+  // otherwise wait on the previous block's scalar min term.
+  __m256 acc[2][kR];
+  float macc[2][kR];
+  for (int r = 0; r < kR; ++r) {
+    xq[r] = x.q.data() + (i0 + r) * x.k;
+    xd[r] = x.d.data() + (i0 + r) * blocks;
+    sd[r] = x.sd.data() + (i0 + r) * blocks;
+    acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+    macc[0][r] = macc[1][r] = 0.0f;
+  }
+  const __m128i low = _mm_set1_epi8(0x0F);
+  // Block b into chain kOdd (b's parity, a template argument so that the
+  // chains stay in registers).
+  auto block = [&]<int kOdd>(int64_t b) MOE_GGUF_VNNI_LAMBDA {
+    const uint8_t* blk = w + b * kBytes;
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBytes - 16));
+    __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), low),
+                                     _mm_and_si128(qs, low));
+    if (kFive) codes = _mm256_or_si256(codes, FifthBits256(Load32(blk + (kMin ? 4 : 2))));
+    const float d = F16(blk);
+    const float m = kMin ? F16(blk + 2) : -kOffset * d;
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      const __m256i p = _mm256_dpbusd_epi32(
+          _mm256_setzero_si256(), codes,
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + b * 32)));
+      acc[kOdd][r] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * xd[r][b]), acc[kOdd][r]);
+      // std::fma, not `+= m * sd`: the compiler may fuse or not, and may
+      // differ between row counts (the rows' results must not).
+      macc[kOdd][r] = std::fma(m, sd[r][b], macc[kOdd][r]);
+    }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    block.template operator()<0>(b);
+    block.template operator()<1>(b + 1);
+  }
+  if (b < blocks) block.template operator()<0>(b);
+  for (int r = 0; r < kR; ++r) {
+    y[r * y_stride] =
+        HSum8(_mm256_add_ps(acc[0][r], acc[1][r])) + (macc[0][r] + macc[1][r]) + bias;
+  }
+}
+
+template <bool kFive, bool kMin>
+MOE_GGUF_VNNI void SmallRowsVnni(const uint8_t* w, const QuantizedActivations& x, int64_t i0,
+                                 int rows, float bias, float* y, int64_t y_stride) {
+  switch (rows) {
+    case 1:
+      return SmallRowsN<kFive, kMin, 1>(w, x, i0, bias, y, y_stride);
+    case 2:
+      return SmallRowsN<kFive, kMin, 2>(w, x, i0, bias, y, y_stride);
+    case 3:
+      return SmallRowsN<kFive, kMin, 3>(w, x, i0, bias, y, y_stride);
+    default:
+      return SmallRowsN<kFive, kMin, 4>(w, x, i0, bias, y, y_stride);
+  }
+}
+
 }  // namespace
 
 MOE_GGUF_VNNI void QuantizeKActivationsAvx512(const float* x, int64_t m, int64_t k,
@@ -272,6 +368,21 @@ MOE_GGUF_VNNI void QuantizeKActivationsAvx512(const float* x, int64_t m, int64_t
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * t), _mm512_cvtepi32_epi8(v));
       out->bsums[b * 16 + t] = static_cast<int16_t>(_mm512_reduce_add_epi32(v));
     }
+  }
+}
+
+GgufSmallRowsFn GgufSmallRowsAvx512Vnni(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_0:
+      return &SmallRowsVnni<false, false>;
+    case DType::kQ4_1:
+      return &SmallRowsVnni<false, true>;
+    case DType::kQ5_0:
+      return &SmallRowsVnni<true, false>;
+    case DType::kQ5_1:
+      return &SmallRowsVnni<true, true>;
+    default:
+      return nullptr;
   }
 }
 

@@ -304,6 +304,7 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
     return;
   }
   vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
+  small_rows_ = avx512_vnni ? GgufSmallRowsAvx512Vnni(dtype) : nullptr;
   const int64_t groups = m * (k / kActGroup);
   x_.m = m;
   x_.k = k;
@@ -338,7 +339,12 @@ void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* wj = wb + j * row_bytes_;
     const float bj = bias ? bias[j] : 0.0f;
-    if (vnni_rows_ != nullptr) {
+    if (small_rows_ != nullptr) {
+      for (int64_t i = 0; i < m; i += kKMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, m - i));
+        small_rows_(wj, x_, i, rows, bj, y + i * n + j, n);
+      }
+    } else if (vnni_rows_ != nullptr) {
       for (int64_t i = 0; i < m; i += kVnniMaxRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kVnniMaxRows, m - i));
         vnni_rows_(wj, vx_, i, rows, bj, y + i * n + j, n);

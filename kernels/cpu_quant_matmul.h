@@ -138,6 +138,10 @@ class QuantizedInput {
   VnniRowsFn vnni_rows_ = nullptr;
   KActivations kx_;                // the K-quants' activations (per 256)
   GgufKRowsFn k_rows_ = nullptr;   // set for the K-quants
+  // The 32-weight ggml types on AVX-512 VNNI (GgufSmallRowsFn,
+  // cpu_gguf_quant.h).
+  void (*small_rows_)(const uint8_t*, const QuantizedActivations&, int64_t, int, float, float*,
+                      int64_t) = nullptr;
   float (*dot_)(const uint8_t*, const QuantizedActivations&, int64_t) = nullptr;
   int64_t row_bytes_ = 0;
 };

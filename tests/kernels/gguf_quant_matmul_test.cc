@@ -178,6 +178,30 @@ TEST(GgufQ8_0Test, RandomQ8_0BlocksMatchTheReferenceAtEveryLevel) {
   CheckAgainstTheReference(DType::kQ8);
 }
 
+// A product of several activation rows gives each row the bits it gets
+// alone (a prompt and a decode step agree), at every level, every type.
+TEST_P(GgufQuantMatMulTest, EachRowGetsTheBitsItGetsAlone) {
+  const DType t = GetParam();
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t m = 6, n = 9, k = QuantGroupSize(t) * (QuantGroupSize(t) == 256 ? 2 : 8);
+  const std::vector<uint8_t> w = RandomBlocks(t, n, k, rng);
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (float& v : x) v = normal(rng);
+  ThreadPool pool(2);
+  for (SimdLevel level : Levels()) {
+    SCOPED_TRACE(std::string(SimdLevelName(level)));
+    std::vector<float> together(static_cast<size_t>(m * n));
+    CpuMatMul(pool, level, MatMulArgs{x.data(), w.data(), t, nullptr, together.data(), m, n, k});
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<float> alone(static_cast<size_t>(n));
+      CpuMatMul(pool, level,
+                MatMulArgs{x.data() + i * k, w.data(), t, nullptr, alone.data(), 1, n, k});
+      for (int64_t j = 0; j < n; ++j) EXPECT_EQ(together[i * n + j], alone[j]) << i << " " << j;
+    }
+  }
+}
+
 // Bias goes on top; the dispatch picks a kernel for every level.
 TEST_P(GgufQuantMatMulTest, AddsTheBiasAndHasAKernelAtEveryLevel) {
   const DType t = GetParam();
