@@ -1,10 +1,12 @@
 // GGUF checkpoints through the one loader (issue 30): Mixtral, Qwen2-MoE,
-// Qwen3-MoE, OLMoE, GLM-4.5, DeepSeek-V2/V3 and gpt-oss models, float types, converted to GGUF by our own reference
-// converter (tests/reference/hf_to_gguf.py: llama.cpp's names, stacked
-// experts, llama's permuted q/k rows) load through ModelDescription::Open
-// and give the folder's logits bit for bit and the same greedy tokens; what
-// is not loaded yet is refused naming the tensor or the architecture.
-// (Quantized tensors: gguf_quant_test.cc.)
+// Qwen3-MoE, OLMoE, GLM-4.5, DeepSeek-V2/V3 and gpt-oss models, float types,
+// and gpt-oss with its checkpoint's MXFP4 experts, converted to GGUF by our
+// own reference converter (tests/reference/hf_to_gguf.py: llama.cpp's names,
+// stacked experts, llama's permuted q/k rows, gpt-oss's MXFP4 blocks in
+// ggml's nibble order) load through ModelDescription::Open and give the
+// folder's logits bit for bit and the same greedy tokens; what is not loaded
+// yet is refused naming the tensor or the architecture. (Quantized tensors:
+// gguf_quant_test.cc.)
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -14,8 +16,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8.h"
 #include "common/model_desc.h"
 #include "common/model_maker.h"
+#include "common/mxfp4.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "services/engine/generator.h"
@@ -40,6 +44,7 @@ struct Case {
   const char* name;
   ModelFamily family;
   DType dtype;
+  bool mxfp4 = false;  // gpt_oss's experts as MXFP4 (MakeModelOptions::mxfp4)
 };
 
 class GgufLoadTest : public ::testing::TestWithParam<Case> {
@@ -50,6 +55,7 @@ class GgufLoadTest : public ::testing::TestWithParam<Case> {
   void Make(const Case& c, const std::string& edit = "") {
     MakeModelOptions o = TinyPreset(c.family);
     o.dtype = c.dtype;
+    o.mxfp4 = c.mxfp4;
     o.mlp_only_layers.clear();  // llama.cpp's qwen3moe has no dense layers
     o.seed = 5;
     folder_ = dir_.Sub("hf");
@@ -147,7 +153,10 @@ TEST_P(GgufLoadTest, GivesTheFoldersLogitsAndTokens) {
   }
   const Run a = RunModel(folder_), b = RunModel(gguf_);
   ASSERT_EQ(a.logits.size(), b.logits.size());
-  EXPECT_EQ(a.logits, b.logits);  // the same weights, the same arithmetic
+  // The same weights, the same arithmetic: MXFP4 experts are held as q8 from
+  // the folder and as kMxfp4 from the file, whose kernel forms q8's integer
+  // products (common/mxfp4.h, docs/architecture.md "GPT-OSS").
+  EXPECT_EQ(a.logits, b.logits);
   ASSERT_EQ(a.tokens.size(), 16u);
   EXPECT_EQ(a.tokens, b.tokens);
 }
@@ -217,7 +226,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"DeepseekV3Bf16", ModelFamily::kDeepseekV3, DType::kBF16},
                       Case{"DeepseekV3F16", ModelFamily::kDeepseekV3, DType::kF16},
                       Case{"GptOssBf16", ModelFamily::kGptOss, DType::kBF16},
-                      Case{"GptOssF32", ModelFamily::kGptOss, DType::kF32}),
+                      Case{"GptOssF32", ModelFamily::kGptOss, DType::kF32},
+                      Case{"GptOssMxfp4Bf16", ModelFamily::kGptOss, DType::kBF16, true},
+                      Case{"GptOssMxfp4F32", ModelFamily::kGptOss, DType::kF32, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // llama.cpp's glm4moe keeps the nextn (MTP) layer after the decoder's and
@@ -308,6 +319,68 @@ TEST_F(GgufLoadTest, SplitKvBIsJoinedBack) {
   EXPECT_NE(refused.status().message().find("needs both attn_k_b and attn_v_b"),
             std::string::npos)
       << refused.status();
+}
+
+// gpt_oss's MXFP4 experts as llama.cpp's GptOssModel writes them (ggml
+// MXFP4 stacks, gate and up from the even and odd rows of gate_up_proj,
+// F32 biases) load as kMxfp4 holding the folder's own codes and exponents:
+// each expert weight is byte for byte what the folder's gives converted to
+// kMxfp4 (no requantization anywhere), and an expert has the bytes of the
+// folder's held as mxfp4 with F32 biases. (Logits and tokens: the
+// GptOssMxfp4 cases above.)
+TEST_F(GgufLoadTest, GptOssMxfp4ExpertsKeepTheirCodes) {
+  Make(Case{"GptOssMxfp4", ModelFamily::kGptOss, DType::kBF16, /*mxfp4=*/true});
+  auto desc = ModelDescription::Open(gguf_);
+  ASSERT_TRUE(desc.ok()) << desc.status();
+  auto folder_desc = ModelDescription::Open(folder_);
+  ASSERT_TRUE(folder_desc.ok()) << folder_desc.status();
+  ASSERT_TRUE(folder_desc->config().mxfp4.has_value());
+  EXPECT_EQ(desc->expert_dtype(), DType::kMxfp4);
+  EXPECT_FALSE(desc->mixed_expert_dtypes());
+  const ModelConfig& c = desc->config();
+  const TensorRole weights[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
+                                 TensorRole::kExpertDown};
+  const TensorRole biases[3] = {TensorRole::kExpertGateBias, TensorRole::kExpertUpBias,
+                                TensorRole::kExpertDownBias};
+  for (int l = 0; l < c.num_moe_layers(); ++l) {
+    for (int e = 0; e < c.num_experts; ++e) {
+      SCOPED_TRACE(absl::StrCat("MoE layer ", l, ", expert ", e));
+      for (const TensorRole role : weights) {
+        auto g = desc->Expert(l, e, role);
+        auto f = folder_desc->Expert(l, e, role);
+        ASSERT_TRUE(g.ok() && f.ok());
+        EXPECT_EQ(g->dtype, DType::kMxfp4);
+        EXPECT_EQ(DefaultHeldFormat(*g), DType::kMxfp4);  // held as stored
+        ASSERT_EQ(g->shape, f->shape);
+        const int64_t bytes = WeightBytes(DType::kMxfp4, f->shape[0], f->shape[1]);
+        ASSERT_EQ(g->nbytes, static_cast<size_t>(bytes));
+        EXPECT_EQ(g->nbytes, f->nbytes + f->scales.nbytes);  // 17 bytes per 32 weights
+        std::vector<uint8_t> ours(static_cast<size_t>(bytes));
+        ASSERT_TRUE(ConvertWeightView(*f, DType::kMxfp4, ours.data()).ok());
+        EXPECT_EQ(std::memcmp(g->data, ours.data(), ours.size()), 0) << TensorRoleName(role);
+      }
+      for (const TensorRole role : biases) {
+        auto g = desc->Expert(l, e, role);
+        auto f = folder_desc->Expert(l, e, role);
+        ASSERT_TRUE(g.ok() && f.ok());
+        EXPECT_EQ(g->dtype, DType::kF32);
+        ASSERT_EQ(g->numel(), f->numel());
+        std::vector<float> want(static_cast<size_t>(f->numel()));
+        ASSERT_TRUE(ConvertVectorView(*f, want.data()).ok());
+        EXPECT_EQ(std::memcmp(g->data, want.data(), sizeof(float) * want.size()), 0)
+            << TensorRoleName(role);
+      }
+    }
+  }
+  // The folder's experts held as mxfp4 (as moe-cached --expert-format
+  // mxfp4 holds them): its codes and scales, and its bf16 biases as F32.
+  const int64_t h = c.hidden_size, inter = c.moe_intermediate_size;
+  const uint64_t bias_values = static_cast<uint64_t>(2 * inter + h);
+  const uint64_t held = static_cast<uint64_t>(2 * WeightBytes(DType::kMxfp4, inter, h) +
+                                              WeightBytes(DType::kMxfp4, h, inter)) +
+                        sizeof(float) * bias_values;
+  EXPECT_EQ(desc->bytes_per_expert(), held);
+  EXPECT_EQ(folder_desc->bytes_per_expert() + 2 * bias_values, held);
 }
 
 TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {

@@ -14,14 +14,16 @@ Families: mixtral (GGUF architecture "llama" with experts), qwen2_moe
 deepseek_v2 / deepseek_v3 ("deepseek2": latent attention kept as kv_b,
 or with --split-kv-b as newer converters' attn_k_b / attn_v_b) and
 gpt_oss ("gpt-oss": fused experts split into gate / up / down stacks and
-biases; float experts only). Tensors keep their dtype (F32, F16 or BF16), unless
---experts quantizes the routed experts (and --dense the other 2-D weights
-whose rows are whole blocks, the router excepted) to a ggml block type
-(Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4) with the numpy
-quantizers of gguf_quants.py; --dequantized then writes DIR, the same model
-as a folder whose weights are the float64 dequantization of what went into
-the file (F64 safetensors, for moe_reference.py). Our quantizer may write
-the Q8_0 code -128 (ggml's own never does; files may hold it). What llama.cpp's
+biases; MXFP4 experts stay MXFP4, in ggml's blocks with F32 biases, as
+llama.cpp's GptOssModel writes them). Tensors keep their dtype (F32, F16
+or BF16), unless --experts quantizes the routed experts (and --dense the
+other 2-D weights whose rows are whole blocks, the router excepted) to a
+ggml block type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, MXFP4)
+with the numpy quantizers of gguf_quants.py; --dequantized then writes
+DIR, the same model as a folder whose weights are the float64
+dequantization of what went into the file (F64 safetensors, for
+moe_reference.py). Our quantizer may write the Q8_0 code -128 (ggml's own
+never does; files may hold it). What llama.cpp's
 converter does and this does too: llama.cpp's tensor names, each layer's
 routed experts stacked into one tensor per projection (ggml dims [in, out,
 experts]), and the rows of a llama model's attn_q / attn_k permuted for its
@@ -348,35 +350,75 @@ def add_gpt_oss_keys(w, arch, cfg, head_dim):
               y.get("original_max_position_embeddings", 4096))
 
 
-def split_fused_experts(tensors, moe):
+def mxfp4_to_ggml(blocks, scales):
+    """HF MXFP4 `_blocks` [..., G, 16] (byte b: weight 2b in the low nibble,
+    2b + 1 in the high one) and `_scales` [..., G] (E8M0) as ggml's
+    block_mxfp4 rows [..., G * 17]: per group the exponent byte, then 16
+    bytes where byte j holds weight j (low) and j + 16 (high). Only bits
+    move (llama.cpp's GptOssModel.transform_nibble_layout): the 4-bit codes
+    and exponents are the checkpoint's."""
+    import numpy as np
+    codes = np.stack((blocks & 0x0F, blocks >> 4), axis=-1).reshape(blocks.shape[:-1] + (32,))
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    out = np.concatenate((scales[..., None], qs), axis=-1)
+    return np.ascontiguousarray(out.reshape(blocks.shape[:-2] + (blocks.shape[-2] * 17,)))
+
+
+def split_fused_experts(tensors, moe, mxfp4):
     """gpt_oss's fused experts (model_desc.h) as llama.cpp splits them: per
     layer and projection a stack [E, out, in] (and biases [E, out]), gate
-    from the even columns of gate_up_proj, up from the odd ones. Yields
-    (layer, GGUF tensor name, dtype, shape, bytes); numpy does the slicing."""
+    from the even columns of gate_up_proj (the even rows of an MXFP4
+    gate_up_proj_blocks), up from the odd ones. Float weights keep their
+    dtype; MXFP4 ones (`mxfp4`: config.json's quantization_config) become
+    ggml MXFP4 (mxfp4_to_ggml) and their biases F32, as llama.cpp writes
+    every 1-D tensor. Yields (layer, GGUF tensor name, ggml type, shape,
+    bytes); numpy does the slicing."""
     import numpy as np
-    np_dtype = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+    np_dtype = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "U8": "u1"}
+
+    def array(name):
+        dtype, shape, data = tensors[name]
+        return np.frombuffer(data, dtype=np_dtype[dtype]).reshape(shape)
+
     for name in sorted(tensors):
         parts = name.split(".")
         if len(parts) != 6 or parts[3] != moe or parts[4] != "experts":
             continue
         layer, what = int(parts[2]), parts[5]
         dtype, shape, data = tensors[name]
-        a = np.frombuffer(data, dtype=np_dtype[dtype]).reshape(shape)
+        if what in ("gate_up_proj_scales", "down_proj_scales"):
+            continue  # with their _blocks
+        if what in ("gate_up_proj_blocks", "down_proj_blocks"):  # [E, out, in / 32, 16]
+            scales = name[:-len("_blocks")] + "_scales"
+            if scales not in tensors:
+                sys.exit("hf_to_gguf.py: %s has no %s" % (name, scales))
+            a, s = array(name), array(scales)
+            stacks = ([("ffn_gate", a[:, ::2], s[:, ::2]), ("ffn_up", a[:, 1::2], s[:, 1::2])]
+                      if what == "gate_up_proj_blocks" else [("ffn_down", a, s)])
+            for kind, b, bs in stacks:
+                yield (layer, "%s_exps.weight" % kind, gw.MXFP4,
+                       [b.shape[0], b.shape[1], b.shape[2] * 32], mxfp4_to_ggml(b, bs).tobytes())
+            continue
+        ggml_type = DTYPES[dtype][0]
+        if mxfp4 and what.endswith("_bias"):
+            a, ggml_type = as_float64(dtype, shape, data).astype("<f4"), gw.F32
+        else:
+            a = array(name)
         if what == "gate_up_proj":  # [E, H, 2I], x @ W
             for kind, part in (("ffn_gate", a[:, :, ::2]), ("ffn_up", a[:, :, 1::2])):
                 b = np.ascontiguousarray(part.transpose(0, 2, 1))
-                yield layer, "%s_exps.weight" % kind, dtype, list(b.shape), b.tobytes()
+                yield layer, "%s_exps.weight" % kind, ggml_type, list(b.shape), b.tobytes()
         elif what == "down_proj":  # [E, I, H]
             b = np.ascontiguousarray(a.transpose(0, 2, 1))
-            yield layer, "ffn_down_exps.weight", dtype, list(b.shape), b.tobytes()
+            yield layer, "ffn_down_exps.weight", ggml_type, list(b.shape), b.tobytes()
         elif what == "gate_up_proj_bias":  # [E, 2I]
             for kind, part in (("ffn_gate", a[:, ::2]), ("ffn_up", a[:, 1::2])):
                 b = np.ascontiguousarray(part)
-                yield layer, "%s_exps.bias" % kind, dtype, list(b.shape), b.tobytes()
+                yield layer, "%s_exps.bias" % kind, ggml_type, list(b.shape), b.tobytes()
         elif what == "down_proj_bias":
-            yield layer, "ffn_down_exps.bias", dtype, shape, data
+            yield layer, "ffn_down_exps.bias", ggml_type, shape, a.tobytes()
         else:
-            sys.exit("hf_to_gguf.py: %s is not converted (MXFP4 experts: not yet)" % name)
+            sys.exit("hf_to_gguf.py: %s is not converted" % name)
 
 
 def split_kv_b(shape, data, cfg, dtype):
@@ -456,9 +498,10 @@ def main():
     stacks = {}
     if arch == "gpt-oss":
         if expert_type is not None:
-            sys.exit("hf_to_gguf.py: gpt_oss experts are converted as floats only")
-        for layer, gname, dtype, shape, data in split_fused_experts(tensors, moe):
-            add("blk.%d.%s" % (layer, gname), DTYPES[dtype][0], shape, data)
+            sys.exit("hf_to_gguf.py: gpt_oss experts are not requantized (--experts)")
+        mxfp4 = (cfg.get("quantization_config") or {}).get("quant_method") == "mxfp4"
+        for layer, gname, ggml_type, shape, data in split_fused_experts(tensors, moe, mxfp4):
+            add("blk.%d.%s" % (layer, gname), ggml_type, shape, data)
     for name in sorted(tensors):
         dtype, shape, data = tensors[name]
         if name in simple:
