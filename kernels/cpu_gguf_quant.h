@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "common/dtype.h"
 #include "kernels/cpu_matmul.h"
@@ -116,6 +117,23 @@ __attribute__((target("avx2"))) inline __m128i UnpackKScalesSimd(const uint8_t* 
   const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1,
                                                       -1, 4, 5, 6, 7));
   return _mm_or_si128(low, _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30)));
+}
+
+// Calls f(std::integral_constant<int, rows>{}) for rows 1 to kKMaxRows (4
+// for anything larger): the rows kernels' row count as a template argument,
+// so each row's sums live in registers.
+template <typename F>
+inline void ForRowCount(int rows, const F& f) {
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
 }
 
 inline uint16_t Load16(const uint8_t* p) {

@@ -16,6 +16,7 @@
 namespace moe {
 namespace {
 
+using gguf_quant_internal::ForRowCount;
 using gguf_quant_internal::Load16;
 using gguf_quant_internal::Load32;
 using gguf_quant_internal::UnpackKScalesSimd;
@@ -231,35 +232,15 @@ MOE_GGUF_AVX2 void Q6KRowsAvx2N(const uint8_t* w, const KActivations& x,
   for (int r = 0; r < kRows; ++r) y[r * y_stride] = HSum(acc[r]) + bias;
 }
 
-// The row count as a template argument, so each row's sums live in
-// registers.
 template <bool kFive>
-MOE_GGUF_AVX2 void K45RowsAvx2(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
-                  float bias, float* y, int64_t y_stride) {
-  switch (rows) {
-    case 1:
-      return K45RowsAvx2N<kFive, 1>(w, x, i0, bias, y, y_stride);
-    case 2:
-      return K45RowsAvx2N<kFive, 2>(w, x, i0, bias, y, y_stride);
-    case 3:
-      return K45RowsAvx2N<kFive, 3>(w, x, i0, bias, y, y_stride);
-    default:
-      return K45RowsAvx2N<kFive, 4>(w, x, i0, bias, y, y_stride);
-  }
+void K45RowsAvx2(const uint8_t* w, const KActivations& x, int64_t i0, int rows, float bias,
+                 float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) { K45RowsAvx2N<kFive, r.value>(w, x, i0, bias, y, y_stride); });
 }
 
-MOE_GGUF_AVX2 void Q6KRowsAvx2(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
-                 float bias, float* y, int64_t y_stride) {
-  switch (rows) {
-    case 1:
-      return Q6KRowsAvx2N<1>(w, x, i0, bias, y, y_stride);
-    case 2:
-      return Q6KRowsAvx2N<2>(w, x, i0, bias, y, y_stride);
-    case 3:
-      return Q6KRowsAvx2N<3>(w, x, i0, bias, y, y_stride);
-    default:
-      return Q6KRowsAvx2N<4>(w, x, i0, bias, y, y_stride);
-  }
+void Q6KRowsAvx2(const uint8_t* w, const KActivations& x, int64_t i0, int rows, float bias,
+                 float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) { Q6KRowsAvx2N<r.value>(w, x, i0, bias, y, y_stride); });
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 namespace moe {
 namespace {
 
+using gguf_quant_internal::ForRowCount;
 using gguf_quant_internal::Load16;
 using gguf_quant_internal::Load32;
 using gguf_quant_internal::UnpackKScalesSimd;
@@ -223,35 +224,15 @@ MOE_GGUF_VNNI void Q6KRowsN(const uint8_t* w, const KActivations& x, int64_t i0,
   for (int r = 0; r < kR; ++r) y[r * y_stride] = _mm512_reduce_add_ps(acc[r]) + bias;
 }
 
-// The row count as a template argument, so each row's sums live in
-// registers.
 template <bool kFive>
-MOE_GGUF_VNNI void K45RowsVnni(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
-                               float bias, float* y, int64_t y_stride) {
-  switch (rows) {
-    case 1:
-      return K45RowsN<kFive, 1>(w, x, i0, bias, y, y_stride);
-    case 2:
-      return K45RowsN<kFive, 2>(w, x, i0, bias, y, y_stride);
-    case 3:
-      return K45RowsN<kFive, 3>(w, x, i0, bias, y, y_stride);
-    default:
-      return K45RowsN<kFive, 4>(w, x, i0, bias, y, y_stride);
-  }
+void K45RowsVnni(const uint8_t* w, const KActivations& x, int64_t i0, int rows, float bias,
+                 float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) { K45RowsN<kFive, r.value>(w, x, i0, bias, y, y_stride); });
 }
 
-MOE_GGUF_VNNI void Q6KRowsVnni(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
-                               float bias, float* y, int64_t y_stride) {
-  switch (rows) {
-    case 1:
-      return Q6KRowsN<1>(w, x, i0, bias, y, y_stride);
-    case 2:
-      return Q6KRowsN<2>(w, x, i0, bias, y, y_stride);
-    case 3:
-      return Q6KRowsN<3>(w, x, i0, bias, y, y_stride);
-    default:
-      return Q6KRowsN<4>(w, x, i0, bias, y, y_stride);
-  }
+void Q6KRowsVnni(const uint8_t* w, const KActivations& x, int64_t i0, int rows, float bias,
+                 float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) { Q6KRowsN<r.value>(w, x, i0, bias, y, y_stride); });
 }
 
 // The 32-weight types (see the scalar DotSmall): the 16 nibble bytes in
@@ -328,18 +309,10 @@ MOE_GGUF_VNNI void SmallRowsN(const uint8_t* w, const QuantizedActivations& x, i
 }
 
 template <bool kFive, bool kMin>
-MOE_GGUF_VNNI void SmallRowsVnni(const uint8_t* w, const QuantizedActivations& x, int64_t i0,
-                                 int rows, float bias, float* y, int64_t y_stride) {
-  switch (rows) {
-    case 1:
-      return SmallRowsN<kFive, kMin, 1>(w, x, i0, bias, y, y_stride);
-    case 2:
-      return SmallRowsN<kFive, kMin, 2>(w, x, i0, bias, y, y_stride);
-    case 3:
-      return SmallRowsN<kFive, kMin, 3>(w, x, i0, bias, y, y_stride);
-    default:
-      return SmallRowsN<kFive, kMin, 4>(w, x, i0, bias, y, y_stride);
-  }
+void SmallRowsVnni(const uint8_t* w, const QuantizedActivations& x, int64_t i0, int rows,
+                   float bias, float* y, int64_t y_stride) {
+  ForRowCount(rows,
+              [&](auto r) { SmallRowsN<kFive, kMin, r.value>(w, x, i0, bias, y, y_stride); });
 }
 
 }  // namespace
