@@ -2,7 +2,9 @@
 # Peer benchmark (issue 29): our CPU engine (`moectl run`, experts in memory)
 # against llama.cpp on the same random Mixtral-layout model, at the same
 # thread counts, for bf16 / q8 / q4 experts (ours) against BF16 / Q8_0 / Q4_0
-# (llama.cpp). A tool for people, never run in CI.
+# (llama.cpp), and (issue 30) both engines on the same GGUF file: q4_k_m
+# (llama.cpp's own Q4_K_M mixture) and q4_0-gguf (the Q4_0 file above). A
+# tool for people, never run in CI.
 #
 # What it does (everything lives in a scratch folder, $PEER_DIR or
 # /tmp/moe-peer, reused by later runs: nothing is fetched or built twice):
@@ -21,7 +23,8 @@
 #     convert_hf_to_gguf.py needs torch), then `llama_driver quantize` makes
 #     the Q8_0 / Q4_0 files (experts only; the rest stays BF16 / F32, as ours).
 #     Our side reads the safetensors folder with --expert-format bf16|q8|q4
-#     (converted into memory at load).
+#     (converted into memory at load); for q4_k_m and q4_0-gguf it reads
+#     llama.cpp's file itself, its blocks held as they are.
 #  4. The machine's memory read bandwidth (read_bw) per thread count, measured
 #     right before and right after the timing (step 6).
 #  5. Token check (tests/bench/peer/check_tokens.py): 4 prompts of token ids
@@ -41,9 +44,10 @@
 #     4.5 bits per weight.
 #  6. Timing, sides alternated (which goes first flips every configuration
 #     and rep): a P-token prompt (200) in one batch, then N greedy tokens (64).
-#     Ours: `moectl run --cpu-threads T --json` (TTFT = the prompt + first
-#     token; TPOT over the later N-1 tokens), a fresh process per run, so its
-#     prompt is the process's first forward. llama.cpp: llama_driver bench,
+#     Ours: `moectl run --cpu-threads T --json --warmup 1` (TTFT = the
+#     prompt + first token; TPOT over the later N-1 tokens), a fresh process
+#     per run whose prompt runs once untimed first (--cold: not, so the
+#     timed prompt is the process's first forward). llama.cpp: llama_driver bench,
 #     weights read into memory at load (LLAMA_MMAP=1: mapped), the prompt
 #     once cold (reported apart), then timed warm as llama-bench does, then
 #     the decode. Medians and ranges over the reps; ratio = ours / llama.cpp.
@@ -53,7 +57,8 @@
 #     weights: attention, routers, norms, lm_head, one embedding row; the
 #     same bytes on both sides, as both keep them in bf16 / f32).
 #
-# usage: tests/bench/peer_bench.sh [--quick] [--threads 1,2] [--formats bf16,q8,q4]
+# usage: tests/bench/peer_bench.sh [--quick] [--threads 1,2]
+#          [--formats bf16,q8,q4,q4_k_m,q4_0-gguf] [--cold]
 #          [--reps 5] [--n-gen 64] [--prompt-tokens 200] [--tie-nats 0.05]
 #          [--quiet-wait SEC] [--retries 2] [--max-others 0.25]
 #          [--build DIR] [--peer-dir DIR] [--keep]
@@ -86,6 +91,7 @@ keep=0
 threads_set=0
 reps_set=0
 quiet_wait=0
+cold=0
 retries=2
 max_others=0.25
 while [ $# -gt 0 ]; do
@@ -103,6 +109,7 @@ while [ $# -gt 0 ]; do
     --build) build=${2:?--build needs a directory}; shift ;;
     --peer-dir) peer=${2:?--peer-dir needs a directory}; shift ;;
     --keep) keep=1 ;;
+    --cold) cold=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help lists them)" ;;
   esac
@@ -116,7 +123,8 @@ fi
 threads=${threads//,/ }
 formats=${formats//,/ }
 for f in $formats; do
-  case $f in bf16|q8|q4) ;; *) die "unknown format '$f' (bf16, q8, q4)" ;; esac
+  case $f in bf16|q8|q4|q4_k_m|q4_0-gguf) ;;
+    *) die "unknown format '$f' (bf16, q8, q4, q4_k_m, q4_0-gguf)" ;; esac
 done
 for t in $threads; do [[ $t =~ ^[1-9][0-9]*$ ]] || die "bad thread count '$t'"; done
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "bad --reps '$reps'"
@@ -208,8 +216,18 @@ if [ ! -s "$gguf_bf16" ] || [ "$model/model.safetensors" -nt "$gguf_bf16" ] ||
     --gguf-py "$src/gguf-py" || die "GGUF conversion failed"
   mv "$gguf_bf16.tmp" "$gguf_bf16"
 fi
-llama_type() { case $1 in bf16) echo bf16 ;; q8) echo q8_0 ;; q4) echo q4_0 ;; esac; }
+llama_type() {
+  case $1 in bf16) echo bf16 ;; q8) echo q8_0 ;; q4|q4_0-gguf) echo q4_0 ;; q4_k_m) echo q4_k_m ;; esac
+}
 gguf_of() { echo "$peer/$name-$(llama_type "$1").gguf"; }
+# What our side reads for format F: the folder converted at load, or (the
+# same-file formats) llama.cpp's GGUF as it is.
+ours_model() {
+  case $1 in
+    q4_k_m|q4_0-gguf) echo --model "$(gguf_of "$1")" ;;
+    *) echo --model "$model" --expert-format "$1" ;;
+  esac
+}
 for f in $formats; do
   g=$(gguf_of "$f")
   if [ "$f" != bf16 ] && { [ ! -s "$g" ] || [ "$gguf_bf16" -nt "$g" ]; }; then
@@ -220,6 +238,9 @@ for f in $formats; do
   fi
 done
 "$moectl" inspect "$model" >"$work/inspect.txt"
+for f in $formats; do
+  case $f in q4_k_m|q4_0-gguf) "$moectl" inspect "$(gguf_of "$f")" >"$work/inspect-$f.txt" ;; esac
+done
 "$driver" gen --model "$gguf_bf16" --threads 1 --n-gen 2 --prompts <(echo 1) --verbose \
   >/dev/null 2>"$work/llama-info.txt" || { cat "$work/llama-info.txt" >&2; die "llama_driver cannot run the model"; }
 
@@ -244,7 +265,8 @@ for f in $formats; do
   i=0
   while read -r p; do
     i=$((i + 1))
-    "$moectl" run --model "$model" --expert-format "$f" --cpu-threads "$first_t" --prompt-ids "$p" \
+    # shellcheck disable=SC2046
+    "$moectl" run $(ours_model "$f") --cpu-threads "$first_t" --prompt-ids "$p" \
       --max-new-tokens "$check_n" --ignore-eos --json --top-logprobs 5 \
       >"$work/check-ours-$f-$i.jsonl" 2>"$work/check-ours-$f-$i.err" ||
       { cat "$work/check-ours-$f-$i.err" >&2; die "moectl run failed ($f, prompt $i)"; }
@@ -280,8 +302,10 @@ timed() {  # OUT_PREFIX CMD...: runs CMD (stdout to OUT_PREFIX, stderr to .err),
 }
 run_ours() {  # FORMAT THREADS REP
   local out=$work/t-ours-$1-$2-$3.json
-  timed "$out.all" "$moectl" run --model "$model" --expert-format "$1" --cpu-threads "$2" \
-    --prompt-ids "$bench_prompt" --max-new-tokens "$n_gen" --ignore-eos --json ||
+  # shellcheck disable=SC2046
+  timed "$out.all" "$moectl" run $(ours_model "$1") --cpu-threads "$2" \
+    --prompt-ids "$bench_prompt" --max-new-tokens "$n_gen" --ignore-eos --json \
+    --warmup "$((1 - cold))" ||
     { cat "$out.all.err" >&2; die "moectl run failed ($1, $2 threads)"; }
   tail -1 "$out.all" >"$out"
   cp "$out.all.others" "$out.others" 2>/dev/null || true
@@ -352,7 +376,7 @@ echo "- ours: $("$moectl" --version 2>/dev/null | head -1)${MOE_CPU_SIMD:+, MOE_
 echo "- model: $name ($make_args), $(sed -n 's/^total bytes: //p' "$work/inspect.txt") bf16"
 echo "- prompt $prompt_tokens tokens in one batch, then $n_gen greedy tokens; $reps rep(s), sides alternated;" \
   "$rerun pair(s) re-run because other processes used > $max_others cores (at most $retries times each)"
-"$py" - "$work" "$reps" "$threads" "$formats" <<'EOF'
+"$py" - "$work" "$reps" "$threads" "$formats" "$cold" <<'EOF'
 import json, re, statistics, sys
 work, reps, threads, formats = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 ins = open(f"{work}/inspect.txt").read()
@@ -362,6 +386,12 @@ bpe = {"bf16": num(r"^bytes per expert: (\d+)"), "q8": num(r"^bytes per expert a
        "q4": num(r"^bytes per expert as q4: (\d+)")}
 weights = bpe["bf16"] // 2
 llama_bpe = {"bf16": weights * 2, "q8": weights * 34 // 32, "q4": weights * 18 // 32}
+for f in ("q4_k_m", "q4_0-gguf"):  # the file's own bytes, the same on both sides (largest layer)
+    try:
+        g = open(f"{work}/inspect-{f}.txt").read()
+        bpe[f] = llama_bpe[f] = int(re.search(r"^bytes per expert: (\d+)", g, re.M).group(1))
+    except (OSError, AttributeError):
+        pass
 per_tok = num(r"^moe layers: (\d+)") * num(r"^top-k: (\d+)")
 hidden = num(r"^hidden: (\d+)")
 # Dense weights read per token: all but the embedding table, plus its row.
@@ -370,7 +400,8 @@ bw = {}  # threads -> medians measured before and after the timing
 for l in open(f"{work}/read_bw.txt"):
     p = l.split()
     bw.setdefault(p[1], []).append(float(p[3]))
-names = {"bf16": "BF16", "q8": "Q8_0", "q4": "Q4_0"}
+names = {"bf16": "BF16", "q8": "Q8_0", "q4": "Q4_0", "q4_k_m": "Q4_K_M (same file)",
+         "q4_0-gguf": "Q4_0 (same file)"}
 def load(side, f, t, key):
     v = []
     for r in range(1, reps + 1):
@@ -393,8 +424,11 @@ def cell(v):
     m = statistics.median(v)
     return f"{m:.1f}" if len(v) == 1 else f"{m:.1f} ({min(v):.1f}-{max(v):.1f})"
 print()
-print("tokens/s: median (min-max) over the reps; ratio = ours / llama.cpp (medians); prompt: ours is the"
-      " process's first forward, llama.cpp's the second (its cold first one in the next column); others' CPU:"
+cold = sys.argv[5] == "1"
+print("tokens/s: median (min-max) over the reps; ratio = ours / llama.cpp (medians); prompt: "
+      + ("ours is the process's first forward, llama.cpp's the second" if cold else
+         "both warm (ours after one untimed run of the prompt, llama.cpp's second forward)")
+      + " (llama.cpp's cold first one in the next column); others' CPU:"
       " median cores other processes used during the runs")
 print()
 print("| experts (ours / llama.cpp) | threads | decode ours | decode llama.cpp | ratio | prompt ours | prompt llama.cpp | ratio | llama.cpp prompt, cold | others' CPU (ours / llama.cpp) |")
@@ -413,7 +447,9 @@ for t in threads:
 print()
 print("decode bandwidth: bytes read per token x median decode tokens/s, against the read bandwidth"
       " (read_bw: 1 GiB, median of 7, before / after the timing; % of the higher); experts alone, and"
-      f" all weights (the experts + {dense / 1e6:.1f} MB of dense weights per token, the same on both sides)")
+      f" all weights (the experts + {dense / 1e6:.1f} MB of dense weights per token, the same on both sides;"
+      " the folder's bf16 dense bytes, so for the same-file formats, whose dense weights are"
+      " quantized too, the 'all' columns are an upper bound)")
 print()
 print("| experts | threads | read GB/s | MB/token: experts / all | ours GB/s: experts / all | % of read (all) | llama.cpp MB/token: experts / all | llama.cpp GB/s: experts / all | % of read (all) |")
 print("|---|---|---|---|---|---|---|---|---|")
