@@ -119,6 +119,16 @@ void Q6KRows(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
   }
 }
 
+// Weight rows one at a time (the scalar pairs are independent).
+template <void (*kRow)(const uint8_t*, const KActivations&, int64_t, int, float, float*,
+                       int64_t)>
+void ScalarRows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
+                int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
+  for (int64_t c = 0; c < n_rows; ++c) {
+    kRow(w + c * w_stride, x, i0, rows, bias != nullptr ? bias[c] : 0.0f, y + c, y_stride);
+  }
+}
+
 }  // namespace
 
 GgufDotFn GgufDotScalar(DType dtype) {
@@ -139,11 +149,11 @@ GgufDotFn GgufDotScalar(DType dtype) {
 GgufKRowsFn GgufKRowsScalar(DType dtype) {
   switch (dtype) {
     case DType::kQ4K:
-      return &K45Rows<false>;
+      return &ScalarRows<&K45Rows<false>>;
     case DType::kQ5K:
-      return &K45Rows<true>;
+      return &ScalarRows<&K45Rows<true>>;
     case DType::kQ6K:
-      return &Q6KRows;
+      return &ScalarRows<&Q6KRows>;
     default:
       return nullptr;
   }

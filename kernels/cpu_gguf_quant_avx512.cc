@@ -19,6 +19,12 @@
       target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma," \
              "f16c")))
 
+// One weight row's kernel, inlined into the loop over rows.
+#define MOE_GGUF_VNNI_INLINE                                  \
+  __attribute__((                                             \
+      target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma," \
+             "f16c"), always_inline)) inline
+
 // A lambda's own target (GCC does not inherit the enclosing function's).
 #define MOE_GGUF_VNNI_LAMBDA                                  \
   __attribute__((                                             \
@@ -99,7 +105,7 @@ struct KRows {
 // weight rows a call, sharing the constants, measured ~10% slower at
 // decode than one.)
 template <bool kFive, int kR>
-MOE_GGUF_VNNI void K45RowsN(const uint8_t* w, const KActivations& x, int64_t i0, float bias,
+MOE_GGUF_VNNI_INLINE void K45Row(const uint8_t* w, const KActivations& x, int64_t i0, float bias,
                             float* y, int64_t y_stride) {
   constexpr int kBytes = kFive ? 176 : 144;
   const int64_t blocks = x.k / kKBlock;
@@ -168,7 +174,7 @@ MOE_GGUF_VNNI void K45RowsN(const uint8_t* w, const KActivations& x, int64_t i0,
 // 32 int16 pair sums of 64 weights cover four sub-blocks of 16, eight
 // lanes each, whose scales vpdpwssd applies (two chains: the halves).
 template <int kR>
-MOE_GGUF_VNNI void Q6KRowsN(const uint8_t* w, const KActivations& x, int64_t i0, float bias,
+MOE_GGUF_VNNI_INLINE void Q6KRow(const uint8_t* w, const KActivations& x, int64_t i0, float bias,
                             float* y, int64_t y_stride) {
   const int64_t blocks = x.k / kKBlock;
   const KRows<kR> t(x, i0);
@@ -224,15 +230,40 @@ MOE_GGUF_VNNI void Q6KRowsN(const uint8_t* w, const KActivations& x, int64_t i0,
   for (int r = 0; r < kR; ++r) y[r * y_stride] = _mm512_reduce_add_ps(acc[r]) + bias;
 }
 
-template <bool kFive>
-void K45RowsVnni(const uint8_t* w, const KActivations& x, int64_t i0, int rows, float bias,
-                 float* y, int64_t y_stride) {
-  ForRowCount(rows, [&](auto r) { K45RowsN<kFive, r.value>(w, x, i0, bias, y, y_stride); });
+// Weight rows one after another in one call (no call and no constants
+// per row), each as K45Row / Q6KRow computes it alone.
+template <bool kFive, int kR>
+MOE_GGUF_VNNI void K45RowsN(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                            const KActivations& x, int64_t i0, const float* bias, float* y,
+                            int64_t y_stride) {
+  for (int64_t c = 0; c < n_rows; ++c) {
+    K45Row<kFive, kR>(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f, y + c,
+                      y_stride);
+  }
 }
 
-void Q6KRowsVnni(const uint8_t* w, const KActivations& x, int64_t i0, int rows, float bias,
-                 float* y, int64_t y_stride) {
-  ForRowCount(rows, [&](auto r) { Q6KRowsN<r.value>(w, x, i0, bias, y, y_stride); });
+template <int kR>
+MOE_GGUF_VNNI void Q6KRowsN(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                            const KActivations& x, int64_t i0, const float* bias, float* y,
+                            int64_t y_stride) {
+  for (int64_t c = 0; c < n_rows; ++c) {
+    Q6KRow<kR>(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f, y + c, y_stride);
+  }
+}
+
+template <bool kFive>
+void K45RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
+                 int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) {
+    K45RowsN<kFive, r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+  });
+}
+
+void Q6KRowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
+                 int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) {
+    Q6KRowsN<r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+  });
 }
 
 // The 32-weight types (see the scalar DotSmall): the 16 nibble bytes in

@@ -326,12 +326,10 @@ void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t
                              int64_t n_begin, int64_t n_end) const {
   const auto* wb = static_cast<const uint8_t*>(w);
   if (k_rows_ != nullptr) {
-    for (int64_t j = n_begin; j < n_end; ++j) {
-      for (int64_t i = 0; i < kx_.m; i += kKMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, kx_.m - i));
-        k_rows_(wb + j * row_bytes_, kx_, i, rows, bias != nullptr ? bias[j] : 0.0f,
-                y + i * n + j, n);
-      }
+    for (int64_t i = 0; i < kx_.m; i += kKMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, kx_.m - i));
+      k_rows_(wb + n_begin * row_bytes_, row_bytes_, n_end - n_begin, kx_, i, rows,
+              bias != nullptr ? bias + n_begin : nullptr, y + i * n + n_begin, n);
     }
     return;
   }

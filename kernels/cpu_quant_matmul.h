@@ -69,13 +69,16 @@ std::vector<float> RoundKActivations(const float* x, int64_t m, int64_t k);
 // cpu_gguf_quant_avx512.cc). REQUIRES: Q8VnniSupported(), k % 256 == 0.
 void QuantizeKActivationsAvx512(const float* x, int64_t m, int64_t k, KActivations* out);
 
-// y[r * y_stride] = K-quant weight row `w` . activation row i0 + r (+ bias)
-// for r < rows (1 to kKMaxRows): the row's blocks are unpacked once for all
-// `rows`, and each row's sums run in the order they have alone, so a row's
-// result does not depend on `rows` (a prompt's tile and a decode step agree).
+// y[r * y_stride + c] = K-quant weight row c (at w + c * w_stride) .
+// activation row i0 + r (+ bias[c] where bias is not null), for c < n_rows
+// and r < rows (1 to kKMaxRows): a row's blocks are unpacked once for all
+// `rows`, and each pair's sums run in the order they have alone, so a
+// result does not depend on `rows` or `n_rows` (a prompt's tile, a decode
+// step and any split of the rows between threads agree).
 inline constexpr int kKMaxRows = 4;
-using GgufKRowsFn = void (*)(const uint8_t* w, const KActivations& x, int64_t i0,
-                             int rows, float bias, float* y, int64_t y_stride);
+using GgufKRowsFn = void (*)(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                             const KActivations& x, int64_t i0, int rows, const float* bias,
+                             float* y, int64_t y_stride);
 
 // The AVX-512 VNNI q8 dot product (cpu_quant_vnni.cc): one output y[i, j]
 // of the q8 row `w`. REQUIRES: Q8VnniSupported().

@@ -242,15 +242,18 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufQuantMatMulTest,
                            return name;
                          });
 
-// A K-quant row against 1 to 4 activation rows at once gives each row the
-// bits it gets alone, at every level (a prompt's tile and a decode step
-// agree), with the bias on top; a block of zero activations counts nothing.
-TEST(GgufKRowsTest, EachRowGetsTheBitsItGetsAlone) {
+// K-quant rows against 1 to 4 activation rows at once, and 1 to 5 weight
+// rows a call, give each pair the bits it gets alone, at every level (a
+// prompt's tile, a decode step and any split of the rows agree), with each
+// row's bias on top; a block of zero activations counts nothing.
+TEST(GgufKRowsTest, EachPairGetsTheBitsItGetsAlone) {
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t k = 3 * kKBlock;
+  const int64_t k = 3 * kKBlock, n = 5;
+  const float bias[n] = {0.5f, -1.0f, 2.0f, 0.25f, 8.0f};
   for (DType t : {DType::kQ4K, DType::kQ5K, DType::kQ6K}) {
-    const std::vector<uint8_t> w = RandomBlocks(t, 1, k, rng);
+    const int64_t row_bytes = WeightBytes(t, 1, k);
+    const std::vector<uint8_t> w = RandomBlocks(t, n, k, rng);
     std::vector<float> x(static_cast<size_t>(kKMaxRows * k));
     for (float& v : x) v = normal(rng);
     std::fill(x.begin() + k, x.begin() + k + kKBlock, 0.0f);  // row 1, block 0
@@ -260,15 +263,26 @@ TEST(GgufKRowsTest, EachRowGetsTheBitsItGetsAlone) {
     for (SimdLevel level : Levels()) {
       SCOPED_TRACE(::testing::Message() << DTypeName(t) << " " << SimdLevelName(level));
       const GgufKRowsFn f = GgufKRowsFor(t, level);
-      float alone[kKMaxRows], together[kKMaxRows];
-      for (int r = 0; r < kKMaxRows; ++r) f(w.data(), qa, r, 1, 0.5f, &alone[r], 1);
-      for (int rows = 2; rows <= kKMaxRows; ++rows) {
-        f(w.data(), qa, 0, rows, 0.5f, together, 1);
-        for (int r = 0; r < rows; ++r) EXPECT_EQ(together[r], alone[r]) << rows << " " << r;
+      float alone[kKMaxRows][n];
+      for (int r = 0; r < kKMaxRows; ++r) {
+        for (int c = 0; c < n; ++c) {
+          f(w.data() + c * row_bytes, row_bytes, 1, qa, r, 1, bias + c, &alone[r][c], 1);
+        }
+      }
+      for (int rows = 1; rows <= kKMaxRows; ++rows) {
+        for (int64_t n_rows = 1; n_rows <= n; ++n_rows) {
+          float together[kKMaxRows][n];
+          f(w.data(), row_bytes, n_rows, qa, 0, rows, bias, &together[0][0], n);
+          for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < n_rows; ++c) {
+              EXPECT_EQ(together[r][c], alone[r][c]) << rows << "x" << n_rows << " " << r << c;
+            }
+          }
+        }
       }
       float plain;
-      f(w.data(), qa, 2, 1, 0.0f, &plain, 1);
-      EXPECT_EQ(plain + 0.5f, alone[2]);
+      f(w.data(), row_bytes, 1, qa, 2, 1, nullptr, &plain, 1);
+      EXPECT_EQ(plain + bias[0], alone[2][0]);
     }
   }
 }
