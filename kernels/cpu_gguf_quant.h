@@ -58,11 +58,11 @@ inline bool IsGgufKDType(DType dtype) {
 using GgufDotFn = float (*)(const uint8_t* w, const QuantizedActivations& x,
                             int64_t i);
 
-// y[r * y_stride] = 32-weight-type row `w` . activation row i0 + r (+ bias)
-// for r < rows (1 to kKMaxRows), each row's sums in the order they have
-// alone (the AVX-512 VNNI kernels; other levels use GgufDotFn).
-using GgufSmallRowsFn = void (*)(const uint8_t* w, const QuantizedActivations& x, int64_t i0,
-                                 int rows, float bias, float* y, int64_t y_stride);
+// As GgufKRowsFn for the 32-weight types, on activations per 32 (the
+// AVX-512 VNNI kernels; other levels use GgufDotFn).
+using GgufSmallRowsFn = void (*)(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                                 const QuantizedActivations& x, int64_t i0, int rows,
+                                 const float* bias, float* y, int64_t y_stride);
 
 // The kernel for `dtype` at `level`: kScalar -> the scalar loops, kAvx2 ->
 // AVX2, kAvx512 -> AVX-512 VNNI where the CPU has AVX512_VNNI/BW/VL

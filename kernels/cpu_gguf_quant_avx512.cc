@@ -285,8 +285,8 @@ MOE_GGUF_VNNI inline __m256i FifthBits256(uint32_t qh) {
 }
 
 template <bool kFive, bool kMin, int kR>
-MOE_GGUF_VNNI void SmallRowsN(const uint8_t* w, const QuantizedActivations& x, int64_t i0,
-                              float bias, float* y, int64_t y_stride) {
+MOE_GGUF_VNNI_INLINE void SmallRow(const uint8_t* w, const QuantizedActivations& x, int64_t i0,
+                                   float bias, float* y, int64_t y_stride) {
   constexpr int kBytes = 2 + (kMin ? 2 : 0) + (kFive ? 4 : 0) + 16;
   constexpr float kOffset = kMin ? 0.0f : (kFive ? 16.0f : 8.0f);
   const int64_t blocks = x.k / 32;
@@ -339,11 +339,23 @@ MOE_GGUF_VNNI void SmallRowsN(const uint8_t* w, const QuantizedActivations& x, i
   }
 }
 
+template <bool kFive, bool kMin, int kR>
+MOE_GGUF_VNNI void SmallRowsN(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                              const QuantizedActivations& x, int64_t i0, const float* bias,
+                              float* y, int64_t y_stride) {
+  for (int64_t c = 0; c < n_rows; ++c) {
+    SmallRow<kFive, kMin, kR>(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f, y + c,
+                              y_stride);
+  }
+}
+
 template <bool kFive, bool kMin>
-void SmallRowsVnni(const uint8_t* w, const QuantizedActivations& x, int64_t i0, int rows,
-                   float bias, float* y, int64_t y_stride) {
-  ForRowCount(rows,
-              [&](auto r) { SmallRowsN<kFive, kMin, r.value>(w, x, i0, bias, y, y_stride); });
+void SmallRowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                   const QuantizedActivations& x, int64_t i0, int rows, const float* bias,
+                   float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) {
+    SmallRowsN<kFive, kMin, r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+  });
 }
 
 }  // namespace

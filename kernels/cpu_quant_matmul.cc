@@ -291,11 +291,14 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   dot_ = q8 ? (simd ? (avx512_vnni ? &DotQ8Avx512Vnni : &DotQ8Avx2) : &DotQ8Scalar)
             : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
   if (dtype == DType::kMxfp4) dot_ = simd ? &DotMxfp4Avx2 : &DotMxfp4Scalar;
+  // Every kernel pointer is set before any return: a kept QuantizedInput
+  // serves products of any dtype in turn (Columns takes the first set).
   k_rows_ = IsGgufKDType(dtype) ? GgufKRowsFor(dtype, level) : nullptr;  // cpu_gguf_quant.h
   if (IsGgufBlockDType(dtype) && k_rows_ == nullptr) dot_ = GgufDotFor(dtype, level);
+  vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
+  small_rows_ = avx512_vnni ? GgufSmallRowsAvx512Vnni(dtype) : nullptr;
   row_bytes_ = WeightBytes(dtype, 1, k);
   if (k_rows_ != nullptr) {
-    vnni_rows_ = nullptr;
     if (avx512_vnni) {
       QuantizeKActivationsAvx512(x, m, k, &kx_);
     } else {
@@ -303,8 +306,6 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
     }
     return;
   }
-  vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
-  small_rows_ = avx512_vnni ? GgufSmallRowsAvx512Vnni(dtype) : nullptr;
   const int64_t groups = m * (k / kActGroup);
   x_.m = m;
   x_.k = k;
@@ -325,6 +326,14 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
 void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t n,
                              int64_t n_begin, int64_t n_end) const {
   const auto* wb = static_cast<const uint8_t*>(w);
+  if (small_rows_ != nullptr) {
+    for (int64_t i = 0; i < x_.m; i += kKMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, x_.m - i));
+      small_rows_(wb + n_begin * row_bytes_, row_bytes_, n_end - n_begin, x_, i, rows,
+                  bias != nullptr ? bias + n_begin : nullptr, y + i * n + n_begin, n);
+    }
+    return;
+  }
   if (k_rows_ != nullptr) {
     for (int64_t i = 0; i < kx_.m; i += kKMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, kx_.m - i));
@@ -337,12 +346,7 @@ void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* wj = wb + j * row_bytes_;
     const float bj = bias ? bias[j] : 0.0f;
-    if (small_rows_ != nullptr) {
-      for (int64_t i = 0; i < m; i += kKMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, m - i));
-        small_rows_(wj, x_, i, rows, bj, y + i * n + j, n);
-      }
-    } else if (vnni_rows_ != nullptr) {
+    if (vnni_rows_ != nullptr) {
       for (int64_t i = 0; i < m; i += kVnniMaxRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kVnniMaxRows, m - i));
         vnni_rows_(wj, vx_, i, rows, bj, y + i * n + j, n);

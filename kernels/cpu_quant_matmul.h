@@ -143,8 +143,8 @@ class QuantizedInput {
   GgufKRowsFn k_rows_ = nullptr;   // set for the K-quants
   // The 32-weight ggml types on AVX-512 VNNI (GgufSmallRowsFn,
   // cpu_gguf_quant.h).
-  void (*small_rows_)(const uint8_t*, const QuantizedActivations&, int64_t, int, float, float*,
-                      int64_t) = nullptr;
+  void (*small_rows_)(const uint8_t*, int64_t, int64_t, const QuantizedActivations&, int64_t,
+                      int, const float*, float*, int64_t) = nullptr;
   float (*dot_)(const uint8_t*, const QuantizedActivations&, int64_t) = nullptr;
   int64_t row_bytes_ = 0;
 };

@@ -202,6 +202,39 @@ TEST_P(GgufQuantMatMulTest, EachRowGetsTheBitsItGetsAlone) {
   }
 }
 
+// One thread's kept activations serve products of every dtype in turn: a
+// product gives the same bits after any other (a stale kernel from the
+// previous dtype once ran a Q4_0 kernel on Q4_K rows).
+TEST(GgufQuantMatMulTurnsTest, DtypesInTurnGiveTheirOwnResults) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t m = 1, n = 16, k = 512;
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (float& v : x) v = normal(rng);
+  const DType order[] = {DType::kQ4_0, DType::kQ4K, DType::kQ8, DType::kQ6K, DType::kQ5_1,
+                         DType::kQ5K, DType::kQ4_0, DType::kQ4K};
+  std::vector<std::vector<uint8_t>> w;
+  for (DType t : order) w.push_back(RandomBlocks(t, n, k, rng));
+  ThreadPool pool(1);
+  for (SimdLevel level : Levels()) {
+    SCOPED_TRACE(std::string(SimdLevelName(level)));
+    std::vector<std::vector<float>> first;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t o = 0; o < std::size(order); ++o) {
+        // Pass 0 in order, pass 1 backwards: each product follows another dtype.
+        const size_t p = pass == 0 ? o : std::size(order) - 1 - o;
+        std::vector<float> y(static_cast<size_t>(m * n));
+        CpuMatMul(pool, level, MatMulArgs{x.data(), w[p].data(), order[p], nullptr, y.data(), m, n, k});
+        if (pass == 0) {
+          first.push_back(y);
+        } else {
+          EXPECT_EQ(y, first[p]) << DTypeName(order[p]);
+        }
+      }
+    }
+  }
+}
+
 // Bias goes on top; the dispatch picks a kernel for every level.
 TEST_P(GgufQuantMatMulTest, AddsTheBiasAndHasAKernelAtEveryLevel) {
   const DType t = GetParam();
