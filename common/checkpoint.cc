@@ -216,11 +216,25 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
             " experts; the model has ", config.num_experts));
       }
       const size_t each = bytes.size() / static_cast<size_t>(shape[0]);
-      const std::vector<int64_t> one(shape.begin() + 1, shape.end());
+      std::vector<int64_t> one(shape.begin() + 1, shape.end());
+      // A fused gate/up expert: gate's rows (or bias values), then up's.
+      const int parts = name.fused_gate_up ? 2 : 1;
+      if (name.fused_gate_up) {
+        if (one[0] % 2 != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": tensor '", t.name, "' has ", one[0],
+              " rows per expert; gate's and up's, an even number, expected"));
+        }
+        one[0] /= 2;
+      }
+      const size_t part_bytes = each / static_cast<size_t>(parts);
       for (int64_t e = 0; e < shape[0]; ++e) {
-        const std::string ours = name.ForExpert(static_cast<int>(e));
-        ckpt->views_[ours] = TensorView{plan.dtype, one, bytes.data() + e * each, each};
-        ckpt->names_.push_back(ours);
+        for (int p = 0; p < parts; ++p) {
+          const std::string ours = name.ForExpert(static_cast<int>(e), /*up=*/p == 1);
+          ckpt->views_[ours] =
+              TensorView{plan.dtype, one, bytes.data() + e * each + p * part_bytes, part_bytes};
+          ckpt->names_.push_back(ours);
+        }
       }
       continue;
     }

@@ -46,10 +46,10 @@
 // experts]); they map to per-expert names experts.{expert}.{gate,up,
 // down}_proj.{weight,bias} (model_desc.h, BiasedExperts::kPerExpert).
 // Newer converters' attn_k_b / attn_v_b (DeepSeek's kv_b split for
-// absorbed MLA) and fused ffn_gate_up_exps map to GgufName::stands_in_for:
-// skipped when the file also holds the tensor they stand in for. Otherwise
-// the two halves of kv_b are joined back into it (JoinKvB, F32), and any
-// other stand-in is refused by name.
+// absorbed MLA) map to GgufName::stands_in_for: skipped when the file also
+// holds the kv_b they stand in for, else joined back into it (JoinKvB,
+// F32). A fused ffn_gate_up_exps (GgufName::fused_gate_up) becomes gate and
+// up views of each expert, without a copy.
 //
 // llama.cpp's converter permutes the rows of attn_q / attn_k of "llama"
 // (Mixtral) models so that its interleaved rope pairs the values that HF's
@@ -97,8 +97,14 @@ struct GgufName {
   std::string why;
   // 1 for attn_k_b, 2 for attn_v_b: the halves JoinKvB joins.
   int kv_b_half = 0;
-  // `ours` for expert e. REQUIRES: stacked_experts.
-  std::string ForExpert(int expert) const;
+  // llama.cpp's fused ffn_gate_up_exps (its converter's
+  // --fuse-gate-up-exps): each expert's rows are gate's then up's, split
+  // into two views; `ours` names gate and `ours_up` up (with "{expert}").
+  bool fused_gate_up = false;
+  std::string ours_up;
+  // `ours` (or `ours_up`) for expert e. REQUIRES: stacked_experts
+  // (fused_gate_up for `up`).
+  std::string ForExpert(int expert, bool up = false) const;
 };
 
 // Our name for llama.cpp tensor `gguf_name` of a `family` model.

@@ -137,15 +137,6 @@ constexpr StandIn kStandIns[] = {
      "llama.cpp's split of kv_b for absorbed MLA needs both attn_k_b and "
      "attn_v_b of the layer",
      2},
-    {"ffn_gate_up_exps.weight", "{moe}.experts.0.gate_proj.weight",
-     kSinksAndBiases,
-     "fused gate/up experts (ffn_gate_up_exps, llama.cpp's "
-     "--fuse-gate-up-exps) are not loaded; convert with ffn_gate_exps and "
-     "ffn_up_exps"},
-    {"ffn_gate_up_exps.bias", "{moe}.experts.0.gate_proj.bias",
-     kSinksAndBiases,
-     "fused gate/up expert biases (ffn_gate_up_exps.bias) are not loaded; "
-     "convert with ffn_gate_exps and ffn_up_exps"},
 };
 
 // gate, up, down as llama.cpp names them.
@@ -199,6 +190,17 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
       out.stacked_experts = true;
       return out;
     }
+    // llama.cpp's --fuse-gate-up-exps: gate's rows, then up's.
+    for (const char* what : {"weight", "bias"}) {
+      if (k != 0 || rest != absl::StrCat("ffn_gate_up_exps.", what)) continue;
+      if (what[0] == 'b' && !biased) break;
+      const std::string up(names.expert_names != nullptr ? names.expert_names[1]
+                                                         : traits.expert_names[1]);
+      out.ours = absl::StrCat(moe, "experts.{expert}.", proj, ".", what);
+      out.ours_up = absl::StrCat(moe, "experts.{expert}.", up, ".", what);
+      out.stacked_experts = out.fused_gate_up = true;
+      return out;
+    }
     // Older per-expert files: ffn_gate.E.weight.
     std::vector<absl::string_view> parts = absl::StrSplit(rest, '.');
     int expert = 0;
@@ -215,9 +217,9 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
 
 }  // namespace
 
-std::string GgufName::ForExpert(int expert) const {
-  MOE_CHECK(stacked_experts) << ours;
-  return absl::StrReplaceAll(ours, {{"{expert}", absl::StrCat(expert)}});
+std::string GgufName::ForExpert(int expert, bool up) const {
+  MOE_CHECK(stacked_experts && (!up || fused_gate_up)) << ours;
+  return absl::StrReplaceAll(up ? ours_up : ours, {{"{expert}", absl::StrCat(expert)}});
 }
 
 absl::StatusOr<GgufName> MapGgufTensorName(ModelFamily family,

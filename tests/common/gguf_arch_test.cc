@@ -340,8 +340,24 @@ TEST(GgufArchTest, GptOssTensorNames) {
   EXPECT_TRUE(bias->stacked_experts);
   EXPECT_EQ(bias->ForExpert(1), "model.layers.3.mlp.experts.1.down_proj.bias");
   EXPECT_THAT(ours("blk.0.ffn_norm.weight"), HasSubstr("no counterpart in a gpt_oss"));
-  EXPECT_THAT(MapGgufTensorName(ModelFamily::kGptOss, "blk.0.ffn_gate_up_exps.weight")->why,
-              HasSubstr("--fuse-gate-up-exps"));
+  auto fused = MapGgufTensorName(ModelFamily::kGptOss, "blk.0.ffn_gate_up_exps.bias");
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_TRUE(fused->stacked_experts && fused->fused_gate_up);
+  EXPECT_EQ(fused->ForExpert(2), "model.layers.0.mlp.experts.2.gate_proj.bias");
+  EXPECT_EQ(fused->ForExpert(2, /*up=*/true), "model.layers.0.mlp.experts.2.up_proj.bias");
+}
+
+// llama.cpp's --fuse-gate-up-exps: gate and up of each expert from one
+// stacked tensor (gate's rows first); a family without expert biases has no
+// fused bias.
+TEST(GgufArchTest, FusedGateUpExpertsMapToBoth) {
+  auto w = MapGgufTensorName(ModelFamily::kQwen3Moe, "blk.1.ffn_gate_up_exps.weight");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(w->fused_gate_up);
+  EXPECT_EQ(w->ForExpert(0), "model.layers.1.mlp.experts.0.gate_proj.weight");
+  EXPECT_EQ(w->ForExpert(0, /*up=*/true), "model.layers.1.mlp.experts.0.up_proj.weight");
+  EXPECT_FALSE(MapGgufTensorName(ModelFamily::kQwen3Moe, "blk.1.ffn_gate_up_exps.bias").ok());
+  EXPECT_FALSE(MapGgufTensorName(ModelFamily::kQwen3Moe, "blk.1.ffn_up_gate_exps.weight").ok());
 }
 
 }  // namespace

@@ -383,6 +383,47 @@ TEST_F(GgufLoadTest, GptOssMxfp4ExpertsKeepTheirCodes) {
   EXPECT_EQ(folder_desc->bytes_per_expert() + 2 * bias_values, held);
 }
 
+// llama.cpp's --fuse-gate-up-exps writes one ffn_gate_up_exps per layer
+// (each expert's gate rows, then its up rows): each expert's gate and up are
+// views of it, the folder's bytes, logits and tokens bit for bit; with Q4_0
+// experts, the bits of the unfused file.
+TEST_F(GgufLoadTest, FusedGateUpExpertsLoadAsTwoViews) {
+  Make(Case{"Qwen3MoeFused", ModelFamily::kQwen3Moe, DType::kF32});
+  const std::string fused = dir_.Sub("fused.gguf");
+  ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --fuse-gate-up-exps " + folder_ + " " +
+                  fused),
+            0);
+  auto desc = ModelDescription::Open(fused);
+  ASSERT_TRUE(desc.ok()) << desc.status();
+  auto folder_desc = ModelDescription::Open(folder_);
+  ASSERT_TRUE(folder_desc.ok());
+  EXPECT_EQ(desc->checkpoint().names(), folder_desc->checkpoint().names());
+  for (const char* proj : {"gate_proj", "up_proj"}) {
+    const std::string name = absl::StrCat("model.layers.1.mlp.experts.3.", proj, ".weight");
+    auto a = desc->checkpoint().Get(name);
+    auto b = folder_desc->checkpoint().Get(name);
+    ASSERT_TRUE(a.ok() && b.ok()) << name;
+    EXPECT_EQ(a->shape, b->shape) << name;
+    ASSERT_EQ(a->nbytes, b->nbytes) << name;
+    EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0) << name;
+  }
+  const Run want = RunModel(folder_), got = RunModel(fused);
+  ASSERT_FALSE(want.logits.empty());
+  EXPECT_EQ(got.logits, want.logits);
+  EXPECT_EQ(got.tokens, want.tokens);
+
+  const std::string plain_q4 = dir_.Sub("q4.gguf"), fused_q4 = dir_.Sub("fused_q4.gguf");
+  ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --experts Q4_0 " + folder_ + " " + plain_q4),
+            0);
+  ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --experts Q4_0 --fuse-gate-up-exps " +
+                  folder_ + " " + fused_q4),
+            0);
+  const Run a = RunModel(plain_q4), b = RunModel(fused_q4);
+  ASSERT_FALSE(a.logits.empty());
+  EXPECT_EQ(b.logits, a.logits);
+  EXPECT_EQ(b.tokens, a.tokens);
+}
+
 TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {
   moe::testing::TempDir dir;
   // A dense llama, then a quantized expert tensor: written with the

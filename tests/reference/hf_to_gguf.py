@@ -185,6 +185,9 @@ def parse_args():
     p.add_argument("--dequantized", default=None)
     p.add_argument("--split-kv-b", action="store_true",
                    help="deepseek2: attn_k_b + attn_v_b instead of attn_kv_b")
+    p.add_argument("--fuse-gate-up-exps", action="store_true",
+                   help="one ffn_gate_up_exps per layer (gate's rows then up's, per expert), "
+                        "as llama.cpp's converter writes with the same flag")
     p.add_argument("--drop", action="append", default=[],
                    help="leave out the GGUF tensor of this name (for refusal tests)")
     p.add_argument("--tensor-type", action="append", default=[],
@@ -533,6 +536,15 @@ def main():
         stacks.setdefault((layer, proj[p]), {})[e] = (t, shape, raw)
     for (layer, kind), by_expert in sorted(stacks.items()):
         t, shape, _ = by_expert[0]
+        if args.fuse_gate_up_exps and kind in ("ffn_gate", "ffn_up"):
+            if kind == "ffn_up":
+                continue  # with ffn_gate
+            up = stacks[(layer, "ffn_up")]
+            if up[0][0] != t:
+                sys.exit("hf_to_gguf.py: layer %d's gate and up differ in type; not fused" % layer)
+            data = b"".join(by_expert[e][2] + up[e][2] for e in range(n_exp))
+            add("blk.%d.ffn_gate_up_exps.weight" % layer, t, [n_exp, 2 * shape[0]] + shape[1:], data)
+            continue
         data = b"".join(by_expert[e][2] for e in range(n_exp))
         add("blk.%d.%s_exps.weight" % (layer, kind), t, [n_exp] + shape, data)
     w.write(dst)
