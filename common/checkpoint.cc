@@ -218,8 +218,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
       const size_t each = bytes.size() / static_cast<size_t>(shape[0]);
       std::vector<int64_t> one(shape.begin() + 1, shape.end());
       // A fused gate/up expert: gate's rows (or bias values), then up's.
-      const int parts = name.fused_gate_up ? 2 : 1;
-      if (name.fused_gate_up) {
+      const int parts = name.fused.empty() ? 1 : 2;
+      if (parts == 2) {
         if (one[0] % 2 != 0) {
           return absl::InvalidArgumentError(absl::StrCat(
               path, ": tensor '", t.name, "' has ", one[0],
@@ -230,11 +230,44 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
       const size_t part_bytes = each / static_cast<size_t>(parts);
       for (int64_t e = 0; e < shape[0]; ++e) {
         for (int p = 0; p < parts; ++p) {
-          const std::string ours = name.ForExpert(static_cast<int>(e), /*up=*/p == 1);
+          const std::string ours = name.ForExpert(static_cast<int>(e), p);
           ckpt->views_[ours] =
               TensorView{plan.dtype, one, bytes.data() + e * each + p * part_bytes, part_bytes};
           ckpt->names_.push_back(ours);
         }
+      }
+      continue;
+    }
+    if (!name.fused.empty()) {
+      // attn_qkv: q's rows (or bias values), k's, v's.
+      const int64_t q_rows = config.num_attention_heads * config.head_dim;
+      const int64_t kv_rows = config.num_key_value_heads * config.head_dim;
+      const int64_t part_rows[3] = {q_rows, kv_rows, kv_rows};
+      if (shape.empty() || shape.size() > 2 || q_rows <= 0 || kv_rows <= 0 ||
+          shape[0] != q_rows + 2 * kv_rows || plan.decode ||
+          (name.rope_permuted && config.head_dim % 2 != 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor '", t.name, "' has ", shape.empty() ? 0 : shape[0], " rows; ", q_rows,
+            " + 2 x ", kv_rows, " (q, k, v of the config's heads) expected",
+            plan.decode ? ", unquantized" : ""));
+      }
+      const size_t row_bytes = bytes.size() / static_cast<size_t>(shape[0]);
+      const uint8_t* at = bytes.data();
+      for (int p = 0; p < 3; ++p) {
+        std::vector<int64_t> part_shape = shape;
+        part_shape[0] = part_rows[p];
+        const size_t part_bytes = row_bytes * static_cast<size_t>(part_rows[p]);
+        const uint8_t* data = at;
+        if (name.rope_permuted && p < 2) {
+          std::vector<uint8_t>& copy = ckpt->owned_.emplace_back(part_bytes);
+          UndoLlamaRopePermutation(at, p == 0 ? config.num_attention_heads
+                                              : config.num_key_value_heads,
+                                   config.head_dim, row_bytes, copy.data());
+          data = copy.data();
+        }
+        ckpt->views_[name.fused[p]] = TensorView{plan.dtype, part_shape, data, part_bytes};
+        ckpt->names_.push_back(name.fused[p]);
+        at += part_bytes;
       }
       continue;
     }

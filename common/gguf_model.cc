@@ -201,17 +201,21 @@ constexpr Variant kDeepseekV3Variant = {"%s.expert_gating_func", 2, 1,
                                         "sigmoid: deepseek_v3"};
 
 // A config.json bool that llama.cpp leaves to the tensors: true when the
-// file holds `tensor`.
+// file holds `tensor` (or `fused`, the tensor its --fuse-qkv writes
+// instead).
 struct TensorFlag {
   const char* tensor;
   const char* config;
+  const char* fused = nullptr;
 };
 
-constexpr TensorFlag kQwen2MoeFlags[] = {{"blk.0.attn_q.bias", "qkv_bias"}};
+constexpr TensorFlag kQwen2MoeFlags[] = {
+    {"blk.0.attn_q.bias", "qkv_bias", "blk.0.attn_qkv.bias"}};
 constexpr TensorFlag kGlm4MoeFlags[] = {
-    {"blk.0.attn_q.bias", "attention_bias"},
+    {"blk.0.attn_q.bias", "attention_bias", "blk.0.attn_qkv.bias"},
     {"blk.0.attn_q_norm.weight", "use_qk_norm"}};
-constexpr TensorFlag kGptOssFlags[] = {{"blk.0.attn_q.bias", "attention_bias"}};
+constexpr TensorFlag kGptOssFlags[] = {
+    {"blk.0.attn_q.bias", "attention_bias", "blk.0.attn_qkv.bias"}};
 
 // How rope.dimension_count reads.
 enum class RopeDims {
@@ -521,7 +525,9 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(
   cfg["tie_word_embeddings"] = !has_output;
   for (const TensorFlag& f : row->flags) {
     bool present = false;
-    for (const GgufTensorInfo& t : tensors) present |= t.name == f.tensor;
+    for (const GgufTensorInfo& t : tensors) {
+      present |= t.name == f.tensor || (f.fused != nullptr && t.name == f.fused);
+    }
     cfg[f.config] = present;
   }
   RETURN_IF_ERROR(ReadRopeScaling(m, *row, &cfg));

@@ -48,8 +48,8 @@
 // Newer converters' attn_k_b / attn_v_b (DeepSeek's kv_b split for
 // absorbed MLA) map to GgufName::stands_in_for: skipped when the file also
 // holds the kv_b they stand in for, else joined back into it (JoinKvB,
-// F32). A fused ffn_gate_up_exps (GgufName::fused_gate_up) becomes gate and
-// up views of each expert, without a copy.
+// F32). A fused ffn_gate_up_exps or attn_qkv (GgufName::fused) becomes
+// views of its parts.
 //
 // llama.cpp's converter permutes the rows of attn_q / attn_k of "llama"
 // (Mixtral) models so that its interleaved rope pairs the values that HF's
@@ -64,6 +64,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -97,14 +98,17 @@ struct GgufName {
   std::string why;
   // 1 for attn_k_b, 2 for attn_v_b: the halves JoinKvB joins.
   int kv_b_half = 0;
-  // llama.cpp's fused ffn_gate_up_exps (its converter's
-  // --fuse-gate-up-exps): each expert's rows are gate's then up's, split
-  // into two views; `ours` names gate and `ours_up` up (with "{expert}").
-  bool fused_gate_up = false;
-  std::string ours_up;
-  // `ours` (or `ours_up`) for expert e. REQUIRES: stacked_experts
-  // (fused_gate_up for `up`).
-  std::string ForExpert(int expert, bool up = false) const;
+  // A tensor llama.cpp's converter fused from several of ours, row after
+  // row: their names in row order (`ours` is the first). ffn_gate_up_exps
+  // (--fuse-gate-up-exps; stacked, with "{expert}"): gate, up, each half of
+  // an expert's rows. attn_qkv (--fuse-qkv): q, k, v, of the config's
+  // heads * head_dim and kv_heads * head_dim rows (llama's q and k parts
+  // rope-permuted when rope_permuted). Each part is a view, except permuted
+  // ones (copies, as for attn_q / attn_k).
+  std::vector<std::string> fused;
+  // `ours` for expert e, or fused part `part`'s. REQUIRES: stacked_experts,
+  // part < max(1, fused.size()).
+  std::string ForExpert(int expert, int part = 0) const;
 };
 
 // Our name for llama.cpp tensor `gguf_name` of a `family` model.

@@ -170,6 +170,18 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
     out.nextn = n.part == kNextn;
     return out;
   }
+  // llama.cpp's --fuse-qkv: q's rows, then k's, then v's (attention of
+  // heads, not latent).
+  for (const char* what : {"weight", "bias"}) {
+    if (rest != absl::StrCat("attn_qkv.", what) || (names.parts & kLatent) != 0) continue;
+    if (what[0] == 'b' && (names.parts & kQkvBias) == 0) break;
+    for (const char* p : {"q", "k", "v"}) {
+      out.fused.push_back(absl::StrCat(prefix, "self_attn.", p, "_proj.", what));
+    }
+    out.ours = out.fused[0];
+    out.rope_permuted = what[0] == 'w' && names.rope_permuted;
+    return out;
+  }
   for (const StandIn& n : kStandIns) {
     if (rest != n.gguf || (names.parts & n.part) == 0) continue;
     out.stands_in_for = ours(n.ours);
@@ -197,8 +209,8 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
       const std::string up(names.expert_names != nullptr ? names.expert_names[1]
                                                          : traits.expert_names[1]);
       out.ours = absl::StrCat(moe, "experts.{expert}.", proj, ".", what);
-      out.ours_up = absl::StrCat(moe, "experts.{expert}.", up, ".", what);
-      out.stacked_experts = out.fused_gate_up = true;
+      out.fused = {out.ours, absl::StrCat(moe, "experts.{expert}.", up, ".", what)};
+      out.stacked_experts = true;
       return out;
     }
     // Older per-expert files: ffn_gate.E.weight.
@@ -217,9 +229,10 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
 
 }  // namespace
 
-std::string GgufName::ForExpert(int expert, bool up) const {
-  MOE_CHECK(stacked_experts && (!up || fused_gate_up)) << ours;
-  return absl::StrReplaceAll(up ? ours_up : ours, {{"{expert}", absl::StrCat(expert)}});
+std::string GgufName::ForExpert(int expert, int part) const {
+  MOE_CHECK(stacked_experts && (part == 0 || part < static_cast<int>(fused.size()))) << ours;
+  return absl::StrReplaceAll(fused.empty() ? ours : fused[part],
+                             {{"{expert}", absl::StrCat(expert)}});
 }
 
 absl::StatusOr<GgufName> MapGgufTensorName(ModelFamily family,

@@ -342,9 +342,9 @@ TEST(GgufArchTest, GptOssTensorNames) {
   EXPECT_THAT(ours("blk.0.ffn_norm.weight"), HasSubstr("no counterpart in a gpt_oss"));
   auto fused = MapGgufTensorName(ModelFamily::kGptOss, "blk.0.ffn_gate_up_exps.bias");
   ASSERT_TRUE(fused.ok()) << fused.status();
-  EXPECT_TRUE(fused->stacked_experts && fused->fused_gate_up);
+  EXPECT_TRUE(fused->stacked_experts && fused->fused.size() == 2);
   EXPECT_EQ(fused->ForExpert(2), "model.layers.0.mlp.experts.2.gate_proj.bias");
-  EXPECT_EQ(fused->ForExpert(2, /*up=*/true), "model.layers.0.mlp.experts.2.up_proj.bias");
+  EXPECT_EQ(fused->ForExpert(2, 1), "model.layers.0.mlp.experts.2.up_proj.bias");
 }
 
 // llama.cpp's --fuse-gate-up-exps: gate and up of each expert from one
@@ -353,11 +353,30 @@ TEST(GgufArchTest, GptOssTensorNames) {
 TEST(GgufArchTest, FusedGateUpExpertsMapToBoth) {
   auto w = MapGgufTensorName(ModelFamily::kQwen3Moe, "blk.1.ffn_gate_up_exps.weight");
   ASSERT_TRUE(w.ok()) << w.status();
-  EXPECT_TRUE(w->fused_gate_up);
+  EXPECT_EQ(w->fused.size(), 2u);
   EXPECT_EQ(w->ForExpert(0), "model.layers.1.mlp.experts.0.gate_proj.weight");
-  EXPECT_EQ(w->ForExpert(0, /*up=*/true), "model.layers.1.mlp.experts.0.up_proj.weight");
+  EXPECT_EQ(w->ForExpert(0, 1), "model.layers.1.mlp.experts.0.up_proj.weight");
   EXPECT_FALSE(MapGgufTensorName(ModelFamily::kQwen3Moe, "blk.1.ffn_gate_up_exps.bias").ok());
   EXPECT_FALSE(MapGgufTensorName(ModelFamily::kQwen3Moe, "blk.1.ffn_up_gate_exps.weight").ok());
+}
+
+// llama.cpp's --fuse-qkv: q, k, v from one tensor; llama's is
+// rope-permuted, a bias only where the family has q/k/v biases, none for
+// latent attention.
+TEST(GgufArchTest, FusedQkvMapsToThree) {
+  auto w = MapGgufTensorName(ModelFamily::kMixtral, "blk.2.attn_qkv.weight");
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ(w->fused.size(), 3u);
+  EXPECT_EQ(w->fused[1], "model.layers.2.self_attn.k_proj.weight");
+  EXPECT_TRUE(w->rope_permuted);
+  EXPECT_FALSE(w->stacked_experts);
+  EXPECT_FALSE(MapGgufTensorName(ModelFamily::kMixtral, "blk.2.attn_qkv.bias").ok());
+  auto b = MapGgufTensorName(ModelFamily::kQwen2Moe, "blk.0.attn_qkv.bias");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->fused[2], "model.layers.0.self_attn.v_proj.bias");
+  EXPECT_FALSE(b->rope_permuted);
+  EXPECT_FALSE(MapGgufTensorName(ModelFamily::kQwen3Moe, "blk.0.attn_qkv.weight")->rope_permuted);
+  EXPECT_FALSE(MapGgufTensorName(ModelFamily::kDeepseekV3, "blk.0.attn_qkv.weight").ok());
 }
 
 }  // namespace

@@ -424,6 +424,44 @@ TEST_F(GgufLoadTest, FusedGateUpExpertsLoadAsTwoViews) {
   EXPECT_EQ(b.tokens, a.tokens);
 }
 
+// llama.cpp's --fuse-qkv writes one attn_qkv per layer (q's rows, k's,
+// v's; llama's q and k rope-permuted first) and attn_qkv.bias where there
+// are biases: q, k and v come back as the folder's, bytes, logits and
+// tokens bit for bit (Mixtral: the permutation undone; Qwen2-MoE and
+// gpt-oss: biases, which also say the config has them).
+TEST_F(GgufLoadTest, FusedQkvLoadsAsThreeTensors) {
+  for (const ModelFamily family :
+       {ModelFamily::kMixtral, ModelFamily::kQwen2Moe, ModelFamily::kGptOss}) {
+    SCOPED_TRACE(ModelFamilyName(family));
+    Make(Case{"FusedQkv", family, DType::kF32});
+    const std::string fused = dir_.Sub("fused_qkv.gguf");
+    ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --fuse-qkv " + folder_ + " " + fused), 0);
+    auto desc = ModelDescription::Open(fused);
+    ASSERT_TRUE(desc.ok()) << desc.status();
+    auto folder_desc = ModelDescription::Open(folder_);
+    ASSERT_TRUE(folder_desc.ok());
+    if (!desc->config().has_expert_biases()) {  // gpt-oss's experts come split
+      EXPECT_EQ(desc->checkpoint().names(), folder_desc->checkpoint().names());
+    }
+    EXPECT_EQ(desc->config().qkv_bias, folder_desc->config().qkv_bias);
+    for (const char* part : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "q_proj.bias",
+                             "k_proj.bias", "v_proj.bias"}) {
+      const std::string name = absl::StrCat("model.layers.1.self_attn.", part);
+      if (!folder_desc->checkpoint().Has(name)) continue;
+      auto a = desc->checkpoint().Get(name);
+      auto b = folder_desc->checkpoint().Get(name);
+      ASSERT_TRUE(a.ok() && b.ok()) << name;
+      EXPECT_EQ(a->shape, b->shape) << name;
+      ASSERT_EQ(a->nbytes, b->nbytes) << name;
+      EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0) << name;
+    }
+    const Run want = RunModel(folder_), got = RunModel(fused);
+    ASSERT_FALSE(want.logits.empty());
+    EXPECT_EQ(got.logits, want.logits);
+    EXPECT_EQ(got.tokens, want.tokens);
+  }
+}
+
 TEST(GgufRefusalTest, WhatIsNotLoadedYetIsNamed) {
   moe::testing::TempDir dir;
   // A dense llama, then a quantized expert tensor: written with the

@@ -188,6 +188,9 @@ def parse_args():
     p.add_argument("--fuse-gate-up-exps", action="store_true",
                    help="one ffn_gate_up_exps per layer (gate's rows then up's, per expert), "
                         "as llama.cpp's converter writes with the same flag")
+    p.add_argument("--fuse-qkv", action="store_true",
+                   help="one attn_qkv per layer (q's rows, k's, v's; llama's q and k permuted "
+                        "first), as llama.cpp's converter writes with the same flag")
     p.add_argument("--drop", action="append", default=[],
                    help="leave out the GGUF tensor of this name (for refusal tests)")
     p.add_argument("--tensor-type", action="append", default=[],
@@ -499,6 +502,7 @@ def main():
                                       else "ffn_gate_inp_shexp.weight")
     layer_names.update(ARCH_LAYER_NAMES.get(arch, {}))
     stacks = {}
+    qkv = {}  # (layer, "weight" | "bias") -> {"attn_q": (type, shape, bytes), ...}
     if arch == "gpt-oss":
         if expert_type is not None:
             sys.exit("hf_to_gguf.py: gpt_oss experts are not requantized (--experts)")
@@ -525,7 +529,11 @@ def main():
             if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
                 h = heads if "q_proj" in rest else kv_heads
                 raw = permute_rows(raw, shape[0], h, len(raw) // shape[0])
-            add("blk.%d.%s" % (layer, layer_names[rest]), t, shape, raw)
+            gname = layer_names[rest]
+            if args.fuse_qkv and gname.split(".")[0] in ("attn_q", "attn_k", "attn_v"):
+                qkv.setdefault((layer, gname.split(".")[1]), {})[gname.split(".")[0]] = (t, shape, raw)
+                continue
+            add("blk.%d.%s" % (layer, gname), t, shape, raw)
             continue
         if len(parts) != 8 or parts[4] != "experts":
             sys.exit("hf_to_gguf.py: no GGUF name for %s" % name)
@@ -534,6 +542,14 @@ def main():
         stacked = "blk.%d.%s_exps.weight" % (layer, proj[p])
         t, raw = quant.convert(name, "experts", dtype, shape, data, stacked)
         stacks.setdefault((layer, proj[p]), {})[e] = (t, shape, raw)
+    for (layer, what), parts in sorted(qkv.items()):
+        if sorted(parts) != ["attn_k", "attn_q", "attn_v"] or len({p[0] for p in parts.values()}) != 1:
+            sys.exit("hf_to_gguf.py: layer %d's q, k, v %s are not all there in one type; not fused"
+                     % (layer, what))
+        rows = sum(parts[k][1][0] for k in ("attn_q", "attn_k", "attn_v"))
+        data = b"".join(parts[k][2] for k in ("attn_q", "attn_k", "attn_v"))
+        add("blk.%d.attn_qkv.%s" % (layer, what), parts["attn_q"][0],
+            [rows] + parts["attn_q"][1][1:], data)
     for (layer, kind), by_expert in sorted(stacks.items()):
         t, shape, _ = by_expert[0]
         if args.fuse_gate_up_exps and kind in ("ffn_gate", "ffn_up"):
