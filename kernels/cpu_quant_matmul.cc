@@ -326,22 +326,17 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
 void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t n,
                              int64_t n_begin, int64_t n_end) const {
   const auto* wb = static_cast<const uint8_t*>(w);
-  if (small_rows_ != nullptr) {
-    for (int64_t i = 0; i < x_.m; i += kKMaxRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, x_.m - i));
-      small_rows_(wb + n_begin * row_bytes_, row_bytes_, n_end - n_begin, x_, i, rows,
-                  bias != nullptr ? bias + n_begin : nullptr, y + i * n + n_begin, n);
+  // The rows kernels: the chunk's weight rows in one call per group of up
+  // to kKMaxRows activation rows.
+  auto rows_kernel = [&](auto* kernel, const auto& acts) {
+    for (int64_t i = 0; i < acts.m; i += kKMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, acts.m - i));
+      kernel(wb + n_begin * row_bytes_, row_bytes_, n_end - n_begin, acts, i, rows,
+             bias != nullptr ? bias + n_begin : nullptr, y + i * n + n_begin, n);
     }
-    return;
-  }
-  if (k_rows_ != nullptr) {
-    for (int64_t i = 0; i < kx_.m; i += kKMaxRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, kx_.m - i));
-      k_rows_(wb + n_begin * row_bytes_, row_bytes_, n_end - n_begin, kx_, i, rows,
-              bias != nullptr ? bias + n_begin : nullptr, y + i * n + n_begin, n);
-    }
-    return;
-  }
+  };
+  if (small_rows_ != nullptr) return rows_kernel(small_rows_, x_);
+  if (k_rows_ != nullptr) return rows_kernel(k_rows_, kx_);
   const int64_t m = x_.m;
   for (int64_t j = n_begin; j < n_end; ++j) {
     const uint8_t* wj = wb + j * row_bytes_;

@@ -100,6 +100,17 @@ class GgufLoadTest : public ::testing::TestWithParam<Case> {
     return r;
   }
 
+  // Tensor `name` of `a` has the shape and bytes of `b`'s.
+  static void ExpectSameTensor(const ModelDescription& a, const ModelDescription& b,
+                               const std::string& name) {
+    auto x = a.checkpoint().Get(name);
+    auto y = b.checkpoint().Get(name);
+    ASSERT_TRUE(x.ok() && y.ok()) << name;
+    EXPECT_EQ(x->shape, y->shape) << name;
+    ASSERT_EQ(x->nbytes, y->nbytes) << name;
+    EXPECT_EQ(std::memcmp(x->data, y->data, x->nbytes), 0) << name;
+  }
+
   moe::testing::TempDir dir_;
   std::string folder_, gguf_;
 };
@@ -292,16 +303,9 @@ TEST_F(GgufLoadTest, SplitKvBIsJoinedBack) {
     for (const std::string& name : desc->checkpoint().names()) {
       EXPECT_EQ(name.find("k_b"), std::string::npos) << name;
     }
-    const std::string kv_b = "model.layers.0.self_attn.kv_b_proj.weight";
-    auto joined = desc->checkpoint().Get(kv_b);
-    ASSERT_TRUE(joined.ok()) << joined.status();
     auto folder_desc = ModelDescription::Open(folder_);
     ASSERT_TRUE(folder_desc.ok());
-    auto original = folder_desc->checkpoint().Get(kv_b);
-    ASSERT_TRUE(original.ok());
-    EXPECT_EQ(joined->shape, original->shape);
-    ASSERT_EQ(joined->nbytes, original->nbytes);
-    EXPECT_EQ(std::memcmp(joined->data, original->data, joined->nbytes), 0);
+    ExpectSameTensor(*desc, *folder_desc, "model.layers.0.self_attn.kv_b_proj.weight");
     const Run a = RunModel(folder_), b = RunModel(split);
     ASSERT_FALSE(a.logits.empty());
     EXPECT_EQ(a.logits, b.logits);
@@ -399,13 +403,8 @@ TEST_F(GgufLoadTest, FusedGateUpExpertsLoadAsTwoViews) {
   ASSERT_TRUE(folder_desc.ok());
   EXPECT_EQ(desc->checkpoint().names(), folder_desc->checkpoint().names());
   for (const char* proj : {"gate_proj", "up_proj"}) {
-    const std::string name = absl::StrCat("model.layers.1.mlp.experts.3.", proj, ".weight");
-    auto a = desc->checkpoint().Get(name);
-    auto b = folder_desc->checkpoint().Get(name);
-    ASSERT_TRUE(a.ok() && b.ok()) << name;
-    EXPECT_EQ(a->shape, b->shape) << name;
-    ASSERT_EQ(a->nbytes, b->nbytes) << name;
-    EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0) << name;
+    ExpectSameTensor(*desc, *folder_desc,
+                     absl::StrCat("model.layers.1.mlp.experts.3.", proj, ".weight"));
   }
   const Run want = RunModel(folder_), got = RunModel(fused);
   ASSERT_FALSE(want.logits.empty());
@@ -447,13 +446,7 @@ TEST_F(GgufLoadTest, FusedQkvLoadsAsThreeTensors) {
     for (const char* part : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "q_proj.bias",
                              "k_proj.bias", "v_proj.bias"}) {
       const std::string name = absl::StrCat("model.layers.1.self_attn.", part);
-      if (!folder_desc->checkpoint().Has(name)) continue;
-      auto a = desc->checkpoint().Get(name);
-      auto b = folder_desc->checkpoint().Get(name);
-      ASSERT_TRUE(a.ok() && b.ok()) << name;
-      EXPECT_EQ(a->shape, b->shape) << name;
-      ASSERT_EQ(a->nbytes, b->nbytes) << name;
-      EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0) << name;
+      if (folder_desc->checkpoint().Has(name)) ExpectSameTensor(*desc, *folder_desc, name);
     }
     const Run want = RunModel(folder_), got = RunModel(fused);
     ASSERT_FALSE(want.logits.empty());
