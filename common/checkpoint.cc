@@ -152,13 +152,14 @@ absl::StatusOr<GgufPlan> PlanGgufTensor(const std::string& path, const GgufTenso
 }
 
 // DeepSeek's kv_b_proj joined from llama.cpp's attn_k_b [heads, rank,
-// nope] and attn_v_b [heads, v, rank] (JoinKvB), as F32 bytes of shape
-// [heads * (nope + v), rank]. REQUIRES: both halves.
-absl::StatusOr<std::vector<uint8_t>> JoinKvBHalves(const std::string& path,
-                                                   const GgufCheckpoint& gguf,
-                                                   const ModelConfig& config,
-                                                   const GgufTensorInfo* k_b,
-                                                   const GgufTensorInfo* v_b) {
+// nope] and attn_v_b [heads, v, rank] (JoinKvB): F32 bytes and their shape.
+struct JoinedKvB {
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> shape;  // [heads * (nope + v), rank]
+};
+absl::StatusOr<JoinedKvB> JoinKvBHalves(const std::string& path, const GgufCheckpoint& gguf,
+                                        const ModelConfig& config, const GgufTensorInfo* k_b,
+                                        const GgufTensorInfo* v_b) {
   const int64_t heads = config.num_attention_heads, rank = config.mla.kv_lora_rank,
                 nope = config.mla.qk_nope_head_dim, v = config.mla.v_head_dim;
   const std::vector<int64_t> want_k = {heads, rank, nope}, want_v = {heads, v, rank};
@@ -173,8 +174,9 @@ absl::StatusOr<std::vector<uint8_t>> JoinKvBHalves(const std::string& path,
   std::vector<float> kf(static_cast<size_t>(k_b->numel)), vf(static_cast<size_t>(v_b->numel));
   RETURN_IF_ERROR(DequantizeGguf(k_b->type, gguf.Data(*k_b).data(), k_b->numel, kf.data()));
   RETURN_IF_ERROR(DequantizeGguf(v_b->type, gguf.Data(*v_b).data(), v_b->numel, vf.data()));
-  std::vector<uint8_t> joined(sizeof(float) * static_cast<size_t>(heads * (nope + v) * rank));
-  JoinKvB(kf.data(), vf.data(), heads, nope, v, rank, reinterpret_cast<float*>(joined.data()));
+  JoinedKvB joined{std::vector<uint8_t>(sizeof(float) * static_cast<size_t>(heads * (nope + v) * rank)),
+                   {heads * (nope + v), rank}};
+  JoinKvB(kf.data(), vf.data(), heads, nope, v, rank, reinterpret_cast<float*>(joined.bytes.data()));
   return joined;
 }
 
@@ -185,6 +187,14 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = path;
   std::vector<std::pair<const GgufTensorInfo*, GgufName>> stand_ins;
+  // llama's rope-permuted rows of `heads` heads in Hugging Face order: a
+  // copy, held here.
+  auto unpermuted = [&](const uint8_t* rows, int64_t heads, size_t row_bytes,
+                        size_t nbytes) -> const uint8_t* {
+    std::vector<uint8_t>& copy = ckpt->owned_.emplace_back(nbytes);
+    UndoLlamaRopePermutation(rows, heads, config.head_dim, row_bytes, copy.data());
+    return copy.data();
+  };
   for (const GgufTensorInfo& t : gguf->tensors()) {
     ASSIGN_OR_RETURN(GgufName name, MapGgufTensorName(config.family, t.name));
     if (!name.stands_in_for.empty()) {
@@ -257,14 +267,11 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
         std::vector<int64_t> part_shape = shape;
         part_shape[0] = part_rows[p];
         const size_t part_bytes = row_bytes * static_cast<size_t>(part_rows[p]);
-        const uint8_t* data = at;
-        if (name.rope_permuted && p < 2) {
-          std::vector<uint8_t>& copy = ckpt->owned_.emplace_back(part_bytes);
-          UndoLlamaRopePermutation(at, p == 0 ? config.num_attention_heads
-                                              : config.num_key_value_heads,
-                                   config.head_dim, row_bytes, copy.data());
-          data = copy.data();
-        }
+        const uint8_t* data =
+            name.rope_permuted && p < 2
+                ? unpermuted(at, p == 0 ? config.num_attention_heads : config.num_key_value_heads,
+                             row_bytes, part_bytes)
+                : at;
         ckpt->views_[name.fused[p]] = TensorView{plan.dtype, part_shape, data, part_bytes};
         ckpt->names_.push_back(name.fused[p]);
         at += part_bytes;
@@ -282,10 +289,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
             path, ": tensor '", t.name, "' has ", shape.empty() ? 0 : shape[0],
             " rows; ", heads, " heads of ", head_dim, " expected"));
       }
-      std::vector<uint8_t>& copy = ckpt->owned_.emplace_back(bytes.size());
-      UndoLlamaRopePermutation(bytes.data(), heads, head_dim,
-                               bytes.size() / static_cast<size_t>(shape[0]), copy.data());
-      data = copy.data();
+      data = unpermuted(bytes.data(), heads, bytes.size() / static_cast<size_t>(shape[0]),
+                        bytes.size());
     }
     size_t nbytes = bytes.size();
     if (plan.decode) {
@@ -301,32 +306,27 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::FromGguf(
   }
   // Stand-ins for a tensor the file lacks: kv_b joined from its halves,
   // anything else refused.
-  std::map<std::string, std::array<const GgufTensorInfo*, 2>> kv_b_halves;
-  for (const auto& [t, name] : stand_ins) {
+  using StandIn = std::pair<const GgufTensorInfo*, GgufName>;
+  std::map<std::string, std::array<const StandIn*, 2>> kv_b_halves;
+  for (const StandIn& s : stand_ins) {
+    const auto& [t, name] = s;
     if (ckpt->views_.count(name.stands_in_for) != 0) continue;
     if (name.kv_b_half == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tensor '", t->name, "': ", name.why));
     }
-    kv_b_halves[name.stands_in_for][name.kv_b_half - 1] = t;
-  }
-  for (const auto& [t, name] : stand_ins) {
-    auto halves = kv_b_halves.find(name.stands_in_for);
-    if (halves != kv_b_halves.end() && (halves->second[0] == nullptr || halves->second[1] == nullptr)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor '", t->name, "': ", name.why));
-    }
+    kv_b_halves[name.stands_in_for][name.kv_b_half - 1] = &s;
   }
   for (const auto& [ours, halves] : kv_b_halves) {
-    ASSIGN_OR_RETURN(std::vector<uint8_t> joined,
-                     JoinKvBHalves(path, *gguf, config, halves[0], halves[1]));
-    std::vector<uint8_t>& kept = ckpt->owned_.emplace_back(std::move(joined));
-    ckpt->views_[ours] = TensorView{
-        DType::kF32,
-        {config.num_attention_heads * (config.mla.qk_nope_head_dim + config.mla.v_head_dim),
-         config.mla.kv_lora_rank},
-        kept.data(),
-        kept.size()};
+    if (halves[0] == nullptr || halves[1] == nullptr) {
+      const StandIn& one = *(halves[0] != nullptr ? halves[0] : halves[1]);
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", one.first->name, "': ", one.second.why));
+    }
+    ASSIGN_OR_RETURN(JoinedKvB joined,
+                     JoinKvBHalves(path, *gguf, config, halves[0]->first, halves[1]->first));
+    std::vector<uint8_t>& kept = ckpt->owned_.emplace_back(std::move(joined.bytes));
+    ckpt->views_[ours] = TensorView{DType::kF32, joined.shape, kept.data(), kept.size()};
     ckpt->names_.push_back(ours);
   }
   std::sort(ckpt->names_.begin(), ckpt->names_.end());

@@ -190,35 +190,36 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
     return out;
   }
   const bool biased = (names.parts & kSinksAndBiases) != 0;
-  for (int k = 0; k < 3; ++k) {
-    const std::string kind = kExpertKinds[k];
-    const std::string proj(names.expert_names != nullptr
-                               ? names.expert_names[k]
-                               : traits.expert_names[k]);
-    for (const char* what : {"weight", "bias"}) {
-      if (rest != absl::StrCat(kind, "_exps.", what)) continue;
-      if (what[0] == 'b' && !biased) break;
-      out.ours = absl::StrCat(moe, "experts.{expert}.", proj, ".", what);
-      out.stacked_experts = true;
-      return out;
+  // Our stacked name of projection k (gate, up, down), "{expert}" for E.
+  auto stacked = [&](int k, const char* what) {
+    return absl::StrCat(moe, "experts.{expert}.",
+                        names.expert_names != nullptr ? names.expert_names[k]
+                                                      : traits.expert_names[k],
+                        ".", what);
+  };
+  for (const char* what : {"weight", "bias"}) {
+    if (what[0] == 'b' && !biased) break;
+    for (int k = 0; k < 3; ++k) {
+      if (rest == absl::StrCat(kExpertKinds[k], "_exps.", what)) out.ours = stacked(k, what);
     }
     // llama.cpp's --fuse-gate-up-exps: gate's rows, then up's.
-    for (const char* what : {"weight", "bias"}) {
-      if (k != 0 || rest != absl::StrCat("ffn_gate_up_exps.", what)) continue;
-      if (what[0] == 'b' && !biased) break;
-      const std::string up(names.expert_names != nullptr ? names.expert_names[1]
-                                                         : traits.expert_names[1]);
-      out.ours = absl::StrCat(moe, "experts.{expert}.", proj, ".", what);
-      out.fused = {out.ours, absl::StrCat(moe, "experts.{expert}.", up, ".", what)};
+    if (rest == absl::StrCat("ffn_gate_up_exps.", what)) {
+      out.fused = {stacked(0, what), stacked(1, what)};
+      out.ours = out.fused[0];
+    }
+    if (!out.ours.empty()) {
       out.stacked_experts = true;
       return out;
     }
-    // Older per-expert files: ffn_gate.E.weight.
-    std::vector<absl::string_view> parts = absl::StrSplit(rest, '.');
-    int expert = 0;
-    if (parts.size() == 3 && parts[0] == kind && parts[2] == "weight" &&
-        absl::SimpleAtoi(parts[1], &expert) && expert >= 0) {
-      out.ours = absl::StrCat(moe, "experts.", expert, ".", proj, ".weight");
+  }
+  // Older per-expert files: ffn_gate.E.weight.
+  std::vector<absl::string_view> parts = absl::StrSplit(rest, '.');
+  int expert = 0;
+  if (parts.size() == 3 && parts[2] == "weight" && absl::SimpleAtoi(parts[1], &expert) &&
+      expert >= 0) {
+    for (int k = 0; k < 3; ++k) {
+      if (parts[0] != kExpertKinds[k]) continue;
+      out.ours = absl::StrReplaceAll(stacked(k, "weight"), {{"{expert}", absl::StrCat(expert)}});
       return out;
     }
   }

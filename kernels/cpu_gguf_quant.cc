@@ -7,6 +7,7 @@
 namespace moe {
 namespace {
 
+using gguf_quant_internal::ForEachWeightRow;
 using gguf_quant_internal::Load16;
 using gguf_quant_internal::Load32;
 using gguf_quant_internal::UnpackKScales;
@@ -124,9 +125,9 @@ template <void (*kRow)(const uint8_t*, const KActivations&, int64_t, int, float,
                        int64_t)>
 void ScalarRows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
                 int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
-  for (int64_t c = 0; c < n_rows; ++c) {
-    kRow(w + c * w_stride, x, i0, rows, bias != nullptr ? bias[c] : 0.0f, y + c, y_stride);
-  }
+  ForEachWeightRow(w, w_stride, n_rows, bias, y, [&](const uint8_t* wc, float b, float* yc) {
+    kRow(wc, x, i0, rows, b, yc, y_stride);
+  });
 }
 
 }  // namespace

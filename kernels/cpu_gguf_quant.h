@@ -28,9 +28,9 @@
 // the per-block terms and of their sum; K-quant blocks need k % 256 == 0.
 //
 // Each output is reduced by one thread in a fixed order: within one SIMD
-// level the result does not depend on the thread count, nor (K-quants) on
-// how many activation rows one call computes (GgufKRowsFn). The levels differ only in the
-// f32 rounding of that sum.
+// level the result does not depend on the thread count, nor on how many
+// weight and activation rows one call computes (GgufKRowsFn,
+// GgufSmallRowsFn). The levels differ only in the f32 rounding of that sum.
 //
 // Thread-safe: pure functions.
 #ifndef MOECACHE_KERNELS_CPU_GGUF_QUANT_H_
@@ -133,6 +133,16 @@ inline void ForRowCount(int rows, const F& f) {
       return f(std::integral_constant<int, 3>{});
     default:
       return f(std::integral_constant<int, 4>{});
+  }
+}
+
+// The run of a rows kernel (GgufKRowsFn, GgufSmallRowsFn): row(w + c *
+// w_stride, bias[c] or 0, y + c) for each weight row c < n_rows.
+template <typename Row>
+inline void ForEachWeightRow(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                             const float* bias, float* y, const Row& row) {
+  for (int64_t c = 0; c < n_rows; ++c) {
+    row(w + c * w_stride, bias != nullptr ? bias[c] : 0.0f, y + c);
   }
 }
 

@@ -16,6 +16,7 @@
 namespace moe {
 namespace {
 
+using gguf_quant_internal::ForEachWeightRow;
 using gguf_quant_internal::ForRowCount;
 using gguf_quant_internal::Load16;
 using gguf_quant_internal::Load32;
@@ -235,22 +236,20 @@ MOE_GGUF_AVX2 void Q6KRowsAvx2N(const uint8_t* w, const KActivations& x,
 template <bool kFive>
 void K45RowsAvx2(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
                  int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
-  for (int64_t c = 0; c < n_rows; ++c) {
-    ForRowCount(rows, [&](auto r) {
-      K45RowsAvx2N<kFive, r.value>(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f,
-                                   y + c, y_stride);
+  ForRowCount(rows, [&](auto r) {
+    ForEachWeightRow(w, w_stride, n_rows, bias, y, [&](const uint8_t* wc, float b, float* yc) {
+      K45RowsAvx2N<kFive, r.value>(wc, x, i0, b, yc, y_stride);
     });
-  }
+  });
 }
 
 void Q6KRowsAvx2(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
                  int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
-  for (int64_t c = 0; c < n_rows; ++c) {
-    ForRowCount(rows, [&](auto r) {
-      Q6KRowsAvx2N<r.value>(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f, y + c,
-                            y_stride);
+  ForRowCount(rows, [&](auto r) {
+    ForEachWeightRow(w, w_stride, n_rows, bias, y, [&](const uint8_t* wc, float b, float* yc) {
+      Q6KRowsAvx2N<r.value>(wc, x, i0, b, yc, y_stride);
     });
-  }
+  });
 }
 
 }  // namespace

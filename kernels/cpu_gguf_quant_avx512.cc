@@ -14,22 +14,13 @@
 
 #include "kernels/cpu_gguf_quant.h"
 
-#define MOE_GGUF_VNNI                                         \
-  __attribute__((                                             \
-      target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma," \
-             "f16c")))
-
-// One weight row's kernel, inlined into the loop over rows.
-#define MOE_GGUF_VNNI_INLINE                                  \
-  __attribute__((                                             \
-      target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma," \
-             "f16c"), always_inline)) inline
-
+#define MOE_GGUF_VNNI_TARGET \
+  target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+#define MOE_GGUF_VNNI __attribute__((MOE_GGUF_VNNI_TARGET))
+// One weight row's kernel, inlined into the loop over rows (EachRow).
+#define MOE_GGUF_VNNI_INLINE __attribute__((MOE_GGUF_VNNI_TARGET, always_inline)) inline
 // A lambda's own target (GCC does not inherit the enclosing function's).
-#define MOE_GGUF_VNNI_LAMBDA                                  \
-  __attribute__((                                             \
-      target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma," \
-             "f16c"), always_inline))
+#define MOE_GGUF_VNNI_LAMBDA __attribute__((MOE_GGUF_VNNI_TARGET, always_inline))
 
 namespace moe {
 namespace {
@@ -231,23 +222,12 @@ MOE_GGUF_VNNI_INLINE void Q6KRow(const uint8_t* w, const KActivations& x, int64_
 }
 
 // Weight rows one after another in one call (no call and no constants
-// per row), each as K45Row / Q6KRow computes it alone.
-template <bool kFive, int kR>
-MOE_GGUF_VNNI void K45RowsN(const uint8_t* w, int64_t w_stride, int64_t n_rows,
-                            const KActivations& x, int64_t i0, const float* bias, float* y,
-                            int64_t y_stride) {
+// per row), each as kRow (K45Row, Q6KRow, SmallRow) computes it alone.
+template <auto kRow, typename X>
+MOE_GGUF_VNNI void EachRow(const uint8_t* w, int64_t w_stride, int64_t n_rows, const X& x,
+                           int64_t i0, const float* bias, float* y, int64_t y_stride) {
   for (int64_t c = 0; c < n_rows; ++c) {
-    K45Row<kFive, kR>(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f, y + c,
-                      y_stride);
-  }
-}
-
-template <int kR>
-MOE_GGUF_VNNI void Q6KRowsN(const uint8_t* w, int64_t w_stride, int64_t n_rows,
-                            const KActivations& x, int64_t i0, const float* bias, float* y,
-                            int64_t y_stride) {
-  for (int64_t c = 0; c < n_rows; ++c) {
-    Q6KRow<kR>(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f, y + c, y_stride);
+    kRow(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f, y + c, y_stride);
   }
 }
 
@@ -255,14 +235,14 @@ template <bool kFive>
 void K45RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
                  int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
   ForRowCount(rows, [&](auto r) {
-    K45RowsN<kFive, r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+    EachRow<&K45Row<kFive, r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
   });
 }
 
 void Q6KRowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
                  int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
   ForRowCount(rows, [&](auto r) {
-    Q6KRowsN<r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+    EachRow<&Q6KRow<r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
   });
 }
 
@@ -339,22 +319,12 @@ MOE_GGUF_VNNI_INLINE void SmallRow(const uint8_t* w, const QuantizedActivations&
   }
 }
 
-template <bool kFive, bool kMin, int kR>
-MOE_GGUF_VNNI void SmallRowsN(const uint8_t* w, int64_t w_stride, int64_t n_rows,
-                              const QuantizedActivations& x, int64_t i0, const float* bias,
-                              float* y, int64_t y_stride) {
-  for (int64_t c = 0; c < n_rows; ++c) {
-    SmallRow<kFive, kMin, kR>(w + c * w_stride, x, i0, bias != nullptr ? bias[c] : 0.0f, y + c,
-                              y_stride);
-  }
-}
-
 template <bool kFive, bool kMin>
 void SmallRowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
                    const QuantizedActivations& x, int64_t i0, int rows, const float* bias,
                    float* y, int64_t y_stride) {
   ForRowCount(rows, [&](auto r) {
-    SmallRowsN<kFive, kMin, r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+    EachRow<&SmallRow<kFive, kMin, r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
   });
 }
 
