@@ -51,9 +51,10 @@ enum class DType : int32_t {
   // ggml's block formats that have no equal above, exactly as GGUF files
   // store them (layouts in common/gguf_blocks.h): routed experts of GGUF
   // checkpoints are held and moved in these blocks, and read by the CPU
-  // kernels (kernels/cpu_gguf_quant.h); the CUDA backend refuses them so
-  // far. (GGUF's Q8_0 is kQ8 byte for byte; its MXFP4 is repacked to
-  // kMxfp4 at load.)
+  // kernels (kernels/cpu_gguf_quant.h) and by the CUDA module's MatMul and
+  // expert FFNs (kernels/cuda/gguf_gemm.cu, module ABI v7; compiled and its
+  // block math tested on the CPU, never run on a GPU yet). (GGUF's Q8_0 is
+  // kQ8 byte for byte; its MXFP4 is repacked to kMxfp4 at load.)
   kQ4_0 = 18,  // 18 B / 32:  f16 d | u8 qs[16]              w = d (q - 8)
   kQ4_1 = 19,  // 20 B / 32:  f16 d | f16 m | u8 qs[16]      w = d q + m
   kQ5_0 = 20,  // 22 B / 32:  f16 d | u32 qh | u8 qs[16]     w = d (q - 16)
@@ -68,7 +69,7 @@ enum class DType : int32_t {
 // WeightBytes.
 size_t DTypeSize(DType dtype);
 
-// True for ggml's block formats kQ4_0 .. kQ6K (CPU kernels only so far).
+// True for ggml's block formats kQ4_0 .. kQ6K.
 inline bool IsGgufBlockDType(DType dtype) {
   return dtype >= DType::kQ4_0 && dtype <= DType::kQ6K;
 }

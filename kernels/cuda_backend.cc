@@ -19,20 +19,17 @@ static_assert(static_cast<int>(DType::kBF16) == MOE_CUDA_DTYPE_BF16);
 static_assert(static_cast<int>(DType::kQ8) == MOE_CUDA_DTYPE_Q8);
 static_assert(static_cast<int>(DType::kQ4) == MOE_CUDA_DTYPE_Q4);
 static_assert(static_cast<int>(DType::kMxfp4) == MOE_CUDA_DTYPE_MXFP4);
+static_assert(static_cast<int>(DType::kQ4_0) == MOE_CUDA_DTYPE_Q4_0);
+static_assert(static_cast<int>(DType::kQ4_1) == MOE_CUDA_DTYPE_Q4_1);
+static_assert(static_cast<int>(DType::kQ5_0) == MOE_CUDA_DTYPE_Q5_0);
+static_assert(static_cast<int>(DType::kQ5_1) == MOE_CUDA_DTYPE_Q5_1);
+static_assert(static_cast<int>(DType::kQ4K) == MOE_CUDA_DTYPE_Q4_K);
+static_assert(static_cast<int>(DType::kQ5K) == MOE_CUDA_DTYPE_Q5_K);
+static_assert(static_cast<int>(DType::kQ6K) == MOE_CUDA_DTYPE_Q6_K);
 
 namespace {
 
 void* S(Stream stream) { return static_cast<void*>(stream); }
-
-// ggml's block formats (IsGgufBlockDType) have no kernels in the module: a
-// clear refusal here rather than an unknown dtype number in the module.
-absl::Status RefuseGgufBlocks(const char* op, DType w_dtype) {
-  if (!IsGgufBlockDType(w_dtype)) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      op, ": ", DTypeName(w_dtype), " weights (ggml blocks from a GGUF file) run on the CPU "
-      "only so far; run with --backend cpu, or hold the experts as q8, q4 or bf16 "
-      "(--expert-format)"));
-}
 
 class CudaBackend : public Backend {
  public:
@@ -44,7 +41,7 @@ class CudaBackend : public Backend {
     info.name = "cuda";
     info.device_name = device_name_;
     info.is_device = true;
-    info.supports_gguf_blocks = false;
+    info.supports_gguf_blocks = true;  // MatMul and the expert FFNs (ABI v7)
     size_t free_bytes = 0, total_bytes = 0;
     if (api_->set_device(device_) == 0 &&
         api_->mem_info(&free_bytes, &total_bytes) == 0) {
@@ -106,7 +103,6 @@ class CudaBackend : public Backend {
   absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
                         const float* bias, float* y, int64_t m, int64_t n,
                         int64_t k, Stream stream) override {
-    RETURN_IF_ERROR(RefuseGgufBlocks("MatMul", w_dtype));
     return Check(api_->matmul(x, w, static_cast<int>(w_dtype), bias, y, m, n,
                               k, S(stream)),
                  "MatMul");
@@ -178,7 +174,6 @@ class CudaBackend : public Backend {
                               const float* kpe_cache, float* out,
                               const MlaShape& shape, float scale,
                               Stream stream) override {
-    RETURN_IF_ERROR(RefuseGgufBlocks("MlaAttention", kv_b_dtype));
     MoeCudaMlaShape s{shape.tokens,   shape.heads, shape.nope_dim,
                       shape.rope_dim, shape.v_dim, shape.rank,
                       shape.max_seq,  shape.start_pos};
@@ -202,7 +197,6 @@ class CudaBackend : public Backend {
                                  const ClampedSwiglu& act, float* out,
                                  int64_t tokens, int64_t count, int64_t hidden,
                                  int64_t inter, Stream stream) override {
-    RETURN_IF_ERROR(RefuseGgufBlocks("BiasedExpertFfn", e.w_dtype));
     return Check(api_->biased_expert_ffn(
                      x, rows, weights, e.gate, e.up, e.down,
                      static_cast<int>(e.w_dtype), e.gate_bias, e.up_bias,
@@ -216,17 +210,10 @@ class CudaBackend : public Backend {
                            float* out, int64_t tokens, int64_t count,
                            int64_t hidden, int64_t inter,
                            Stream stream) override {
-    RETURN_IF_ERROR(RefuseGgufBlocks("ExpertFfn", w.gate));
-    RETURN_IF_ERROR(RefuseGgufBlocks("ExpertFfn", w.down));
-    if (!w.uniform()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "ExpertFfn: the CUDA kernels take one dtype for gate, up and down, not ",
-          DTypeName(w.gate), "/", DTypeName(w.up), "/", DTypeName(w.down),
-          "; hold the experts in one format (--expert-format)"));
-    }
-    return Check(api_->expert_ffn(x, rows, weights, gate, up, down,
-                                  static_cast<int>(w.gate), out, tokens,
-                                  count, hidden, inter, S(stream)),
+    return Check(api_->expert_ffn_dtypes(
+                     x, rows, weights, gate, up, down, static_cast<int>(w.gate),
+                     static_cast<int>(w.up), static_cast<int>(w.down), out,
+                     tokens, count, hidden, inter, S(stream)),
                  "ExpertFfn");
   }
   absl::Status DoEmbedding(const void* table, DType dtype, const int32_t* ids,

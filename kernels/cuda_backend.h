@@ -2,6 +2,11 @@
 // every call through the C ABI table of the dlopen'ed module
 // (kernels/cuda/module_abi.h). No CUDA header or library is needed here.
 //
+// MatMul and the expert FFNs take f32, f16, bf16, kQ8, kQ4, kMxfp4 and
+// ggml's kQ4_0 .. kQ6K weights (module ABI v7), ExpertFfn with a dtype per
+// projection. The ggml kernels
+// (kernels/cuda/gguf_gemm.cu) have never run on a GPU yet.
+//
 // Every CUDA or cuBLAS error comes back as a Status (RESOURCE_EXHAUSTED for
 // out-of-memory, INVALID_ARGUMENT for shapes the kernels do not support,
 // INTERNAL otherwise); nothing aborts.

@@ -139,6 +139,17 @@ int QuantMatMulOnStream(const float* x, const void* w, int w_dtype,
                         const float* bias, float* y, int64_t m, int64_t n,
                         int64_t k, cudaStream_t stream);
 
+// gguf_gemm.cu (ABI v7): matmul with MOE_CUDA_DTYPE_Q4_0 .. Q6_K weights.
+int GgufMatMulOnStream(const float* x, const void* w, int w_dtype,
+                       const float* bias, float* y, int64_t m, int64_t n,
+                       int64_t k, cudaStream_t stream);
+// gemm.cu (ABI v7): ExpertFfn with a dtype per projection.
+int ExpertFfnDTypes(const float* x, const int32_t* rows, const float* weights,
+                    const void* gate, const void* up, const void* down,
+                    int gate_dtype, int up_dtype, int down_dtype, float* out,
+                    int64_t tokens, int64_t count, int64_t hidden,
+                    int64_t inter, void* stream);
+
 // arena.cu (ABI v3).
 int HostRegister(void* ptr, size_t bytes);
 int HostUnregister(void* ptr);

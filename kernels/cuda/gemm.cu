@@ -5,7 +5,9 @@
 //  * larger m (prefill): cuBLAS GemmEx with f32 compute; for f16/bf16
 //    weights the activations are first rounded to the weight type (cuBLAS
 //    has no mixed f32 x bf16 product), as HF runs these models anyway.
-// ExpertFfn composes these with gather / SiLU-mul / weighted scatter kernels.
+// Block-format weights go to quant_gemm.cu (q8, q4, mxfp4) and gguf_gemm.cu
+// (ggml's blocks). ExpertFfn composes these with gather / SiLU-mul /
+// weighted scatter kernels, each projection in its own dtype.
 #include <cublas_v2.h>
 
 #include <unordered_map>
@@ -182,6 +184,9 @@ int MatMulOnStream(const float* x, const void* w, int w_dtype,
       w_dtype == MOE_CUDA_DTYPE_MXFP4) {
     return QuantMatMulOnStream(x, w, w_dtype, bias, y, m, n, k, stream);
   }
+  if (w_dtype >= MOE_CUDA_DTYPE_Q4_0 && w_dtype <= MOE_CUDA_DTYPE_Q6_K) {
+    return GgufMatMulOnStream(x, w, w_dtype, bias, y, m, n, k, stream);
+  }
   if (m <= kGemvMaxRows) {
     switch (w_dtype) {
       case MOE_CUDA_DTYPE_F32:
@@ -266,9 +271,14 @@ int MatMul(const float* x, const void* w, int w_dtype, const float* bias,
 
 namespace {
 
+// The weight dtypes of an expert's three projections.
+struct ProjDTypes {
+  int gate, up, down;
+};
+
 int ExpertFfnImpl(const float* x, const int32_t* rows, const float* weights,
                   const void* gate, const void* up, const void* down,
-                  int w_dtype, const float* gate_bias, const float* up_bias,
+                  ProjDTypes w, const float* gate_bias, const float* up_bias,
                   const float* down_bias, const Activation& act, float* out,
                   int64_t tokens, int64_t count, int64_t hidden, int64_t inter,
                   void* stream_ptr) {
@@ -292,11 +302,11 @@ int ExpertFfnImpl(const float* x, const int32_t* rows, const float* weights,
     xin = xg;
   }
   if (code == 0) {
-    code = MatMulOnStream(xin, gate, w_dtype, gate_bias, g, count, inter,
+    code = MatMulOnStream(xin, gate, w.gate, gate_bias, g, count, inter,
                           hidden, stream);
   }
   if (code == 0) {
-    code = MatMulOnStream(xin, up, w_dtype, up_bias, u, count, inter, hidden,
+    code = MatMulOnStream(xin, up, w.up, up_bias, u, count, inter, hidden,
                           stream);
   }
   if (code == 0) {
@@ -311,7 +321,7 @@ int ExpertFfnImpl(const float* x, const int32_t* rows, const float* weights,
     code = LaunchCode();
   }
   if (code == 0) {
-    code = MatMulOnStream(g, down, w_dtype, down_bias, d, count, hidden, inter,
+    code = MatMulOnStream(g, down, w.down, down_bias, d, count, hidden, inter,
                           stream);
   }
   if (code == 0) {
@@ -329,7 +339,19 @@ int ExpertFfn(const float* x, const int32_t* rows, const float* weights,
               const void* gate, const void* up, const void* down, int w_dtype,
               float* out, int64_t tokens, int64_t count, int64_t hidden,
               int64_t inter, void* stream) {
-  return ExpertFfnImpl(x, rows, weights, gate, up, down, w_dtype, nullptr,
+  return ExpertFfnImpl(x, rows, weights, gate, up, down,
+                       ProjDTypes{w_dtype, w_dtype, w_dtype}, nullptr,
+                       nullptr, nullptr, Activation{}, out, tokens, count,
+                       hidden, inter, stream);
+}
+
+int ExpertFfnDTypes(const float* x, const int32_t* rows, const float* weights,
+                    const void* gate, const void* up, const void* down,
+                    int gate_dtype, int up_dtype, int down_dtype, float* out,
+                    int64_t tokens, int64_t count, int64_t hidden,
+                    int64_t inter, void* stream) {
+  return ExpertFfnImpl(x, rows, weights, gate, up, down,
+                       ProjDTypes{gate_dtype, up_dtype, down_dtype}, nullptr,
                        nullptr, nullptr, Activation{}, out, tokens, count,
                        hidden, inter, stream);
 }
@@ -340,7 +362,8 @@ int BiasedExpertFfn(const float* x, const int32_t* rows, const float* weights,
                     const float* down_bias, float limit, float alpha,
                     float* out, int64_t tokens, int64_t count, int64_t hidden,
                     int64_t inter, void* stream) {
-  return ExpertFfnImpl(x, rows, weights, gate, up, down, w_dtype, gate_bias,
+  return ExpertFfnImpl(x, rows, weights, gate, up, down,
+                       ProjDTypes{w_dtype, w_dtype, w_dtype}, gate_bias,
                        up_bias, down_bias, Activation{true, limit, alpha}, out,
                        tokens, count, hidden, inter, stream);
 }

@@ -1,6 +1,7 @@
 // Entry table of the CUDA backend module: device, memory, streams, and the
-// ops (implemented in gemm.cu, attention.cu, ops.cu). Every failure is
-// returned as a code (see module_abi.h); nothing here aborts.
+// ops (implemented in gemm.cu, quant_gemm.cu, gguf_gemm.cu, attention.cu,
+// mla_router.cu, ops.cu). Every failure is returned as a code (see
+// module_abi.h); nothing here aborts.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -185,6 +186,7 @@ const MoeCudaModuleApi kApi = {
     &MlaAttention,
     &SinkAttention,
     &BiasedExpertFfn,
+    &ExpertFfnDTypes,
 };
 
 }  // namespace

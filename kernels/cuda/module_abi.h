@@ -21,7 +21,7 @@
 extern "C" {
 #endif
 
-#define MOE_CUDA_MODULE_ABI_VERSION 6
+#define MOE_CUDA_MODULE_ABI_VERSION 7
 
 #define MOE_CUDA_CUBLAS_BASE 10000
 #define MOE_CUDA_MODULE_BASE 20000
@@ -44,6 +44,16 @@ extern "C" {
 #define MOE_CUDA_DTYPE_Q8 13
 #define MOE_CUDA_DTYPE_Q4 14
 #define MOE_CUDA_DTYPE_MXFP4 17  // ABI v6
+// v7: ggml's block formats (common/gguf_blocks.h), for matmul and the
+// expert FFNs' weights (activations rounded as the CPU kernels of
+// kernels/cpu_gguf_quant.h round them: per 32, or per 256 for the K-quants).
+#define MOE_CUDA_DTYPE_Q4_0 18
+#define MOE_CUDA_DTYPE_Q4_1 19
+#define MOE_CUDA_DTYPE_Q5_0 20
+#define MOE_CUDA_DTYPE_Q5_1 21
+#define MOE_CUDA_DTYPE_Q4_K 22
+#define MOE_CUDA_DTYPE_Q5_K 23
+#define MOE_CUDA_DTYPE_Q6_K 24
 
 // memcpy kinds. Host<->device copies return when the data has arrived.
 #define MOE_CUDA_COPY_H2D 0
@@ -195,6 +205,17 @@ typedef struct MoeCudaModuleApi {
                            const float* down_bias, float limit, float alpha,
                            float* out, int64_t tokens, int64_t count,
                            int64_t hidden, int64_t inter, void* stream);
+
+  // ---- v7: ggml's blocks (gguf_gemm.cu), experts of mixed dtypes ----
+  // (matmul, expert_ffn and biased_expert_ffn take MOE_CUDA_DTYPE_Q4_0 ..
+  // Q6_K weights.) Backend::ExpertFfn with a dtype per projection: a GGUF
+  // file may hold a Q6_K down beside Q4_K gate and up.
+  int (*expert_ffn_dtypes)(const float* x, const int32_t* rows,
+                           const float* weights, const void* gate,
+                           const void* up, const void* down, int gate_dtype,
+                           int up_dtype, int down_dtype, float* out,
+                           int64_t tokens, int64_t count, int64_t hidden,
+                           int64_t inter, void* stream);
 } MoeCudaModuleApi;
 
 // The module's single exported symbol.

@@ -1,0 +1,111 @@
+// Test inputs for the kernels that read ggml's blocks
+// (gguf_block_math_test.cc, cuda_gguf_ops_test.cc): random blocks (every
+// code, scale and min bit pattern, finite f16 scales) rather than quantized
+// floats, so that every field matters, and the float64 product of their
+// decoded weights (common/gguf_blocks.h) with given activations.
+#ifndef MOECACHE_TESTS_KERNELS_GGUF_TEST_BLOCKS_H_
+#define MOECACHE_TESTS_KERNELS_GGUF_TEST_BLOCKS_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/gguf_blocks.h"
+#include "gtest/gtest.h"
+
+namespace moe::gguf_test {
+
+inline constexpr DType kGgufBlockDTypes[] = {
+    DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+    DType::kQ4K,  DType::kQ5K,  DType::kQ6K};
+
+// Byte offsets of a block's f16 fields.
+inline std::vector<int> F16Fields(DType t) {
+  switch (t) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4K:
+    case DType::kQ5K:
+      return {0, 2};
+    case DType::kQ6K:
+      return {208};
+    default:
+      return {0};
+  }
+}
+
+// `rows` rows of k weights of random blocks of `t`; the f16 fields are
+// finite, of either sign, within 2^-10 .. 4 in magnitude (times `scale`).
+inline std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k,
+                                         std::mt19937& rng,
+                                         float scale = 1.0f) {
+  const int64_t blocks = rows * k / QuantGroupSize(t);
+  const int64_t bb = QuantBlockBytes(t);
+  std::vector<uint8_t> w(static_cast<size_t>(blocks * bb));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> octave(-10, 2);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int off : F16Fields(t)) {
+      const uint16_t h =
+          FloatToHalf(scale * std::ldexp(mant(rng), octave(rng)));
+      std::memcpy(&w[static_cast<size_t>(b * bb + off)], &h, 2);
+    }
+  }
+  return w;
+}
+
+// Row j of W decoded by ggml's reference decoder.
+inline std::vector<float> DecodedRow(DType t, const std::vector<uint8_t>& w,
+                                     int64_t j, int64_t k) {
+  std::vector<float> out(static_cast<size_t>(k));
+  const int64_t row_bytes = WeightBytes(t, 1, k);
+  EXPECT_TRUE(DequantizeGguf(*GgufTypeOfDType(t), w.data() + j * row_bytes, k,
+                             out.data())
+                  .ok());
+  return out;
+}
+
+// y = W x in float64 for activations `x` [m, k] as given (rounded or not),
+// and per output a scale that bounds the partial sums the f32 kernels form:
+// sum |w x|, plus per group of 32, 2 max|w| sum|x| (a group's min or offset
+// term is at most that); as gguf_quant_matmul_test's reference.
+struct Reference {
+  std::vector<double> y;      // [m, n]
+  std::vector<double> scale;  // [m, n]
+};
+inline Reference Expected(DType t, const std::vector<uint8_t>& w,
+                          const std::vector<float>& x, int64_t m, int64_t n,
+                          int64_t k) {
+  Reference r{std::vector<double>(static_cast<size_t>(m * n)),
+              std::vector<double>(static_cast<size_t>(m * n))};
+  for (int64_t j = 0; j < n; ++j) {
+    const std::vector<float> wr = DecodedRow(t, w, j, k);
+    for (int64_t i = 0; i < m; ++i) {
+      double y = 0, s = 0;
+      for (int64_t g = 0; g < k / 32; ++g) {
+        double wmax = 0, xsum = 0;
+        for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
+          const double wv = wr[c], xv = x[i * k + c];
+          y += wv * xv;
+          s += std::fabs(wv * xv);
+          wmax = std::max(wmax, std::fabs(wv));
+          xsum += std::fabs(xv);
+        }
+        s += 2 * wmax * xsum;
+      }
+      r.y[i * n + j] = y;
+      r.scale[i * n + j] = s;
+    }
+  }
+  return r;
+}
+
+}  // namespace moe::gguf_test
+
+#endif  // MOECACHE_TESTS_KERNELS_GGUF_TEST_BLOCKS_H_
