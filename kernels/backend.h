@@ -8,9 +8,9 @@
 //  * Activations are f32, row-major. Weights are f32, f16 or bf16 (DType),
 //    row-major in the Hugging Face layout; accumulation is always f32.
 //    MatMul and ExpertFfn also take the block formats kQ8, kQ4 and kMxfp4
-//    (common/quant.h) and ggml's kQ4_0 .. kQ6K (common/gguf_blocks.h; CPU
-//    only), read directly (dequantized on the fly); their rows
-//    must be whole blocks. A backend without kernels for them returns
+//    (common/quant.h) and ggml's kQ4_0 .. kQ6K (common/gguf_blocks.h), read
+//    directly (dequantized on the fly); their rows must be whole blocks. A
+//    backend without kernels for them (BackendInfo's supports_*) returns
 //    UNIMPLEMENTED.
 //  * Shapes are stated per parameter as `// [rows, cols]`. The public methods
 //    validate sizes and pointers and return INVALID_ARGUMENT on bad shapes,
@@ -69,7 +69,9 @@ struct BackendInfo {
   // And kMxfp4 (the CPU always; CUDA since module ABI v6).
   bool supports_mxfp4 = true;
   // And ggml's block formats kQ4_0 .. kQ6K (IsGgufBlockDType): the CPU
-  // only so far; the CUDA backend returns UNIMPLEMENTED for them.
+  // always; the CUDA module has kernels (never run on a GPU so far), used
+  // only when they pass the self-check run as the backend is created
+  // (kernels/cuda_gguf_self_check.h); false, with a WARNING, otherwise.
   bool supports_gguf_blocks = true;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query

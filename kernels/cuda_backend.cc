@@ -1,9 +1,13 @@
 #include "kernels/cuda_backend.h"
 
+#include <chrono>
+#include <initializer_list>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
+#include "kernels/cuda_gguf_self_check.h"
 #include "kernels/cuda_module.h"
 
 namespace moe {
@@ -41,7 +45,8 @@ class CudaBackend : public Backend {
     info.name = "cuda";
     info.device_name = device_name_;
     info.is_device = true;
-    info.supports_gguf_blocks = true;  // MatMul and the expert FFNs (ABI v7)
+    // MatMul and the expert FFNs (ABI v7), once the self-check passed.
+    info.supports_gguf_blocks = gguf_check_.ok();
     size_t free_bytes = 0, total_bytes = 0;
     if (api_->set_device(device_) == 0 &&
         api_->mem_info(&free_bytes, &total_bytes) == 0) {
@@ -50,6 +55,10 @@ class CudaBackend : public Backend {
     }
     return info;
   }
+
+  // The start-up self-check's outcome (CreateCudaBackend sets it before the
+  // backend is returned; until then ggml blocks run, for the check itself).
+  void SetGgufSelfCheck(absl::Status s) { gguf_check_ = std::move(s); }
 
   absl::StatusOr<void*> Alloc(size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -103,6 +112,7 @@ class CudaBackend : public Backend {
   absl::Status DoMatMul(const float* x, const void* w, DType w_dtype,
                         const float* bias, float* y, int64_t m, int64_t n,
                         int64_t k, Stream stream) override {
+    RETURN_IF_ERROR(RefuseGgufBlocks({w_dtype}));
     return Check(api_->matmul(x, w, static_cast<int>(w_dtype), bias, y, m, n,
                               k, S(stream)),
                  "MatMul");
@@ -197,6 +207,7 @@ class CudaBackend : public Backend {
                                  const ClampedSwiglu& act, float* out,
                                  int64_t tokens, int64_t count, int64_t hidden,
                                  int64_t inter, Stream stream) override {
+    RETURN_IF_ERROR(RefuseGgufBlocks({e.w_dtype}));
     return Check(api_->biased_expert_ffn(
                      x, rows, weights, e.gate, e.up, e.down,
                      static_cast<int>(e.w_dtype), e.gate_bias, e.up_bias,
@@ -210,6 +221,7 @@ class CudaBackend : public Backend {
                            float* out, int64_t tokens, int64_t count,
                            int64_t hidden, int64_t inter,
                            Stream stream) override {
+    RETURN_IF_ERROR(RefuseGgufBlocks({w.gate, w.up, w.down}));
     return Check(api_->expert_ffn_dtypes(
                      x, rows, weights, gate, up, down, static_cast<int>(w.gate),
                      static_cast<int>(w.up), static_cast<int>(w.down), out,
@@ -257,15 +269,27 @@ class CudaBackend : public Backend {
   absl::Status Check(int code, const char* what) const {
     return CudaModuleStatus(api_, code, what);
   }
+  // UNIMPLEMENTED for ggml blocks once the self-check has failed.
+  absl::Status RefuseGgufBlocks(std::initializer_list<DType> dtypes) const {
+    if (gguf_check_.ok()) return absl::OkStatus();
+    for (DType t : dtypes) {
+      if (IsGgufBlockDType(t)) {
+        return absl::UnimplementedError(absl::StrCat(
+            DTypeName(t), " weights: ggml blocks failed the CUDA self-check at "
+            "start (see the log); run with --device cpu or --expert-format "
+            "q8/q4/bf16"));
+      }
+    }
+    return absl::OkStatus();
+  }
 
   const MoeCudaModuleApi* api_;
   const int device_;
   const std::string device_name_;
+  absl::Status gguf_check_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+absl::StatusOr<std::unique_ptr<CudaBackend>> NewCudaBackend(int device) {
   auto api = LoadCudaModule();
   if (!api.ok()) {
     return absl::UnavailableError(absl::StrCat(
@@ -280,7 +304,43 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
       CudaModuleStatus(*api, (*api)->set_device(device), "cudaSetDevice"));
   char name[256] = {0};
   (*api)->device_name(device, name, sizeof(name));
-  return std::unique_ptr<Backend>(new CudaBackend(*api, device, name));
+  return std::make_unique<CudaBackend>(*api, device, name);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
+                   NewCudaBackend(device));
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status check = RunGgufSelfCheck(*backend);
+  const double ms = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+  if (check.ok()) {
+    MOE_LOG(INFO) << "CUDA device " << device << ": ggml block kernels passed "
+                  << "the start-up self-check (" << ms << " ms)";
+    return std::unique_ptr<Backend>(std::move(backend));
+  }
+  MOE_LOG(WARNING) << "CUDA device " << device
+                   << ": ggml blocks (Q4_0 .. Q6_K) are turned off, their "
+                   << "kernels failed the start-up self-check: " << check;
+  // A kernel fault leaves the context unusable for every op: then there is
+  // no CUDA backend ("auto" falls back to the CPU).
+  if (absl::Status s = backend->Synchronize(nullptr); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "CUDA device ", device, " is unusable after the ggml self-check (",
+        check.message(), "): ", s.message()));
+  }
+  backend->SetGgufSelfCheck(std::move(check));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>>
+CreateCudaBackendWithoutSelfCheckForTest(int device) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
+                   NewCudaBackend(device));
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 }  // namespace moe

@@ -65,10 +65,10 @@ make_bundle() {
         -DCMAKE_CUDA_ARCHITECTURES="80;90" >"$BUILD/configure.log" 2>&1 || {
     tail -n 20 "$BUILD/configure.log"; exit 1; }
   grep -q "CUDA module ON" "$BUILD/configure.log" || { echo "CUDA was not enabled" >&2; exit 1; }
-  local targets="moe_cuda backend_ops_test deepseek_ops_test gpt_oss_ops_test cuda_module_test cuda_backend_test cpu_backend_test kernel_bench cuda_copy_engine_test device_memory_test"
+  local targets="moe_cuda backend_ops_test deepseek_ops_test gpt_oss_ops_test cuda_module_test cuda_backend_test cuda_gguf_ops_test cpu_backend_test gguf_block_math_test kernel_bench cuda_copy_engine_test device_memory_test"
   cmake --build "$BUILD" -j"$(nproc)" --target $targets || exit 1
   rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
-  cp "$BUILD"/tests/{backend_ops_test,deepseek_ops_test,gpt_oss_ops_test,cuda_module_test,cuda_backend_test,cpu_backend_test,cuda_copy_engine_test,device_memory_test} \
+  cp "$BUILD"/tests/{backend_ops_test,deepseek_ops_test,gpt_oss_ops_test,cuda_module_test,cuda_backend_test,cuda_gguf_ops_test,cpu_backend_test,gguf_block_math_test,cuda_copy_engine_test,device_memory_test} \
      "$BUILD/bin/kernel_bench" "$BUNDLE/bin/"
   cp "$BUILD/lib/libmoe_cuda.so" "$BUNDLE/lib/"
   # Every library the binaries need except the driver and cuBLAS (too big;
@@ -100,12 +100,14 @@ run_bundle() {
   local libs="$B/lib:$(cuda_lib_path)"
   local run=("$B/lib/ld-linux-x86-64.so.2" --library-path "$libs")
   export MOE_CUDA_MODULE=$B/lib/libmoe_cuda.so MOE_REQUIRE_CUDA=1
-  for t in cuda_module_test cuda_backend_test backend_ops_test deepseek_ops_test gpt_oss_ops_test cuda_copy_engine_test device_memory_test; do
+  for t in cuda_module_test cuda_backend_test cuda_gguf_ops_test backend_ops_test deepseek_ops_test gpt_oss_ops_test cuda_copy_engine_test device_memory_test; do
     step "$t" "${run[@]}" "$B/bin/$t"
   done
   # The GPU host's CPU likely has AVX-512, which the dev machines lack: run
   # the SIMD dispatch parity test there too.
   step cpu-simd "${run[@]}" "$B/bin/cpu_backend_test"
+  # The ggml kernels' block math on the host, beside their GPU run.
+  step gguf_block_math_test "${run[@]}" "$B/bin/gguf_block_math_test"
   step kernel_bench "${run[@]}" "$B/bin/kernel_bench" --backend=cuda --reps=5
 }
 

@@ -32,9 +32,10 @@ InMemoryExpertProvider::Create(const MoeModel& model,
       }
       if (IsGgufBlockDType(held) && !be.Info().supports_gguf_blocks) {
         return absl::UnimplementedError(absl::StrCat(
-            "the ", be.Info().name, " backend has no kernels for ", DTypeName(held),
-            " experts (ggml blocks run on the CPU only so far); hold them as q8, q4 or bf16 "
-            "(--expert-format)"));
+            "the ", be.Info().name, " backend does not run ", DTypeName(held),
+            " experts: its ggml block kernels failed the self-check at start (see the "
+            "WARNING in the log); hold them as q8, q4 or bf16 (--expert-format), or use "
+            "--device cpu"));
       }
     }
     for (int e = 0; e < c.num_experts; ++e) {

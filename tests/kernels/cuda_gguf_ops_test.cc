@@ -4,9 +4,13 @@
 // column and row tails, biases, and experts of mixed types. The CUDA
 // kernels round the activations as the CPU does and each block's terms are
 // the CPU's bits (gguf_block_math_test), so MatMul differs from the CPU only
-// by the order of f32 additions. Skips with the reason where there is no
+// by the order of f32 additions. The parity tests use a backend made
+// without the start-up self-check, so that they show every difference even
+// where the self-check would turn ggml blocks off; CudaGgufSelfCheckTest
+// runs that check on the device. Skips with the reason where there is no
 // CUDA device; under MOE_REQUIRE_CUDA=1 (scripts/gpu-check.sh) that fails.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +24,8 @@
 #include "kernels/backend.h"
 #include "kernels/cpu_gguf_quant.h"
 #include "kernels/cpu_quant_matmul.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/cuda_gguf_self_check.h"
 #include "tests/kernels/gguf_test_blocks.h"
 
 namespace moe {
@@ -29,15 +35,22 @@ using gguf_test::RandomBlocks;
 
 std::vector<float> Normal(size_t n, std::mt19937& rng, float sigma = 1.0f);
 
+// Whether the CUDA backend could not be created (`created`: its status);
+// then the test skips, and under MOE_REQUIRE_CUDA=1 it also fails.
+bool NoCuda(const absl::Status& created) {
+  if (created.ok()) return false;
+  const char* require = std::getenv("MOE_REQUIRE_CUDA");
+  EXPECT_FALSE(require != nullptr && *require == '1') << created;
+  return true;
+}
+
 // The CUDA backend beside the CPU one (Base: a gtest fixture base).
 template <typename Base>
 class CudaVsCpu : public Base {
  protected:
   void SetUp() override {
-    auto cuda = CreateBackend("cuda");
-    if (!cuda.ok()) {
-      const char* require = std::getenv("MOE_REQUIRE_CUDA");
-      ASSERT_FALSE(require != nullptr && *require == '1') << cuda.status();
+    auto cuda = CreateCudaBackendWithoutSelfCheckForTest(/*device=*/0);
+    if (NoCuda(cuda.status())) {
       GTEST_SKIP() << "no CUDA device: " << cuda.status().message();
     }
     cuda_ = std::move(*cuda);
@@ -252,6 +265,25 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaGgufOpsTest,
                                name.end());
                            return name;
                          });
+
+// The backend as the executables create it ran the self-check at start and
+// kept ggml blocks on; a second run gives the details if it did not.
+TEST(CudaGgufSelfCheckTest, PassesOnTheDevice) {
+  auto cuda = CreateBackend("cuda");
+  if (NoCuda(cuda.status())) {
+    GTEST_SKIP() << "no CUDA device: " << cuda.status().message();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status s = RunGgufSelfCheck(**cuda);
+  const double ms = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE((*cuda)->Info().supports_gguf_blocks)
+      << "the self-check at start failed (its WARNING is in the log)";
+  std::printf("ggml self-check on %s: %.2f ms (a second run)\n",
+              (*cuda)->Info().device_name.c_str(), ms);
+}
 
 // Experts of mixed types, as llama.cpp's Q4_K_M writes them (a Q6_K down
 // beside Q4_K gate and up), and 32-weight types beside q8.
