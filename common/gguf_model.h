@@ -116,6 +116,13 @@ struct GgufName {
 absl::StatusOr<GgufName> MapGgufTensorName(ModelFamily family,
                                            absl::string_view gguf_name);
 
+// The llama.cpp tensor names a `family` file holds for decoder layer
+// `layer` (-1: the model-level ones), as llama.cpp's converter writes them:
+// stacked experts, nothing fused, no stand-ins, the nextn rows included
+// where the family has them. Each is a name MapGgufTensorName maps; a
+// writer inverts the mapping through it (common/model_maker_gguf.cc).
+std::vector<std::string> GgufTensorNamesOf(ModelFamily family, int layer);
+
 // Restores Hugging Face row order of a llama.cpp-permuted q or k weight of
 // `heads` heads of `head_dim` rows each (row r = h * head_dim + x): HF row
 // h * head_dim + j * head_dim / 2 + i is GGUF row h * head_dim + 2 * i + j.

@@ -230,6 +230,22 @@ absl::StatusOr<GgufName> MapLayerTensor(const FamilyNames& names, int layer,
 
 }  // namespace
 
+std::vector<std::string> GgufTensorNamesOf(ModelFamily family, int layer) {
+  if (layer < 0) return {"token_embd.weight", "output_norm.weight", "output.weight"};
+  const FamilyNames* names = NamesOf(family);
+  if (names == nullptr) return {};
+  const std::string prefix = absl::StrCat("blk.", layer, ".");
+  std::vector<std::string> out;
+  for (const LayerName& n : kLayerNames) {
+    if (n.part == kBase || (names->parts & n.part) != 0) out.push_back(prefix + n.gguf);
+  }
+  for (const char* what : {"weight", "bias"}) {
+    if (what[0] == 'b' && (names->parts & kSinksAndBiases) == 0) break;
+    for (const char* kind : kExpertKinds) out.push_back(absl::StrCat(prefix, kind, "_exps.", what));
+  }
+  return out;
+}
+
 std::string GgufName::ForExpert(int expert, int part) const {
   MOE_CHECK(stacked_experts && (part == 0 || part < static_cast<int>(fused.size()))) << ours;
   return absl::StrReplaceAll(fused.empty() ? ours : fused[part],

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/fp8.h"
+#include "common/logging.h"
 #include "common/model_desc.h"
 #include "common/mxfp4.h"
 #include "common/safetensors.h"
@@ -145,9 +146,7 @@ absl::Status AddMxfp4(SafetensorsWriter& w, const TensorSpec& spec,
                       const ModelConfig& c, uint64_t seed) {
   if (!absl::EndsWith(spec.name, kMxfp4BlocksSuffix)) return absl::OkStatus();
   const int64_t rows = spec.shape[0] * spec.shape[1], cols = spec.shape[2] * 32;
-  TensorSpec logical = spec;
-  logical.shape = {spec.shape[0], spec.shape[1], cols};
-  std::vector<float> values = TensorValues(logical, c, seed);
+  std::vector<float> values = MakeModelTensorValues(spec, c, seed);
   std::vector<uint8_t> codes(static_cast<size_t>(rows * cols / 2), 0);
   std::vector<uint8_t> scales(static_cast<size_t>(rows * cols / 32));
   for (int64_t r = 0; r < rows; ++r) {
@@ -385,6 +384,18 @@ void GptOssFromOptions(const MakeModelOptions& o, ModelConfig* c) {
 }
 
 }  // namespace
+
+std::vector<float> MakeModelTensorValues(const TensorSpec& spec,
+                                         const ModelConfig& config,
+                                         uint64_t seed) {
+  if (!(spec.fused && spec.dtype == DType::kU8)) {
+    return TensorValues(spec, config, seed);
+  }
+  MOE_CHECK(absl::EndsWith(spec.name, kMxfp4BlocksSuffix)) << spec.name;
+  TensorSpec logical = spec;  // [E, rows, cols / 32, 16] -> [E, rows, cols]
+  logical.shape = {spec.shape[0], spec.shape[1], spec.shape[2] * 32};
+  return TensorValues(logical, config, seed);
+}
 
 const std::vector<std::string>& TinySpecialTokens() {
   static const auto* tokens = new std::vector<std::string>{

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/model_config.h"
+#include "common/model_desc.h"
 
 namespace moe {
 
@@ -130,6 +131,16 @@ absl::StatusOr<ModelConfig> ConfigFromOptions(const MakeModelOptions& options);
 // left there by an earlier run. Each file is written atomically.
 absl::Status MakeModel(const MakeModelOptions& options,
                        const std::string& out_dir);
+
+// The values MakeModel draws for `spec` (an ExpectedTensors(config) entry)
+// with `seed`, before they are stored as the options' dtype: a pure
+// function of (spec, config, seed). For an MXFP4 `_blocks` spec [E, rows,
+// cols / 32, 16], the [E, rows, cols] weights whose codes it holds (each
+// row quantized by QuantizeMxfp4Row). REQUIRES: not an MXFP4 `_scales`
+// spec.
+std::vector<float> MakeModelTensorValues(const TensorSpec& spec,
+                                         const ModelConfig& config,
+                                         uint64_t seed);
 
 // The special tokens MakeModel puts in tokenizer.json (after the BPE
 // tokens); the first is the eos (and bos) token.

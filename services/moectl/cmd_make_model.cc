@@ -6,9 +6,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/fp8.h"
 #include "common/model_desc.h"
 #include "common/model_maker.h"
+#include "common/model_maker_gguf.h"
 #include "common/model_presets.h"
 #include "common/status_macros.h"
 #include "services/moectl/commands.h"
@@ -57,6 +59,14 @@ void DeclareFlags(FlagSet& f) {
            "releases (q8 and q4 "
            "have no published safetensors layout: moe-cached --expert-format "
            "converts at load)");
+  f.String("gguf", "",
+           absl::StrCat("write the model as one GGUF v3 file of this type, "
+                        "--out/model-<type>.gguf, in llama.cpp's layout, instead of the "
+                        "folder (the same seed and weights, through --dtype): ",
+                        GgufFileTypeNames(),
+                        " (quantized: experts and matrices, norms/biases/routers F32; "
+                        "q4_k_m: Q6_K for ffn_down*, attn_v, output; mxfp4: gpt_oss "
+                        "experts; docs/operations.md)"));
   f.Int("fp8-block", 128,
         "fp8: weights per scale along each dimension (published: 128)");
   f.Bool("norm-topk-prob", false,
@@ -226,6 +236,39 @@ absl::StatusOr<MakeModelOptions> OptionsFromFlags(const FlagSet& f) {
   return o;
 }
 
+// --gguf TYPE (nullopt without it), adjusting `o`: presets' MXFP4 experts
+// become float experts for the other types unless --expert-format says
+// mxfp4 (which MakeGgufModel refuses then); --gguf mxfp4 asks for them.
+absl::StatusOr<std::optional<GgufFileType>> GgufFromFlags(const FlagSet& f,
+                                                           MakeModelOptions& o) {
+  if (!f.IsSet("gguf")) return std::nullopt;
+  ASSIGN_OR_RETURN(GgufFileType type, ParseGgufFileType(f.GetString("gguf")));
+  if (f.IsSet("shards")) {
+    return absl::InvalidArgumentError("--shards applies to the folder; --gguf writes one file");
+  }
+  if (type == GgufFileType::kMxfp4) {
+    o.mxfp4 = true;
+  } else if (!f.IsSet("expert-format")) {
+    o.mxfp4 = false;
+  }
+  return type;
+}
+
+// Writes the folder, or with --gguf the file `path`, and reads it back
+// (the same checks `inspect` applies).
+absl::StatusOr<ModelDescription> Write(const MakeModelOptions& o,
+                                       const std::optional<GgufFileType>& gguf,
+                                       const std::string& out, std::string* path) {
+  *path = out;
+  if (!gguf.has_value()) {
+    RETURN_IF_ERROR(MakeModel(o, out));
+    return ModelDescription::Open(out);
+  }
+  *path = JoinPath(out, GgufModelFileName(*gguf));
+  RETURN_IF_ERROR(MakeGgufModel(o, *gguf, *path));
+  return ModelDescription::Open(*path);
+}
+
 // INVALID_ARGUMENT when `out` is a directory with anything in it: writing
 // there would mix a new model with what is there (or replace a real one).
 absl::Status CheckOutEmpty(const std::string& out) {
@@ -241,7 +284,7 @@ absl::Status CheckOutEmpty(const std::string& out) {
 
 int RunMakeModel(const Args& args) {
   FlagSet flags("make-model",
-                "--out DIR [--force] [--arch A] [--preset P] [size flags]");
+                "--out DIR [--force] [--arch A] [--preset P] [--gguf TYPE] [size flags]");
   DeclareFlags(flags);
   absl::Status parsed = flags.Parse(args);
   if (flags.help()) {
@@ -261,11 +304,12 @@ int RunMakeModel(const Args& args) {
   auto options = OptionsFromFlags(flags);
   const std::string& out = flags.GetString("out");
   absl::Status s = options.status();
+  absl::StatusOr<std::optional<GgufFileType>> gguf = std::nullopt;
+  if (s.ok()) gguf = GgufFromFlags(flags, *options);
+  if (s.ok()) s = gguf.status();
   if (s.ok() && !flags.GetBool("force")) s = CheckOutEmpty(out);
-  if (s.ok()) s = MakeModel(*options, out);
-  // Read back what was written: the same checks `inspect` applies.
-  absl::StatusOr<ModelDescription> desc =
-      s.ok() ? ModelDescription::Open(out) : s;
+  std::string path;
+  absl::StatusOr<ModelDescription> desc = s.ok() ? Write(*options, *gguf, out, &path) : s;
   if (!desc.ok()) {
     std::fprintf(stderr, "moectl make-model: %s\n",
                  std::string(desc.status().message()).c_str());
@@ -275,18 +319,19 @@ int RunMakeModel(const Args& args) {
   std::printf(
       "wrote %s: %s, %lld layers (%d MoE), %lld experts, top-%lld, %s, %llu "
       "bytes in %zu file(s)\n",
-      out.c_str(), std::string(ModelFamilyName(c.family)).c_str(),
+      path.c_str(), std::string(ModelFamilyName(c.family)).c_str(),
       static_cast<long long>(c.num_hidden_layers), c.num_moe_layers(),
       static_cast<long long>(c.num_experts), static_cast<long long>(c.top_k),
       std::string(DTypeName(desc->expert_dtype())).c_str(),
       static_cast<unsigned long long>(desc->total_bytes()),
-      desc->checkpoint().files().size());
+      desc->checkpoint().gguf() != nullptr ? desc->checkpoint().gguf()->file_count()
+                                           : desc->checkpoint().files().size());
   return 0;
 }
 
 const bool kRegistered = RegisterCommand(
     {"make-model",
-     "write a Hugging Face-layout MoE model with random weights (tiny, small, real shapes)",
+     "write a random MoE model: a Hugging Face folder or (--gguf) one GGUF file",
      &RunMakeModel});
 
 }  // namespace
