@@ -7,7 +7,9 @@
 //   llama_driver gen      --model F --threads T --n-gen N --prompts FILE
 //       FILE: one prompt per line, comma-separated token ids. Prints one
 //       line per prompt: the N greedy token ids, comma-separated. The
-//       context is cleared between prompts.
+//       context is cleared between prompts. --logits FILE: every step's
+//       logits (n_vocab f32 each, in order) written to FILE, to compare
+//       the engines' log-probs (tests/bench/peer/gguf_agreement.sh).
 //   llama_driver bench    --model F --threads T --n-gen N --prompt-ids IDS
 //       One prompt (IDS) in one batch, then N greedy tokens, timed as
 //       `moectl run` times them: TTFT = prompt batch + first argmax; TPOT =
@@ -30,7 +32,9 @@
 // Common flags: --libs DIR (where libggml-cpu-*.so live; default: the
 // directory of libllama, found from /proc/self/maps), --mmap (map the GGUF
 // instead of reading it into memory at load), --kv f16|f32 (the KV cache's
-// type; llama.cpp's default f16, f32 as ours keeps it), --verbose
+// type; llama.cpp's default f16, f32 as ours keeps it), --fa auto|on|off
+// (flash attention; llama.cpp's default auto turns it on for the CPU, and
+// its CPU kernel rounds K and V to f16 whatever --kv says), --verbose
 // (llama.cpp logs on stderr).
 #include <algorithm>
 #include <chrono>
@@ -62,7 +66,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 struct Args {
-  std::string cmd, model, prompts, prompt_ids, token_ids, libs, kv = "f16";
+  std::string cmd, model, prompts, prompt_ids, token_ids, libs, logits, kv = "f16", fa = "auto";
   std::vector<std::string> positional;
   int threads = 1;
   int n_gen = 32;
@@ -87,7 +91,9 @@ Args Parse(int argc, char** argv) {
     else if (s == "--prompt-ids") a.prompt_ids = value();
     else if (s == "--token-ids") a.token_ids = value();
     else if (s == "--kv") a.kv = value();
+    else if (s == "--fa") a.fa = value();
     else if (s == "--libs") a.libs = value();
+    else if (s == "--logits") a.logits = value();
     else if (s == "--threads") a.threads = std::atoi(value().c_str());
     else if (s == "--n-gen") a.n_gen = std::atoi(value().c_str());
     else if (s == "--mmap") a.mmap = true;
@@ -98,6 +104,7 @@ Args Parse(int argc, char** argv) {
   if (a.threads < 1) Die("--threads must be >= 1");
   if (a.n_gen < 2) Die("--n-gen must be >= 2");
   if (a.kv != "f16" && a.kv != "f32") Die("--kv must be f16 or f32");
+  if (a.fa != "auto" && a.fa != "on" && a.fa != "off") Die("--fa must be auto, on or off");
   return a;
 }
 
@@ -138,6 +145,7 @@ struct Engine {
   llama_model* model = nullptr;
   llama_context* ctx = nullptr;
   ggml_threadpool* pool = nullptr;
+  FILE* logits_out = nullptr;  // gen --logits
   ThreadpoolFree pool_free = nullptr;
   int n_vocab = 0;
 
@@ -183,6 +191,9 @@ void Open(const Args& a, int n_ctx, Engine* e) {
   cp.n_threads = cp.n_threads_batch = a.threads;
   cp.no_perf = true;
   cp.type_k = cp.type_v = a.kv == "f32" ? GGML_TYPE_F32 : GGML_TYPE_F16;
+  cp.flash_attn_type = a.fa == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                       : a.fa == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                       : LLAMA_FLASH_ATTN_TYPE_AUTO;
   e->ctx = llama_init_from_model(e->model, cp);
   if (!e->ctx) Die("cannot create a context");
 
@@ -206,6 +217,11 @@ llama_token DecodeArgmax(Engine* e, std::vector<llama_token>& tokens) {
   }
   const float* logits = llama_get_logits_ith(e->ctx, -1);
   if (!logits) Die("no logits");
+  if (e->logits_out != nullptr &&
+      std::fwrite(logits, sizeof(float), static_cast<size_t>(e->n_vocab), e->logits_out) !=
+          static_cast<size_t>(e->n_vocab)) {
+    Die("writing --logits failed");
+  }
   int best = 0;
   for (int i = 1; i < e->n_vocab; ++i) {
     if (logits[i] > logits[best]) best = i;
@@ -243,6 +259,10 @@ int RunGen(const Args& a) {
   }
   Engine e;
   Open(a, static_cast<int>(longest) + a.n_gen + 8, &e);
+  if (!a.logits.empty()) {
+    e.logits_out = std::fopen(a.logits.c_str(), "wb");
+    if (e.logits_out == nullptr) Die("cannot write --logits " + a.logits);
+  }
   for (const auto& p : prompts) {
     for (llama_token id : p) {
       if (id < 0 || id >= e.n_vocab) Die("prompt token " + std::to_string(id) + " out of range");
@@ -252,6 +272,7 @@ int RunGen(const Args& a) {
     for (size_t i = 0; i < out.size(); ++i) std::printf(i ? ",%d" : "%d", out[i]);
     std::printf("\n");
   }
+  if (e.logits_out != nullptr && std::fclose(e.logits_out) != 0) Die("closing --logits failed");
   return 0;
 }
 
