@@ -198,12 +198,12 @@ MOE_QUANT_AVX2 float DotQ4Avx2(const uint8_t* w, const QuantizedActivations& x,
 
 // The scalar rounding of QuantizeActivations, into raw buffers.
 void QuantizeScalar(const float* x, int64_t m, int64_t k, int8_t* q_out, float* d_out,
-                    float* sd_out) {
+                    float* sd_out, ActRounding rounding) {
   for (int64_t g = 0; g < m * (k / kActGroup); ++g) {
     const float* xs = x + g * kActGroup;
     float amax = 0.0f;
     for (int64_t t = 0; t < kActGroup; ++t) amax = std::max(amax, std::fabs(xs[t]));
-    const float d = amax / 127.0f;
+    const float d = ActScale32(amax, rounding != ActRounding::kF32);
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     int32_t sum = 0;
     for (int64_t t = 0; t < kActGroup; ++t) {
@@ -212,7 +212,8 @@ void QuantizeScalar(const float* x, int64_t m, int64_t k, int8_t* q_out, float* 
       sum += static_cast<int32_t>(q);
     }
     d_out[g] = d;
-    sd_out[g] = d * static_cast<float>(sum);
+    sd_out[g] = rounding == ActRounding::kGgmlQ8_1 ? ActSum32(amax, sum)
+                                                   : d * static_cast<float>(sum);
   }
 }
 
@@ -225,20 +226,47 @@ T* AtLeast(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
+ActRounding ActRoundingFor(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+      return ActRounding::kGgmlQ8_0;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+      return ActRounding::kGgmlQ8_1;
+    default:
+      return ActRounding::kF32;
+  }
+}
+
+float ActScale32(float amax, bool ggml) {
+  const float d = amax / 127.0f;
+  if (!ggml) return d;
+  const float h = HalfToFloat(FloatToHalf(d));
+  return std::isfinite(h) ? h : d;
+}
+
+float ActSum32(float amax, int32_t sum) {
+  const float s = amax / 127.0f * static_cast<float>(sum);
+  const float h = HalfToFloat(FloatToHalf(s));
+  return std::isfinite(h) ? h : s;
+}
+
 void QuantizeActivations(const float* x, int64_t m, int64_t k,
-                         QuantizedActivations* out) {
+                         QuantizedActivations* out, ActRounding rounding) {
   const int64_t groups = k / kActGroup;
   out->m = m;
   out->k = k;
   out->q.resize(static_cast<size_t>(m * k));
   out->d.resize(static_cast<size_t>(m * groups));
   out->sd.resize(static_cast<size_t>(m * groups));
-  QuantizeScalar(x, m, k, out->q.data(), out->d.data(), out->sd.data());
+  QuantizeScalar(x, m, k, out->q.data(), out->d.data(), out->sd.data(), rounding);
 }
 
-std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k) {
+std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k,
+                                    ActRounding rounding) {
   QuantizedActivations qa;
-  QuantizeActivations(x, m, k, &qa);
+  QuantizeActivations(x, m, k, &qa, rounding);
   std::vector<float> out(static_cast<size_t>(m * k));
   for (int64_t i = 0; i < m * k; ++i) out[i] = qa.d[i / kActGroup] * qa.q[i];
   return out;
@@ -312,10 +340,11 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   int8_t* q = AtLeast(x_.q, m * k);
   float* d = AtLeast(x_.d, groups);
   float* sd = AtLeast(x_.sd, groups);
+  const ActRounding rounding = ActRoundingFor(dtype);
   if (avx512_vnni) {
-    QuantizeActivationsAvx512(x, m, k, q, d, sd);
+    QuantizeActivationsAvx512(x, m, k, q, d, sd, rounding);
   } else {
-    QuantizeScalar(x, m, k, q, d, sd);
+    QuantizeScalar(x, m, k, q, d, sd, rounding);
   }
   if (vnni_rows_ == nullptr) return;
   vx_ = VnniActivations{m, k, q, AtLeast(lane_d_, m * k / 4),

@@ -3,7 +3,7 @@
 // y[m, n] = x[m, k] W[n, k]^T (+ bias), reading W's blocks directly.
 //
 // As in llama.cpp's vec_dot_q8_0_q8_0 / q4_1_q8_1, the activations are first
-// rounded to 8 bits per 32 (an f32 scale per 32, QuantizeActivations; ggml's
+// rounded to 8 bits per 32 (QuantizeActivations: a scale per 32; ggml's
 // K-quants per 256 instead, KActivations, kernels/cpu_gguf_quant.h), and
 // each block's dot product is an exact integer sum, scaled once:
 //   kQ8: y += d_w * d_x * sum(q_w * q_x)
@@ -33,19 +33,41 @@ namespace moe {
 
 inline constexpr int64_t kActGroup = 32;
 
-// Activations rounded to 8 bits per kActGroup: q[r * k + i] = round(x / d),
-// d = max|x| / 127 per group; sd[g] = d[g] * sum of the group's q.
+// Activations rounded to 8 bits per kActGroup: q = round_half_even(x * 127
+// / max|x|) and d per group, sd[g] = d[g] * sum of the group's q, with
+// d and sd as `ActRounding` says:
+//  * kF32: d = max|x| / 127 (our formats q8, q4, mxfp4);
+//  * kGgmlQ8_0: d = ActScale32(max|x|), max|x| / 127 rounded to f16 as
+//    ggml's block_q8_0 stores it (ggml's 32-weight blocks Q4_0, Q5_0: the
+//    f32 d kept our log-probs ~0.005 nats from llama.cpp's on its files);
+//    sd exact (11 x 12 bits);
+//  * kGgmlQ8_1 (Q4_1, Q5_1): d as kGgmlQ8_0, sd = ActSum32: (max|x| / 127)
+//    * sum rounded to f16, as block_q8_1's s.
+// (q8 is byte for byte GGUF's Q8_0 but keeps kF32: a GGUF's Q8_0 tensors
+// are the one ggml type whose activations still differ from llama.cpp's.)
+enum class ActRounding { kF32, kGgmlQ8_0, kGgmlQ8_1 };
+// The rounding a weight dtype meets (kGgml* for ggml's 32-weight types).
+ActRounding ActRoundingFor(DType dtype);
 struct QuantizedActivations {
   int64_t m = 0, k = 0;
   std::vector<int8_t> q;  // [m, k]
   std::vector<float> d;   // [m, k / kActGroup]
   std::vector<float> sd;  // [m, k / kActGroup]
 };
+// A group's scale: max|x| / 127, rounded to the nearest f16 where `ggml`
+// (ggml's Q8_0) unless that f16 would be infinite (max|x| > ~8.3e6, where
+// ggml's would make every product of the group inf or NaN).
+float ActScale32(float amax, bool ggml);
+// A Q8_1 group's sum term: (amax / 127) * sum rounded to the nearest f16,
+// or unrounded where that f16 would be infinite.
+float ActSum32(float amax, int32_t sum);
 // REQUIRES: k % kActGroup == 0.
 void QuantizeActivations(const float* x, int64_t m, int64_t k,
-                         QuantizedActivations* out);
+                         QuantizedActivations* out,
+                         ActRounding rounding = ActRounding::kF32);
 // x rounded as the kernels see it (d * q), for references.
-std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k);
+std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k,
+                                    ActRounding rounding = ActRounding::kF32);
 
 inline constexpr int64_t kKBlock = 256;
 
@@ -103,7 +125,7 @@ void PrepareVnniLanes(const QuantizedActivations& x,
 // QuantizeActivations's arithmetic with AVX-512 (bit for bit the same).
 // REQUIRES: Q8VnniSupported(); q [m, k], d and sd [m, k / kActGroup].
 void QuantizeActivationsAvx512(const float* x, int64_t m, int64_t k, int8_t* q, float* d,
-                               float* sd);
+                               float* sd, ActRounding rounding);
 
 // y[r * y_stride] = q4 row `w` . activation row i0 + r (+ bias), for
 // r < rows (1 to kVnniMaxRows): one pass over the row's blocks serves all

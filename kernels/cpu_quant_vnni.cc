@@ -141,10 +141,12 @@ void RowsDispatch(const uint8_t* w, const VnniActivations& x, int64_t i0, int ro
 // 32 floats -> codes (clamped to +-127, rounded to nearest even as
 // std::nearbyint does in the default mode) and their sum; bit for bit the
 // scalar QuantizeActivations.
-MOE_QUANT_VNNI inline int32_t QuantizeGroup(const float* xs, int8_t* q, float* d_out) {
+MOE_QUANT_VNNI inline int32_t QuantizeGroup(const float* xs, int8_t* q, float* d_out,
+                                            float* amax_out, bool ggml) {
   const __m512 a = _mm512_loadu_ps(xs), b = _mm512_loadu_ps(xs + 16);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-  *d_out = amax / 127.0f;
+  *d_out = ActScale32(amax, ggml);
+  *amax_out = amax;
   const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
   const __m512i lim = _mm512_set1_epi32(127);
   const __m512i qa = _mm512_max_epi32(
@@ -188,11 +190,14 @@ MOE_QUANT_VNNI float DotQ8Avx512Vnni(const uint8_t* w, const QuantizedActivation
 VnniRowsFn Q4RowsVnni() { return &RowsDispatch<&Q4Rows<1>, &Q4Rows<2>, &Q4Rows<3>, &Q4Rows<4>>; }
 
 MOE_QUANT_VNNI void QuantizeActivationsAvx512(const float* x, int64_t m, int64_t k, int8_t* q,
-                                              float* d, float* sd) {
+                                              float* d, float* sd, ActRounding rounding) {
   const int64_t groups = m * (k / kActGroup);
   for (int64_t g = 0; g < groups; ++g) {
-    const int32_t sum = QuantizeGroup(x + g * kActGroup, q + g * kActGroup, d + g);
-    sd[g] = d[g] * static_cast<float>(sum);
+    float amax = 0.0f;
+    const int32_t sum = QuantizeGroup(x + g * kActGroup, q + g * kActGroup, d + g, &amax,
+                                      rounding != ActRounding::kF32);
+    sd[g] = rounding == ActRounding::kGgmlQ8_1 ? ActSum32(amax, sum)
+                                               : d[g] * static_cast<float>(sum);
   }
 }
 

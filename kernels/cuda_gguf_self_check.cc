@@ -85,7 +85,7 @@ GgufCheckExpected Expect(const GgufCheckProblem& p) {
     if constexpr (gm::IsK(T)) {
       gm::QuantizeGroup256(&p.x[g * 256], &q[g * 256], &d[g], &bsums[g * 16]);
     } else {
-      gm::QuantizeGroup32(&p.x[g * 32], &q[g * 32], &d[g], &sd[g]);
+      gm::QuantizeGroup32(&p.x[g * 32], &q[g * 32], &d[g], &sd[g], gm::UsesQ8_1(T));
     }
   }
   GgufCheckExpected out{std::vector<float>(static_cast<size_t>(m * n)),

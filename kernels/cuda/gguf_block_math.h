@@ -133,15 +133,47 @@ MOE_GGUF_HD float HalfToF32(uint32_t h) {
 }
 MOE_GGUF_HD float F16At(const uint8_t* p) { return HalfToF32(Load16(p)); }
 
+// A finite float >= 0 rounded to the nearest binary16 (ties to even) and
+// back: moe::HalfToFloat(moe::FloatToHalf(x)) (common/dtype.h) for these
+// inputs; +inf above the largest half.
+MOE_GGUF_HD float RoundToHalfNonNeg(float x) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__float2half_rn(x));
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  if (u >= 0x477ff000u) return BitsToFloat(0x7f800000u);  // rounds past 65504
+  uint32_t h;
+  if (u < 0x38800000u) {  // below 2^-14: a half subnormal or zero
+    const uint32_t exp = u >> 23;
+    if (exp < 102) return 0.0f;  // below 2^-25
+    const uint32_t mant = (u & 0x7fffffu) | 0x800000u;
+    const int shift = static_cast<int>(126 - exp);
+    const uint32_t rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    h = mant >> shift;
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+  } else {
+    const uint32_t r = u - (112u << 23);
+    const uint32_t rest = r & 0x1fffu;
+    h = r >> 13;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  }
+  return HalfToF32(h);
+#endif
+}
+
 // ---- Activations (the CPU quantizers' float operations) ----
 
 struct ActScale {
   float d;    // the scale of the codes
   float inv;  // what x is multiplied by before rounding
 };
-// Per 32 (QuantizeActivations): d = amax / 127, inv = 127 / amax.
+// Per 32 (QuantizeActivations, ggml's Q8_0): d = ActScale32(amax) (amax /
+// 127 rounded to f16, unrounded where that is infinite), inv = 127 / amax.
 MOE_GGUF_HD ActScale ActScale32Of(float amax) {
-  return {amax / 127.0f, amax > 0.0f ? 127.0f / amax : 0.0f};
+  const float d = amax / 127.0f;
+  const float h = RoundToHalfNonNeg(d);
+  return {isfinite(h) ? h : d, amax > 0.0f ? 127.0f / amax : 0.0f};
 }
 // Per 256 (QuantizeKActivations, ggml's Q8_K): inv = 127 / amax, d = 1 / inv.
 MOE_GGUF_HD ActScale ActScaleKOf(float amax) {
@@ -152,16 +184,29 @@ MOE_GGUF_HD ActScale ActScaleKOf(float amax) {
 MOE_GGUF_HD int ActCode(float x, float inv) {
   return static_cast<int>(fminf(fmaxf(rintf(x * inv), -127.0f), 127.0f));
 }
-// d_x * sum(codes) of a 32-group (the min terms' factor).
+// d_x * sum(codes) of a 32-group (the min terms' factor); for Q4_1 / Q5_1
+// (ggml's Q8_1, `q8_1`) ActSum32: (amax / 127) * sum rounded to f16,
+// unrounded where that is infinite.
 MOE_GGUF_HD float ActSumScale(float d, int code_sum) {
   return MulRn(d, static_cast<float>(code_sum));
 }
+MOE_GGUF_HD float ActSum32(float amax, int code_sum) {
+  const float s = MulRn(amax / 127.0f, static_cast<float>(code_sum));
+  if (s < 0.0f) {
+    const float h = -RoundToHalfNonNeg(-s);
+    return isfinite(h) ? h : s;
+  }
+  const float h = RoundToHalfNonNeg(s);
+  return isfinite(h) ? h : s;
+}
+// Whether a 32-weight kind meets Q8_1 activations (a min term).
+MOE_GGUF_HD bool UsesQ8_1(int kind) { return kind == kQ4_1 || kind == kQ5_1; }
 
 // One group of 32 activations, serially (the kernel does it one lane per
 // activation with the same operations).
 MOE_GGUF_HD void QuantizeGroup32(const float* x,  // [32]
                                  int8_t* q,       // [32]
-                                 float* d, float* sd) {
+                                 float* d, float* sd, bool q8_1 = false) {
   float amax = 0.0f;
   for (int t = 0; t < 32; ++t) amax = fmaxf(amax, fabsf(x[t]));
   const ActScale s = ActScale32Of(amax);
@@ -172,7 +217,7 @@ MOE_GGUF_HD void QuantizeGroup32(const float* x,  // [32]
     sum += c;
   }
   *d = s.d;
-  *sd = ActSumScale(s.d, sum);
+  *sd = q8_1 ? ActSum32(amax, sum) : ActSumScale(s.d, sum);
 }
 
 // One group of 256 activations as ggml's Q8_K, serially.

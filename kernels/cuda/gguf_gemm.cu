@@ -46,19 +46,20 @@ __global__ void QuantizeAct32Kernel(
     int8_t* __restrict__ q,       // [groups, 32]
     float* __restrict__ d,        // [groups]
     float* __restrict__ sd,       // [groups]
-    int64_t groups) {
+    int64_t groups, bool q8_1) {
   const int64_t g =
       (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (g >= groups) return;  // whole warps
   const float v = x[g * 32 + lane];
-  const gm::ActScale s = gm::ActScale32Of(WarpMax(fabsf(v)));
+  const float amax = WarpMax(fabsf(v));
+  const gm::ActScale s = gm::ActScale32Of(amax);
   const int c = gm::ActCode(v, s.inv);
   q[g * 32 + lane] = static_cast<int8_t>(c);
   const int sum = WarpSumInt(c, 32);
   if (lane == 0) {
     d[g] = s.d;
-    sd[g] = gm::ActSumScale(s.d, sum);
+    sd[g] = q8_1 ? gm::ActSum32(amax, sum) : gm::ActSumScale(s.d, sum);
   }
 }
 
@@ -380,7 +381,7 @@ int GgufMatMulOnStream(const float* x, const void* w, int w_dtype,
     auto* sd = reinterpret_cast<float*>(base + q_bytes + d_bytes);
     acts.sd = sd;
     QuantizeAct32Kernel<<<quant_blocks, kQuantWarps * 32, 0, stream>>>(
-        x, q, d, sd, groups);
+        x, q, d, sd, groups, gm::UsesQ8_1(w_dtype));
   }
   int code = LaunchCode();
   if (code == 0) code = LaunchFor(w_dtype, acts, w, bias, y, m, n, k, stream);

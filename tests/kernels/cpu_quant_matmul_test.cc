@@ -1,7 +1,7 @@
 // The CPU kernels of the block formats q8 and q4 (kernels/cpu_quant_matmul.h)
 // at every SIMD level this CPU has: against the float64 product of the
 // dequantized weights and the rounded activations; the AVX-512 activation
-// rounding bit for bit the scalar one; a row's result independent of the
+// rounding bit for bit the scalar one, its scales ggml's Q8_0; a row's result independent of the
 // rows it is computed with (the prompt path's token tiles) and of the thread
 // count; the fused gate/up bit for bit two products and SiluMul.
 #include "kernels/cpu_quant_matmul.h"
@@ -117,14 +117,49 @@ TEST(CpuQuantMatMulTest, Avx512RoundingIsTheScalarRounding) {
   for (int64_t i = 32; i < 64; ++i) x[i] = static_cast<float>(i % 7) - 2.5f;
   x[32] = -127.0f;
   for (int64_t i = 64; i < 96; ++i) x[i] = (i % 2 ? 1 : -1) * 0.5f;
-  QuantizedActivations want;
-  QuantizeActivations(x.data(), m, k, &want);
-  std::vector<int8_t> q(m * k);
-  std::vector<float> d(m * k / kActGroup), sd(m * k / kActGroup);
-  QuantizeActivationsAvx512(x.data(), m, k, q.data(), d.data(), sd.data());
-  EXPECT_EQ(q, want.q);
-  EXPECT_EQ(d, want.d);
-  EXPECT_EQ(sd, want.sd);
+  for (ActRounding r : {ActRounding::kF32, ActRounding::kGgmlQ8_0, ActRounding::kGgmlQ8_1}) {
+    QuantizedActivations want;
+    QuantizeActivations(x.data(), m, k, &want, r);
+    std::vector<int8_t> q(m * k);
+    std::vector<float> d(m * k / kActGroup), sd(m * k / kActGroup);
+    QuantizeActivationsAvx512(x.data(), m, k, q.data(), d.data(), sd.data(), r);
+    EXPECT_EQ(q, want.q);
+    EXPECT_EQ(d, want.d);
+    EXPECT_EQ(sd, want.sd) << static_cast<int>(r);
+  }
+}
+
+// ggml's 32-weight types meet ggml's Q8_0 scales (max|x| / 127 rounded to
+// f16), so both engines multiply the same numbers; where the f16 would be
+// infinite the f32 scale stays. Our formats keep the f32 scale.
+TEST(CpuQuantMatMulTest, GgmlTypesMeetGgmlQ8_0Scales) {
+  EXPECT_EQ(ActRoundingFor(DType::kQ4_0), ActRounding::kGgmlQ8_0);
+  EXPECT_EQ(ActRoundingFor(DType::kQ5_1), ActRounding::kGgmlQ8_1);
+  EXPECT_EQ(ActRoundingFor(DType::kQ8), ActRounding::kF32);
+  EXPECT_EQ(ActRoundingFor(DType::kQ4K), ActRounding::kF32);  // Q8_K: KActivations
+  const int64_t m = 2, k = 128;
+  auto x = Random(m * k, 8, 3.0f);
+  for (int64_t i = 32; i < 64; ++i) x[i] *= 1e7f;  // max|x| / 127 > 65504
+  QuantizedActivations ggml, ours;
+  QuantizeActivations(x.data(), m, k, &ggml, ActRounding::kGgmlQ8_0);
+  QuantizeActivations(x.data(), m, k, &ours);
+  for (int64_t g = 0; g < m * k / kActGroup; ++g) {
+    float amax = 0.0f;
+    for (int64_t t = 0; t < kActGroup; ++t) amax = std::max(amax, std::fabs(x[g * kActGroup + t]));
+    const float f16 = HalfToFloat(FloatToHalf(amax / 127.0f));
+    EXPECT_EQ(ours.d[g], amax / 127.0f) << g;
+    if (g == 1) {
+      EXPECT_TRUE(std::isinf(f16));
+      EXPECT_EQ(ggml.d[g], amax / 127.0f);
+    } else {
+      EXPECT_EQ(ggml.d[g], f16) << g;
+      EXPECT_NE(ggml.d[g], amax / 127.0f) << g;  // random maxima are not halves
+    }
+    int32_t sum = 0;
+    for (int64_t t = 0; t < kActGroup; ++t) sum += ggml.q[g * kActGroup + t];
+    EXPECT_EQ(ggml.sd[g], ggml.d[g] * static_cast<float>(sum)) << g;
+    EXPECT_EQ(ggml.q, ours.q);
+  }
 }
 
 // CpuGateUpSilu is two CpuMatMul calls and SiluMul, bit for bit, for the

@@ -114,7 +114,7 @@ std::vector<float> Normal(size_t n, std::mt19937& rng, float sigma) {
 std::vector<float> Rounded(DType t, const std::vector<float>& x, int64_t m,
                            int64_t k) {
   return IsGgufKDType(t) ? RoundKActivations(x.data(), m, k)
-                         : RoundActivations(x.data(), m, k);
+                         : RoundActivations(x.data(), m, k, ActRoundingFor(t));
 }
 
 TEST_P(CudaGgufOpsTest, MatMulMatchesTheCpuBackend) {
@@ -143,7 +143,7 @@ TEST_P(CudaGgufOpsTest, MatMulMatchesTheCpuBackend) {
     ASSERT_TRUE(s.ok()) << s;
     const std::vector<float> got = Download(dy, want.size());
     const gguf_test::Reference ref =
-        gguf_test::Expected(t, w, Rounded(t, x, m, k), m, n, k);
+        gguf_test::Expected(t, w, Rounded(t, x, m, k), m, n, k, &x);
     for (size_t o = 0; o < want.size(); ++o) {
       // The same terms, added in another order (and the bias once).
       const double tol =

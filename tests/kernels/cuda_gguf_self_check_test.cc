@@ -88,9 +88,9 @@ TEST(GgufSelfCheckTest, HostAnswerIsTheFloat64Product) {
       const GgufCheckExpected want = ExpectedGgufProduct(p);
       const std::vector<float> xr =
           IsGgufKDType(t) ? RoundKActivations(p.x.data(), p.m, p.k)
-                          : RoundActivations(p.x.data(), p.m, p.k);
+                          : RoundActivations(p.x.data(), p.m, p.k, ActRoundingFor(t));
       const gguf_test::Reference ref =
-          gguf_test::Expected(t, p.w, xr, p.m, p.n, p.k);
+          gguf_test::Expected(t, p.w, xr, p.m, p.n, p.k, &p.x);
       ASSERT_EQ(want.y.size(), ref.y.size());
       double bias_abs = 0;
       for (size_t o = 0; o < ref.y.size(); ++o) {
@@ -180,7 +180,7 @@ float GemvOrder(const GgufCheckProblem& p, int64_t i, int64_t j) {
     if constexpr (gm::IsK(T)) {
       gm::QuantizeGroup256(x, &q[g * 256], &d[g], &bsums[g * 16]);
     } else {
-      gm::QuantizeGroup32(x, &q[g * 32], &d[g], &sd[g]);
+      gm::QuantizeGroup32(x, &q[g * 32], &d[g], &sd[g], gm::UsesQ8_1(T));
     }
   }
   float lanes[32] = {};

@@ -59,7 +59,8 @@ struct Acts {
   std::vector<float> d, sd;
   std::vector<int16_t> bsums;
 };
-Acts Quantize(bool per256, const std::vector<float>& x, int64_t m, int64_t k) {
+Acts Quantize(bool per256, const std::vector<float>& x, int64_t m, int64_t k,
+              bool q8_1 = false) {
   Acts a;
   a.k = k;
   const int64_t group = per256 ? 256 : 32, groups = m * k / group;
@@ -74,7 +75,7 @@ Acts Quantize(bool per256, const std::vector<float>& x, int64_t m, int64_t k) {
   } else {
     a.sd.resize(static_cast<size_t>(groups));
     for (int64_t g = 0; g < groups; ++g) {
-      gm::QuantizeGroup32(&x[g * 32], &a.q[g * 32], &a.d[g], &a.sd[g]);
+      gm::QuantizeGroup32(&x[g * 32], &a.q[g * 32], &a.d[g], &a.sd[g], q8_1);
     }
   }
   return a;
@@ -173,7 +174,7 @@ float CpuScalar(DType t, const uint8_t* w, const std::vector<float>& x,
     return y;
   }
   QuantizedActivations qa;
-  QuantizeActivations(x.data(), m, k, &qa);
+  QuantizeActivations(x.data(), m, k, &qa, ActRoundingFor(t));
   return GgufDotScalar(t)(w, qa, i);
 }
 
@@ -197,12 +198,12 @@ TEST_P(GgufBlockMathTest, RowsGiveTheCpuBitsAndTheFloat64Product) {
     for (float& v : x) v = normal(rng);
     x[1] = 9.0f;  // an outlier: a coarse group
     std::fill(x.begin() + k, x.begin() + k + g, 0.0f);  // row 1, block 0: d = 0
-    const Acts a = Quantize(k256, x, m, k);
+    const Acts a = Quantize(k256, x, m, k, gm::UsesQ8_1(static_cast<int>(t)));
     std::vector<float> xr(x.size());  // the rounded activations, d * q
     for (size_t e = 0; e < x.size(); ++e) {
       xr[e] = a.d[e / (k256 ? 256 : 32)] * a.q[e];
     }
-    const gguf_test::Reference rounded = gguf_test::Expected(t, w, xr, m, n, k);
+    const gguf_test::Reference rounded = gguf_test::Expected(t, w, xr, m, n, k, &x);
     const gguf_test::Reference exact = gguf_test::Expected(t, w, x, m, n, k);
     const int64_t row_bytes = WeightBytes(t, 1, k);
     for (int64_t j = 0; j < n; ++j) {
@@ -304,10 +305,16 @@ TEST(GgufBlockMathActsTest, ActivationsAreTheCpuQuantizersBits) {
   const Acts ours32 = Quantize(false, x, m, k),
              ours256 = Quantize(true, x, m, k);
   QuantizedActivations cpu32;
-  QuantizeActivations(x.data(), m, k, &cpu32);
+  QuantizeActivations(x.data(), m, k, &cpu32, ActRounding::kGgmlQ8_0);
   EXPECT_EQ(ours32.q, cpu32.q);
   EXPECT_EQ(ours32.d, cpu32.d);
   EXPECT_EQ(ours32.sd, cpu32.sd);
+  // Q4_1 / Q5_1's activations: ggml's Q8_1 sum terms.
+  const Acts ours32_1 = Quantize(false, x, m, k, /*q8_1=*/true);
+  QuantizedActivations cpu32_1;
+  QuantizeActivations(x.data(), m, k, &cpu32_1, ActRounding::kGgmlQ8_1);
+  EXPECT_EQ(ours32_1.sd, cpu32_1.sd);
+  EXPECT_NE(ours32_1.sd, ours32.sd);
   KActivations cpu256;
   QuantizeKActivations(x.data(), m, k, &cpu256);
   EXPECT_EQ(ours256.q,
@@ -331,6 +338,21 @@ TEST(GgufBlockMathActsTest, HalfToF32IsHalfToFloat) {
       ASSERT_EQ(dtype_internal::FloatBits(got), dtype_internal::FloatBits(want))
           << h;
     }
+  }
+}
+
+// The activation scale's f16 rounding (ActScale32Of) is common/dtype.h's,
+// over every 61st non-negative finite float and the edges between ranges.
+TEST(GgufBlockMathActsTest, RoundToHalfIsFloatToHalf) {
+  auto check = [](uint32_t bits) {
+    const float x = dtype_internal::BitsFloat(bits);
+    const float want = HalfToFloat(FloatToHalf(x)), got = gm::RoundToHalfNonNeg(x);
+    ASSERT_EQ(dtype_internal::FloatBits(got), dtype_internal::FloatBits(want)) << bits;
+  };
+  for (uint32_t bits = 0; bits < 0x7f800000u; bits += 61) check(bits);
+  for (uint32_t edge : {0x33000000u, 0x33000001u, 0x33800000u, 0x387fe000u, 0x387ff000u,
+                        0x38800000u, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0x7f7fffffu}) {
+    for (uint32_t bits = edge - 2; bits <= edge + 2 && bits < 0x7f800000u; ++bits) check(bits);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "common/gguf_blocks.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_gguf_quant.h"
+#include "tests/kernels/gguf_test_blocks.h"
 #include "kernels/cpu_matmul.h"
 #include "kernels/cpu_quant_matmul.h"
 #include "kernels/thread_pool.h"
@@ -75,7 +76,7 @@ Reference Expected(DType t, const std::vector<uint8_t>& w,
   // The 32-weight types meet activations rounded per 32, the K-quants per
   // 256 (kernels/cpu_gguf_quant.h).
   const std::vector<float> xr = IsGgufKDType(t) ? RoundKActivations(x.data(), m, k)
-                                                : RoundActivations(x.data(), m, k);
+                                                : RoundActivations(x.data(), m, k, ActRoundingFor(t));
   const int64_t row_bytes = WeightBytes(t, 1, k);
   std::vector<float> wr(static_cast<size_t>(k));
   Reference r{std::vector<double>(static_cast<size_t>(m * n)),
@@ -97,7 +98,7 @@ Reference Expected(DType t, const std::vector<uint8_t>& w,
         }
         s += 2 * wmax * xsum;
       }
-      r.y[i * n + j] = y;
+      r.y[i * n + j] = y + gguf_test::Q8_1Shift(t, w, x, i, j, m, k);
       r.scale[i * n + j] = s;
     }
   }

@@ -16,6 +16,7 @@
 #include "common/dtype.h"
 #include "common/gguf_blocks.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_quant_matmul.h"
 
 namespace moe::gguf_test {
 
@@ -79,9 +80,30 @@ struct Reference {
   std::vector<double> y;      // [m, n]
   std::vector<double> scale;  // [m, n]
 };
+// What ggml's Q8_1 sum terms (Q4_1, Q5_1: ActSum32,
+// kernels/cpu_quant_matmul.h) add to y[i, j] over the decoded weights times
+// d * q: per block, its min m times (s - d sum(q)); 0 for other types.
+inline double Q8_1Shift(DType t, const std::vector<uint8_t>& w, const std::vector<float>& x,
+                        int64_t i, int64_t j, int64_t m, int64_t k) {
+  if (t != DType::kQ4_1 && t != DType::kQ5_1) return 0.0;
+  QuantizedActivations plain, q8_1;
+  QuantizeActivations(x.data(), m, k, &plain, ActRounding::kGgmlQ8_0);
+  QuantizeActivations(x.data(), m, k, &q8_1, ActRounding::kGgmlQ8_1);
+  const int64_t blocks = k / 32, block_bytes = t == DType::kQ4_1 ? 20 : 24;
+  double shift = 0;
+  for (int64_t g = 0; g < blocks; ++g) {
+    const uint8_t* blk = w.data() + (j * blocks + g) * block_bytes;
+    const double min = HalfToFloat(static_cast<uint16_t>(blk[2] | (blk[3] << 8)));
+    shift += min * (double(q8_1.sd[i * blocks + g]) - double(plain.sd[i * blocks + g]));
+  }
+  return shift;
+}
+
+// `x_given`: the activations before rounding, where `x` is rounded (d * q):
+// then y includes Q8_1Shift.
 inline Reference Expected(DType t, const std::vector<uint8_t>& w,
                           const std::vector<float>& x, int64_t m, int64_t n,
-                          int64_t k) {
+                          int64_t k, const std::vector<float>* x_given = nullptr) {
   Reference r{std::vector<double>(static_cast<size_t>(m * n)),
               std::vector<double>(static_cast<size_t>(m * n))};
   for (int64_t j = 0; j < n; ++j) {
@@ -99,7 +121,7 @@ inline Reference Expected(DType t, const std::vector<uint8_t>& w,
         }
         s += 2 * wmax * xsum;
       }
-      r.y[i * n + j] = y;
+      r.y[i * n + j] = y + (x_given ? Q8_1Shift(t, w, *x_given, i, j, m, k) : 0.0);
       r.scale[i * n + j] = s;
     }
   }
