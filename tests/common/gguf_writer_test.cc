@@ -31,6 +31,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+// The file borrows `image` (GgufFile::Parse): keep it alive while f is.
 std::unique_ptr<GgufFile> ParseBack(const std::string& image) {
   auto f = GgufFile::Parse(reinterpret_cast<const uint8_t*>(image.data()), image.size(), "w");
   EXPECT_TRUE(f.ok()) << f.status();
@@ -55,7 +56,8 @@ TEST(GgufWriterTest, EveryValueTypeReadsBack) {
   ASSERT_TRUE(w.AddIntArray("abool", GgufValueType::kBool, {1, 0}).ok());
   ASSERT_TRUE(w.AddFloatArray("af32", GgufValueType::kFloat32, {0.5, -2}).ok());
   ASSERT_TRUE(w.AddStringArray("astr", {"x", "", "yz"}).ok());
-  auto f = ParseBack(w.Serialize());
+  const std::string image = w.Serialize();
+  auto f = ParseBack(image);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->version(), 3u);
   const GgufMetadata& m = f->metadata();
@@ -167,7 +169,8 @@ TEST(GgufWriterTest, RefusesWhatTheReaderWouldRefuse) {
   expect(w.AddTensor("t", GgufType::kF32, {1}, four), "'t' was added already");
   expect(w.SetAlignment(64), "before any tensor");
   // Nothing refused was added: the file holds "k" and "t" only.
-  auto f = ParseBack(w.Serialize());
+  const std::string image = w.Serialize();
+  auto f = ParseBack(image);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->metadata().size(), 1u);
   EXPECT_EQ(f->tensors().size(), 1u);
