@@ -35,26 +35,7 @@ namespace gm = gguf_math;
 
 std::string TypeName(DType t) { return std::string(DTypeName(t)); }
 
-// f(std::integral_constant<int, kind>{}) for the block dtype t.
-template <typename F>
-void WithKind(DType t, const F& f) {
-  switch (t) {
-    case DType::kQ4_0:
-      return f(std::integral_constant<int, gm::kQ4_0>{});
-    case DType::kQ4_1:
-      return f(std::integral_constant<int, gm::kQ4_1>{});
-    case DType::kQ5_0:
-      return f(std::integral_constant<int, gm::kQ5_0>{});
-    case DType::kQ5_1:
-      return f(std::integral_constant<int, gm::kQ5_1>{});
-    case DType::kQ4K:
-      return f(std::integral_constant<int, gm::kQ4K>{});
-    case DType::kQ5K:
-      return f(std::integral_constant<int, gm::kQ5K>{});
-    default:
-      return f(std::integral_constant<int, gm::kQ6K>{});
-  }
-}
+using gguf_test::WithKind;
 
 TEST(GgufSelfCheckTest, ProblemsAreDeterministicAndValid) {
   for (DType t : kGgufCheckTypes) {

@@ -23,86 +23,21 @@
 namespace moe {
 namespace {
 
-constexpr DType kGgufDTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                                 DType::kQ5_1, DType::kQ4K,  DType::kQ5K,
-                                 DType::kQ6K};
+constexpr auto& kGgufDTypes = gguf_test::kGgufBlockDTypes;
+using gguf_test::RandomBlocks;
+using gguf_test::Reference;
 
-// Byte offsets of a block's f16 fields (made finite and modest here).
-std::vector<int> F16Fields(DType t) {
-  switch (t) {
-    case DType::kQ4_1:
-    case DType::kQ5_1:
-    case DType::kQ4K:
-    case DType::kQ5K:
-      return {0, 2};
-    case DType::kQ6K:
-      return {208};
-    default:
-      return {0};
-  }
-}
-
-// `rows` rows of k weights of random blocks.
-std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k,
-                                  std::mt19937& rng) {
-  const int64_t blocks = rows * k / QuantGroupSize(t);
-  const int64_t bb = QuantBlockBytes(t);
-  std::vector<uint8_t> w(static_cast<size_t>(blocks * bb));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> octave(-10, 2);
-  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int off : F16Fields(t)) {
-      const uint16_t h = FloatToHalf(std::ldexp(scale(rng), octave(rng)));
-      std::memcpy(&w[static_cast<size_t>(b * bb + off)], &h, 2);
-    }
-  }
-  return w;
-}
-
-struct Reference {
-  std::vector<double> y;      // [m, n]
-  std::vector<double> scale;  // [m, n]: sum of |terms| the f32 sums round
-};
-
-// y = dequantized W (ggml's decoder) x rounded activations, in float64.
-// The scale bounds every partial sum the kernels form: |w x| per weight,
-// plus, per group of 32, 2 max|w| sum|x| (a group's min or offset term is
-// at most that).
+// y = dequantized W (ggml's decoder) x the activations rounded as the
+// kernels round them, in float64 (gguf_test::Expected, with its scale).
 Reference Expected(DType t, const std::vector<uint8_t>& w,
                    const std::vector<float>& x, int64_t m, int64_t n,
                    int64_t k) {
   // The 32-weight types meet activations rounded per 32, the K-quants per
   // 256 (kernels/cpu_gguf_quant.h).
-  const std::vector<float> xr = IsGgufKDType(t) ? RoundKActivations(x.data(), m, k)
-                                                : RoundActivations(x.data(), m, k, ActRoundingFor(t));
-  const int64_t row_bytes = WeightBytes(t, 1, k);
-  std::vector<float> wr(static_cast<size_t>(k));
-  Reference r{std::vector<double>(static_cast<size_t>(m * n)),
-              std::vector<double>(static_cast<size_t>(m * n))};
-  for (int64_t j = 0; j < n; ++j) {
-    EXPECT_TRUE(DequantizeGguf(*GgufTypeOfDType(t), w.data() + j * row_bytes, k,
-                               wr.data())
-                    .ok());
-    for (int64_t i = 0; i < m; ++i) {
-      double y = 0, s = 0;
-      for (int64_t g = 0; g < k / 32; ++g) {
-        double wmax = 0, xsum = 0;
-        for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
-          const double wv = wr[c], xv = xr[i * k + c];
-          y += wv * xv;
-          s += std::fabs(wv * xv);
-          wmax = std::max(wmax, std::fabs(wv));
-          xsum += std::fabs(xv);
-        }
-        s += 2 * wmax * xsum;
-      }
-      r.y[i * n + j] = y + gguf_test::Q8_1Shift(t, w, x, i, j, m, k);
-      r.scale[i * n + j] = s;
-    }
-  }
-  return r;
+  const std::vector<float> xr = IsGgufKDType(t)
+                                    ? RoundKActivations(x.data(), m, k)
+                                    : RoundActivations(x.data(), m, k, ActRoundingFor(t));
+  return gguf_test::Expected(t, w, xr, m, n, k, &x);
 }
 
 std::vector<SimdLevel> Levels() {

@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/gguf_blocks.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_quant_matmul.h"
+#include "kernels/cuda/gguf_block_math.h"
 
 namespace moe::gguf_test {
 
@@ -59,6 +61,27 @@ inline std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k,
     }
   }
   return w;
+}
+
+// f(std::integral_constant<int, kind>{}) for the block dtype t.
+template <typename F>
+void WithKind(DType t, const F& f) {
+  switch (t) {
+    case DType::kQ4_0:
+      return f(std::integral_constant<int, gguf_math::kQ4_0>{});
+    case DType::kQ4_1:
+      return f(std::integral_constant<int, gguf_math::kQ4_1>{});
+    case DType::kQ5_0:
+      return f(std::integral_constant<int, gguf_math::kQ5_0>{});
+    case DType::kQ5_1:
+      return f(std::integral_constant<int, gguf_math::kQ5_1>{});
+    case DType::kQ4K:
+      return f(std::integral_constant<int, gguf_math::kQ4K>{});
+    case DType::kQ5K:
+      return f(std::integral_constant<int, gguf_math::kQ5K>{});
+    default:
+      return f(std::integral_constant<int, gguf_math::kQ6K>{});
+  }
 }
 
 // Row j of W decoded by ggml's reference decoder.
