@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -158,7 +159,8 @@ bool SameValue(const GgufValue& a, const GgufValue& b) {
       a.array_strings != b.array_strings || a.array_bytes.size() != b.array_bytes.size()) {
     return false;
   }
-  return std::memcmp(a.array_bytes.data(), b.array_bytes.data(), a.array_bytes.size()) == 0;
+  // std::equal, not memcmp: an empty array's data() may be null.
+  return std::equal(a.array_bytes.begin(), a.array_bytes.end(), b.array_bytes.begin());
 }
 
 // Every key of `ref` is in `ours` with the same type and value.
