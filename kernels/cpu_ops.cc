@@ -50,9 +50,14 @@ void RmsNorm(ThreadPool& pool, const float* x, const float* weight, float* y,
     for (int64_t r = b; r < e; ++r) {
       const float* xr = x + r * dim;
       float* yr = y + r * dim;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-      float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+      // ggml's rms_norm to the bit: the f32 squares summed in double, the
+      // mean rounded to f32, 1 / sqrtf(mean + eps), then (x * inv) * w.
+      // (An f32 sum differed from llama.cpp's by ~1 ulp, enough to flip a
+      // next 8-bit activation code now and then: 0.005-0.01 in a logit.)
+      double ss = 0.0;
+      for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i] * xr[i]);
+      const float mean = static_cast<float>(ss / static_cast<double>(dim));
+      const float inv = 1.0f / std::sqrt(mean + eps);
       for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
     }
   });
