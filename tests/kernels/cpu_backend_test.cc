@@ -12,6 +12,8 @@
 #include "common/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_matmul.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/thread_pool.h"
 
 namespace moe {
 namespace {
@@ -185,6 +187,43 @@ TEST(CpuDispatchTest, VectorRowHelpersAreTheOneRowHelpers) {
 }
 
 // Results are bit-identical for every thread count.
+// RMSNorm is ggml's arithmetic to the bit (so 8-bit activation codes
+// rounded after it are llama.cpp's): the f32 squares summed in double, the
+// mean rounded to f32, 1 / sqrtf(mean + eps), then (x * inv) * w. Rows
+// whose f32 sum of squares rounds differently are included: the test
+// fails on an f32 accumulation.
+TEST(CpuOpsTest, RmsNormIsGgmlsArithmetic) {
+  const int64_t rows = 64, dim = 4096;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * dim), w(dim), y(rows * dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(r % 9) - 4);
+    for (int64_t i = 0; i < dim; ++i) x[r * dim + i] = scale * normal(rng);
+  }
+  for (float& v : w) v = 1.0f + 0.1f * normal(rng);
+  const float eps = 1e-5f;
+  ThreadPool pool(2);
+  cpu::RmsNorm(pool, x.data(), w.data(), y.data(), rows, dim, eps);
+  int rows_where_f32_differs = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = &x[r * dim];
+    double ss = 0.0;
+    float ss32 = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) {
+      ss += static_cast<double>(xr[i] * xr[i]);
+      ss32 += xr[i] * xr[i];
+    }
+    const float mean = static_cast<float>(ss / static_cast<double>(dim));
+    const float inv = 1.0f / std::sqrt(mean + eps);
+    if (1.0f / std::sqrt(ss32 / static_cast<float>(dim) + eps) != inv) ++rows_where_f32_differs;
+    for (int64_t i = 0; i < dim; ++i) {
+      ASSERT_EQ(y[r * dim + i], xr[i] * inv * w[i]) << r << "," << i;
+    }
+  }
+  EXPECT_GT(rows_where_f32_differs, 0) << "no row tells the two sums apart";
+}
+
 TEST(CpuBackendTest, ResultsDoNotDependOnThreadCount) {
   const int64_t m = 6, n = 150, k = 1500;
   auto x = Random(m * k, 3);
