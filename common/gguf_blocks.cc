@@ -152,6 +152,20 @@ void DequantizeMxfp4Block(const uint8_t* block, float* out) {
   }
 }
 
+std::vector<int> GgufF16FieldOffsets(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4K:
+    case DType::kQ5K:
+      return {0, 2};
+    case DType::kQ6K:
+      return {208};
+    default:
+      return {0};
+  }
+}
+
 bool CanDequantizeGguf(GgufType type) {
   switch (type) {
     case GgufType::kF32:

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
@@ -53,6 +54,11 @@ void DequantizeMxfp4Block(const uint8_t* block, float* out);  // out: [32]
 // Whether DequantizeGguf handles `type`: the block types above and F32,
 // F16, BF16.
 bool CanDequantizeGguf(GgufType type);
+
+// Byte offsets of the f16 fields in one block of a block dtype (d; m or
+// dmin): {0} for kQ8 and Q4_0 / Q5_0, {0, 2} for Q4_1 / Q5_1 / Q4_K / Q5_K,
+// {208} for Q6_K (the layouts above). For generators of valid blocks.
+std::vector<int> GgufF16FieldOffsets(DType dtype);
 
 // Decodes `n` consecutive weights of `type` (n / block_elems blocks, e.g.
 // one row or a whole tensor) into out[0 .. n).

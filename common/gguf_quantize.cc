@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/gguf_blocks.h"
 #include "common/logging.h"
 #include "common/mxfp4.h"
 
@@ -208,23 +209,8 @@ void QuantizeMxfp4(const float* x, uint8_t* out) {
 }  // namespace
 
 bool CanQuantizeGguf(GgufType type) {
-  switch (type) {
-    case GgufType::kF32:
-    case GgufType::kF16:
-    case GgufType::kBF16:
-    case GgufType::kQ8_0:
-    case GgufType::kQ4_0:
-    case GgufType::kQ4_1:
-    case GgufType::kQ5_0:
-    case GgufType::kQ5_1:
-    case GgufType::kQ4_K:
-    case GgufType::kQ5_K:
-    case GgufType::kQ6_K:
-    case GgufType::kMXFP4:
-      return true;
-    default:
-      return false;
-  }
+  // The quantizers cover exactly the types common/gguf_blocks.h decodes.
+  return CanDequantizeGguf(type);
 }
 
 absl::Status QuantizeGguf(GgufType type, const float* x, int64_t n, uint8_t* out) {

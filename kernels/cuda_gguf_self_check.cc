@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/gguf_blocks.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/gguf_block_math.h"
 
@@ -50,20 +51,6 @@ class SplitMix {
   uint64_t state_;
 };
 
-// Byte offsets of a block's f16 fields (d; m or dmin).
-std::vector<int> F16Fields(DType t) {
-  switch (t) {
-    case DType::kQ4_1:
-    case DType::kQ5_1:
-    case DType::kQ4K:
-    case DType::kQ5K:
-      return {0, 2};
-    case DType::kQ6K:
-      return {208};
-    default:
-      return {0};
-  }
-}
 
 // A finite f16 of either sign, 2^-10 <= |h| < 4: exponent field 5 .. 16.
 uint16_t RandomHalf(SplitMix& rng) {
@@ -228,7 +215,7 @@ GgufCheckProblem MakeGgufCheckProblem(DType type, int64_t m) {
   for (uint8_t& b : p.w) b = static_cast<uint8_t>(rng.Next() >> 56);
   const int64_t bb = QuantBlockBytes(type);
   for (size_t b = 0; b < p.w.size() / static_cast<size_t>(bb); ++b) {
-    for (int off : F16Fields(type)) {
+    for (int off : GgufF16FieldOffsets(type)) {
       const uint16_t h = RandomHalf(rng);
       std::memcpy(&p.w[b * bb + off], &h, sizeof(h));  // little-endian
     }

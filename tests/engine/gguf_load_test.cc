@@ -28,9 +28,14 @@
 #include "services/engine/session.h"
 #include "services/engine/tokenizer.h"
 #include "tests/common/test_util.h"
+#include "tests/engine/gguf_run_util.h"
 
 namespace moe {
 namespace {
+
+using gguf_test::ExpectSameKeyedConfig;
+using gguf_test::ModelRun;
+using gguf_test::RunModel;
 
 // Runs a shell command; its exit code (-1 when it did not exit).
 int Shell(const std::string& cmd) {
@@ -68,38 +73,6 @@ class GgufLoadTest : public ::testing::TestWithParam<Case> {
     ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " " + folder_ + " " + gguf_), 0);
   }
 
-  struct Run {
-    std::vector<float> logits;  // of the prompt's last position
-    std::vector<int32_t> tokens;
-  };
-  Run RunModel(const std::string& path) {
-    Run r;
-    auto backend = CreateBackend("cpu");
-    EXPECT_TRUE(backend.ok());
-    auto model = MoeModel::Load(path, backend->get());
-    EXPECT_TRUE(model.ok()) << model.status();
-    if (!model.ok()) return r;
-    auto experts = InMemoryExpertProvider::Create(**model);
-    EXPECT_TRUE(experts.ok());
-    const std::vector<int32_t> prompt = {5, 17, 300, 42, 7, 99, 3};
-    {
-      Session s(**model, experts->get(), 64);
-      auto logits = s.Forward(prompt, /*prefill=*/true);
-      EXPECT_TRUE(logits.ok()) << logits.status();
-      if (logits.ok()) r.logits.assign(logits->begin(), logits->end());
-    }
-    GenerateOptions o;
-    o.prompt = prompt;
-    o.max_new_tokens = 16;
-    o.stop_at_eos = false;
-    auto s = Generate(**model, experts->get(), o, [&](const SampledToken& t) {
-      r.tokens.push_back(t.token);
-      return true;
-    });
-    EXPECT_TRUE(s.ok()) << s.status();
-    return r;
-  }
-
   // Tensor `name` of `a` has the shape and bytes of `b`'s.
   static void ExpectSameTensor(const ModelDescription& a, const ModelDescription& b,
                                const std::string& name) {
@@ -130,39 +103,8 @@ TEST_P(GgufLoadTest, GivesTheFoldersLogitsAndTokens) {
     EXPECT_EQ(desc->checkpoint().names(), folder_desc->checkpoint().names());
   }
   // What the keys carry (and the tensors decide): the same model.
-  const ModelConfig& g = desc->config();
-  const ModelConfig& f = folder_desc->config();
-  EXPECT_EQ(g.head_dim, f.head_dim);
-  EXPECT_EQ(g.rotary_dim, f.rotary_dim);
-  EXPECT_EQ(g.moe_intermediate_size, f.moe_intermediate_size);
-  EXPECT_EQ(g.shared_expert_intermediate_size, f.shared_expert_intermediate_size);
-  EXPECT_EQ(g.moe_layers, f.moe_layers);
-  EXPECT_EQ(g.norm_topk_prob, f.norm_topk_prob);
-  EXPECT_EQ(g.routed_scaling_factor, f.routed_scaling_factor);
-  EXPECT_EQ(g.n_group, f.n_group);
-  EXPECT_EQ(g.topk_group, f.topk_group);
-  EXPECT_EQ(g.qkv_bias, f.qkv_bias);
-  EXPECT_EQ(g.qk_norm, f.qk_norm);
-  EXPECT_EQ(g.num_key_value_heads, f.num_key_value_heads);
-  EXPECT_EQ(g.mla.q_lora_rank, f.mla.q_lora_rank);
-  EXPECT_EQ(g.mla.kv_lora_rank, f.mla.kv_lora_rank);
-  EXPECT_EQ(g.mla.qk_nope_head_dim, f.mla.qk_nope_head_dim);
-  EXPECT_EQ(g.mla.qk_rope_head_dim, f.mla.qk_rope_head_dim);
-  EXPECT_EQ(g.mla.v_head_dim, f.mla.v_head_dim);
-  EXPECT_EQ(g.scoring_func, f.scoring_func);
-  EXPECT_EQ(g.topk_method, f.topk_method);
-  EXPECT_EQ(g.n_shared_experts, f.n_shared_experts);
-  EXPECT_EQ(g.first_k_dense_replace, f.first_k_dense_replace);
-  EXPECT_EQ(g.sliding_window, f.sliding_window);
-  EXPECT_EQ(g.sliding_layers, f.sliding_layers);
-  EXPECT_EQ(g.swiglu_limit, f.swiglu_limit);
-  EXPECT_EQ(g.yarn.has_value(), f.yarn.has_value());
-  if (g.yarn.has_value() && f.yarn.has_value()) {
-    EXPECT_EQ(g.yarn->factor, f.yarn->factor);
-    EXPECT_EQ(g.yarn->original_max_position_embeddings, f.yarn->original_max_position_embeddings);
-    EXPECT_EQ(g.yarn->truncate, f.yarn->truncate);
-  }
-  const Run a = RunModel(folder_), b = RunModel(gguf_);
+  ExpectSameKeyedConfig(desc->config(), folder_desc->config());
+  const ModelRun a = RunModel(folder_), b = RunModel(gguf_);
   ASSERT_EQ(a.logits.size(), b.logits.size());
   // The same weights, the same arithmetic: MXFP4 experts are held as q8 from
   // the folder and as kMxfp4 from the file, whose kernel forms q8's integer
@@ -281,7 +223,7 @@ TEST_F(GgufNextnTest, Glm4MoeSkipsTheMtpLayer) {
   for (const std::string& name : desc->checkpoint().names()) {
     EXPECT_EQ(name.rfind(mtp, 0), std::string::npos) << name;
   }
-  const Run a = RunModel(folder_), b = RunModel(gguf_);
+  const ModelRun a = RunModel(folder_), b = RunModel(gguf_);
   ASSERT_FALSE(a.logits.empty());
   EXPECT_EQ(a.logits, b.logits);
   EXPECT_EQ(a.tokens, b.tokens);
@@ -306,7 +248,7 @@ TEST_F(GgufLoadTest, SplitKvBIsJoinedBack) {
     auto folder_desc = ModelDescription::Open(folder_);
     ASSERT_TRUE(folder_desc.ok());
     ExpectSameTensor(*desc, *folder_desc, "model.layers.0.self_attn.kv_b_proj.weight");
-    const Run a = RunModel(folder_), b = RunModel(split);
+    const ModelRun a = RunModel(folder_), b = RunModel(split);
     ASSERT_FALSE(a.logits.empty());
     EXPECT_EQ(a.logits, b.logits);
     EXPECT_EQ(a.tokens, b.tokens);
@@ -406,7 +348,7 @@ TEST_F(GgufLoadTest, FusedGateUpExpertsLoadAsTwoViews) {
     ExpectSameTensor(*desc, *folder_desc,
                      absl::StrCat("model.layers.1.mlp.experts.3.", proj, ".weight"));
   }
-  const Run want = RunModel(folder_), got = RunModel(fused);
+  const ModelRun want = RunModel(folder_), got = RunModel(fused);
   ASSERT_FALSE(want.logits.empty());
   EXPECT_EQ(got.logits, want.logits);
   EXPECT_EQ(got.tokens, want.tokens);
@@ -417,7 +359,7 @@ TEST_F(GgufLoadTest, FusedGateUpExpertsLoadAsTwoViews) {
   ASSERT_EQ(Shell("/usr/bin/python3 " + kConverter + " --experts Q4_0 --fuse-gate-up-exps " +
                   folder_ + " " + fused_q4),
             0);
-  const Run a = RunModel(plain_q4), b = RunModel(fused_q4);
+  const ModelRun a = RunModel(plain_q4), b = RunModel(fused_q4);
   ASSERT_FALSE(a.logits.empty());
   EXPECT_EQ(b.logits, a.logits);
   EXPECT_EQ(b.tokens, a.tokens);
@@ -448,7 +390,7 @@ TEST_F(GgufLoadTest, FusedQkvLoadsAsThreeTensors) {
       const std::string name = absl::StrCat("model.layers.1.self_attn.", part);
       if (folder_desc->checkpoint().Has(name)) ExpectSameTensor(*desc, *folder_desc, name);
     }
-    const Run want = RunModel(folder_), got = RunModel(fused);
+    const ModelRun want = RunModel(folder_), got = RunModel(fused);
     ASSERT_FALSE(want.logits.empty());
     EXPECT_EQ(got.logits, want.logits);
     EXPECT_EQ(got.tokens, want.tokens);

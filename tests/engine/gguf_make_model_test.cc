@@ -52,9 +52,13 @@
 #include "services/engine/session.h"
 #include "services/engine/tokenizer.h"
 #include "tests/common/test_util.h"
+#include "tests/engine/gguf_run_util.h"
 
 namespace moe {
 namespace {
+
+using gguf_test::ModelRun;
+using gguf_test::RunModel;
 
 int Shell(const std::string& cmd) {
   const int status = std::system(cmd.c_str());
@@ -77,80 +81,19 @@ std::string Capture(const std::string& cmd, int* code) {
 const std::string kReference = std::string(MOE_SOURCE_DIR) + "/tests/reference";
 const std::string kMoectl = std::string(MOE_BINARY_DIR) + "/bin/moectl";
 
-struct ModelRun {
-  std::vector<float> logits;  // of the prompt's last position
-  std::vector<int32_t> tokens;
-};
-
-ModelRun RunModel(const std::string& path, int new_tokens = 16) {
-  ModelRun r;
-  auto backend = CreateBackend("cpu");
-  EXPECT_TRUE(backend.ok());
-  auto model = MoeModel::Load(path, backend->get());
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return r;
-  auto experts = InMemoryExpertProvider::Create(**model);
-  EXPECT_TRUE(experts.ok());
-  const std::vector<int32_t> prompt = {5, 17, 300, 42, 7, 99, 3};
-  {
-    Session s(**model, experts->get(), 64);
-    auto logits = s.Forward(prompt, /*prefill=*/true);
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    if (logits.ok()) r.logits.assign(logits->begin(), logits->end());
-  }
-  GenerateOptions o;
-  o.prompt = prompt;
-  o.max_new_tokens = new_tokens;
-  o.stop_at_eos = false;
-  auto s = Generate(**model, experts->get(), o, [&](const SampledToken& t) {
-    r.tokens.push_back(t.token);
-    return true;
-  });
-  EXPECT_TRUE(s.ok()) << s.status();
-  return r;
-}
 
 // What the keys carry (and the tensors decide): the same model.
 void ExpectSameConfig(const ModelConfig& g, const ModelConfig& f) {
+  gguf_test::ExpectSameKeyedConfig(g, f);
   EXPECT_EQ(g.family, f.family);
   EXPECT_EQ(g.num_hidden_layers, f.num_hidden_layers);
   EXPECT_EQ(g.hidden_size, f.hidden_size);
   EXPECT_EQ(g.num_experts, f.num_experts);
   EXPECT_EQ(g.top_k, f.top_k);
-  EXPECT_EQ(g.head_dim, f.head_dim);
-  EXPECT_EQ(g.rotary_dim, f.rotary_dim);
-  EXPECT_EQ(g.num_key_value_heads, f.num_key_value_heads);
-  EXPECT_EQ(g.moe_intermediate_size, f.moe_intermediate_size);
-  EXPECT_EQ(g.shared_expert_intermediate_size, f.shared_expert_intermediate_size);
-  EXPECT_EQ(g.moe_layers, f.moe_layers);
-  EXPECT_EQ(g.norm_topk_prob, f.norm_topk_prob);
-  EXPECT_EQ(g.routed_scaling_factor, f.routed_scaling_factor);
-  EXPECT_EQ(g.n_group, f.n_group);
-  EXPECT_EQ(g.topk_group, f.topk_group);
-  EXPECT_EQ(g.qkv_bias, f.qkv_bias);
-  EXPECT_EQ(g.qk_norm, f.qk_norm);
   EXPECT_EQ(g.tie_word_embeddings, f.tie_word_embeddings);
-  EXPECT_EQ(g.mla.q_lora_rank, f.mla.q_lora_rank);
-  EXPECT_EQ(g.mla.kv_lora_rank, f.mla.kv_lora_rank);
-  EXPECT_EQ(g.mla.qk_nope_head_dim, f.mla.qk_nope_head_dim);
-  EXPECT_EQ(g.mla.qk_rope_head_dim, f.mla.qk_rope_head_dim);
-  EXPECT_EQ(g.mla.v_head_dim, f.mla.v_head_dim);
-  EXPECT_EQ(g.scoring_func, f.scoring_func);
-  EXPECT_EQ(g.topk_method, f.topk_method);
-  EXPECT_EQ(g.n_shared_experts, f.n_shared_experts);
-  EXPECT_EQ(g.first_k_dense_replace, f.first_k_dense_replace);
-  EXPECT_EQ(g.sliding_window, f.sliding_window);
-  EXPECT_EQ(g.sliding_layers, f.sliding_layers);
-  EXPECT_EQ(g.swiglu_limit, f.swiglu_limit);
   EXPECT_EQ(g.rope_theta, f.rope_theta);
   EXPECT_EQ(g.bos_token_id, f.bos_token_id);
   EXPECT_EQ(g.eos_token_ids, f.eos_token_ids);
-  EXPECT_EQ(g.yarn.has_value(), f.yarn.has_value());
-  if (g.yarn.has_value() && f.yarn.has_value()) {
-    EXPECT_EQ(g.yarn->factor, f.yarn->factor);
-    EXPECT_EQ(g.yarn->original_max_position_embeddings, f.yarn->original_max_position_embeddings);
-    EXPECT_EQ(g.yarn->truncate, f.yarn->truncate);
-  }
 }
 
 bool SameValue(const GgufValue& a, const GgufValue& b) {

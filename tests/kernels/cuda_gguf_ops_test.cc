@@ -258,13 +258,7 @@ TEST_P(CudaGgufOpsTest, ExpertFfnMatchesTheCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaGgufOpsTest,
                          ::testing::ValuesIn(gguf_test::kGgufBlockDTypes),
-                         [](const ::testing::TestParamInfo<DType>& i) {
-                           std::string name(DTypeName(i.param));
-                           name.erase(
-                               std::remove(name.begin(), name.end(), '_'),
-                               name.end());
-                           return name;
-                         });
+                         gguf_test::DTypeParamName);
 
 // The backend as the executables create it ran the self-check at start and
 // kept ggml blocks on; a second run gives the details if it did not.

@@ -261,13 +261,7 @@ TEST_P(GgufBlockMathTest, CodesAndScalesDecodeAsGgml) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufBlockMathTest,
                          ::testing::ValuesIn(kGgufBlockDTypes),
-                         [](const ::testing::TestParamInfo<DType>& i) {
-                           std::string name(DTypeName(i.param));
-                           name.erase(
-                               std::remove(name.begin(), name.end(), '_'),
-                               name.end());
-                           return name;
-                         });
+                         gguf_test::DTypeParamName);
 
 // The header's quantizers are the CPU's, bit for bit: codes, scales, sums;
 // random rows, exact halves (ties to even), a group of zeros, tiny and huge.

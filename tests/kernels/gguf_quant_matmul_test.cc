@@ -203,13 +203,7 @@ TEST_P(GgufQuantMatMulTest, AddsTheBiasAndHasAKernelAtEveryLevel) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufQuantMatMulTest,
                          ::testing::ValuesIn(kGgufDTypes),
-                         [](const ::testing::TestParamInfo<DType>& i) {
-                           std::string name(DTypeName(i.param));
-                           name.erase(
-                               std::remove(name.begin(), name.end(), '_'),
-                               name.end());
-                           return name;
-                         });
+                         gguf_test::DTypeParamName);
 
 // K-quant rows against 1 to 4 activation rows at once, and 1 to 5 weight
 // rows a call, give each pair the bits it gets alone, at every level (a

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -26,20 +27,6 @@ inline constexpr DType kGgufBlockDTypes[] = {
     DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
     DType::kQ4K,  DType::kQ5K,  DType::kQ6K};
 
-// Byte offsets of a block's f16 fields.
-inline std::vector<int> F16Fields(DType t) {
-  switch (t) {
-    case DType::kQ4_1:
-    case DType::kQ5_1:
-    case DType::kQ4K:
-    case DType::kQ5K:
-      return {0, 2};
-    case DType::kQ6K:
-      return {208};
-    default:
-      return {0};
-  }
-}
 
 // `rows` rows of k weights of random blocks of `t`; the f16 fields are
 // finite, of either sign, within 2^-10 .. 4 in magnitude (times `scale`).
@@ -54,7 +41,7 @@ inline std::vector<uint8_t> RandomBlocks(DType t, int64_t rows, int64_t k,
   std::uniform_int_distribution<int> octave(-10, 2);
   for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
   for (int64_t b = 0; b < blocks; ++b) {
-    for (int off : F16Fields(t)) {
+    for (int off : GgufF16FieldOffsets(t)) {
       const uint16_t h =
           FloatToHalf(scale * std::ldexp(mant(rng), octave(rng)));
       std::memcpy(&w[static_cast<size_t>(b * bb + off)], &h, 2);
@@ -82,6 +69,13 @@ void WithKind(DType t, const F& f) {
     default:
       return f(std::integral_constant<int, gguf_math::kQ6K>{});
   }
+}
+
+// A test name for a block dtype parameter ("Q4_K" -> "Q4K").
+inline std::string DTypeParamName(const ::testing::TestParamInfo<DType>& info) {
+  std::string name(DTypeName(info.param));
+  name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+  return name;
 }
 
 // Row j of W decoded by ggml's reference decoder.
