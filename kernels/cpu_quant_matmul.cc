@@ -239,17 +239,21 @@ ActRounding ActRoundingFor(DType dtype) {
   }
 }
 
+namespace {
+// v rounded to the nearest f16, or v itself where that is infinite.
+float RoundToHalfIfFinite(float v) {
+  const float h = HalfToFloat(FloatToHalf(v));
+  return std::isfinite(h) ? h : v;
+}
+}  // namespace
+
 float ActScale32(float amax, bool ggml) {
   const float d = amax / 127.0f;
-  if (!ggml) return d;
-  const float h = HalfToFloat(FloatToHalf(d));
-  return std::isfinite(h) ? h : d;
+  return ggml ? RoundToHalfIfFinite(d) : d;
 }
 
 float ActSum32(float amax, int32_t sum) {
-  const float s = amax / 127.0f * static_cast<float>(sum);
-  const float h = HalfToFloat(FloatToHalf(s));
-  return std::isfinite(h) ? h : s;
+  return RoundToHalfIfFinite(amax / 127.0f * static_cast<float>(sum));
 }
 
 void QuantizeActivations(const float* x, int64_t m, int64_t k,
