@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 25> kDTypes = {{
+constexpr std::array<DTypeEntry, 26> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -43,6 +43,7 @@ constexpr std::array<DTypeEntry, 25> kDTypes = {{
     {DType::kQ4K, "Q4_K", 0},
     {DType::kQ5K, "Q5_K", 0},
     {DType::kQ6K, "Q6_K", 0},
+    {DType::kQ4KR16, "Q4_Kx16", 0},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -77,6 +78,7 @@ int64_t QuantGroupSize(DType dtype) {
     case DType::kQ5_1:
       return 32;
     case DType::kQ4K:
+    case DType::kQ4KR16:
     case DType::kQ5K:
     case DType::kQ6K:
       return 256;
@@ -102,6 +104,7 @@ int64_t QuantBlockBytes(DType dtype) {
     case DType::kQ5_1:
       return 2 + 2 + 4 + 16;
     case DType::kQ4K:
+    case DType::kQ4KR16:
       return 2 + 2 + 12 + 128;
     case DType::kQ5K:
       return 2 + 2 + 12 + 32 + 128;

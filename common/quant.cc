@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/gguf_blocks.h"
+#include "common/gguf_interleave.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "common/mxfp4.h"
 
 namespace moe {
@@ -141,8 +144,40 @@ std::string ExpertFormatName(DType format) {
   }
 }
 
+namespace {
+
+// ConvertWeights to or from kQ4KR16: through row-major Q4_K, the one dtype
+// it interleaves.
+absl::Status ConvertInterleaved(const void* src, DType from, int64_t rows, int64_t cols,
+                                DType to, void* dst) {
+  if (from == DType::kQ4KR16) {
+    if (to == DType::kQ4KR16) {  // group for group
+      if (rows % kQ4KR16Rows != 0 || cols % 256 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a [", rows, ", ", cols, "] matrix is not whole Q4_Kx16 groups"));
+      }
+      if (rows > 0) std::memcpy(dst, src, static_cast<size_t>(WeightBytes(from, rows, cols)));
+      return absl::OkStatus();
+    }
+    std::vector<uint8_t> plain(static_cast<size_t>(std::max<int64_t>(
+        0, WeightBytes(DType::kQ4K, rows, cols))));
+    RETURN_IF_ERROR(DeinterleaveQ4KRows16(src, rows, cols, plain.data()));
+    return ConvertWeights(plain.data(), DType::kQ4K, rows, cols, to, dst);
+  }
+  if (from != DType::kQ4K) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "only Q4_K weights interleave to Q4_Kx16, not ", DTypeName(from)));
+  }
+  return InterleaveQ4KRows16(src, rows, cols, dst);
+}
+
+}  // namespace
+
 absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
                             int64_t cols, DType to, void* dst) {
+  if (from == DType::kQ4KR16 || to == DType::kQ4KR16) {
+    return ConvertInterleaved(src, from, rows, cols, to, dst);
+  }
   if (!IsFloatDType(from) && !IsQuantDType(from)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot convert weights of dtype ", DTypeName(from)));
@@ -179,6 +214,7 @@ absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
 }
 
 void DequantizeRow(const void* src, DType format, int64_t cols, float* dst) {
+  MOE_CHECK(format != DType::kQ4KR16) << "DequantizeRow: Q4_Kx16 has no rows of its own";
   if (const std::optional<GgufType> t = GgufTypeOfDType(format);
       t.has_value() && format != DType::kQ8) {
     MOE_CHECK(DequantizeGguf(*t, static_cast<const uint8_t*>(src), cols, dst).ok())

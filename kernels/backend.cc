@@ -67,6 +67,16 @@ absl::Status CheckWeightDType(absl::string_view op, DType t,
   return absl::OkStatus();
 }
 
+// `rows` rows of a weight of dtype t are whole row groups (RowGroupOf:
+// kQ4KR16's 16).
+absl::Status CheckRowGroups(absl::string_view op, DType t, int64_t rows) {
+  if (rows % RowGroupOf(t) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", rows, " rows of ", DTypeName(t),
+                                                   " are not whole groups of ", RowGroupOf(t)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAttentionShape(absl::string_view op,
                                  const AttentionShape& s) {
   RETURN_IF_ERROR(CheckDims(op, {{"tokens", s.tokens},
@@ -131,6 +141,7 @@ absl::Status Backend::MatMul(const float* x, const void* w, DType w_dtype,
   constexpr absl::string_view kOp = "MatMul";
   RETURN_IF_ERROR(CheckDims(kOp, {{"m", m}, {"n", n}, {"k", k}}));
   RETURN_IF_ERROR(CheckWeightDType(kOp, w_dtype, {k}));
+  RETURN_IF_ERROR(CheckRowGroups(kOp, w_dtype, n));
   RETURN_IF_ERROR(CheckPtr(kOp, "x", x, m * k));
   RETURN_IF_ERROR(CheckPtr(kOp, "w", w, n * k));
   RETURN_IF_ERROR(CheckPtr(kOp, "y", y, m * n));
@@ -255,6 +266,9 @@ absl::Status Backend::ExpertFfn(const float* x, const int32_t* rows,
   RETURN_IF_ERROR(CheckWeightDType(kOp, w.gate, {hidden}));
   RETURN_IF_ERROR(CheckWeightDType(kOp, w.up, {hidden}));
   RETURN_IF_ERROR(CheckWeightDType(kOp, w.down, {inter}));
+  RETURN_IF_ERROR(CheckRowGroups(kOp, w.gate, inter));
+  RETURN_IF_ERROR(CheckRowGroups(kOp, w.up, inter));
+  RETURN_IF_ERROR(CheckRowGroups(kOp, w.down, hidden));
   if (count > tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ExpertFfn: count (", count, ") exceeds tokens (", tokens, ")"));
@@ -308,6 +322,8 @@ absl::Status Backend::BiasedExpertFfn(
                                   {"hidden", hidden},
                                   {"inter", inter}}));
   RETURN_IF_ERROR(CheckWeightDType(kOp, w_dtype, {hidden, inter}));
+  RETURN_IF_ERROR(CheckRowGroups(kOp, w_dtype, hidden));
+  RETURN_IF_ERROR(CheckRowGroups(kOp, w_dtype, inter));
   if (count > tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "BiasedExpertFfn: count (", count, ") exceeds tokens (", tokens, ")"));

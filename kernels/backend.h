@@ -73,6 +73,12 @@ struct BackendInfo {
   // only when they pass the self-check run as the backend is created
   // (kernels/cuda_gguf_self_check.h); false, with a WARNING, otherwise.
   bool supports_gguf_blocks = true;
+  // And kQ4KR16, Q4_K with 16 rows interleaved (common/gguf_interleave.h):
+  // the CPU at every level, never CUDA. `prefers_q4k_rows16`: loaders hold
+  // Q4_K matrices of whole 16-row groups in it for this backend
+  // (CpuPrefersQ4KRows16, kernels/cpu_gguf_quant.h).
+  bool supports_q4k_rows16 = false;
+  bool prefers_q4k_rows16 = false;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
   int threads = 1;                  // CPU worker threads (1 on a device)

@@ -1,4 +1,5 @@
 #include "kernels/cpu_backend.h"
+#include "kernels/cpu_gguf_quant.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -69,6 +70,8 @@ BackendInfo CpuBackend::Info() const {
   info.is_device = false;
   info.threads = pool_->size();
   info.simd = std::string(SimdLevelName(simd_.load()));
+  info.supports_q4k_rows16 = true;
+  info.prefers_q4k_rows16 = CpuPrefersQ4KRows16(simd_.load());
   return info;
 }
 

@@ -2,7 +2,12 @@
 // activation rounding, and the dispatch.
 #include "kernels/cpu_gguf_quant.h"
 
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
 #include "common/dtype.h"
+#include "common/gguf_interleave.h"
 
 namespace moe {
 namespace {
@@ -120,6 +125,47 @@ void Q6KRows(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
   }
 }
 
+// kQ4KR16 (common/gguf_interleave.h): each row of a 16-row group from its
+// Q4_K block, in the arithmetic every level shares (cpu_gguf_quant.h):
+// S and M exact per block, acc = fma(S, d dx, acc), acc = fma(-M, dmin dx,
+// acc).
+void Q4KR16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
+                int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
+  const int64_t blocks = x.k / kKBlock;
+  for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
+    const uint8_t* gp = w + g * kQ4KR16Rows * w_stride;
+    for (int rr = 0; rr < kQ4KR16Rows; ++rr) {
+      const int64_t c = g * kQ4KR16Rows + rr;
+      for (int r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < blocks; ++b) {
+          uint8_t blk[144];
+          Q4KR16RowBlock(gp + b * kQ4KR16GroupBytes, rr, blk);
+          int sc[8], mn[8];
+          UnpackKScales(blk + 4, sc, mn);
+          const int8_t* xb = x.q.data() + i * x.k + b * kKBlock;
+          const int16_t* bs = x.bsums.data() + (i * x.k + b * kKBlock) / 16;
+          int32_t isum = 0, msum = 0;
+          for (int j = 0; j < 8; ++j) {
+            int32_t s = 0;
+            for (int l = 0; l < 32; ++l) {
+              const uint8_t byte = blk[16 + 32 * (j / 2) + l];
+              s += (j % 2 == 0 ? byte & 0x0F : byte >> 4) * xb[32 * j + l];
+            }
+            isum += sc[j] * s;
+            msum += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+          }
+          const float dx = x.d[i * blocks + b];
+          acc = std::fma(static_cast<float>(isum), F16(blk) * dx, acc);
+          acc = std::fma(-static_cast<float>(msum), F16(blk + 2) * dx, acc);
+        }
+        y[r * y_stride + c] = acc + (bias != nullptr ? bias[c] : 0.0f);
+      }
+    }
+  }
+}
+
 // Weight rows one at a time (the scalar pairs are independent).
 template <void (*kRow)(const uint8_t*, const KActivations&, int64_t, int, float, float*,
                        int64_t)>
@@ -155,9 +201,17 @@ GgufKRowsFn GgufKRowsScalar(DType dtype) {
       return &ScalarRows<&K45Rows<true>>;
     case DType::kQ6K:
       return &ScalarRows<&Q6KRows>;
+    case DType::kQ4KR16:
+      return &Q4KR16Rows;
     default:
       return nullptr;
   }
+}
+
+bool CpuPrefersQ4KRows16(SimdLevel level) {
+  static const bool vnni = Q8VnniSupported();
+  const char* env = std::getenv("MOE_Q4K_ROWS16");
+  return level == SimdLevel::kAvx512 && vnni && !(env != nullptr && std::strcmp(env, "0") == 0);
 }
 
 GgufDotFn GgufDotFor(DType dtype, SimdLevel level) {
@@ -169,7 +223,9 @@ GgufKRowsFn GgufKRowsFor(DType dtype, SimdLevel level) {
   static const bool vnni = Q8VnniSupported();
   GgufKRowsFn f = nullptr;
   if (level == SimdLevel::kAvx512 && vnni) f = GgufKRowsAvx512Vnni(dtype);
-  if (f == nullptr && level != SimdLevel::kScalar) f = GgufKRowsAvx2(dtype);
+  if (f == nullptr && level != SimdLevel::kScalar && dtype != DType::kQ4KR16) {
+    f = GgufKRowsAvx2(dtype);
+  }
   return f != nullptr ? f : GgufKRowsScalar(dtype);
 }
 

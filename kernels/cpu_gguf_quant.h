@@ -23,6 +23,13 @@
 // equal ggml's Q8_K (which stores both negated), so both engines multiply
 // the same rounded activations.
 //
+//   kQ4KR16 (Q4_K, 16 rows interleaved: common/gguf_interleave.h), per
+//   block the exact integers S = sum_j s_j sum(q * q_x) and M = sum_j m_j
+//   (bit-sum j), then acc = fma(S, d * d_x, acc), acc = fma(-M, dmin * d_x,
+//   acc), y = acc + bias: one float order that every level follows, so its
+//   results are the same bits at every SIMD level (AVX-512 VNNI: one lane
+//   per row of the group; other levels: the scalar loop).
+//
 // So the result equals the dequantized weights times the rounded
 // activations (RoundActivations / RoundKActivations) up to f32 rounding of
 // the per-block terms and of their sum; K-quant blocks need k % 256 == 0.
@@ -50,7 +57,8 @@ namespace moe {
 
 // The K-quants: 256-weight blocks that meet KActivations.
 inline bool IsGgufKDType(DType dtype) {
-  return dtype == DType::kQ4K || dtype == DType::kQ5K || dtype == DType::kQ6K;
+  return dtype == DType::kQ4K || dtype == DType::kQ5K || dtype == DType::kQ6K ||
+         dtype == DType::kQ4KR16;
 }
 
 // One output y[i, j] of a 32-weight type: weight row `w` (x.k / 32 blocks)
@@ -68,7 +76,8 @@ using GgufSmallRowsFn = void (*)(const uint8_t* w, int64_t w_stride, int64_t n_r
 // AVX2, kAvx512 -> AVX-512 VNNI where the CPU has AVX512_VNNI/BW/VL
 // (Q8VnniSupported), else AVX2. GgufDotFor REQUIRES a 32-weight type
 // (IsGgufBlockDType, not IsGgufKDType), GgufKRowsFor a K-quant;
-// SimdLevelSupported(level).
+// SimdLevelSupported(level). For kQ4KR16, w is a row group's start and
+// n_rows a multiple of 16 (whole groups; w_stride one row's share).
 GgufDotFn GgufDotFor(DType dtype, SimdLevel level);
 GgufKRowsFn GgufKRowsFor(DType dtype, SimdLevel level);
 
@@ -82,6 +91,12 @@ GgufSmallRowsFn GgufSmallRowsAvx512Vnni(DType dtype);
 GgufKRowsFn GgufKRowsScalar(DType dtype);
 GgufKRowsFn GgufKRowsAvx2(DType dtype);
 GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype);
+
+// Whether Q4_K matrices are best held as kQ4KR16 on this CPU at `level`:
+// AVX-512 VNNI (its kernel reads ~1.8x the bytes per second of the
+// row-major one from memory, ~3x in cache, on a zen4 core), unless
+// $MOE_Q4K_ROWS16=0 (a diagnostic: hold Q4_K as the file stores it).
+bool CpuPrefersQ4KRows16(SimdLevel level);
 
 namespace gguf_quant_internal {
 

@@ -11,7 +11,9 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "common/gguf_interleave.h"
 #include "kernels/cpu_gguf_quant.h"
 
 #define MOE_GGUF_VNNI_TARGET \
@@ -221,6 +223,128 @@ MOE_GGUF_VNNI_INLINE void Q6KRow(const uint8_t* w, const KActivations& x, int64_
   for (int r = 0; r < kR; ++r) y[r * y_stride] = _mm512_reduce_add_ps(acc[r]) + bias;
 }
 
+// kQ4KR16 (common/gguf_interleave.h): a 16-row group at a time, one 32-bit
+// lane per row, so a block's scales, float work and the final sums serve
+// 16 rows and no row needs a horizontal reduction. Per 64-byte load of
+// codes: `& 0x0F` gives 4 weights of sub-block 2p per row, `& 0xF0` the
+// same positions of 2p + 1 times 16; vpdpbusd against the 4 activations
+// broadcast. After a sub-block pair, the two int32 sums meet the scales
+// (16 s_2p and s_2p+1, so the block's integer is 16 S, exact), and the mins
+// meet the bit-sum pair in one vpdpwssd. Each lane then follows the scalar
+// order: acc = fma(S, d dx, acc), acc = fma(-M, dmin dx, acc).
+template <int kR>
+MOE_GGUF_VNNI_INLINE void Q4KR16Group(const uint8_t* gp, const KActivations& x, int64_t i0,
+                                      const float* bias, float* y, int64_t y_stride) {
+  const int64_t blocks = x.k / kKBlock;
+  const KRows<kR> t(x, i0);
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i high = _mm512_set1_epi8(static_cast<char>(0xF0));
+  const __m512i bits45 = _mm512_set1_epi8(0x30);
+  const __m512i scale16 = _mm512_set1_epi32(0x3F0);
+  // Targets 0-63 take their top bits from bits 0-1 | 2-3 of the top-bit
+  // bytes (to bits 4-5: << 4 | << 2), targets 64-127 from 4-5 | 6-7.
+  const __m512i first_shift =
+      _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+  const __m512i second_shift =
+      _mm512_mask_blend_epi64(0xf0, _mm512_setzero_si512(), _mm512_set1_epi16(2));
+  __m512 acc[kR];
+  for (int r = 0; r < kR; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* g = gp + b * kQ4KR16GroupBytes;
+    // The 128 six-bit targets of an area: t0 = targets 0-63 (pairs 0, 1),
+    // t1 = 64-127 (pairs 2, 3). a | (b & c) is ternary-logic 0xF8.
+    auto targets = [&](const uint8_t* area, __m512i* t0, __m512i* t1) MOE_GGUF_VNNI_LAMBDA {
+      const __m512i l = _mm512_loadu_si512(area);
+      const __m512i h = Both(area + 64);
+      *t0 = _mm512_ternarylogic_epi32(_mm512_and_si512(l, low),
+                                      _mm512_sllv_epi16(h, first_shift), bits45, 0xF8);
+      *t1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), low),
+                                      _mm512_srlv_epi16(h, second_shift), bits45, 0xF8);
+    };
+    __m512i sc[2], mn[2];
+    targets(g + 64, &sc[0], &sc[1]);
+    targets(g + 160, &mn[0], &mn[1]);
+    // Per row, the bit-sums of sub-blocks 2p and 2p + 1 as one int32
+    // (int16 pair), at element {0, 1, 4, 5}[p].
+    alignas(32) int32_t bsp[kR][8];
+    for (int r = 0; r < kR; ++r) {
+      const __m256i s32 = _mm256_madd_epi16(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.xbs[r] + b * 16)),
+          _mm256_set1_epi16(1));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bsp[r]), _mm256_packs_epi32(s32, s32));
+    }
+    __m512i s16[kR], m[kR];
+    for (int r = 0; r < kR; ++r) s16[r] = m[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m512i& st = sc[p / 2];
+      const __m512i& mt = mn[p / 2];
+      const __m512i sp = _mm512_cvtepu8_epi16(p % 2 == 0 ? _mm512_castsi512_si256(st)
+                                                         : _mm512_extracti64x4_epi64(st, 1));
+      const __m512i mp = _mm512_cvtepu8_epi16(p % 2 == 0 ? _mm512_castsi512_si256(mt)
+                                                         : _mm512_extracti64x4_epi64(mt, 1));
+      const __m512i s_lo = _mm512_and_si512(_mm512_slli_epi32(sp, 4), scale16);
+      const __m512i s_hi = _mm512_srli_epi32(sp, 16);
+      constexpr int kPair[4] = {0, 1, 4, 5};
+      __m512i da[kR], db[kR];
+      for (int r = 0; r < kR; ++r) {
+        m[r] = _mm512_dpwssd_epi32(m[r], mp, _mm512_set1_epi32(bsp[r][kPair[p]]));
+        da[r] = db[r] = _mm512_setzero_si512();
+      }
+      const uint8_t* qs = g + 256 + 512 * p;
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        const __m512i v = _mm512_loadu_si512(qs + 64 * q);
+        const __m512i lo = _mm512_and_si512(v, low);
+        const __m512i hi = _mm512_and_si512(v, high);
+#pragma GCC unroll 4
+        for (int r = 0; r < kR; ++r) {
+          const int8_t* xp = t.xq[r] + b * kKBlock + 64 * p + 4 * q;
+          int32_t xa, xb;
+          std::memcpy(&xa, xp, 4);
+          std::memcpy(&xb, xp + 32, 4);
+          da[r] = _mm512_dpbusd_epi32(da[r], lo, _mm512_set1_epi32(xa));
+          db[r] = _mm512_dpbusd_epi32(db[r], hi, _mm512_set1_epi32(xb));
+        }
+      }
+      for (int r = 0; r < kR; ++r) {
+        s16[r] = _mm512_add_epi32(
+            s16[r], _mm512_add_epi32(_mm512_mullo_epi32(da[r], s_lo),
+                                     _mm512_mullo_epi32(db[r], s_hi)));
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
+    for (int r = 0; r < kR; ++r) {
+      const __m512 dx = _mm512_set1_ps(t.xd[r][b]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(s16[r], 4)),
+                               _mm512_mul_ps(d, dx), acc[r]);
+      acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m[r]), _mm512_mul_ps(dmin, dx), acc[r]);
+    }
+  }
+  const __m512 bv = bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  for (int r = 0; r < kR; ++r) _mm512_storeu_ps(y + r * y_stride, _mm512_add_ps(acc[r], bv));
+}
+
+template <int kR>
+MOE_GGUF_VNNI void Q4KR16Groups(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                                const KActivations& x, int64_t i0, const float* bias, float* y,
+                                int64_t y_stride) {
+  for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
+    Q4KR16Group<kR>(w + g * kQ4KR16Rows * w_stride, x, i0,
+                    bias != nullptr ? bias + g * kQ4KR16Rows : nullptr, y + g * kQ4KR16Rows,
+                    y_stride);
+  }
+}
+
+void Q4KR16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
+                    int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) {
+    Q4KR16Groups<r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+  });
+}
+
 // Weight rows one after another in one call (no call and no constants
 // per row), each as kRow (K45Row, Q6KRow, SmallRow) computes it alone.
 template <auto kRow, typename X>
@@ -380,6 +504,8 @@ GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype) {
       return &K45RowsVnni<true>;
     case DType::kQ6K:
       return &Q6KRowsVnni;
+    case DType::kQ4KR16:
+      return &Q4KR16RowsVnni;
     default:
       return nullptr;
   }

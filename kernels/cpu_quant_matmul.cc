@@ -385,9 +385,12 @@ void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t
   }
 }
 
-int64_t QuantColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k) {
+int64_t QuantColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k,
+                         DType dtype) {
   if (m * n * k < (int64_t{1} << 15)) return n;  // not worth waking the pool
-  return std::max<int64_t>(8, n / (pool.size() * 8));
+  const int64_t group = RowGroupOf(dtype);
+  const int64_t grain = std::max<int64_t>(8, n / (pool.size() * 8));
+  return (grain + group - 1) / group * group;
 }
 
 QuantizedInput& QuantizedInputFor(int64_t m, int64_t k, QuantizedInput* local) {
@@ -400,7 +403,7 @@ void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
   QuantizedInput local;
   QuantizedInput& in = QuantizedInputFor(a.m, a.k, &local);
   in.Prepare(a.x, a.m, a.k, a.dtype, level);
-  pool.ParallelFor(a.n, QuantColumnGrain(pool, a.m, a.n, a.k), [&](int64_t b, int64_t e) {
+  pool.ParallelFor(a.n, QuantColumnGrain(pool, a.m, a.n, a.k, a.dtype), [&](int64_t b, int64_t e) {
     in.Columns(a.w, a.bias, a.y, a.n, b, e);
   });
 }

@@ -174,8 +174,10 @@ class QuantizedInput {
 // QuantizedInput, kept for the thread's life, up to 8 Mi activations (its
 // buffers then hold ~9 bytes per activation); `*local` above.
 QuantizedInput& QuantizedInputFor(int64_t m, int64_t k, QuantizedInput* local);
-// The ParallelFor grain over the n columns of a quantized product.
-int64_t QuantColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k);
+// The ParallelFor grain over the n columns of a quantized product: whole
+// row groups of `dtype` (RowGroupOf), so every chunk starts on one.
+int64_t QuantColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k,
+                         DType dtype);
 
 // REQUIRES: IsQuantDType(a.dtype), a.k a multiple of its group,
 // SimdLevelSupported(level). At the AVX-512 level q8 and q4 run the VNNI

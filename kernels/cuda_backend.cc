@@ -270,7 +270,15 @@ class CudaBackend : public Backend {
     return CudaModuleStatus(api_, code, what);
   }
   // UNIMPLEMENTED for ggml blocks once the self-check has failed.
+  // And always for kQ4KR16, the CPU's own layout (no CUDA kernel reads it).
   absl::Status RefuseGgufBlocks(std::initializer_list<DType> dtypes) const {
+    for (DType t : dtypes) {
+      if (t == DType::kQ4KR16) {
+        return absl::UnimplementedError(
+            "Q4_Kx16 weights are the CPU's interleaved Q4_K; the CUDA kernels read Q4_K as "
+            "the file stores it");
+      }
+    }
     if (gguf_check_.ok()) return absl::OkStatus();
     for (DType t : dtypes) {
       if (IsGgufBlockDType(t)) {

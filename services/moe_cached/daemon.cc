@@ -20,6 +20,7 @@
 #include "common/model_desc.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "kernels/cpu_gguf_quant.h"
 #include "services/cache/policy.h"
 #include "services/rpc/build_info.h"
 #include "services/rpc/startup_log.h"
@@ -41,16 +42,21 @@ absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const
   }
   ModelPlan plan{std::move(*desc)};
   const ModelConfig& config = plan.desc.config();
+  // Per model: the free device memory shrinks with every arena.
+  ASSIGN_OR_RETURN(plan.device, ResolveDevice(options_.device));
+  // Experts in host memory only ever meet the CPU kernels (the worker's
+  // host execution reads this store): Q4_K in the CPU's interleaved layout
+  // where this CPU prefers it. A CUDA arena keeps the file's layout.
+  plan.interleave_q4k = !plan.device.is_cuda() && CpuPrefersQ4KRows16(DetectSimdLevel());
   ASSIGN_OR_RETURN(std::vector<ExpertLayerLayout> layers,
-                   ExpertStore::PlanLayers(plan.desc, options_.expert_format));
+                   ExpertStore::PlanLayers(plan.desc, options_.expert_format,
+                                           plan.interleave_q4k));
   for (const ExpertLayerLayout& layer : layers) {
     plan.block_bytes = std::max(plan.block_bytes, layer.block_bytes);
     plan.store_bytes = layer.offset + layer.block_bytes * static_cast<uint64_t>(config.num_experts);
     plan.held.push_back({layer.tensors[0].dtype, layer.tensors[1].dtype, layer.tensors[2].dtype});
   }
   const uint64_t block_bytes = plan.block_bytes;
-  // Per model: the free device memory shrinks with every arena.
-  ASSIGN_OR_RETURN(plan.device, ResolveDevice(options_.device));
   ASSIGN_OR_RETURN(plan.capacity,
                    ComputeCapacity(options_.capacity, spec.name, config.num_moe_layers(),
                                    static_cast<int>(config.num_experts), block_bytes,
@@ -75,6 +81,7 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
   ExpertStoreOptions store_options =
       device.is_cuda() ? PinnedStoreOptions(device.memory) : ExpertStoreOptions{};
   store_options.format = options_.expert_format;
+  store_options.interleave_q4k = plan.interleave_q4k;
   ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store,
                    ExpertStore::Load(spec.name, plan.desc, store_options));
   CachedModelOptions mo;

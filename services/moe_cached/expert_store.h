@@ -69,6 +69,11 @@ struct ExpertStoreOptions {
   // GGUF file's block-format experts keep their blocks, mixed types
   // included: DefaultHeldFormat).
   std::optional<DType> format;
+  // Q4_K experts (format nullopt) held as kQ4KR16, the CPU's interleaved
+  // Q4_K (common/gguf_interleave.h): the same bytes rearranged. For a store
+  // whose experts only ever meet CPU kernels (a daemon without a GPU), on a
+  // CPU that prefers it (CpuPrefersQ4KRows16); never for a CUDA arena.
+  bool interleave_q4k = false;
   // Called once on the whole buffer after allocation, before it is filled
   // (CUDA: register it as pinned memory). A failure aborts the load with
   // that status (e.g. RESOURCE_EXHAUSTED naming the memlock limit).
@@ -101,13 +106,13 @@ class ExpertStore {
   static absl::StatusOr<std::vector<ExpertTensorLayout>> ComputeLayout(
       const TensorView& gate, const TensorView& up, const TensorView& down,
       uint64_t* block_bytes, std::optional<DType> format = std::nullopt,
-      const std::vector<TensorView>& biases = {});
+      const std::vector<TensorView>& biases = {}, bool interleave_q4k = false);
 
   // Every MoE layer's layout (from its expert 0: a layer's experts share
   // their dtypes, and Load checks their shapes), offsets in the store
   // included: what Load lays out, without reading an expert.
   static absl::StatusOr<std::vector<ExpertLayerLayout>> PlanLayers(
-      const ModelDescription& model, std::optional<DType> format);
+      const ModelDescription& model, std::optional<DType> format, bool interleave_q4k = false);
 
   // The gate, up and down bias views of an expert of `model`, or
   // none for families without expert biases.

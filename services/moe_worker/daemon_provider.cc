@@ -74,7 +74,8 @@ absl::Status CheckBackendRunsFormat(const BackendInfo& backend, DType format) {
                     (format == DType::kQ8 && backend.supports_q8) ||
                     (format == DType::kQ4 && backend.supports_q4) ||
                     (format == DType::kMxfp4 && backend.supports_mxfp4) ||
-                    (IsGgufBlockDType(format) && backend.supports_gguf_blocks);
+                    (IsGgufBlockDType(format) && backend.supports_gguf_blocks) ||
+                    (format == DType::kQ4KR16 && backend.supports_q4k_rows16);
   if (runs) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "moe-cached holds the experts as ", ExpertFormatName(format), " but this worker's ",

@@ -1,0 +1,131 @@
+#include "common/gguf_interleave.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace moe {
+namespace {
+
+constexpr int64_t kBlockBytes = 144;
+
+// The 6-bit scale and min of sub-block j of a Q4_K block's 12 packed bytes
+// (ggml's get_scale_min_k4).
+void ScaleMin(const uint8_t* q, int j, int* s, int* m) {
+  if (j < 4) {
+    *s = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *s = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Puts 6-bit value v at target t of a 96-byte scale (or min) area:
+// 64 low-nibble bytes then 32 top-bit bytes.
+void PutTarget(uint8_t* area, int t, int v) {
+  uint8_t& lo = area[t % 64];
+  lo = static_cast<uint8_t>(t < 64 ? (lo & 0xF0) | (v & 15) : (lo & 0x0F) | ((v & 15) << 4));
+  const int h = t / 32, i = t % 32;
+  uint8_t& hi = area[64 + i];
+  hi = static_cast<uint8_t>((hi & ~(3 << (2 * h))) | ((v >> 4) << (2 * h)));
+}
+
+int GetTarget(const uint8_t* area, int t) {
+  const int lo = t < 64 ? (area[t] & 15) : (area[t - 64] >> 4);
+  return lo | (((area[64 + t % 32] >> (2 * (t / 32))) & 3) << 4);
+}
+
+// Packs scales s[8] and mins m[8] as a Q4_K block's 12 bytes (the inverse
+// of ScaleMin).
+void PackScales(const int s[8], const int m[8], uint8_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = static_cast<uint8_t>((s[j] & 63) | ((s[j + 4] >> 4) << 6));
+    q[j + 4] = static_cast<uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    q[j + 8] = static_cast<uint8_t>((s[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+  }
+}
+
+void InterleaveGroup(const uint8_t* const rows[16], uint8_t* g) {
+  std::memset(g, 0, 256);
+  for (int r = 0; r < 16; ++r) {
+    const uint8_t* b = rows[r];
+    std::memcpy(g + 2 * r, b, 2);
+    std::memcpy(g + 32 + 2 * r, b + 2, 2);
+    for (int j = 0; j < 8; ++j) {
+      int s, m;
+      ScaleMin(b + 4, j, &s, &m);
+      const int t = 32 * (j / 2) + 2 * r + j % 2;
+      PutTarget(g + 64, t, s);
+      PutTarget(g + 160, t, m);
+    }
+    for (int c = 0; c < 4; ++c) {
+      for (int t = 0; t < 8; ++t) {
+        std::memcpy(g + 256 + 64 * (8 * c + t) + 4 * r, b + 16 + 32 * c + 4 * t, 4);
+      }
+    }
+  }
+}
+
+absl::Status CheckShape(const char* what, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % 256 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": a [", rows, ", ", cols, "] Q4_K matrix is not whole groups of 16 rows of ",
+        "256-weight blocks"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out) {
+  std::memcpy(out, g + 2 * r, 2);
+  std::memcpy(out + 2, g + 32 + 2 * r, 2);
+  int s[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    const int t = 32 * (j / 2) + 2 * r + j % 2;
+    s[j] = GetTarget(g + 64, t);
+    m[j] = GetTarget(g + 160, t);
+  }
+  PackScales(s, m, out + 4);
+  for (int c = 0; c < 4; ++c) {
+    for (int t = 0; t < 8; ++t) {
+      std::memcpy(out + 16 + 32 * c + 4 * t, g + 256 + 64 * (8 * c + t) + 4 * r, 4);
+    }
+  }
+}
+
+absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols, void* dst) {
+  if (absl::Status s = CheckShape("InterleaveQ4KRows16", rows, cols); !s.ok()) return s;
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t blocks = cols / 256, row_bytes = blocks * kBlockBytes;
+  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* src_rows[16];
+      for (int r = 0; r < 16; ++r) {
+        src_rows[r] = in + (16 * g + r) * row_bytes + b * kBlockBytes;
+      }
+      InterleaveGroup(src_rows, out + (g * blocks + b) * kQ4KR16GroupBytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols, void* dst) {
+  if (absl::Status s = CheckShape("DeinterleaveQ4KRows16", rows, cols); !s.ok()) return s;
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t blocks = cols / 256, row_bytes = blocks * kBlockBytes;
+  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* gb = in + (g * blocks + b) * kQ4KR16GroupBytes;
+      for (int r = 0; r < 16; ++r) {
+        Q4KR16RowBlock(gb, r, out + (16 * g + r) * row_bytes + b * kBlockBytes);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moe
