@@ -252,38 +252,73 @@ absl::Status Backend::RouterTopK(const float* logits, int32_t* topk_ids,
                       renormalize, stream);
 }
 
+namespace {
+
+// ExpertFfn's checks of one expert (`op` names the op in messages).
+absl::Status CheckExpertFfn(absl::string_view op, const float* x, const void* gate,
+                            const void* up, const void* down, const ExpertDTypes& w,
+                            const float* out, int64_t tokens, int64_t count, int64_t hidden,
+                            int64_t inter) {
+  RETURN_IF_ERROR(CheckDims(op, {{"tokens", tokens},
+                                 {"count", count},
+                                 {"hidden", hidden},
+                                 {"inter", inter}}));
+  RETURN_IF_ERROR(CheckWeightDType(op, w.gate, {hidden}));
+  RETURN_IF_ERROR(CheckWeightDType(op, w.up, {hidden}));
+  RETURN_IF_ERROR(CheckWeightDType(op, w.down, {inter}));
+  RETURN_IF_ERROR(CheckRowGroups(op, w.gate, inter));
+  RETURN_IF_ERROR(CheckRowGroups(op, w.up, inter));
+  RETURN_IF_ERROR(CheckRowGroups(op, w.down, hidden));
+  if (count > tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": count (", count, ") exceeds tokens (", tokens, ")"));
+  }
+  if (hidden == 0 || inter == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": hidden and inter must be > 0"));
+  }
+  RETURN_IF_ERROR(CheckPtr(op, "x", x, tokens * hidden));
+  RETURN_IF_ERROR(CheckPtr(op, "gate", gate, inter * hidden));
+  RETURN_IF_ERROR(CheckPtr(op, "up", up, inter * hidden));
+  RETURN_IF_ERROR(CheckPtr(op, "down", down, hidden * inter));
+  return CheckPtr(op, "out", out, tokens * hidden);
+}
+
+}  // namespace
+
 absl::Status Backend::ExpertFfn(const float* x, const int32_t* rows,
                                 const float* weights, const void* gate,
                                 const void* up, const void* down,
                                 const ExpertDTypes& w, float* out, int64_t tokens,
                                 int64_t count, int64_t hidden, int64_t inter,
                                 Stream stream) {
-  constexpr absl::string_view kOp = "ExpertFfn";
-  RETURN_IF_ERROR(CheckDims(kOp, {{"tokens", tokens},
-                                  {"count", count},
-                                  {"hidden", hidden},
-                                  {"inter", inter}}));
-  RETURN_IF_ERROR(CheckWeightDType(kOp, w.gate, {hidden}));
-  RETURN_IF_ERROR(CheckWeightDType(kOp, w.up, {hidden}));
-  RETURN_IF_ERROR(CheckWeightDType(kOp, w.down, {inter}));
-  RETURN_IF_ERROR(CheckRowGroups(kOp, w.gate, inter));
-  RETURN_IF_ERROR(CheckRowGroups(kOp, w.up, inter));
-  RETURN_IF_ERROR(CheckRowGroups(kOp, w.down, hidden));
-  if (count > tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ExpertFfn: count (", count, ") exceeds tokens (", tokens, ")"));
-  }
-  if (hidden == 0 || inter == 0) {
-    return absl::InvalidArgumentError("ExpertFfn: hidden and inter must be > 0");
-  }
-  RETURN_IF_ERROR(CheckPtr(kOp, "x", x, tokens * hidden));
-  RETURN_IF_ERROR(CheckPtr(kOp, "gate", gate, inter * hidden));
-  RETURN_IF_ERROR(CheckPtr(kOp, "up", up, inter * hidden));
-  RETURN_IF_ERROR(CheckPtr(kOp, "down", down, hidden * inter));
-  RETURN_IF_ERROR(CheckPtr(kOp, "out", out, tokens * hidden));
+  RETURN_IF_ERROR(
+      CheckExpertFfn("ExpertFfn", x, gate, up, down, w, out, tokens, count, hidden, inter));
   if (count == 0) return absl::OkStatus();
   return DoExpertFfn(x, rows, weights, gate, up, down, w, out, tokens,
                      count, hidden, inter, stream);
+}
+
+absl::Status Backend::ExpertFfns(const float* x, absl::Span<const ExpertCall> calls,
+                                 float* out, int64_t tokens, int64_t hidden, int64_t inter,
+                                 Stream stream) {
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ExpertCall& c = calls[i];
+    RETURN_IF_ERROR(CheckExpertFfn(absl::StrCat("ExpertFfns call ", i), x, c.gate, c.up,
+                                   c.down, c.dtypes, out, tokens, c.count, hidden, inter));
+  }
+  if (calls.empty()) return absl::OkStatus();
+  return DoExpertFfns(x, calls, out, tokens, hidden, inter, stream);
+}
+
+absl::Status Backend::DoExpertFfns(const float* x, absl::Span<const ExpertCall> calls,
+                                   float* out, int64_t tokens, int64_t hidden, int64_t inter,
+                                   Stream stream) {
+  for (const ExpertCall& c : calls) {
+    if (c.count == 0) continue;
+    RETURN_IF_ERROR(DoExpertFfn(x, c.rows, c.weights, c.gate, c.up, c.down, c.dtypes, out,
+                                tokens, c.count, hidden, inter, stream));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Backend::SinkAttention(const float* q, const float* k_cache,

@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "absl/strings/string_view.h"
 #include "kernels/device_memory.h"  // CopyDirection
 #include "kernels/dtype.h"
@@ -306,6 +307,25 @@ class Backend {
                      count, hidden, inter, stream);
   }
 
+  // Several routed experts over the same x: exactly ExpertFfn for each
+  // call in turn (out accumulates in call order, so the bits are the
+  // loop's), as one op so that a backend may run every call's gate and up
+  // as one parallel pass over the weights and every down as another (the
+  // CPU does for decode-sized calls: two passes per layer, not two per
+  // expert). Each call is checked as ExpertFfn checks it.
+  struct ExpertCall {
+    const int32_t* rows = nullptr;   // [count] or nullptr
+    const float* weights = nullptr;  // [count] or nullptr
+    const void* gate = nullptr;
+    const void* up = nullptr;
+    const void* down = nullptr;
+    ExpertDTypes dtypes;
+    int64_t count = 0;
+  };
+  absl::Status ExpertFfns(const float* x, absl::Span<const ExpertCall> calls, float* out,
+                          int64_t tokens, int64_t hidden, int64_t inter,
+                          Stream stream = nullptr);
+
   // Attention with sinks (backend.cc checks the shapes): Attention
   // with a learned logit per head that joins each softmax and is dropped
   // afterwards, and an optional sliding window. Token t (position
@@ -422,6 +442,10 @@ class Backend {
                                    const ExpertDTypes& w, float* out, int64_t tokens,
                                    int64_t count, int64_t hidden,
                                    int64_t inter, Stream stream) = 0;
+  // Default: DoExpertFfn per call, in order.
+  virtual absl::Status DoExpertFfns(const float* x, absl::Span<const ExpertCall> calls,
+                                    float* out, int64_t tokens, int64_t hidden, int64_t inter,
+                                    Stream stream);
   virtual absl::Status DoEmbedding(const void* table, DType dtype,
                                    const int32_t* ids, float* out,
                                    int64_t tokens, int64_t vocab,

@@ -175,9 +175,10 @@ class QuantizedInput {
 // buffers then hold ~9 bytes per activation); `*local` above.
 QuantizedInput& QuantizedInputFor(int64_t m, int64_t k, QuantizedInput* local);
 // The ParallelFor grain over the n columns of a quantized product: whole
-// row groups of `dtype` (RowGroupOf), so every chunk starts on one.
+// row groups of `group` rows (RowGroupOf of the weights' dtype), so every
+// chunk starts on one.
 int64_t QuantColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k,
-                         DType dtype);
+                         int64_t group);
 
 // REQUIRES: IsQuantDType(a.dtype), a.k a multiple of its group,
 // SimdLevelSupported(level). At the AVX-512 level q8 and q4 run the VNNI

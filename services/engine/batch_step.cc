@@ -19,8 +19,8 @@ enum Buf : size_t {
   kRouter,  // [rows, experts]
   kTopIds,  // [rows, top_k] int32
   kTopW,    // [rows, top_k]
-  kRows,    // [rows] int32
-  kRowW,    // [rows]
+  kRows,    // [rows, top_k] int32: every expert's rows, one after another
+  kRowW,    // [rows, top_k]
   kIds,     // [rows] int32
   kGate,    // [rows]
   kLast,    // [entries, hidden]
@@ -56,8 +56,8 @@ absl::Status BatchStep::Reserve(int64_t rows, int64_t entries) {
                                    t * c.num_experts,
                                    t * c.top_k,
                                    t * c.top_k,
-                                   t,
-                                   t,
+                                   t * c.top_k,
+                                   t * c.top_k,
                                    t,
                                    t,
                                    b * c.hidden_size,

@@ -57,11 +57,46 @@ absl::Status RunOneExpert(Backend& be, const ModelConfig& c, const ExpertView& v
 }
 
 // out = the sum of the lease's experts (ascending id) on `be`, leaving out
-// the on_host ones when `skip_on_host`; then waits for `be`.
+// the on_host ones when `skip_on_host`; then waits for `be`. Unbiased
+// experts go to the backend as one ExpertFfns (their rows packed one after
+// another in b.rows), biased ones one at a time.
 absl::Status RunBackendExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
                                const AcquiredExperts& lease, const MlpBuffers& b, int64_t t,
                                bool skip_on_host) {
   absl::Status status = be.MemsetZero(b.out, 4 * t * c.hidden_size);
+  if (!c.has_expert_biases()) {
+    thread_local std::vector<Backend::ExpertCall> calls;
+    thread_local std::vector<int32_t> rows;
+    thread_local std::vector<float> weights;
+    calls.clear();
+    rows.clear();
+    weights.clear();
+    for (size_t i = 0; i < er.demands.size(); ++i) {
+      if (skip_on_host && lease.views[i].on_host) continue;
+      const int32_t e = er.demands[i].expert;
+      const ExpertView& v = lease.views[i];
+      Backend::ExpertCall call;
+      call.rows = b.rows + rows.size();  // device addresses: b.rows's, offset
+      call.weights = b.row_w + weights.size();
+      call.gate = v.gate;
+      call.up = v.up;
+      call.down = v.down;
+      call.dtypes = v.dtypes;
+      call.count = er.demands[i].tokens;
+      calls.push_back(call);
+      rows.insert(rows.end(), er.rows[e].begin(), er.rows[e].end());
+      weights.insert(weights.end(), er.weights[e].begin(), er.weights[e].end());
+    }
+    if (status.ok() && !rows.empty()) status = be.CopyToDevice(b.rows, rows.data(), 4 * rows.size());
+    if (status.ok() && !weights.empty()) {
+      status = be.CopyToDevice(b.row_w, weights.data(), 4 * weights.size());
+    }
+    if (status.ok()) {
+      status = be.ExpertFfns(b.x, calls, b.out, t, c.hidden_size, c.moe_intermediate_size);
+    }
+    if (status.ok()) status = be.Synchronize();
+    return status;
+  }
   for (size_t i = 0; status.ok() && i < er.demands.size(); ++i) {
     if (skip_on_host && lease.views[i].on_host) continue;
     const int32_t e = er.demands[i].expert;

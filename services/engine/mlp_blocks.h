@@ -29,8 +29,8 @@ struct MlpBuffers {
   float* router = nullptr;    // [t, experts] scratch
   int32_t* top_ids = nullptr; // [t, top_k]
   float* top_w = nullptr;     // [t, top_k]
-  int32_t* rows = nullptr;    // [t] scratch
-  float* row_w = nullptr;     // [t] scratch
+  int32_t* rows = nullptr;    // [t, top_k] scratch
+  float* row_w = nullptr;     // [t, top_k] scratch
   float* gate = nullptr;      // [t] scratch
 };
 
