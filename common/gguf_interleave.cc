@@ -25,7 +25,8 @@ void ScaleMin(const uint8_t* q, int j, int* s, int* m) {
 // 64 low-nibble bytes then 32 top-bit bytes.
 void PutTarget(uint8_t* area, int t, int v) {
   uint8_t& lo = area[t % 64];
-  lo = static_cast<uint8_t>(t < 64 ? (lo & 0xF0) | (v & 15) : (lo & 0x0F) | ((v & 15) << 4));
+  lo = static_cast<uint8_t>(t < 64 ? (lo & 0xF0) | (v & 15)
+                                   : (lo & 0x0F) | ((v & 15) << 4));
   const int h = t / 32, i = t % 32;
   uint8_t& hi = area[64 + i];
   hi = static_cast<uint8_t>((hi & ~(3 << (2 * h))) | ((v >> 4) << (2 * h)));
@@ -61,7 +62,8 @@ void InterleaveGroup(const uint8_t* const rows[16], uint8_t* g) {
     }
     for (int c = 0; c < 4; ++c) {
       for (int t = 0; t < 8; ++t) {
-        std::memcpy(g + 256 + 64 * (8 * c + t) + 4 * r, b + 16 + 32 * c + 4 * t, 4);
+        std::memcpy(g + 256 + 64 * (8 * c + t) + 4 * r, b + 16 + 32 * c + 4 * t,
+                    4);
       }
     }
   }
@@ -69,9 +71,10 @@ void InterleaveGroup(const uint8_t* const rows[16], uint8_t* g) {
 
 absl::Status CheckShape(const char* what, int64_t rows, int64_t cols) {
   if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % 256 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": a [", rows, ", ", cols, "] Q4_K matrix is not whole groups of 16 rows of ",
-        "256-weight blocks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": a [", rows, ", ", cols,
+                     "] Q4_K matrix is not whole groups of 16 rows of ",
+                     "256-weight blocks"));
   }
   return absl::OkStatus();
 }
@@ -90,13 +93,16 @@ void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out) {
   PackScales(s, m, out + 4);
   for (int c = 0; c < 4; ++c) {
     for (int t = 0; t < 8; ++t) {
-      std::memcpy(out + 16 + 32 * c + 4 * t, g + 256 + 64 * (8 * c + t) + 4 * r, 4);
+      std::memcpy(out + 16 + 32 * c + 4 * t, g + 256 + 64 * (8 * c + t) + 4 * r,
+                  4);
     }
   }
 }
 
-absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols, void* dst) {
-  if (absl::Status s = CheckShape("InterleaveQ4KRows16", rows, cols); !s.ok()) return s;
+absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
+                                 void* dst) {
+  if (absl::Status s = CheckShape("InterleaveQ4KRows16", rows, cols); !s.ok())
+    return s;
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   const int64_t blocks = cols / 256, row_bytes = blocks * kBlockBytes;
@@ -112,8 +118,10 @@ absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols, vo
   return absl::OkStatus();
 }
 
-absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols, void* dst) {
-  if (absl::Status s = CheckShape("DeinterleaveQ4KRows16", rows, cols); !s.ok()) return s;
+absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
+                                   void* dst) {
+  if (absl::Status s = CheckShape("DeinterleaveQ4KRows16", rows, cols); !s.ok())
+    return s;
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   const int64_t blocks = cols / 256, row_bytes = blocks * kBlockBytes;

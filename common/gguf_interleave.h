@@ -41,15 +41,19 @@ inline constexpr int64_t kQ4KR16GroupBytes = 16 * 144;
 // Q4_K [rows, cols] at src -> kQ4KR16 at dst (the same number of bytes;
 // src and dst must not overlap). INVALID_ARGUMENT unless rows % 16 == 0
 // and cols % 256 == 0.
-absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols, void* dst);
+absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
+                                 void* dst);
 // The inverse: kQ4KR16 -> row-major Q4_K, byte for byte the original.
-absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols, void* dst);
+absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
+                                   void* dst);
 
 // The held dtype of a [rows, cols] matrix held as `held` by a loader whose
 // CPU prefers the interleaved layout (`interleave`): kQ4KR16 for Q4_K of
 // whole 16-row groups, else `held`.
-inline DType InterleavedHeld(DType held, int64_t rows, int64_t cols, bool interleave) {
-  return interleave && held == DType::kQ4K && rows % kQ4KR16Rows == 0 && cols % 256 == 0
+inline DType InterleavedHeld(DType held, int64_t rows, int64_t cols,
+                             bool interleave) {
+  return interleave && held == DType::kQ4K && rows % kQ4KR16Rows == 0 &&
+                 cols % 256 == 0
              ? DType::kQ4KR16
              : held;
 }

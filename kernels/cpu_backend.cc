@@ -231,94 +231,47 @@ absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
 absl::Status CpuBackend::DoExpertFfns(const float* x, absl::Span<const ExpertCall> calls,
                                       float* out, int64_t tokens, int64_t hidden,
                                       int64_t inter, Stream stream) {
-  // Fused only where the kept inputs stay small (decode and short batches:
-  // each call's activations are quantized into its own kept QuantizedInput)
-  // and gate and up share their dtype and kernel.
-  constexpr int64_t kMaxFusedActivations = int64_t{1} << 16;
+  // Passes only where the kept inputs stay small (decode and short
+  // batches: each call's activations are quantized into its own kept
+  // QuantizedInput) and the calls share dtypes, gate's equal to up's.
+  constexpr int64_t kMaxPassActivations = int64_t{1} << 16;
   const int64_t n = static_cast<int64_t>(calls.size());
-  int64_t max_count = 0, total = 0;
-  int64_t group_up = 1, group_down = 1;
-  bool fused = n > 1 && IsQuantDType(calls[0].dtypes.gate);
+  const ExpertDTypes& t = calls[0].dtypes;
+  int64_t total = 0;
+  bool passes = n > 1 && t.gate == t.up;
   for (const ExpertCall& c : calls) {
-    max_count = std::max(max_count, c.count);
     total += c.count;
-    fused = fused && c.dtypes.gate == c.dtypes.up && c.dtypes.gate == calls[0].dtypes.gate &&
-            IsQuantDType(c.dtypes.down) && c.count * std::max(hidden, inter) <= kMaxFusedActivations;
-    group_up = std::max(group_up, RowGroupOf(c.dtypes.gate));
-    group_down = std::max(group_down, RowGroupOf(c.dtypes.down));
+    passes = passes && c.dtypes == t && c.count * std::max(hidden, inter) <= kMaxPassActivations;
   }
-  if (!fused) return Backend::DoExpertFfns(x, calls, out, tokens, hidden, inter, stream);
+  if (!passes) return Backend::DoExpertFfns(x, calls, out, tokens, hidden, inter, stream);
   // Per call: xg [count, hidden] | g [count, inter] | u [count, inter] | d [count, hidden].
   const ExpertScratch scratch(total * (2 * hidden + 2 * inter));
-  struct Part {
-    const float* xin;
-    float *g, *u, *d;
-  };
-  std::vector<Part> parts(static_cast<size_t>(n));
+  std::vector<ExpertPass> experts(static_cast<size_t>(n));
   float* at = scratch.data();
   for (int64_t i = 0; i < n; ++i) {
     const ExpertCall& c = calls[i];
-    Part& p = parts[i];
+    ExpertPass& p = experts[i];
     float* xg = at;
     p.g = xg + c.count * hidden;
     p.u = p.g + c.count * inter;
     p.d = p.u + c.count * inter;
     at = p.d + c.count * hidden;
-    ASSIGN_OR_RETURN(p.xin, GatherRows("ExpertFfns", x, c.rows, tokens, c.count, hidden, xg));
+    ASSIGN_OR_RETURN(p.x, GatherRows("ExpertFfns", x, c.rows, tokens, c.count, hidden, xg));
+    p.gate = c.gate;
+    p.up = c.up;
+    p.down = c.down;
+    p.count = c.count;
   }
-  const SimdLevel level = simd_.load();
-  // The calling thread's kept inputs; the pool's threads read them through
-  // this reference (a thread_local named in the lambdas would be their own).
-  thread_local std::vector<QuantizedInput> kept_inputs;
-  if (kept_inputs.size() < calls.size()) kept_inputs.resize(calls.size());
-  std::vector<QuantizedInput>& inputs = kept_inputs;
-  // The rows of call i's gate and up are [i * inter, (i + 1) * inter) of
-  // the pass (likewise hidden for the downs); every group divides inter and
-  // hidden, so chunk edges fall on each call's row groups.
-  auto each_call = [&](int64_t rows, int64_t b, int64_t e, const auto& fn) {
-    for (int64_t i = b / rows; i < n && i * rows < e; ++i) {
-      const int64_t lb = std::max(b, i * rows) - i * rows;
-      const int64_t le = std::min(e, (i + 1) * rows) - i * rows;
-      if (calls[i].count > 0) fn(i, lb, le);
-    }
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    if (calls[i].count > 0) {
-      inputs[i].Prepare(parts[i].xin, calls[i].count, hidden, calls[i].dtypes.gate, level);
-    }
-  }
-  pool_->ParallelFor(
-      n * inter, QuantColumnGrain(*pool_, max_count, n * inter, hidden, group_up),
-      [&](int64_t b, int64_t e) {
-        each_call(inter, b, e, [&](int64_t i, int64_t lb, int64_t le) {
-          const Part& p = parts[i];
-          inputs[i].Columns(calls[i].gate, nullptr, p.g, inter, lb, le);
-          inputs[i].Columns(calls[i].up, nullptr, p.u, inter, lb, le);
-          for (int64_t r = 0; r < calls[i].count; ++r) {
-            cpu::SiluMul(p.g + r * inter + lb, p.u + r * inter + lb, p.g + r * inter + lb,
-                         le - lb);
-          }
-        });
-      });
-  for (int64_t i = 0; i < n; ++i) {
-    if (calls[i].count > 0) {
-      inputs[i].Prepare(parts[i].g, calls[i].count, inter, calls[i].dtypes.down, level);
-    }
-  }
-  pool_->ParallelFor(
-      n * hidden,
-      QuantColumnGrain(*pool_, max_count, n * hidden, inter, group_down),
-      [&](int64_t b, int64_t e) {
-        each_call(hidden, b, e, [&](int64_t i, int64_t lb, int64_t le) {
-          inputs[i].Columns(calls[i].down, nullptr, parts[i].d, hidden, lb, le);
-        });
-      });
-  for (int64_t i = 0; i < n; ++i) {
+  thread_local std::vector<QuantizedInput> inputs;
+  if (inputs.size() < calls.size()) inputs.resize(calls.size());
+  CpuExpertPasses(*pool_, simd_.load(), experts, t.gate, t.down, hidden, inter,
+                  absl::MakeSpan(inputs));
+  for (int64_t i = 0; i < n; ++i) {  // in call order, as the loop adds them
     const ExpertCall& c = calls[i];
     for (int64_t r = 0; r < c.count; ++r) {
       const float w = c.weights ? c.weights[r] : 1.0f;
       float* o = out + (c.rows ? c.rows[r] : r) * hidden;
-      const float* dr = parts[i].d + r * hidden;
+      const float* dr = experts[i].d + r * hidden;
       for (int64_t h = 0; h < hidden; ++h) o[h] += w * dr[h];
     }
   }

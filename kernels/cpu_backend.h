@@ -64,11 +64,10 @@ class CpuBackend : public Backend {
                             float* topk_weights, int64_t tokens,
                             int64_t experts, int64_t top_k, bool renormalize,
                             Stream stream) override;
-  // Decode-sized calls whose gate and up share a dtype: every call's gate
-  // and up (and SiLU) in one ParallelFor over their concatenated rows, every
-  // down in a second, then the outputs added in call order; the bits of
-  // DoExpertFfn per call (a product's result does not depend on the row
-  // split). Larger calls, and mixed gate/up dtypes, take the loop.
+  // Decode-sized calls of one set of dtypes (gate's equal to up's): two
+  // passes over all their weights (CpuExpertPasses), then the outputs
+  // added in call order; the bits of DoExpertFfn per call. Larger calls,
+  // and mixed dtypes, take the loop.
   absl::Status DoExpertFfns(const float* x, absl::Span<const ExpertCall> calls, float* out,
                             int64_t tokens, int64_t hidden, int64_t inter,
                             Stream stream) override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu_ops.h"
 #include "kernels/cpu_quant_matmul.h"
@@ -182,6 +183,82 @@ void CpuGateUpSilu(ThreadPool& pool, SimdLevel level, const float* x, const void
     kernel(ga, b, e);
     kernel(ua, b, e);
     silu_mul(b, e);
+  });
+}
+
+namespace {
+
+// One product of a pass: x [m, k] times w [n, k]^T into y, prepared once,
+// then any column range from any thread.
+struct ColumnProduct {
+  const MatMulArgs a;
+  const QuantizedInput* q;  // block formats; else the float kernel
+  ColumnsFn kernel;
+  void Run(int64_t b, int64_t e) const {
+    if (q != nullptr) return q->Columns(a.w, nullptr, a.y, a.n, b, e);
+    kernel(a, b, e);
+  }
+};
+
+// fn(i, lb, le) for the parts of [b, e) in each expert i, whose rows are
+// [i * rows, (i + 1) * rows) of the pass.
+template <typename Fn>
+void EachExpert(int64_t experts, int64_t rows, int64_t b, int64_t e, const Fn& fn) {
+  for (int64_t i = b / rows; i < experts && i * rows < e; ++i) {
+    fn(i, std::max(b, i * rows) - i * rows, std::min(e, (i + 1) * rows) - i * rows);
+  }
+}
+
+}  // namespace
+
+void CpuExpertPasses(ThreadPool& pool, SimdLevel level, absl::Span<const ExpertPass> experts,
+                     DType gate_up, DType down, int64_t hidden, int64_t inter,
+                     absl::Span<QuantizedInput> inputs) {
+  const int64_t n = static_cast<int64_t>(experts.size());
+  int64_t m = 0;
+  for (const ExpertPass& p : experts) m = std::max(m, p.count);
+  const ColumnsFn kernel = ColumnsFor(level);
+  // A pass's grain as its products' own (CpuMatMul's), over all experts'
+  // rows; whole row groups, so every edge is one within each expert.
+  auto grain = [&](DType t, int64_t rows, int64_t k) {
+    return IsQuantDType(t) ? QuantColumnGrain(pool, m, n * rows, k, RowGroupOf(t))
+                           : FloatColumnGrain(pool, m, n * rows, k);
+  };
+  std::vector<ColumnProduct> gates, ups, downs;
+  for (int64_t i = 0; i < n; ++i) {
+    const ExpertPass& p = experts[i];
+    const QuantizedInput* q = nullptr;
+    if (IsQuantDType(gate_up) && p.count > 0) {
+      inputs[i].Prepare(p.x, p.count, hidden, gate_up, level);
+      q = &inputs[i];
+    }
+    gates.push_back({{p.x, p.gate, gate_up, nullptr, p.g, p.count, inter, hidden}, q, kernel});
+    ups.push_back({{p.x, p.up, gate_up, nullptr, p.u, p.count, inter, hidden}, q, kernel});
+  }
+  pool.ParallelFor(n * inter, grain(gate_up, inter, hidden), [&](int64_t b, int64_t e) {
+    EachExpert(n, inter, b, e, [&](int64_t i, int64_t lb, int64_t le) {
+      const ExpertPass& p = experts[i];
+      if (p.count == 0) return;
+      gates[i].Run(lb, le);
+      ups[i].Run(lb, le);
+      for (int64_t r = 0; r < p.count; ++r) {
+        cpu::SiluMul(p.g + r * inter + lb, p.u + r * inter + lb, p.g + r * inter + lb, le - lb);
+      }
+    });
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    const ExpertPass& p = experts[i];
+    const QuantizedInput* q = nullptr;
+    if (IsQuantDType(down) && p.count > 0) {
+      inputs[i].Prepare(p.g, p.count, inter, down, level);
+      q = &inputs[i];
+    }
+    downs.push_back({{p.g, p.down, down, nullptr, p.d, p.count, hidden, inter}, q, kernel});
+  }
+  pool.ParallelFor(n * hidden, grain(down, hidden, inter), [&](int64_t b, int64_t e) {
+    EachExpert(n, hidden, b, e, [&](int64_t i, int64_t lb, int64_t le) {
+      if (experts[i].count > 0) downs[i].Run(lb, le);
+    });
   });
 }
 

@@ -25,7 +25,8 @@ namespace {
 
 using gguf_test::RandomBlocks;
 
-std::vector<uint8_t> Interleaved(const std::vector<uint8_t>& plain, int64_t n, int64_t k) {
+std::vector<uint8_t> Interleaved(const std::vector<uint8_t>& plain, int64_t n,
+                                 int64_t k) {
   std::vector<uint8_t> out(plain.size());
   EXPECT_TRUE(InterleaveQ4KRows16(plain.data(), n, k, out.data()).ok());
   return out;
@@ -33,7 +34,8 @@ std::vector<uint8_t> Interleaved(const std::vector<uint8_t>& plain, int64_t n, i
 
 std::vector<SimdLevel> Levels() {
   std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel l :
+       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     if (SimdLevelSupported(l)) out.push_back(l);
   }
   return out;
@@ -44,7 +46,8 @@ TEST(Q4KRows16LayoutTest, InterleavingIsLosslessAndMovesEveryByte) {
   for (const int64_t n : {16, 48}) {
     for (const int64_t k : {256, 768}) {
       const std::vector<uint8_t> plain = RandomBlocks(DType::kQ4K, n, k, rng);
-      ASSERT_EQ(static_cast<int64_t>(plain.size()), WeightBytes(DType::kQ4KR16, n, k));
+      ASSERT_EQ(static_cast<int64_t>(plain.size()),
+                WeightBytes(DType::kQ4KR16, n, k));
       const std::vector<uint8_t> inter = Interleaved(plain, n, k);
       EXPECT_NE(inter, plain);
       std::vector<uint8_t> back(plain.size());
@@ -68,26 +71,36 @@ TEST(Q4KRows16LayoutTest, ConversionsGoThroughTheLayout) {
   const int64_t n = 32, k = 512;
   const std::vector<uint8_t> plain = RandomBlocks(DType::kQ4K, n, k, rng);
   std::vector<uint8_t> inter(plain.size()), back(plain.size());
-  ASSERT_TRUE(ConvertWeights(plain.data(), DType::kQ4K, n, k, DType::kQ4KR16, inter.data()).ok());
+  ASSERT_TRUE(ConvertWeights(plain.data(), DType::kQ4K, n, k, DType::kQ4KR16,
+                             inter.data())
+                  .ok());
   EXPECT_EQ(inter, Interleaved(plain, n, k));
-  ASSERT_TRUE(ConvertWeights(inter.data(), DType::kQ4KR16, n, k, DType::kQ4K, back.data()).ok());
+  ASSERT_TRUE(ConvertWeights(inter.data(), DType::kQ4KR16, n, k, DType::kQ4K,
+                             back.data())
+                  .ok());
   EXPECT_EQ(back, plain);
   // To floats: the decoded Q4_K rows.
   std::vector<float> a(static_cast<size_t>(n * k)), b(a.size());
-  ASSERT_TRUE(ConvertWeights(plain.data(), DType::kQ4K, n, k, DType::kF32, a.data()).ok());
-  ASSERT_TRUE(ConvertWeights(inter.data(), DType::kQ4KR16, n, k, DType::kF32, b.data()).ok());
+  ASSERT_TRUE(
+      ConvertWeights(plain.data(), DType::kQ4K, n, k, DType::kF32, a.data())
+          .ok());
+  ASSERT_TRUE(
+      ConvertWeights(inter.data(), DType::kQ4KR16, n, k, DType::kF32, b.data())
+          .ok());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 TEST(Q4KRows16LayoutTest, RefusesPartialGroups) {
-  std::vector<uint8_t> buf(static_cast<size_t>(WeightBytes(DType::kQ4K, 24, 256)));
+  std::vector<uint8_t> buf(
+      static_cast<size_t>(WeightBytes(DType::kQ4K, 24, 256)));
   std::vector<uint8_t> out(buf.size());
   const absl::Status s = InterleaveQ4KRows16(buf.data(), 24, 256, out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("groups of 16 rows"), std::string::npos) << s;
   EXPECT_FALSE(DeinterleaveQ4KRows16(buf.data(), 16, 100, out.data()).ok());
-  EXPECT_FALSE(
-      ConvertWeights(buf.data(), DType::kQ4K, 24, 256, DType::kQ4KR16, out.data()).ok());
+  EXPECT_FALSE(ConvertWeights(buf.data(), DType::kQ4K, 24, 256, DType::kQ4KR16,
+                              out.data())
+                   .ok());
   EXPECT_EQ(RowGroupOf(DType::kQ4KR16), 16);
   EXPECT_EQ(RowGroupOf(DType::kQ4K), 1);
   EXPECT_EQ(DTypeName(DType::kQ4KR16), "Q4_Kx16");
@@ -106,26 +119,30 @@ TEST(Q4KRows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
   struct Shape {
     int64_t m, n, k;
   };
-  for (const Shape s : {Shape{1, 16, 256}, Shape{1, 64, 1024}, Shape{3, 32, 512},
-                        Shape{5, 48, 768}, Shape{9, 16, 256}, Shape{4, 512, 256}}) {
-    SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k);
+  for (const Shape s :
+       {Shape{1, 16, 256}, Shape{1, 64, 1024}, Shape{3, 32, 512},
+        Shape{5, 48, 768}, Shape{9, 16, 256}, Shape{4, 512, 256}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "m " << s.m << " n " << s.n << " k " << s.k);
     const std::vector<uint8_t> plain = RandomBlocks(DType::kQ4K, s.n, s.k, rng);
     const std::vector<uint8_t> w = Interleaved(plain, s.n, s.k);
     std::vector<float> x(static_cast<size_t>(s.m * s.k));
     for (float& v : x) v = normal(rng);
     x[0] = 9.0f;  // an outlier: a coarse activation block
-    if (s.m > 1) std::fill(x.begin() + s.k, x.begin() + s.k + 256, 0.0f);  // a zero block
+    if (s.m > 1)
+      std::fill(x.begin() + s.k, x.begin() + s.k + 256, 0.0f);  // a zero block
     const gguf_test::Reference ref = gguf_test::Expected(
-        DType::kQ4K, plain, RoundKActivations(x.data(), s.m, s.k), s.m, s.n, s.k);
+        DType::kQ4K, plain, RoundKActivations(x.data(), s.m, s.k), s.m, s.n,
+        s.k);
     std::vector<float> first;
     for (SimdLevel level : Levels()) {
       for (ThreadPool* pool : {&one, &three}) {
-        SCOPED_TRACE(::testing::Message() << SimdLevelName(level) << " threads "
-                                          << pool->size());
+        SCOPED_TRACE(::testing::Message()
+                     << SimdLevelName(level) << " threads " << pool->size());
         std::vector<float> y(static_cast<size_t>(s.m * s.n));
         CpuMatMul(*pool, level,
-                  MatMulArgs{x.data(), w.data(), DType::kQ4KR16, nullptr, y.data(), s.m,
-                             s.n, s.k});
+                  MatMulArgs{x.data(), w.data(), DType::kQ4KR16, nullptr,
+                             y.data(), s.m, s.n, s.k});
         for (size_t o = 0; o < y.size(); ++o) {
           const double tol = 2e-6 * ref.scale[o] + 1e-30;
           ASSERT_LE(std::fabs(y[o] - ref.y[o]), tol)
@@ -134,7 +151,8 @@ TEST(Q4KRows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
         if (first.empty()) {
           first = y;
         } else {
-          ASSERT_EQ(0, std::memcmp(y.data(), first.data(), y.size() * sizeof(float)));
+          ASSERT_EQ(
+              0, std::memcmp(y.data(), first.data(), y.size() * sizeof(float)));
         }
       }
     }
@@ -148,7 +166,8 @@ TEST(Q4KRows16KernelTest, EachPairGetsTheBitsItGetsAloneAndTheBiasLast) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t k = 3 * kKBlock, n = 48;
   const int64_t row_bytes = WeightBytes(DType::kQ4KR16, 1, k);
-  const std::vector<uint8_t> w = Interleaved(RandomBlocks(DType::kQ4K, n, k, rng), n, k);
+  const std::vector<uint8_t> w =
+      Interleaved(RandomBlocks(DType::kQ4K, n, k, rng), n, k);
   std::vector<float> bias(n);
   for (float& b : bias) b = normal(rng);
   std::vector<float> x(static_cast<size_t>(kKMaxRows * k));
@@ -159,11 +178,12 @@ TEST(Q4KRows16KernelTest, EachPairGetsTheBitsItGetsAloneAndTheBiasLast) {
     SCOPED_TRACE(SimdLevelName(level));
     const GgufKRowsFn f = GgufKRowsFor(DType::kQ4KR16, level);
     ASSERT_NE(f, nullptr);
-    std::vector<float> alone(static_cast<size_t>(kKMaxRows * n)), plain(alone.size());
+    std::vector<float> alone(static_cast<size_t>(kKMaxRows * n)),
+        plain(alone.size());
     for (int r = 0; r < kKMaxRows; ++r) {
       for (int64_t g = 0; g < n / 16; ++g) {
-        f(w.data() + g * 16 * row_bytes, row_bytes, 16, qa, r, 1, bias.data() + 16 * g,
-          &alone[static_cast<size_t>(r * n + 16 * g)], n);
+        f(w.data() + g * 16 * row_bytes, row_bytes, 16, qa, r, 1,
+          bias.data() + 16 * g, &alone[static_cast<size_t>(r * n + 16 * g)], n);
         f(w.data() + g * 16 * row_bytes, row_bytes, 16, qa, r, 1, nullptr,
           &plain[static_cast<size_t>(r * n + 16 * g)], n);
       }
@@ -190,7 +210,8 @@ TEST(Q4KRows16KernelTest, EachPairGetsTheBitsItGetsAloneAndTheBiasLast) {
 // levels still agree bit for bit (no int32 overflow in the SIMD sums).
 TEST(Q4KRows16KernelTest, LargestIntegerSumsAgreeAtEveryLevel) {
   const int64_t n = 16, k = 1024;
-  std::vector<uint8_t> plain(static_cast<size_t>(WeightBytes(DType::kQ4K, n, k)), 0xFF);
+  std::vector<uint8_t> plain(
+      static_cast<size_t>(WeightBytes(DType::kQ4K, n, k)), 0xFF);
   for (int64_t b = 0; b < n * k / 256; ++b) {
     const uint16_t d = FloatToHalf(b % 2 == 0 ? 60000.0f : -3.0f);
     const uint16_t dmin = FloatToHalf(b % 3 == 0 ? 0.5f : 60000.0f);
@@ -199,7 +220,8 @@ TEST(Q4KRows16KernelTest, LargestIntegerSumsAgreeAtEveryLevel) {
   }
   const std::vector<uint8_t> w = Interleaved(plain, n, k);
   std::vector<float> x(static_cast<size_t>(2 * k));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = i < static_cast<size_t>(k) ? 1.0f : -1.0f;
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = i < static_cast<size_t>(k) ? 1.0f : -1.0f;
   const gguf_test::Reference ref = gguf_test::Expected(
       DType::kQ4K, plain, RoundKActivations(x.data(), 2, k), 2, n, k);
   ThreadPool pool(1);
@@ -207,9 +229,11 @@ TEST(Q4KRows16KernelTest, LargestIntegerSumsAgreeAtEveryLevel) {
   for (SimdLevel level : Levels()) {
     std::vector<float> y(static_cast<size_t>(2 * n));
     CpuMatMul(pool, level,
-              MatMulArgs{x.data(), w.data(), DType::kQ4KR16, nullptr, y.data(), 2, n, k});
+              MatMulArgs{x.data(), w.data(), DType::kQ4KR16, nullptr, y.data(),
+                         2, n, k});
     for (size_t o = 0; o < y.size(); ++o) {
-      ASSERT_LE(std::fabs(y[o] - ref.y[o]), 2e-6 * ref.scale[o]) << SimdLevelName(level) << o;
+      ASSERT_LE(std::fabs(y[o] - ref.y[o]), 2e-6 * ref.scale[o])
+          << SimdLevelName(level) << o;
     }
     if (first.empty()) first = y;
     EXPECT_EQ(0, std::memcmp(y.data(), first.data(), y.size() * sizeof(float)))
