@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 26> kDTypes = {{
+constexpr std::array<DTypeEntry, 27> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -44,6 +44,7 @@ constexpr std::array<DTypeEntry, 26> kDTypes = {{
     {DType::kQ5K, "Q5_K", 0},
     {DType::kQ6K, "Q6_K", 0},
     {DType::kQ4KR16, "Q4_Kx16", 0},
+    {DType::kQ4R16, "Q4x16", 0},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -70,6 +71,7 @@ int64_t QuantGroupSize(DType dtype) {
     case DType::kQ8:
       return 32;
     case DType::kQ4:
+    case DType::kQ4R16:
       return 64;
     case DType::kMxfp4:
     case DType::kQ4_0:
@@ -92,6 +94,7 @@ int64_t QuantBlockBytes(DType dtype) {
     case DType::kQ8:
       return 2 + 32;
     case DType::kQ4:
+    case DType::kQ4R16:
       return 2 + 2 + 32;
     case DType::kMxfp4:
       return 1 + 16;

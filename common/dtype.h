@@ -62,13 +62,15 @@ enum class DType : int32_t {
   kQ4K = 22,   // 144 B / 256 (8 sub-blocks of 32, 6-bit scales and mins)
   kQ5K = 23,   // 176 B / 256
   kQ6K = 24,   // 210 B / 256 (16 sub-blocks of 16, int8 scales)
-  // Q4_K with 16 rows interleaved (common/gguf_interleave.h): the same
+  // Q4_K with 16 rows interleaved (common/row_interleave.h): the same
   // bytes as kQ4K, rearranged so that one SIMD register holds 4 bytes of
   // each of 16 rows and a row's sums need no horizontal reduction. A held
   // layout of the CPU (kernels/cpu_gguf_quant.h), made at load from kQ4K
   // matrices of whole 16-row groups (RowGroupOf); never in a file, never
-  // on a GPU (BackendInfo::supports_q4k_rows16).
+  // on a GPU (BackendInfo::supports_rows16).
   kQ4KR16 = 25,  // 144 B / 256 weights, [rows / 16][cols / 256] groups of 2304 B
+  // Our kQ4 with 16 rows interleaved, the same way (common/row_interleave.h).
+  kQ4R16 = 26,  // 36 B / 64 weights, [rows / 16][cols / 64] groups of 576 B
 };
 
 // Bytes per element (BOOL and the F8 types are one byte); 0 for the block
@@ -77,8 +79,10 @@ enum class DType : int32_t {
 size_t DTypeSize(DType dtype);
 
 // Rows a [rows, cols] matrix of `dtype` must come in whole groups of: 16
-// for kQ4KR16, 1 for every other dtype.
-inline int64_t RowGroupOf(DType dtype) { return dtype == DType::kQ4KR16 ? 16 : 1; }
+// for kQ4KR16 and kQ4R16, 1 for every other dtype.
+inline int64_t RowGroupOf(DType dtype) {
+  return dtype == DType::kQ4KR16 || dtype == DType::kQ4R16 ? 16 : 1;
+}
 
 // True for ggml's block formats kQ4_0 .. kQ6K (row-major blocks as GGUF
 // stores them; not kQ4KR16).
@@ -87,10 +91,10 @@ inline bool IsGgufBlockDType(DType dtype) {
 }
 
 // True for the block formats kernels read: kQ8, kQ4, kMxfp4, the ggml
-// ones (IsGgufBlockDType) and kQ4KR16.
+// ones (IsGgufBlockDType) and the interleaved kQ4KR16, kQ4R16.
 inline bool IsQuantDType(DType dtype) {
   return dtype == DType::kQ8 || dtype == DType::kQ4 || dtype == DType::kMxfp4 ||
-         IsGgufBlockDType(dtype) || dtype == DType::kQ4KR16;
+         IsGgufBlockDType(dtype) || dtype == DType::kQ4KR16 || dtype == DType::kQ4R16;
 }
 
 // The dtypes of a routed expert's three projections. One file may mix them
@@ -118,7 +122,7 @@ int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols);
 
 // The safetensors spelling: "BOOL", "U8", ..., "BF16", "F32"; the block
 // formats: "Q8", "Q4", "MXFP4", ggml's names ("Q4_0", ..., "Q6_K") and
-// "Q4_Kx16".
+// "Q4_Kx16", "Q4x16".
 absl::string_view DTypeName(DType dtype);
 
 // Parses the safetensors spelling (exact, case-sensitive). Unknown names give

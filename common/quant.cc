@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/gguf_blocks.h"
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/mxfp4.h"
@@ -146,36 +146,55 @@ std::string ExpertFormatName(DType format) {
 
 namespace {
 
-// ConvertWeights to or from kQ4KR16: through row-major Q4_K, the one dtype
-// it interleaves.
+// ConvertWeights to or from an interleaved layout (kQ4KR16, kQ4R16):
+// through its row-major dtype.
+absl::Status Interleave(DType interleaved, const void* src, int64_t rows, int64_t cols,
+                        void* dst) {
+  return interleaved == DType::kQ4KR16 ? InterleaveQ4KRows16(src, rows, cols, dst)
+                                       : InterleaveQ4Rows16(src, rows, cols, dst);
+}
+
+absl::Status Deinterleave(DType interleaved, const void* src, int64_t rows, int64_t cols,
+                          void* dst) {
+  return interleaved == DType::kQ4KR16 ? DeinterleaveQ4KRows16(src, rows, cols, dst)
+                                       : DeinterleaveQ4Rows16(src, rows, cols, dst);
+}
+
 absl::Status ConvertInterleaved(const void* src, DType from, int64_t rows, int64_t cols,
                                 DType to, void* dst) {
-  if (from == DType::kQ4KR16) {
-    if (to == DType::kQ4KR16) {  // group for group
-      if (rows % kQ4KR16Rows != 0 || cols % 256 != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "a [", rows, ", ", cols, "] matrix is not whole Q4_Kx16 groups"));
-      }
-      if (rows > 0) std::memcpy(dst, src, static_cast<size_t>(WeightBytes(from, rows, cols)));
-      return absl::OkStatus();
+  if (from == to) {  // group for group
+    if (rows % kQ4KR16Rows != 0 || cols % QuantGroupSize(from) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a [", rows, ", ", cols, "] matrix is not whole ", DTypeName(from), " groups"));
     }
-    std::vector<uint8_t> plain(static_cast<size_t>(std::max<int64_t>(
-        0, WeightBytes(DType::kQ4K, rows, cols))));
-    RETURN_IF_ERROR(DeinterleaveQ4KRows16(src, rows, cols, plain.data()));
-    return ConvertWeights(plain.data(), DType::kQ4K, rows, cols, to, dst);
+    if (rows > 0) std::memcpy(dst, src, static_cast<size_t>(WeightBytes(from, rows, cols)));
+    return absl::OkStatus();
   }
-  if (from != DType::kQ4K) {
+  if (RowMajorOf(from) != from) {
+    const DType plain = RowMajorOf(from);
+    std::vector<uint8_t> buf(static_cast<size_t>(std::max<int64_t>(
+        0, WeightBytes(plain, rows, std::max<int64_t>(cols, 0)))));
+    RETURN_IF_ERROR(Deinterleave(from, src, rows, cols, buf.data()));
+    return ConvertWeights(buf.data(), plain, rows, cols, to, dst);
+  }
+  const DType plain = RowMajorOf(to);
+  if (from == plain) return Interleave(to, src, rows, cols, dst);
+  const int64_t bytes = WeightBytes(plain, rows, cols);
+  if (bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "only Q4_K weights interleave to Q4_Kx16, not ", DTypeName(from)));
+        "rows of ", cols, " weights are not whole ", DTypeName(to), " blocks of ",
+        QuantGroupSize(to)));
   }
-  return InterleaveQ4KRows16(src, rows, cols, dst);
+  std::vector<uint8_t> buf(static_cast<size_t>(bytes));
+  RETURN_IF_ERROR(ConvertWeights(src, from, rows, cols, plain, buf.data()));
+  return Interleave(to, buf.data(), rows, cols, dst);
 }
 
 }  // namespace
 
 absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
                             int64_t cols, DType to, void* dst) {
-  if (from == DType::kQ4KR16 || to == DType::kQ4KR16) {
+  if (RowMajorOf(from) != from || RowMajorOf(to) != to) {
     return ConvertInterleaved(src, from, rows, cols, to, dst);
   }
   if (!IsFloatDType(from) && !IsQuantDType(from)) {
@@ -214,7 +233,8 @@ absl::Status ConvertWeights(const void* src, DType from, int64_t rows,
 }
 
 void DequantizeRow(const void* src, DType format, int64_t cols, float* dst) {
-  MOE_CHECK(format != DType::kQ4KR16) << "DequantizeRow: Q4_Kx16 has no rows of its own";
+  MOE_CHECK(RowMajorOf(format) == format)
+      << "DequantizeRow: " << DTypeName(format) << " has no rows of its own";
   if (const std::optional<GgufType> t = GgufTypeOfDType(format);
       t.has_value() && format != DType::kQ8) {
     MOE_CHECK(DequantizeGguf(*t, static_cast<const uint8_t*>(src), cols, dst).ok())

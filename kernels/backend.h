@@ -74,12 +74,13 @@ struct BackendInfo {
   // only when they pass the self-check run as the backend is created
   // (kernels/cuda_gguf_self_check.h); false, with a WARNING, otherwise.
   bool supports_gguf_blocks = true;
-  // And kQ4KR16, Q4_K with 16 rows interleaved (common/gguf_interleave.h):
-  // the CPU at every level, never CUDA. `prefers_q4k_rows16`: loaders hold
-  // Q4_K matrices of whole 16-row groups in it for this backend
-  // (CpuPrefersQ4KRows16, kernels/cpu_gguf_quant.h).
-  bool supports_q4k_rows16 = false;
-  bool prefers_q4k_rows16 = false;
+  // And the CPU's interleaved layouts kQ4KR16 and kQ4R16 (Q4_K and q4 with
+  // 16 rows interleaved, common/row_interleave.h): the CPU at every level,
+  // never CUDA. `prefers_rows16`: loaders hold Q4_K and q4 matrices of
+  // whole 16-row groups in them for this backend (CpuPrefersRows16,
+  // kernels/cpu_gguf_quant.h).
+  bool supports_rows16 = false;
+  bool prefers_rows16 = false;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
   int threads = 1;                  // CPU worker threads (1 on a device)

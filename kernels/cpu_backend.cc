@@ -72,8 +72,8 @@ BackendInfo CpuBackend::Info() const {
   info.is_device = false;
   info.threads = pool_->size();
   info.simd = std::string(SimdLevelName(simd_.load()));
-  info.supports_q4k_rows16 = true;
-  info.prefers_q4k_rows16 = CpuPrefersQ4KRows16(simd_.load());
+  info.supports_rows16 = true;
+  info.prefers_rows16 = CpuPrefersRows16(simd_.load());
   return info;
 }
 

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "common/dtype.h"
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 
 namespace moe {
 namespace {
@@ -125,7 +125,7 @@ void Q6KRows(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
   }
 }
 
-// kQ4KR16 (common/gguf_interleave.h): each row of a 16-row group from its
+// kQ4KR16 (common/row_interleave.h): each row of a 16-row group from its
 // Q4_K block, in the arithmetic every level shares (cpu_gguf_quant.h):
 // S and M exact per block, acc = fma(S, d dx, acc), acc = fma(-M, dmin dx,
 // acc).
@@ -159,6 +159,40 @@ void Q4KR16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActiv
           const float dx = x.d[i * blocks + b];
           acc = std::fma(static_cast<float>(isum), F16(blk) * dx, acc);
           acc = std::fma(-static_cast<float>(msum), F16(blk + 2) * dx, acc);
+        }
+        y[r * y_stride + c] = acc + (bias != nullptr ? bias[c] : 0.0f);
+      }
+    }
+  }
+}
+
+// kQ4R16 (our q4, 16 rows interleaved): each row of a group from its q4
+// block, in the arithmetic every level shares (cpu_gguf_quant.h).
+void Q4R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const QuantizedActivations& x,
+               int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
+  const int64_t blocks = x.k / 64, groups = x.k / 32;
+  for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
+    const uint8_t* gp = w + g * kQ4KR16Rows * w_stride;
+    for (int rr = 0; rr < kQ4KR16Rows; ++rr) {
+      const int64_t c = g * kQ4KR16Rows + rr;
+      for (int r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < blocks; ++b) {
+          uint8_t blk[36];
+          Q4R16RowBlock(gp + b * kQ4R16GroupBytes, rr, blk);
+          const int8_t* xb = x.q.data() + i * x.k + 64 * b;
+          int32_t sa = 0, sb = 0;
+          for (int j = 0; j < 32; ++j) {
+            sa += (blk[4 + j] & 0x0F) * xb[j];
+            sb += (blk[4 + j] >> 4) * xb[32 + j];
+          }
+          const float d = F16(blk), m = F16(blk + 2);
+          const int64_t g0 = i * groups + 2 * b;
+          acc = std::fma(static_cast<float>(sa), d * x.d[g0], acc);
+          acc = std::fma(static_cast<float>(sb), d * x.d[g0 + 1], acc);
+          acc = std::fma(m, x.sd[g0], acc);
+          acc = std::fma(m, x.sd[g0 + 1], acc);
         }
         y[r * y_stride + c] = acc + (bias != nullptr ? bias[c] : 0.0f);
       }
@@ -208,9 +242,14 @@ GgufKRowsFn GgufKRowsScalar(DType dtype) {
   }
 }
 
-bool CpuPrefersQ4KRows16(SimdLevel level) {
+GgufSmallRowsFn Q4R16RowsFor(SimdLevel level) {
   static const bool vnni = Q8VnniSupported();
-  const char* env = std::getenv("MOE_Q4K_ROWS16");
+  return level == SimdLevel::kAvx512 && vnni ? Q4R16RowsAvx512Vnni() : &Q4R16Rows;
+}
+
+bool CpuPrefersRows16(SimdLevel level) {
+  static const bool vnni = Q8VnniSupported();
+  const char* env = std::getenv("MOE_ROWS16");
   return level == SimdLevel::kAvx512 && vnni && !(env != nullptr && std::strcmp(env, "0") == 0);
 }
 

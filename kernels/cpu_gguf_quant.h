@@ -23,7 +23,7 @@
 // equal ggml's Q8_K (which stores both negated), so both engines multiply
 // the same rounded activations.
 //
-//   kQ4KR16 (Q4_K, 16 rows interleaved: common/gguf_interleave.h), per
+//   kQ4KR16 (Q4_K, 16 rows interleaved: common/row_interleave.h), per
 //   block the exact integers S = sum_j s_j sum(q * q_x) and M = sum_j m_j
 //   (bit-sum j), then acc = fma(S, d * d_x, acc), acc = fma(-M, dmin * d_x,
 //   acc), y = acc + bias: one float order that every level follows, so its
@@ -92,11 +92,25 @@ GgufKRowsFn GgufKRowsScalar(DType dtype);
 GgufKRowsFn GgufKRowsAvx2(DType dtype);
 GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype);
 
-// Whether Q4_K matrices are best held as kQ4KR16 on this CPU at `level`:
-// AVX-512 VNNI (its kernel reads ~1.8x the bytes per second of the
-// row-major one from memory, ~3x in cache, on a zen4 core), unless
-// $MOE_Q4K_ROWS16=0 (a diagnostic: hold Q4_K as the file stores it).
-bool CpuPrefersQ4KRows16(SimdLevel level);
+// The rows kernel of kQ4R16 (our q4, 16 rows interleaved:
+// common/row_interleave.h) at `level`, on activations per 32 rounded as
+// for kQ4 (ActRounding::kF32). Per row and 64-weight block b, with SA and
+// SB the exact integer sums of its two halves:
+//   acc = fma(SA, d dx[2b], acc), acc = fma(SB, d dx[2b+1], acc),
+//   acc = fma(m, sd[2b], acc), acc = fma(m, sd[2b+1], acc)
+// and y = acc + bias: the same bits at every level (AVX-512 VNNI: a lane per
+// row of the group; else the scalar loop). w is a row group's start and
+// n_rows a multiple of 16.
+GgufSmallRowsFn Q4R16RowsFor(SimdLevel level);
+// REQUIRES to run: Q8VnniSupported().
+GgufSmallRowsFn Q4R16RowsAvx512Vnni();
+
+// Whether Q4_K and q4 matrices are best held interleaved (kQ4KR16, kQ4R16)
+// on this CPU at `level`: AVX-512 VNNI (the Q4_K kernel reads ~1.8x the
+// bytes per second of the row-major one from memory, ~3x in cache, on a
+// zen4 core), unless $MOE_ROWS16=0 (a diagnostic: keep the row-major
+// layouts).
+bool CpuPrefersRows16(SimdLevel level);
 
 namespace gguf_quant_internal {
 

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 #include "kernels/cpu_gguf_quant.h"
 
 #define MOE_GGUF_VNNI_TARGET \
@@ -223,7 +223,7 @@ MOE_GGUF_VNNI_INLINE void Q6KRow(const uint8_t* w, const KActivations& x, int64_
   for (int r = 0; r < kR; ++r) y[r * y_stride] = _mm512_reduce_add_ps(acc[r]) + bias;
 }
 
-// kQ4KR16 (common/gguf_interleave.h): a 16-row group at a time, one 32-bit
+// kQ4KR16 (common/row_interleave.h): a 16-row group at a time, one 32-bit
 // lane per row, so a block's scales, float work and the final sums serve
 // 16 rows and no row needs a horizontal reduction. Per 64-byte load of
 // codes: `& 0x0F` gives 4 weights of sub-block 2p per row, `& 0xF0` the
@@ -346,6 +346,82 @@ void Q4KR16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KA
                     int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
   ForRowCount(rows, [&](auto r) {
     Q4KR16Groups<r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+  });
+}
+
+// kQ4R16 (our q4, 16 rows interleaved): per 64-byte load, `& 0x0F` gives
+// 4 weights of the block's first half per row, `& 0xF0` the same positions
+// of its second half times 16 (shifted back, exactly, before the scale);
+// vpdpbusd against the 4 activations broadcast; then each lane follows the
+// scalar order (Q4R16RowsFor).
+template <int kR>
+MOE_GGUF_VNNI_INLINE void Q4R16Group(const uint8_t* gp, const QuantizedActivations& x,
+                                     int64_t i0, const float* bias, float* y,
+                                     int64_t y_stride) {
+  const int64_t blocks = x.k / 64, groups = x.k / 32;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i high = _mm512_set1_epi8(static_cast<char>(0xF0));
+  const int8_t* xq[kR];
+  const float* xd[kR];
+  const float* sd[kR];
+  __m512 acc[kR];
+  for (int r = 0; r < kR; ++r) {
+    xq[r] = x.q.data() + (i0 + r) * x.k;
+    xd[r] = x.d.data() + (i0 + r) * groups;
+    sd[r] = x.sd.data() + (i0 + r) * groups;
+    acc[r] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* g = gp + b * kQ4R16GroupBytes;
+    __m512i da[kR], db[kR];
+    for (int r = 0; r < kR; ++r) da[r] = db[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {
+      const __m512i v = _mm512_loadu_si512(g + 64 + 64 * t);
+      _mm_prefetch(reinterpret_cast<const char*>(g + 64 + 64 * t + kPrefetchBytes), _MM_HINT_T0);
+      const __m512i lo = _mm512_and_si512(v, low);
+      const __m512i hi = _mm512_and_si512(v, high);
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        int32_t xa, xb;
+        std::memcpy(&xa, xq[r] + 64 * b + 4 * t, 4);
+        std::memcpy(&xb, xq[r] + 64 * b + 32 + 4 * t, 4);
+        da[r] = _mm512_dpbusd_epi32(da[r], lo, _mm512_set1_epi32(xa));
+        db[r] = _mm512_dpbusd_epi32(db[r], hi, _mm512_set1_epi32(xb));
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    const __m512 m =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
+    for (int r = 0; r < kR; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(da[r]),
+                               _mm512_mul_ps(d, _mm512_set1_ps(xd[r][2 * b])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(db[r], 4)),
+                               _mm512_mul_ps(d, _mm512_set1_ps(xd[r][2 * b + 1])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(sd[r][2 * b]), acc[r]);
+      acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(sd[r][2 * b + 1]), acc[r]);
+    }
+  }
+  const __m512 bv = bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  for (int r = 0; r < kR; ++r) _mm512_storeu_ps(y + r * y_stride, _mm512_add_ps(acc[r], bv));
+}
+
+template <int kR>
+MOE_GGUF_VNNI void Q4R16Groups(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                               const QuantizedActivations& x, int64_t i0, const float* bias,
+                               float* y, int64_t y_stride) {
+  for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
+    Q4R16Group<kR>(w + g * kQ4KR16Rows * w_stride, x, i0,
+                   bias != nullptr ? bias + g * kQ4KR16Rows : nullptr, y + g * kQ4KR16Rows,
+                   y_stride);
+  }
+}
+
+void Q4R16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                   const QuantizedActivations& x, int64_t i0, int rows, const float* bias,
+                   float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) {
+    Q4R16Groups<r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
   });
 }
 
@@ -484,6 +560,8 @@ MOE_GGUF_VNNI void QuantizeKActivationsAvx512(const float* x, int64_t m, int64_t
     }
   }
 }
+
+GgufSmallRowsFn Q4R16RowsAvx512Vnni() { return &Q4R16RowsVnni; }
 
 GgufSmallRowsFn GgufSmallRowsAvx512Vnni(DType dtype) {
   switch (dtype) {

@@ -329,6 +329,7 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   if (IsGgufBlockDType(dtype) && k_rows_ == nullptr) dot_ = GgufDotFor(dtype, level);
   vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
   small_rows_ = avx512_vnni ? GgufSmallRowsAvx512Vnni(dtype) : nullptr;
+  if (dtype == DType::kQ4R16) small_rows_ = Q4R16RowsFor(level);  // every level
   row_bytes_ = WeightBytes(dtype, 1, k);
   if (k_rows_ != nullptr) {
     if (avx512_vnni) {

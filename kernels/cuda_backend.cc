@@ -270,13 +270,14 @@ class CudaBackend : public Backend {
     return CudaModuleStatus(api_, code, what);
   }
   // UNIMPLEMENTED for ggml blocks once the self-check has failed.
-  // And always for kQ4KR16, the CPU's own layout (no CUDA kernel reads it).
+  // And always for kQ4KR16 and kQ4R16, the CPU's own layouts (no CUDA kernel
+  // reads them).
   absl::Status RefuseGgufBlocks(std::initializer_list<DType> dtypes) const {
     for (DType t : dtypes) {
-      if (t == DType::kQ4KR16) {
-        return absl::UnimplementedError(
-            "Q4_Kx16 weights are the CPU's interleaved Q4_K; the CUDA kernels read Q4_K as "
-            "the file stores it");
+      if (t == DType::kQ4KR16 || t == DType::kQ4R16) {
+        return absl::UnimplementedError(absl::StrCat(
+            DTypeName(t), " weights are the CPU's interleaved layout; the CUDA kernels read "
+            "the row-major blocks"));
       }
     }
     if (gguf_check_.ok()) return absl::OkStatus();

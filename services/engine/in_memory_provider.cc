@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fp8.h"
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 #include "common/mxfp4.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
@@ -25,12 +25,11 @@ InMemoryExpertProvider::Create(const MoeModel& model,
     DType held_of[3];
     for (int r = 0; r < 3 && c.num_experts > 0; ++r) {
       ASSIGN_OR_RETURN(TensorView first, d.Expert(l, 0, roles[r]));
-      // Q4_K in the CPU's interleaved layout where the backend prefers it.
+      // Q4_K and q4 in the CPU's interleaved layouts where the backend
+      // prefers them.
       const DType held = held_of[r] =
-          format.has_value() ? *format
-                             : InterleavedHeld(DefaultHeldFormat(first), first.shape[0],
-                                               first.shape.back(),
-                                               be.Info().prefers_q4k_rows16);
+          InterleavedHeld(format.value_or(DefaultHeldFormat(first)), first.shape[0],
+                          first.shape.back(), be.Info().prefers_rows16);
       if (held == DType::kMxfp4 && !be.Info().supports_mxfp4) {
         return absl::UnimplementedError(absl::StrCat(
             "the ", be.Info().name, " backend has no mxfp4 kernels; hold the experts as q8 "

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fp8.h"
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "services/engine/mla_attention.h"
@@ -84,7 +84,7 @@ bool BackendRuns(const BackendInfo& b, DType t) {
   return (t == DType::kQ8 && b.supports_q8) || (t == DType::kQ4 && b.supports_q4) ||
          (t == DType::kMxfp4 && b.supports_mxfp4) ||
          (IsGgufBlockDType(t) && b.supports_gguf_blocks) ||
-         (t == DType::kQ4KR16 && b.supports_q4k_rows16);
+         (RowMajorOf(t) != t && b.supports_rows16);
 }
 
 }  // namespace
@@ -107,7 +107,7 @@ absl::StatusOr<TensorView> MoeModel::DenseView(TensorRole role, int layer, bool 
   if (blocks_ok && view.shape.size() == 2) {
     // Q4_K in the CPU's interleaved layout where the backend prefers it.
     const DType held = InterleavedHeld(view.dtype, view.shape[0], view.shape[1],
-                                       backend_->Info().prefers_q4k_rows16);
+                                       backend_->Info().prefers_rows16);
     if (held != view.dtype) {
       std::vector<uint8_t>& buf = dequantized_.emplace_back(view.nbytes);
       RETURN_IF_ERROR(ConvertWeightView(view, held, buf.data()));

@@ -45,12 +45,12 @@ absl::StatusOr<Daemon::ModelPlan> Daemon::PlanModel(const ModelSpec& spec) const
   // Per model: the free device memory shrinks with every arena.
   ASSIGN_OR_RETURN(plan.device, ResolveDevice(options_.device));
   // Experts in host memory only ever meet the CPU kernels (the worker's
-  // host execution reads this store): Q4_K in the CPU's interleaved layout
-  // where this CPU prefers it. A CUDA arena keeps the file's layout.
-  plan.interleave_q4k = !plan.device.is_cuda() && CpuPrefersQ4KRows16(DetectSimdLevel());
+  // host execution reads this store): Q4_K and q4 in the CPU's interleaved
+  // layouts where this CPU prefers them. A CUDA arena keeps the row-major ones.
+  plan.interleave_rows = !plan.device.is_cuda() && CpuPrefersRows16(DetectSimdLevel());
   ASSIGN_OR_RETURN(std::vector<ExpertLayerLayout> layers,
                    ExpertStore::PlanLayers(plan.desc, options_.expert_format,
-                                           plan.interleave_q4k));
+                                           plan.interleave_rows));
   for (const ExpertLayerLayout& layer : layers) {
     plan.block_bytes = std::max(plan.block_bytes, layer.block_bytes);
     plan.store_bytes = layer.offset + layer.block_bytes * static_cast<uint64_t>(config.num_experts);
@@ -81,7 +81,7 @@ absl::Status Daemon::StartModel(const ModelSpec& spec) {
   ExpertStoreOptions store_options =
       device.is_cuda() ? PinnedStoreOptions(device.memory) : ExpertStoreOptions{};
   store_options.format = options_.expert_format;
-  store_options.interleave_q4k = plan.interleave_q4k;
+  store_options.interleave_rows = plan.interleave_rows;
   ASSIGN_OR_RETURN(std::unique_ptr<ExpertStore> store,
                    ExpertStore::Load(spec.name, plan.desc, store_options));
   CachedModelOptions mo;

@@ -63,7 +63,7 @@ class Daemon {
     uint64_t block_bytes = 0;  // one expert held: a slot (the largest layer's)
     uint64_t store_bytes = 0;  // every expert held (the host copy)
     std::vector<ExpertDTypes> held;  // per MoE layer
-    bool interleave_q4k = false;     // ExpertStoreOptions::interleave_q4k
+    bool interleave_rows = false;     // ExpertStoreOptions::interleave_rows
   };
   // Checks every flag, path, port and permission (and starts /metrics)
   // before anything is loaded: a configuration error costs no load time.

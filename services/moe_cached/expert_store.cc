@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/fp8.h"
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 #include "common/logging.h"
 #include "common/mxfp4.h"
 #include "common/quant.h"
@@ -63,7 +63,7 @@ class Progress {
 absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
     const TensorView& gate, const TensorView& up, const TensorView& down,
     uint64_t* block_bytes, std::optional<DType> format, const std::vector<TensorView>& biases,
-    bool interleave_q4k) {
+    bool interleave_rows) {
   std::vector<ExpertTensorLayout> layout;
   uint64_t offset = 0;
   const char* roles[3] = {"gate", "up", "down"};
@@ -71,10 +71,8 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
   for (int i = 0; i < 3; ++i) {
     const TensorView& v = *views[i];
     const DType held =
-        format.has_value()
-            ? *format
-            : InterleavedHeld(DefaultHeldFormat(v), v.shape.empty() ? 0 : v.shape[0],
-                              v.shape.empty() ? 0 : v.shape.back(), interleave_q4k);
+        InterleavedHeld(format.value_or(DefaultHeldFormat(v)), v.shape.empty() ? 0 : v.shape[0],
+                        v.shape.empty() ? 0 : v.shape.back(), interleave_rows);
     // Block formats (GGUF experts included) decode to floats on the way.
     const bool convertible =
         IsFloatDType(v.dtype) || v.dtype == DType::kF8E4M3 || IsQuantDType(v.dtype);
@@ -120,7 +118,7 @@ absl::StatusOr<std::vector<ExpertTensorLayout>> ExpertStore::ComputeLayout(
 }
 
 absl::StatusOr<std::vector<ExpertLayerLayout>> ExpertStore::PlanLayers(
-    const ModelDescription& model, std::optional<DType> format, bool interleave_q4k) {
+    const ModelDescription& model, std::optional<DType> format, bool interleave_rows) {
   static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                            TensorRole::kExpertDown};
   const ModelConfig& c = model.config();
@@ -135,7 +133,7 @@ absl::StatusOr<std::vector<ExpertLayerLayout>> ExpertStore::PlanLayers(
     ExpertLayerLayout& layer = layers.emplace_back();
     ASSIGN_OR_RETURN(layer.tensors,
                      ComputeLayout(v[0], v[1], v[2], &layer.block_bytes, format, biases,
-                                   interleave_q4k));
+                                   interleave_rows));
     layer.offset = offset;
     offset += layer.block_bytes * static_cast<uint64_t>(c.num_experts);
   }
@@ -154,7 +152,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
   }
   static constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
                                            TensorRole::kExpertDown};
-  ASSIGN_OR_RETURN(store->layers_, PlanLayers(model, options.format, options.interleave_q4k));
+  ASSIGN_OR_RETURN(store->layers_, PlanLayers(model, options.format, options.interleave_rows));
   bool convert = false;  // some tensor changes format (or is gathered)
   for (int l = 0; l < store->num_layers_; ++l) {
     const ExpertLayerLayout& layer = store->layers_[l];

@@ -69,11 +69,12 @@ struct ExpertStoreOptions {
   // GGUF file's block-format experts keep their blocks, mixed types
   // included: DefaultHeldFormat).
   std::optional<DType> format;
-  // Q4_K experts (format nullopt) held as kQ4KR16, the CPU's interleaved
-  // Q4_K (common/gguf_interleave.h): the same bytes rearranged. For a store
-  // whose experts only ever meet CPU kernels (a daemon without a GPU), on a
-  // CPU that prefers it (CpuPrefersQ4KRows16); never for a CUDA arena.
-  bool interleave_q4k = false;
+  // Q4_K and q4 experts held interleaved (kQ4KR16, kQ4R16: the CPU's
+  // layouts, common/row_interleave.h; the same bytes rearranged). For a
+  // store whose experts only ever meet CPU kernels (a daemon without a
+  // GPU), on a CPU that prefers them (CpuPrefersRows16); never for a CUDA
+  // arena.
+  bool interleave_rows = false;
   // Called once on the whole buffer after allocation, before it is filled
   // (CUDA: register it as pinned memory). A failure aborts the load with
   // that status (e.g. RESOURCE_EXHAUSTED naming the memlock limit).
@@ -106,13 +107,13 @@ class ExpertStore {
   static absl::StatusOr<std::vector<ExpertTensorLayout>> ComputeLayout(
       const TensorView& gate, const TensorView& up, const TensorView& down,
       uint64_t* block_bytes, std::optional<DType> format = std::nullopt,
-      const std::vector<TensorView>& biases = {}, bool interleave_q4k = false);
+      const std::vector<TensorView>& biases = {}, bool interleave_rows = false);
 
   // Every MoE layer's layout (from its expert 0: a layer's experts share
   // their dtypes, and Load checks their shapes), offsets in the store
   // included: what Load lays out, without reading an expert.
   static absl::StatusOr<std::vector<ExpertLayerLayout>> PlanLayers(
-      const ModelDescription& model, std::optional<DType> format, bool interleave_q4k = false);
+      const ModelDescription& model, std::optional<DType> format, bool interleave_rows = false);
 
   // The gate, up and down bias views of an expert of `model`, or
   // none for families without expert biases.

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/quant.h"
+#include "common/row_interleave.h"
 #include "common/status_macros.h"
 
 namespace moe::worker {
@@ -75,7 +76,7 @@ absl::Status CheckBackendRunsFormat(const BackendInfo& backend, DType format) {
                     (format == DType::kQ4 && backend.supports_q4) ||
                     (format == DType::kMxfp4 && backend.supports_mxfp4) ||
                     (IsGgufBlockDType(format) && backend.supports_gguf_blocks) ||
-                    (format == DType::kQ4KR16 && backend.supports_q4k_rows16);
+                    (RowMajorOf(format) != format && backend.supports_rows16);
   if (runs) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "moe-cached holds the experts as ", ExpertFormatName(format), " but this worker's ",

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 #include "common/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"

@@ -15,7 +15,10 @@
 
 #include "common/fp8.h"
 #include "common/quant.h"
+#include "common/row_interleave.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_gguf_quant.h"
+#include "kernels/cpu_matmul.h"
 #include "tests/common/test_util.h"
 #include "tests/moe_worker/worker_process.h"
 #include "tests/moe_worker/worker_test_util.h"
@@ -370,8 +373,11 @@ TEST_P(FormatCapacityTest, TokensDoNotDependOnTheCache) {
                 std::string("cached-") + GetParam() + std::to_string(experts) + ".log",
                 {"--expert-format", GetParam()});
     ASSERT_NO_FATAL_FAILURE(ExpectTokensThenStop(daemon, expected));
-    // The tiny checkpoint is bf16: only q8/q4 are converted (with progress).
-    const std::string converted = std::string("(to ") + GetParam() + ")";
+    // The tiny checkpoint is bf16: only q8/q4 are converted (with progress);
+    // q4 to Q4x16 where this CPU prefers the interleaved layout.
+    const DType held =
+        CpuPrefersRows16(DetectSimdLevel()) ? InterleavedOf(format) : format;
+    const std::string converted = "(to " + ExpertFormatName(held) + ")";
     EXPECT_EQ(daemon.Log().find(converted) != std::string::npos, format != DType::kBF16)
         << daemon.Log();
   }

@@ -1,4 +1,4 @@
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 
 #include <cstring>
 
@@ -134,6 +134,73 @@ absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
     }
   }
   return absl::OkStatus();
+}
+
+void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
+  std::memcpy(out, g + 2 * r, 2);
+  std::memcpy(out + 2, g + 32 + 2 * r, 2);
+  for (int t = 0; t < 8; ++t) std::memcpy(out + 4 + 4 * t, g + 64 + 64 * t + 4 * r, 4);
+}
+
+absl::Status InterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols, void* dst) {
+  if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % 64 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InterleaveQ4Rows16: a [", rows, ", ", cols,
+        "] q4 matrix is not whole groups of 16 rows of 64-weight blocks"));
+  }
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t blocks = cols / 64, row_bytes = blocks * 36;
+  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* gb = out + (g * blocks + b) * kQ4R16GroupBytes;
+      for (int r = 0; r < 16; ++r) {
+        const uint8_t* blk = in + (16 * g + r) * row_bytes + b * 36;
+        std::memcpy(gb + 2 * r, blk, 2);
+        std::memcpy(gb + 32 + 2 * r, blk + 2, 2);
+        for (int t = 0; t < 8; ++t) std::memcpy(gb + 64 + 64 * t + 4 * r, blk + 4 + 4 * t, 4);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeinterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols, void* dst) {
+  if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % 64 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeinterleaveQ4Rows16: a [", rows, ", ", cols,
+        "] q4 matrix is not whole groups of 16 rows of 64-weight blocks"));
+  }
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const int64_t blocks = cols / 64, row_bytes = blocks * 36;
+  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* gb = in + (g * blocks + b) * kQ4R16GroupBytes;
+      for (int r = 0; r < 16; ++r) Q4R16RowBlock(gb, r, out + (16 * g + r) * row_bytes + b * 36);
+    }
+  }
+  return absl::OkStatus();
+}
+
+DType InterleavedOf(DType plain) {
+  if (plain == DType::kQ4K) return DType::kQ4KR16;
+  if (plain == DType::kQ4) return DType::kQ4R16;
+  return plain;
+}
+
+DType RowMajorOf(DType interleaved) {
+  if (interleaved == DType::kQ4KR16) return DType::kQ4K;
+  if (interleaved == DType::kQ4R16) return DType::kQ4;
+  return interleaved;
+}
+
+DType InterleavedHeld(DType held, int64_t rows, int64_t cols, bool interleave) {
+  const DType to = InterleavedOf(held);
+  return interleave && to != held && rows % kQ4KR16Rows == 0 &&
+                 cols % QuantGroupSize(held) == 0
+             ? to
+             : held;
 }
 
 }  // namespace moe

@@ -1,6 +1,7 @@
-// kQ4KR16 (common/dtype.h): Q4_K blocks of 16 rows interleaved, the CPU's
-// held layout for Q4_K matrices, and the lossless conversions to and from
-// row-major Q4_K (common/gguf_blocks.h).
+// The CPU's row-interleaved held layouts (common/dtype.h): kQ4KR16, Q4_K
+// blocks of 16 rows interleaved, and kQ4R16, our q4 blocks likewise; and
+// the lossless conversions to and from the row-major formats
+// (common/gguf_blocks.h, common/quant.h).
 //
 // A [rows, cols] kQ4KR16 matrix is rows / 16 row groups one after another,
 // each cols / 256 "group blocks" of 2304 bytes (16 x 144: the same bytes
@@ -24,9 +25,16 @@
 // and one widening of a target half gives each row's scale pair as an
 // int32 lane (kernels/cpu_gguf_quant_avx512.cc).
 //
+// kQ4R16 likewise: [rows / 16][cols / 64] group blocks of 576 bytes (16 x
+// 36, the 16 rows' q4 blocks of those 64 columns):
+//   [0, 32)    d[r] (f16)      [32, 64)   m[r] (f16)
+//   [64, 576)  qs: for t = 0..7, 64 bytes at 64 + 64 t: row r's
+//              qs[4t .. 4t + 4) at 4r (low nibbles: weights 4t..4t+3 of
+//              the block's first 32, high: of its last 32).
+//
 // Thread-safe: pure functions.
-#ifndef MOECACHE_COMMON_GGUF_INTERLEAVE_H_
-#define MOECACHE_COMMON_GGUF_INTERLEAVE_H_
+#ifndef MOECACHE_COMMON_ROW_INTERLEAVE_H_
+#define MOECACHE_COMMON_ROW_INTERLEAVE_H_
 
 #include <cstdint>
 
@@ -35,8 +43,14 @@
 
 namespace moe {
 
-inline constexpr int64_t kQ4KR16Rows = 16;
+inline constexpr int64_t kQ4KR16Rows = 16;  // the row group of both layouts
 inline constexpr int64_t kQ4KR16GroupBytes = 16 * 144;
+inline constexpr int64_t kQ4R16GroupBytes = 16 * 36;
+
+// The interleaved layout of a row-major dtype (kQ4K -> kQ4KR16, kQ4 ->
+// kQ4R16), or `plain` itself when it has none; and the inverse.
+DType InterleavedOf(DType plain);
+DType RowMajorOf(DType interleaved);
 
 // Q4_K [rows, cols] at src -> kQ4KR16 at dst (the same number of bytes;
 // src and dst must not overlap). INVALID_ARGUMENT unless rows % 16 == 0
@@ -47,21 +61,23 @@ absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
 absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
                                    void* dst);
 
+// kQ4 [rows, cols] <-> kQ4R16, as the two above (cols % 64 == 0).
+absl::Status InterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols,
+                                void* dst);
+absl::Status DeinterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols,
+                                  void* dst);
+
 // The held dtype of a [rows, cols] matrix held as `held` by a loader whose
-// CPU prefers the interleaved layout (`interleave`): kQ4KR16 for Q4_K of
-// whole 16-row groups, else `held`.
-inline DType InterleavedHeld(DType held, int64_t rows, int64_t cols,
-                             bool interleave) {
-  return interleave && held == DType::kQ4K && rows % kQ4KR16Rows == 0 &&
-                 cols % 256 == 0
-             ? DType::kQ4KR16
-             : held;
-}
+// CPU prefers the interleaved layouts (`interleave`): InterleavedOf(held)
+// for whole 16-row groups of whole blocks, else `held`.
+DType InterleavedHeld(DType held, int64_t rows, int64_t cols, bool interleave);
 
 // Row `r` (0..15) of one group block `g` (2304 bytes) as its Q4_K block
 // (144 bytes) at `out`: for references, tests and the scalar kernel.
 void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out);
+// Row `r` of one kQ4R16 group block (576 bytes) as its q4 block (36 bytes).
+void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out);
 
 }  // namespace moe
 
-#endif  // MOECACHE_COMMON_GGUF_INTERLEAVE_H_
+#endif  // MOECACHE_COMMON_ROW_INTERLEAVE_H_

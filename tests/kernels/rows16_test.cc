@@ -1,4 +1,4 @@
-// Q4_K with 16 rows interleaved (DType::kQ4KR16, common/gguf_interleave.h):
+// Q4_K with 16 rows interleaved (DType::kQ4KR16, common/row_interleave.h):
 // the layout is a lossless rearrangement of Q4_K's bytes, and the kernels
 // that read it (kernels/cpu_gguf_quant.h) give the float64 reference's
 // values at every SIMD level with the same bits at every level, thread
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "common/gguf_interleave.h"
+#include "common/row_interleave.h"
 #include "common/quant.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_gguf_quant.h"
@@ -238,6 +238,112 @@ TEST(Q4KRows16KernelTest, LargestIntegerSumsAgreeAtEveryLevel) {
     if (first.empty()) first = y;
     EXPECT_EQ(0, std::memcmp(y.data(), first.data(), y.size() * sizeof(float)))
         << SimdLevelName(level);
+  }
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// Our q4 with 16 rows interleaved (kQ4R16).
+std::vector<uint8_t> QuantizedQ4(int64_t n, int64_t k, std::mt19937& rng, std::vector<float>* f) {
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  f->resize(static_cast<size_t>(n * k));
+  for (float& v : *f) v = normal(rng);
+  std::vector<uint8_t> q(static_cast<size_t>(WeightBytes(DType::kQ4, n, k)));
+  EXPECT_TRUE(ConvertWeights(f->data(), DType::kF32, n, k, DType::kQ4, q.data()).ok());
+  return q;
+}
+
+TEST(Q4Rows16LayoutTest, InterleavingIsLosslessAndConversionsGoThroughIt) {
+  std::mt19937 rng(23);
+  const int64_t n = 48, k = 192;
+  std::vector<float> f;
+  const std::vector<uint8_t> plain = QuantizedQ4(n, k, rng, &f);
+  ASSERT_EQ(static_cast<int64_t>(plain.size()), WeightBytes(DType::kQ4R16, n, k));
+  std::vector<uint8_t> inter(plain.size()), back(plain.size()), direct(plain.size());
+  ASSERT_TRUE(InterleaveQ4Rows16(plain.data(), n, k, inter.data()).ok());
+  EXPECT_NE(inter, plain);
+  ASSERT_TRUE(DeinterleaveQ4Rows16(inter.data(), n, k, back.data()).ok());
+  EXPECT_EQ(back, plain);
+  // Floats straight to Q4x16: quantized as q4, then interleaved.
+  ASSERT_TRUE(ConvertWeights(f.data(), DType::kF32, n, k, DType::kQ4R16, direct.data()).ok());
+  EXPECT_EQ(direct, inter);
+  std::vector<float> a(f.size()), b(f.size());
+  ASSERT_TRUE(ConvertWeights(plain.data(), DType::kQ4, n, k, DType::kF32, a.data()).ok());
+  ASSERT_TRUE(ConvertWeights(inter.data(), DType::kQ4R16, n, k, DType::kF32, b.data()).ok());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  EXPECT_EQ(InterleavedOf(DType::kQ4), DType::kQ4R16);
+  EXPECT_EQ(RowMajorOf(DType::kQ4R16), DType::kQ4);
+  EXPECT_EQ(InterleavedHeld(DType::kQ4, 48, 192, true), DType::kQ4R16);
+  EXPECT_EQ(InterleavedHeld(DType::kQ4, 40, 192, true), DType::kQ4);  // not whole groups
+  EXPECT_EQ(InterleavedHeld(DType::kQ4, 48, 192, false), DType::kQ4);
+  EXPECT_EQ(InterleavedHeld(DType::kQ8, 48, 192, true), DType::kQ8);
+  EXPECT_FALSE(InterleaveQ4Rows16(plain.data(), 40, k, inter.data()).ok());
+  EXPECT_EQ(DTypeName(DType::kQ4R16), "Q4x16");
+}
+
+// Through CpuMatMul at every level, 1 and 3 threads: within the float64
+// product of the dequantized q4 weights and the rounded activations, and
+// the same bits everywhere, whatever rows a call groups.
+TEST(Q4Rows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool one(1), three(3);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{1, 16, 64}, Shape{1, 64, 1024}, Shape{3, 32, 192},
+                        Shape{5, 48, 512}, Shape{9, 16, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k);
+    std::vector<float> f;
+    const std::vector<uint8_t> plain = QuantizedQ4(s.n, s.k, rng, &f);
+    std::vector<uint8_t> w(plain.size());
+    ASSERT_TRUE(InterleaveQ4Rows16(plain.data(), s.n, s.k, w.data()).ok());
+    std::vector<float> x(static_cast<size_t>(s.m * s.k));
+    for (float& v : x) v = normal(rng);
+    x[0] = 9.0f;
+    const std::vector<float> xr = RoundActivations(x.data(), s.m, s.k);
+    std::vector<float> wd(f.size());
+    ASSERT_TRUE(ConvertWeights(plain.data(), DType::kQ4, s.n, s.k, DType::kF32, wd.data()).ok());
+    std::vector<float> first;
+    for (SimdLevel level : Levels()) {
+      for (ThreadPool* pool : {&one, &three}) {
+        SCOPED_TRACE(::testing::Message() << SimdLevelName(level) << " threads " << pool->size());
+        std::vector<float> y(static_cast<size_t>(s.m * s.n));
+        CpuMatMul(*pool, level,
+                  MatMulArgs{x.data(), w.data(), DType::kQ4R16, nullptr, y.data(), s.m, s.n, s.k});
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            double ref = 0, scale = 0;
+            for (int64_t c = 0; c < s.k; ++c) {
+              ref += double(wd[j * s.k + c]) * xr[i * s.k + c];
+              scale += std::fabs(double(wd[j * s.k + c]) * xr[i * s.k + c]);
+            }
+            ASSERT_NEAR(y[i * s.n + j], ref, 1e-5 * scale + 1e-6) << i << "," << j;
+          }
+        }
+        if (first.empty()) {
+          first = y;
+        } else {
+          ASSERT_EQ(0, std::memcmp(y.data(), first.data(), y.size() * sizeof(float)));
+        }
+      }
+    }
+    // A rows kernel call per activation row gives the same bits.
+    for (SimdLevel level : Levels()) {
+      QuantizedActivations qa;
+      QuantizeActivations(x.data(), s.m, s.k, &qa);
+      std::vector<float> alone(first.size());
+      for (int64_t i = 0; i < s.m; ++i) {
+        Q4R16RowsFor(level)(w.data(), WeightBytes(DType::kQ4R16, 1, s.k), s.n, qa, i, 1,
+                            nullptr, &alone[i * s.n], s.n);
+      }
+      EXPECT_EQ(0, std::memcmp(alone.data(), first.data(), first.size() * sizeof(float)))
+          << SimdLevelName(level);
+    }
   }
 }
 
