@@ -142,45 +142,48 @@ void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
   for (int t = 0; t < 8; ++t) std::memcpy(out + 4 + 4 * t, g + 64 + 64 * t + 4 * r, 4);
 }
 
-absl::Status InterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols, void* dst) {
+namespace {
+
+// fn(plain block, group block, r) for every q4 block of a [rows, cols]
+// matrix: its row-major place and its row r's in the interleaved group.
+template <typename Fn>
+absl::Status EachQ4Block(const char* what, int64_t rows, int64_t cols, const Fn& fn) {
   if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % 64 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "InterleaveQ4Rows16: a [", rows, ", ", cols,
+        what, ": a [", rows, ", ", cols,
         "] q4 matrix is not whole groups of 16 rows of 64-weight blocks"));
   }
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint8_t*>(dst);
   const int64_t blocks = cols / 64, row_bytes = blocks * 36;
   for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
     for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* gb = out + (g * blocks + b) * kQ4R16GroupBytes;
       for (int r = 0; r < 16; ++r) {
-        const uint8_t* blk = in + (16 * g + r) * row_bytes + b * 36;
-        std::memcpy(gb + 2 * r, blk, 2);
-        std::memcpy(gb + 32 + 2 * r, blk + 2, 2);
-        for (int t = 0; t < 8; ++t) std::memcpy(gb + 64 + 64 * t + 4 * r, blk + 4 + 4 * t, 4);
+        fn((16 * g + r) * row_bytes + b * 36, (g * blocks + b) * kQ4R16GroupBytes, r);
       }
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status DeinterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols, void* dst) {
-  if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % 64 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DeinterleaveQ4Rows16: a [", rows, ", ", cols,
-        "] q4 matrix is not whole groups of 16 rows of 64-weight blocks"));
-  }
+}  // namespace
+
+absl::Status InterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols, void* dst) {
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  const int64_t blocks = cols / 64, row_bytes = blocks * 36;
-  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* gb = in + (g * blocks + b) * kQ4R16GroupBytes;
-      for (int r = 0; r < 16; ++r) Q4R16RowBlock(gb, r, out + (16 * g + r) * row_bytes + b * 36);
-    }
-  }
-  return absl::OkStatus();
+  return EachQ4Block("InterleaveQ4Rows16", rows, cols, [&](int64_t p, int64_t gb, int r) {
+    const uint8_t* blk = in + p;
+    uint8_t* grp = out + gb;
+    std::memcpy(grp + 2 * r, blk, 2);
+    std::memcpy(grp + 32 + 2 * r, blk + 2, 2);
+    for (int t = 0; t < 8; ++t) std::memcpy(grp + 64 + 64 * t + 4 * r, blk + 4 + 4 * t, 4);
+  });
+}
+
+absl::Status DeinterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols, void* dst) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  return EachQ4Block("DeinterleaveQ4Rows16", rows, cols, [&](int64_t p, int64_t gb, int r) {
+    Q4R16RowBlock(in + gb, r, out + p);
+  });
 }
 
 DType InterleavedOf(DType plain) {

@@ -125,6 +125,22 @@ void Q6KRows(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
   }
 }
 
+// The interleaved layouts' scalar loops: y[r, c] = row(group start, row
+// of the group, activation row) + bias, for every output.
+template <typename Row>
+void EachRows16Output(const uint8_t* w, int64_t w_stride, int64_t n_rows, int64_t i0, int rows,
+                      const float* bias, float* y, int64_t y_stride, const Row& row) {
+  for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
+    const uint8_t* gp = w + g * kQ4KR16Rows * w_stride;
+    for (int rr = 0; rr < kQ4KR16Rows; ++rr) {
+      const int64_t c = g * kQ4KR16Rows + rr;
+      for (int r = 0; r < rows; ++r) {
+        y[r * y_stride + c] = row(gp, rr, i0 + r) + (bias != nullptr ? bias[c] : 0.0f);
+      }
+    }
+  }
+}
+
 // kQ4KR16 (common/row_interleave.h): each row of a 16-row group from its
 // Q4_K block, in the arithmetic every level shares (cpu_gguf_quant.h):
 // S and M exact per block, acc = fma(S, d dx, acc), acc = fma(-M, dmin dx,
@@ -132,38 +148,32 @@ void Q6KRows(const uint8_t* w, const KActivations& x, int64_t i0, int rows,
 void Q4KR16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
                 int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
   const int64_t blocks = x.k / kKBlock;
-  for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
-    const uint8_t* gp = w + g * kQ4KR16Rows * w_stride;
-    for (int rr = 0; rr < kQ4KR16Rows; ++rr) {
-      const int64_t c = g * kQ4KR16Rows + rr;
-      for (int r = 0; r < rows; ++r) {
-        const int64_t i = i0 + r;
-        float acc = 0.0f;
-        for (int64_t b = 0; b < blocks; ++b) {
-          uint8_t blk[144];
-          Q4KR16RowBlock(gp + b * kQ4KR16GroupBytes, rr, blk);
-          int sc[8], mn[8];
-          UnpackKScales(blk + 4, sc, mn);
-          const int8_t* xb = x.q.data() + i * x.k + b * kKBlock;
-          const int16_t* bs = x.bsums.data() + (i * x.k + b * kKBlock) / 16;
-          int32_t isum = 0, msum = 0;
-          for (int j = 0; j < 8; ++j) {
-            int32_t s = 0;
-            for (int l = 0; l < 32; ++l) {
-              const uint8_t byte = blk[16 + 32 * (j / 2) + l];
-              s += (j % 2 == 0 ? byte & 0x0F : byte >> 4) * xb[32 * j + l];
-            }
-            isum += sc[j] * s;
-            msum += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-          }
-          const float dx = x.d[i * blocks + b];
-          acc = std::fma(static_cast<float>(isum), F16(blk) * dx, acc);
-          acc = std::fma(-static_cast<float>(msum), F16(blk + 2) * dx, acc);
+  EachRows16Output(w, w_stride, n_rows, i0, rows, bias, y, y_stride,
+                   [&](const uint8_t* gp, int rr, int64_t i) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t blk[144];
+      Q4KR16RowBlock(gp + b * kQ4KR16GroupBytes, rr, blk);
+      int sc[8], mn[8];
+      UnpackKScales(blk + 4, sc, mn);
+      const int8_t* xb = x.q.data() + i * x.k + b * kKBlock;
+      const int16_t* bs = x.bsums.data() + (i * x.k + b * kKBlock) / 16;
+      int32_t isum = 0, msum = 0;
+      for (int j = 0; j < 8; ++j) {
+        int32_t s = 0;
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t byte = blk[16 + 32 * (j / 2) + l];
+          s += (j % 2 == 0 ? byte & 0x0F : byte >> 4) * xb[32 * j + l];
         }
-        y[r * y_stride + c] = acc + (bias != nullptr ? bias[c] : 0.0f);
+        isum += sc[j] * s;
+        msum += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
       }
+      const float dx = x.d[i * blocks + b];
+      acc = std::fma(static_cast<float>(isum), F16(blk) * dx, acc);
+      acc = std::fma(-static_cast<float>(msum), F16(blk + 2) * dx, acc);
     }
-  }
+    return acc;
+  });
 }
 
 // kQ4R16 (our q4, 16 rows interleaved): each row of a group from its q4
@@ -171,33 +181,27 @@ void Q4KR16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActiv
 void Q4R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const QuantizedActivations& x,
                int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
   const int64_t blocks = x.k / 64, groups = x.k / 32;
-  for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
-    const uint8_t* gp = w + g * kQ4KR16Rows * w_stride;
-    for (int rr = 0; rr < kQ4KR16Rows; ++rr) {
-      const int64_t c = g * kQ4KR16Rows + rr;
-      for (int r = 0; r < rows; ++r) {
-        const int64_t i = i0 + r;
-        float acc = 0.0f;
-        for (int64_t b = 0; b < blocks; ++b) {
-          uint8_t blk[36];
-          Q4R16RowBlock(gp + b * kQ4R16GroupBytes, rr, blk);
-          const int8_t* xb = x.q.data() + i * x.k + 64 * b;
-          int32_t sa = 0, sb = 0;
-          for (int j = 0; j < 32; ++j) {
-            sa += (blk[4 + j] & 0x0F) * xb[j];
-            sb += (blk[4 + j] >> 4) * xb[32 + j];
-          }
-          const float d = F16(blk), m = F16(blk + 2);
-          const int64_t g0 = i * groups + 2 * b;
-          acc = std::fma(static_cast<float>(sa), d * x.d[g0], acc);
-          acc = std::fma(static_cast<float>(sb), d * x.d[g0 + 1], acc);
-          acc = std::fma(m, x.sd[g0], acc);
-          acc = std::fma(m, x.sd[g0 + 1], acc);
-        }
-        y[r * y_stride + c] = acc + (bias != nullptr ? bias[c] : 0.0f);
+  EachRows16Output(w, w_stride, n_rows, i0, rows, bias, y, y_stride,
+                   [&](const uint8_t* gp, int rr, int64_t i) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t blk[36];
+      Q4R16RowBlock(gp + b * kQ4R16GroupBytes, rr, blk);
+      const int8_t* xb = x.q.data() + i * x.k + 64 * b;
+      int32_t sa = 0, sb = 0;
+      for (int j = 0; j < 32; ++j) {
+        sa += (blk[4 + j] & 0x0F) * xb[j];
+        sb += (blk[4 + j] >> 4) * xb[32 + j];
       }
+      const float d = F16(blk), m = F16(blk + 2);
+      const int64_t g0 = i * groups + 2 * b;
+      acc = std::fma(static_cast<float>(sa), d * x.d[g0], acc);
+      acc = std::fma(static_cast<float>(sb), d * x.d[g0 + 1], acc);
+      acc = std::fma(m, x.sd[g0], acc);
+      acc = std::fma(m, x.sd[g0 + 1], acc);
     }
-  }
+    return acc;
+  });
 }
 
 // Weight rows one at a time (the scalar pairs are independent).

@@ -331,21 +331,20 @@ MOE_GGUF_VNNI_INLINE void Q4KR16Group(const uint8_t* gp, const KActivations& x, 
   for (int r = 0; r < kR; ++r) _mm512_storeu_ps(y + r * y_stride, _mm512_add_ps(acc[r], bv));
 }
 
-template <int kR>
-MOE_GGUF_VNNI void Q4KR16Groups(const uint8_t* w, int64_t w_stride, int64_t n_rows,
-                                const KActivations& x, int64_t i0, const float* bias, float* y,
-                                int64_t y_stride) {
+// A rows16 group kernel (Q4KR16Group, Q4R16Group) over whole groups.
+template <auto kGroup, typename X>
+MOE_GGUF_VNNI void Rows16Groups(const uint8_t* w, int64_t w_stride, int64_t n_rows, const X& x,
+                                int64_t i0, const float* bias, float* y, int64_t y_stride) {
   for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
-    Q4KR16Group<kR>(w + g * kQ4KR16Rows * w_stride, x, i0,
-                    bias != nullptr ? bias + g * kQ4KR16Rows : nullptr, y + g * kQ4KR16Rows,
-                    y_stride);
+    kGroup(w + g * kQ4KR16Rows * w_stride, x, i0,
+           bias != nullptr ? bias + g * kQ4KR16Rows : nullptr, y + g * kQ4KR16Rows, y_stride);
   }
 }
 
 void Q4KR16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KActivations& x,
                     int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
   ForRowCount(rows, [&](auto r) {
-    Q4KR16Groups<r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+    Rows16Groups<&Q4KR16Group<r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
   });
 }
 
@@ -406,22 +405,11 @@ MOE_GGUF_VNNI_INLINE void Q4R16Group(const uint8_t* gp, const QuantizedActivatio
   for (int r = 0; r < kR; ++r) _mm512_storeu_ps(y + r * y_stride, _mm512_add_ps(acc[r], bv));
 }
 
-template <int kR>
-MOE_GGUF_VNNI void Q4R16Groups(const uint8_t* w, int64_t w_stride, int64_t n_rows,
-                               const QuantizedActivations& x, int64_t i0, const float* bias,
-                               float* y, int64_t y_stride) {
-  for (int64_t g = 0; g < n_rows / kQ4KR16Rows; ++g) {
-    Q4R16Group<kR>(w + g * kQ4KR16Rows * w_stride, x, i0,
-                   bias != nullptr ? bias + g * kQ4KR16Rows : nullptr, y + g * kQ4KR16Rows,
-                   y_stride);
-  }
-}
-
 void Q4R16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
                    const QuantizedActivations& x, int64_t i0, int rows, const float* bias,
                    float* y, int64_t y_stride) {
   ForRowCount(rows, [&](auto r) {
-    Q4R16Groups<r.value>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+    Rows16Groups<&Q4R16Group<r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
   });
 }
 

@@ -224,14 +224,16 @@ void CpuExpertPasses(ThreadPool& pool, SimdLevel level, absl::Span<const ExpertP
     return IsQuantDType(t) ? QuantColumnGrain(pool, m, n * rows, k, RowGroupOf(t))
                            : FloatColumnGrain(pool, m, n * rows, k);
   };
+  // Expert i's block-format activations, quantized into inputs[i].
+  auto prepare = [&](int64_t i, const float* x, int64_t k, DType t) -> const QuantizedInput* {
+    if (!IsQuantDType(t) || experts[i].count == 0) return nullptr;
+    inputs[i].Prepare(x, experts[i].count, k, t, level);
+    return &inputs[i];
+  };
   std::vector<ColumnProduct> gates, ups, downs;
   for (int64_t i = 0; i < n; ++i) {
     const ExpertPass& p = experts[i];
-    const QuantizedInput* q = nullptr;
-    if (IsQuantDType(gate_up) && p.count > 0) {
-      inputs[i].Prepare(p.x, p.count, hidden, gate_up, level);
-      q = &inputs[i];
-    }
+    const QuantizedInput* q = prepare(i, p.x, hidden, gate_up);
     gates.push_back({{p.x, p.gate, gate_up, nullptr, p.g, p.count, inter, hidden}, q, kernel});
     ups.push_back({{p.x, p.up, gate_up, nullptr, p.u, p.count, inter, hidden}, q, kernel});
   }
@@ -248,11 +250,7 @@ void CpuExpertPasses(ThreadPool& pool, SimdLevel level, absl::Span<const ExpertP
   });
   for (int64_t i = 0; i < n; ++i) {
     const ExpertPass& p = experts[i];
-    const QuantizedInput* q = nullptr;
-    if (IsQuantDType(down) && p.count > 0) {
-      inputs[i].Prepare(p.g, p.count, inter, down, level);
-      q = &inputs[i];
-    }
+    const QuantizedInput* q = prepare(i, p.g, inter, down);
     downs.push_back({{p.g, p.down, down, nullptr, p.d, p.count, hidden, inter}, q, kernel});
   }
   pool.ParallelFor(n * hidden, grain(down, hidden, inter), [&](int64_t b, int64_t e) {

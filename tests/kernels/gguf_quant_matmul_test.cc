@@ -40,14 +40,7 @@ Reference Expected(DType t, const std::vector<uint8_t>& w,
   return gguf_test::Expected(t, w, xr, m, n, k, &x);
 }
 
-std::vector<SimdLevel> Levels() {
-  std::vector<SimdLevel> out;
-  for (SimdLevel l :
-       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
-    if (SimdLevelSupported(l)) out.push_back(l);
-  }
-  return out;
-}
+std::vector<SimdLevel> Levels() { return gguf_test::SupportedLevels(); }
 
 // Random blocks of `t` through CpuMatMul at every level, 1 and 3 threads,
 // against Expected().

@@ -18,6 +18,7 @@
 #include "common/dtype.h"
 #include "common/gguf_blocks.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_matmul.h"
 #include "kernels/cpu_quant_matmul.h"
 #include "kernels/cuda/gguf_block_math.h"
 
@@ -69,6 +70,15 @@ void WithKind(DType t, const F& f) {
     default:
       return f(std::integral_constant<int, gguf_math::kQ6K>{});
   }
+}
+
+// The SIMD levels this machine runs, scalar first.
+inline std::vector<SimdLevel> SupportedLevels() {
+  std::vector<SimdLevel> out;
+  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (SimdLevelSupported(l)) out.push_back(l);
+  }
+  return out;
 }
 
 // A test name for a block dtype parameter ("Q4_K" -> "Q4K").

@@ -32,14 +32,7 @@ std::vector<uint8_t> Interleaved(const std::vector<uint8_t>& plain, int64_t n,
   return out;
 }
 
-std::vector<SimdLevel> Levels() {
-  std::vector<SimdLevel> out;
-  for (SimdLevel l :
-       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
-    if (SimdLevelSupported(l)) out.push_back(l);
-  }
-  return out;
-}
+std::vector<SimdLevel> Levels() { return gguf_test::SupportedLevels(); }
 
 TEST(Q4KRows16LayoutTest, InterleavingIsLosslessAndMovesEveryByte) {
   std::mt19937 rng(3);
