@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/mxfp4.h"
 #include "common/quant.h"
+#include "common/row_interleave.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -238,6 +239,20 @@ absl::Status DequantizeFp8Row(const TensorView& view, int64_t row, float* dst) {
 absl::Status ConvertWeightView(const TensorView& view, DType to, void* dst) {
   if (view.shape.size() != 2) {
     return absl::InvalidArgumentError("ConvertWeightView: not a 2-D weight");
+  }
+  if (const DType plain = RowMajorOf(to);
+      plain != to && view.dtype != to &&
+      !(view.dtype == plain && view.scales.data == nullptr && !view.strided())) {
+    // An interleaved layout: the row-major blocks first (every path below
+    // writes rows), then interleaved.
+    const int64_t bytes = WeightBytes(plain, view.shape[0], view.shape[1]);
+    if (bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rows of ", view.shape[1], " weights are not whole ", DTypeName(to), " blocks"));
+    }
+    std::vector<uint8_t> rows(static_cast<size_t>(bytes));
+    RETURN_IF_ERROR(ConvertWeightView(view, plain, rows.data()));
+    return ConvertWeights(rows.data(), plain, view.shape[0], view.shape[1], to, dst);
   }
   if (IsQuantDType(view.dtype) && view.scales.data == nullptr && !view.strided()) {
     // Packed blocks (GGUF experts): the same bytes, or decoded and redone.

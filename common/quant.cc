@@ -60,6 +60,11 @@ absl::Status QuantizeRow(const float* src, int64_t cols, DType format,
     return absl::InvalidArgumentError(absl::StrCat(
         "QuantizeRow: ", DTypeName(format), " is not a block format"));
   }
+  if (RowMajorOf(format) != format) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "QuantizeRow: ", DTypeName(format), " interleaves rows; quantize to ",
+        DTypeName(RowMajorOf(format)), " and interleave whole groups (ConvertWeights)"));
+  }
   if (IsGgufBlockDType(format)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot quantize weights to ", DTypeName(format),

@@ -12,7 +12,10 @@
 
 #include "common/dtype.h"
 #include "common/row_interleave.h"
+#include "common/mxfp4.h"
 #include "common/quant.h"
+#include "common/checkpoint.h"
+#include "common/fp8.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_gguf_quant.h"
 #include "kernels/cpu_matmul.h"
@@ -276,6 +279,35 @@ TEST(Q4Rows16LayoutTest, InterleavingIsLosslessAndConversionsGoThroughIt) {
   EXPECT_EQ(InterleavedHeld(DType::kQ8, 48, 192, true), DType::kQ8);
   EXPECT_FALSE(InterleaveQ4Rows16(plain.data(), 40, k, inter.data()).ok());
   EXPECT_EQ(DTypeName(DType::kQ4R16), "Q4x16");
+}
+
+// Views that every loader converts row by row (strided fused experts here)
+// reach an interleaved layout through the row-major one, never as rows
+// labelled interleaved; QuantizeRow refuses the interleaved dtypes.
+TEST(Q4Rows16LayoutTest, StridedViewsAreInterleavedWholeGroups) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const int64_t n = 32, k = 128;
+  std::vector<float> t(static_cast<size_t>(k * n));  // [k, n]: the view is its transpose
+  for (float& v : t) v = normal(rng);
+  TensorView view;
+  view.dtype = DType::kF32;
+  view.shape = {n, k};
+  view.data = reinterpret_cast<const uint8_t*>(t.data());
+  view.nbytes = t.size() * sizeof(float);
+  view.row_stride = 1;
+  view.col_stride = n;
+  std::vector<uint8_t> q4(static_cast<size_t>(WeightBytes(DType::kQ4, n, k)));
+  std::vector<uint8_t> expected(q4.size()), got(q4.size());
+  ASSERT_TRUE(ConvertWeightView(view, DType::kQ4, q4.data()).ok());
+  ASSERT_TRUE(InterleaveQ4Rows16(q4.data(), n, k, expected.data()).ok());
+  ASSERT_TRUE(ConvertWeightView(view, DType::kQ4R16, got.data()).ok());
+  EXPECT_EQ(got, expected);
+  std::vector<float> row(static_cast<size_t>(k), 0.5f);
+  for (DType d : {DType::kQ4R16, DType::kQ4KR16}) {
+    const absl::Status s = QuantizeRow(row.data(), k, d, got.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << DTypeName(d);
+  }
 }
 
 // Through CpuMatMul at every level, 1 and 3 threads: within the float64
