@@ -47,34 +47,46 @@ void PackScales(const int s[8], const int m[8], uint8_t* q) {
   }
 }
 
-void InterleaveGroup(const uint8_t* const rows[16], uint8_t* g) {
-  std::memset(g, 0, 256);
-  for (int r = 0; r < 16; ++r) {
-    const uint8_t* b = rows[r];
-    std::memcpy(g + 2 * r, b, 2);
-    std::memcpy(g + 32 + 2 * r, b + 2, 2);
-    for (int j = 0; j < 8; ++j) {
-      int s, m;
-      ScaleMin(b + 4, j, &s, &m);
-      const int t = 32 * (j / 2) + 2 * r + j % 2;
-      PutTarget(g + 64, t, s);
-      PutTarget(g + 160, t, m);
-    }
-    for (int c = 0; c < 4; ++c) {
-      for (int t = 0; t < 8; ++t) {
-        std::memcpy(g + 256 + 64 * (8 * c + t) + 4 * r, b + 16 + 32 * c + 4 * t,
-                    4);
-      }
+// Row r's Q4_K block `b` into its group block `g` (the scale and min
+// areas are or-ed into: zero them before row 0).
+void PutQ4KRow(const uint8_t* b, int r, uint8_t* g) {
+  std::memcpy(g + 2 * r, b, 2);
+  std::memcpy(g + 32 + 2 * r, b + 2, 2);
+  for (int j = 0; j < 8; ++j) {
+    int s, m;
+    ScaleMin(b + 4, j, &s, &m);
+    const int t = 32 * (j / 2) + 2 * r + j % 2;
+    PutTarget(g + 64, t, s);
+    PutTarget(g + 160, t, m);
+  }
+  for (int c = 0; c < 4; ++c) {
+    for (int t = 0; t < 8; ++t) {
+      std::memcpy(g + 256 + 64 * (8 * c + t) + 4 * r, b + 16 + 32 * c + 4 * t,
+                  4);
     }
   }
 }
 
-absl::Status CheckShape(const char* what, int64_t rows, int64_t cols) {
-  if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % 256 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": a [", rows, ", ", cols,
-                     "] Q4_K matrix is not whole groups of 16 rows of ",
-                     "256-weight blocks"));
+// fn(row-major block offset, group block offset, r) for every block of a
+// [rows, cols] matrix of `group`-weight blocks of `block_bytes`: its place
+// in the row-major matrix and row r's in its 16-row group block.
+template <typename Fn>
+absl::Status EachRowBlock(const char* what, const char* format, int64_t group,
+                          int64_t block_bytes, int64_t rows, int64_t cols,
+                          const Fn& fn) {
+  if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % group != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": a [", rows, ", ", cols, "] ", format,
+        " matrix is not whole groups of 16 rows of ", group, "-weight blocks"));
+  }
+  const int64_t blocks = cols / group, row_bytes = blocks * block_bytes;
+  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int r = 0; r < 16; ++r) {
+        fn((16 * g + r) * row_bytes + b * block_bytes,
+           (g * blocks + b) * kQ4KR16Rows * block_bytes, r);
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -101,89 +113,56 @@ void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out) {
 
 absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
                                  void* dst) {
-  if (absl::Status s = CheckShape("InterleaveQ4KRows16", rows, cols); !s.ok())
-    return s;
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  const int64_t blocks = cols / 256, row_bytes = blocks * kBlockBytes;
-  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* src_rows[16];
-      for (int r = 0; r < 16; ++r) {
-        src_rows[r] = in + (16 * g + r) * row_bytes + b * kBlockBytes;
-      }
-      InterleaveGroup(src_rows, out + (g * blocks + b) * kQ4KR16GroupBytes);
-    }
-  }
-  return absl::OkStatus();
+  return EachRowBlock("InterleaveQ4KRows16", "Q4_K", 256, kBlockBytes, rows,
+                      cols, [&](int64_t p, int64_t gb, int r) {
+                        if (r == 0) std::memset(out + gb, 0, 256);
+                        PutQ4KRow(in + p, r, out + gb);
+                      });
 }
 
 absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
                                    void* dst) {
-  if (absl::Status s = CheckShape("DeinterleaveQ4KRows16", rows, cols); !s.ok())
-    return s;
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  const int64_t blocks = cols / 256, row_bytes = blocks * kBlockBytes;
-  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* gb = in + (g * blocks + b) * kQ4KR16GroupBytes;
-      for (int r = 0; r < 16; ++r) {
-        Q4KR16RowBlock(gb, r, out + (16 * g + r) * row_bytes + b * kBlockBytes);
-      }
-    }
-  }
-  return absl::OkStatus();
+  return EachRowBlock("DeinterleaveQ4KRows16", "Q4_K", 256, kBlockBytes, rows,
+                      cols, [&](int64_t p, int64_t gb, int r) {
+                        Q4KR16RowBlock(in + gb, r, out + p);
+                      });
 }
 
 void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
   std::memcpy(out, g + 2 * r, 2);
   std::memcpy(out + 2, g + 32 + 2 * r, 2);
-  for (int t = 0; t < 8; ++t) std::memcpy(out + 4 + 4 * t, g + 64 + 64 * t + 4 * r, 4);
+  for (int t = 0; t < 8; ++t)
+    std::memcpy(out + 4 + 4 * t, g + 64 + 64 * t + 4 * r, 4);
 }
 
-namespace {
-
-// fn(plain block, group block, r) for every q4 block of a [rows, cols]
-// matrix: its row-major place and its row r's in the interleaved group.
-template <typename Fn>
-absl::Status EachQ4Block(const char* what, int64_t rows, int64_t cols, const Fn& fn) {
-  if (rows < 0 || cols < 0 || rows % kQ4KR16Rows != 0 || cols % 64 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": a [", rows, ", ", cols,
-        "] q4 matrix is not whole groups of 16 rows of 64-weight blocks"));
-  }
-  const int64_t blocks = cols / 64, row_bytes = blocks * 36;
-  for (int64_t g = 0; g < rows / kQ4KR16Rows; ++g) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (int r = 0; r < 16; ++r) {
-        fn((16 * g + r) * row_bytes + b * 36, (g * blocks + b) * kQ4R16GroupBytes, r);
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status InterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols, void* dst) {
+absl::Status InterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols,
+                                void* dst) {
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  return EachQ4Block("InterleaveQ4Rows16", rows, cols, [&](int64_t p, int64_t gb, int r) {
-    const uint8_t* blk = in + p;
-    uint8_t* grp = out + gb;
-    std::memcpy(grp + 2 * r, blk, 2);
-    std::memcpy(grp + 32 + 2 * r, blk + 2, 2);
-    for (int t = 0; t < 8; ++t) std::memcpy(grp + 64 + 64 * t + 4 * r, blk + 4 + 4 * t, 4);
-  });
+  return EachRowBlock("InterleaveQ4Rows16", "q4", 64, 36, rows, cols,
+                      [&](int64_t p, int64_t gb, int r) {
+                        const uint8_t* blk = in + p;
+                        uint8_t* grp = out + gb;
+                        std::memcpy(grp + 2 * r, blk, 2);
+                        std::memcpy(grp + 32 + 2 * r, blk + 2, 2);
+                        for (int t = 0; t < 8; ++t)
+                          std::memcpy(grp + 64 + 64 * t + 4 * r,
+                                      blk + 4 + 4 * t, 4);
+                      });
 }
 
-absl::Status DeinterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols, void* dst) {
+absl::Status DeinterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols,
+                                  void* dst) {
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  return EachQ4Block("DeinterleaveQ4Rows16", rows, cols, [&](int64_t p, int64_t gb, int r) {
-    Q4R16RowBlock(in + gb, r, out + p);
-  });
+  return EachRowBlock("DeinterleaveQ4Rows16", "q4", 64, 36, rows, cols,
+                      [&](int64_t p, int64_t gb, int r) {
+                        Q4R16RowBlock(in + gb, r, out + p);
+                      });
 }
 
 DType InterleavedOf(DType plain) {
