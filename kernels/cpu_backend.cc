@@ -35,6 +35,18 @@ std::string CpuModelName() {
   return "cpu";
 }
 
+// out[rows[i]] += weights[i] * d[i] for i < count (an expert's output rows
+// into the block's; rows nullptr: 0..count-1, weights nullptr: 1).
+void AddRows(const float* d, const int32_t* rows, const float* weights, int64_t count,
+             int64_t hidden, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float w = weights ? weights[i] : 1.0f;
+    float* o = out + (rows ? rows[i] : i) * hidden;
+    const float* di = d + i * hidden;
+    for (int64_t h = 0; h < hidden; ++h) o[h] += w * di[h];
+  }
+}
+
 // At least n floats of scratch for an expert's intermediates: the calling
 // thread's kept buffer up to kKeptFloats (a prompt's are megabytes, so they
 // are then neither allocated nor page-faulted per call), its own above.
@@ -219,12 +231,7 @@ absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
     cpu::SiluMul(g, u, g, count * inter);
   }
   CpuMatMul(*pool_, level, {g, down, w.down, nullptr, d, count, hidden, inter});
-  for (int64_t i = 0; i < count; ++i) {
-    const float w = weights ? weights[i] : 1.0f;
-    float* o = out + (rows ? rows[i] : i) * hidden;
-    const float* di = d + i * hidden;
-    for (int64_t h = 0; h < hidden; ++h) o[h] += w * di[h];
-  }
+  AddRows(d, rows, weights, count, hidden, out);
   return absl::OkStatus();
 }
 
@@ -267,13 +274,7 @@ absl::Status CpuBackend::DoExpertFfns(const float* x, absl::Span<const ExpertCal
   CpuExpertPasses(*pool_, simd_.load(), experts, t.gate, t.down, hidden, inter,
                   absl::MakeSpan(inputs));
   for (int64_t i = 0; i < n; ++i) {  // in call order, as the loop adds them
-    const ExpertCall& c = calls[i];
-    for (int64_t r = 0; r < c.count; ++r) {
-      const float w = c.weights ? c.weights[r] : 1.0f;
-      float* o = out + (c.rows ? c.rows[r] : r) * hidden;
-      const float* dr = experts[i].d + r * hidden;
-      for (int64_t h = 0; h < hidden; ++h) o[h] += w * dr[h];
-    }
+    AddRows(experts[i].d, calls[i].rows, calls[i].weights, calls[i].count, hidden, out);
   }
   return absl::OkStatus();
 }
@@ -295,12 +296,7 @@ absl::Status CpuBackend::DoBiasedExpertFfn(const float* x, const int32_t* rows,
   CpuMatMul(*pool_, level, {xin, e.up, e.w_dtype, e.up_bias, u, count, inter, hidden});
   cpu::ClampedSwigluRows(g, u, count, inter, act);
   CpuMatMul(*pool_, level, {g, e.down, e.w_dtype, e.down_bias, d, count, hidden, inter});
-  for (int64_t i = 0; i < count; ++i) {
-    const float w = weights ? weights[i] : 1.0f;
-    float* o = out + (rows ? rows[i] : i) * hidden;
-    const float* di = d + i * hidden;
-    for (int64_t h = 0; h < hidden; ++h) o[h] += w * di[h];
-  }
+  AddRows(d, rows, weights, count, hidden, out);
   return absl::OkStatus();
 }
 

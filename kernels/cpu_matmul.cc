@@ -169,7 +169,8 @@ void CpuGateUpSilu(ThreadPool& pool, SimdLevel level, const float* x, const void
     QuantizedInput local;
     QuantizedInput& in = QuantizedInputFor(m, k, &local);
     in.Prepare(x, m, k, dtype, level);
-    pool.ParallelFor(n, QuantColumnGrain(pool, m, n, k, RowGroupOf(dtype)), [&](int64_t b, int64_t e) {
+    const int64_t grain = QuantColumnGrain(pool, m, n, k, RowGroupOf(dtype));
+    pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
       in.Columns(gate, nullptr, g, n, b, e);
       in.Columns(up, nullptr, u, n, b, e);
       silu_mul(b, e);

@@ -407,7 +407,8 @@ void CpuQuantMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
   QuantizedInput local;
   QuantizedInput& in = QuantizedInputFor(a.m, a.k, &local);
   in.Prepare(a.x, a.m, a.k, a.dtype, level);
-  pool.ParallelFor(a.n, QuantColumnGrain(pool, a.m, a.n, a.k, RowGroupOf(a.dtype)), [&](int64_t b, int64_t e) {
+  const int64_t grain = QuantColumnGrain(pool, a.m, a.n, a.k, RowGroupOf(a.dtype));
+  pool.ParallelFor(a.n, grain, [&](int64_t b, int64_t e) {
     in.Columns(a.w, a.bias, a.y, a.n, b, e);
   });
 }
