@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 27> kDTypes = {{
+constexpr std::array<DTypeEntry, 28> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -45,6 +45,7 @@ constexpr std::array<DTypeEntry, 27> kDTypes = {{
     {DType::kQ6K, "Q6_K", 0},
     {DType::kQ4KR16, "Q4_Kx16", 0},
     {DType::kQ4R16, "Q4x16", 0},
+    {DType::kQ8R16, "Q8x16", 0},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -69,6 +70,7 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
 int64_t QuantGroupSize(DType dtype) {
   switch (dtype) {
     case DType::kQ8:
+    case DType::kQ8R16:
       return 32;
     case DType::kQ4:
     case DType::kQ4R16:
@@ -92,6 +94,7 @@ int64_t QuantGroupSize(DType dtype) {
 int64_t QuantBlockBytes(DType dtype) {
   switch (dtype) {
     case DType::kQ8:
+    case DType::kQ8R16:
       return 2 + 32;
     case DType::kQ4:
     case DType::kQ4R16:

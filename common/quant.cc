@@ -151,20 +151,6 @@ std::string ExpertFormatName(DType format) {
 
 namespace {
 
-// ConvertWeights to or from an interleaved layout (kQ4KR16, kQ4R16):
-// through its row-major dtype.
-absl::Status Interleave(DType interleaved, const void* src, int64_t rows, int64_t cols,
-                        void* dst) {
-  return interleaved == DType::kQ4KR16 ? InterleaveQ4KRows16(src, rows, cols, dst)
-                                       : InterleaveQ4Rows16(src, rows, cols, dst);
-}
-
-absl::Status Deinterleave(DType interleaved, const void* src, int64_t rows, int64_t cols,
-                          void* dst) {
-  return interleaved == DType::kQ4KR16 ? DeinterleaveQ4KRows16(src, rows, cols, dst)
-                                       : DeinterleaveQ4Rows16(src, rows, cols, dst);
-}
-
 absl::Status ConvertInterleaved(const void* src, DType from, int64_t rows, int64_t cols,
                                 DType to, void* dst) {
   if (from == to) {  // group for group
@@ -179,11 +165,11 @@ absl::Status ConvertInterleaved(const void* src, DType from, int64_t rows, int64
     const DType plain = RowMajorOf(from);
     std::vector<uint8_t> buf(static_cast<size_t>(std::max<int64_t>(
         0, WeightBytes(plain, rows, std::max<int64_t>(cols, 0)))));
-    RETURN_IF_ERROR(Deinterleave(from, src, rows, cols, buf.data()));
+    RETURN_IF_ERROR(DeinterleaveRows16(from, src, rows, cols, buf.data()));
     return ConvertWeights(buf.data(), plain, rows, cols, to, dst);
   }
   const DType plain = RowMajorOf(to);
-  if (from == plain) return Interleave(to, src, rows, cols, dst);
+  if (from == plain) return InterleaveRows16(to, src, rows, cols, dst);
   const int64_t bytes = WeightBytes(plain, rows, cols);
   if (bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -192,7 +178,7 @@ absl::Status ConvertInterleaved(const void* src, DType from, int64_t rows, int64
   }
   std::vector<uint8_t> buf(static_cast<size_t>(bytes));
   RETURN_IF_ERROR(ConvertWeights(src, from, rows, cols, plain, buf.data()));
-  return Interleave(to, buf.data(), rows, cols, dst);
+  return InterleaveRows16(to, buf.data(), rows, cols, dst);
 }
 
 }  // namespace

@@ -91,6 +91,23 @@ absl::Status EachRowBlock(const char* what, const char* format, int64_t group,
   return absl::OkStatus();
 }
 
+// The small-block layouts (kQ4R16, kQ8R16): a group block is the 16 rows'
+// f16 fields (`head` bytes per row, each field's 16 values together), then
+// their codes, 4 bytes of each row per 64 (`code_bytes` per row).
+void PutSmallRow(const uint8_t* blk, int r, int head, int code_bytes, uint8_t* grp) {
+  for (int f = 0; f < head / 2; ++f) std::memcpy(grp + 32 * f + 2 * r, blk + 2 * f, 2);
+  for (int t = 0; t < code_bytes / 4; ++t) {
+    std::memcpy(grp + 16 * head + 64 * t + 4 * r, blk + head + 4 * t, 4);
+  }
+}
+
+void GetSmallRow(const uint8_t* grp, int r, int head, int code_bytes, uint8_t* blk) {
+  for (int f = 0; f < head / 2; ++f) std::memcpy(blk + 2 * f, grp + 32 * f + 2 * r, 2);
+  for (int t = 0; t < code_bytes / 4; ++t) {
+    std::memcpy(blk + head + 4 * t, grp + 16 * head + 64 * t + 4 * r, 4);
+  }
+}
+
 }  // namespace
 
 void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out) {
@@ -111,69 +128,103 @@ void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out) {
   }
 }
 
-absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
-                                 void* dst) {
+
+void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out) { GetSmallRow(g, r, 4, 32, out); }
+
+void Q8R16RowBlock(const uint8_t* g, int r, uint8_t* out) { GetSmallRow(g, r, 2, 32, out); }
+
+absl::Status InterleaveRows16(DType interleaved, const void* src, int64_t rows,
+                              int64_t cols, void* dst) {
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  return EachRowBlock("InterleaveQ4KRows16", "Q4_K", 256, kBlockBytes, rows,
-                      cols, [&](int64_t p, int64_t gb, int r) {
-                        if (r == 0) std::memset(out + gb, 0, 256);
-                        PutQ4KRow(in + p, r, out + gb);
-                      });
+  switch (interleaved) {
+    case DType::kQ4KR16:
+      return EachRowBlock("InterleaveQ4KRows16", "Q4_K", 256, kBlockBytes, rows,
+                          cols, [&](int64_t p, int64_t gb, int r) {
+                            if (r == 0) std::memset(out + gb, 0, 256);
+                            PutQ4KRow(in + p, r, out + gb);
+                          });
+    case DType::kQ4R16:
+    case DType::kQ8R16: {
+      const bool q4 = interleaved == DType::kQ4R16;
+      return EachRowBlock(q4 ? "InterleaveQ4Rows16" : "InterleaveQ8Rows16",
+                          q4 ? "q4" : "q8", q4 ? 64 : 32, q4 ? 36 : 34, rows,
+                          cols, [&](int64_t p, int64_t gb, int r) {
+                            PutSmallRow(in + p, r, q4 ? 4 : 2, 32, out + gb);
+                          });
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          DTypeName(interleaved), " is not an interleaved layout"));
+  }
+}
+
+absl::Status DeinterleaveRows16(DType interleaved, const void* src,
+                                int64_t rows, int64_t cols, void* dst) {
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  switch (interleaved) {
+    case DType::kQ4KR16:
+      return EachRowBlock("DeinterleaveQ4KRows16", "Q4_K", 256, kBlockBytes,
+                          rows, cols, [&](int64_t p, int64_t gb, int r) {
+                            Q4KR16RowBlock(in + gb, r, out + p);
+                          });
+    case DType::kQ4R16:
+    case DType::kQ8R16: {
+      const bool q4 = interleaved == DType::kQ4R16;
+      return EachRowBlock(q4 ? "DeinterleaveQ4Rows16" : "DeinterleaveQ8Rows16",
+                          q4 ? "q4" : "q8", q4 ? 64 : 32, q4 ? 36 : 34, rows,
+                          cols, [&](int64_t p, int64_t gb, int r) {
+                            GetSmallRow(in + gb, r, q4 ? 4 : 2, 32, out + p);
+                          });
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          DTypeName(interleaved), " is not an interleaved layout"));
+  }
+}
+
+absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
+                                 void* dst) {
+  return InterleaveRows16(DType::kQ4KR16, src, rows, cols, dst);
 }
 
 absl::Status DeinterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
                                    void* dst) {
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint8_t*>(dst);
-  return EachRowBlock("DeinterleaveQ4KRows16", "Q4_K", 256, kBlockBytes, rows,
-                      cols, [&](int64_t p, int64_t gb, int r) {
-                        Q4KR16RowBlock(in + gb, r, out + p);
-                      });
-}
-
-void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
-  std::memcpy(out, g + 2 * r, 2);
-  std::memcpy(out + 2, g + 32 + 2 * r, 2);
-  for (int t = 0; t < 8; ++t)
-    std::memcpy(out + 4 + 4 * t, g + 64 + 64 * t + 4 * r, 4);
+  return DeinterleaveRows16(DType::kQ4KR16, src, rows, cols, dst);
 }
 
 absl::Status InterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols,
                                 void* dst) {
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint8_t*>(dst);
-  return EachRowBlock("InterleaveQ4Rows16", "q4", 64, 36, rows, cols,
-                      [&](int64_t p, int64_t gb, int r) {
-                        const uint8_t* blk = in + p;
-                        uint8_t* grp = out + gb;
-                        std::memcpy(grp + 2 * r, blk, 2);
-                        std::memcpy(grp + 32 + 2 * r, blk + 2, 2);
-                        for (int t = 0; t < 8; ++t)
-                          std::memcpy(grp + 64 + 64 * t + 4 * r,
-                                      blk + 4 + 4 * t, 4);
-                      });
+  return InterleaveRows16(DType::kQ4R16, src, rows, cols, dst);
 }
 
 absl::Status DeinterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols,
                                   void* dst) {
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint8_t*>(dst);
-  return EachRowBlock("DeinterleaveQ4Rows16", "q4", 64, 36, rows, cols,
-                      [&](int64_t p, int64_t gb, int r) {
-                        Q4R16RowBlock(in + gb, r, out + p);
-                      });
+  return DeinterleaveRows16(DType::kQ4R16, src, rows, cols, dst);
+}
+
+absl::Status InterleaveQ8Rows16(const void* src, int64_t rows, int64_t cols,
+                                void* dst) {
+  return InterleaveRows16(DType::kQ8R16, src, rows, cols, dst);
+}
+
+absl::Status DeinterleaveQ8Rows16(const void* src, int64_t rows, int64_t cols,
+                                  void* dst) {
+  return DeinterleaveRows16(DType::kQ8R16, src, rows, cols, dst);
 }
 
 DType InterleavedOf(DType plain) {
   if (plain == DType::kQ4K) return DType::kQ4KR16;
   if (plain == DType::kQ4) return DType::kQ4R16;
+  if (plain == DType::kQ8) return DType::kQ8R16;
   return plain;
 }
 
 DType RowMajorOf(DType interleaved) {
   if (interleaved == DType::kQ4KR16) return DType::kQ4K;
   if (interleaved == DType::kQ4R16) return DType::kQ4;
+  if (interleaved == DType::kQ8R16) return DType::kQ8;
   return interleaved;
 }
 

@@ -32,6 +32,12 @@
 //              qs[4t .. 4t + 4) at 4r (low nibbles: weights 4t..4t+3 of
 //              the block's first 32, high: of its last 32).
 //
+// kQ8R16 likewise: [rows / 16][cols / 32] group blocks of 544 bytes (16 x
+// 34, the 16 rows' q8 blocks of those 32 columns; GGUF's Q8_0 is q8):
+//   [0, 32)    d[r] (f16)
+//   [32, 544)  qs: for t = 0..7, 64 bytes at 32 + 64 t: row r's
+//              qs[4t .. 4t + 4) at 4r (the signed codes as stored).
+//
 // Thread-safe: pure functions.
 #ifndef MOECACHE_COMMON_ROW_INTERLEAVE_H_
 #define MOECACHE_COMMON_ROW_INTERLEAVE_H_
@@ -46,9 +52,10 @@ namespace moe {
 inline constexpr int64_t kQ4KR16Rows = 16;  // the row group of both layouts
 inline constexpr int64_t kQ4KR16GroupBytes = 16 * 144;
 inline constexpr int64_t kQ4R16GroupBytes = 16 * 36;
+inline constexpr int64_t kQ8R16GroupBytes = 16 * 34;
 
 // The interleaved layout of a row-major dtype (kQ4K -> kQ4KR16, kQ4 ->
-// kQ4R16), or `plain` itself when it has none; and the inverse.
+// kQ4R16, kQ8 -> kQ8R16), or `plain` itself when it has none; and the inverse.
 DType InterleavedOf(DType plain);
 DType RowMajorOf(DType interleaved);
 
@@ -67,6 +74,19 @@ absl::Status InterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols,
 absl::Status DeinterleaveQ4Rows16(const void* src, int64_t rows, int64_t cols,
                                   void* dst);
 
+// kQ8 [rows, cols] <-> kQ8R16, as the two above (cols % 32 == 0).
+absl::Status InterleaveQ8Rows16(const void* src, int64_t rows, int64_t cols,
+                                void* dst);
+absl::Status DeinterleaveQ8Rows16(const void* src, int64_t rows, int64_t cols,
+                                  void* dst);
+
+// The interleaving of `interleaved`'s row-major dtype into it, and back,
+// for any of the three layouts (INVALID_ARGUMENT for other dtypes).
+absl::Status InterleaveRows16(DType interleaved, const void* src, int64_t rows,
+                              int64_t cols, void* dst);
+absl::Status DeinterleaveRows16(DType interleaved, const void* src,
+                                int64_t rows, int64_t cols, void* dst);
+
 // The held dtype of a [rows, cols] matrix held as `held` by a loader whose
 // CPU prefers the interleaved layouts (`interleave`): InterleavedOf(held)
 // for whole 16-row groups of whole blocks, else `held`.
@@ -77,6 +97,8 @@ DType InterleavedHeld(DType held, int64_t rows, int64_t cols, bool interleave);
 void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out);
 // Row `r` of one kQ4R16 group block (576 bytes) as its q4 block (36 bytes).
 void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out);
+// Row `r` of one kQ8R16 group block (544 bytes) as its q8 block (34 bytes).
+void Q8R16RowBlock(const uint8_t* g, int r, uint8_t* out);
 
 }  // namespace moe
 

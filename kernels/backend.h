@@ -74,9 +74,9 @@ struct BackendInfo {
   // only when they pass the self-check run as the backend is created
   // (kernels/cuda_gguf_self_check.h); false, with a WARNING, otherwise.
   bool supports_gguf_blocks = true;
-  // And the CPU's interleaved layouts kQ4KR16 and kQ4R16 (Q4_K and q4 with
-  // 16 rows interleaved, common/row_interleave.h): the CPU at every level,
-  // never CUDA. `prefers_rows16`: loaders hold Q4_K and q4 matrices of
+  // And the CPU's interleaved layouts kQ4KR16, kQ4R16 and kQ8R16 (Q4_K, q4
+  // and q8 with 16 rows interleaved, common/row_interleave.h): the CPU at
+  // every level, never CUDA. `prefers_rows16`: loaders hold those matrices of
   // whole 16-row groups in them for this backend (CpuPrefersRows16,
   // kernels/cpu_gguf_quant.h).
   bool supports_rows16 = false;

@@ -204,6 +204,26 @@ void Q4R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const Quantiz
   });
 }
 
+// kQ8R16 (our q8, 16 rows interleaved): each row of a group from its q8
+// block, in the arithmetic every level shares (cpu_gguf_quant.h).
+void Q8R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const QuantizedActivations& x,
+               int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
+  const int64_t blocks = x.k / 32;
+  EachRows16Output(w, w_stride, n_rows, i0, rows, bias, y, y_stride,
+                   [&](const uint8_t* gp, int rr, int64_t i) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t blk[34];
+      Q8R16RowBlock(gp + b * kQ8R16GroupBytes, rr, blk);
+      const int8_t* xb = x.q.data() + i * x.k + 32 * b;
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) sum += static_cast<int8_t>(blk[2 + j]) * xb[j];
+      acc = std::fma(static_cast<float>(sum), F16(blk) * x.d[i * blocks + b], acc);
+    }
+    return acc;
+  });
+}
+
 // Weight rows one at a time (the scalar pairs are independent).
 template <void (*kRow)(const uint8_t*, const KActivations&, int64_t, int, float, float*,
                        int64_t)>
@@ -246,9 +266,17 @@ GgufKRowsFn GgufKRowsScalar(DType dtype) {
   }
 }
 
-GgufSmallRowsFn Q4R16RowsFor(SimdLevel level) {
+GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level) {
   static const bool vnni = Q8VnniSupported();
-  return level == SimdLevel::kAvx512 && vnni ? Q4R16RowsAvx512Vnni() : &Q4R16Rows;
+  if (level == SimdLevel::kAvx512 && vnni) return SmallRows16Avx512Vnni(dtype);
+  switch (dtype) {
+    case DType::kQ4R16:
+      return &Q4R16Rows;
+    case DType::kQ8R16:
+      return &Q8R16Rows;
+    default:
+      return nullptr;
+  }
 }
 
 bool CpuPrefersRows16(SimdLevel level) {

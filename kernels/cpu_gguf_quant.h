@@ -92,21 +92,24 @@ GgufKRowsFn GgufKRowsScalar(DType dtype);
 GgufKRowsFn GgufKRowsAvx2(DType dtype);
 GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype);
 
-// The rows kernel of kQ4R16 (our q4, 16 rows interleaved:
-// common/row_interleave.h) at `level`, on activations per 32 rounded as
-// for kQ4 (ActRounding::kF32). Per row and 64-weight block b, with SA and
-// SB the exact integer sums of its two halves:
-//   acc = fma(SA, d dx[2b], acc), acc = fma(SB, d dx[2b+1], acc),
-//   acc = fma(m, sd[2b], acc), acc = fma(m, sd[2b+1], acc)
+// The rows kernels of the small-block interleaved layouts
+// (common/row_interleave.h) at `level`, on activations per 32 rounded as
+// for their row-major dtypes (ActRounding::kF32):
+//  * kQ4R16 (our q4). Per row and 64-weight block b, with SA and SB the
+//    exact integer sums of its two halves:
+//      acc = fma(SA, d dx[2b], acc), acc = fma(SB, d dx[2b+1], acc),
+//      acc = fma(m, sd[2b], acc), acc = fma(m, sd[2b+1], acc);
+//  * kQ8R16 (our q8, GGUF's Q8_0). Per row and 32-weight block b, with S
+//    its exact integer sum: acc = fma(S, d dx[b], acc);
 // and y = acc + bias: the same bits at every level (AVX-512 VNNI: a lane per
 // row of the group; else the scalar loop). w is a row group's start and
-// n_rows a multiple of 16.
-GgufSmallRowsFn Q4R16RowsFor(SimdLevel level);
+// n_rows a multiple of 16. nullptr for other dtypes.
+GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level);
 // REQUIRES to run: Q8VnniSupported().
-GgufSmallRowsFn Q4R16RowsAvx512Vnni();
+GgufSmallRowsFn SmallRows16Avx512Vnni(DType dtype);
 
-// Whether Q4_K and q4 matrices are best held interleaved (kQ4KR16, kQ4R16)
-// on this CPU at `level`: AVX-512 VNNI (the Q4_K kernel reads ~1.8x the
+// Whether Q4_K, q4 and q8 matrices are best held interleaved (kQ4KR16,
+// kQ4R16, kQ8R16) on this CPU at `level`: AVX-512 VNNI (the Q4_K kernel reads ~1.8x the
 // bytes per second of the row-major one from memory, ~3x in cache, on a
 // zen4 core), unless $MOE_ROWS16=0 (a diagnostic: keep the row-major
 // layouts).

@@ -352,7 +352,7 @@ void Q4KR16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows, const KA
 // 4 weights of the block's first half per row, `& 0xF0` the same positions
 // of its second half times 16 (shifted back, exactly, before the scale);
 // vpdpbusd against the 4 activations broadcast; then each lane follows the
-// scalar order (Q4R16RowsFor).
+// scalar order (SmallRows16For).
 template <int kR>
 MOE_GGUF_VNNI_INLINE void Q4R16Group(const uint8_t* gp, const QuantizedActivations& x,
                                      int64_t i0, const float* bias, float* y,
@@ -410,6 +410,66 @@ void Q4R16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
                    float* y, int64_t y_stride) {
   ForRowCount(rows, [&](auto r) {
     Rows16Groups<&Q4R16Group<r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+  });
+}
+
+// kQ8R16 (our q8, 16 rows interleaved): per 64-byte load, the codes with
+// their sign bit flipped are w + 128 as u8, vpdpbusd's unsigned side, so
+// each lane sums (w + 128) x over 4 activations broadcast; 128 times the
+// block's activation sum (exact) is taken off before the scale. Then each
+// lane follows the scalar order (SmallRows16For).
+template <int kR>
+MOE_GGUF_VNNI_INLINE void Q8R16Group(const uint8_t* gp, const QuantizedActivations& x,
+                                     int64_t i0, const float* bias, float* y,
+                                     int64_t y_stride) {
+  const int64_t blocks = x.k / 32;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int8_t* xq[kR];
+  const float* xd[kR];
+  const int32_t* xs[kR];
+  __m512 acc[kR];
+  for (int r = 0; r < kR; ++r) {
+    xq[r] = x.q.data() + (i0 + r) * x.k;
+    xd[r] = x.d.data() + (i0 + r) * blocks;
+    xs[r] = x.s.data() + (i0 + r) * blocks;
+    acc[r] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* g = gp + b * kQ8R16GroupBytes;
+    __m512i da[kR], db[kR];
+    for (int r = 0; r < kR; ++r) da[r] = db[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {
+      const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(g + 32 + 64 * t), flip);
+      _mm_prefetch(reinterpret_cast<const char*>(g + 32 + 64 * t + kPrefetchBytes), _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        int32_t xa;
+        std::memcpy(&xa, xq[r] + 32 * b + 4 * t, 4);
+        if (t % 2 == 0) {
+          da[r] = _mm512_dpbusd_epi32(da[r], v, _mm512_set1_epi32(xa));
+        } else {
+          db[r] = _mm512_dpbusd_epi32(db[r], v, _mm512_set1_epi32(xa));
+        }
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    for (int r = 0; r < kR; ++r) {
+      const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(da[r], db[r]),
+                                           _mm512_set1_epi32(128 * xs[r][b]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(xd[r][b])),
+                               acc[r]);
+    }
+  }
+  const __m512 bv = bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  for (int r = 0; r < kR; ++r) _mm512_storeu_ps(y + r * y_stride, _mm512_add_ps(acc[r], bv));
+}
+
+void Q8R16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                   const QuantizedActivations& x, int64_t i0, int rows, const float* bias,
+                   float* y, int64_t y_stride) {
+  ForRowCount(rows, [&](auto r) {
+    Rows16Groups<&Q8R16Group<r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
   });
 }
 
@@ -549,7 +609,16 @@ MOE_GGUF_VNNI void QuantizeKActivationsAvx512(const float* x, int64_t m, int64_t
   }
 }
 
-GgufSmallRowsFn Q4R16RowsAvx512Vnni() { return &Q4R16RowsVnni; }
+GgufSmallRowsFn SmallRows16Avx512Vnni(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4R16:
+      return &Q4R16RowsVnni;
+    case DType::kQ8R16:
+      return &Q8R16RowsVnni;
+    default:
+      return nullptr;
+  }
+}
 
 GgufSmallRowsFn GgufSmallRowsAvx512Vnni(DType dtype) {
   switch (dtype) {

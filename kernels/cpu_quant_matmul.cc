@@ -198,7 +198,7 @@ MOE_QUANT_AVX2 float DotQ4Avx2(const uint8_t* w, const QuantizedActivations& x,
 
 // The scalar rounding of QuantizeActivations, into raw buffers.
 void QuantizeScalar(const float* x, int64_t m, int64_t k, int8_t* q_out, float* d_out,
-                    float* sd_out, ActRounding rounding) {
+                    float* sd_out, int32_t* s_out, ActRounding rounding) {
   for (int64_t g = 0; g < m * (k / kActGroup); ++g) {
     const float* xs = x + g * kActGroup;
     float amax = 0.0f;
@@ -212,6 +212,7 @@ void QuantizeScalar(const float* x, int64_t m, int64_t k, int8_t* q_out, float* 
       sum += static_cast<int32_t>(q);
     }
     d_out[g] = d;
+    s_out[g] = sum;
     sd_out[g] = rounding == ActRounding::kGgmlQ8_1 ? ActSum32(amax, sum)
                                                    : d * static_cast<float>(sum);
   }
@@ -264,7 +265,9 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k,
   out->q.resize(static_cast<size_t>(m * k));
   out->d.resize(static_cast<size_t>(m * groups));
   out->sd.resize(static_cast<size_t>(m * groups));
-  QuantizeScalar(x, m, k, out->q.data(), out->d.data(), out->sd.data(), rounding);
+  out->s.resize(static_cast<size_t>(m * groups));
+  QuantizeScalar(x, m, k, out->q.data(), out->d.data(), out->sd.data(), out->s.data(),
+                 rounding);
 }
 
 std::vector<float> RoundActivations(const float* x, int64_t m, int64_t k,
@@ -329,7 +332,7 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   if (IsGgufBlockDType(dtype) && k_rows_ == nullptr) dot_ = GgufDotFor(dtype, level);
   vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
   small_rows_ = avx512_vnni ? GgufSmallRowsAvx512Vnni(dtype) : nullptr;
-  if (dtype == DType::kQ4R16) small_rows_ = Q4R16RowsFor(level);  // every level
+  if (RowGroupOf(dtype) == 16 && !k_rows_) small_rows_ = SmallRows16For(dtype, level);
   row_bytes_ = WeightBytes(dtype, 1, k);
   if (k_rows_ != nullptr) {
     if (avx512_vnni) {
@@ -345,11 +348,12 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   int8_t* q = AtLeast(x_.q, m * k);
   float* d = AtLeast(x_.d, groups);
   float* sd = AtLeast(x_.sd, groups);
+  int32_t* sums = AtLeast(x_.s, groups);
   const ActRounding rounding = ActRoundingFor(dtype);
   if (avx512_vnni) {
-    QuantizeActivationsAvx512(x, m, k, q, d, sd, rounding);
+    QuantizeActivationsAvx512(x, m, k, q, d, sd, sums, rounding);
   } else {
-    QuantizeScalar(x, m, k, q, d, sd, rounding);
+    QuantizeScalar(x, m, k, q, d, sd, sums, rounding);
   }
   if (vnni_rows_ == nullptr) return;
   vx_ = VnniActivations{m, k, q, AtLeast(lane_d_, m * k / 4),

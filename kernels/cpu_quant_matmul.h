@@ -50,9 +50,10 @@ enum class ActRounding { kF32, kGgmlQ8_0, kGgmlQ8_1 };
 ActRounding ActRoundingFor(DType dtype);
 struct QuantizedActivations {
   int64_t m = 0, k = 0;
-  std::vector<int8_t> q;  // [m, k]
-  std::vector<float> d;   // [m, k / kActGroup]
-  std::vector<float> sd;  // [m, k / kActGroup]
+  std::vector<int8_t> q;   // [m, k]
+  std::vector<float> d;    // [m, k / kActGroup]
+  std::vector<float> sd;   // [m, k / kActGroup]
+  std::vector<int32_t> s;  // [m, k / kActGroup]: the sum of the group's q
 };
 // A group's scale: max|x| / 127, rounded to the nearest f16 where `ggml`
 // (ggml's Q8_0) unless that f16 would be infinite (max|x| > ~8.3e6, where
@@ -110,9 +111,10 @@ float DotQ8Avx512Vnni(const uint8_t* w, const QuantizedActivations& x, int64_t i
 // of each 4-code lane's group (lane_d, so a block's scales are one vector
 // multiply) and, per 64-weight block, sd of its two groups added (block_sd,
 // the min term's factor); PrepareVnniLanes fills the last two.
-// (q8 keeps the per-output DotQ8Avx512Vnni: a tile of 2 weight rows x 4
-// activation rows sharing each loaded block measured 7% slower; its
-// per-block float work, not its loads, bounds it.)
+// (Row-major q8 keeps the per-output DotQ8Avx512Vnni: a tile of 2 weight
+// rows x 4 activation rows sharing each loaded block measured 7% slower;
+// its per-block float work, not its loads, bounds it. Q8x16, 16 rows
+// interleaved, shares that work between 16 rows: cpu_gguf_quant.h.)
 struct VnniActivations {
   int64_t m = 0, k = 0;
   const int8_t* q = nullptr;        // [m, k]
@@ -123,9 +125,9 @@ void PrepareVnniLanes(const QuantizedActivations& x,
                       float* lane_d,     // [x.m, x.k / 4]
                       float* block_sd);  // [x.m, x.k / 64]
 // QuantizeActivations's arithmetic with AVX-512 (bit for bit the same).
-// REQUIRES: Q8VnniSupported(); q [m, k], d and sd [m, k / kActGroup].
+// REQUIRES: Q8VnniSupported(); q [m, k], d, sd and s [m, k / kActGroup].
 void QuantizeActivationsAvx512(const float* x, int64_t m, int64_t k, int8_t* q, float* d,
-                               float* sd, ActRounding rounding);
+                               float* sd, int32_t* s, ActRounding rounding);
 
 // y[r * y_stride] = q4 row `w` . activation row i0 + r (+ bias), for
 // r < rows (1 to kVnniMaxRows): one pass over the row's blocks serves all

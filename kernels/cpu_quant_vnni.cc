@@ -190,12 +190,14 @@ MOE_QUANT_VNNI float DotQ8Avx512Vnni(const uint8_t* w, const QuantizedActivation
 VnniRowsFn Q4RowsVnni() { return &RowsDispatch<&Q4Rows<1>, &Q4Rows<2>, &Q4Rows<3>, &Q4Rows<4>>; }
 
 MOE_QUANT_VNNI void QuantizeActivationsAvx512(const float* x, int64_t m, int64_t k, int8_t* q,
-                                              float* d, float* sd, ActRounding rounding) {
+                                              float* d, float* sd, int32_t* s,
+                                              ActRounding rounding) {
   const int64_t groups = m * (k / kActGroup);
   for (int64_t g = 0; g < groups; ++g) {
     float amax = 0.0f;
     const int32_t sum = QuantizeGroup(x + g * kActGroup, q + g * kActGroup, d + g, &amax,
                                       rounding != ActRounding::kF32);
+    s[g] = sum;
     sd[g] = rounding == ActRounding::kGgmlQ8_1 ? ActSum32(amax, sum)
                                                : d[g] * static_cast<float>(sum);
   }

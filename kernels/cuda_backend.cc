@@ -270,11 +270,11 @@ class CudaBackend : public Backend {
     return CudaModuleStatus(api_, code, what);
   }
   // UNIMPLEMENTED for ggml blocks once the self-check has failed.
-  // And always for kQ4KR16 and kQ4R16, the CPU's own layouts (no CUDA kernel
-  // reads them).
+  // And always for the interleaved layouts (RowGroupOf 16), the CPU's own
+  // (no CUDA kernel reads them).
   absl::Status RefuseGgufBlocks(std::initializer_list<DType> dtypes) const {
     for (DType t : dtypes) {
-      if (t == DType::kQ4KR16 || t == DType::kQ4R16) {
+      if (RowGroupOf(t) != 1) {
         return absl::UnimplementedError(absl::StrCat(
             DTypeName(t), " weights are the CPU's interleaved layout; the CUDA kernels read "
             "the row-major blocks"));

@@ -5,6 +5,7 @@
 #define MOECACHE_TESTS_ENGINE_GGUF_RUN_UTIL_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,28 @@ struct ModelRun {
 
 // The model at `path` (a folder or a GGUF) on the CPU backend with every
 // expert in memory: the logits after a fixed 7-token prompt, then
-// `new_tokens` greedy tokens.
-inline ModelRun RunModel(const std::string& path, int new_tokens = 16) {
+// `new_tokens` greedy tokens. `row_major`: loaded with MOE_ROWS16=0, so no
+// matrix is held in an interleaved layout (whose kernels sum in their own
+// order), for comparisons of arithmetic between checkpoints whose weights
+// are held in different dtypes.
+inline ModelRun RunModel(const std::string& path, int new_tokens = 16, bool row_major = false) {
   ModelRun r;
+  const char* was = std::getenv("MOE_ROWS16");
+  const std::string saved = was != nullptr ? was : "";
+  if (row_major) ::setenv("MOE_ROWS16", "0", 1);
+  struct Restore {
+    bool on;
+    bool had;
+    std::string value;
+    ~Restore() {
+      if (!on) return;
+      if (had) {
+        ::setenv("MOE_ROWS16", value.c_str(), 1);
+      } else {
+        ::unsetenv("MOE_ROWS16");
+      }
+    }
+  } restore{row_major, was != nullptr, saved};
   auto backend = CreateBackend("cpu");
   EXPECT_TRUE(backend.ok());
   auto model = MoeModel::Load(path, backend->get());

@@ -122,9 +122,11 @@ TEST(CpuQuantMatMulTest, Avx512RoundingIsTheScalarRounding) {
     QuantizeActivations(x.data(), m, k, &want, r);
     std::vector<int8_t> q(m * k);
     std::vector<float> d(m * k / kActGroup), sd(m * k / kActGroup);
-    QuantizeActivationsAvx512(x.data(), m, k, q.data(), d.data(), sd.data(), r);
+    std::vector<int32_t> sums(m * k / kActGroup);
+    QuantizeActivationsAvx512(x.data(), m, k, q.data(), d.data(), sd.data(), sums.data(), r);
     EXPECT_EQ(q, want.q);
     EXPECT_EQ(d, want.d);
+    EXPECT_EQ(sums, want.s);
     EXPECT_EQ(sd, want.sd) << static_cast<int>(r);
   }
 }

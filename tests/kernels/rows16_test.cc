@@ -1,5 +1,6 @@
-// Q4_K with 16 rows interleaved (DType::kQ4KR16, common/row_interleave.h):
-// the layout is a lossless rearrangement of Q4_K's bytes, and the kernels
+// Q4_K, q4 and q8 with 16 rows interleaved (DType::kQ4KR16, kQ4R16,
+// kQ8R16; common/row_interleave.h): each layout is a lossless rearrangement
+// of its row-major bytes, and the kernels
 // that read it (kernels/cpu_gguf_quant.h) give the float64 reference's
 // values at every SIMD level with the same bits at every level, thread
 // count, row split and activation-row grouping.
@@ -243,48 +244,76 @@ TEST(Q4KRows16KernelTest, LargestIntegerSumsAgreeAtEveryLevel) {
 namespace moe {
 namespace {
 
-// Our q4 with 16 rows interleaved (kQ4R16).
-std::vector<uint8_t> QuantizedQ4(int64_t n, int64_t k, std::mt19937& rng, std::vector<float>* f) {
+// Our q4 and q8 with 16 rows interleaved (kQ4R16, kQ8R16).
+std::vector<uint8_t> Quantized(DType dtype, int64_t n, int64_t k, std::mt19937& rng,
+                               std::vector<float>* f) {
   std::normal_distribution<float> normal(0.0f, 0.05f);
   f->resize(static_cast<size_t>(n * k));
   for (float& v : *f) v = normal(rng);
-  std::vector<uint8_t> q(static_cast<size_t>(WeightBytes(DType::kQ4, n, k)));
-  EXPECT_TRUE(ConvertWeights(f->data(), DType::kF32, n, k, DType::kQ4, q.data()).ok());
+  std::vector<uint8_t> q(static_cast<size_t>(WeightBytes(dtype, n, k)));
+  EXPECT_TRUE(ConvertWeights(f->data(), DType::kF32, n, k, dtype, q.data()).ok());
   return q;
 }
 
-TEST(Q4Rows16LayoutTest, InterleavingIsLosslessAndConversionsGoThroughIt) {
+constexpr DType kSmallPlain[] = {DType::kQ4, DType::kQ8};
+
+TEST(SmallRows16LayoutTest, InterleavingIsLosslessAndConversionsGoThroughIt) {
   std::mt19937 rng(23);
   const int64_t n = 48, k = 192;
-  std::vector<float> f;
-  const std::vector<uint8_t> plain = QuantizedQ4(n, k, rng, &f);
-  ASSERT_EQ(static_cast<int64_t>(plain.size()), WeightBytes(DType::kQ4R16, n, k));
-  std::vector<uint8_t> inter(plain.size()), back(plain.size()), direct(plain.size());
-  ASSERT_TRUE(InterleaveQ4Rows16(plain.data(), n, k, inter.data()).ok());
-  EXPECT_NE(inter, plain);
-  ASSERT_TRUE(DeinterleaveQ4Rows16(inter.data(), n, k, back.data()).ok());
-  EXPECT_EQ(back, plain);
-  // Floats straight to Q4x16: quantized as q4, then interleaved.
-  ASSERT_TRUE(ConvertWeights(f.data(), DType::kF32, n, k, DType::kQ4R16, direct.data()).ok());
-  EXPECT_EQ(direct, inter);
-  std::vector<float> a(f.size()), b(f.size());
-  ASSERT_TRUE(ConvertWeights(plain.data(), DType::kQ4, n, k, DType::kF32, a.data()).ok());
-  ASSERT_TRUE(ConvertWeights(inter.data(), DType::kQ4R16, n, k, DType::kF32, b.data()).ok());
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  for (DType plain_dtype : kSmallPlain) {
+    const DType inter_dtype = InterleavedOf(plain_dtype);
+    SCOPED_TRACE(DTypeName(inter_dtype));
+    std::vector<float> f;
+    const std::vector<uint8_t> plain = Quantized(plain_dtype, n, k, rng, &f);
+    ASSERT_EQ(static_cast<int64_t>(plain.size()), WeightBytes(inter_dtype, n, k));
+    std::vector<uint8_t> inter(plain.size()), back(plain.size()), direct(plain.size());
+    ASSERT_TRUE(InterleaveRows16(inter_dtype, plain.data(), n, k, inter.data()).ok());
+    EXPECT_NE(inter, plain);
+    ASSERT_TRUE(DeinterleaveRows16(inter_dtype, inter.data(), n, k, back.data()).ok());
+    EXPECT_EQ(back, plain);
+    // Floats straight to the interleaved layout: quantized, then interleaved.
+    ASSERT_TRUE(ConvertWeights(f.data(), DType::kF32, n, k, inter_dtype, direct.data()).ok());
+    EXPECT_EQ(direct, inter);
+    std::vector<float> a(f.size()), b(f.size());
+    ASSERT_TRUE(ConvertWeights(plain.data(), plain_dtype, n, k, DType::kF32, a.data()).ok());
+    ASSERT_TRUE(ConvertWeights(inter.data(), inter_dtype, n, k, DType::kF32, b.data()).ok());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    EXPECT_EQ(RowMajorOf(inter_dtype), plain_dtype);
+    EXPECT_EQ(InterleavedHeld(plain_dtype, 48, 192, true), inter_dtype);
+    EXPECT_EQ(InterleavedHeld(plain_dtype, 40, 192, true), plain_dtype);  // not whole groups
+    EXPECT_EQ(InterleavedHeld(plain_dtype, 48, 192, false), plain_dtype);
+    EXPECT_FALSE(InterleaveRows16(inter_dtype, plain.data(), 40, k, inter.data()).ok());
+    EXPECT_EQ(RowGroupOf(inter_dtype), 16);
+    EXPECT_EQ(*ParseWeightDType(DTypeName(inter_dtype)), inter_dtype);
+  }
   EXPECT_EQ(InterleavedOf(DType::kQ4), DType::kQ4R16);
-  EXPECT_EQ(RowMajorOf(DType::kQ4R16), DType::kQ4);
-  EXPECT_EQ(InterleavedHeld(DType::kQ4, 48, 192, true), DType::kQ4R16);
-  EXPECT_EQ(InterleavedHeld(DType::kQ4, 40, 192, true), DType::kQ4);  // not whole groups
-  EXPECT_EQ(InterleavedHeld(DType::kQ4, 48, 192, false), DType::kQ4);
-  EXPECT_EQ(InterleavedHeld(DType::kQ8, 48, 192, true), DType::kQ8);
-  EXPECT_FALSE(InterleaveQ4Rows16(plain.data(), 40, k, inter.data()).ok());
+  EXPECT_EQ(InterleavedOf(DType::kQ8), DType::kQ8R16);
+  EXPECT_EQ(InterleavedHeld(DType::kMxfp4, 48, 192, true), DType::kMxfp4);
   EXPECT_EQ(DTypeName(DType::kQ4R16), "Q4x16");
+  EXPECT_EQ(DTypeName(DType::kQ8R16), "Q8x16");
+  EXPECT_EQ(InterleaveRows16(DType::kQ8, nullptr, 16, 32, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The q8 layout moves the codes as they are: a GGUF Q8_0 code of -128 (a
+// byte no quantizer of ours writes) survives both ways.
+TEST(SmallRows16LayoutTest, Q8CodesOfEveryValueSurvive) {
+  const int64_t n = 16, k = 256;
+  std::vector<uint8_t> plain(static_cast<size_t>(WeightBytes(DType::kQ8, n, k)));
+  for (size_t i = 0; i < plain.size(); ++i) plain[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::vector<uint8_t> inter(plain.size()), back(plain.size());
+  ASSERT_TRUE(InterleaveQ8Rows16(plain.data(), n, k, inter.data()).ok());
+  ASSERT_TRUE(DeinterleaveQ8Rows16(inter.data(), n, k, back.data()).ok());
+  EXPECT_EQ(back, plain);
+  uint8_t blk[34];
+  Q8R16RowBlock(inter.data(), 5, blk);
+  EXPECT_EQ(0, std::memcmp(blk, plain.data() + 5 * WeightBytes(DType::kQ8, 1, k), 34));
 }
 
 // Views that every loader converts row by row (strided fused experts here)
 // reach an interleaved layout through the row-major one, never as rows
 // labelled interleaved; QuantizeRow refuses the interleaved dtypes.
-TEST(Q4Rows16LayoutTest, StridedViewsAreInterleavedWholeGroups) {
+TEST(SmallRows16LayoutTest, StridedViewsAreInterleavedWholeGroups) {
   std::mt19937 rng(31);
   std::normal_distribution<float> normal(0.0f, 0.05f);
   const int64_t n = 32, k = 128;
@@ -297,79 +326,99 @@ TEST(Q4Rows16LayoutTest, StridedViewsAreInterleavedWholeGroups) {
   view.nbytes = t.size() * sizeof(float);
   view.row_stride = 1;
   view.col_stride = n;
-  std::vector<uint8_t> q4(static_cast<size_t>(WeightBytes(DType::kQ4, n, k)));
-  std::vector<uint8_t> expected(q4.size()), got(q4.size());
-  ASSERT_TRUE(ConvertWeightView(view, DType::kQ4, q4.data()).ok());
-  ASSERT_TRUE(InterleaveQ4Rows16(q4.data(), n, k, expected.data()).ok());
-  ASSERT_TRUE(ConvertWeightView(view, DType::kQ4R16, got.data()).ok());
-  EXPECT_EQ(got, expected);
+  std::vector<uint8_t> got;
+  for (DType plain_dtype : kSmallPlain) {
+    const DType inter_dtype = InterleavedOf(plain_dtype);
+    std::vector<uint8_t> plain(static_cast<size_t>(WeightBytes(plain_dtype, n, k)));
+    std::vector<uint8_t> expected(plain.size());
+    got.assign(plain.size(), 0);
+    ASSERT_TRUE(ConvertWeightView(view, plain_dtype, plain.data()).ok());
+    ASSERT_TRUE(InterleaveRows16(inter_dtype, plain.data(), n, k, expected.data()).ok());
+    ASSERT_TRUE(ConvertWeightView(view, inter_dtype, got.data()).ok());
+    EXPECT_EQ(got, expected) << DTypeName(inter_dtype);
+  }
   std::vector<float> row(static_cast<size_t>(k), 0.5f);
-  for (DType d : {DType::kQ4R16, DType::kQ4KR16}) {
+  for (DType d : {DType::kQ4R16, DType::kQ4KR16, DType::kQ8R16}) {
     const absl::Status s = QuantizeRow(row.data(), k, d, got.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << DTypeName(d);
   }
 }
 
 // Through CpuMatMul at every level, 1 and 3 threads: within the float64
-// product of the dequantized q4 weights and the rounded activations, and
-// the same bits everywhere, whatever rows a call groups.
-TEST(Q4Rows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
+// product of the dequantized weights and the rounded activations, and the
+// same bits everywhere, whatever rows a call groups.
+TEST(SmallRows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
   std::mt19937 rng(29);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   ThreadPool one(1), three(3);
   struct Shape {
     int64_t m, n, k;
   };
-  for (const Shape s : {Shape{1, 16, 64}, Shape{1, 64, 1024}, Shape{3, 32, 192},
-                        Shape{5, 48, 512}, Shape{9, 16, 128}}) {
-    SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k);
-    std::vector<float> f;
-    const std::vector<uint8_t> plain = QuantizedQ4(s.n, s.k, rng, &f);
-    std::vector<uint8_t> w(plain.size());
-    ASSERT_TRUE(InterleaveQ4Rows16(plain.data(), s.n, s.k, w.data()).ok());
-    std::vector<float> x(static_cast<size_t>(s.m * s.k));
-    for (float& v : x) v = normal(rng);
-    x[0] = 9.0f;
-    const std::vector<float> xr = RoundActivations(x.data(), s.m, s.k);
-    std::vector<float> wd(f.size());
-    ASSERT_TRUE(ConvertWeights(plain.data(), DType::kQ4, s.n, s.k, DType::kF32, wd.data()).ok());
-    std::vector<float> first;
-    for (SimdLevel level : Levels()) {
-      for (ThreadPool* pool : {&one, &three}) {
-        SCOPED_TRACE(::testing::Message() << SimdLevelName(level) << " threads " << pool->size());
-        std::vector<float> y(static_cast<size_t>(s.m * s.n));
-        CpuMatMul(*pool, level,
-                  MatMulArgs{x.data(), w.data(), DType::kQ4R16, nullptr, y.data(), s.m, s.n, s.k});
-        for (int64_t i = 0; i < s.m; ++i) {
-          for (int64_t j = 0; j < s.n; ++j) {
-            double ref = 0, scale = 0;
-            for (int64_t c = 0; c < s.k; ++c) {
-              ref += double(wd[j * s.k + c]) * xr[i * s.k + c];
-              scale += std::fabs(double(wd[j * s.k + c]) * xr[i * s.k + c]);
+  for (DType plain_dtype : kSmallPlain) {
+    const DType inter_dtype = InterleavedOf(plain_dtype);
+    for (const Shape s : {Shape{1, 16, 64}, Shape{1, 64, 1024}, Shape{3, 32, 192},
+                          Shape{5, 48, 512}, Shape{9, 16, 128}}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(inter_dtype) << " m " << s.m << " n "
+                                        << s.n << " k " << s.k);
+      std::vector<float> f;
+      std::vector<uint8_t> plain = Quantized(plain_dtype, s.n, s.k, rng, &f);
+      if (plain_dtype == DType::kQ8) {
+        // Codes at both ends (-128 only a GGUF Q8_0 file holds) in row 3.
+        uint8_t* row = plain.data() + 3 * WeightBytes(DType::kQ8, 1, s.k);
+        row[2] = 0x80;
+        row[3] = 0x7F;
+        row[4] = 0x81;
+      }
+      std::vector<uint8_t> w(plain.size());
+      ASSERT_TRUE(InterleaveRows16(inter_dtype, plain.data(), s.n, s.k, w.data()).ok());
+      std::vector<float> x(static_cast<size_t>(s.m * s.k));
+      for (float& v : x) v = normal(rng);
+      x[0] = 9.0f;
+      const std::vector<float> xr = RoundActivations(x.data(), s.m, s.k);
+      std::vector<float> wd(f.size());
+      ASSERT_TRUE(
+          ConvertWeights(plain.data(), plain_dtype, s.n, s.k, DType::kF32, wd.data()).ok());
+      std::vector<float> first;
+      for (SimdLevel level : Levels()) {
+        for (ThreadPool* pool : {&one, &three}) {
+          SCOPED_TRACE(::testing::Message() << SimdLevelName(level) << " threads "
+                                            << pool->size());
+          std::vector<float> y(static_cast<size_t>(s.m * s.n));
+          CpuMatMul(*pool, level,
+                    MatMulArgs{x.data(), w.data(), inter_dtype, nullptr, y.data(), s.m, s.n,
+                               s.k});
+          for (int64_t i = 0; i < s.m; ++i) {
+            for (int64_t j = 0; j < s.n; ++j) {
+              double ref = 0, scale = 0;
+              for (int64_t c = 0; c < s.k; ++c) {
+                ref += double(wd[j * s.k + c]) * xr[i * s.k + c];
+                scale += std::fabs(double(wd[j * s.k + c]) * xr[i * s.k + c]);
+              }
+              ASSERT_NEAR(y[i * s.n + j], ref, 1e-5 * scale + 1e-6) << i << "," << j;
             }
-            ASSERT_NEAR(y[i * s.n + j], ref, 1e-5 * scale + 1e-6) << i << "," << j;
+          }
+          if (first.empty()) {
+            first = y;
+          } else {
+            ASSERT_EQ(0, std::memcmp(y.data(), first.data(), y.size() * sizeof(float)));
           }
         }
-        if (first.empty()) {
-          first = y;
-        } else {
-          ASSERT_EQ(0, std::memcmp(y.data(), first.data(), y.size() * sizeof(float)));
+      }
+      // A rows kernel call per activation row gives the same bits.
+      for (SimdLevel level : Levels()) {
+        QuantizedActivations qa;
+        QuantizeActivations(x.data(), s.m, s.k, &qa);
+        std::vector<float> alone(first.size());
+        for (int64_t i = 0; i < s.m; ++i) {
+          SmallRows16For(inter_dtype, level)(w.data(), WeightBytes(inter_dtype, 1, s.k), s.n,
+                                             qa, i, 1, nullptr, &alone[i * s.n], s.n);
         }
+        EXPECT_EQ(0, std::memcmp(alone.data(), first.data(), first.size() * sizeof(float)))
+            << SimdLevelName(level);
       }
-    }
-    // A rows kernel call per activation row gives the same bits.
-    for (SimdLevel level : Levels()) {
-      QuantizedActivations qa;
-      QuantizeActivations(x.data(), s.m, s.k, &qa);
-      std::vector<float> alone(first.size());
-      for (int64_t i = 0; i < s.m; ++i) {
-        Q4R16RowsFor(level)(w.data(), WeightBytes(DType::kQ4R16, 1, s.k), s.n, qa, i, 1,
-                            nullptr, &alone[i * s.n], s.n);
-      }
-      EXPECT_EQ(0, std::memcmp(alone.data(), first.data(), first.size() * sizeof(float)))
-          << SimdLevelName(level);
     }
   }
+  EXPECT_EQ(SmallRows16For(DType::kQ8, SimdLevel::kScalar), nullptr);
 }
 
 }  // namespace

@@ -374,7 +374,8 @@ TEST_P(FormatCapacityTest, TokensDoNotDependOnTheCache) {
                 {"--expert-format", GetParam()});
     ASSERT_NO_FATAL_FAILURE(ExpectTokensThenStop(daemon, expected));
     // The tiny checkpoint is bf16: only q8/q4 are converted (with progress);
-    // q4 to Q4x16 where this CPU prefers the interleaved layout.
+    // q4 and q8 to Q4x16 and Q8x16 where this CPU prefers the interleaved
+    // layouts.
     const DType held =
         CpuPrefersRows16(DetectSimdLevel()) ? InterleavedOf(format) : format;
     const std::string converted = "(to " + ExpertFormatName(held) + ")";
@@ -419,8 +420,11 @@ TEST_F(DaemonE2eTest, Fp8CheckpointMatchesTheFloat64Reference) {
     std::vector<std::string> extra;
     if (!q8) extra = {"--expert-format", format};
     StartDaemon(daemon, 8, "lru", std::string("cached-fp8-") + format + ".log", extra);
-    EXPECT_NE(daemon.Log().find(q8 ? "(to q8)" : "(to bf16)"), std::string::npos)
-        << daemon.Log();
+    // q8 as Q8x16 where this CPU prefers the interleaved layout.
+    const std::string held =
+        !q8 ? "bf16"
+            : ExpertFormatName(CpuPrefersRows16(DetectSimdLevel()) ? DType::kQ8R16 : DType::kQ8);
+    EXPECT_NE(daemon.Log().find("(to " + held + ")"), std::string::npos) << daemon.Log();
     StartWorker();
     std::vector<v1::GenerateResponse> rs;
     grpc::Status s = Call(&rs, 12);

@@ -7,14 +7,18 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/model_config.h"
 #include "common/model_maker.h"
+#include "common/quant.h"
 #include "gmock/gmock.h"
 #include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
+#include "kernels/cpu_gguf_quant.h"
+#include "kernels/cpu_matmul.h"
 #include "tests/common/test_util.h"
 #include "services/rpc/startup_log.h"
 #include "tests/moe_worker/worker_process.h"
@@ -128,7 +132,10 @@ TEST_F(OpsReportTest, DaemonStartLineNamesCacheAndPolicy) {
 TEST_F(OpsReportTest, DaemonStartLineSizesTheHeldFormat) {
   StartDaemon({"--expert-format", "q8"});
   const std::string log = daemon_.Log();
-  EXPECT_THAT(log, HasSubstr("(mixtral, dense bf16, experts q8 (stored bf16), "
+  // (q8x16: q8 with 16 rows interleaved, where this CPU prefers it.)
+  const std::string held = absl::AsciiStrToLower(
+      ExpertFormatName(CpuPrefersRows16(DetectSimdLevel()) ? DType::kQ8R16 : DType::kQ8));
+  EXPECT_THAT(log, HasSubstr("(mixtral, dense bf16, experts " + held + " (stored bf16), "
                              "4 MoE layers x 8 experts of "));
   const size_t at = log.find("16 slots of ");
   ASSERT_NE(at, std::string::npos) << log;
