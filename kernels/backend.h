@@ -81,6 +81,10 @@ struct BackendInfo {
   // kernels/cpu_gguf_quant.h).
   bool supports_rows16 = false;
   bool prefers_rows16 = false;
+  // Products with bf16 weights round their f32 activations to bf16 first
+  // (the CPU on AVX512_BF16: UsesBf16Dot, kernels/cpu_matmul.h); else they
+  // read the f32 activations.
+  bool bf16_rounds_activations = false;
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
   int threads = 1;                  // CPU worker threads (1 on a device)

@@ -86,6 +86,7 @@ BackendInfo CpuBackend::Info() const {
   info.simd = std::string(SimdLevelName(simd_.load()));
   info.supports_rows16 = true;
   info.prefers_rows16 = CpuPrefersRows16(simd_.load());
+  info.bf16_rounds_activations = UsesBf16Dot(DType::kBF16, simd_.load());
   return info;
 }
 

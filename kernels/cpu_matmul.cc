@@ -148,10 +148,25 @@ int64_t FloatColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k
   return std::clamp<int64_t>((per_thread + 7) / 8 * 8, 8, 64);
 }
 
+// The ParallelFor grain over the n columns of a product of `dtype`.
+int64_t ColumnGrain(const ThreadPool& pool, DType dtype, int64_t m, int64_t n, int64_t k) {
+  return IsQuantDType(dtype) ? QuantColumnGrain(pool, m, n, k, RowGroupOf(dtype))
+                             : FloatColumnGrain(pool, m, n, k);
+}
+
 }  // namespace
 
 void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
   if (IsQuantDType(a.dtype)) return CpuQuantMatMul(pool, level, a);
+  if (UsesBf16Dot(a.dtype, level)) {
+    QuantizedInput local;
+    QuantizedInput& in = QuantizedInputFor(a.m, a.k, &local);
+    in.Prepare(a.x, a.m, a.k, a.dtype, level);
+    pool.ParallelFor(a.n, FloatColumnGrain(pool, a.m, a.n, a.k), [&](int64_t b, int64_t e) {
+      in.Columns(a.w, a.bias, a.y, a.n, b, e);
+    });
+    return;
+  }
   const ColumnsFn kernel = ColumnsFor(level);
   pool.ParallelFor(a.n, FloatColumnGrain(pool, a.m, a.n, a.k),
                    [&](int64_t b, int64_t e) { kernel(a, b, e); });
@@ -165,12 +180,11 @@ void CpuGateUpSilu(ThreadPool& pool, SimdLevel level, const float* x, const void
       cpu::SiluMul(g + i * n + b, u + i * n + b, g + i * n + b, e - b);
     }
   };
-  if (IsQuantDType(dtype)) {
+  if (PreparesActivations(dtype, level)) {
     QuantizedInput local;
     QuantizedInput& in = QuantizedInputFor(m, k, &local);
     in.Prepare(x, m, k, dtype, level);
-    const int64_t grain = QuantColumnGrain(pool, m, n, k, RowGroupOf(dtype));
-    pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
+    pool.ParallelFor(n, ColumnGrain(pool, dtype, m, n, k), [&](int64_t b, int64_t e) {
       in.Columns(gate, nullptr, g, n, b, e);
       in.Columns(up, nullptr, u, n, b, e);
       silu_mul(b, e);
@@ -222,12 +236,12 @@ void CpuExpertPasses(ThreadPool& pool, SimdLevel level, absl::Span<const ExpertP
   // A pass's grain as its products' own (CpuMatMul's), over all experts'
   // rows; whole row groups, so every edge is one within each expert.
   auto grain = [&](DType t, int64_t rows, int64_t k) {
-    return IsQuantDType(t) ? QuantColumnGrain(pool, m, n * rows, k, RowGroupOf(t))
-                           : FloatColumnGrain(pool, m, n * rows, k);
+    return ColumnGrain(pool, t, m, n * rows, k);
   };
-  // Expert i's block-format activations, quantized into inputs[i].
+  // Expert i's prepared activations (block formats, bf16 on AVX512_BF16),
+  // into inputs[i].
   auto prepare = [&](int64_t i, const float* x, int64_t k, DType t) -> const QuantizedInput* {
-    if (!IsQuantDType(t) || experts[i].count == 0) return nullptr;
+    if (!PreparesActivations(t, level) || experts[i].count == 0) return nullptr;
     inputs[i].Prepare(x, experts[i].count, k, t, level);
     return &inputs[i];
   };

@@ -317,8 +317,20 @@ std::vector<float> RoundKActivations(const float* x, int64_t m, int64_t k) {
   return out;
 }
 
+bool PreparesActivations(DType dtype, SimdLevel level) {
+  return IsQuantDType(dtype) || UsesBf16Dot(dtype, level);
+}
+
 void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
                              SimdLevel level) {
+  x_.m = m;
+  x_.k = k;
+  if (dtype == DType::kBF16) {  // UsesBf16Dot (the caller's REQUIRES)
+    xb_m_ = m;
+    RoundToBf16(x, m * k, AtLeast(xb_, m * k));
+    return;
+  }
+  xb_m_ = -1;
   static const bool vnni = Q8VnniSupported();
   const bool simd = level != SimdLevel::kScalar;
   const bool avx512_vnni = level == SimdLevel::kAvx512 && vnni;
@@ -343,8 +355,6 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
     return;
   }
   const int64_t groups = m * (k / kActGroup);
-  x_.m = m;
-  x_.k = k;
   int8_t* q = AtLeast(x_.q, m * k);
   float* d = AtLeast(x_.d, groups);
   float* sd = AtLeast(x_.sd, groups);
@@ -363,6 +373,10 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
 
 void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t n,
                              int64_t n_begin, int64_t n_end) const {
+  if (xb_m_ >= 0) {
+    return Bf16DotColumns(xb_.data(), MatMulArgs{nullptr, w, DType::kBF16, bias, y, xb_m_, n, x_.k},
+                          n_begin, n_end);
+  }
   const auto* wb = static_cast<const uint8_t*>(w);
   // The rows kernels: the chunk's weight rows in one call per group of up
   // to kKMaxRows activation rows.

@@ -141,6 +141,11 @@ VnniRowsFn Q4RowsVnni();
 // AVX512_VNNI, AVX512BW, AVX512VL and AVX512DQ are all present.
 bool Q8VnniSupported();
 
+// Whether products of `dtype` weights at `level` read activations prepared
+// by a QuantizedInput: the block formats, and bf16 on AVX512_BF16
+// (UsesBf16Dot, cpu_matmul.h: activations rounded to bf16).
+bool PreparesActivations(DType dtype, SimdLevel level);
+
 // Activations quantized once for any number of products with them (an
 // expert's gate and up share theirs), for one weight dtype and SIMD level,
 // with the kernel that goes with them. Its buffers only grow, so a kept
@@ -148,7 +153,7 @@ bool Q8VnniSupported();
 // Columns may run on several threads at once.
 class QuantizedInput {
  public:
-  // REQUIRES: IsQuantDType(dtype), k a multiple of its group,
+  // REQUIRES: PreparesActivations(dtype, level), k a multiple of its group,
   // SimdLevelSupported(level).
   void Prepare(const float* x,  // [m, k]
                int64_t m, int64_t k, DType dtype, SimdLevel level);
@@ -171,6 +176,9 @@ class QuantizedInput {
                       int, const float*, float*, int64_t) = nullptr;
   float (*dot_)(const uint8_t*, const QuantizedActivations&, int64_t) = nullptr;
   int64_t row_bytes_ = 0;
+  // bf16 weights on AVX512_BF16: the activations rounded to bf16 [m, k].
+  std::vector<uint16_t> xb_;
+  int64_t xb_m_ = -1;  // >= 0 while xb_ is the prepared input
 };
 // Where to prepare m x k activations: the calling thread's own
 // QuantizedInput, kept for the thread's life, up to 8 Mi activations (its

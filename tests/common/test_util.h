@@ -126,6 +126,50 @@ inline std::vector<std::string> WithFlags(
   return out;
 }
 
+// Sets environment variable `name` to `value` (nullptr: unsets it) until
+// destroyed, then restores what it was. Processes started meanwhile
+// inherit it. Not thread-safe (setenv).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* was = ::getenv(name);
+    had_ = was != nullptr;
+    if (had_) was_ = was;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_.c_str(), was_.c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, was_;
+  bool had_ = false;
+};
+
+// The engine's reference arithmetic, for as long as it lives: products
+// read f32 activations (MOE_BF16_DOT=0: bf16 weights on AVX512_BF16
+// otherwise round them to bf16, kernels/cpu_matmul.h) and matrices are held
+// row-major (MOE_ROWS16=0: the interleaved layouts sum in their own order).
+// For comparisons with the float64 references (tests/reference/), whose
+// products are exact: rounded activations flip near-tied tokens and
+// routes of the tiny random models, which the op-level tests
+// (bf16_dot_test, backend_ops_test, rows16_test) cover with the rounding
+// in the reference instead. Processes started meanwhile inherit it.
+struct ReferenceArithmetic {
+  ScopedEnv bf16{"MOE_BF16_DOT", "0"};
+  ScopedEnv rows{"MOE_ROWS16", "0"};
+};
+
 // A TCP port on 127.0.0.1 that this process listens on until destroyed:
 // a port in use, for testing how a service refuses it. port() is 0 if the
 // socket could not be set up.

@@ -182,16 +182,14 @@ TEST_P(GgufMakeModelFloatTest, GivesTheFoldersLogitsTokensAndTokenizer) {
   if (!g->config().has_expert_biases()) {  // gpt_oss's experts come split
     EXPECT_EQ(g->checkpoint().names(), f->checkpoint().names());
   }
-  // Held row-major (gpt-oss: the folder's MXFP4 as q8, the file's as
-  // kMxfp4, the same integer products in the same order), the same bits;
-  // held as this CPU prefers (Q8x16 for the q8), the same tokens.
-  const ModelRun a = RunModel(folder_, 16, true), b = RunModel(gguf_, 16, true);
+  // In the reference arithmetic (RunModel), the same bits (gpt-oss: the
+  // folder's MXFP4 held as q8, the file's as kMxfp4, the same integer
+  // products in the same order).
+  const ModelRun a = RunModel(folder_), b = RunModel(gguf_);
   ASSERT_FALSE(a.logits.empty());
   EXPECT_EQ(a.logits, b.logits);
   ASSERT_EQ(a.tokens.size(), 16u);
   EXPECT_EQ(a.tokens, b.tokens);
-  EXPECT_EQ(RunModel(folder_).tokens, a.tokens);
-  EXPECT_EQ(RunModel(gguf_).tokens, a.tokens);
   auto ta = Tokenizer::ForModel(folder_);
   auto tb = Tokenizer::ForModel(gguf_);
   ASSERT_TRUE(ta.ok() && tb.ok());

@@ -16,6 +16,7 @@
 #include "services/engine/in_memory_provider.h"
 #include "services/engine/moe_model.h"
 #include "services/engine/session.h"
+#include "tests/common/test_util.h"
 
 namespace moe::gguf_test {
 
@@ -26,28 +27,13 @@ struct ModelRun {
 
 // The model at `path` (a folder or a GGUF) on the CPU backend with every
 // expert in memory: the logits after a fixed 7-token prompt, then
-// `new_tokens` greedy tokens. `row_major`: loaded with MOE_ROWS16=0, so no
-// matrix is held in an interleaved layout (whose kernels sum in their own
-// order), for comparisons of arithmetic between checkpoints whose weights
-// are held in different dtypes.
-inline ModelRun RunModel(const std::string& path, int new_tokens = 16, bool row_major = false) {
+// `new_tokens` greedy tokens; in the engine's reference arithmetic
+// (tests/common/test_util.h), so that checkpoints whose weights are held in
+// different dtypes (a GGUF's F32 router, the folder's bf16 one; MXFP4 as
+// kMxfp4 and as q8) can be compared bit for bit.
+inline ModelRun RunModel(const std::string& path, int new_tokens = 16) {
   ModelRun r;
-  const char* was = std::getenv("MOE_ROWS16");
-  const std::string saved = was != nullptr ? was : "";
-  if (row_major) ::setenv("MOE_ROWS16", "0", 1);
-  struct Restore {
-    bool on;
-    bool had;
-    std::string value;
-    ~Restore() {
-      if (!on) return;
-      if (had) {
-        ::setenv("MOE_ROWS16", value.c_str(), 1);
-      } else {
-        ::unsetenv("MOE_ROWS16");
-      }
-    }
-  } restore{row_major, was != nullptr, saved};
+  moe::testing::ReferenceArithmetic reference;
   auto backend = CreateBackend("cpu");
   EXPECT_TRUE(backend.ok());
   auto model = MoeModel::Load(path, backend->get());
