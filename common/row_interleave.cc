@@ -1,6 +1,7 @@
 #include "common/row_interleave.h"
 
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -94,15 +95,19 @@ absl::Status EachRowBlock(const char* what, const char* format, int64_t group,
 // The small-block layouts (kQ4R16, kQ8R16): a group block is the 16 rows'
 // f16 fields (`head` bytes per row, each field's 16 values together), then
 // their codes, 4 bytes of each row per 64 (`code_bytes` per row).
-void PutSmallRow(const uint8_t* blk, int r, int head, int code_bytes, uint8_t* grp) {
-  for (int f = 0; f < head / 2; ++f) std::memcpy(grp + 32 * f + 2 * r, blk + 2 * f, 2);
+void PutSmallRow(const uint8_t* blk, int r, int head, int code_bytes,
+                 uint8_t* grp) {
+  for (int f = 0; f < head / 2; ++f)
+    std::memcpy(grp + 32 * f + 2 * r, blk + 2 * f, 2);
   for (int t = 0; t < code_bytes / 4; ++t) {
     std::memcpy(grp + 16 * head + 64 * t + 4 * r, blk + head + 4 * t, 4);
   }
 }
 
-void GetSmallRow(const uint8_t* grp, int r, int head, int code_bytes, uint8_t* blk) {
-  for (int f = 0; f < head / 2; ++f) std::memcpy(blk + 2 * f, grp + 32 * f + 2 * r, 2);
+void GetSmallRow(const uint8_t* grp, int r, int head, int code_bytes,
+                 uint8_t* blk) {
+  for (int f = 0; f < head / 2; ++f)
+    std::memcpy(blk + 2 * f, grp + 32 * f + 2 * r, 2);
   for (int t = 0; t < code_bytes / 4; ++t) {
     std::memcpy(blk + head + 4 * t, grp + 16 * head + 64 * t + 4 * r, 4);
   }
@@ -128,60 +133,77 @@ void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out) {
   }
 }
 
+void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
+  GetSmallRow(g, r, 4, 32, out);
+}
 
-void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out) { GetSmallRow(g, r, 4, 32, out); }
+void Q8R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
+  GetSmallRow(g, r, 2, 32, out);
+}
 
-void Q8R16RowBlock(const uint8_t* g, int r, uint8_t* out) { GetSmallRow(g, r, 2, 32, out); }
+namespace {
+
+// What the walk over a layout's blocks needs to know.
+struct Layout {
+  const char* name;    // in messages: "Q4KRows16"
+  const char* format;  // the row-major dtype's name
+  int64_t group, block_bytes;
+  int head;  // bytes of f16 fields per block (the small-block layouts)
+};
+
+const Layout* LayoutOf(DType interleaved) {
+  static const Layout kQ4K{"Q4KRows16", "Q4_K", 256, kBlockBytes, 0};
+  static const Layout kQ4{"Q4Rows16", "q4", 64, 36, 4};
+  static const Layout kQ8{"Q8Rows16", "q8", 32, 34, 2};
+  switch (interleaved) {
+    case DType::kQ4KR16:
+      return &kQ4K;
+    case DType::kQ4R16:
+      return &kQ4;
+    case DType::kQ8R16:
+      return &kQ8;
+    default:
+      return nullptr;
+  }
+}
+
+// Row-major -> interleaved (`into`) or back, every block of the matrix.
+absl::Status Rows16(bool into, DType interleaved, const void* src, int64_t rows,
+                    int64_t cols, void* dst) {
+  const Layout* l = LayoutOf(interleaved);
+  if (l == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(interleaved), " is not an interleaved layout"));
+  }
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const bool q4k = interleaved == DType::kQ4KR16;
+  const std::string what =
+      absl::StrCat(into ? "Interleave" : "Deinterleave", l->name);
+  return EachRowBlock(what.c_str(), l->format, l->group, l->block_bytes, rows,
+                      cols, [&](int64_t p, int64_t gb, int r) {
+                        if (!into) {
+                          return q4k ? Q4KR16RowBlock(in + gb, r, out + p)
+                                     : GetSmallRow(in + gb, r, l->head, 32,
+                                                   out + p);
+                        }
+                        if (!q4k)
+                          return PutSmallRow(in + p, r, l->head, 32, out + gb);
+                        if (r == 0) std::memset(out + gb, 0, 256);
+                        PutQ4KRow(in + p, r, out + gb);
+                      });
+}
+
+}  // namespace
 
 absl::Status InterleaveRows16(DType interleaved, const void* src, int64_t rows,
                               int64_t cols, void* dst) {
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint8_t*>(dst);
-  switch (interleaved) {
-    case DType::kQ4KR16:
-      return EachRowBlock("InterleaveQ4KRows16", "Q4_K", 256, kBlockBytes, rows,
-                          cols, [&](int64_t p, int64_t gb, int r) {
-                            if (r == 0) std::memset(out + gb, 0, 256);
-                            PutQ4KRow(in + p, r, out + gb);
-                          });
-    case DType::kQ4R16:
-    case DType::kQ8R16: {
-      const bool q4 = interleaved == DType::kQ4R16;
-      return EachRowBlock(q4 ? "InterleaveQ4Rows16" : "InterleaveQ8Rows16",
-                          q4 ? "q4" : "q8", q4 ? 64 : 32, q4 ? 36 : 34, rows,
-                          cols, [&](int64_t p, int64_t gb, int r) {
-                            PutSmallRow(in + p, r, q4 ? 4 : 2, 32, out + gb);
-                          });
-    }
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          DTypeName(interleaved), " is not an interleaved layout"));
-  }
+  return Rows16(true, interleaved, src, rows, cols, dst);
 }
 
 absl::Status DeinterleaveRows16(DType interleaved, const void* src,
                                 int64_t rows, int64_t cols, void* dst) {
-  const auto* in = static_cast<const uint8_t*>(src);
-  auto* out = static_cast<uint8_t*>(dst);
-  switch (interleaved) {
-    case DType::kQ4KR16:
-      return EachRowBlock("DeinterleaveQ4KRows16", "Q4_K", 256, kBlockBytes,
-                          rows, cols, [&](int64_t p, int64_t gb, int r) {
-                            Q4KR16RowBlock(in + gb, r, out + p);
-                          });
-    case DType::kQ4R16:
-    case DType::kQ8R16: {
-      const bool q4 = interleaved == DType::kQ4R16;
-      return EachRowBlock(q4 ? "DeinterleaveQ4Rows16" : "DeinterleaveQ8Rows16",
-                          q4 ? "q4" : "q8", q4 ? 64 : 32, q4 ? 36 : 34, rows,
-                          cols, [&](int64_t p, int64_t gb, int r) {
-                            GetSmallRow(in + gb, r, q4 ? 4 : 2, 32, out + p);
-                          });
-    }
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          DTypeName(interleaved), " is not an interleaved layout"));
-  }
+  return Rows16(false, interleaved, src, rows, cols, dst);
 }
 
 absl::Status InterleaveQ4KRows16(const void* src, int64_t rows, int64_t cols,
