@@ -109,9 +109,9 @@ GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level);
 GgufSmallRowsFn SmallRows16Avx512Vnni(DType dtype);
 
 // Whether Q4_K, q4 and q8 matrices are best held interleaved (kQ4KR16,
-// kQ4R16, kQ8R16) on this CPU at `level`: AVX-512 VNNI (the Q4_K kernel reads ~1.8x the
-// bytes per second of the row-major one from memory, ~3x in cache, on a
-// zen4 core), unless $MOE_ROWS16=0 (a diagnostic: keep the row-major
+// kQ4R16, kQ8R16) on this CPU at `level`: AVX-512 VNNI (the Q4_K kernel
+// reads ~1.8x the bytes per second of the row-major one from memory, ~3x
+// in cache, on a zen4 core; Q8x16 ~3.5x row-major q8's in cache), unless $MOE_ROWS16=0 (a diagnostic: keep the row-major
 // layouts).
 bool CpuPrefersRows16(SimdLevel level);
 

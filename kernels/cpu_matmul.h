@@ -126,8 +126,9 @@ void CpuGateUpSilu(ThreadPool& pool, SimdLevel level,
 // bit CpuGateUpSilu and CpuMatMul per expert (a product's outputs do not
 // depend on how its columns are split), with two wake-ups of the pool per
 // layer instead of two per expert and longer runs over the weights.
-// Block-format activations (and bf16 ones on AVX512_BF16) are prepared into `inputs` (one per expert,
-// kept by the caller so that its buffers are reused).
+// Block-format activations (and bf16 ones on AVX512_BF16) are prepared
+// into `inputs` (one per expert, kept by the caller so that its buffers
+// are reused).
 struct ExpertPass {
   const float* x = nullptr;  // [count, hidden]
   const void* gate = nullptr;
