@@ -17,7 +17,7 @@ struct DTypeEntry {
 };
 
 // Indexed by the enum's value.
-constexpr std::array<DTypeEntry, 28> kDTypes = {{
+constexpr std::array<DTypeEntry, 29> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -46,6 +46,7 @@ constexpr std::array<DTypeEntry, 28> kDTypes = {{
     {DType::kQ4KR16, "Q4_Kx16", 0},
     {DType::kQ4R16, "Q4x16", 0},
     {DType::kQ8R16, "Q8x16", 0},
+    {DType::kQ4_0R16, "Q4_0x16", 0},
 }};
 
 const DTypeEntry& Entry(DType dtype) {
@@ -77,6 +78,7 @@ int64_t QuantGroupSize(DType dtype) {
       return 64;
     case DType::kMxfp4:
     case DType::kQ4_0:
+    case DType::kQ4_0R16:
     case DType::kQ4_1:
     case DType::kQ5_0:
     case DType::kQ5_1:
@@ -102,6 +104,7 @@ int64_t QuantBlockBytes(DType dtype) {
     case DType::kMxfp4:
       return 1 + 16;
     case DType::kQ4_0:
+    case DType::kQ4_0R16:
       return 2 + 16;
     case DType::kQ4_1:
       return 2 + 2 + 16;

@@ -73,6 +73,8 @@ enum class DType : int32_t {
   kQ4R16 = 26,  // 36 B / 64 weights, [rows / 16][cols / 64] groups of 576 B
   // Our kQ8 (and GGUF's Q8_0) with 16 rows interleaved, the same way.
   kQ8R16 = 27,  // 34 B / 32 weights, [rows / 16][cols / 32] groups of 544 B
+  // ggml's Q4_0 with 16 rows interleaved, the same way.
+  kQ4_0R16 = 28,  // 18 B / 32 weights, [rows / 16][cols / 32] groups of 288 B
 };
 
 // Bytes per element (BOOL and the F8 types are one byte); 0 for the block
@@ -81,9 +83,13 @@ enum class DType : int32_t {
 size_t DTypeSize(DType dtype);
 
 // Rows a [rows, cols] matrix of `dtype` must come in whole groups of: 16
-// for the interleaved kQ4KR16, kQ4R16 and kQ8R16, 1 for every other dtype.
+// for the interleaved kQ4KR16, kQ4R16, kQ8R16 and kQ4_0R16, 1 for every
+// other dtype.
 inline int64_t RowGroupOf(DType dtype) {
-  return dtype == DType::kQ4KR16 || dtype == DType::kQ4R16 || dtype == DType::kQ8R16 ? 16 : 1;
+  return dtype == DType::kQ4KR16 || dtype == DType::kQ4R16 || dtype == DType::kQ8R16 ||
+                 dtype == DType::kQ4_0R16
+             ? 16
+             : 1;
 }
 
 // True for ggml's block formats kQ4_0 .. kQ6K (row-major blocks as GGUF
@@ -124,7 +130,7 @@ int64_t WeightBytes(DType dtype, int64_t rows, int64_t cols);
 
 // The safetensors spelling: "BOOL", "U8", ..., "BF16", "F32"; the block
 // formats: "Q8", "Q4", "MXFP4", ggml's names ("Q4_0", ..., "Q6_K") and
-// "Q4_Kx16", "Q4x16", "Q8x16".
+// "Q4_Kx16", "Q4x16", "Q8x16", "Q4_0x16".
 absl::string_view DTypeName(DType dtype);
 
 // Parses the safetensors spelling (exact, case-sensitive). Unknown names give

@@ -137,6 +137,10 @@ void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
   GetSmallRow(g, r, 4, 32, out);
 }
 
+void Q4_0R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
+  GetSmallRow(g, r, 2, 16, out);
+}
+
 void Q8R16RowBlock(const uint8_t* g, int r, uint8_t* out) {
   GetSmallRow(g, r, 2, 32, out);
 }
@@ -148,13 +152,15 @@ struct Layout {
   const char* name;    // in messages: "Q4KRows16"
   const char* format;  // the row-major dtype's name
   int64_t group, block_bytes;
-  int head;  // bytes of f16 fields per block (the small-block layouts)
+  int head;        // bytes of f16 fields per block (the small-block layouts)
+  int code_bytes;  // bytes of codes per block (the small-block layouts)
 };
 
 const Layout* LayoutOf(DType interleaved) {
-  static const Layout kQ4K{"Q4KRows16", "Q4_K", 256, kBlockBytes, 0};
-  static const Layout kQ4{"Q4Rows16", "q4", 64, 36, 4};
-  static const Layout kQ8{"Q8Rows16", "q8", 32, 34, 2};
+  static const Layout kQ4K{"Q4KRows16", "Q4_K", 256, kBlockBytes, 0, 0};
+  static const Layout kQ4{"Q4Rows16", "q4", 64, 36, 4, 32};
+  static const Layout kQ8{"Q8Rows16", "q8", 32, 34, 2, 32};
+  static const Layout kQ4_0{"Q4_0Rows16", "Q4_0", 32, 18, 2, 16};
   switch (interleaved) {
     case DType::kQ4KR16:
       return &kQ4K;
@@ -162,6 +168,8 @@ const Layout* LayoutOf(DType interleaved) {
       return &kQ4;
     case DType::kQ8R16:
       return &kQ8;
+    case DType::kQ4_0R16:
+      return &kQ4_0;
     default:
       return nullptr;
   }
@@ -180,18 +188,18 @@ absl::Status Rows16(bool into, DType interleaved, const void* src, int64_t rows,
   const bool q4k = interleaved == DType::kQ4KR16;
   const std::string what =
       absl::StrCat(into ? "Interleave" : "Deinterleave", l->name);
-  return EachRowBlock(what.c_str(), l->format, l->group, l->block_bytes, rows,
-                      cols, [&](int64_t p, int64_t gb, int r) {
-                        if (!into) {
-                          return q4k ? Q4KR16RowBlock(in + gb, r, out + p)
-                                     : GetSmallRow(in + gb, r, l->head, 32,
-                                                   out + p);
-                        }
-                        if (!q4k)
-                          return PutSmallRow(in + p, r, l->head, 32, out + gb);
-                        if (r == 0) std::memset(out + gb, 0, 256);
-                        PutQ4KRow(in + p, r, out + gb);
-                      });
+  return EachRowBlock(
+      what.c_str(), l->format, l->group, l->block_bytes, rows, cols,
+      [&](int64_t p, int64_t gb, int r) {
+        if (!into) {
+          return q4k ? Q4KR16RowBlock(in + gb, r, out + p)
+                     : GetSmallRow(in + gb, r, l->head, l->code_bytes, out + p);
+        }
+        if (!q4k)
+          return PutSmallRow(in + p, r, l->head, l->code_bytes, out + gb);
+        if (r == 0) std::memset(out + gb, 0, 256);
+        PutQ4KRow(in + p, r, out + gb);
+      });
 }
 
 }  // namespace
@@ -240,6 +248,7 @@ DType InterleavedOf(DType plain) {
   if (plain == DType::kQ4K) return DType::kQ4KR16;
   if (plain == DType::kQ4) return DType::kQ4R16;
   if (plain == DType::kQ8) return DType::kQ8R16;
+  if (plain == DType::kQ4_0) return DType::kQ4_0R16;
   return plain;
 }
 
@@ -247,6 +256,7 @@ DType RowMajorOf(DType interleaved) {
   if (interleaved == DType::kQ4KR16) return DType::kQ4K;
   if (interleaved == DType::kQ4R16) return DType::kQ4;
   if (interleaved == DType::kQ8R16) return DType::kQ8;
+  if (interleaved == DType::kQ4_0R16) return DType::kQ4_0;
   return interleaved;
 }
 

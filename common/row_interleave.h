@@ -38,6 +38,13 @@
 //   [32, 544)  qs: for t = 0..7, 64 bytes at 32 + 64 t: row r's
 //              qs[4t .. 4t + 4) at 4r (the signed codes as stored).
 //
+// kQ4_0R16 (ggml's Q4_0) likewise: [rows / 16][cols / 32] group blocks of
+// 288 bytes (16 x 18):
+//   [0, 32)    d[r] (f16)
+//   [32, 288)  qs: for t = 0..3, 64 bytes at 32 + 64 t: row r's
+//              qs[4t .. 4t + 4) at 4r (low nibbles: weights 4t..4t+3,
+//              high: weights 16 + 4t .. 16 + 4t + 3).
+//
 // Thread-safe: pure functions.
 #ifndef MOECACHE_COMMON_ROW_INTERLEAVE_H_
 #define MOECACHE_COMMON_ROW_INTERLEAVE_H_
@@ -53,9 +60,10 @@ inline constexpr int64_t kQ4KR16Rows = 16;  // the row group of both layouts
 inline constexpr int64_t kQ4KR16GroupBytes = 16 * 144;
 inline constexpr int64_t kQ4R16GroupBytes = 16 * 36;
 inline constexpr int64_t kQ8R16GroupBytes = 16 * 34;
+inline constexpr int64_t kQ4_0R16GroupBytes = 16 * 18;
 
 // The interleaved layout of a row-major dtype (kQ4K -> kQ4KR16, kQ4 ->
-// kQ4R16, kQ8 -> kQ8R16), or `plain` itself when it has none; and the inverse.
+// kQ4R16, kQ8 -> kQ8R16, kQ4_0 -> kQ4_0R16), or `plain` itself when it has none; and the inverse.
 DType InterleavedOf(DType plain);
 DType RowMajorOf(DType interleaved);
 
@@ -81,7 +89,7 @@ absl::Status DeinterleaveQ8Rows16(const void* src, int64_t rows, int64_t cols,
                                   void* dst);
 
 // The interleaving of `interleaved`'s row-major dtype into it, and back,
-// for any of the three layouts (INVALID_ARGUMENT for other dtypes).
+// for any of the layouts (INVALID_ARGUMENT for other dtypes).
 absl::Status InterleaveRows16(DType interleaved, const void* src, int64_t rows,
                               int64_t cols, void* dst);
 absl::Status DeinterleaveRows16(DType interleaved, const void* src,
@@ -99,6 +107,9 @@ void Q4KR16RowBlock(const uint8_t* g, int r, uint8_t* out);
 void Q4R16RowBlock(const uint8_t* g, int r, uint8_t* out);
 // Row `r` of one kQ8R16 group block (544 bytes) as its q8 block (34 bytes).
 void Q8R16RowBlock(const uint8_t* g, int r, uint8_t* out);
+// Row `r` of one kQ4_0R16 group block (288 bytes) as its Q4_0 block (18
+// bytes).
+void Q4_0R16RowBlock(const uint8_t* g, int r, uint8_t* out);
 
 }  // namespace moe
 

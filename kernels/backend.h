@@ -74,8 +74,8 @@ struct BackendInfo {
   // only when they pass the self-check run as the backend is created
   // (kernels/cuda_gguf_self_check.h); false, with a WARNING, otherwise.
   bool supports_gguf_blocks = true;
-  // And the CPU's interleaved layouts kQ4KR16, kQ4R16 and kQ8R16 (Q4_K, q4
-  // and q8 with 16 rows interleaved, common/row_interleave.h): the CPU at
+  // And the CPU's interleaved layouts kQ4KR16, kQ4R16, kQ8R16, kQ4_0R16
+  // (Q4_K, q4, q8, Q4_0 with 16 rows interleaved, common/row_interleave.h): the CPU at
   // every level, never CUDA. `prefers_rows16`: loaders hold those matrices of
   // whole 16-row groups in them for this backend (CpuPrefersRows16,
   // kernels/cpu_gguf_quant.h).

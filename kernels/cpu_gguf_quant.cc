@@ -224,6 +224,29 @@ void Q8R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const Quantiz
   });
 }
 
+// kQ4_0R16 (ggml's Q4_0, 16 rows interleaved): each row of a group from
+// its Q4_0 block, in the arithmetic every level shares (cpu_gguf_quant.h).
+void Q4_0R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+                 const QuantizedActivations& x, int64_t i0, int rows, const float* bias, float* y,
+                 int64_t y_stride) {
+  const int64_t blocks = x.k / 32;
+  EachRows16Output(w, w_stride, n_rows, i0, rows, bias, y, y_stride,
+                   [&](const uint8_t* gp, int rr, int64_t i) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t blk[18];
+      Q4_0R16RowBlock(gp + b * kQ4_0R16GroupBytes, rr, blk);
+      const int8_t* xb = x.q.data() + i * x.k + 32 * b;
+      int32_t sum = 0;
+      for (int j = 0; j < 16; ++j) {
+        sum += ((blk[2 + j] & 0x0F) - 8) * xb[j] + ((blk[2 + j] >> 4) - 8) * xb[16 + j];
+      }
+      acc = std::fma(static_cast<float>(sum), F16(blk) * x.d[i * blocks + b], acc);
+    }
+    return acc;
+  });
+}
+
 // Weight rows one at a time (the scalar pairs are independent).
 template <void (*kRow)(const uint8_t*, const KActivations&, int64_t, int, float, float*,
                        int64_t)>
@@ -274,6 +297,8 @@ GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level) {
       return &Q4R16Rows;
     case DType::kQ8R16:
       return &Q8R16Rows;
+    case DType::kQ4_0R16:
+      return &Q4_0R16Rows;
     default:
       return nullptr;
   }

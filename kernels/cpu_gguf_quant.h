@@ -101,6 +101,8 @@ GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype);
 //      acc = fma(m, sd[2b], acc), acc = fma(m, sd[2b+1], acc);
 //  * kQ8R16 (our q8, GGUF's Q8_0). Per row and 32-weight block b, with S
 //    its exact integer sum: acc = fma(S, d dx[b], acc);
+//  * kQ4_0R16 (ggml's Q4_0; activations with ggml's Q8_0 scales,
+//    ActRounding::kGgmlQ8_0): likewise, S = sum of (q - 8) x;
 // and y = acc + bias: the same bits at every level (AVX-512 VNNI: a lane per
 // row of the group; else the scalar loop). w is a row group's start and
 // n_rows a multiple of 16. nullptr for other dtypes.
@@ -108,8 +110,8 @@ GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level);
 // REQUIRES to run: Q8VnniSupported().
 GgufSmallRowsFn SmallRows16Avx512Vnni(DType dtype);
 
-// Whether Q4_K, q4 and q8 matrices are best held interleaved (kQ4KR16,
-// kQ4R16, kQ8R16) on this CPU at `level`: AVX-512 VNNI (the Q4_K kernel
+// Whether Q4_K, q4, q8 and Q4_0 matrices are best held interleaved
+// (kQ4KR16, kQ4R16, kQ8R16, kQ4_0R16) on this CPU at `level`: AVX-512 VNNI (the Q4_K kernel
 // reads ~1.8x the bytes per second of the row-major one from memory, ~3x
 // in cache, on a zen4 core; Q8x16 ~3.5x row-major q8's in cache), unless $MOE_ROWS16=0 (a diagnostic: keep the row-major
 // layouts).

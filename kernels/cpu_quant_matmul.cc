@@ -230,6 +230,7 @@ T* AtLeast(std::vector<T>& v, int64_t n) {
 ActRounding ActRoundingFor(DType dtype) {
   switch (dtype) {
     case DType::kQ4_0:
+    case DType::kQ4_0R16:
     case DType::kQ5_0:
       return ActRounding::kGgmlQ8_0;
     case DType::kQ4_1:

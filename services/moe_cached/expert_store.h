@@ -69,7 +69,7 @@ struct ExpertStoreOptions {
   // GGUF file's block-format experts keep their blocks, mixed types
   // included: DefaultHeldFormat).
   std::optional<DType> format;
-  // Q4_K, q4 and q8 experts held interleaved (kQ4KR16, kQ4R16, kQ8R16: the CPU's
+  // Q4_K, q4, q8 and Q4_0 experts held interleaved (RowGroupOf 16: the CPU's
   // layouts, common/row_interleave.h; the same bytes rearranged). For a
   // store whose experts only ever meet CPU kernels (a daemon without a
   // GPU), on a CPU that prefers them (CpuPrefersRows16); never for a CUDA

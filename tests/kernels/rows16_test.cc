@@ -17,6 +17,8 @@
 #include "common/quant.h"
 #include "common/checkpoint.h"
 #include "common/fp8.h"
+#include "common/gguf_quantize.h"
+#include "common/gguf_types.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_gguf_quant.h"
 #include "kernels/cpu_matmul.h"
@@ -244,18 +246,23 @@ TEST(Q4KRows16KernelTest, LargestIntegerSumsAgreeAtEveryLevel) {
 namespace moe {
 namespace {
 
-// Our q4 and q8 with 16 rows interleaved (kQ4R16, kQ8R16).
+// Our q4 and q8, and ggml's Q4_0, with 16 rows interleaved (kQ4R16,
+// kQ8R16, kQ4_0R16).
 std::vector<uint8_t> Quantized(DType dtype, int64_t n, int64_t k, std::mt19937& rng,
                                std::vector<float>* f) {
   std::normal_distribution<float> normal(0.0f, 0.05f);
   f->resize(static_cast<size_t>(n * k));
   for (float& v : *f) v = normal(rng);
   std::vector<uint8_t> q(static_cast<size_t>(WeightBytes(dtype, n, k)));
-  EXPECT_TRUE(ConvertWeights(f->data(), DType::kF32, n, k, dtype, q.data()).ok());
+  if (dtype == DType::kQ4_0) {  // ggml's quantizer (only files hold Q4_0)
+    EXPECT_TRUE(QuantizeGguf(GgufType::kQ4_0, f->data(), n * k, q.data()).ok());
+  } else {
+    EXPECT_TRUE(ConvertWeights(f->data(), DType::kF32, n, k, dtype, q.data()).ok());
+  }
   return q;
 }
 
-constexpr DType kSmallPlain[] = {DType::kQ4, DType::kQ8};
+constexpr DType kSmallPlain[] = {DType::kQ4, DType::kQ8, DType::kQ4_0};
 
 TEST(SmallRows16LayoutTest, InterleavingIsLosslessAndConversionsGoThroughIt) {
   std::mt19937 rng(23);
@@ -271,9 +278,16 @@ TEST(SmallRows16LayoutTest, InterleavingIsLosslessAndConversionsGoThroughIt) {
     EXPECT_NE(inter, plain);
     ASSERT_TRUE(DeinterleaveRows16(inter_dtype, inter.data(), n, k, back.data()).ok());
     EXPECT_EQ(back, plain);
-    // Floats straight to the interleaved layout: quantized, then interleaved.
-    ASSERT_TRUE(ConvertWeights(f.data(), DType::kF32, n, k, inter_dtype, direct.data()).ok());
-    EXPECT_EQ(direct, inter);
+    // Floats straight to the interleaved layout: quantized, then interleaved
+    // (ggml's types are only read from files: refused like their rows).
+    const absl::Status direct_status =
+        ConvertWeights(f.data(), DType::kF32, n, k, inter_dtype, direct.data());
+    if (plain_dtype == DType::kQ4_0) {
+      EXPECT_EQ(direct_status.code(), absl::StatusCode::kInvalidArgument);
+    } else {
+      ASSERT_TRUE(direct_status.ok()) << direct_status;
+      EXPECT_EQ(direct, inter);
+    }
     std::vector<float> a(f.size()), b(f.size());
     ASSERT_TRUE(ConvertWeights(plain.data(), plain_dtype, n, k, DType::kF32, a.data()).ok());
     ASSERT_TRUE(ConvertWeights(inter.data(), inter_dtype, n, k, DType::kF32, b.data()).ok());
@@ -288,6 +302,9 @@ TEST(SmallRows16LayoutTest, InterleavingIsLosslessAndConversionsGoThroughIt) {
   }
   EXPECT_EQ(InterleavedOf(DType::kQ4), DType::kQ4R16);
   EXPECT_EQ(InterleavedOf(DType::kQ8), DType::kQ8R16);
+  EXPECT_EQ(InterleavedOf(DType::kQ4_0), DType::kQ4_0R16);
+  EXPECT_EQ(DTypeName(DType::kQ4_0R16), "Q4_0x16");
+  EXPECT_EQ(ActRoundingFor(DType::kQ4_0R16), ActRounding::kGgmlQ8_0);
   EXPECT_EQ(InterleavedHeld(DType::kMxfp4, 48, 192, true), DType::kMxfp4);
   EXPECT_EQ(DTypeName(DType::kQ4R16), "Q4x16");
   EXPECT_EQ(DTypeName(DType::kQ8R16), "Q8x16");
@@ -327,7 +344,7 @@ TEST(SmallRows16LayoutTest, StridedViewsAreInterleavedWholeGroups) {
   view.row_stride = 1;
   view.col_stride = n;
   std::vector<uint8_t> got;
-  for (DType plain_dtype : kSmallPlain) {
+  for (DType plain_dtype : {DType::kQ4, DType::kQ8}) {  // (Q4_0: files only)
     const DType inter_dtype = InterleavedOf(plain_dtype);
     std::vector<uint8_t> plain(static_cast<size_t>(WeightBytes(plain_dtype, n, k)));
     std::vector<uint8_t> expected(plain.size());
@@ -338,7 +355,7 @@ TEST(SmallRows16LayoutTest, StridedViewsAreInterleavedWholeGroups) {
     EXPECT_EQ(got, expected) << DTypeName(inter_dtype);
   }
   std::vector<float> row(static_cast<size_t>(k), 0.5f);
-  for (DType d : {DType::kQ4R16, DType::kQ4KR16, DType::kQ8R16}) {
+  for (DType d : {DType::kQ4R16, DType::kQ4KR16, DType::kQ8R16, DType::kQ4_0R16}) {
     const absl::Status s = QuantizeRow(row.data(), k, d, got.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << DTypeName(d);
   }
@@ -374,7 +391,9 @@ TEST(SmallRows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
       std::vector<float> x(static_cast<size_t>(s.m * s.k));
       for (float& v : x) v = normal(rng);
       x[0] = 9.0f;
-      const std::vector<float> xr = RoundActivations(x.data(), s.m, s.k);
+      // (Q4_0 meets ggml's Q8_0 activation scales: ActRoundingFor.)
+      const std::vector<float> xr =
+          RoundActivations(x.data(), s.m, s.k, ActRoundingFor(inter_dtype));
       std::vector<float> wd(f.size());
       ASSERT_TRUE(
           ConvertWeights(plain.data(), plain_dtype, s.n, s.k, DType::kF32, wd.data()).ok());
@@ -407,7 +426,7 @@ TEST(SmallRows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
       // A rows kernel call per activation row gives the same bits.
       for (SimdLevel level : Levels()) {
         QuantizedActivations qa;
-        QuantizeActivations(x.data(), s.m, s.k, &qa);
+        QuantizeActivations(x.data(), s.m, s.k, &qa, ActRoundingFor(inter_dtype));
         std::vector<float> alone(first.size());
         for (int64_t i = 0; i < s.m; ++i) {
           SmallRows16For(inter_dtype, level)(w.data(), WeightBytes(inter_dtype, 1, s.k), s.n,
