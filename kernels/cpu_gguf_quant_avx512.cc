@@ -413,16 +413,25 @@ void Q4R16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
   });
 }
 
-// kQ8R16 (our q8, 16 rows interleaved): per 64-byte load, the codes with
-// their sign bit flipped are w + 128 as u8, vpdpbusd's unsigned side, so
-// each lane sums (w + 128) x over 4 activations broadcast; 128 times the
-// block's activation sum (exact) is taken off before the scale. Then each
-// lane follows the scalar order (SmallRows16For).
-template <int kR>
-MOE_GGUF_VNNI_INLINE void Q8R16Group(const uint8_t* gp, const QuantizedActivations& x,
-                                     int64_t i0, const float* bias, float* y,
-                                     int64_t y_stride) {
+// The 32-weight interleaved layouts (kQ8R16, kQ4_0R16): per 64-byte load
+// a 32-bit lane per row, unsigned codes u against 4 activations broadcast
+// (vpdpbusd), then the block's exact sum of w x = sum of u x - kOffset x
+// (the block's activation sum), and each lane follows the scalar order
+// (SmallRows16For).
+//  * kQ8R16 (kQ4_0 false): the codes with their sign bit flipped are
+//    w + 128 as u8; 8 loads of 4 weights per row; kOffset 128.
+//  * kQ4_0R16 (kQ4_0 true): `& 0x0F` gives 4 weights of the block's first
+//    16 per row and `>> 4` the same positions of its last 16, q = w + 8;
+//    4 loads; kOffset 8.
+template <int kR, bool kQ4_0>
+MOE_GGUF_VNNI_INLINE void Small32Group(const uint8_t* gp, const QuantizedActivations& x,
+                                       int64_t i0, const float* bias, float* y,
+                                       int64_t y_stride) {
+  constexpr int64_t kGroupBytes = kQ4_0 ? kQ4_0R16GroupBytes : kQ8R16GroupBytes;
+  constexpr int kLoads = kQ4_0 ? 4 : 8;
+  constexpr int32_t kOffset = kQ4_0 ? 8 : 128;
   const int64_t blocks = x.k / 32;
+  const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const int8_t* xq[kR];
   const float* xd[kR];
@@ -434,90 +443,34 @@ MOE_GGUF_VNNI_INLINE void Q8R16Group(const uint8_t* gp, const QuantizedActivatio
     xs[r] = x.s.data() + (i0 + r) * blocks;
     acc[r] = _mm512_setzero_ps();
   }
+  // u (4 bytes of each row) against the 4 activations at xq[r] + 32 b + at.
+  auto dot = [&](__m512i (&d)[kR], __m512i u, int64_t b, int at) MOE_GGUF_VNNI_LAMBDA {
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      int32_t xa;
+      std::memcpy(&xa, xq[r] + 32 * b + at, 4);
+      d[r] = _mm512_dpbusd_epi32(d[r], u, _mm512_set1_epi32(xa));
+    }
+  };
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* g = gp + b * kQ8R16GroupBytes;
+    const uint8_t* g = gp + b * kGroupBytes;
     __m512i da[kR], db[kR];
     for (int r = 0; r < kR; ++r) da[r] = db[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) {
-      const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(g + 32 + 64 * t), flip);
-      _mm_prefetch(reinterpret_cast<const char*>(g + 32 + 64 * t + kPrefetchBytes), _MM_HINT_T0);
-#pragma GCC unroll 4
-      for (int r = 0; r < kR; ++r) {
-        int32_t xa;
-        std::memcpy(&xa, xq[r] + 32 * b + 4 * t, 4);
-        if (t % 2 == 0) {
-          da[r] = _mm512_dpbusd_epi32(da[r], v, _mm512_set1_epi32(xa));
-        } else {
-          db[r] = _mm512_dpbusd_epi32(db[r], v, _mm512_set1_epi32(xa));
-        }
-      }
-    }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
-    for (int r = 0; r < kR; ++r) {
-      const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(da[r], db[r]),
-                                           _mm512_set1_epi32(128 * xs[r][b]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(xd[r][b])),
-                               acc[r]);
-    }
-  }
-  const __m512 bv = bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
-  for (int r = 0; r < kR; ++r) _mm512_storeu_ps(y + r * y_stride, _mm512_add_ps(acc[r], bv));
-}
-
-void Q8R16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
-                   const QuantizedActivations& x, int64_t i0, int rows, const float* bias,
-                   float* y, int64_t y_stride) {
-  ForRowCount(rows, [&](auto r) {
-    Rows16Groups<&Q8R16Group<r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
-  });
-}
-
-// kQ4_0R16 (ggml's Q4_0, 16 rows interleaved): per 64-byte load, `& 0x0F`
-// gives 4 weights of the block's first 16 per row and `>> 4` the same
-// positions of its last 16, as unsigned codes q (w = q - 8): vpdpbusd
-// against the 4 activations broadcast sums q x, and 8 times the block's
-// activation sum (exact) is taken off before the scale; then each lane
-// follows the scalar order (SmallRows16For).
-template <int kR>
-MOE_GGUF_VNNI_INLINE void Q4_0R16Group(const uint8_t* gp, const QuantizedActivations& x,
-                                       int64_t i0, const float* bias, float* y,
-                                       int64_t y_stride) {
-  const int64_t blocks = x.k / 32;
-  const __m512i low = _mm512_set1_epi8(0x0F);
-  const int8_t* xq[kR];
-  const float* xd[kR];
-  const int32_t* xs[kR];
-  __m512 acc[kR];
-  for (int r = 0; r < kR; ++r) {
-    xq[r] = x.q.data() + (i0 + r) * x.k;
-    xd[r] = x.d.data() + (i0 + r) * blocks;
-    xs[r] = x.s.data() + (i0 + r) * blocks;
-    acc[r] = _mm512_setzero_ps();
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* g = gp + b * kQ4_0R16GroupBytes;
-    __m512i da[kR], db[kR];
-    for (int r = 0; r < kR; ++r) da[r] = db[r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < kLoads; ++t) {
       const __m512i v = _mm512_loadu_si512(g + 32 + 64 * t);
       _mm_prefetch(reinterpret_cast<const char*>(g + 32 + 64 * t + kPrefetchBytes), _MM_HINT_T0);
-      const __m512i lo = _mm512_and_si512(v, low);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-#pragma GCC unroll 4
-      for (int r = 0; r < kR; ++r) {
-        int32_t xa, xb;
-        std::memcpy(&xa, xq[r] + 32 * b + 4 * t, 4);
-        std::memcpy(&xb, xq[r] + 32 * b + 16 + 4 * t, 4);
-        da[r] = _mm512_dpbusd_epi32(da[r], lo, _mm512_set1_epi32(xa));
-        db[r] = _mm512_dpbusd_epi32(db[r], hi, _mm512_set1_epi32(xb));
+      if constexpr (kQ4_0) {
+        dot(da, _mm512_and_si512(v, low), b, 4 * t);
+        dot(db, _mm512_and_si512(_mm512_srli_epi16(v, 4), low), b, 16 + 4 * t);
+      } else {
+        dot(t % 2 == 0 ? da : db, _mm512_xor_si512(v, flip), b, 4 * t);
       }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
     for (int r = 0; r < kR; ++r) {
       const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(da[r], db[r]),
-                                           _mm512_set1_epi32(8 * xs[r][b]));
+                                           _mm512_set1_epi32(kOffset * xs[r][b]));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(xd[r][b])),
                                acc[r]);
     }
@@ -526,11 +479,12 @@ MOE_GGUF_VNNI_INLINE void Q4_0R16Group(const uint8_t* gp, const QuantizedActivat
   for (int r = 0; r < kR; ++r) _mm512_storeu_ps(y + r * y_stride, _mm512_add_ps(acc[r], bv));
 }
 
-void Q4_0R16RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+template <bool kQ4_0>
+void Small32RowsVnni(const uint8_t* w, int64_t w_stride, int64_t n_rows,
                      const QuantizedActivations& x, int64_t i0, int rows, const float* bias,
                      float* y, int64_t y_stride) {
   ForRowCount(rows, [&](auto r) {
-    Rows16Groups<&Q4_0R16Group<r.value>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
+    Rows16Groups<&Small32Group<r.value, kQ4_0>>(w, w_stride, n_rows, x, i0, bias, y, y_stride);
   });
 }
 
@@ -675,9 +629,9 @@ GgufSmallRowsFn SmallRows16Avx512Vnni(DType dtype) {
     case DType::kQ4R16:
       return &Q4R16RowsVnni;
     case DType::kQ8R16:
-      return &Q8R16RowsVnni;
+      return &Small32RowsVnni<false>;
     case DType::kQ4_0R16:
-      return &Q4_0R16RowsVnni;
+      return &Small32RowsVnni<true>;
     default:
       return nullptr;
   }
