@@ -204,29 +204,12 @@ void Q4R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const Quantiz
   });
 }
 
-// kQ8R16 (our q8, 16 rows interleaved): each row of a group from its q8
-// block, in the arithmetic every level shares (cpu_gguf_quant.h).
-void Q8R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows, const QuantizedActivations& x,
-               int64_t i0, int rows, const float* bias, float* y, int64_t y_stride) {
-  const int64_t blocks = x.k / 32;
-  EachRows16Output(w, w_stride, n_rows, i0, rows, bias, y, y_stride,
-                   [&](const uint8_t* gp, int rr, int64_t i) {
-    float acc = 0.0f;
-    for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t blk[34];
-      Q8R16RowBlock(gp + b * kQ8R16GroupBytes, rr, blk);
-      const int8_t* xb = x.q.data() + i * x.k + 32 * b;
-      int32_t sum = 0;
-      for (int j = 0; j < 32; ++j) sum += static_cast<int8_t>(blk[2 + j]) * xb[j];
-      acc = std::fma(static_cast<float>(sum), F16(blk) * x.d[i * blocks + b], acc);
-    }
-    return acc;
-  });
-}
-
-// kQ4_0R16 (ggml's Q4_0, 16 rows interleaved): each row of a group from
-// its Q4_0 block, in the arithmetic every level shares (cpu_gguf_quant.h).
-void Q4_0R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows,
+// The 32-weight interleaved layouts, kQ8R16 (our q8, kQ4_0 false) and
+// kQ4_0R16 (ggml's Q4_0, kQ4_0 true): each row of a group from its block
+// (the f16 d, then the codes), in the arithmetic every level shares
+// (cpu_gguf_quant.h).
+template <bool kQ4_0>
+void Small32Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows,
                  const QuantizedActivations& x, int64_t i0, int rows, const float* bias, float* y,
                  int64_t y_stride) {
   const int64_t blocks = x.k / 32;
@@ -234,12 +217,18 @@ void Q4_0R16Rows(const uint8_t* w, int64_t w_stride, int64_t n_rows,
                    [&](const uint8_t* gp, int rr, int64_t i) {
     float acc = 0.0f;
     for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t blk[18];
-      Q4_0R16RowBlock(gp + b * kQ4_0R16GroupBytes, rr, blk);
+      uint8_t blk[34];
+      if constexpr (kQ4_0) {
+        Q4_0R16RowBlock(gp + b * kQ4_0R16GroupBytes, rr, blk);
+      } else {
+        Q8R16RowBlock(gp + b * kQ8R16GroupBytes, rr, blk);
+      }
       const int8_t* xb = x.q.data() + i * x.k + 32 * b;
       int32_t sum = 0;
-      for (int j = 0; j < 16; ++j) {
-        sum += ((blk[2 + j] & 0x0F) - 8) * xb[j] + ((blk[2 + j] >> 4) - 8) * xb[16 + j];
+      for (int j = 0; j < 32; ++j) {
+        const int q = kQ4_0 ? (j < 16 ? (blk[2 + j] & 0x0F) : (blk[2 + j - 16] >> 4)) - 8
+                            : static_cast<int8_t>(blk[2 + j]);
+        sum += q * xb[j];
       }
       acc = std::fma(static_cast<float>(sum), F16(blk) * x.d[i * blocks + b], acc);
     }
@@ -296,9 +285,9 @@ GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level) {
     case DType::kQ4R16:
       return &Q4R16Rows;
     case DType::kQ8R16:
-      return &Q8R16Rows;
+      return &Small32Rows<false>;
     case DType::kQ4_0R16:
-      return &Q4_0R16Rows;
+      return &Small32Rows<true>;
     default:
       return nullptr;
   }
