@@ -103,7 +103,7 @@ absl::Status CheckBackable(uint64_t bytes, bool named) {
 
 // Checks that `fd` is at least `bytes` long, then maps it.
 absl::StatusOr<uint8_t*> MapFd(int fd, uint64_t bytes, bool writable,
-                               absl::string_view what) {
+                               ShmRegion::Pages pages, absl::string_view what) {
   struct stat st;
   if (fstat(fd, &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat ", what));
   if (static_cast<uint64_t>(st.st_size) < bytes) {
@@ -112,7 +112,8 @@ absl::StatusOr<uint8_t*> MapFd(int fd, uint64_t bytes, bool writable,
                      bytes, " requested"));
   }
   const int prot = writable ? (PROT_READ | PROT_WRITE) : PROT_READ;
-  void* p = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
+  const int populate = pages == ShmRegion::Pages::kNow ? MAP_POPULATE : 0;
+  void* p = mmap(nullptr, bytes, prot, MAP_SHARED | populate, fd, 0);
   if (p == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat("mmap ", what));
   return static_cast<uint8_t*>(p);
 }
@@ -189,7 +190,7 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(absl::string_view name,
           0) {
     return ErrnoStatus(errno, absl::StrCat("seal ", what));
   }
-  absl::StatusOr<uint8_t*> data = MapFd(r.fd_, bytes, /*writable=*/true, what);
+  absl::StatusOr<uint8_t*> data = MapFd(r.fd_, bytes, /*writable=*/true, Pages::kNow, what);
   if (!data.ok()) return data.status();
   r.data_ = *data;
   r.size_ = bytes;
@@ -197,7 +198,8 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(absl::string_view name,
   return r;
 }
 
-absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnly(int fd, uint64_t bytes) {
+absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnly(int fd, uint64_t bytes,
+                                                  Pages pages) {
   absl::Status s = ValidateSize(bytes);
   if (!s.ok()) return s;
   if (fd < 0) {
@@ -206,8 +208,9 @@ absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnly(int fd, uint64_t bytes) {
   ShmRegion r;
   r.fd_ = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (r.fd_ < 0) return ErrnoStatus(errno, absl::StrCat("dup fd ", fd));
-  absl::StatusOr<uint8_t*> data = MapFd(r.fd_, bytes, /*writable=*/false,
-                                        absl::StrCat("shared memory fd ", fd));
+  absl::StatusOr<uint8_t*> data =
+      MapFd(r.fd_, bytes, /*writable=*/false, pages,
+            absl::StrCat("shared memory fd ", fd));
   if (!data.ok()) return data.status();
   r.data_ = *data;
   r.size_ = bytes;
@@ -215,7 +218,8 @@ absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnly(int fd, uint64_t bytes) {
 }
 
 absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnlyByName(absl::string_view name,
-                                                        uint64_t bytes) {
+                                                        uint64_t bytes,
+                                                        Pages pages) {
   absl::Status s = ValidateSize(bytes);
   if (!s.ok()) return s;
   s = ValidateName(name);
@@ -225,7 +229,8 @@ absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnlyByName(absl::string_view name,
   const std::string what = absl::StrCat("shared memory '", r.name_, "'");
   r.fd_ = shm_open(r.name_.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (r.fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", what));
-  absl::StatusOr<uint8_t*> data = MapFd(r.fd_, bytes, /*writable=*/false, what);
+  absl::StatusOr<uint8_t*> data =
+      MapFd(r.fd_, bytes, /*writable=*/false, pages, what);
   if (!data.ok()) return data.status();
   r.data_ = *data;
   r.size_ = bytes;

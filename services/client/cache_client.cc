@@ -180,7 +180,9 @@ struct CacheClient::Impl {
     *fds = std::move(*got);
     ASSIGN_OR_RETURN(arena, cache::ShmRegion::OpenReadOnly((*fds)[0].get(), aresp.arena_bytes()));
     if (want == 3) {
-      ASSIGN_OR_RETURN(store, cache::ShmRegion::OpenReadOnly((*fds)[2].get(), aresp.store_bytes()));
+      // Every expert: page tables as host execution touches them.
+      ASSIGN_OR_RETURN(store, cache::ShmRegion::OpenReadOnly((*fds)[2].get(), aresp.store_bytes(),
+                                                             cache::ShmRegion::Pages::kOnTouch));
     }
     return absl::OkStatus();
   }

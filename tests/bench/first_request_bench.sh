@@ -10,7 +10,8 @@
 # usage: tests/bench/first_request_bench.sh [BUILD_DIR]
 #   env: ROUNDS (3 per side), REQS (4), MODEL (deploy/models/kjv-moe),
 #        REPEAT (18: copies of the prompt's sentence, ~250 tokens),
-#        DAEMON_FLAGS (more moe-cached flags, e.g. "--miss-mode auto")
+#        DAEMON_FLAGS (more moe-cached flags, e.g. "--miss-mode auto"),
+#        KEEP (a file to append the worker's request log lines to: stall_ms etc.)
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin
@@ -64,6 +65,7 @@ round() {
   done
   echo "$tag $(sed -n 's/.* finished:.* ttft_ms=\([0-9.]*\).*/\1/p' "$d/w.log" | tr '\n' ' ')" \
     >>"$work/rows"
+  [ -n "${KEEP:-}" ] && grep " finished:" "$d/w.log" >>"$KEEP"
   kill -TERM $wpid $cpid
   wait $wpid $cpid 2>/dev/null || true
   pids=""

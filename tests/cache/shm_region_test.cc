@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,49 @@ TEST(ShmRegionTest, AnonymousRegionIsZeroedWritableAnd0600) {
   EXPECT_NE(ftruncate(r->fd(), 4096), 0);
   EXPECT_NE(ftruncate(r->fd(), 2 << 20), 0);
   EXPECT_NE(fcntl(r->fd(), F_GETFD) & FD_CLOEXEC, 0);
+}
+
+// The resident bytes (Rss in /proc/self/smaps, pages with a page-table
+// entry in this process) of the mapping that starts at `start`; -1 if none.
+int64_t MappedBytes(const void* start) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t want = reinterpret_cast<uintptr_t>(start);
+  std::string line;
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
+        line.find('-') < line.find(' ')) {
+      in = lo == want;
+      continue;
+    }
+    long kb = 0;
+    if (in && std::sscanf(line.c_str(), "Rss: %ld kB", &kb) == 1) {
+      return int64_t{kb} * 1024;
+    }
+  }
+  return -1;
+}
+
+// The arena's page tables are filled at map time (the first request after
+// start paid for faulting them in), unless a read-only open asks kOnTouch.
+TEST(ShmRegionTest, MappingsArePopulatedUnlessAskedOnTouch) {
+  constexpr uint64_t kBytes = 4 << 20;
+  auto w = ShmRegion::Create("", kBytes);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(MappedBytes(w->data()), static_cast<int64_t>(kBytes));
+  auto now = ShmRegion::OpenReadOnly(w->fd(), kBytes);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(MappedBytes(now->data()), static_cast<int64_t>(kBytes));
+  auto lazy = ShmRegion::OpenReadOnly(w->fd(), kBytes,
+                                      ShmRegion::Pages::kOnTouch);
+  ASSERT_TRUE(lazy.ok()) << lazy.status();
+  EXPECT_EQ(MappedBytes(lazy->data()), 0);
+  volatile uint8_t sink = lazy->data()[kBytes / 2];
+  (void)sink;
+  const int64_t touched = MappedBytes(lazy->data());
+  EXPECT_GT(touched, 0);
+  EXPECT_LT(touched, static_cast<int64_t>(kBytes));
 }
 
 TEST(ShmRegionTest, SecondMappingOfFdSeesWritesReadOnly) {
