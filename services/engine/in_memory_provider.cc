@@ -1,5 +1,7 @@
 #include "services/engine/in_memory_provider.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/fp8.h"
 #include "common/row_interleave.h"
@@ -58,10 +60,17 @@ InMemoryExpertProvider::Create(const MoeModel& model,
                 ExpertFormatName(held), " (whole blocks of ",
                 QuantGroupSize(held), ")"));
           }
-          std::vector<uint8_t>& buf = p->converted_.emplace_back(b);
-          RETURN_IF_ERROR(ConvertWeightView(v, held, buf.data()));
-          ptrs[r] = buf.data();
+          ASSIGN_OR_RETURN(uint8_t* buf, p->converted_.Allocate(static_cast<uint64_t>(b)));
+          RETURN_IF_ERROR(ConvertWeightView(v, held, buf));
+          ptrs[r] = buf;
           nbytes = static_cast<uint64_t>(b);
+        } else if (!device) {
+          // Held as stored, copied all the same: the checkpoint's mapping
+          // has 4 KiB pages where the page cache made them so, and a decode
+          // step streams every expert it routes to (HugePageArena).
+          ASSIGN_OR_RETURN(uint8_t* buf, p->converted_.Allocate(nbytes));
+          std::memcpy(buf, v.data, nbytes);
+          ptrs[r] = buf;
         }
         if (device) {
           ASSIGN_OR_RETURN(void* dst, be.Alloc(nbytes));
@@ -92,13 +101,14 @@ absl::StatusOr<const float*> InMemoryExpertProvider::PlaceBias(int moe_layer, in
                                            TensorRole::kExpertUpBias,
                                            TensorRole::kExpertDownBias};
   ASSIGN_OR_RETURN(TensorView v, model_.description().Expert(moe_layer, expert, kRoles[which]));
-  std::vector<uint8_t>& buf = converted_.emplace_back(sizeof(float) * v.numel());
-  RETURN_IF_ERROR(ConvertVectorView(v, reinterpret_cast<float*>(buf.data())));
+  const uint64_t bytes = sizeof(float) * static_cast<uint64_t>(v.numel());
+  ASSIGN_OR_RETURN(uint8_t* buf, converted_.Allocate(bytes));
+  RETURN_IF_ERROR(ConvertVectorView(v, reinterpret_cast<float*>(buf)));
   Backend& be = model_.backend();
-  if (!be.Info().is_device) return reinterpret_cast<const float*>(buf.data());
-  ASSIGN_OR_RETURN(void* dst, be.Alloc(buf.size()));
+  if (!be.Info().is_device) return reinterpret_cast<const float*>(buf);
+  ASSIGN_OR_RETURN(void* dst, be.Alloc(bytes));
   owned_.push_back(dst);
-  RETURN_IF_ERROR(be.CopyToDevice(dst, buf.data(), buf.size()));
+  RETURN_IF_ERROR(be.CopyToDevice(dst, buf, bytes));
   return static_cast<const float*>(dst);
 }
 

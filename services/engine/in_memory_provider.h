@@ -1,5 +1,7 @@
-// An ExpertProvider with every expert already in backend memory: the whole
-// checkpoint mapped (CPU) or uploaded once (device). Every acquire is a hit.
+// An ExpertProvider with every expert already in backend memory: copied
+// once into host memory on huge pages (CPU; common/huge_page_arena.h,
+// converted to `format` where asked) or uploaded once (device). Every
+// acquire is a hit.
 // Used by `moectl run` and as the reference the daemon-backed provider must
 // match bit for bit.
 //
@@ -11,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/huge_page_arena.h"
 #include "services/engine/expert_provider.h"
 #include "services/engine/moe_model.h"
 
@@ -39,7 +42,7 @@ class InMemoryExpertProvider : public ExpertProvider {
   const MoeModel& model_;
   std::vector<ExpertView> views_;  // [moe_layer * experts + expert]
   std::vector<void*> owned_;                        // device copies
-  std::vector<std::vector<uint8_t>> converted_;      // host, in `format`
+  HugePageArena converted_;  // host: every expert (CPU) or the converted ones
   int64_t acquires_ = 0;
 };
 
