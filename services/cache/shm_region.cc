@@ -101,7 +101,12 @@ absl::Status CheckBackable(uint64_t bytes, bool named) {
   return absl::OkStatus();
 }
 
-// Checks that `fd` is at least `bytes` long, then maps it.
+// Checks that `fd` is at least `bytes` long, then maps it, advised
+// MADV_HUGEPAGE (shmem gives huge pages only where the kernel's
+// shmem_enabled allows: `advise` takes the advice, `always` and
+// `within_size` need none), and with kNow fills the page tables: readable,
+// or writable, which allocates what is not yet there (through the advised
+// mapping, so as huge pages where allowed).
 absl::StatusOr<uint8_t*> MapFd(int fd, uint64_t bytes, bool writable,
                                ShmRegion::Pages pages, absl::string_view what) {
   struct stat st;
@@ -112,10 +117,30 @@ absl::StatusOr<uint8_t*> MapFd(int fd, uint64_t bytes, bool writable,
                      bytes, " requested"));
   }
   const int prot = writable ? (PROT_READ | PROT_WRITE) : PROT_READ;
-  const int populate = pages == ShmRegion::Pages::kNow ? MAP_POPULATE : 0;
-  void* p = mmap(nullptr, bytes, prot, MAP_SHARED | populate, fd, 0);
+  void* p = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat("mmap ", what));
+  madvise(p, bytes, MADV_HUGEPAGE);  // best effort
+  if (pages == ShmRegion::Pages::kNow &&
+      madvise(p, bytes, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0 &&
+      errno != EINVAL) {  // EINVAL: a kernel before 5.14, pages on touch
+    const int err = errno == EFAULT ? ENOMEM : errno;
+    munmap(p, bytes);
+    return ErrnoStatus(err, absl::StrCat("fill the page tables of ", what));
+  }
   return static_cast<uint8_t*>(p);
+}
+
+// Whether madvise(MADV_POPULATE_*) works here (Linux 5.14+).
+bool PopulateSupported() {
+  static const bool supported = [] {
+    const long page = sysconf(_SC_PAGESIZE);
+    void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    const bool ok = madvise(p, page, MADV_POPULATE_WRITE) == 0;
+    munmap(p, page);
+    return ok;
+  }();
+  return supported;
 }
 
 }  // namespace
@@ -180,20 +205,24 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(absl::string_view name,
   if (ftruncate(r.fd_, static_cast<off_t>(bytes)) != 0) {
     return ErrnoStatus(errno, absl::StrCat("size ", what, " to ", bytes));
   }
-  // Reserve the memory now: a full tmpfs must fail here, not SIGBUS later.
-  const int err = posix_fallocate(r.fd_, 0, static_cast<off_t>(bytes));
-  if (err != 0) {
-    return ErrnoStatus(err, absl::StrCat("reserve ", bytes, " bytes for ", what));
-  }
   if (name.empty() &&
       fcntl(r.fd_, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) !=
           0) {
     return ErrnoStatus(errno, absl::StrCat("seal ", what));
   }
+  // Allocated now, so that a full tmpfs fails here, not as SIGBUS later:
+  // by filling the page tables (huge pages where allowed), or where the
+  // kernel cannot, posix_fallocate (small pages).
   absl::StatusOr<uint8_t*> data = MapFd(r.fd_, bytes, /*writable=*/true, Pages::kNow, what);
   if (!data.ok()) return data.status();
   r.data_ = *data;
   r.size_ = bytes;
+  if (!PopulateSupported()) {
+    const int err = posix_fallocate(r.fd_, 0, static_cast<off_t>(bytes));
+    if (err != 0) {
+      return ErrnoStatus(err, absl::StrCat("reserve ", bytes, " bytes for ", what));
+    }
+  }
   r.writable_ = true;
   return r;
 }

@@ -12,16 +12,20 @@
 //  - The file mode is set to 0600 explicitly (not left to the umask).
 //  - A size above MemAvailable (or, for named regions, the free space of
 //    /dev/shm) is refused at once with RESOURCE_EXHAUSTED; then the memory is
-//    reserved up front (posix_fallocate), so a shortage fails at Create
-//    instead of as SIGBUS on first touch.
-//
-//  - Page tables: Create maps every page at once (MAP_POPULATE), and so do
-//    the read-only opens unless told kOnTouch. The arena is written and read
-//    on every token: faulting its pages in one at a time made the first
-//    request after start 1.3-1.4x slower than the next (the daemon's copies
-//    into fresh slots 2.5-4.4 ms of stall against 1 ms). A read-only mapping
-//    of every expert (the host copy) may ask kOnTouch: its page tables grow
-//    with the whole model and only host execution reads it.
+//    allocated up front (every page written through the mapping with
+//    MADV_POPULATE_WRITE; posix_fallocate on kernels before 5.14), so a
+//    shortage fails at Create instead of as SIGBUS on first touch.
+//  - Every mapping is advised MADV_HUGEPAGE. Whether shared memory gets
+//    huge pages is the kernel's shmem_enabled (Debian's default `never`;
+//    `advise` honours the advice, see docs/operations.md): a decode step
+//    streams the arena, and 4 KiB pages cost it a TLB miss per page.
+//  - Page tables: Create fills them at once, and so do the read-only opens
+//    unless told kOnTouch. The arena is written and read on every token:
+//    faulting its pages in one at a time made the first request after start
+//    1.3-1.4x slower than the next (the daemon's copies into fresh slots
+//    2.5-4.4 ms of stall against 1 ms). A read-only mapping of every expert
+//    (the host copy) may ask kOnTouch: its page tables grow with the whole
+//    model and only host execution reads it.
 //
 // Errors: INVALID_ARGUMENT (bad name, zero size, size larger than the
 // object), ALREADY_EXISTS (named region exists), NOT_FOUND (no such name),
