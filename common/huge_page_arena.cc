@@ -40,6 +40,14 @@ void HugePageArena::Release() {
   used_ = 0;
 }
 
+bool HugePageArena::Holds(const void* p) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (const Block& block : blocks_) {
+    if (b >= block.base && b < block.base + block.size) return true;
+  }
+  return false;
+}
+
 uint64_t HugePageArena::mapped_bytes() const {
   uint64_t n = 0;
   for (const Block& b : blocks_) n += b.size;

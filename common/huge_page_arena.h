@@ -49,6 +49,9 @@ class HugePageArena {
 
   absl::StatusOr<uint8_t*> Allocate(uint64_t bytes);
 
+  // Whether `p` lies in memory this arena mapped.
+  bool Holds(const void* p) const;
+
   // Bytes handed out (with alignment padding) and bytes mapped.
   uint64_t used_bytes() const { return used_; }
   uint64_t mapped_bytes() const;

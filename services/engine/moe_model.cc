@@ -1,5 +1,7 @@
 #include "services/engine/moe_model.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/fp8.h"
 #include "common/row_interleave.h"
@@ -93,25 +95,25 @@ absl::StatusOr<TensorView> MoeModel::DenseView(TensorRole role, int layer, bool 
   ASSIGN_OR_RETURN(TensorView view, desc_->Dense(role, layer));
   if (view.dtype == DType::kF8E4M3) {
     // Dense FP8 weights are a small share of the bytes: BF16 from here on.
-    std::vector<uint8_t>& buf = dequantized_.emplace_back(
-        static_cast<size_t>(view.numel()) * DTypeSize(DType::kBF16));
-    RETURN_IF_ERROR(ConvertWeightView(view, DType::kBF16, buf.data()));
-    return TensorView{DType::kBF16, view.shape, buf.data(), buf.size(), {}};
+    const uint64_t bytes = static_cast<uint64_t>(view.numel()) * DTypeSize(DType::kBF16);
+    ASSIGN_OR_RETURN(uint8_t* buf, host_.Allocate(bytes));
+    RETURN_IF_ERROR(ConvertWeightView(view, DType::kBF16, buf));
+    return TensorView{DType::kBF16, view.shape, buf, bytes, {}};
   }
   if (IsQuantDType(view.dtype) && !(blocks_ok && BackendRuns(backend_->Info(), view.dtype))) {
-    std::vector<uint8_t>& buf =
-        dequantized_.emplace_back(static_cast<size_t>(view.numel()) * sizeof(float));
-    RETURN_IF_ERROR(ConvertWeightView(view, DType::kF32, buf.data()));
-    return TensorView{DType::kF32, view.shape, buf.data(), buf.size(), {}};
+    const uint64_t bytes = static_cast<uint64_t>(view.numel()) * sizeof(float);
+    ASSIGN_OR_RETURN(uint8_t* buf, host_.Allocate(bytes));
+    RETURN_IF_ERROR(ConvertWeightView(view, DType::kF32, buf));
+    return TensorView{DType::kF32, view.shape, buf, bytes, {}};
   }
   if (blocks_ok && view.shape.size() == 2) {
     // Q4_K in the CPU's interleaved layout where the backend prefers it.
     const DType held = InterleavedHeld(view.dtype, view.shape[0], view.shape[1],
                                        backend_->Info().prefers_rows16);
     if (held != view.dtype) {
-      std::vector<uint8_t>& buf = dequantized_.emplace_back(view.nbytes);
-      RETURN_IF_ERROR(ConvertWeightView(view, held, buf.data()));
-      return TensorView{held, view.shape, buf.data(), buf.size(), {}};
+      ASSIGN_OR_RETURN(uint8_t* buf, host_.Allocate(view.nbytes));
+      RETURN_IF_ERROR(ConvertWeightView(view, held, buf));
+      return TensorView{held, view.shape, buf, view.nbytes, {}};
     }
   }
   return view;
@@ -119,6 +121,14 @@ absl::StatusOr<TensorView> MoeModel::DenseView(TensorRole role, int layer, bool 
 
 absl::StatusOr<Weight> MoeModel::Matrix(TensorRole role, int layer) {
   ASSIGN_OR_RETURN(TensorView view, DenseView(role, layer, PlainMatMulWeight(role)));
+  if (!device_ && role != TensorRole::kEmbed && !host_.Holds(view.data)) {
+    // Read whole every token: off the checkpoint's mapping (4 KiB pages
+    // where the page cache made them so) onto huge pages. The embedding is
+    // read a row per token and stays mapped.
+    ASSIGN_OR_RETURN(uint8_t* buf, host_.Allocate(view.nbytes));
+    std::memcpy(buf, view.data, view.nbytes);
+    view.data = buf;
+  }
   Weight w;
   w.dtype = view.dtype;
   w.rows = view.shape[0];

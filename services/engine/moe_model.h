@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/huge_page_arena.h"
 #include "common/model_config.h"
 #include "common/model_desc.h"
 #include "kernels/backend.h"
@@ -119,16 +120,16 @@ class MoeModel {
   Backend* backend_ = nullptr;
   bool device_ = false;
   std::vector<void*> owned_;  // backend buffers we allocated
-  // Host copies of F8_E4M3 dense weights, dequantized to BF16 at load, and
-  // of block-format ones decoded to F32 (DenseView).
-  std::vector<std::vector<uint8_t>> dequantized_;
+  // Host copies (huge pages, common/huge_page_arena.h): F8_E4M3 dense
+  // weights dequantized to BF16 at load, block-format ones decoded to F32
+  // (DenseView), head-permuted q/k weights, and on a CPU backend every
+  // matrix a token reads whole (all but the embedding), copied as stored.
+  HugePageArena host_;
   std::vector<LayerWeights> layers_;
   Weight embed_, lm_head_;
   const float* final_norm_ = nullptr;
   RopeFrequencies mla_rope_;
   RopeFrequencies head_rope_;
-  // Host copies of head-permuted q/k weights.
-  std::vector<std::vector<uint8_t>> permuted_;
 };
 
 }  // namespace moe

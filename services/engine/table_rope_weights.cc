@@ -33,14 +33,13 @@ absl::StatusOr<Weight> MoeModel::HeadPermuted(TensorRole role, int layer) {
   }
   const int64_t rows = view.shape[0], cols = view.shape[1];
   const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(view.dtype);
-  std::vector<uint8_t>& buf = permuted_.emplace_back(rows * row_bytes);
+  ASSIGN_OR_RETURN(uint8_t* buf, host_.Allocate(rows * row_bytes));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t src = (r / d) * d + SourceInHead(r % d, rd);
-    std::memcpy(buf.data() + r * row_bytes, view.data + src * row_bytes,
-                row_bytes);
+    std::memcpy(buf + r * row_bytes, view.data + src * row_bytes, row_bytes);
   }
   TensorView permuted = view;
-  permuted.data = buf.data();
+  permuted.data = buf;
   Weight w;
   w.dtype = view.dtype;
   w.rows = rows;

@@ -71,6 +71,10 @@ TEST(HugePageArenaTest, LargerThanABlockGetsItsOwn) {
   ASSERT_TRUE(big.ok()) << big.status();
   (*big)[5 << 20] = 1;
   EXPECT_EQ(arena.mapped_bytes(), (uint64_t{2} << 20) + (uint64_t{6} << 20));
+  EXPECT_TRUE(arena.Holds(*small));
+  EXPECT_TRUE(arena.Holds(*big + (5 << 20)));
+  int elsewhere = 0;
+  EXPECT_FALSE(arena.Holds(&elsewhere));
   // The block after the big one starts afresh.
   auto next = arena.Allocate(2 << 20);
   ASSERT_TRUE(next.ok());
