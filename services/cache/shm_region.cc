@@ -266,4 +266,13 @@ absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnlyByName(absl::string_view name,
   return r;
 }
 
+std::string ShmemHugePageMode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string line;
+  std::getline(in, line);
+  const size_t open = line.find('['), close = line.find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) return "";
+  return line.substr(open + 1, close - open - 1);
+}
+
 }  // namespace moe::cache

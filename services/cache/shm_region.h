@@ -98,6 +98,11 @@ class ShmRegion {
   std::string name_;
 };
 
+// The kernel's transparent huge page setting for shared memory (the
+// bracketed word of /sys/kernel/mm/transparent_hugepage/shmem_enabled:
+// "never", "advise", "always", ...); empty where the file is missing.
+std::string ShmemHugePageMode();
+
 }  // namespace moe::cache
 
 #endif  // MOECACHE_SERVICES_CACHE_SHM_REGION_H_

@@ -83,6 +83,18 @@ TEST(ShmRegionTest, MappingsArePopulatedUnlessAskedOnTouch) {
   EXPECT_LT(touched, static_cast<int64_t>(kBytes));
 }
 
+TEST(ShmRegionTest, ShmemHugePageModeIsTheBracketedWord) {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string line;
+  if (!std::getline(in, line)) {
+    EXPECT_EQ(ShmemHugePageMode(), "");
+    return;
+  }
+  const std::string mode = ShmemHugePageMode();
+  ASSERT_FALSE(mode.empty()) << line;
+  EXPECT_NE(line.find("[" + mode + "]"), std::string::npos) << line;
+}
+
 TEST(ShmRegionTest, SecondMappingOfFdSeesWritesReadOnly) {
   auto w = ShmRegion::Create("", 8192);
   ASSERT_TRUE(w.ok()) << w.status();
