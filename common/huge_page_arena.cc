@@ -62,7 +62,7 @@ absl::StatusOr<uint8_t*> HugePageArena::Allocate(uint64_t bytes) {
     // A fresh block, 2 MiB aligned: map 2 MiB more and trim both ends.
     const uint64_t size = bytes > block_bytes_ ? RoundUp(bytes, kHugePage) : block_bytes_;
     void* raw = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot map ", size, " bytes of host memory for weights: ", std::strerror(errno)));

@@ -6,8 +6,9 @@
 // is a TLB miss (a page walk) every 4 KiB, which the hardware prefetchers do
 // not run ahead of; measured on a zen4 VM (docs/benchmarks.md, "Weights on
 // huge pages"), one thread streams 25-29 GB/s from huge pages against 17-21
-// from 4 KiB pages, and `moectl run` decodes q8 experts 1.1x and q4 1.3x
-// faster with them.
+// from 4 KiB pages; `moectl run` decoded q8 experts 1.07x and bf16 ones
+// 1.11x faster with them (alternated runs), before the dense weights moved
+// here too.
 //
 // Contract:
 //  - Allocate(bytes) returns `bytes` of zero-filled memory aligned to 64
