@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_util.h"
 
 namespace moe::cache {
 namespace {
@@ -40,26 +41,13 @@ TEST(ShmRegionTest, AnonymousRegionIsZeroedWritableAnd0600) {
   EXPECT_NE(fcntl(r->fd(), F_GETFD) & FD_CLOEXEC, 0);
 }
 
-// The resident bytes (Rss in /proc/self/smaps, pages with a page-table
-// entry in this process) of the mapping that starts at `start`; -1 if none.
+// The resident bytes (Rss in /proc/self/smaps: pages with a page-table
+// entry in this process) of the mapping that holds `start`; -1 if none.
 int64_t MappedBytes(const void* start) {
-  std::ifstream smaps("/proc/self/smaps");
-  const uintptr_t want = reinterpret_cast<uintptr_t>(start);
-  std::string line;
-  bool in = false;
-  while (std::getline(smaps, line)) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
-        line.find('-') < line.find(' ')) {
-      in = lo == want;
-      continue;
-    }
-    long kb = 0;
-    if (in && std::sscanf(line.c_str(), "Rss: %ld kB", &kb) == 1) {
-      return int64_t{kb} * 1024;
-    }
-  }
-  return -1;
+  long kb = 0;
+  const std::string rss = testing::SmapsLine(start, "Rss:");
+  if (std::sscanf(rss.c_str(), "Rss: %ld kB", &kb) != 1) return -1;
+  return int64_t{kb} * 1024;
 }
 
 // The arena's page tables are filled at map time (the first request after

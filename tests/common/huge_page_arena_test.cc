@@ -1,35 +1,16 @@
 #include "common/huge_page_arena.h"
 
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/common/test_util.h"
 
 namespace moe {
 namespace {
-
-// The VmFlags line of the mapping that holds `p` in /proc/self/smaps.
-std::string VmFlagsOf(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  std::string line;
-  bool in = false;
-  while (std::getline(smaps, line)) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
-        line.find('-') < line.find(' ')) {
-      in = lo <= at && at < hi;
-      continue;
-    }
-    if (in && line.rfind("VmFlags:", 0) == 0) return line;
-  }
-  return "";
-}
 
 TEST(HugePageArenaTest, AllocationsAreAlignedZeroedDisjointAndAdvised) {
   HugePageArena arena(4 << 20);
@@ -59,7 +40,7 @@ TEST(HugePageArenaTest, AllocationsAreAlignedZeroedDisjointAndAdvised) {
   EXPECT_GE(arena.used_bytes(), (uint64_t{6} << 20) + 5000 + 4096 + 175);
   // Blocks start on a huge page and carry the advice (VmFlags "hg").
   EXPECT_EQ(reinterpret_cast<uintptr_t>(got[0].first) % HugePageArena::kHugePage, 0u);
-  const std::string flags = VmFlagsOf(got[0].first);
+  const std::string flags = testing::SmapsLine(got[0].first, "VmFlags:");
   EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
 }
 

@@ -1,6 +1,6 @@
 // Helpers shared by the tests: a self-deleting temporary directory, small
-// file writers, WaitFor (a deadline on a condition) and a loopback port
-// held busy.
+// file writers, WaitFor (a deadline on a condition), a loopback port held
+// busy, and a field of this process's /proc/self/smaps.
 #ifndef MOECACHE_TESTS_COMMON_TEST_UTIL_H_
 #define MOECACHE_TESTS_COMMON_TEST_UTIL_H_
 
@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -198,6 +200,25 @@ class BusyLoopbackPort {
   int fd_ = -1;
   int port_ = 0;
 };
+
+// The line of /proc/self/smaps that starts with `field` ("Rss:",
+// "VmFlags:") in the entry of the mapping that holds `p`; "" if none.
+inline std::string SmapsLine(const void* p, const std::string& field) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
+        line.find('-') < line.find(' ')) {
+      in = lo <= at && at < hi;
+      continue;
+    }
+    if (in && line.rfind(field, 0) == 0) return line;
+  }
+  return "";
+}
 
 }  // namespace moe::testing
 
