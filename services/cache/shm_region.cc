@@ -101,14 +101,20 @@ absl::Status CheckBackable(uint64_t bytes, bool named) {
   return absl::OkStatus();
 }
 
+// A mapping and whether its page tables were filled.
+struct Mapped {
+  uint8_t* data = nullptr;
+  bool filled = false;  // false: kOnTouch, or a kernel before 5.14
+};
+
 // Checks that `fd` is at least `bytes` long, then maps it, advised
 // MADV_HUGEPAGE (shmem gives huge pages only where the kernel's
 // shmem_enabled allows: `advise` takes the advice, `always` and
 // `within_size` need none), and with kNow fills the page tables: readable,
 // or writable, which allocates what is not yet there (through the advised
 // mapping, so as huge pages where allowed).
-absl::StatusOr<uint8_t*> MapFd(int fd, uint64_t bytes, bool writable,
-                               ShmRegion::Pages pages, absl::string_view what) {
+absl::StatusOr<Mapped> MapFd(int fd, uint64_t bytes, bool writable,
+                             ShmRegion::Pages pages, absl::string_view what) {
   struct stat st;
   if (fstat(fd, &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat ", what));
   if (static_cast<uint64_t>(st.st_size) < bytes) {
@@ -120,27 +126,16 @@ absl::StatusOr<uint8_t*> MapFd(int fd, uint64_t bytes, bool writable,
   void* p = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat("mmap ", what));
   madvise(p, bytes, MADV_HUGEPAGE);  // best effort
-  if (pages == ShmRegion::Pages::kNow &&
-      madvise(p, bytes, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0 &&
-      errno != EINVAL) {  // EINVAL: a kernel before 5.14, pages on touch
-    const int err = errno == EFAULT ? ENOMEM : errno;
-    munmap(p, bytes);
-    return ErrnoStatus(err, absl::StrCat("fill the page tables of ", what));
+  Mapped m{static_cast<uint8_t*>(p), false};
+  if (pages == ShmRegion::Pages::kNow) {
+    m.filled = madvise(p, bytes, writable ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
+    if (!m.filled && errno != EINVAL) {  // EINVAL: a kernel before 5.14
+      const int err = errno == EFAULT ? ENOMEM : errno;
+      munmap(p, bytes);
+      return ErrnoStatus(err, absl::StrCat("fill the page tables of ", what));
+    }
   }
-  return static_cast<uint8_t*>(p);
-}
-
-// Whether madvise(MADV_POPULATE_*) works here (Linux 5.14+).
-bool PopulateSupported() {
-  static const bool supported = [] {
-    const long page = sysconf(_SC_PAGESIZE);
-    void* p = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return false;
-    const bool ok = madvise(p, page, MADV_POPULATE_WRITE) == 0;
-    munmap(p, page);
-    return ok;
-  }();
-  return supported;
+  return m;
 }
 
 }  // namespace
@@ -213,11 +208,11 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(absl::string_view name,
   // Allocated now, so that a full tmpfs fails here, not as SIGBUS later:
   // by filling the page tables (huge pages where allowed), or where the
   // kernel cannot, posix_fallocate (small pages).
-  absl::StatusOr<uint8_t*> data = MapFd(r.fd_, bytes, /*writable=*/true, Pages::kNow, what);
-  if (!data.ok()) return data.status();
-  r.data_ = *data;
+  absl::StatusOr<Mapped> mapped = MapFd(r.fd_, bytes, /*writable=*/true, Pages::kNow, what);
+  if (!mapped.ok()) return mapped.status();
+  r.data_ = mapped->data;
   r.size_ = bytes;
-  if (!PopulateSupported()) {
+  if (!mapped->filled) {
     const int err = posix_fallocate(r.fd_, 0, static_cast<off_t>(bytes));
     if (err != 0) {
       return ErrnoStatus(err, absl::StrCat("reserve ", bytes, " bytes for ", what));
@@ -237,11 +232,11 @@ absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnly(int fd, uint64_t bytes,
   ShmRegion r;
   r.fd_ = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (r.fd_ < 0) return ErrnoStatus(errno, absl::StrCat("dup fd ", fd));
-  absl::StatusOr<uint8_t*> data =
+  absl::StatusOr<Mapped> mapped =
       MapFd(r.fd_, bytes, /*writable=*/false, pages,
             absl::StrCat("shared memory fd ", fd));
-  if (!data.ok()) return data.status();
-  r.data_ = *data;
+  if (!mapped.ok()) return mapped.status();
+  r.data_ = mapped->data;
   r.size_ = bytes;
   return r;
 }
@@ -258,10 +253,10 @@ absl::StatusOr<ShmRegion> ShmRegion::OpenReadOnlyByName(absl::string_view name,
   const std::string what = absl::StrCat("shared memory '", r.name_, "'");
   r.fd_ = shm_open(r.name_.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (r.fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", what));
-  absl::StatusOr<uint8_t*> data =
+  absl::StatusOr<Mapped> mapped =
       MapFd(r.fd_, bytes, /*writable=*/false, pages, what);
-  if (!data.ok()) return data.status();
-  r.data_ = *data;
+  if (!mapped.ok()) return mapped.status();
+  r.data_ = mapped->data;
   r.size_ = bytes;
   return r;
 }
