@@ -16,8 +16,8 @@ SpinGovernor& DoneWait(int64_t max_spin_ns) {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int threads)
-    : size_(threads > 0 ? threads : UsableCpus()) {
+ThreadPool::ThreadPool(int threads, int64_t min_parallel_macs)
+    : size_(threads > 0 ? threads : UsableCpus()), min_parallel_macs_(min_parallel_macs) {
   workers_.reserve(size_ - 1);
   for (int i = 1; i < size_; ++i) {
     workers_.emplace_back([this] { WorkerLoop(); });
@@ -54,8 +54,10 @@ void ThreadPool::WorkerLoop() {
   SpinGovernor job_wait(absl::Nanoseconds(kSpinNanos));
   for (;;) {
     const int64_t wait_start = MonotonicNanos();
+    spinning_workers_.fetch_add(1, std::memory_order_relaxed);
     const SpinOutcome spun = job_wait.Spin(
         [&] { return published_generation_.load(std::memory_order_acquire) != seen; });
+    spinning_workers_.fetch_sub(1, std::memory_order_relaxed);
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -74,6 +76,13 @@ void ThreadPool::WorkerLoop() {
     --busy_workers_;
     published_busy_.store(busy_workers_, std::memory_order_release);
   }
+}
+
+int64_t ThreadPool::min_parallel_macs() const {
+  if (size_ > 1 && spinning_workers_.load(std::memory_order_relaxed) == size_ - 1) {
+    return std::min(min_parallel_macs_, kHotMinParallelMacs);
+  }
+  return min_parallel_macs_;
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,

@@ -21,15 +21,36 @@
 
 namespace moe {
 
+// Products (kernels/cpu_matmul.cc, cpu_quant_matmul.cc) of fewer
+// multiply-adds than min_parallel_macs() run whole on the calling thread.
+// Handing a chunk to a worker that has gone to sleep costs a futex wake-up
+// (20-60 us in a VM) and, on a loaded machine, maybe a scheduler slice while
+// the caller waits for that chunk; a million bf16 multiply-adds take one
+// zen4 core about as long, so below kMinParallelMacs splitting does not pay.
+// While every worker is spinning for its next job a hand-off costs about a
+// microsecond, and products from kHotMinParallelMacs on split. The trained
+// model's products (37K-393K multiply-adds a token) now mostly stay on one
+// thread: served without a daemon, one sequence at a time, 1.36x the
+// tokens/s; the 420 MB model's decode is unchanged within noise
+// (docs/benchmarks.md, "Small products on the calling thread").
+inline constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
+inline constexpr int64_t kHotMinParallelMacs = int64_t{1} << 17;
+
 class ThreadPool {
  public:
   // threads <= 0: UsableCpus() (common/cpu_budget.h: affinity and quota).
-  explicit ThreadPool(int threads);
+  // min_parallel_macs: see kMinParallelMacs (tests pass 0 to split every
+  // product).
+  explicit ThreadPool(int threads, int64_t min_parallel_macs = kMinParallelMacs);
   ~ThreadPool();  // joins the workers
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
+  // The smallest product worth splitting now: min_parallel_macs, or while
+  // every worker is spinning for its next job (a hand-off then costs about a
+  // microsecond, not a wake-up) the smaller of it and kHotMinParallelMacs.
+  int64_t min_parallel_macs() const;
 
   // Calls fn(begin, end) over [0, n) in chunks of `grain` items (the last may
   // be shorter) and returns when all chunks are done. grain <= 0 picks
@@ -53,6 +74,7 @@ class ThreadPool {
   void RunChunks(const Job& job);
 
   const int size_;
+  const int64_t min_parallel_macs_;
   std::vector<std::thread> workers_;
 
   absl::Mutex run_mu_;  // serialises ParallelFor callers
@@ -73,6 +95,7 @@ class ThreadPool {
   std::atomic<int> published_busy_{0};
   std::atomic<int64_t> next_chunk_{0};
   std::atomic<int> participants_{0};
+  std::atomic<int> spinning_workers_{0};
   std::atomic<int> last_participants_{0};
 };
 

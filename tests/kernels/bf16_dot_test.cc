@@ -35,7 +35,7 @@ std::vector<float> Normal(int64_t n, uint32_t seed, float sd) {
 void ExpectNoBf16Dot() {
   EXPECT_FALSE(UsesBf16Dot(DType::kBF16, SimdLevel::kAvx512));
   if (!SimdLevelSupported(SimdLevel::kAvx512)) return;
-  ThreadPool pool(2);
+  ThreadPool pool(2, /*min_parallel_macs=*/0);  // split every product
   const int64_t m = 3, n = 20, k = 96;
   const std::vector<float> x = Normal(m * k, 7, 1.0f),
                            wf = Normal(n * k, 8, 0.05f);
@@ -86,7 +86,7 @@ struct Shape {
 // bias added; the same bits at 1 and 3 threads.
 TEST(Bf16DotTest, MatchesTheRoundedReferenceWithTheSameBitsAtAnyThreadCount) {
   if (!Bf16DotSupported()) return ExpectNoBf16Dot();
-  ThreadPool one(1), three(3);
+  ThreadPool one(1), three(3, /*min_parallel_macs=*/0);  // split every product
   for (const Shape s :
        {Shape{1, 37, 64}, Shape{1, 64, 2100}, Shape{3, 33, 48},
         Shape{5, 70, 1030}, Shape{16, 48, 256}, Shape{9, 5, 7}}) {
@@ -141,7 +141,7 @@ TEST(Bf16DotTest, MatchesTheRoundedReferenceWithTheSameBitsAtAnyThreadCount) {
 // and MOE_BF16_DOT=0 returns to the f32 kernels (f32 activations).
 TEST(Bf16DotTest, RoundingIsTheOnlyChangeAndCanBeTurnedOff) {
   if (!Bf16DotSupported()) return ExpectNoBf16Dot();
-  ThreadPool pool(2);
+  ThreadPool pool(2, /*min_parallel_macs=*/0);  // split every product
   const int64_t m = 6, n = 40, k = 512;
   std::vector<float> x = Normal(m * k, 5, 1.0f);
   const std::vector<float> wf = Normal(n * k, 6, 0.05f);

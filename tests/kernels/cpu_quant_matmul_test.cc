@@ -65,7 +65,7 @@ constexpr Shape kShapes[] = {{1, 1, 64},    {1, 67, 1088}, {2, 5, 96},   {3, 17,
                              {6, 33, 2112}, {8, 4, 64 * 33}};
 
 TEST(CpuQuantMatMulTest, EveryLevelMatchesTheFloat64Reference) {
-  ThreadPool pool(3);
+  ThreadPool pool(3, /*min_parallel_macs=*/0);  // split every product
   for (SimdLevel level : Levels()) {
     for (DType dt : {DType::kQ8, DType::kQ4}) {
       for (const Shape& s : kShapes) {
@@ -90,7 +90,7 @@ TEST(CpuQuantMatMulTest, EveryLevelMatchesTheFloat64Reference) {
 // A token's outputs are the same bits whether it is computed alone (decode),
 // at any place of a prompt's token tile, or on any number of threads.
 TEST(CpuQuantMatMulTest, RowsDoNotDependOnTheirTileOrTheThreadCount) {
-  ThreadPool one(1), three(3);
+  ThreadPool one(1), three(3, /*min_parallel_macs=*/0);  // split every product
   const int64_t m = 9, n = 21, k = 1088;
   for (SimdLevel level : Levels()) {
     for (DType dt : {DType::kQ8, DType::kQ4}) {
@@ -106,6 +106,23 @@ TEST(CpuQuantMatMulTest, RowsDoNotDependOnTheirTileOrTheThreadCount) {
       }
     }
   }
+}
+
+// Products below kHotMinParallelMacs are one chunk (the calling thread runs
+// them whole); from kMinParallelMacs on they split between the threads; in
+// between it depends on whether the workers are spinning (not tested: timing).
+TEST(CpuQuantMatMulTest, SmallProductsStayOnTheCallingThread) {
+  ThreadPool pool(3);
+  const int64_t k = 1024;
+  const int64_t small = kHotMinParallelMacs / k - 16, large = kMinParallelMacs / k;
+  EXPECT_EQ(QuantColumnGrain(pool, 1, small, k, 16), small);
+  EXPECT_LT(QuantColumnGrain(pool, 1, large, k, 16), large);
+  EXPECT_LT(QuantColumnGrain(pool, 16, large / 16, k, 16), large / 16);  // rows count too
+  const int64_t now = pool.min_parallel_macs();
+  EXPECT_TRUE(now == kMinParallelMacs || now == kHotMinParallelMacs) << now;
+  ThreadPool split(3, /*min_parallel_macs=*/0);
+  EXPECT_EQ(split.min_parallel_macs(), 0);
+  EXPECT_LT(QuantColumnGrain(split, 1, 64, 64, 16), 64);
 }
 
 TEST(CpuQuantMatMulTest, Avx512RoundingIsTheScalarRounding) {
@@ -167,7 +184,7 @@ TEST(CpuQuantMatMulTest, GgmlTypesMeetGgmlQ8_0Scales) {
 // CpuGateUpSilu is two CpuMatMul calls and SiluMul, bit for bit, for the
 // float and the block dtypes, at every level.
 TEST(CpuQuantMatMulTest, FusedGateUpIsTwoProductsAndSiluMul) {
-  ThreadPool pool(3);
+  ThreadPool pool(3, /*min_parallel_macs=*/0);  // split every product
   const int64_t n = 70, k = 192;
   for (SimdLevel level : Levels()) {
     for (DType dt : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {

@@ -48,7 +48,7 @@ void CheckAgainstTheReference(DType t) {
   const int64_t g = QuantGroupSize(t);
   std::mt19937 rng(static_cast<uint32_t>(t) * 7919u);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  ThreadPool one(1), three(3);
+  ThreadPool one(1), three(3, /*min_parallel_macs=*/0);  // split every product
   struct Shape {
     int64_t m, n, k;
   };
@@ -117,7 +117,7 @@ TEST_P(GgufQuantMatMulTest, EachRowGetsTheBitsItGetsAlone) {
   const std::vector<uint8_t> w = RandomBlocks(t, n, k, rng);
   std::vector<float> x(static_cast<size_t>(m * k));
   for (float& v : x) v = normal(rng);
-  ThreadPool pool(2);
+  ThreadPool pool(2, /*min_parallel_macs=*/0);  // split every product
   for (SimdLevel level : Levels()) {
     SCOPED_TRACE(std::string(SimdLevelName(level)));
     std::vector<float> together(static_cast<size_t>(m * n));

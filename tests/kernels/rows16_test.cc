@@ -114,7 +114,7 @@ TEST(Q4KRows16LayoutTest, RefusesPartialGroups) {
 TEST(Q4KRows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  ThreadPool one(1), three(3);
+  ThreadPool one(1), three(3, /*min_parallel_macs=*/0);  // split every product
   struct Shape {
     int64_t m, n, k;
   };
@@ -367,7 +367,7 @@ TEST(SmallRows16LayoutTest, StridedViewsAreInterleavedWholeGroups) {
 TEST(SmallRows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
   std::mt19937 rng(29);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  ThreadPool one(1), three(3);
+  ThreadPool one(1), three(3, /*min_parallel_macs=*/0);  // split every product
   struct Shape {
     int64_t m, n, k;
   };
