@@ -229,7 +229,7 @@ absl::Status CpuBackend::DoExpertFfn(const float* x, const int32_t* rows,
   } else {  // the same arithmetic, x quantized once per product
     CpuMatMul(*pool_, level, {xin, gate, w.gate, nullptr, g, count, inter, hidden});
     CpuMatMul(*pool_, level, {xin, up, w.up, nullptr, u, count, inter, hidden});
-    cpu::SiluMul(g, u, g, count * inter);
+    cpu::SiluMul(level, g, u, g, count * inter);
   }
   CpuMatMul(*pool_, level, {g, down, w.down, nullptr, d, count, hidden, inter});
   AddRows(d, rows, weights, count, hidden, out);
@@ -328,7 +328,7 @@ absl::Status CpuBackend::DoElementwise(ElementwiseKind kind, const float* a,
                                        int64_t n, Stream) {
   switch (kind) {
     case ElementwiseKind::kSiluMul:
-      cpu::SiluMul(a, b, out, n);
+      cpu::SiluMul(simd_.load(), a, b, out, n);
       break;
     case ElementwiseKind::kAdd:
       cpu::Add(a, b, out, n);

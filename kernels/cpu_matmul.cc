@@ -176,7 +176,7 @@ void CpuGateUpSilu(ThreadPool& pool, SimdLevel level, const float* x, const void
                    int64_t k) {
   auto silu_mul = [&](int64_t b, int64_t e) {
     for (int64_t i = 0; i < m; ++i) {
-      cpu::SiluMul(g + i * n + b, u + i * n + b, g + i * n + b, e - b);
+      cpu::SiluMul(level, g + i * n + b, u + i * n + b, g + i * n + b, e - b);
     }
   };
   if (PreparesActivations(dtype, level)) {
@@ -258,7 +258,8 @@ void CpuExpertPasses(ThreadPool& pool, SimdLevel level, absl::Span<const ExpertP
       gates[i].Run(lb, le);
       ups[i].Run(lb, le);
       for (int64_t r = 0; r < p.count; ++r) {
-        cpu::SiluMul(p.g + r * inter + lb, p.u + r * inter + lb, p.g + r * inter + lb, le - lb);
+        cpu::SiluMul(level, p.g + r * inter + lb, p.u + r * inter + lb, p.g + r * inter + lb,
+                     le - lb);
       }
     });
   });

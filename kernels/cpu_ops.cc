@@ -198,7 +198,8 @@ void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n) {
   }
 }
 
-void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
+void SiluMul(SimdLevel level, const float* gate, const float* up, float* out, int64_t n) {
+  if (level == SimdLevel::kAvx512) return SiluMulAvx512(gate, up, out, n);
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];

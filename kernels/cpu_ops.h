@@ -31,7 +31,11 @@ absl::Status Embedding(ThreadPool& pool, const void* table, DType dtype,
                        const int32_t* ids, float* out, int64_t tokens,
                        int64_t vocab, int64_t hidden);
 void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n);
-void SiluMul(const float* gate, const float* up, float* out, int64_t n);
+// out = silu(gate) * up = gate / (1 + e^-gate) * up. At kAvx512 (where
+// supported) e^x is a vector exp within 1 ulp of the exact value
+// (cpu_ops_avx512.cc); below it std::exp. `out` may be `gate`.
+void SiluMul(SimdLevel level, const float* gate, const float* up, float* out, int64_t n);
+void SiluMulAvx512(const float* gate, const float* up, float* out, int64_t n);
 void Add(const float* a, const float* b, float* out, int64_t n);
 void Scale(float* x, float s, int64_t n);
 void Sigmoid(const float* x, float* y, int64_t n);

@@ -236,6 +236,56 @@ TEST(CpuOpsTest, RmsNormIsGgmlsArithmetic) {
   EXPECT_GT(rows_where_f32_differs, 0) << "no row tells the two sums apart";
 }
 
+// silu(g) * u at every level against float64: the scalar level is std::exp's
+// (correctly rounded or nearly); the AVX-512 vector exp is within 1 ulp, so
+// the product within a few ulps; over gates where e^-g spans all normal
+// floats, every tail length, and the special values, which give the
+// scalar level's results exactly.
+TEST(CpuOpsTest, SiluMulIsWithinUlpsOfFloat64AtEveryLevel) {
+  std::vector<float> g, u;
+  for (int i = 0; i <= 200000; ++i) {
+    g.push_back(-87.0f + 190.0f * static_cast<float>(i) / 200000.0f);
+    u.push_back(i % 3 == 0 ? 1.0f : -0.37f * static_cast<float>(i % 11));
+  }
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 88.7f, -95.0f, -104.5f, 1e-40f};
+  for (float x : specials) {
+    g.push_back(x);
+    u.push_back(1.5f);
+  }
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<float> scalar(n);
+  cpu::SiluMul(SimdLevel::kScalar, g.data(), u.data(), scalar.data(), n);
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!SimdLevelSupported(level)) continue;
+    SCOPED_TRACE(std::string(SimdLevelName(level)));
+    std::vector<float> got(n);
+    cpu::SiluMul(level, g.data(), u.data(), got.data(), n);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i >= n - static_cast<int64_t>(std::size(specials))) {
+        EXPECT_TRUE(got[i] == scalar[i] || (std::isnan(got[i]) && std::isnan(scalar[i])))
+            << "g " << g[i] << ": " << got[i] << " against " << scalar[i];
+        continue;
+      }
+      const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * double(u[i]);
+      if (std::fabs(want) < 1e-30) {
+        EXPECT_LE(std::fabs(got[i]), 1e-30) << g[i];
+        continue;
+      }
+      const float w = static_cast<float>(want);
+      const double ulp = std::fabs(double(std::nextafter(w, INFINITY)) - double(w));
+      worst = std::max(worst, std::fabs(got[i] - want) / ulp);
+    }
+    EXPECT_LE(worst, 4.0);  // exp 1 ulp, then a division and a product
+    // Tails: each prefix length is the same arithmetic as the whole.
+    for (int64_t len = 1; len <= 33; ++len) {
+      std::vector<float> part(len);
+      cpu::SiluMul(level, g.data() + 1000, u.data() + 1000, part.data(), len);
+      for (int64_t i = 0; i < len; ++i) ASSERT_EQ(part[i], got[1000 + i]) << len << "," << i;
+    }
+  }
+}
+
 TEST(CpuBackendTest, ResultsDoNotDependOnThreadCount) {
   const int64_t m = 6, n = 150, k = 1500;
   auto x = Random(m * k, 3);

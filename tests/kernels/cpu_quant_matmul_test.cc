@@ -213,7 +213,7 @@ TEST(CpuQuantMatMulTest, FusedGateUpIsTwoProductsAndSiluMul) {
         std::vector<float> g(m * n), u(m * n), want_g(m * n), want_u(m * n);
         CpuMatMul(pool, level, {x.data(), gate.data(), dt, nullptr, want_g.data(), m, n, k});
         CpuMatMul(pool, level, {x.data(), up.data(), dt, nullptr, want_u.data(), m, n, k});
-        cpu::SiluMul(want_g.data(), want_u.data(), want_g.data(), m * n);
+        cpu::SiluMul(level, want_g.data(), want_u.data(), want_g.data(), m * n);
         CpuGateUpSilu(pool, level, x.data(), gate.data(), up.data(), dt, g.data(), u.data(), m,
                       n, k);
         EXPECT_EQ(g, want_g);
