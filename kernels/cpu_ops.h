@@ -34,7 +34,9 @@ void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n);
 // out = silu(gate) * up = gate / (1 + e^-gate) * up. At kAvx512 (where
 // supported) e^x is a vector exp within 1 ulp of the exact value
 // (cpu_ops_avx512.cc); below it std::exp. `out` may be `gate`.
+// REQUIRES: SimdLevelSupported(level).
 void SiluMul(SimdLevel level, const float* gate, const float* up, float* out, int64_t n);
+// SiluMul's kAvx512 path.
 void SiluMulAvx512(const float* gate, const float* up, float* out, int64_t n);
 void Add(const float* a, const float* b, float* out, int64_t n);
 void Scale(float* x, float s, int64_t n);

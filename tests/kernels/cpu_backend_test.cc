@@ -247,7 +247,8 @@ TEST(CpuOpsTest, SiluMulIsWithinUlpsOfFloat64AtEveryLevel) {
     g.push_back(-87.0f + 190.0f * static_cast<float>(i) / 200000.0f);
     u.push_back(i % 3 == 0 ? 1.0f : -0.37f * static_cast<float>(i % 11));
   }
-  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e30f, 88.7f, -95.0f, -104.5f, 1e-40f};
+  const float specials[] = {0.0f,  -0.0f, INFINITY, -INFINITY, NAN,  1e30f,
+                            -1e30f, 88.7f, -95.0f,   -104.5f,   1e-40f};
   for (float x : specials) {
     g.push_back(x);
     u.push_back(1.5f);
