@@ -40,24 +40,24 @@ MOE_SIMD_TARGET inline __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// gate / (1 + e^-gate) * up, lane by lane.
+MOE_SIMD_TARGET inline __m512 SiluTimes(__m512 g, __m512 u) {
+  const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
+  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
 }  // namespace
 
 MOE_SIMD_TARGET void SiluMulAvx512(const float* gate, const float* up, float* out, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 g = _mm512_loadu_ps(gate + i);
-    const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    _mm512_storeu_ps(out + i,
-                     _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+    _mm512_storeu_ps(out + i, SiluTimes(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
   }
   if (i < n) {  // the tail through masked lanes: the same arithmetic as the rest
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-    const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
     _mm512_mask_storeu_ps(out + i, m,
-                          _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)),
-                                        _mm512_maskz_loadu_ps(m, up + i)));
+                          SiluTimes(_mm512_maskz_loadu_ps(m, gate + i),
+                                    _mm512_maskz_loadu_ps(m, up + i)));
   }
 }
 
