@@ -20,6 +20,7 @@
 #include "services/engine/session.h"
 #include "services/exchange/expert_exchange.h"
 #include "services/moe_worker/daemon_provider.h"
+#include "services/plan/plan.h"
 #include "services/rpc/build_info.h"
 #include "services/rpc/startup_log.h"
 
@@ -28,10 +29,10 @@ namespace moe::worker {
 absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     const std::string& cache, const std::string& model_name,
     const MoeModel& model, const rpc::ClientSecurity& cache_security,
-    bool device_host_experts) {
+    bool device_host_experts, std::optional<DType> expert_format) {
   if (cache == "none") {
     ASSIGN_OR_RETURN(std::unique_ptr<InMemoryExpertProvider> p,
-                     InMemoryExpertProvider::Create(model));
+                     InMemoryExpertProvider::Create(model, expert_format));
     return std::unique_ptr<ExpertProvider>(std::move(p));
   }
   if (absl::StartsWith(cache, "unix:")) {
@@ -52,6 +53,15 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
   }
   return absl::InvalidArgumentError(
       absl::StrCat("bad --cache '", cache, "': want none or unix:PATH"));
+}
+
+absl::StatusOr<rpc::HeldExperts> InProcessExperts(const ModelDescription& desc,
+                                                  std::optional<DType> format) {
+  ASSIGN_OR_RETURN(plan::ModelFigures m,
+                   plan::ComputeFigures(desc.config(), plan::StoredFormatsFromWeights(desc),
+                                        format));
+  return rpc::HeldExperts{m.held_name, static_cast<uint64_t>(m.expert_bytes),
+                          static_cast<uint64_t>(m.all_expert_bytes)};
 }
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(
@@ -92,6 +102,11 @@ absl::Status Worker::CheckOptions(const std::vector<rpc::ListenAddress>& listen)
         "--max-batch must be in [0 (auto), ", kMaxRequestsPerSession, "] (got ",
         options_.runner.max_batch,
         "); --prefill-chunk and --kv-budget-mb must be >= 0, --kv-block-tokens >= 1"));
+  }
+  if (options_.cache != "none" && options_.expert_format.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--expert-format is for a worker that holds the experts (--cache none); with --cache ",
+        options_.cache, " moe-cached holds them: give it moe-cached"));
   }
   if (options_.cache != "none") {
     absl::StatusOr<rpc::ListenAddress> cache = rpc::ParseListenAddress(options_.cache);
@@ -196,7 +211,8 @@ absl::Status Worker::Init() {
   cache_security.auth_token_file = options_.cache_auth_token_file;
   ASSIGN_OR_RETURN(provider_, WaitForCache(options_.cache, options_.cache_wait, [&] {
                      return MakeExpertProvider(options_.cache, cache_model, *model_,
-                                               cache_security, options_.device_host_experts);
+                                               cache_security, options_.device_host_experts,
+                                               options_.expert_format);
                    }));
   options_.runner = serving::ResolveAutoBatch(options_.runner, Session::KvCacheBytes(*model_, 1),
                                               model_->max_context());
@@ -398,16 +414,24 @@ std::string Worker::StartupLine() const {
                                   : "off";
   const ModelDescription& desc = model_->description();
   std::string experts;
+  std::optional<rpc::HeldExperts> held;
   if (options_.cache == "none") {
+    // Init held them so: the figures cannot fail here.
+    if (absl::StatusOr<rpc::HeldExperts> h = InProcessExperts(desc, options_.expert_format);
+        h.ok()) {
+      held = *h;
+    }
     experts = absl::StrFormat("in-process, %.2f GiB (--cache none)",
-                              static_cast<double>(rpc::AllExpertBytes(desc)) / (1ull << 30));
+                              static_cast<double>(rpc::AllExpertBytes(desc, held ? &*held : nullptr)) /
+                                  (1ull << 30));
   } else {
     experts = absl::StrCat("moe-cached at ", options_.cache, " (model '",
                            options_.cache_model.empty() ? ModelName() : options_.cache_model,
                            "')");
   }
   return absl::StrCat(VersionLine("moe-worker"), " serving model ", ModelName(), " (",
-                      rpc::ModelSummary(desc), ") on ", listen, ", backend ",
+                      rpc::ModelSummary(desc, held ? &*held : nullptr), ") on ", listen,
+                      ", backend ",
                       backend_->Info().name, ", metrics ", metrics, "; experts: ", experts);
 }
 

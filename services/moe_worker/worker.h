@@ -16,11 +16,13 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/dtype.h"
 #include "kernels/backend.h"
 #include "services/engine/expert_provider.h"
 #include "services/engine/moe_model.h"
@@ -34,6 +36,7 @@
 #include "services/rpc/metrics_server.h"
 #include "services/openai/chat_template.h"
 #include "services/rpc/rpc_util.h"
+#include "services/rpc/startup_log.h"
 
 namespace moe::worker {
 
@@ -48,6 +51,10 @@ struct WorkerOptions {
   // default, the CPUs this process may use.
   int cpu_threads = 0;
   std::string cache = "none";       // none or unix:PATH (moe-cached)
+  // With cache "none": the format the worker holds the experts in
+  // (InMemoryExpertProvider; nullopt: as moe-cached would, DefaultHeldFormat).
+  // Set with a daemon: INVALID_ARGUMENT (the daemon's --expert-format).
+  std::optional<DType> expert_format;
   // The model's name at moe-cached; "": the model directory's basename
   // (the daemon's default name too).
   std::string cache_model;
@@ -90,12 +97,19 @@ struct WorkerOptions {
 };
 
 // The expert provider for `cache`: "none" keeps every expert in backend
-// memory; "unix:PATH" attaches to moe-cached there for its model
-// `model_name` (DaemonExpertProvider). INVALID_ARGUMENT for anything else.
+// memory (held as `expert_format`); "unix:PATH" attaches to moe-cached
+// there for its model `model_name` (DaemonExpertProvider). INVALID_ARGUMENT
+// for anything else.
 absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     const std::string& cache, const std::string& model_name,
     const MoeModel& model, const rpc::ClientSecurity& cache_security = {},
-    bool device_host_experts = false);
+    bool device_host_experts = false, std::optional<DType> expert_format = std::nullopt);
+
+// How a worker with --cache none holds the experts: `format`, else as
+// moe-cached would by default (DefaultHeldFormat; a GGUF file's blocks as
+// stored). INVALID_ARGUMENT when their rows are not whole blocks of `format`.
+absl::StatusOr<rpc::HeldExperts> InProcessExperts(const ModelDescription& desc,
+                                                  std::optional<DType> format);
 
 class Worker {
  public:

@@ -47,8 +47,10 @@ absl::StatusOr<std::string> Worker::DryRun(const WorkerOptions& options) {
   const std::string name = w.ModelName();
   std::string experts;
   if (options.cache == "none") {
-    experts = absl::StrCat("in this process, ", plan::HumanBytes(rpc::AllExpertBytes(desc)),
-                           " (--cache none)");
+    ASSIGN_OR_RETURN(rpc::HeldExperts held, InProcessExperts(desc, options.expert_format));
+    experts = absl::StrCat("in this process, ",
+                           plan::HumanBytes(static_cast<int64_t>(held.total_bytes)), " as ",
+                           held.format, " (--cache none)");
   } else {
     experts = absl::StrCat("moe-cached at ", options.cache, " (model '",
                            options.cache_model.empty() ? name : options.cache_model,

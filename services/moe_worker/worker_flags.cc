@@ -54,6 +54,7 @@ void DeclareRunnerFlags(flags::FlagSet& f, const RunnerOptions& d) {
 void DeclareWorkerFlags(flags::FlagSet& f) {
   const WorkerOptions d;
   flag_groups::DeclareModel(f, /*repeatable=*/false);
+  flag_groups::DeclareExpertFormat(f);  // with --cache none only (Worker refuses it else)
   flag_groups::DeclareRecordTrace(f);
   flag_groups::DeclareDevice(f, d.backend, /*backend_alias=*/true);
   flag_groups::DeclareCpuThreads(f);
@@ -62,7 +63,8 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
            "--miss-mode host|auto then may answer so); a CPU worker always does");
   f.Group("cache");
   f.String("cache", d.cache,
-           "unix:PATH of moe-cached, or none: every expert held in this process's memory");
+           "unix:PATH of moe-cached, or none: every expert held in this process's memory "
+           "(as --expert-format; with moe-cached, its --expert-format)");
   f.Double("cache-wait", absl::ToDoubleSeconds(d.cache_wait),
            "seconds to wait for moe-cached at start, retrying with backoff (0: once)",
            {.min = 0, .max = 86400});
@@ -143,6 +145,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   o.cpu_threads = flag_groups::CpuThreadsFromFlags(f);
   o.device_host_experts = f.GetString("device-host-experts") == "on";
   o.cache = f.GetString("cache");
+  o.expert_format = flag_groups::ExpertFormatFromFlags(f);
   o.cache_wait = absl::Seconds(f.GetDouble("cache-wait"));
   o.cache_model = f.GetString("cache-model");
   o.cache_auth_token_file = f.GetString("cache-auth-token-file");

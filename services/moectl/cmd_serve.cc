@@ -1,13 +1,14 @@
 // moectl serve --model DIR: the quick start. Plans as `moectl plan` does
 // (same flags), refuses a plan that does not fit (saying what would), then
-// starts moe-cached and moe-worker with the planned flags on private Unix
-// sockets in a fresh 0700 directory, the worker's OpenAI HTTP API on
-// 127.0.0.1:--port, and says where to connect. SIGINT or SIGTERM stops the
-// worker (it drains), then the daemon, each given 10 s before SIGKILL; if
-// either exits by itself, the other is stopped and moectl exits with the
-// child's status (its error is already on stderr, which both share). The
-// children get SIGTERM if moectl dies (PR_SET_PDEATHSIG), so none is left
-// behind. For a service, the systemd units remain the way (deploy/).
+// starts moe-cached (when the plan has one: with a GPU, or --daemon on) and
+// moe-worker with the planned flags on private Unix sockets in a fresh 0700
+// directory, the worker's OpenAI HTTP API on 127.0.0.1:--port, and says
+// where to connect. SIGINT or SIGTERM stops the worker (it drains), then
+// the daemon, each given 10 s before SIGKILL; if either exits by itself,
+// the other is stopped and moectl exits with the child's status (its error
+// is already on stderr, which both share). The children get SIGTERM if
+// moectl dies (PR_SET_PDEATHSIG), so none is left behind. For a service,
+// the systemd units remain the way (deploy/).
 //
 // Exit codes: 0 after a clean stop; 2 for a usage error; 1 when the plan
 // does not fit or a binary is missing; a child's own exit status (or 128 +
@@ -153,8 +154,9 @@ int RunServe(const Args& args) {
                "$XDG_RUNTIME_DIR or /tmp, removed at exit)");
   flags.NoPositional();
   flags.Notes(absl::StrCat(
-      "Plans as `moectl plan` (the same flags and notes), then starts moe-cached and\n"
-      "moe-worker with the planned flags; Ctrl-C (SIGINT) or SIGTERM stops both.\n",
+      "Plans as `moectl plan` (the same flags and notes), then starts what it planned\n"
+      "(moe-worker, and moe-cached with a GPU or --daemon on); Ctrl-C (SIGINT) or\n"
+      "SIGTERM stops them.\n",
       kPlanNotes));
   int code = 0;
   const std::optional<ModelConfig> config = ParsePlanCommand(flags, args, "serve", &code);
@@ -204,7 +206,9 @@ int RunServe(const Args& args) {
   worker_args.insert(worker_args.end(),
                      {"--listen", worker_sock, "--http-listen",
                       absl::StrCat("127.0.0.1:", flags.GetInt("port")), "--metrics-addr",
-                      "127.0.0.1:0", "--port-file", ports, "--cache-wait", "600"});
+                      "127.0.0.1:0", "--port-file", ports});
+  // The daemon may take a while to load a large model.
+  if (p->daemon) worker_args.insert(worker_args.end(), {"--cache-wait", "600"});
   const std::string bin_dir = flags.GetString("bin-dir");
   const std::string cached_bin = Binary("moe-cached", bin_dir);
   const std::string worker_bin = Binary("moe-worker", bin_dir);
@@ -217,17 +221,24 @@ int RunServe(const Args& args) {
   sigaddset(&w.signals, SIGTERM);
   ::sigprocmask(SIG_BLOCK, &w.signals, nullptr);
 
-  std::fprintf(stderr, "moectl serve: %s\n", plan::ShellLine(cached_bin, daemon_args).c_str());
-  w.cached = Spawn(cached_bin, daemon_args);
-  if (w.cached < 0) return Fail(absl::StrCat("fork: ", std::strerror(errno)), 1);
+  if (p->daemon) {
+    std::fprintf(stderr, "moectl serve: %s\n", plan::ShellLine(cached_bin, daemon_args).c_str());
+    w.cached = Spawn(cached_bin, daemon_args);
+    if (w.cached < 0) return Fail(absl::StrCat("fork: ", std::strerror(errno)), 1);
+  }
   std::fprintf(stderr, "moectl serve: %s\n", plan::ShellLine(worker_bin, worker_args).c_str());
   w.worker = Spawn(worker_bin, worker_args);
   if (w.worker < 0) {
     Stop(w.cached, "moe-cached");
     return Fail(absl::StrCat("fork: ", std::strerror(errno)), 1);
   }
-  std::fprintf(stderr, "moectl serve: moe-cached pid %d, moe-worker pid %d\n",
-               static_cast<int>(w.cached), static_cast<int>(w.worker));
+  if (p->daemon) {
+    std::fprintf(stderr, "moectl serve: moe-cached pid %d, moe-worker pid %d\n",
+                 static_cast<int>(w.cached), static_cast<int>(w.worker));
+  } else {
+    std::fprintf(stderr, "moectl serve: moe-worker pid %d (every expert in it: no moe-cached)\n",
+                 static_cast<int>(w.worker));
+  }
 
   bool announced = false;
   int status = 0;
@@ -255,9 +266,9 @@ int RunServe(const Args& args) {
             "  OpenAI API: http://127.0.0.1:%d/v1  (model \"%s\")\n"
             "  gRPC:       %s\n"
             "  metrics:    http://127.0.0.1:%d/metrics\n"
-            "Ctrl-C stops both.\n",
+            "Ctrl-C stops %s.\n",
             dir.c_str(), j.value("http_port", 0), ModelName(dir).c_str(), worker_sock.c_str(),
-            j.value("metrics_port", 0));
+            j.value("metrics_port", 0), p->daemon ? "both" : "it");
         std::fflush(stdout);
       }
     }
@@ -272,7 +283,7 @@ int RunServe(const Args& args) {
 }
 
 const bool kRegistered = RegisterCommand(
-    {"serve", "plan, then start moe-cached and moe-worker with the OpenAI API (quick start)",
+    {"serve", "plan, then start moe-worker (and moe-cached) with the OpenAI API (quick start)",
      &RunServe});
 
 }  // namespace

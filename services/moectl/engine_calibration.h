@@ -4,8 +4,9 @@
 //
 // A decode step of a CPU worker takes, per MoE layer, a fixed part (the
 // ops' dispatch over the thread pool, the router, the sampler's share) and
-// a part that grows with the weights it reads; served, each MoE layer adds
-// one worker -> daemon round trip over the shared-memory channel. The first
+// a part that grows with the weights it reads; served through moe-cached,
+// each MoE layer adds one worker -> daemon round trip over the
+// shared-memory channel. The first
 // two are fitted on two models made here (the `tiny` and `small` presets of
 // the model's family: common/model_presets.h), each run in-process for a
 // few dozen greedy tokens:
@@ -31,9 +32,10 @@ struct EngineFigures {
 };
 
 // Writes the two models under a temporary directory (removed after), runs
-// them on the CPU backend with the threads this process may use. Errors:
-// what failed (a model that does not write or load, a channel error).
-absl::StatusOr<EngineFigures> MeasureCpuEngine(ModelFamily family);
+// them on the CPU backend with the threads this process may use; times the
+// round trip only `with_daemon` (else handoff_us is 0). Errors: what failed
+// (a model that does not write or load, a channel error).
+absl::StatusOr<EngineFigures> MeasureCpuEngine(ModelFamily family, bool with_daemon);
 
 }  // namespace moe::moectl
 

@@ -25,6 +25,8 @@ const char kPlanNotes[] =
     "--host-mem are read from the machine (the GPU through the CUDA module, the host\n"
     "from /proc/meminfo; --gpu-mem 0 plans for the CPU alone), --host-gbps is\n"
     "measured, and --link-gbps is taken as 25 (PCIe 4.0 x16) and said so.\n"
+    "Without a GPU the plan is moe-worker alone, holding every expert (--daemon on\n"
+    "plans moe-cached too, with --miss-mode and its arena).\n"
     "The plan mirrors what moe-worker and moe-cached hold; the speeds come from\n"
     "the trace simulator's cost model on a synthetic trace of the model's shape\n"
     "(docs/operations.md, \"Will it fit?\").\n";
@@ -50,6 +52,9 @@ void DeclarePlanFlags(FlagSet& f) {
   f.Group("serving");
   f.Int("context", 4096, "tokens per sequence the KV cache holds", {.min = 1, .max = 1 << 24});
   f.Int("max-batch", 1, "sequences at once (moe-worker --max-batch)", {.min = 1, .max = 64});
+  f.Choice("daemon", "auto", {"auto", "on", "off"},
+           "serve the experts from moe-cached: auto = with a GPU only (without one the "
+           "worker holds every expert, --cache none, and makes no hand-off between processes)");
 }
 
 // The dtypes of the weights when the directory holds a valid checkpoint;
@@ -85,6 +90,7 @@ plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, const ModelConfig& conf
   o.max_batch = static_cast<int>(f.GetInt("max-batch"));
   o.expert_format = flag_groups::ExpertFormatFromFlags(f);
   if (f.IsSet("miss-mode")) o.miss_mode = flag_groups::MissModeFromFlags(f);
+  if (f.GetString("daemon") != "auto") o.daemon = f.GetString("daemon") == "on";
   o.device_gbps = f.GetDouble("device-gbps");
   o.device_gflops = f.GetDouble("device-gflops");
   o.host_gflops = f.GetDouble("host-gflops");
@@ -110,7 +116,8 @@ plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, const ModelConfig& conf
     if (f.IsSet("device-gbps")) o.cpu_engine_gbps = o.device_gbps;
     if (!f.IsSet("device-gbps") || !f.IsSet("layer-overhead-us")) {
       // A CPU worker's own speed: measured on made models of the family.
-      absl::StatusOr<EngineFigures> e = MeasureCpuEngine(config.family);
+      const bool daemon = o.daemon.value_or(false);
+      absl::StatusOr<EngineFigures> e = MeasureCpuEngine(config.family, daemon);
       if (!e.ok()) {
         note(absl::StrCat("the CPU engine was not measured (", e.status().message(),
                           "): the speed estimate reads weights at --host-gbps"));
@@ -122,9 +129,11 @@ plan::PlanOptions PlanOptionsFromFlags(const FlagSet& f, const ModelConfig& conf
         }
         if (!f.IsSet("layer-overhead-us")) {
           o.layer_overhead_us = e->layer_us + e->handoff_us;
-          note(absl::StrFormat("--layer-overhead-us %.3g (measured: %.3g us of op dispatch + a "
-                               "%.3g us round trip to the daemon)",
-                               o.layer_overhead_us, e->layer_us, e->handoff_us));
+          note(daemon ? absl::StrFormat("--layer-overhead-us %.3g (measured: %.3g us of op "
+                                        "dispatch + a %.3g us round trip to the daemon)",
+                                        o.layer_overhead_us, e->layer_us, e->handoff_us)
+                      : absl::StrFormat("--layer-overhead-us %.3g (op dispatch, measured)",
+                                        o.layer_overhead_us));
         }
       }
     }

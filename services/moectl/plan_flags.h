@@ -23,7 +23,7 @@ extern const char kPlanNotes[];
 
 // --model, --expert-format, --miss-mode, the machine group (--gpu-mem,
 // --host-mem, --device-gbps, --device-gflops, --link-gbps, --host-gbps,
-// --host-gflops) and the serving group (--context, --max-batch).
+// --host-gflops) and the serving group (--context, --max-batch, --daemon).
 void DeclarePlanFlags(FlagSet& f);
 
 // Budgets and figures: given, else measured or assumed (said on stderr as

@@ -64,6 +64,16 @@ absl::Status ValidateOptions(const PlanOptions& o) {
   if (!(o.host_gflops >= 0) || !std::isfinite(o.host_gflops)) {
     return absl::InvalidArgumentError("--host-gflops must be >= 0");
   }
+  if (o.daemon == false && o.gpu_bytes > 0) {
+    return absl::InvalidArgumentError(
+        "--daemon off plans a worker alone, which needs --gpu-mem 0: a GPU worker's experts "
+        "come through moe-cached");
+  }
+  if (o.miss_mode.has_value() && !o.daemon.value_or(o.gpu_bytes > 0)) {
+    return absl::InvalidArgumentError(
+        "--miss-mode is moe-cached's, and without a GPU the plan starts none (the worker holds "
+        "every expert): add --daemon on to plan one");
+  }
   return absl::OkStatus();
 }
 
@@ -75,11 +85,16 @@ Plan PlanMemory(const ModelFigures& m, const PlanOptions& o) {
   p.context = m.max_context > 0 ? std::min(o.context, m.max_context) : o.context;
   p.kv_bytes = m.kv_bytes_per_token * p.context * o.max_batch;
   const bool gpu = o.gpu_bytes > 0;
+  p.daemon = o.daemon.value_or(gpu);
   const int64_t budget = gpu ? o.gpu_bytes : o.host_bytes;
   const int64_t all_experts = m.all_expert_bytes;
   p.device_reserve = budget * kDeviceReservePercent / 100;
   p.device_needed = m.dense_bytes_device + p.kv_bytes + p.device_reserve;
-  if (gpu) {
+  if (!p.daemon) {
+    // The worker alone: every expert in its memory, once (--cache none).
+    p.host_bytes = all_experts + p.device_needed;
+    p.cache_slots = m.experts_total;
+  } else if (gpu) {
     p.host_bytes = all_experts;
     const int64_t free = std::max<int64_t>(0, o.gpu_bytes - p.device_needed);
     p.cache_slots = std::min(m.experts_total, free / m.expert_bytes);
@@ -113,7 +128,8 @@ Plan PlanMemory(const ModelFigures& m, const PlanOptions& o) {
         " exceed the GPU's ", HumanBytes(o.gpu_bytes)));
   }
   if (p.host_bytes > o.host_bytes) {
-    p.problems.push_back(absl::StrCat(gpu ? "every expert" : "every expert, the dense weights and the KV cache",
+    p.problems.push_back(absl::StrCat(gpu ? "every expert"
+                                          : "every expert, the dense weights and the KV cache",
                                       " (", HumanBytes(p.host_bytes),
                                       ") exceed host memory ", HumanBytes(o.host_bytes)));
   }
@@ -156,7 +172,7 @@ std::vector<std::string> Suggestions(const ModelConfig& c, const StoredFormats& 
     alt.max_batch = 1;
     if (PlanMemory(p.model, alt).fits) out.push_back("--max-batch 1");
   }
-  if (p.miss_mode != MissMode::kHost) {
+  if (p.daemon && p.miss_mode != MissMode::kHost) {
     PlanOptions alt = o;
     alt.miss_mode = MissMode::kHost;
     const Plan q = PlanMemory(p.model, alt);
@@ -171,10 +187,11 @@ std::vector<std::string> Suggestions(const ModelConfig& c, const StoredFormats& 
     PlanOptions alt = o;
     alt.context = std::min<int64_t>(p.context, 4096);
     alt.max_batch = 1;
-    alt.miss_mode = MissMode::kHost;
+    if (p.daemon) alt.miss_mode = MissMode::kHost;
     const Plan q = PlanMemory(m, alt);
     out.push_back(absl::StrCat("nothing smaller fits: at ", m.held_name,
-                               ", context ", alt.context, ", host-only experts it needs ",
+                               ", context ", alt.context,
+                               p.daemon ? ", host-only experts" : "", " it needs ",
                                o.gpu_bytes > 0 ? absl::StrCat(HumanBytes(q.device_needed),
                                                               " of GPU and ")
                                                : "",
@@ -186,23 +203,29 @@ std::vector<std::string> Suggestions(const ModelConfig& c, const StoredFormats& 
 void AddFlags(Plan& p) {
   const PlanOptions& o = p.options;
   const std::string device = o.gpu_bytes > 0 ? "cuda" : "cpu";
-  std::vector<std::string>& d = p.daemon_flags;
-  d = {"--model", o.model_dir, "--device", device, "--cache-experts",
-       absl::StrCat(p.cache_slots)};
-  if (o.expert_format.has_value()) {
-    d.insert(d.end(), {"--expert-format", ExpertFormatName(*o.expert_format)});
+  std::vector<std::string>& w = p.worker_flags;
+  w = {"--model", o.model_dir, "--device", device, "--cache",
+       p.daemon ? o.daemon_socket : std::string("none")};
+  // The held format is whoever holds the experts' flag.
+  std::vector<std::string>& holder = p.daemon ? p.daemon_flags : w;
+  if (p.daemon) {
+    p.daemon_flags = {"--model", o.model_dir, "--device", device, "--cache-experts",
+                      absl::StrCat(p.cache_slots)};
   }
+  if (o.expert_format.has_value()) {
+    holder.insert(holder.end(), {"--expert-format", ExpertFormatName(*o.expert_format)});
+  }
+  // The KV the plan reserved bounds the worker's (auto) batching too.
+  if (o.max_batch > 1) w.insert(w.end(), {"--max-batch", absl::StrCat(o.max_batch)});
+  w.insert(w.end(), {"--kv-budget-mb", flags::FormatSize(p.kv_bytes)});
+  if (!p.daemon) return;
+  std::vector<std::string>& d = p.daemon_flags;
   d.insert(d.end(), {"--miss-mode", MissModeName(p.miss_mode)});
   if (o.gpu_bytes > 0) d.insert(d.end(), {"--link-gbps", absl::StrCat(o.link_gbps)});
   if (p.miss_mode != MissMode::kFetch) {
     d.insert(d.end(), {"--host-gbps", absl::StrCat(o.host_gbps)});
   }
   if (o.daemon_socket != "unix:/tmp/moe-cached.sock") d.insert(d.end(), {"--listen", o.daemon_socket});
-  std::vector<std::string>& w = p.worker_flags;
-  w = {"--model", o.model_dir, "--device", device, "--cache", o.daemon_socket};
-  // The KV the plan reserved bounds the worker's (auto) batching too.
-  if (o.max_batch > 1) w.insert(w.end(), {"--max-batch", absl::StrCat(o.max_batch)});
-  w.insert(w.end(), {"--kv-budget-mb", flags::FormatSize(p.kv_bytes)});
   if (o.gpu_bytes > 0 && p.miss_mode != MissMode::kFetch) {
     w.insert(w.end(), {"--device-host-experts", "on"});
   }

@@ -18,7 +18,10 @@
 //  - moe-cached keeps every routed expert in host memory in the held format
 //    (--expert-format, else q8 for FP8 and MXFP4 checkpoints, else as
 //    stored) and an arena of `cache_slots` experts on the device;
-//  - without a GPU the host holds all of it, and its arena (every expert
+//  - without a GPU no moe-cached is planned (PlanOptions::daemon): the
+//    worker holds every expert itself (--cache none), once, beside the
+//    dense weights and the KV cache. Asked for one anyway (daemon true),
+//    the host holds the daemon's store and its arena too (every expert
 //    when they fit twice, else one layer at most).
 // A reserve of kDeviceReservePercent of the device budget is left for
 // activations and the CUDA context.
@@ -119,6 +122,13 @@ struct PlanOptions {
   // dispatch, the worker -> daemon round trip (moectl measures it for a CPU
   // worker; 0: none counted).
   double layer_overhead_us = 0;
+  // Whether moe-cached serves the experts; unset: with a GPU only. Without
+  // a GPU its arena is host memory as the worker's own copy would be, and
+  // every MoE layer's acquire is a hand-off between processes, which a busy
+  // machine makes cost a scheduler slice (docs/benchmarks.md, "The
+  // daemon's hand-offs under contention"). false with a GPU and a miss
+  // mode without the daemon are INVALID_ARGUMENT.
+  std::optional<bool> daemon;
   std::string daemon_socket = "unix:/tmp/moe-cached.sock";
 };
 
@@ -129,32 +139,34 @@ struct Plan {
   int64_t kv_bytes = 0;          // context x max_batch
   int64_t device_reserve = 0;
   int64_t device_needed = 0;     // dense + KV + reserve (GPU, or host without one)
-  int64_t cache_slots = 0;       // the arena, in experts
+  bool daemon = true;            // moe-cached is started (else daemon_flags is empty)
+  int64_t cache_slots = 0;       // the arena, in experts (no daemon: every expert)
   double cache_fraction = 0;     // cache_slots / experts_total
   int64_t host_bytes = 0;        // host memory needed: every expert (+ all else without a GPU)
-  MissMode miss_mode = MissMode::kFetch;
+  MissMode miss_mode = MissMode::kFetch;  // no daemon: kFetch (every expert is resident)
   bool fits = false;
   std::vector<std::string> problems;     // why it does not fit
   std::vector<std::string> suggestions;  // what does, when it does not
   double layer_ms = 0;                   // decode compute per MoE layer per step
   double predicted_decode_tokens_per_s = 0;
   double predicted_prefill_tokens_per_s = 0;
-  std::vector<std::string> daemon_flags;  // moe-cached's arguments
+  std::vector<std::string> daemon_flags;  // moe-cached's arguments; empty without a daemon
   std::vector<std::string> worker_flags;  // moe-worker's arguments
 };
 
 // The miss mode, when not given: fetch when every expert has a slot, auto
 // (the daemon's cost model per miss) when at least one layer's experts do,
-// else host (the experts run where they are). Without a GPU the arena holds
-// every expert (fetch) when the host can hold them twice, else at most one
-// layer (host).
-// INVALID_ARGUMENT for options out of range.
+// else host (the experts run where they are). Without a GPU and with a
+// daemon the arena holds every expert (fetch) when the host can hold them
+// twice, else at most one layer (host).
+// INVALID_ARGUMENT for options out of range, for daemon false with a GPU,
+// and for a miss mode given without a daemon.
 absl::StatusOr<Plan> MakePlan(const ModelConfig& config, const StoredFormats& stored,
                               const PlanOptions& options);
 
 // The plan as a person reads it, and as one JSON object (params_total,
 // experts_total, expert_bytes, dense_bytes_device, kv_bytes_per_token,
-// cache_slots, host_bytes, fits, predicted_decode_tokens_per_s,
+// cache_slots, host_bytes, fits, predicted_decode_tokens_per_s, daemon,
 // daemon_flags, worker_flags, ...).
 std::string PlanText(const Plan& plan);
 nlohmann::ordered_json PlanJson(const Plan& plan);

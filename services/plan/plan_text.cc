@@ -53,13 +53,19 @@ std::string MachineText(const Plan& p) {
   absl::StrAppend(&s, Line(gpu ? "GPU needs (without cache):" : "dense + KV + reserve:",
                            absl::StrCat(HumanBytes(p.device_needed), " (reserve ",
                                         HumanBytes(p.device_reserve), ")")));
-  absl::StrAppend(&s, Line("expert cache slots:",
-                           absl::StrFormat("%d (%.1f%% of the experts, %s)", p.cache_slots,
-                                           100 * p.cache_fraction,
-                                           HumanBytes(p.cache_slots * p.model.expert_bytes))));
+  if (p.daemon) {
+    absl::StrAppend(&s, Line("expert cache slots:",
+                             absl::StrFormat("%d (%.1f%% of the experts, %s)", p.cache_slots,
+                                             100 * p.cache_fraction,
+                                             HumanBytes(p.cache_slots * p.model.expert_bytes))));
+  } else {
+    absl::StrAppend(&s, Line("experts held:",
+                             "every one by moe-worker (--cache none): without a GPU moe-cached "
+                             "adds only hand-offs"));
+  }
   absl::StrAppend(&s, Line("host memory needed:", absl::StrCat(HumanBytes(p.host_bytes),
                                                                gpu ? " (every expert)" : "")));
-  absl::StrAppend(&s, Line("miss mode:", MissModeName(p.miss_mode)));
+  if (p.daemon) absl::StrAppend(&s, Line("miss mode:", MissModeName(p.miss_mode)));
   absl::StrAppend(&s, Line("figures:", absl::StrFormat(
                                            "link %g GB/s, host %g GB/s %g GFLOP/s, device "
                                            "%g GB/s %g GFLOP/s, %g us per layer",
@@ -87,8 +93,9 @@ std::string PlanText(const Plan& p) {
     absl::StrAppend(&s, "what fits instead:\n");
     for (const std::string& alt : p.suggestions) absl::StrAppend(&s, "  - ", alt, "\n");
   }
-  absl::StrAppend(&s, "start:\n  ", ShellLine("moe-cached", p.daemon_flags), "\n  ",
-                  ShellLine("moe-worker", p.worker_flags), "\n");
+  absl::StrAppend(&s, "start:\n");
+  if (p.daemon) absl::StrAppend(&s, "  ", ShellLine("moe-cached", p.daemon_flags), "\n");
+  absl::StrAppend(&s, "  ", ShellLine("moe-worker", p.worker_flags), "\n");
   return s;
 }
 
@@ -130,6 +137,7 @@ nlohmann::ordered_json PlanJson(const Plan& p) {
   j["layer_ms"] = p.layer_ms;
   j["predicted_decode_tokens_per_s"] = p.predicted_decode_tokens_per_s;
   j["predicted_prefill_tokens_per_s"] = p.predicted_prefill_tokens_per_s;
+  j["daemon"] = p.daemon;
   j["daemon_flags"] = p.daemon_flags;
   j["worker_flags"] = p.worker_flags;
   return j;

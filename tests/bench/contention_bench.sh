@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Fair under contention (issue 32): how much slower a served request gets
 # beside one busy loop per core, against the in-process engine under the
-# same load. The trained model (every expert resident in moe-cached, so the
-# time is compute and hand-offs, not copies) is served by moe-cached +
-# moe-worker (CPU backend); each request is a 32-token greedy HTTP
-# completion timed by curl (time_total). Per worker configuration
-# (--max-batch 1 and 16) and per round: REQS requests idle, REQS beside
-# the busy loops, REQS idle again; rounds alternate, so drift of a shared
-# machine hits every phase alike. The fair reference is `moectl run` of the
+# same load. The trained model is served on the CPU backend two ways: by
+# moe-worker alone (setup "alone": every expert in the worker, as `moectl
+# serve` starts it on a machine without a GPU) and by moe-cached +
+# moe-worker (setup "daemon": every expert resident in moe-cached, so the
+# time is compute and hand-offs, not copies); each request is a 32-token
+# greedy HTTP completion timed by curl (time_total). Per worker
+# configuration (setup x --max-batch 1 and 16) and per round: REQS requests
+# idle, REQS beside the busy loops, REQS idle again; rounds alternate, so
+# drift of a shared machine hits every phase alike. The fair reference is `moectl run` of the
 # same prompt and length under the same phases (its own generation time:
 # TTFT + (n-1) x TPOT, not the model load).
 # Prints, per configuration, median [min-max] ms of each phase, the
@@ -15,6 +17,7 @@
 # served slowdown over the engine's. /proc/loadavg is printed at each phase.
 # usage: tests/bench/contention_bench.sh [BUILD_DIR]
 #   env: ROUNDS (2), REQS (6), NEW_TOKENS (32), BATCHES ("1 16"),
+#        SETUPS ("alone daemon"),
 #        MODEL (deploy/models/kjv-moe), HOGS (busy loops, default nproc),
 #        PROMPT ("In the beginning God created"), KEEP_WORK=1,
 #        SPIN (exported as MOE_SPIN to every process: "legacy" restores the
@@ -26,6 +29,7 @@ rounds=${ROUNDS:-2}
 reqs=${REQS:-6}
 new_tokens=${NEW_TOKENS:-32}
 batches=${BATCHES:-1 16}
+setups=${SETUPS:-alone daemon}
 model=${MODEL:-deploy/models/kjv-moe}
 hogs_n=${HOGS:-$(nproc)}
 prompt=${PROMPT:-In the beginning God created}
@@ -102,24 +106,36 @@ phases() {
 : >"$work/times"
 echo "model $model ($experts experts, all resident); $new_tokens tokens greedy; $hogs_n busy loops;" \
   "$rounds rounds x $reqs requests per phase; MOE_SPIN=${MOE_SPIN:-(unset)}; $(nproc) CPUs"
-$bin/moe-cached --model "$name=$model" --listen "unix:$work/c.sock" --metrics-addr "" \
-  --cache-experts "$experts" --policy lru --prefetch off 2>"$work/cached.log" &
-cpid=$!
-pids="$cpid"
-wait_for_socket "$work/c.sock" $cpid || { cat "$work/cached.log"; exit 1; }
+cpid=""
+case " $setups " in
+  *" daemon "*)
+    $bin/moe-cached --model "$name=$model" --listen "unix:$work/c.sock" --metrics-addr "" \
+      --cache-experts "$experts" --policy lru --prefetch off 2>"$work/cached.log" &
+    cpid=$!
+    pids="$cpid"
+    wait_for_socket "$work/c.sock" $cpid || { cat "$work/cached.log"; exit 1; }
+    ;;
+esac
 for mb in $batches; do
-  rm -f "$work/ports.json" "$work/w.sock"
-  $bin/moe-worker --model "$model" --listen "unix:$work/w.sock" --cache "unix:$work/c.sock" \
-    --cache-model "$name" --backend cpu --metrics-addr "" --max-batch "$mb" \
-    --http-listen 127.0.0.1:0 --port-file "$work/ports.json" 2>"$work/worker-$mb.log" &
-  wpid=$!
-  pids="$wpid $cpid"
-  for _ in $(seq 300); do [ -s "$work/ports.json" ] && break; sleep 0.1; done
-  port=$($py -c "import json; print(json.load(open('$work/ports.json'))['http_port'])")
-  for _ in 1 2 3; do served_once "$port" warmup; done
-  phases "served-mb$mb" served_once "$port"
-  kill -TERM $wpid; wait $wpid || true
-  pids="$cpid"
+  for setup in $setups; do
+    case $setup in
+      alone) experts_from=(--cache none) ;;
+      daemon) experts_from=(--cache "unix:$work/c.sock" --cache-model "$name") ;;
+      *) echo "unknown setup '$setup' (alone, daemon)" >&2; exit 2 ;;
+    esac
+    rm -f "$work/ports.json" "$work/w.sock"
+    $bin/moe-worker --model "$model" --listen "unix:$work/w.sock" "${experts_from[@]}" \
+      --backend cpu --metrics-addr "" --max-batch "$mb" \
+      --http-listen 127.0.0.1:0 --port-file "$work/ports.json" 2>"$work/worker-$setup-$mb.log" &
+    wpid=$!
+    pids="$wpid $cpid"
+    for _ in $(seq 300); do [ -s "$work/ports.json" ] && break; sleep 0.1; done
+    port=$($py -c "import json; print(json.load(open('$work/ports.json'))['http_port'])")
+    for _ in 1 2 3; do served_once "$port" warmup; done
+    phases "$setup-mb$mb" served_once "$port"
+    kill -TERM $wpid; wait $wpid || true
+    pids="$cpid"
+  done
 done
 engine_once warmup
 phases engine engine_once

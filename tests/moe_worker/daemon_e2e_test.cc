@@ -386,6 +386,33 @@ TEST_P(FormatCapacityTest, TokensDoNotDependOnTheCache) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, FormatCapacityTest, ::testing::Values("bf16", "q8", "q4"));
 
+// A worker without moe-cached (--cache none, as `moectl serve` starts one
+// without a GPU) holds the experts in its --expert-format: the tokens of
+// the in-process run over the same quantized experts, and its start line
+// says the format. With --cache unix:PATH the flag is moe-cached's: refused.
+TEST_F(DaemonE2eTest, WorkerAloneHoldsItsExpertFormat) {
+  StartWorker({"--cache", "none", "--expert-format", "q4"});
+  std::vector<v1::GenerateResponse> rs;
+  grpc::Status s = Call(&rs, 16);
+  ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << worker_.Log();
+  std::vector<int32_t> tokens;
+  for (const auto& r : rs) tokens.push_back(r.token_id());
+  EXPECT_EQ(tokens, Reference(16, DType::kQ4));
+  EXPECT_NE(worker_.Log().find("experts q4 (stored bf16)"), std::string::npos) << worker_.Log();
+  worker_.Signal(SIGTERM);
+  EXPECT_EQ(worker_.Wait(), 0);
+
+  WorkerProcess refused;
+  ASSERT_TRUE(refused.Spawn({"--model", dir_.Sub("tiny"), "--listen", worker_sock_, "--backend",
+                             "cpu", "--metrics-addr", "", "--cache", cache_sock_,
+                             "--expert-format", "q4"},
+                            dir_.Sub("refused.log")));
+  EXPECT_NE(refused.Wait(), 0);
+  EXPECT_NE(refused.Log().find("--expert-format is for a worker that holds the experts"),
+            std::string::npos)
+      << refused.Log();
+}
+
 // An FP8 block-scaled checkpoint (DeepSeek-V3 / Qwen3 FP8 layout) served by
 // moe-cached (experts converted at load: q8 with no flag, or bf16) and
 // moe-worker (dense weights dequantized to bf16): the greedy tokens are the

@@ -94,7 +94,12 @@ TEST(DryRunTest, WorkerPrintsThePlanAndExits) {
   r = Shell(absl::StrCat(Bin("moe-worker"), " --model ", Model(),
                          " --device cpu --metrics-addr '' --dry-run"));
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("in this process, 6.8 MiB (--cache none)"));
+  EXPECT_THAT(r.out, HasSubstr("in this process, 6.8 MiB as bf16 (--cache none)"));
+  // ... and in its --expert-format (q8: 34 bytes per 32 weights).
+  r = Shell(absl::StrCat(Bin("moe-worker"), " --model ", Model(),
+                         " --device cpu --metrics-addr '' --expert-format q8 --dry-run"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("in this process, 3.6 MiB as q8 (--cache none)"));
 }
 
 TEST(DryRunTest, WorkerErrorsComeAloneAndFirst) {

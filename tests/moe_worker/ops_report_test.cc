@@ -92,7 +92,7 @@ TEST_F(OpsReportTest, WorkerStartLineSaysWhereTheExpertsAre) {
   int code = -1;
   const std::string help = RunShell(testing::WorkerBinary() + " --help", &code);
   EXPECT_EQ(code, 0);
-  EXPECT_THAT(help, HasSubstr("in this process's memory (default none)"));
+  EXPECT_THAT(help, HasSubstr("in this process's memory (as --expert-format;"));
 
   StartWorker();
   ASSERT_TRUE(WaitFor(

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "common/model_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -434,7 +435,7 @@ TEST(PlanTest, CpuEngineFiguresSetTheCpuDecodeSpeed) {
   ASSERT_TRUE(c.ok()) << c.status();
   plan::PlanOptions o;
   o.gpu_bytes = 0;
-  o.host_bytes = 512 * kGiB;
+  o.host_bytes = static_cast<int64_t>(512 * kGiB);
   o.host_gbps = 20;
   auto rate = [&](double engine_gbps, double overhead_us) {
     plan::PlanOptions q = o;
@@ -451,6 +452,80 @@ TEST(PlanTest, CpuEngineFiguresSetTheCpuDecodeSpeed) {
   // 10 ms a layer x 48 MoE layers: 0.48 s more per token.
   const double slow = rate(0, 10000);
   EXPECT_NEAR(1 / slow, 1 / base + 0.48, 0.02 * (1 / base + 0.48));
+}
+
+// Without a GPU the plan is moe-worker alone (issue 32: the daemon's arena
+// would be host memory too, and its hand-offs cost a scheduler slice each
+// on a busy machine): every expert held once by the worker, no moe-cached
+// flags; --daemon on plans the old layout, which needs more host memory
+// (the store and its arena).
+TEST(PlanTest, WithoutAGpuTheWorkerHoldsEveryExpert) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(Published()[0].config);  // Mixtral
+  ASSERT_TRUE(c.ok()) << c.status();
+  plan::PlanOptions o;
+  o.model_dir = "/models/m";
+  o.gpu_bytes = 0;
+  o.host_bytes = static_cast<int64_t>(512 * kGiB);
+  o.max_batch = 4;
+  o.expert_format = DType::kQ8;
+  const plan::StoredFormats stored = plan::StoredFormatsFromConfig(*c);
+  absl::StatusOr<plan::Plan> alone = plan::MakePlan(*c, stored, o);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_FALSE(alone->daemon);
+  EXPECT_TRUE(alone->fits);
+  EXPECT_TRUE(alone->daemon_flags.empty());
+  EXPECT_EQ(plan::ShellLine("moe-worker", alone->worker_flags),
+            absl::StrCat("moe-worker --model /models/m --device cpu --cache none --expert-format "
+                         "q8 --max-batch 4 --kv-budget-mb ",
+                         flags::FormatSize(alone->kv_bytes)));
+  EXPECT_EQ(alone->cache_slots, alone->model.experts_total);
+  EXPECT_EQ(alone->host_bytes, alone->model.all_expert_bytes + alone->device_needed);
+  EXPECT_THAT(plan::PlanText(*alone), Not(HasSubstr("moe-cached --model")));
+  EXPECT_THAT(plan::PlanText(*alone), Not(HasSubstr("miss mode:")));
+  EXPECT_FALSE(plan::PlanJson(*alone)["daemon"].get<bool>());
+
+  o.daemon = true;
+  absl::StatusOr<plan::Plan> with = plan::MakePlan(*c, stored, o);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_TRUE(with->daemon);
+  EXPECT_THAT(plan::ShellLine("moe-cached", with->daemon_flags),
+              HasSubstr("--expert-format q8 --miss-mode fetch"));
+  EXPECT_THAT(plan::ShellLine("moe-worker", with->worker_flags),
+              HasSubstr("--cache unix:/tmp/moe-cached.sock --max-batch 4"));
+  EXPECT_GT(with->host_bytes, alone->host_bytes);  // the arena besides the store
+  // A host that holds the experts once but not twice: the worker alone
+  // fits with every expert; the daemon only with a layer's arena and
+  // misses run on the host.
+  o.host_bytes = alone->host_bytes + alone->host_bytes / 50;
+  o.daemon.reset();
+  alone = plan::MakePlan(*c, stored, o);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_TRUE(alone->fits);
+  o.daemon = true;
+  with = plan::MakePlan(*c, stored, o);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(with->miss_mode, MissMode::kHost);
+  EXPECT_LE(with->cache_slots, with->model.experts_per_layer);
+}
+
+TEST(PlanTest, DaemonChoiceIsChecked) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(Published()[0].config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  plan::PlanOptions o;
+  o.host_bytes = static_cast<int64_t>(512 * kGiB);
+  o.gpu_bytes = static_cast<int64_t>(24 * kGiB);
+  o.daemon = false;  // a GPU worker's experts come through moe-cached
+  absl::Status s = plan::MakePlan(*c, plan::StoredFormatsFromConfig(*c), o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--gpu-mem 0"));
+  o.daemon.reset();
+  o.gpu_bytes = 0;
+  o.miss_mode = MissMode::kHost;  // moe-cached's, and none is planned
+  s = plan::MakePlan(*c, plan::StoredFormatsFromConfig(*c), o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--daemon on"));
+  o.daemon = true;
+  EXPECT_TRUE(plan::MakePlan(*c, plan::StoredFormatsFromConfig(*c), o).ok());
 }
 
 // A tied embedding is also the output head: every step reads all of it.
@@ -533,7 +608,17 @@ TEST(PlanCommandTest, CpuPlanMeasuresTheEngineUnlessTold) {
                                      " --gpu-mem 0 --host-mem 512G --host-gbps 20"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("(the CPU engine's weight reads, measured)"));
+  EXPECT_THAT(r.out, HasSubstr("(op dispatch, measured)"));  // no daemon: no round trip
+  EXPECT_THAT(r.out, HasSubstr("start:\n  moe-worker --model"));
+  r = Moectl(absl::StrCat("--model ", dir.path(),
+                          " --gpu-mem 0 --host-mem 512G --host-gbps 20 --daemon on"));
+  ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("us round trip to the daemon)"));
+  EXPECT_THAT(r.out, HasSubstr("start:\n  moe-cached --model"));
+  r = Moectl(absl::StrCat("--model ", dir.path(),
+                          " --gpu-mem 0 --host-mem 512G --host-gbps 20 --miss-mode host"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("add --daemon on"));
   r = Moectl(absl::StrCat("--model ", dir.path(),
                           " --gpu-mem 0 --host-mem 512G --host-gbps 20 --device-gbps 7.5 "
                           "--layer-overhead-us 40 --json"));
