@@ -64,16 +64,6 @@ absl::Status ValidateOptions(const PlanOptions& o) {
   if (!(o.host_gflops >= 0) || !std::isfinite(o.host_gflops)) {
     return absl::InvalidArgumentError("--host-gflops must be >= 0");
   }
-  if (o.daemon == false && o.gpu_bytes > 0) {
-    return absl::InvalidArgumentError(
-        "--daemon off plans a worker alone, which needs --gpu-mem 0: a GPU worker's experts "
-        "come through moe-cached");
-  }
-  if (o.miss_mode.has_value() && !o.daemon.value_or(o.gpu_bytes > 0)) {
-    return absl::InvalidArgumentError(
-        "--miss-mode is moe-cached's, and without a GPU the plan starts none (the worker holds "
-        "every expert): add --daemon on to plan one");
-  }
   return absl::OkStatus();
 }
 
@@ -85,14 +75,19 @@ Plan PlanMemory(const ModelFigures& m, const PlanOptions& o) {
   p.context = m.max_context > 0 ? std::min(o.context, m.max_context) : o.context;
   p.kv_bytes = m.kv_bytes_per_token * p.context * o.max_batch;
   const bool gpu = o.gpu_bytes > 0;
-  p.daemon = o.daemon.value_or(gpu);
   const int64_t budget = gpu ? o.gpu_bytes : o.host_bytes;
   const int64_t all_experts = m.all_expert_bytes;
   p.device_reserve = budget * kDeviceReservePercent / 100;
   p.device_needed = m.dense_bytes_device + p.kv_bytes + p.device_reserve;
+  // moe-cached caches what does not fit where the worker computes; when
+  // every expert fits there (always without a GPU: the host is that
+  // device), the worker holds them itself and no acquire crosses processes.
+  const bool gpu_holds_all = gpu && p.device_needed + all_experts <= o.gpu_bytes;
+  p.daemon = o.daemon.value_or(gpu && !gpu_holds_all);
   if (!p.daemon) {
-    // The worker alone: every expert in its memory, once (--cache none).
-    p.host_bytes = all_experts + p.device_needed;
+    // The worker alone: every expert in its memory, once (--cache none); a
+    // GPU worker converts them on the host first (counted, a bound).
+    p.host_bytes = all_experts + (gpu ? 0 : p.device_needed);
     p.cache_slots = m.experts_total;
   } else if (gpu) {
     p.host_bytes = all_experts;
@@ -121,7 +116,13 @@ Plan PlanMemory(const ModelFigures& m, const PlanOptions& o) {
   } else {
     p.miss_mode = p.cache_slots >= m.experts_per_layer ? MissMode::kAuto : MissMode::kHost;
   }
-  if (gpu && p.device_needed > o.gpu_bytes) {
+  if (gpu && !p.daemon && !gpu_holds_all) {
+    p.problems.push_back(absl::StrCat(
+        "a worker alone (--daemon off) holds every expert on the GPU: ",
+        HumanBytes(all_experts), " of experts + dense weights, KV cache and reserve ",
+        HumanBytes(p.device_needed), " exceed the GPU's ", HumanBytes(o.gpu_bytes),
+        " (with moe-cached it caches what fits)"));
+  } else if (gpu && p.device_needed > o.gpu_bytes) {
     p.problems.push_back(absl::StrCat(
         "dense weights ", HumanBytes(m.dense_bytes_device), " + KV cache ",
         HumanBytes(p.kv_bytes), " + reserve ", HumanBytes(p.device_reserve),
@@ -306,6 +307,12 @@ absl::StatusOr<Plan> MakePlan(const ModelConfig& config, const StoredFormats& st
   RETURN_IF_ERROR(ValidateOptions(options));
   ASSIGN_OR_RETURN(ModelFigures m, ComputeFigures(config, stored, options.expert_format));
   Plan p = PlanMemory(m, options);
+  if (options.miss_mode.has_value() && !p.daemon) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--miss-mode is moe-cached's, and the plan starts none (",
+        options.gpu_bytes > 0 ? "every expert fits the GPU" : "without a GPU",
+        ": the worker holds them all): add --daemon on to plan one"));
+  }
   if (!p.fits) p.suggestions = Suggestions(config, stored, p);
   ASSIGN_OR_RETURN(Rates r, PredictRates(config, p));
   p.layer_ms = r.layer_ms;

@@ -18,11 +18,14 @@
 //  - moe-cached keeps every routed expert in host memory in the held format
 //    (--expert-format, else q8 for FP8 and MXFP4 checkpoints, else as
 //    stored) and an arena of `cache_slots` experts on the device;
-//  - without a GPU no moe-cached is planned (PlanOptions::daemon): the
-//    worker holds every expert itself (--cache none), once, beside the
-//    dense weights and the KV cache. Asked for one anyway (daemon true),
-//    the host holds the daemon's store and its arena too (every expert
-//    when they fit twice, else one layer at most).
+//  - moe-cached caches what does not fit where the worker computes: when
+//    every expert fits there (always without a GPU, where the host is that
+//    device; with one, beside the dense weights, the KV cache and the
+//    reserve) no moe-cached is planned (PlanOptions::daemon) and the
+//    worker holds every expert itself (--cache none), once;
+//  - asked for a daemon anyway without a GPU (daemon true), the host holds
+//    the daemon's store and its arena too (every expert when they fit
+//    twice, else one layer at most).
 // A reserve of kDeviceReservePercent of the device budget is left for
 // activations and the CUDA context.
 //
@@ -122,12 +125,13 @@ struct PlanOptions {
   // dispatch, the worker -> daemon round trip (moectl measures it for a CPU
   // worker; 0: none counted).
   double layer_overhead_us = 0;
-  // Whether moe-cached serves the experts; unset: with a GPU only. Without
-  // a GPU its arena is host memory as the worker's own copy would be, and
-  // every MoE layer's acquire is a hand-off between processes, which a busy
-  // machine makes cost a scheduler slice (docs/benchmarks.md, "The
-  // daemon's hand-offs under contention"). false with a GPU and a miss
-  // mode without the daemon are INVALID_ARGUMENT.
+  // Whether moe-cached serves the experts; unset: only with a GPU that
+  // cannot hold every expert beside the rest. Otherwise its arena would
+  // hold what the worker's own copy does, and every MoE layer's acquire is
+  // a hand-off between processes, which a busy machine makes cost a
+  // scheduler slice (docs/benchmarks.md, "The daemon's hand-offs under
+  // contention"). false with a GPU that cannot hold them is a plan that
+  // does not fit; a miss mode without a daemon is INVALID_ARGUMENT.
   std::optional<bool> daemon;
   std::string daemon_socket = "unix:/tmp/moe-cached.sock";
 };
@@ -159,8 +163,8 @@ struct Plan {
 // else host (the experts run where they are). Without a GPU and with a
 // daemon the arena holds every expert (fetch) when the host can hold them
 // twice, else at most one layer (host).
-// INVALID_ARGUMENT for options out of range, for daemon false with a GPU,
-// and for a miss mode given without a daemon.
+// INVALID_ARGUMENT for options out of range, and for a miss mode given
+// when the plan has no daemon.
 absl::StatusOr<Plan> MakePlan(const ModelConfig& config, const StoredFormats& stored,
                               const PlanOptions& options);
 

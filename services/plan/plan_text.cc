@@ -60,8 +60,10 @@ std::string MachineText(const Plan& p) {
                                              HumanBytes(p.cache_slots * p.model.expert_bytes))));
   } else {
     absl::StrAppend(&s, Line("experts held:",
-                             "every one by moe-worker (--cache none): without a GPU moe-cached "
-                             "adds only hand-offs"));
+                             gpu ? "every one by moe-worker on the GPU (--cache none): they all "
+                                   "fit, moe-cached would add only hand-offs"
+                                 : "every one by moe-worker (--cache none): without a GPU "
+                                   "moe-cached adds only hand-offs"));
   }
   absl::StrAppend(&s, Line("host memory needed:", absl::StrCat(HumanBytes(p.host_bytes),
                                                                gpu ? " (every expert)" : "")));

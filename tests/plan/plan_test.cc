@@ -508,24 +508,52 @@ TEST(PlanTest, WithoutAGpuTheWorkerHoldsEveryExpert) {
   EXPECT_LE(with->cache_slots, with->model.experts_per_layer);
 }
 
-TEST(PlanTest, DaemonChoiceIsChecked) {
-  absl::StatusOr<ModelConfig> c = ParseModelConfig(Published()[0].config);
+// With a GPU, moe-cached caches what the GPU cannot hold; when every expert
+// fits beside the rest (OLMoE in bf16 on 24 GiB), the worker holds them on
+// the GPU itself. --daemon off where they do not fit is a plan that does
+// not fit, saying why; --miss-mode without a daemon is refused.
+TEST(PlanTest, AGpuThatHoldsEveryExpertNeedsNoDaemon) {
+  const Arch olmoe = Published()[4];
+  ASSERT_EQ(std::string(olmoe.name), "OLMoE-1B-7B");
+  absl::StatusOr<plan::Plan> p = PlanFor(olmoe, 24, 128);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->fits);
+  EXPECT_FALSE(p->daemon);
+  EXPECT_LE(p->device_needed + p->model.all_expert_bytes, static_cast<int64_t>(24 * kGiB));
+  EXPECT_TRUE(p->daemon_flags.empty());
+  EXPECT_THAT(plan::ShellLine("moe-worker", p->worker_flags),
+              HasSubstr("--device cuda --cache none"));
+  EXPECT_THAT(plan::PlanText(*p), HasSubstr("every one by moe-worker on the GPU"));
+  // 8 GiB cannot hold its 13 GB of experts: moe-cached caches them.
+  p = PlanFor(olmoe, 8, 128);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->daemon);
+  EXPECT_LT(p->cache_slots, p->model.experts_total);
+
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(olmoe.config);
   ASSERT_TRUE(c.ok()) << c.status();
+  const plan::StoredFormats stored = plan::StoredFormatsFromConfig(*c);
   plan::PlanOptions o;
-  o.host_bytes = static_cast<int64_t>(512 * kGiB);
-  o.gpu_bytes = static_cast<int64_t>(24 * kGiB);
-  o.daemon = false;  // a GPU worker's experts come through moe-cached
-  absl::Status s = plan::MakePlan(*c, plan::StoredFormatsFromConfig(*c), o).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("--gpu-mem 0"));
+  o.host_bytes = static_cast<int64_t>(128 * kGiB);
+  o.gpu_bytes = static_cast<int64_t>(8 * kGiB);
+  o.daemon = false;
+  p = plan::MakePlan(*c, stored, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->fits);
+  ASSERT_FALSE(p->problems.empty());
+  EXPECT_THAT(p->problems[0], HasSubstr("a worker alone (--daemon off)"));
   o.daemon.reset();
-  o.gpu_bytes = 0;
-  o.miss_mode = MissMode::kHost;  // moe-cached's, and none is planned
-  s = plan::MakePlan(*c, plan::StoredFormatsFromConfig(*c), o).status();
+  o.gpu_bytes = static_cast<int64_t>(24 * kGiB);
+  o.miss_mode = MissMode::kAuto;  // moe-cached's, and none is planned
+  absl::Status s = plan::MakePlan(*c, stored, o).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("every expert fits the GPU"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("--daemon on"));
   o.daemon = true;
-  EXPECT_TRUE(plan::MakePlan(*c, plan::StoredFormatsFromConfig(*c), o).ok());
+  p = plan::MakePlan(*c, stored, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->daemon);
+  EXPECT_EQ(p->cache_slots, p->model.experts_total);
 }
 
 // A tied embedding is also the output head: every step reads all of it.
