@@ -182,6 +182,7 @@ SlotId ExpertCache::ChooseSlot(const VictimContext& context,
   for (SlotId s = 0; s < slots_.num_slots(); ++s) {
     const SlotInfo& info = slots_.Get(s);
     if (info.state != SlotState::kReady || info.leases > 0 || meta_[s].pins > 0) continue;
+    if (listener_ != nullptr && listener_->Pinned(s)) continue;
     if (!may_evict(info.key)) continue;
     keys.push_back(info.key);
     ids.push_back(s);
@@ -192,15 +193,43 @@ SlotId ExpertCache::ChooseSlot(const VictimContext& context,
   return ids[pick];
 }
 
-void ExpertCache::EvictSlot(SlotId slot) {
+bool ExpertCache::EvictSlot(SlotId slot) {
   const SlotInfo& info = slots_.Get(slot);
-  if (info.state == SlotState::kEmpty) return;
+  if (info.state == SlotState::kEmpty) return true;
   MOE_CHECK(info.state == SlotState::kReady && info.leases == 0 && meta_[slot].pins == 0)
       << "evicting a busy slot " << slot;
+  if (listener_ != nullptr && !listener_->TryRetract(slot)) return false;
   NotePrefetchOutcome(meta_[slot], /*used=*/false);
   policy_->OnEvict(info.key);
   slots_.Evict(slot);
   meta_[slot] = SlotMeta{};
+  return true;
+}
+
+SlotId ExpertCache::TakeSlot(const VictimContext& context,
+                             const std::function<bool(const ExpertKey&)>& may_evict) {
+  std::vector<SlotId> pinned;  // chosen, then found pinned by a worker
+  while (true) {
+    const SlotId slot = ChooseSlot(context, [&](const ExpertKey& k) {
+      if (!may_evict(k)) return false;
+      for (SlotId p : pinned) {
+        if (slots_.Get(p).key == k) return false;
+      }
+      return true;
+    });
+    if (slot < 0 || EvictSlot(slot)) return slot;
+    pinned.push_back(slot);
+  }
+}
+
+void ExpertCache::SetResidencyListener(ResidencyListener* listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = listener;
+  if (listener_ == nullptr) return;
+  for (SlotId s = 0; s < slots_.num_slots(); ++s) {
+    const SlotInfo& info = slots_.Get(s);
+    if (info.state == SlotState::kReady) listener_->Publish(s, info.key);
+  }
 }
 
 absl::Status ExpertCache::StartLoad(SlotId slot, const ExpertKey& key, TransferPriority priority,
@@ -255,6 +284,7 @@ void ExpertCache::OnTransferDone(SlotId slot, uint64_t generation, absl::Status 
     stats_[PhaseIndex(m.phase)].bytes_moved += CopyBytes(info.key.layer);
     slots_.CompleteLoad(slot, generation).IgnoreError();
     m.demand = false;
+    if (listener_ != nullptr) listener_->Publish(slot, info.key);
   } else {
     const ExpertKey key = info.key;
     const Phase phase = m.phase;
@@ -354,8 +384,7 @@ HostFigures ExpertCache::host_figures() const {
   return host_;
 }
 
-absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
-    const RequestOwner& owner, const AcquireCall& call) {
+void ExpertCache::CheckCall(const RequestOwner& owner, const AcquireCall& call) const {
   CheckDemands(call.layer, call.demands, call.members);
   if (!call.members.empty()) {
     bool lead = false;
@@ -363,6 +392,38 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
       lead |= m.request == owner.request;
     MOE_CHECK(lead) << "the acquiring request " << owner.request << " is not a member";
   }
+}
+
+void ExpertCache::RecordLocalHits(const RequestOwner& owner, const AcquireCall& call) {
+  CheckCall(owner, call);
+  if (!call.hints.empty()) AddHints(owner, call.hints);
+  const Phase phase = call.prefill ? Phase::kPrefill : Phase::kDecode;
+  absl::MutexLock lock(&mu_);
+  ObserveComputeGap(owner, call.layer, phase);
+  const std::vector<RequestOwner> routed = RouteLocked(owner, call, phase);
+  CachePhaseStats& st = stats_[PhaseIndex(phase)];
+  for (const ExpertDemand& d : call.demands) {
+    const ExpertKey key{call.layer, d.expert};
+    if (auto slot = slots_.Lookup(key); slot.has_value()) {
+      NotePrefetchOutcome(meta_[*slot], /*used=*/true);
+    }
+    policy_->OnAccess(key, phase, /*hit=*/true);
+    ++st.hits;
+    ++layer_hits_[call.layer];
+  }
+  SpeculateAfterAcquireLocked(routed, call.layer, phase);
+  // As FinishAcquire: the compute gap to the owner's next layer starts now.
+  if (phase == Phase::kDecode) {
+    if (auto o = owners_.find(owner); o != owners_.end()) {
+      o->second.finish_ns = clock_->NowNanos();
+      o->second.finish_layer = call.layer;
+    }
+  }
+}
+
+absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
+    const RequestOwner& owner, const AcquireCall& call) {
+  CheckCall(owner, call);
   if (!call.hints.empty()) AddHints(owner, call.hints);
   const Phase phase = call.prefill ? Phase::kPrefill : Phase::kDecode;
   absl::MutexLock lock(&mu_);
@@ -475,8 +536,8 @@ absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
     CopyBehind(owner, key, phase, needed);
     return absl::OkStatus();
   } else {
-    slot = ChooseSlot(VictimContext{owner, call.layer, phase},
-                      [&](const ExpertKey& k) { return !needed(k); });
+    slot = TakeSlot(VictimContext{owner, call.layer, phase},
+                    [&](const ExpertKey& k) { return !needed(k); });
     if (slot < 0 && may_host) {
       // Every slot is leased, loading or needed: a caller that can run it
       // from host memory does so rather than fail.
@@ -488,7 +549,6 @@ absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
           absl::StrCat("no free slot for ", key.ToString(),
                        ": all slots leased, loading or needed"));
     }
-    EvictSlot(slot);
     RETURN_IF_ERROR(StartLoad(slot, key, TransferPriority::kDemand, phase));
     policy_->OnInsert(key, /*prefetch=*/false);
   }

@@ -57,6 +57,7 @@
 #include "services/cache/miss_planner.h"
 #include "services/cache/policy.h"
 #include "services/cache/prefetcher.h"
+#include "services/cache/residency_listener.h"
 #include "services/cache/slot_table.h"
 
 namespace moe::cache {
@@ -190,6 +191,20 @@ class ExpertCache {
   absl::StatusOr<AcquireResult> Acquire(const RequestOwner& owner,
                                         const AcquireCall& call);
 
+  // Records an acquire that `owner`'s worker served itself from slots it
+  // pinned through shared memory (ResidencyListener): every demand a hit,
+  // nothing leased or loaded. The routing events, the policy's and the
+  // prefetcher's, the stats and the prefetches for later layers are as for
+  // an acquire of the same call whose demands all hit, whether or not the
+  // experts are still resident when this runs. Same REQUIRES as
+  // StartAcquire.
+  void RecordLocalHits(const RequestOwner& owner, const AcquireCall& call);
+
+  // Makes `listener` (not owned; null: none) the one told of ready slots
+  // from now on, starting with those ready now. Set it before workers
+  // attach; it must outlive the cache or be replaced.
+  void SetResidencyListener(ResidencyListener* listener);
+
   // Returns leases of `session`. INVALID_ARGUMENT / FAILED_PRECONDITION (from
   // SlotTable) for a lease it does not hold; the others are still released.
   absl::Status Release(OwnerId session, absl::Span<const SlotLease> leases);
@@ -299,6 +314,7 @@ class ExpertCache {
   // MOE_CHECKs StartAcquire's preconditions.
   void CheckDemands(int layer, absl::Span<const ExpertDemand> demands,
                     absl::Span<const MemberDemands> members) const;
+  void CheckCall(const RequestOwner& owner, const AcquireCall& call) const;
   OwnerState& Owner(const RequestOwner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeBeginIteration(const RequestOwner& owner, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -333,12 +349,21 @@ class ExpertCache {
   // Forgets `owner`'s request state in the cache, policy and prefetcher.
   void DropOwner(const RequestOwner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finds a slot for a new load: empty, else the policy's victim among
-  // evictable slots (filter: which keys may go). -1 if none.
+  // evictable slots (filter: which keys may go; slots a worker pinned are
+  // not candidates). -1 if none.
   // Not evicted yet; the caller calls EvictSlot.
   SlotId ChooseSlot(const VictimContext& context,
                     const std::function<bool(const ExpertKey&)>& may_evict)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EvictSlot(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties `slot` (a no-op when empty). False, changing nothing, when a
+  // worker pinned it (ResidencyListener::TryRetract): the caller looks
+  // elsewhere.
+  [[nodiscard]] bool EvictSlot(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ChooseSlot, then EvictSlot; another victim while a worker pinned the
+  // chosen one. -1 if none.
+  SlotId TakeSlot(const VictimContext& context,
+                  const std::function<bool(const ExpertKey&)>& may_evict)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StartLoad(SlotId slot, const ExpertKey& key, TransferPriority priority, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prefetches for the layers after `layer` from the candidates of `owners`
@@ -391,6 +416,7 @@ class ExpertCache {
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   int inflight_prefetches_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ExpertKey> warm_queue_ ABSL_GUARDED_BY(mu_);  // best last
+  ResidencyListener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Acquires between two readings of the policy's WarmSet.
   static constexpr int kPlacementInterval = 64;
   int acquires_since_placement_ ABSL_GUARDED_BY(mu_) = 0;

@@ -54,7 +54,7 @@ bool ExpertCache::RoomForSpeculativeLoad() const {
 
 bool ExpertCache::StartSpeculativeLoad(SlotId slot, const ExpertKey& key, Phase phase,
                                        const RequestOwner& owner, HintSource source) {
-  EvictSlot(slot);
+  if (!EvictSlot(slot)) return false;  // a worker pinned it
   if (!StartLoad(slot, key, TransferPriority::kPrefetch, phase).ok()) return false;
   meta_[slot].source = source;
   meta_[slot].prefetch_owner = owner;
@@ -93,7 +93,7 @@ void ExpertCache::ContinueWarmUp(const RequestOwner& owner, Phase phase) {
         warm_queue_.clear();
         return;
       }
-      EvictSlot(victim);
+      if (!EvictSlot(victim)) return;  // a worker pinned it: try at a later acquire
       slot = victim;
     }
     if (!StartLoad(*slot, key, TransferPriority::kPrefetch, phase).ok()) {

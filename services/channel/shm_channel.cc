@@ -80,6 +80,7 @@ size_t RequestItemBytes(uint32_t type) {
   switch (static_cast<MsgType>(type)) {
     case MsgType::kAcquire:
     case MsgType::kMember:
+    case MsgType::kLocalHits:
       return sizeof(DemandWire);
     case MsgType::kRelease:
       return sizeof(LeaseWire);
@@ -94,7 +95,7 @@ size_t RequestItemBytes(uint32_t type) {
 
 bool KnownType(uint32_t type) {
   return type >= static_cast<uint32_t>(MsgType::kAcquire) &&
-         type <= static_cast<uint32_t>(MsgType::kMember);
+         type <= static_cast<uint32_t>(MsgType::kLocalHits);
 }
 
 absl::Status ClosedStatus() {
@@ -195,7 +196,7 @@ void ChannelServer::Close() {
 
 ChannelClient::ChannelClient(void* mem) : mem_(mem) {}
 
-absl::Status ChannelClient::Post(RequestMsg& req, absl::Duration timeout) {
+absl::Status ChannelClient::Post(RequestMsg& req, absl::Duration timeout, Wake wake) {
   Shared* s = AsShared(mem_);
   if (s->closed.value.load(std::memory_order_acquire)) return ClosedStatus();
   Ring<RequestMsg>& ring = s->requests;
@@ -213,7 +214,13 @@ absl::Status ChannelClient::Post(RequestMsg& req, absl::Duration timeout) {
   }
   req.seq = next_seq_++;
   std::memcpy(&ring.slots[head % kRingSlots], &req, RequestBytes(req));
-  Publish(ring.head, ring.reader_asleep, head + 1);
+  if (wake == Wake::kLazy && head + 1 - tail < kRingSlots / 2) {
+    // A sleeping daemon finds it at its next poll slice or the next eager
+    // message, whichever comes first.
+    ring.head.value.store(head + 1, std::memory_order_release);
+  } else {
+    Publish(ring.head, ring.reader_asleep, head + 1);
+  }
   return absl::OkStatus();
 }
 

@@ -28,8 +28,10 @@
 namespace moe::channel {
 
 inline constexpr uint32_t kChannelMagic = 0x43454f4d;  // "MOEC"
-// 2: leases carry their layer; 3: host-run reports; 4: members of batched acquires
-inline constexpr uint32_t kChannelVersion = 4;
+// 2: leases carry their layer; 3: host-run reports; 4: members of batched
+// acquires; 5: local hits, and the residency view after the rings
+// (residency_view.h)
+inline constexpr uint32_t kChannelVersion = 5;
 inline constexpr uint32_t kRingSlots = 16;  // power of two
 inline constexpr uint32_t kMaxItems = 256;  // experts per message
 
@@ -45,6 +47,10 @@ enum class MsgType : uint32_t {
   // demands, kFlagPrefill (no reply). The daemon keeps the members until
   // an acquire with kFlagMembers takes them; errors come back on it.
   kMember = 8,
+  // An acquire the worker served itself from slots it pinned through the
+  // residency view (residency_view.h): layer, demands, kFlagPrefill,
+  // kFlagMembers as kAcquire, for the daemon's accounts (no reply).
+  kLocalHits = 9,
 };
 
 inline constexpr uint32_t kFlagPrefill = 1u << 0;
@@ -174,8 +180,12 @@ class ChannelClient {
   absl::Status Call(RequestMsg& req, ResponseMsg* reply, absl::Duration timeout,
                     const PeerCheck& peer_check = nullptr);
 
-  // Sends a message that gets no reply (Release, Hints).
-  absl::Status Post(RequestMsg& req, absl::Duration timeout);
+  // Sends a message that gets no reply (Release, Hints). kLazy: a sleeping
+  // daemon is not woken for it while the ring is less than half full (it
+  // takes it at its next poll slice, within 5 ms, or with the next eager
+  // message, in order): for messages nobody waits on (local hits).
+  enum class Wake { kEager, kLazy };
+  absl::Status Post(RequestMsg& req, absl::Duration timeout, Wake wake = Wake::kEager);
 
   // Size of the used prefix of a message, for callers that build messages.
   static size_t RequestBytes(const RequestMsg& req);

@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/checked_math.h"
@@ -16,6 +18,7 @@
 #include "common/status_macros.h"
 #include "moe/v1/expert_cache.grpc.pb.h"
 #include "services/cache/shm_region.h"
+#include "services/channel/residency_view.h"
 #include "services/channel/shm_channel.h"
 #include "services/exchange/exchange_proto.h"
 #include "services/moe_cached/pid_watch.h"
@@ -36,17 +39,19 @@ namespace {
 // ShmRegion: map it read-write here.
 class ChannelMapping {
  public:
-  static absl::StatusOr<std::unique_ptr<ChannelMapping>> Open(const std::string& name) {
+  static absl::StatusOr<std::unique_ptr<ChannelMapping>> Open(const std::string& name,
+                                                              size_t bytes) {
     int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
       return absl::UnavailableError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
     }
     UniqueFd owned(fd);
-    return FromFd(fd, name);
+    return FromFd(fd, name, bytes);
   }
-  // Maps the channel behind `fd` (the caller keeps the descriptor).
-  static absl::StatusOr<std::unique_ptr<ChannelMapping>> FromFd(int fd, const std::string& name) {
-    const size_t bytes = channel::ChannelBytes();
+  // Maps the channel region of `bytes` behind `fd` (the caller keeps the
+  // descriptor).
+  static absl::StatusOr<std::unique_ptr<ChannelMapping>> FromFd(int fd, const std::string& name,
+                                                                size_t bytes) {
     struct stat st;
     if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes) {
       return absl::InvalidArgumentError(
@@ -81,12 +86,18 @@ struct CacheClient::Impl {
   std::unique_ptr<CudaArenaMapping> cuda_arena;   // the daemon's CUDA arena
   PidWatch daemon;
   std::unique_ptr<ChannelMapping> channel_mem;
+  std::optional<channel::ResidencyView> residency;  // in channel_mem, with it
+  // Local hits wake a sleeping daemon only when its prefetches follow the
+  // routing (AttachResponse::routing_feeds_prefetch); else nobody waits on
+  // them and it takes them when it next looks.
+  channel::ChannelClient::Wake local_hits_wake = channel::ChannelClient::Wake::kLazy;
   absl::Mutex mu;
   std::unique_ptr<channel::ChannelClient> channel ABSL_GUARDED_BY(mu);
   std::unique_ptr<channel::RequestMsg> req ABSL_GUARDED_BY(mu);
   std::unique_ptr<channel::ResponseMsg> reply ABSL_GUARDED_BY(mu);
   bool detached ABSL_GUARDED_BY(mu) = false;
   uint64_t request ABSL_GUARDED_BY(mu) = 0;  // the current request (0: default)
+  absl::flat_hash_set<uint64_t> live ABSL_GUARDED_BY(mu);  // begun here, not ended
 
   bool UseShm(Transport t) const {
     if (t == Transport::kGrpc) return false;
@@ -187,20 +198,103 @@ struct CacheClient::Impl {
     return absl::OkStatus();
   }
 
-  // Opens the shared-memory channel; without it calls go over gRPC.
+  // Opens the shared-memory channel and its residency view; without it
+  // calls go over gRPC.
   void OpenChannel(const moe::v1::AttachResponse& aresp, const std::vector<UniqueFd>& fds) {
     if (!options.use_shm || (aresp.channel_name().empty() && fds.empty())) return;
+    const channel::ResidencyShape shape{
+        static_cast<uint32_t>(aresp.num_layers()) * static_cast<uint32_t>(aresp.num_experts()),
+        aresp.slot_count()};
+    const size_t bytes = channel::ChannelRegionBytes(shape);
     absl::StatusOr<std::unique_ptr<ChannelMapping>> ch =
-        fds.empty() ? ChannelMapping::Open(aresp.channel_name())
-                    : ChannelMapping::FromFd(fds[1].get(), "(memfd)");
+        fds.empty() ? ChannelMapping::Open(aresp.channel_name(), bytes)
+                    : ChannelMapping::FromFd(fds[1].get(), "(memfd)", bytes);
     if (!ch.ok()) {
       MOE_LOG(WARNING) << "cache client: shared-memory channel unavailable, using gRPC: "
                        << ch.status();
       return;
     }
     channel_mem = std::move(*ch);
+    residency.emplace(channel_mem->mem(), shape);
+    local_hits_wake = aresp.routing_feeds_prefetch() ? channel::ChannelClient::Wake::kEager
+                                                     : channel::ChannelClient::Wake::kLazy;
     absl::MutexLock lock(&mu);
     channel = std::make_unique<channel::ChannelClient>(channel_mem->mem());
+  }
+
+  // Posts `members` (kMember, one message each) for the acquire or local
+  // hits that follow.
+  absl::Status PostMembersLocked(int layer, absl::Span<const MemberDemands> members,
+                                 channel::ChannelClient::Wake wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (const MemberDemands& m : members) {
+      StartMessageLocked(channel::MsgType::kMember, static_cast<uint32_t>(m.demands.size()));
+      req->layer = layer;
+      req->request_id = m.request;
+      req->flags = m.prefill ? channel::kFlagPrefill : 0;
+      channel::ToWire(m.demands, req->demands);
+      RETURN_IF_ERROR(channel->Post(*req, options.timeout, wake));
+    }
+    return absl::OkStatus();
+  }
+
+  // Whether the daemon would take `call` as it stands: in range (the
+  // exchange rules, as the daemon checks them) and for live requests (begun
+  // through this client, or 0). Anything else goes to the daemon, whose
+  // error the caller then gets.
+  bool MayServeLocallyLocked(const ExchangeShape& shape, const AcquireCall& call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!residency.has_value() || !ValidateDemands(shape, call.layer, call.demands).ok()) {
+      return false;
+    }
+    auto live_request = [&](uint64_t r) { return r == 0 || live.contains(r); };
+    if (!live_request(request)) return false;
+    if (call.members.empty()) return true;
+    if (!ValidateMembers(shape, call.layer, call.demands, call.members).ok()) return false;
+    bool lead = false;
+    for (const MemberDemands& m : call.members) {
+      if (!live_request(m.request)) return false;
+      lead |= m.request == request;
+    }
+    return lead;
+  }
+
+  // Every demanded expert resident: each slot pinned through the residency
+  // view, and the acquire posted to the daemon as local hits (no reply to
+  // wait for). False, nothing pinned, when one is not.
+  // REQUIRES: `call` in range (layer < layers, experts < num_experts).
+  bool TryLocalAcquireLocked(const AcquireCall& call, int num_experts, AcquireResult* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!residency.has_value()) return false;
+    std::vector<SlotLease> pinned;
+    pinned.reserve(call.demands.size());
+    for (const ExpertDemand& d : call.demands) {
+      const uint32_t key = static_cast<uint32_t>(call.layer) * static_cast<uint32_t>(num_experts) +
+                           static_cast<uint32_t>(d.expert);
+      const int32_t slot = residency->TryPin(key);
+      if (slot < 0) break;
+      pinned.push_back({ExpertKey{call.layer, d.expert}, slot, kLocalLeaseGeneration});
+    }
+    absl::Status posted;
+    if (pinned.size() == call.demands.size()) {
+      posted = PostMembersLocked(call.layer, call.members, local_hits_wake);
+      if (posted.ok()) {
+        StartMessageLocked(channel::MsgType::kLocalHits,
+                           static_cast<uint32_t>(call.demands.size()));
+        req->layer = call.layer;
+        req->flags = (call.prefill ? channel::kFlagPrefill : 0) |
+                     (call.members.empty() ? 0 : channel::kFlagMembers);
+        channel::ToWire(call.demands, req->demands);
+        posted = channel->Post(*req, options.timeout, local_hits_wake);
+      }
+      if (posted.ok()) {
+        out->leases = std::move(pinned);
+        out->usage.hits = static_cast<int32_t>(call.demands.size());
+        return true;
+      }
+    }
+    for (const SlotLease& l : pinned) residency->Unpin(static_cast<uint32_t>(l.slot));
+    return false;
   }
 };
 
@@ -383,14 +477,11 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(const AcquireCall& call,
     absl::MutexLock lock(&im.mu);
     if (im.detached) return absl::FailedPreconditionError("client detached");
     if (!hints.empty()) RETURN_IF_ERROR(im.PostHintsLocked(hints));
-    for (const MemberDemands& m : members) {
-      im.StartMessageLocked(channel::MsgType::kMember, static_cast<uint32_t>(m.demands.size()));
-      im.req->layer = layer;
-      im.req->request_id = m.request;
-      im.req->flags = m.prefill ? channel::kFlagPrefill : 0;
-      channel::ToWire(m.demands, im.req->demands);
-      RETURN_IF_ERROR(im.channel->Post(*im.req, im.options.timeout));
+    if (im.MayServeLocallyLocked(ExchangeShape{num_layers_, num_experts_}, call) &&
+        im.TryLocalAcquireLocked(call, num_experts_, &out)) {
+      return out;
     }
+    RETURN_IF_ERROR(im.PostMembersLocked(layer, members, channel::ChannelClient::Wake::kEager));
     im.StartMessageLocked(channel::MsgType::kAcquire, static_cast<uint32_t>(experts.size()));
     im.req->layer = layer;
     im.req->flags = (prefill ? channel::kFlagPrefill : 0) |
@@ -435,6 +526,18 @@ void CacheClient::SetCurrentRequest(uint64_t request) {
 
 absl::Status CacheClient::Release(absl::Span<const SlotLease> leases, Transport transport) {
   Impl& im = *impl_;
+  // Pins taken through the residency view are dropped here; the daemon's
+  // leases go back to it.
+  std::vector<SlotLease> daemon_leases;
+  for (const SlotLease& l : leases) {
+    if (l.generation == kLocalLeaseGeneration && im.residency.has_value() && l.slot >= 0 &&
+        static_cast<uint32_t>(l.slot) < slot_count_) {
+      im.residency->Unpin(static_cast<uint32_t>(l.slot));
+    } else {
+      daemon_leases.push_back(l);
+    }
+  }
+  if (daemon_leases.size() != leases.size()) leases = daemon_leases;
   if (leases.empty()) return absl::OkStatus();
   if (im.UseShm(transport) && leases.size() <= channel::kMaxItems) {
     absl::MutexLock lock(&im.mu);
@@ -474,6 +577,7 @@ absl::Status CacheClient::BeginRequest(uint64_t request, Transport transport) {
   if (s.ok()) {
     absl::MutexLock lock(&im.mu);
     im.request = request;
+    im.live.insert(request);
   }
   return s;
 }
@@ -483,6 +587,7 @@ absl::Status CacheClient::EndRequest(uint64_t request, Transport transport) {
   {
     absl::MutexLock lock(&im.mu);
     if (im.request == request) im.request = 0;
+    im.live.erase(request);
   }
   if (im.UseShm(transport)) {
     absl::MutexLock lock(&im.mu);
@@ -518,6 +623,17 @@ absl::Status CacheClient::Detach() {
 }
 
 absl::StatusOr<moe::v1::GetStatsResponse> CacheClient::GetStats(const std::string& model) {
+  if (shm_enabled()) {
+    // A round trip on the channel first: the daemon has then counted the
+    // local hits posted before it (it takes the channel's messages in order).
+    Impl& im = *impl_;
+    absl::MutexLock lock(&im.mu);
+    if (!im.detached) {
+      im.StartMessageLocked(channel::MsgType::kPing, 0);
+      RETURN_IF_ERROR(im.channel->Call(*im.req, im.reply.get(), im.options.timeout,
+                                       [&im] { return im.PeerAlive(); }));
+    }
+  }
   moe::v1::GetStatsRequest req;
   req.set_model(model);
   moe::v1::GetStatsResponse resp;

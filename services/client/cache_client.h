@@ -16,7 +16,10 @@
 // a shared-memory region named by Attach) and opens the worker's
 // shared-memory channel. Acquire/Release/BeginRequest/EndRequest then go over
 // that channel (a few microseconds per round trip); with use_shm = false, or
-// per call with Transport::kGrpc, they go over gRPC instead.
+// per call with Transport::kGrpc, they go over gRPC instead. Over the
+// channel, an acquire whose experts are all resident makes no round trip:
+// their slots are pinned through the channel's residency view and the
+// daemon is told after (kLocalLeaseGeneration).
 //
 // Demands, hints, leases and usage are the exchange types
 // (services/exchange/expert_exchange.h); the daemon validates them.
@@ -85,6 +88,13 @@ struct CacheClientOptions {
 };
 
 enum class Transport { kDefault, kShm, kGrpc };
+
+// The generation of a lease the client took itself: over the shared-memory
+// channel an acquire whose experts are all resident pins their slots
+// through the channel's residency view (services/channel/residency_view.h)
+// and posts the acquire as local hits instead of waiting for the daemon;
+// Release drops such pins here. Never a generation the daemon hands out.
+inline constexpr uint64_t kLocalLeaseGeneration = ~uint64_t{0};
 
 // The arena layout moe-cached reports at Attach.
 struct ArenaGeometry {

@@ -60,7 +60,8 @@ CacheMetrics::CacheMetrics(prometheus::Registry& r, const std::string& model, in
                          {{"model", model}})),
       acquire_seconds_(BuildHistogram()
                            .Name("moe_cache_acquire_seconds")
-                           .Help("Acquire latency inside the daemon")
+                           .Help("Acquire latency inside the daemon (0 for an acquire a worker served "
+                                 "itself from slots it pinned)")
                            .Register(r)
                            .Add({{"model", model}}, AcquireBuckets())),
       resident_(Gauge(r, "moe_cache_resident_experts", "Experts ready in the arena",

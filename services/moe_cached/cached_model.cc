@@ -84,6 +84,10 @@ absl::StatusOr<std::unique_ptr<CachedModel>> CachedModel::Create(
                                                 return static_cast<const void*>(
                                                     raw_store->Block(k.layer, k.expert));
                                               }));
+  m->residency_ = std::make_unique<ResidencyBoard>(raw_store->num_layers(),
+                                                   raw_store->num_experts(),
+                                                   m->cache_->capacity());
+  m->cache_->SetResidencyListener(m->residency_.get());
   m->store_ = std::move(store);
   m->metrics_ = std::make_unique<CacheMetrics>(registry, options.name,
                                                options.cache.capacity);

@@ -34,6 +34,7 @@
 #include "services/moe_cached/cache_metrics.h"
 #include "services/moe_cached/cuda_arena.h"
 #include "services/moe_cached/expert_store.h"
+#include "services/moe_cached/residency_board.h"
 
 namespace moe::cached {
 
@@ -75,6 +76,9 @@ class CachedModel {
   const std::string& name() const { return options_.name; }
   const CachedModelOptions& options() const { return options_; }
   cache::ExpertCache& cache() { return *cache_; }
+  // The cache's ready slots as every attached worker's channel shows them
+  // (the hit path through shared memory).
+  ResidencyBoard& residency() { return *residency_; }
   const cache::ExpertCache& cache() const { return *cache_; }
   const ExpertStore& store() const { return *store_; }
   // The CPU arena (empty, size 0, on CUDA).
@@ -101,6 +105,7 @@ class CachedModel {
   std::unique_ptr<cache::CpuCopyEngine> cpu_engine_;
   std::unique_ptr<cache::CudaCopyEngine> cuda_engine_;
   cache::CopyEngine* engine_ = nullptr;
+  std::unique_ptr<ResidencyBoard> residency_;  // outlives cache_, its listener
   std::unique_ptr<cache::ExpertCache> cache_;
   std::unique_ptr<CacheMetrics> metrics_;
   std::atomic<bool> started_{false};

@@ -55,6 +55,9 @@ grpc::Status ExpertCacheService::Attach(grpc::ServerContext*, const moe::v1::Att
   }
   resp->set_channel_name(r->channel_name);
   resp->set_miss_mode(MissModeName(m.options().cache.miss_mode));
+  resp->set_routing_feeds_prefetch(m.options().cache.prefetch &&
+                                   m.options().cache.capacity <
+                                       store.num_layers() * store.num_experts());
   if (r->host_execution) resp->set_store_bytes(store.total_bytes());
   resp->set_fd_socket(r->fd_socket);
   resp->set_fd_token(r->fd_token);

@@ -151,9 +151,10 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
         absl::StrCat("attach: cannot watch worker pid ", pid, ": ", watch.status().message()));
   }
   session->pid = std::move(*watch);
+  ResidencyBoard& board = session->model->residency();
   ASSIGN_OR_RETURN(session->channel,
                    cache::ShmRegion::Create(pass_fds ? "" : UnguessableShmName("moecache-chan"),
-                                            channel::ChannelBytes()));
+                                            channel::ChannelRegionBytes(board.shape())));
   channel::InitChannel(session->channel.mutable_data());
   AttachResult result{session->id, session->model, session->channel.name()};
   session->host_ok = host_ok;
@@ -169,6 +170,9 @@ absl::StatusOr<AttachResult> SessionManager::Attach(const std::string& model,
     --attaching_;  // the reserved place becomes the session's (or is freed)
     std::move(unreserve).Cancel();
     if (stopped_) return absl::FailedPreconditionError("daemon is shutting down");
+    // The worker maps the region once Attach returns: its view is current
+    // from here until EndSession.
+    board.AddView(session->id, session->channel.mutable_data());
     sessions_[session->id] = session;
     session->thread = std::thread([this, session] { Serve(session); });
   }
@@ -188,6 +192,7 @@ absl::StatusOr<std::shared_ptr<SessionManager::Session>> SessionManager::Find(ui
 
 void SessionManager::EndSession(Session& s, const std::string& why) {
   if (s.ended.exchange(true)) return;
+  s.model->residency().RemoveView(s.id);  // its pins go, as its leases do
   int64_t dropped = s.model->cache().ReleaseOwner(s.id);
   s.leases = 0;
   MOE_LOG(INFO) << "session of worker '" << s.worker_id << "' (pid " << s.pid.pid()
@@ -281,20 +286,18 @@ absl::Status SessionManager::ReportHostRuns(uint64_t session_id, const HostRunRe
   return absl::OkStatus();
 }
 
-absl::StatusOr<AcquireResult> SessionManager::Acquire(uint64_t session_id,
-                                                      uint64_t request,
-                                                      AcquireCall call) {
-  ASSIGN_OR_RETURN(auto s, Find(session_id));
-  CachedModel& m = *s->model;
+absl::StatusOr<RequestOwner> SessionManager::CheckCall(Session& s, uint64_t request,
+                                                       const AcquireCall& call) {
+  const CachedModel& m = *s.model;
   RETURN_IF_ERROR(ValidateDemands(ShapeOf(m), call.layer, call.demands));
   RETURN_IF_ERROR(ValidateHints(ShapeOf(m), call.hints));
-  ASSIGN_OR_RETURN(RequestOwner owner, OwnerOf(*s, request));
+  ASSIGN_OR_RETURN(RequestOwner owner, OwnerOf(s, request));
   if (!call.members.empty()) {
     RETURN_IF_ERROR(
         ValidateMembers(ShapeOf(m), call.layer, call.demands, call.members));
     bool lead = false;
     for (const MemberDemands& mb : call.members) {
-      RETURN_IF_ERROR(OwnerOf(*s, mb.request).status());
+      RETURN_IF_ERROR(OwnerOf(s, mb.request).status());
       lead |= mb.request == request;
     }
     if (!lead) {
@@ -302,6 +305,24 @@ absl::StatusOr<AcquireResult> SessionManager::Acquire(uint64_t session_id,
           absl::StrCat("the acquire's request ", request, " is not one of its members"));
     }
   }
+  return owner;
+}
+
+absl::Status SessionManager::RecordLocalHits(uint64_t session_id, uint64_t request,
+                                             const AcquireCall& call) {
+  ASSIGN_OR_RETURN(auto s, Find(session_id));
+  ASSIGN_OR_RETURN(RequestOwner owner, CheckCall(*s, request, call));
+  s->model->cache().RecordLocalHits(owner, call);
+  s->model->metrics().RecordAcquire(0, 0);  // no time in the daemon
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AcquireResult> SessionManager::Acquire(uint64_t session_id,
+                                                      uint64_t request,
+                                                      AcquireCall call) {
+  ASSIGN_OR_RETURN(auto s, Find(session_id));
+  CachedModel& m = *s->model;
+  ASSIGN_OR_RETURN(RequestOwner owner, CheckCall(*s, request, call));
   call.host_ok = s->host_ok;
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(AcquireResult r, m.cache().Acquire(owner, call));
@@ -367,8 +388,13 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
   absl::Status status;
   switch (static_cast<channel::MsgType>(req.type)) {
     case channel::MsgType::kAcquire:
-      status = ShmAcquire(s, req, reply);
+      status = ShmAcquire(s, req, &reply);
       break;
+    case channel::MsgType::kLocalHits: {
+      absl::Status r = ShmAcquire(s, req, nullptr);
+      if (!r.ok()) MOE_LOG(WARNING) << "worker '" << s.worker_id << "': local hits: " << r;
+      return;  // no reply
+    }
     case channel::MsgType::kMember:
       StageMember(s, req);
       return;  // no reply
@@ -408,7 +434,7 @@ void SessionManager::HandleMessage(Session& s, channel::ChannelServer& server,
 
 absl::Status SessionManager::ShmAcquire(Session& s,
                                         const channel::RequestMsg& req,
-                                        channel::ResponseMsg& reply) {
+                                        channel::ResponseMsg* reply) {
   ExpertDemand demands[channel::kMaxItems];
   channel::FromWire(req.demands, req.count, demands);
   // Members posted for this acquire, taken whatever the outcome.
@@ -432,13 +458,13 @@ absl::Status SessionManager::ShmAcquire(Session& s,
         absl::StrCat("members posted for layer ", staged_layer,
                      ", acquire of layer ", req.layer));
   }
-  ASSIGN_OR_RETURN(AcquireResult r,
-                   Acquire(s.id, req.request_id,
-                           {.layer = req.layer,
-                            .demands = absl::MakeConstSpan(demands, req.count),
-                            .prefill = (req.flags & channel::kFlagPrefill) != 0,
-                            .members = members}));
-  channel::ToWire(r, &reply);
+  const AcquireCall call{.layer = req.layer,
+                         .demands = absl::MakeConstSpan(demands, req.count),
+                         .prefill = (req.flags & channel::kFlagPrefill) != 0,
+                         .members = members};
+  if (reply == nullptr) return RecordLocalHits(s.id, req.request_id, call);
+  ASSIGN_OR_RETURN(AcquireResult r, Acquire(s.id, req.request_id, call));
+  channel::ToWire(r, reply);
   return absl::OkStatus();
 }
 

@@ -4,7 +4,9 @@
 //
 // A session is one Attach: a model, the worker's pid (watched with a pidfd),
 // an owner id for its leases (the session id, 64 random bits), and a
-// shared-memory channel (mode 0600, unguessable name) served by one thread.
+// shared-memory channel (mode 0600, unguessable name) served by one thread,
+// with the model's residency view after its rings (ResidencyBoard: the
+// worker's own hit path, its pins counted as leases are).
 // That thread also notices the worker's death (within kPeerPollInterval),
 // or a corrupt channel, and then drops every lease the session held
 // (ExpertCache::ReleaseOwner: design invariant 3).
@@ -124,6 +126,10 @@ class SessionManager {
   // `call.host_ok` is ignored: the session's registration decides it.
   absl::StatusOr<AcquireResult> Acquire(uint64_t session_id, uint64_t request,
                                         AcquireCall call);
+  // An acquire the worker served itself from slots it pinned through its
+  // channel's residency view (every demand a hit; nothing leased): checked
+  // as Acquire, then recorded (ExpertCache::RecordLocalHits).
+  absl::Status RecordLocalHits(uint64_t session_id, uint64_t request, const AcquireCall& call);
   absl::Status Release(uint64_t session_id, absl::Span<const SlotLease> leases);
   absl::Status AddHints(uint64_t session_id, uint64_t request,
                         absl::Span<const ExpertHint> hints);
@@ -145,13 +151,17 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<Session>> Find(uint64_t session_id);
   // The owner for `request` of `session`: request 0, or a live request.
   absl::StatusOr<RequestOwner> OwnerOf(Session& session, uint64_t request);
+  // Acquire's checks of `call` from outside (ranges, members); its owner.
+  absl::StatusOr<RequestOwner> CheckCall(Session& session, uint64_t request,
+                                         const AcquireCall& call);
   void Serve(std::shared_ptr<Session> session);
   void HandleMessage(Session& session, channel::ChannelServer& server,
                      const channel::RequestMsg& req);
   // A shm acquire, with the members staged before it (StageMember); the
-  // reply's leases are filled on success.
+  // reply's leases are filled on success. Null `reply`: local hits
+  // (kLocalHits), recorded, not acquired.
   absl::Status ShmAcquire(Session& session, const channel::RequestMsg& req,
-                          channel::ResponseMsg& reply);
+                          channel::ResponseMsg* reply);
   // Keeps a posted member row for the acquire that follows (or the error
   // that acquire will get).
   void StageMember(Session& session, const channel::RequestMsg& req);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "services/channel/residency_view.h"
 #include "services/channel/shm_channel.h"
 #include "services/moe_cached/fd_broker.h"
 #include "tests/common/test_util.h"
@@ -126,7 +127,8 @@ class ShmRingFuzzTest : public ServiceFuzzTest {
   void BadMessage(RequestMsg* m) {
     std::memset(m, 0, sizeof(*m));
     const int32_t L = world_.num_layers, E = world_.num_experts;
-    m->type = Pick<uint32_t>({1, 1, 1, 2, 2, 3, 4, 5, 5, 6, 7, 7, 8, 8, 0, 9, 77, UINT32_MAX});
+    m->type = Pick<uint32_t>({1, 1, 1, 2, 2, 3, 4, 5, 5, 6, 7, 7, 8, 8, 9, 9, 0, 10, 77,
+                              UINT32_MAX});
     m->layer = Pick<int32_t>({0, 1, L - 1, L, -1, INT_MIN, INT_MAX});
     m->count = Pick<uint32_t>({0, 1, 2, 3, 8, 9, kMaxItems, kMaxItems + 1, UINT32_MAX,
                                static_cast<uint32_t>(rng_() % 16)});
@@ -194,9 +196,9 @@ TEST_F(ShmRingFuzzTest, LayoutAssumptionsHold) {
 }
 
 // Well-formed messages with bad fields: each gets a clear answer and the
-// session goes on (Release, Hints, HostRuns and Member have no answer: a
-// Ping after them must succeed; members' errors come back on the next
-// acquire).
+// session goes on (Release, Hints, HostRuns, Member and LocalHits have no
+// answer: a Ping after them must succeed; members' errors come back on the
+// next acquire).
 TEST_F(ShmRingFuzzTest, BadFieldsGetClearRepliesAndTheSessionGoesOn) {
   ASSERT_EQ(channel::ChannelBytes(), kChannelEnd);
   auto req = std::make_unique<RequestMsg>();
@@ -215,7 +217,7 @@ TEST_F(ShmRingFuzzTest, BadFieldsGetClearRepliesAndTheSessionGoesOn) {
       const std::string what = absl::StrCat("message type ", req->type, " layer ", req->layer,
                                             " count ", req->count);
       if (type == MsgType::kRelease || type == MsgType::kHints || type == MsgType::kHostRuns ||
-          type == MsgType::kMember) {
+          type == MsgType::kMember || type == MsgType::kLocalHits) {
         ASSERT_TRUE(s->client().Post(*req, kWait).ok()) << what;
         ASSERT_TRUE(s->client().Call(*ping, reply.get(), kWait).ok()) << "ping after " << what;
         continue;
@@ -341,6 +343,45 @@ TEST_F(ShmRingFuzzTest, GarbageInTheRingEndsOnlyThatSession) {
   EXPECT_GE(ended, trials / 4);
   std::printf("ring garbage writes: %d; sessions ended: %d, survived: %d\n", inputs_, ended,
               survived);
+}
+
+// Garbage over a session's residency view (residency_view.h), the part of
+// the region the daemon writes and only reads pins from: the daemon goes on
+// serving (its worst is slots that look pinned, refused as leases would
+// be), and once the session ends every slot is everyone's again.
+TEST_F(ShmRingFuzzTest, GarbageInTheResidencyViewHarmsNoOneElse) {
+  for (int trial = 0; trial < Scaled(20); ++trial) {
+    auto a = Attach();
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto fds = cached::FetchFds(a->fd_socket(), a->fd_token());
+    ASSERT_TRUE(fds.ok() && fds->size() == 2) << fds.status();
+    const channel::ResidencyShape shape{
+        static_cast<uint32_t>(a->num_layers() * a->num_experts()), a->slot_count()};
+    const size_t bytes = channel::ChannelRegionBytes(shape);
+    void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (*fds)[1].get(), 0);
+    ASSERT_NE(mem, MAP_FAILED);
+    uint8_t* view = static_cast<uint8_t*>(mem) + channel::ResidencyOffset();
+    const size_t view_bytes = channel::ResidencyBytes(shape);
+    if (trial % 2 == 0) {
+      for (size_t b = 0; b < view_bytes; ++b) view[b] = static_cast<uint8_t>(rng_());
+    } else {
+      std::memset(view, 0xff, view_bytes);  // every pin at its maximum
+    }
+    ++inputs_;
+    // Others: served, or refused clearly while the garbage pins slots.
+    std::vector<ExpertDemand> want = {{static_cast<int32_t>(trial % world_.num_experts), 1}};
+    auto got = good_client_->Acquire({.layer = trial % world_.num_layers, .demands = want});
+    ASSERT_TRUE(got.ok() || absl::IsResourceExhausted(got.status())) << got.status();
+    if (got.ok()) {
+      ASSERT_TRUE(good_client_->Release(got->leases).ok());
+    }
+    ASSERT_FALSE(daemon_.process().Exited()) << daemon_.stderr_text();
+    Detach(a->session_id());
+    ::munmap(mem, bytes);
+    ExpectOthersServed(absl::StrCat("residency garbage trial ", trial));
+    if (HasFatalFailure()) return;
+  }
+  ExpectStillServing("residency garbage");
 }
 
 }  // namespace
