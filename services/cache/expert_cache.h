@@ -16,11 +16,12 @@
 // the caller advances its FakeCopyEngine until IsReady(ticket), then calls
 // FinishAcquire. No thread ever blocks.
 //
-// Guarantees: a slot that is leased, or that a started acquire needs, is never
-// chosen as a victim (invariant 1 of the design); a lease is only granted on a
-// slot whose copy completed (invariant 2); an owner's leases can be dropped at
-// once (ReleaseOwner, invariant 3). An iteration starts when an owner acquires
-// a layer not above its previous one.
+// Guarantees: a slot that is leased, that a started acquire needs, or that a
+// worker pinned (ResidencyListener) is never chosen as a victim (invariant 1
+// of the design); a lease is only granted on a slot whose copy completed
+// (invariant 2); an owner's leases can be dropped at once (ReleaseOwner,
+// invariant 3). An iteration starts when an owner acquires a layer not above
+// its previous one.
 //
 // Owners: every call names a RequestOwner (session + request). Leases belong
 // to the session; per-request state (the policy's activation matrices and
