@@ -384,7 +384,7 @@ HostFigures ExpertCache::host_figures() const {
   return host_;
 }
 
-void ExpertCache::CheckCall(const RequestOwner& owner, const AcquireCall& call) const {
+Phase ExpertCache::TakeCall(const RequestOwner& owner, const AcquireCall& call) {
   CheckDemands(call.layer, call.demands, call.members);
   if (!call.members.empty()) {
     bool lead = false;
@@ -392,14 +392,22 @@ void ExpertCache::CheckCall(const RequestOwner& owner, const AcquireCall& call) 
       lead |= m.request == owner.request;
     MOE_CHECK(lead) << "the acquiring request " << owner.request << " is not a member";
   }
+  if (!call.hints.empty()) AddHints(owner, call.hints);
+  return call.prefill ? Phase::kPrefill : Phase::kDecode;
+}
+
+void ExpertCache::NoteFinishLocked(const RequestOwner& owner, int layer, Phase phase,
+                                   int64_t now) {
+  if (phase != Phase::kDecode) return;
+  if (auto o = owners_.find(owner); o != owners_.end()) {
+    o->second.finish_ns = now;
+    o->second.finish_layer = layer;
+  }
 }
 
 void ExpertCache::RecordLocalHits(const RequestOwner& owner, const AcquireCall& call) {
-  CheckCall(owner, call);
-  if (!call.hints.empty()) AddHints(owner, call.hints);
-  const Phase phase = call.prefill ? Phase::kPrefill : Phase::kDecode;
+  const Phase phase = TakeCall(owner, call);
   absl::MutexLock lock(&mu_);
-  ObserveComputeGap(owner, call.layer, phase);
   const std::vector<RequestOwner> routed = RouteLocked(owner, call, phase);
   CachePhaseStats& st = stats_[PhaseIndex(phase)];
   for (const ExpertDemand& d : call.demands) {
@@ -412,22 +420,13 @@ void ExpertCache::RecordLocalHits(const RequestOwner& owner, const AcquireCall& 
     ++layer_hits_[call.layer];
   }
   SpeculateAfterAcquireLocked(routed, call.layer, phase);
-  // As FinishAcquire: the compute gap to the owner's next layer starts now.
-  if (phase == Phase::kDecode) {
-    if (auto o = owners_.find(owner); o != owners_.end()) {
-      o->second.finish_ns = clock_->NowNanos();
-      o->second.finish_layer = call.layer;
-    }
-  }
+  NoteFinishLocked(owner, call.layer, phase, clock_->NowNanos());
 }
 
 absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     const RequestOwner& owner, const AcquireCall& call) {
-  CheckCall(owner, call);
-  if (!call.hints.empty()) AddHints(owner, call.hints);
-  const Phase phase = call.prefill ? Phase::kPrefill : Phase::kDecode;
+  const Phase phase = TakeCall(owner, call);
   absl::MutexLock lock(&mu_);
-  ObserveComputeGap(owner, call.layer, phase);
   const std::vector<RequestOwner> routed = RouteLocked(owner, call, phase);
   Pending p;
   p.owner = owner;
@@ -460,6 +459,7 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
 std::vector<RequestOwner> ExpertCache::RouteLocked(const RequestOwner& owner,
                                                    const AcquireCall& call,
                                                    Phase phase) {
+  ObserveComputeGap(owner, call.layer, phase);
   // Whose routing this is: each member's own row, or the owner's.
   struct Routed {
     RequestOwner owner;
@@ -616,12 +616,7 @@ absl::StatusOr<AcquireResult> ExpertCache::FinishAcquire(Ticket ticket) {
   const bool fetched = p.misses > out.usage.host;
   out.usage.stall_ns = fetched ? std::max<int64_t>(0, now - p.start_ns) : 0;
   const RequestOwner owner = p.owner;
-  if (p.phase == Phase::kDecode) {
-    if (auto o = owners_.find(owner); o != owners_.end()) {
-      o->second.finish_ns = now;
-      o->second.finish_layer = p.layer;
-    }
-  }
+  NoteFinishLocked(owner, p.layer, p.phase, now);
   pending_.erase(it);  // `p` dangles from here on
   for (SlotLease& l : out.leases) {
     --meta_[l.slot].pins;

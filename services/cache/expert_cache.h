@@ -315,7 +315,13 @@ class ExpertCache {
   // MOE_CHECKs StartAcquire's preconditions.
   void CheckDemands(int layer, absl::Span<const ExpertDemand> demands,
                     absl::Span<const MemberDemands> members) const;
-  void CheckCall(const RequestOwner& owner, const AcquireCall& call) const;
+  // An acquire's (or local hits') first step: CheckDemands and the lead
+  // member MOE_CHECKed, the hints filed; returns the call's phase.
+  Phase TakeCall(const RequestOwner& owner, const AcquireCall& call);
+  // The owner's acquire of `layer` finished at `now` (decode): the compute
+  // gap to its next layer starts (ObserveComputeGap).
+  void NoteFinishLocked(const RequestOwner& owner, int layer, Phase phase, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   OwnerState& Owner(const RequestOwner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeBeginIteration(const RequestOwner& owner, int layer, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -328,13 +334,13 @@ class ExpertCache {
   void CancelUnneededPrefetches(const RequestOwner& owner, int layer,
                                 absl::Span<const ExpertDemand> demands)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // StartAcquire's steps, under mu_. RouteLocked sends the routing events
-  // (to each member, batched) and returns the owners whose candidates the
-  // acquire prefetches from, `owner` first. ServeDemandLocked serves one
-  // demanded expert (hit, fetch, or answered on the host per `planner`) and
-  // counts it in `p`; on error `p`'s pins are the caller's to drop.
-  // SpeculateAfterAcquireLocked issues the prefetches and continues the
-  // warm set's placement.
+  // StartAcquire's steps, under mu_. RouteLocked observes the compute gap,
+  // sends the routing events (to each member, batched) and returns the
+  // owners whose candidates the acquire prefetches from, `owner` first.
+  // ServeDemandLocked serves one demanded expert (hit, fetch, or answered on
+  // the host per `planner`) and counts it in `p`; on error `p`'s pins are
+  // the caller's to drop. SpeculateAfterAcquireLocked issues the prefetches
+  // and continues the warm set's placement.
   std::vector<RequestOwner> RouteLocked(const RequestOwner& owner,
                                         const AcquireCall& call, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -12,6 +12,7 @@
 #include "services/cache/expertflow_policy.h"
 #include "services/cache/fake_copy_engine.h"
 #include "services/cache/moe_infinity_policy.h"
+#include "tests/cache/cache_test_options.h"
 
 namespace moe::cache {
 namespace {
@@ -20,29 +21,12 @@ constexpr int kLayers = 4;
 constexpr int kExperts = 6;
 
 PolicyConfig Config(int capacity) {
-  PolicyConfig pc;
-  pc.num_layers = kLayers;
-  pc.num_experts = kExperts;
-  pc.top_k = 2;
-  pc.capacity = capacity;
-  pc.expert_bytes = 1e6;
-  pc.link_bytes_per_sec = 1e9;
-  pc.layer_seconds = 1e-3;
-  return pc;
+  return testing::TestPolicyConfig(kLayers, kExperts, capacity);
 }
 
 // A cache of `capacity` 1 MB experts over a 1 GB/s link, 1 ms per layer.
 ExpertCacheOptions LinkOptions(int capacity, bool prefetch) {
-  ExpertCacheOptions o;
-  o.num_layers = kLayers;
-  o.num_experts = kExperts;
-  o.top_k = 2;
-  o.capacity = capacity;
-  o.expert_bytes = 1000000;
-  o.prefetch = prefetch;
-  o.link_bytes_per_sec = 1e9;
-  o.layer_seconds = 1e-3;
-  return o;
+  return testing::TestCacheOptions(kLayers, kExperts, capacity, prefetch);
 }
 
 // Drives one acquire on the virtual clock.

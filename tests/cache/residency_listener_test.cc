@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "services/cache/expert_cache.h"
 #include "services/cache/fake_copy_engine.h"
+#include "tests/cache/cache_test_options.h"
 
 namespace moe::cache {
 namespace {
@@ -45,27 +46,11 @@ class FakeBoard : public ResidencyListener {
 };
 
 ExpertCacheOptions Options(int capacity) {
-  ExpertCacheOptions o;
-  o.num_layers = kLayers;
-  o.num_experts = kExperts;
-  o.top_k = 2;
-  o.capacity = capacity;
-  o.expert_bytes = 1000000;
-  o.link_bytes_per_sec = 1e9;
-  o.layer_seconds = 1e-3;
-  return o;
+  return testing::TestCacheOptions(kLayers, kExperts, capacity, /*prefetch=*/false);
 }
 
 PolicyConfig Config(int capacity) {
-  PolicyConfig pc;
-  pc.num_layers = kLayers;
-  pc.num_experts = kExperts;
-  pc.top_k = 2;
-  pc.capacity = capacity;
-  pc.expert_bytes = 1e6;
-  pc.link_bytes_per_sec = 1e9;
-  pc.layer_seconds = 1e-3;
-  return pc;
+  return testing::TestPolicyConfig(kLayers, kExperts, capacity);
 }
 
 absl::StatusOr<AcquireResult> AcquireNow(ExpertCache& cache, FakeCopyEngine& engine,

@@ -16,60 +16,17 @@
 #include "gtest/gtest.h"
 #include "services/client/cache_client.h"
 #include "tests/moe_cached/daemon_process.h"
+#include "tests/moe_cached/tiny_daemon_test.h"
 
 namespace moe::cached {
 namespace {
 
-using ::moe::client::CacheClient;
-using ::moe::client::CacheClientOptions;
 using ::moe::client::kLocalLeaseGeneration;
-using ::moe::testing::DaemonConfig;
-using ::moe::testing::DaemonProcess;
-using ::moe::testing::TempDir;
 
-constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
-                                  TensorRole::kExpertDown};
-
-class LocalHitsTest : public ::testing::Test {
+class LocalHitsTest : public testing::TinyDaemonTest {
  protected:
-  void SetUp() override {
-    model_dir_ = dir_.Sub("tiny");
-    ASSERT_TRUE(moe::testing::MakeTinyModel(model_dir_).ok());
-    auto desc = ModelDescription::Open(model_dir_);
-    ASSERT_TRUE(desc.ok()) << desc.status();
-    desc_ = std::make_unique<ModelDescription>(std::move(*desc));
-  }
-
   void StartDaemon(int experts) {
-    DaemonConfig c;
-    c.models = {model_dir_};
-    c.extra_args = {"--cache-experts", std::to_string(experts)};
-    absl::Status s = daemon_.Start(c);
-    ASSERT_TRUE(s.ok()) << s;
-  }
-
-  std::unique_ptr<CacheClient> Connect() {
-    CacheClientOptions o;
-    o.address = daemon_.address();
-    o.model = "tiny";
-    o.worker_id = "test";
-    o.timeout = absl::Seconds(20);
-    auto c = CacheClient::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
-
-  // Every tensor of the expert in the lease's slot equals the checkpoint.
-  void ExpectSlotMatches(const CacheClient& client, const SlotLease& lease) {
-    const int layer = lease.key.layer;
-    ASSERT_EQ(client.layout(layer).tensors.size(), 3u);
-    for (int r = 0; r < 3; ++r) {
-      auto view = desc_->Expert(layer, lease.key.expert, kRoles[r]);
-      ASSERT_TRUE(view.ok());
-      const client::SlotTensor& t = client.layout(layer).tensors[r];
-      EXPECT_EQ(std::memcmp(client.SlotData(lease.slot) + t.offset, view->data, view->nbytes), 0)
-          << lease.key.ToString() << " in slot " << lease.slot;
-    }
+    TinyDaemonTest::StartDaemon({"--cache-experts", std::to_string(experts)});
   }
 
   static std::vector<ExpertDemand> Layer(int experts) {
@@ -77,11 +34,6 @@ class LocalHitsTest : public ::testing::Test {
     for (int e = 0; e < experts; ++e) all.push_back({e, 1});
     return all;
   }
-
-  TempDir dir_;
-  DaemonProcess daemon_{dir_};
-  std::string model_dir_;
-  std::unique_ptr<ModelDescription> desc_;
 };
 
 TEST_F(LocalHitsTest, ResidentExpertsAreServedWithoutARoundTrip) {
@@ -105,7 +57,7 @@ TEST_F(LocalHitsTest, ResidentExpertsAreServedWithoutARoundTrip) {
       EXPECT_EQ(l.generation, kLocalLeaseGeneration);  // pinned by the client
       EXPECT_EQ(l.slot, first->leases[i].slot);
       EXPECT_EQ(l.key, first->leases[i].key);
-      ExpectSlotMatches(*client, l);
+      ExpectSlotMatches(*client, 1, l);
     }
     ASSERT_TRUE(client->Release(again->leases).ok());
   }
@@ -137,12 +89,12 @@ TEST_F(LocalHitsTest, APinnedSlotIsNotTakenForAnotherWorkersMiss) {
   auto seven = b->Acquire({.layer = 1, .demands = Layer(7)});
   ASSERT_TRUE(seven.ok()) << seven.status();
   for (const SlotLease& l : seven->leases) EXPECT_NE(l.slot, pinned->leases[0].slot);
-  ExpectSlotMatches(*a, pinned->leases[0]);
+  ExpectSlotMatches(*a, 0, pinned->leases[0]);
   ASSERT_TRUE(b->Release(seven->leases).ok());
   ASSERT_TRUE(a->Release(pinned->leases).ok());
   auto all = b->Acquire({.layer = 1, .demands = Layer(8)});
   ASSERT_TRUE(all.ok()) << all.status();
-  for (const SlotLease& l : all->leases) ExpectSlotMatches(*b, l);
+  for (const SlotLease& l : all->leases) ExpectSlotMatches(*b, 1, l);
 }
 
 TEST_F(LocalHitsTest, AKilledWorkersPinsGoWithIt) {
@@ -154,13 +106,7 @@ TEST_F(LocalHitsTest, AKilledWorkersPinsGoWithIt) {
   ASSERT_TRUE(client->Release(warm->leases).ok());
   // Layer 0 is resident: the holder pins all of it itself.
   moe::testing::ChildProcess holder;
-  ASSERT_TRUE(holder
-                  .Spawn(moe::testing::LeaseHolderBinary(), {daemon_.address(), "tiny", "0"},
-                         dir_.Sub("holder.stderr"))
-                  .ok());
-  auto line = holder.ReadLine(absl::Seconds(30));
-  ASSERT_TRUE(line.ok()) << line.status();
-  EXPECT_EQ(*line, "HELD 8");
+  ASSERT_NO_FATAL_FAILURE(SpawnLeaseHolder(holder, 0, 8));
   auto blocked = client->Acquire({.layer = 1, .demands = std::vector<ExpertDemand>{{0, 1}}});
   EXPECT_EQ(blocked.status().code(), absl::StatusCode::kResourceExhausted) << blocked.status();
   ASSERT_TRUE(holder.Signal(SIGKILL).ok());
@@ -171,7 +117,7 @@ TEST_F(LocalHitsTest, AKilledWorkersPinsGoWithIt) {
     return r.ok();
   });
   ASSERT_TRUE(r.ok()) << r.status();
-  ExpectSlotMatches(*client, r->leases[0]);
+  ExpectSlotMatches(*client, 1, r->leases[0]);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "services/rpc/rpc_util.h"
 #include "tests/common/test_util.h"
 #include "tests/moe_cached/daemon_process.h"
+#include "tests/moe_cached/tiny_daemon_test.h"
 
 namespace moe::cached {
 namespace {
@@ -43,55 +44,8 @@ using ::moe::testing::TempDir;
 using ::testing::HasSubstr;
 using ::moe::AcquireResult;
 
-constexpr TensorRole kRoles[3] = {TensorRole::kExpertGate, TensorRole::kExpertUp,
-                                  TensorRole::kExpertDown};
-
-class MoeCachedTest : public ::testing::Test {
+class MoeCachedTest : public testing::TinyDaemonTest {
  protected:
-  void SetUp() override {
-    model_dir_ = dir_.Sub("tiny");
-    ASSERT_TRUE(moe::testing::MakeTinyModel(model_dir_).ok());
-    auto desc = ModelDescription::Open(model_dir_);
-    ASSERT_TRUE(desc.ok()) << desc.status();
-    desc_ = std::make_unique<ModelDescription>(std::move(*desc));
-  }
-
-  void StartDaemon(std::vector<std::string> extra, bool metrics = false) {
-    DaemonConfig c;
-    c.models = {model_dir_};
-    c.extra_args = std::move(extra);
-    c.metrics = metrics;
-    absl::Status s = daemon_.Start(c);
-    ASSERT_TRUE(s.ok()) << s;
-  }
-
-  std::unique_ptr<CacheClient> Connect(bool use_shm = true) {
-    CacheClientOptions o;
-    o.address = daemon_.address();
-    o.model = "tiny";
-    o.worker_id = "test";
-    o.use_shm = use_shm;
-    o.timeout = absl::Seconds(20);
-    auto c = CacheClient::Connect(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
-
-  // Every tensor of the leased expert equals the checkpoint, byte for byte.
-  void ExpectSlotMatches(const CacheClient& client, int layer, const SlotLease& lease) {
-    ASSERT_EQ(client.layout(layer).tensors.size(), 3u);
-    EXPECT_EQ(lease.key.layer, layer);
-    for (int r = 0; r < 3; ++r) {
-      auto view = desc_->Expert(layer, lease.key.expert, kRoles[r]);
-      ASSERT_TRUE(view.ok());
-      const SlotTensor& t = client.layout(layer).tensors[r];
-      ASSERT_EQ(t.nbytes, view->nbytes);
-      EXPECT_EQ(std::memcmp(client.SlotData(lease.slot) + t.offset, view->data, view->nbytes), 0)
-          << "L" << layer << "/E" << lease.key.expert << " " << t.role << " in slot "
-          << lease.slot;
-    }
-  }
-
   // The daemon's gRPC service, without the client library.
   std::unique_ptr<moe::v1::ExpertCache::Stub> RawStub() {
     return moe::v1::ExpertCache::NewStub(
@@ -116,10 +70,6 @@ class MoeCachedTest : public ::testing::Test {
     return WIFEXITED(*st) ? WEXITSTATUS(*st) : -WTERMSIG(*st);
   }
 
-  TempDir dir_;
-  std::string model_dir_;
-  std::unique_ptr<ModelDescription> desc_;
-  DaemonProcess daemon_{dir_};
 };
 
 // Follows a synthetic trace; every leased slot matches the checkpoint when
@@ -302,13 +252,7 @@ TEST_F(MoeCachedTest, KilledWorkersLeasesAreReclaimed) {
   // other expert can be loaded.
   StartDaemon({"--cache-experts", "8"});
   moe::testing::ChildProcess holder;
-  ASSERT_TRUE(holder
-                  .Spawn(moe::testing::LeaseHolderBinary(), {daemon_.address(), "tiny", "0"},
-                         dir_.Sub("holder.stderr"))
-                  .ok());
-  auto line = holder.ReadLine(absl::Seconds(30));
-  ASSERT_TRUE(line.ok()) << line.status();
-  EXPECT_EQ(*line, "HELD 8");
+  ASSERT_NO_FATAL_FAILURE(SpawnLeaseHolder(holder, 0, 8));
 
   auto client = Connect();
   ASSERT_NE(client, nullptr);
