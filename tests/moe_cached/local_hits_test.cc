@@ -78,6 +78,9 @@ TEST_F(LocalHitsTest, APinnedSlotIsNotTakenForAnotherWorkersMiss) {
   auto warm = a->Acquire({.layer = 0, .demands = Layer(8)});
   ASSERT_TRUE(warm.ok()) << warm.status();
   ASSERT_TRUE(a->Release(warm->leases).ok());
+  // The release is posted: a round trip on the same channel makes sure the
+  // daemon took it before b asks.
+  ASSERT_TRUE(a->GetStats("tiny").ok());
   auto pinned = a->Acquire({.layer = 0, .demands = std::vector<ExpertDemand>{{3, 1}}});
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   ASSERT_EQ(pinned->leases.size(), 1u);
