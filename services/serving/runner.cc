@@ -315,9 +315,12 @@ void Runner::Leave(Job& job, absl::Status status) {
       metrics_->AddExpertOutcome(c.hits, c.misses, c.wait_seconds, c.stall_seconds);
     }
   }
-  job.sink->Finish(status);
   Finished(job, status, c);
+  // The gauges (running, KV) follow the removal at once, and the client
+  // hears the end after them: a scrape after the last token sees it done.
+  const std::shared_ptr<OutputSink> sink = job.sink;
   scheduler_.Remove(&job);  // the job is gone from here on
+  sink->Finish(status);
 }
 
 void Runner::Finished(const Job& job, const absl::Status& status, const ExpertCounters& counters) {

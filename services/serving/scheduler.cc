@@ -168,9 +168,12 @@ std::unique_ptr<Sequence> Scheduler::Remove(Sequence* seq) {
   if (!take(running_)) (void)take(preempted_);
   absl::MutexLock lock(&mu_);
   kv_held_ -= seq->kv_bytes;
-  // The gauge follows a finished sequence's blocks at once, not at the next
-  // step (an idle worker would show the last one's forever).
-  if (metrics_ != nullptr) metrics_->SetKvCacheBytes(kv_held_);
+  // The gauges follow a finished sequence at once, not at the next step (an
+  // idle worker would show the last one forever).
+  if (metrics_ != nullptr) {
+    metrics_->SetKvCacheBytes(kv_held_);
+    metrics_->SetRunning(static_cast<int64_t>(running_.size()));
+  }
   --live_;
   cv_.SignalAll();
   return out;
