@@ -208,17 +208,13 @@ bool ExpertCache::EvictSlot(SlotId slot) {
 
 SlotId ExpertCache::TakeSlot(const VictimContext& context,
                              const std::function<bool(const ExpertKey&)>& may_evict) {
-  std::vector<SlotId> pinned;  // chosen, then found pinned by a worker
+  std::vector<ExpertKey> pinned;  // chosen, then found pinned by a worker
   while (true) {
     const SlotId slot = ChooseSlot(context, [&](const ExpertKey& k) {
-      if (!may_evict(k)) return false;
-      for (SlotId p : pinned) {
-        if (slots_.Get(p).key == k) return false;
-      }
-      return true;
+      return may_evict(k) && std::find(pinned.begin(), pinned.end(), k) == pinned.end();
     });
     if (slot < 0 || EvictSlot(slot)) return slot;
-    pinned.push_back(slot);
+    pinned.push_back(slots_.Get(slot).key);
   }
 }
 

@@ -15,7 +15,7 @@ static_assert(std::atomic<int32_t>::is_always_lock_free &&
 }  // namespace
 
 size_t ResidencyBytes(const ResidencyShape& shape) {
-  return RoundUp(4 * size_t{shape.keys}) + RoundUp(4 * size_t{shape.slots}) +
+  return RoundUp(4 * size_t{shape.keys()}) + RoundUp(4 * size_t{shape.slots}) +
          RoundUp(4 * size_t{shape.slots});
 }
 
@@ -28,14 +28,14 @@ size_t ChannelRegionBytes(const ResidencyShape& shape) {
 ResidencyView::ResidencyView(void* region, const ResidencyShape& shape) : shape_(shape) {
   char* base = static_cast<char*>(region) + ResidencyOffset();
   slot_of_ = reinterpret_cast<std::atomic<int32_t>*>(base);
-  base += RoundUp(4 * size_t{shape.keys});
+  base += RoundUp(4 * size_t{shape.keys()});
   held_ = reinterpret_cast<std::atomic<uint32_t>*>(base);
   base += RoundUp(4 * size_t{shape.slots});
   pins_ = reinterpret_cast<std::atomic<uint32_t>*>(base);
 }
 
 void ResidencyView::Init() {
-  for (uint32_t k = 0; k < shape_.keys; ++k) slot_of_[k].store(-1, std::memory_order_relaxed);
+  for (uint32_t k = 0; k < shape_.keys(); ++k) slot_of_[k].store(-1, std::memory_order_relaxed);
   for (uint32_t s = 0; s < shape_.slots; ++s) {
     held_[s].store(0, std::memory_order_relaxed);
     pins_[s].store(0, std::memory_order_relaxed);

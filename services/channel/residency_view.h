@@ -3,7 +3,8 @@
 // in the worker's channel region, after the rings (ChannelRegionBytes), so
 // each worker has its own copy, written by the daemon, and its own pins.
 //
-// Keys are layer * experts + expert. Per key, the slot that holds it ready
+// Keys are layer * experts + expert (ResidencyShape::Key). Per key, the
+// slot that holds it ready
 // (-1: none; a hint, checked against `held`); per slot, the key it holds
 // ready, plus one (0: none), and the worker's pin count.
 //
@@ -33,8 +34,13 @@
 namespace moe::channel {
 
 struct ResidencyShape {
-  uint32_t keys = 0;   // layers x experts
-  uint32_t slots = 0;  // the arena's
+  uint32_t layers = 0;   // MoE layers
+  uint32_t experts = 0;  // per layer
+  uint32_t slots = 0;    // the arena's
+
+  uint32_t keys() const { return layers * experts; }
+  // REQUIRES: layer < layers, expert < experts.
+  uint32_t Key(uint32_t layer, uint32_t expert) const { return layer * experts + expert; }
 };
 
 // Bytes of one view, and of a whole channel region (the rings, then the

@@ -202,9 +202,9 @@ struct CacheClient::Impl {
   // calls go over gRPC.
   void OpenChannel(const moe::v1::AttachResponse& aresp, const std::vector<UniqueFd>& fds) {
     if (!options.use_shm || (aresp.channel_name().empty() && fds.empty())) return;
-    const channel::ResidencyShape shape{
-        static_cast<uint32_t>(aresp.num_layers()) * static_cast<uint32_t>(aresp.num_experts()),
-        aresp.slot_count()};
+    const channel::ResidencyShape shape{static_cast<uint32_t>(aresp.num_layers()),
+                                        static_cast<uint32_t>(aresp.num_experts()),
+                                        aresp.slot_count()};
     const size_t bytes = channel::ChannelRegionBytes(shape);
     absl::StatusOr<std::unique_ptr<ChannelMapping>> ch =
         fds.empty() ? ChannelMapping::Open(aresp.channel_name(), bytes)
@@ -262,16 +262,15 @@ struct CacheClient::Impl {
   // Every demanded expert resident: each slot pinned through the residency
   // view, and the acquire posted to the daemon as local hits (no reply to
   // wait for). False, nothing pinned, when one is not.
-  // REQUIRES: `call` in range (layer < layers, experts < num_experts).
-  bool TryLocalAcquireLocked(const AcquireCall& call, int num_experts, AcquireResult* out)
+  // REQUIRES: `call` in range (MayServeLocallyLocked).
+  bool TryLocalAcquireLocked(const AcquireCall& call, AcquireResult* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (!residency.has_value()) return false;
     std::vector<SlotLease> pinned;
     pinned.reserve(call.demands.size());
     for (const ExpertDemand& d : call.demands) {
-      const uint32_t key = static_cast<uint32_t>(call.layer) * static_cast<uint32_t>(num_experts) +
-                           static_cast<uint32_t>(d.expert);
-      const int32_t slot = residency->TryPin(key);
+      const int32_t slot = residency->TryPin(residency->shape().Key(
+          static_cast<uint32_t>(call.layer), static_cast<uint32_t>(d.expert)));
       if (slot < 0) break;
       pinned.push_back({ExpertKey{call.layer, d.expert}, slot, kLocalLeaseGeneration});
     }
@@ -478,7 +477,7 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(const AcquireCall& call,
     if (im.detached) return absl::FailedPreconditionError("client detached");
     if (!hints.empty()) RETURN_IF_ERROR(im.PostHintsLocked(hints));
     if (im.MayServeLocallyLocked(ExchangeShape{num_layers_, num_experts_}, call) &&
-        im.TryLocalAcquireLocked(call, num_experts_, &out)) {
+        im.TryLocalAcquireLocked(call, &out)) {
       return out;
     }
     RETURN_IF_ERROR(im.PostMembersLocked(layer, members, channel::ChannelClient::Wake::kEager));

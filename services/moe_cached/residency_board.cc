@@ -5,17 +5,15 @@
 namespace moe::cached {
 
 ResidencyBoard::ResidencyBoard(int num_layers, int num_experts, int num_slots)
-    : shape_{static_cast<uint32_t>(num_layers) * static_cast<uint32_t>(num_experts),
+    : shape_{static_cast<uint32_t>(num_layers), static_cast<uint32_t>(num_experts),
              static_cast<uint32_t>(num_slots)},
-      num_experts_(num_experts),
       held_(static_cast<size_t>(num_slots), 0) {}
 
 uint32_t ResidencyBoard::KeyIndex(const ExpertKey& key) const {
-  const uint32_t k = static_cast<uint32_t>(key.layer) * static_cast<uint32_t>(num_experts_) +
-                     static_cast<uint32_t>(key.expert);
-  MOE_CHECK(key.layer >= 0 && key.expert >= 0 && key.expert < num_experts_ && k < shape_.keys)
+  MOE_CHECK(key.layer >= 0 && static_cast<uint32_t>(key.layer) < shape_.layers &&
+            key.expert >= 0 && static_cast<uint32_t>(key.expert) < shape_.experts)
       << "expert " << key.ToString() << " outside the board";
-  return k;
+  return shape_.Key(static_cast<uint32_t>(key.layer), static_cast<uint32_t>(key.expert));
 }
 
 void ResidencyBoard::AddView(uint64_t id, void* region) {

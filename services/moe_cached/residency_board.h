@@ -46,7 +46,6 @@ class ResidencyBoard : public cache::ResidencyListener {
   uint32_t KeyIndex(const ExpertKey& key) const;
 
   const channel::ResidencyShape shape_;
-  const int num_experts_;
   mutable absl::Mutex mu_;
   std::vector<uint32_t> held_ ABSL_GUARDED_BY(mu_);  // per slot: key index + 1, 0: none
   std::vector<std::pair<uint64_t, channel::ResidencyView>> views_ ABSL_GUARDED_BY(mu_);

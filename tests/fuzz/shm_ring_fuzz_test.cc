@@ -355,8 +355,9 @@ TEST_F(ShmRingFuzzTest, GarbageInTheResidencyViewHarmsNoOneElse) {
     ASSERT_TRUE(a.ok()) << a.status();
     auto fds = cached::FetchFds(a->fd_socket(), a->fd_token());
     ASSERT_TRUE(fds.ok() && fds->size() == 2) << fds.status();
-    const channel::ResidencyShape shape{
-        static_cast<uint32_t>(a->num_layers() * a->num_experts()), a->slot_count()};
+    const channel::ResidencyShape shape{static_cast<uint32_t>(a->num_layers()),
+                                        static_cast<uint32_t>(a->num_experts()),
+                                        a->slot_count()};
     const size_t bytes = channel::ChannelRegionBytes(shape);
     void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (*fds)[1].get(), 0);
     ASSERT_NE(mem, MAP_FAILED);

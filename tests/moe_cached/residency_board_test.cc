@@ -34,7 +34,7 @@ struct Region {
 TEST(ResidencyBoardTest, NoSlotChangesUnderAPin) {
   ResidencyBoard board(kLayers, kExperts, kSlots);
   const channel::ResidencyShape shape = board.shape();
-  ASSERT_EQ(shape.keys, static_cast<uint32_t>(kLayers * kExperts));
+  ASSERT_EQ(shape.keys(), static_cast<uint32_t>(kLayers * kExperts));
   // The "arena": what each slot holds (a key index), rewritten by the daemon.
   std::vector<std::atomic<uint64_t>> content(kSlots);
   std::vector<int> key_of(kSlots);
@@ -55,7 +55,7 @@ TEST(ResidencyBoardTest, NoSlotChangesUnderAPin) {
       channel::ResidencyView view(regions[w].mem.get(), shape);
       std::mt19937 rng(w + 1);
       while (!stop.load(std::memory_order_relaxed)) {
-        const uint32_t key = rng() % shape.keys;
+        const uint32_t key = rng() % shape.keys();
         const int32_t slot = view.TryPin(key);
         if (slot < 0) continue;
         ++pins;
@@ -80,7 +80,7 @@ TEST(ResidencyBoardTest, NoSlotChangesUnderAPin) {
       // A key no slot holds now.
       int key;
       do {
-        key = static_cast<int>(rng() % shape.keys);
+        key = static_cast<int>(rng() % shape.keys());
       } while (std::find(key_of.begin(), key_of.end(), key) != key_of.end());
       content[s].store(kRewriting, std::memory_order_relaxed);
       content[s].store(static_cast<uint64_t>(key), std::memory_order_relaxed);
