@@ -4,25 +4,30 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::worker {
-namespace {
 
 using v1::GenerateResponse;
-
-class GenerateCall;
 
 // The half of a call the runner holds. It outlives the reactor if need be:
 // the reactor deletes itself in OnDone, which comes only after Finish, and
 // Finish is only ever started from here, after every write.
-class CallStream : public ResponseSink {
+//
+// The engine thread only queues: a write or finish it asks for is started
+// by the service's StreamStarter thread (a gRPC write started from a thread
+// runs its send inline there, a sendmsg that wakes the client and may wait
+// on the transport's locks: 16 of them per batched step held the engine
+// thread). The next write after each one is started from OnWriteDone, on
+// gRPC's own thread.
+class CallStream : public ResponseSink, public std::enable_shared_from_this<CallStream> {
  public:
-  explicit CallStream(grpc::ServerWriteReactor<GenerateResponse>* reactor)
-      : reactor_(reactor) {}
+  CallStream(grpc::ServerWriteReactor<GenerateResponse>* reactor, StreamStarter* starter)
+      : reactor_(reactor), starter_(starter) {}
 
   void Write(GenerateResponse response) override {
     mu_.Lock();
@@ -31,7 +36,7 @@ class CallStream : public ResponseSink {
       return;
     }
     pending_.push_back(std::move(response));
-    Pump();
+    ScheduleLocked();
   }
 
   void Finish(const absl::Status& status) override {
@@ -42,10 +47,17 @@ class CallStream : public ResponseSink {
     }
     finish_requested_ = true;
     finish_status_ = rpc::ToGrpcStatus(status);
-    Pump();
+    ScheduleLocked();
   }
 
   bool Cancelled() const override { return cancelled_.load(); }
+
+  // On the starter's thread.
+  void Start() {
+    mu_.Lock();
+    scheduled_ = false;
+    Pump();
+  }
 
   // Reactions, forwarded by the reactor.
   void OnWriteDone(bool ok) {
@@ -60,6 +72,15 @@ class CallStream : public ResponseSink {
   void OnCancel() { cancelled_ = true; }
 
  private:
+  // Hands the stream to the starter unless a write is in flight (its
+  // OnWriteDone starts the next) or it is handed already; releases mu_.
+  void ScheduleLocked() ABSL_UNLOCK_FUNCTION(mu_) {
+    const bool schedule = !writing_ && !scheduled_ && !finish_started_;
+    scheduled_ = scheduled_ || schedule;
+    mu_.Unlock();
+    if (schedule) starter_->Schedule(shared_from_this());
+  }
+
   // Starts the next write, or Finish once nothing is left to write; releases
   // mu_ on every path. The gRPC call happens outside the lock (a reaction
   // may run inline).
@@ -87,21 +108,26 @@ class CallStream : public ResponseSink {
   }
 
   grpc::ServerWriteReactor<GenerateResponse>* const reactor_;
+  StreamStarter* const starter_;
   absl::Mutex mu_;
   std::deque<GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
   // Being written; gRPC holds a pointer to it (written under mu_, read by
   // gRPC until OnWriteDone).
   GenerateResponse current_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool scheduled_ ABSL_GUARDED_BY(mu_) = false;  // queued on the starter
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancelled_{false};
 };
 
+namespace {
+
 class GenerateCall : public grpc::ServerWriteReactor<GenerateResponse> {
  public:
-  GenerateCall() : stream_(std::make_shared<CallStream>(this)) {}
+  explicit GenerateCall(StreamStarter* starter)
+      : stream_(std::make_shared<CallStream>(this, starter)) {}
   const std::shared_ptr<CallStream>& stream() { return stream_; }
 
   void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
@@ -114,9 +140,45 @@ class GenerateCall : public grpc::ServerWriteReactor<GenerateResponse> {
 
 }  // namespace
 
+StreamStarter::StreamStarter() : thread_([this] { Loop(); }) {}
+
+StreamStarter::~StreamStarter() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void StreamStarter::Schedule(std::shared_ptr<CallStream> stream) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(stream));
+}
+
+void StreamStarter::Loop() {
+  std::vector<std::shared_ptr<CallStream>> batch;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](StreamStarter* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return s->stop_ || !s->queue_.empty();
+          },
+          this));
+      // Stops only with nothing queued: every finish asked for is started.
+      if (queue_.empty()) return;
+      batch.assign(std::make_move_iterator(queue_.begin()),
+                   std::make_move_iterator(queue_.end()));
+      queue_.clear();
+    }
+    for (const std::shared_ptr<CallStream>& s : batch) s->Start();
+    batch.clear();
+  }
+}
+
 grpc::ServerWriteReactor<GenerateResponse>* InferenceService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  auto* call = new GenerateCall();
+  auto* call = new GenerateCall(&starter_);
   absl::Time deadline = absl::InfiniteFuture();
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     deadline = absl::FromChrono(context->deadline());
