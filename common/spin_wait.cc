@@ -163,7 +163,9 @@ void ForceMachineLoadForTest(std::optional<bool> oversubscribed) {
 
 void PublishWord(std::atomic<uint32_t>& word, std::atomic<uint32_t>& asleep, uint32_t value) {
   word.store(value, std::memory_order_seq_cst);
-  if (asleep.load(std::memory_order_seq_cst) != 0) FutexWake(&word);
+  // The waiter sets `asleep` again before each sleep (SleepWhileEqual), so
+  // taking it here loses no wake-up.
+  if (asleep.exchange(0, std::memory_order_seq_cst) != 0) FutexWake(&word);
 }
 
 absl::Status WaitWordChange(std::atomic<uint32_t>& word, std::atomic<uint32_t>& asleep,

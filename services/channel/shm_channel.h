@@ -30,9 +30,14 @@ namespace moe::channel {
 inline constexpr uint32_t kChannelMagic = 0x43454f4d;  // "MOEC"
 // 2: leases carry their layer; 3: host-run reports; 4: members of batched
 // acquires; 5: local hits, and the residency view after the rings
-// (residency_view.h)
-inline constexpr uint32_t kChannelVersion = 5;
-inline constexpr uint32_t kRingSlots = 16;  // power of two
+// (residency_view.h); 6: 64 slots a ring, not 16
+inline constexpr uint32_t kChannelVersion = 6;
+// A power of two. A batched step of 16 sequences posts a member row per
+// sequence and the acquire for each layer, ~100 messages for six layers:
+// with 16 slots the worker waited for moe-cached to drain the ring at
+// every layer; 64 let the lazily woken daemon take them in a few batches
+// (~0.8 MB of shared memory a session).
+inline constexpr uint32_t kRingSlots = 64;
 inline constexpr uint32_t kMaxItems = 256;  // experts per message
 
 enum class MsgType : uint32_t {
