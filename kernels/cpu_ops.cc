@@ -72,7 +72,7 @@ void Rope(ThreadPool& pool, float* q, float* k, const int32_t* positions,
     inv_freq[i] = std::pow(static_cast<double>(theta),
                            -2.0 * static_cast<double>(i) / head_dim);
   }
-  pool.ParallelFor(tokens, RowGrain((q_heads + kv_heads) * head_dim * 8),
+  pool.ParallelFor(tokens, RowGrain((q_heads + kv_heads) * head_dim * 8, 1 << 18),
                    [&](int64_t b, int64_t e) {
     std::vector<float> cs(half), sn(half);
     for (int64_t t = b; t < e; ++t) {
@@ -204,6 +204,13 @@ void SiluMul(SimdLevel level, const float* gate, const float* up, float* out, in
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+double SumExp(SimdLevel level, const float* x, int64_t n, float shift) {
+  if (level == SimdLevel::kAvx512) return SumExpAvx512(x, n, shift);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - shift));
+  return sum;
 }
 
 void Add(const float* a, const float* b, float* out, int64_t n) {

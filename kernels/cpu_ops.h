@@ -38,6 +38,15 @@ void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n);
 void SiluMul(SimdLevel level, const float* gate, const float* up, float* out, int64_t n);
 // SiluMul's kAvx512 path.
 void SiluMulAvx512(const float* gate, const float* up, float* out, int64_t n);
+// sum over i of e^(x[i] - shift), summed in double: a log-softmax's
+// denominator (the sampler's logprob of every token). At kAvx512 each term
+// is the vector exp above (within 1 ulp of e^(x - shift) rounded to float,
+// the difference itself rounded to float first), 16 at a time into eight
+// double lanes; below it std::exp in double of each float difference, in
+// index order. NaN anywhere gives NaN; +inf - shift gives inf.
+// REQUIRES: SimdLevelSupported(level).
+double SumExp(SimdLevel level, const float* x, int64_t n, float shift);
+double SumExpAvx512(const float* x, int64_t n, float shift);
 void Add(const float* a, const float* b, float* out, int64_t n);
 void Scale(float* x, float s, int64_t n);
 void Sigmoid(const float* x, float* y, int64_t n);

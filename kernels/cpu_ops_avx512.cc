@@ -1,5 +1,5 @@
-// The AVX-512F elementwise ops of cpu_ops.h: silu(gate) * up with a
-// vector exp, 16 lanes at a time.
+// The AVX-512F elementwise ops of cpu_ops.h: silu(gate) * up and a sum of
+// exponentials with a vector exp, 16 lanes at a time.
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized inside its
 // intrinsics' undefined pass-through operands (as in cpu_matmul_avx512.cc).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -59,6 +59,24 @@ MOE_SIMD_TARGET void SiluMulAvx512(const float* gate, const float* up, float* ou
                           SiluTimes(_mm512_maskz_loadu_ps(m, gate + i),
                                     _mm512_maskz_loadu_ps(m, up + i)));
   }
+}
+
+MOE_SIMD_TARGET double SumExpAvx512(const float* x, int64_t n, float shift) {
+  const __m512 c = _mm512_set1_ps(shift);
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  auto add = [&](__m512 e) MOE_SIMD_TARGET {
+    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
+                               _mm512_castps_pd(e), 1))));
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) add(Exp(_mm512_sub_ps(_mm512_loadu_ps(x + i), c)));
+  if (i < n) {  // masked-off lanes add e^-inf = 0
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i);
+    add(Exp(_mm512_sub_ps(v, c)));
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
 }  // namespace moe::cpu

@@ -6,20 +6,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/splitmix64.h"
+#include "kernels/cpu_matmul.h"
+#include "kernels/cpu_ops.h"
 
 namespace moe {
 namespace {
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-// log(sum(exp(x))) computed in double for stable log-probs.
+// log(sum(exp(x))), the sum in double for stable log-probs, of every
+// token's logits (cpu::SumExp: a vector exp where the CPU has AVX-512).
 double LogSumExp(absl::Span<const float> x) {
+  static const SimdLevel level = DetectSimdLevel();
   float max = -std::numeric_limits<float>::infinity();
   for (float v : x) max = std::max(max, v);
   if (!std::isfinite(max)) return max;
-  double sum = 0.0;
-  for (float v : x) sum += std::exp(static_cast<double>(v) - max);
-  return max + std::log(sum);
+  return max + std::log(cpu::SumExp(level, x.data(), static_cast<int64_t>(x.size()), max));
 }
 
 }  // namespace

@@ -287,6 +287,44 @@ TEST(CpuOpsTest, SiluMulIsWithinUlpsOfFloat64AtEveryLevel) {
   }
 }
 
+// cpu::SumExp (the sampler's log-softmax denominator) at every level
+// against a float64 sum of float64 exponentials: within a few float ulps of
+// each term (the vector exp is 1 ulp; the difference x - shift is rounded to
+// float first at every level); -inf terms add nothing; NaN gives NaN; tails
+// of every length.
+TEST(CpuBackendTest, SumExpMatchesAFloat64SumAtEveryLevel) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> logit(0.0f, 4.0f);
+  for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{2048},
+                          int64_t{151936}}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = logit(rng);
+    if (n > 20) x[7] = -INFINITY;  // a masked logit
+    const float shift = *std::max_element(x.begin(), x.end());
+    double want = 0;
+    for (float v : x) want += std::exp(double(v - shift));
+    for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+      if (!SimdLevelSupported(level)) continue;
+      SCOPED_TRACE(std::string(SimdLevelName(level)) + " n=" + std::to_string(n));
+      const double got = cpu::SumExp(level, x.data(), n, shift);
+      EXPECT_NEAR(got, want, want * 4e-7);  // a few float ulps of each term
+      // Tails: a prefix sums what the scalar path sums for it.
+      const int64_t len = std::min<int64_t>(n, 33);
+      double part = 0;
+      for (int64_t i = 0; i < len; ++i) part += std::exp(double(x[i] - shift));
+      EXPECT_NEAR(cpu::SumExp(level, x.data(), len, shift), part, part * 4e-7);
+    }
+  }
+  std::vector<float> bad = {0.0f, NAN, 1.0f};
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!SimdLevelSupported(level)) continue;
+    EXPECT_TRUE(std::isnan(cpu::SumExp(level, bad.data(), 3, 1.0f)));
+    std::vector<float> all_masked(20, -INFINITY);
+    all_masked[19] = 2.0f;  // only the tail lane counts: e^0
+    EXPECT_DOUBLE_EQ(cpu::SumExp(level, all_masked.data(), 20, 2.0f), 1.0);
+  }
+}
+
 TEST(CpuBackendTest, ResultsDoNotDependOnThreadCount) {
   const int64_t m = 6, n = 150, k = 1500;
   auto x = Random(m * k, 3);
