@@ -278,6 +278,18 @@ void Eamc::FindBest(const Eam& query, EamPhase phase, int k,
   Match(phase, BuildQuery(query), k, out);
 }
 
+void Eamc::Prepare(const Eam& eam, PreparedQuery* out) const {
+  out->norm = BuildQuery(eam);
+  out->cells.assign(query_.begin(), query_.end());
+}
+
+void Eamc::FindBest(const PreparedQuery& query, EamPhase phase, int k,
+                    std::vector<EamcMatch>* out) const {
+  query_.assign(query.cells.begin(), query.cells.end());
+  if (k > 0) out->reserve(k + 1);
+  Match(phase, query.norm, k, out);
+}
+
 std::vector<EamcMatch> Eamc::FindBest(const SparseEam& query, EamPhase phase,
                                       int k) const {
   query_.assign(query.entries().begin(), query.entries().end());

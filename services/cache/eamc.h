@@ -82,6 +82,17 @@ class Eamc {
   void FindBest(const Eam& query, EamPhase phase, int k,
                 std::vector<EamcMatch>* out) const;
 
+  // A query taken from an EAM now and matched later: FindBest on it gives
+  // what FindBest on the EAM gave when it was prepared, as long as the
+  // EAMC has not changed in between (Add, AddRecord, Clear).
+  struct PreparedQuery {
+    std::vector<SparseEntry> cells;  // pruned, sorted by cell
+    double norm = 0;
+  };
+  void Prepare(const Eam& eam, PreparedQuery* out) const;
+  void FindBest(const PreparedQuery& query, EamPhase phase, int k,
+                std::vector<EamcMatch>* out) const;
+
   // The query cells the last match visited (after pruning), for benchmarks
   // and tests.
   const std::vector<SparseEntry>& last_query() const { return query_; }

@@ -26,13 +26,14 @@ absl::Status ParseMoeInfinityOptions(const std::string& text, MoeInfinityOptions
     std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     const std::string& k = kv.first;
     const std::string& v = kv.second;
-    bool* flag = k == "fair_share"     ? &o->fair_share
-                 : k == "lrfu"         ? &o->lrfu
-                 : k == "next_visit"   ? &o->next_visit
-                 : k == "unused_first" ? &o->unused_first
-                 : k == "confidence"   ? &o->confidence
-                 : k == "layer_factor" ? &o->layer_factor
-                                       : nullptr;
+    bool* flag = k == "fair_share"        ? &o->fair_share
+                 : k == "lrfu"            ? &o->lrfu
+                 : k == "next_visit"      ? &o->next_visit
+                 : k == "unused_first"    ? &o->unused_first
+                 : k == "confidence"      ? &o->confidence
+                 : k == "layer_factor"    ? &o->layer_factor
+                 : k == "lazy_prediction" ? &o->lazy_prediction
+                                          : nullptr;
     if (flag != nullptr) {
       if (v == "1" || v == "on" || v == "true") {
         *flag = true;
@@ -107,9 +108,18 @@ MoeInfinityPolicy::RequestState& MoeInfinityPolicy::State(const RequestOwner& ow
   return *r;
 }
 
+const Predictor::Activity& MoeInfinityPolicy::Prediction(const RequestState& r) const {
+  predictor_->Resolve(r.activity);
+  return r.activity;
+}
+
+void MoeInfinityPolicy::ResolveAll() {
+  for (auto& [owner, r] : requests_) predictor_->Resolve(r->activity);
+}
+
 const Predictor::Activity* MoeInfinityPolicy::ActivityForTest(const RequestOwner& owner) const {
   auto it = requests_.find(owner);
-  return it == requests_.end() ? nullptr : &it->second->activity;
+  return it == requests_.end() ? nullptr : &Prediction(*it->second);
 }
 
 void MoeInfinityPolicy::OnBeginRequest(const RequestOwner& owner) {
@@ -120,6 +130,7 @@ void MoeInfinityPolicy::OnBeginRequest(const RequestOwner& owner) {
 void MoeInfinityPolicy::OnEndRequest(const RequestOwner& owner) {
   auto it = requests_.find(owner);
   if (it == requests_.end()) return;
+  ResolveAll();  // the others' pending matches see the EAMC they were asked of
   predictor_->EndRequest(it->second->activity);
   requests_.erase(it);
 }
@@ -127,7 +138,11 @@ void MoeInfinityPolicy::OnEndRequest(const RequestOwner& owner) {
 void MoeInfinityPolicy::OnBeginIteration(const RequestOwner& owner, Phase phase) {
   RequestState& r = State(owner);
   ++r.token;
-  predictor_->Refresh(r.activity, phase);
+  if (options_.lazy_prediction) {
+    predictor_->Prepare(r.activity, phase);
+  } else {
+    predictor_->Refresh(r.activity, phase);
+  }
 }
 
 void MoeInfinityPolicy::OnRoute(const RequestOwner& owner, int layer, Phase phase,
@@ -171,7 +186,7 @@ double MoeInfinityPolicy::Value(const RequestState& r, const ExpertKey& key) con
   double f = 0;
   if (options_.lrfu) f = std::min(1.0, Lrfu(r, cell) * (1.0 - decay_per_token_));
   double c = 0, pred = 0;
-  const Predictor::Activity& a = r.activity;
+  const Predictor::Activity& a = Prediction(r);
   if (a.has_prediction) {
     c = options_.confidence ? a.confidence : 1.0;
     pred = std::min(1.0, static_cast<double>(a.Predicted(key.layer, key.expert)) * config_.top_k);
@@ -195,7 +210,7 @@ double MoeInfinityPolicy::BestValue(const ExpertKey& key) const {
 double MoeInfinityPolicy::PaperPriority(const ExpertKey& key) const {
   double p = 0;
   for (const auto& [owner, r] : requests_) {
-    const Predictor::Activity& a = r->activity;
+    const Predictor::Activity& a = Prediction(*r);
     if (a.has_prediction) {
       p = std::max(p, static_cast<double>(a.Predicted(key.layer, key.expert)));  // rows sum to 1
     } else {
@@ -239,7 +254,7 @@ void MoeInfinityPolicy::ProposePrefetch(const RequestOwner& owner, int routed_la
                                         std::vector<ExpertHint>* out) {
   auto it = requests_.find(owner);
   if (it == requests_.end()) return;
-  const Predictor::Activity& a = it->second->activity;
+  const Predictor::Activity& a = Prediction(*it->second);
   if (!a.has_prediction) return;
   const int L = config_.num_layers;
   const double c = options_.confidence ? a.confidence : 1.0;
@@ -272,6 +287,7 @@ void MoeInfinityPolicy::ExportLearned(LearnedState* state) const {
 }
 
 void MoeInfinityPolicy::ImportLearned(const LearnedState& state) {
+  ResolveAll();
   Eamc& eamc = predictor_->eamc();
   eamc.Clear();
   for (const EamcRecord& r : state.records) eamc.AddRecord(r);

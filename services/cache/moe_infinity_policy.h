@@ -25,6 +25,13 @@
 //                 recency/frequency takes the rest (all of it when nothing
 //                 matched).
 //   layer_factor  the paper's (1 - l/L) factor (on in paper mode only).
+//
+// lazy_prediction (on in both modes): each iteration's prediction is
+// matched against the EAMC only when a victim or a prefetch reads it
+// (Predictor::Prepare / Resolve), with the same result; every pending one is
+// resolved before the EAMC changes. A cache whose demands all hit (a batch
+// of 16 served from resident experts: 16 matchings a step before) matches
+// nothing.
 #ifndef MOECACHE_SERVICES_CACHE_MOE_INFINITY_POLICY_H_
 #define MOECACHE_SERVICES_CACHE_MOE_INFINITY_POLICY_H_
 
@@ -45,6 +52,7 @@ struct MoeInfinityOptions {
   bool unused_first = false;
   bool confidence = false;
   bool layer_factor = true;
+  bool lazy_prediction = true;
   double half_life = 16;  // tokens
   int match_top_k = 4;
   int eamc_capacity = 1000;
@@ -95,7 +103,8 @@ class MoeInfinityPolicy : public TrackingPolicy {
 
  private:
   struct RequestState {
-    Predictor::Activity activity;
+    // Mutable: resolving a pending prediction (Prediction()) is a read.
+    mutable Predictor::Activity activity;
     int64_t token = 0;  // iterations of this request so far
     // Per cell.
     std::vector<double> lrfu;
@@ -106,6 +115,11 @@ class MoeInfinityPolicy : public TrackingPolicy {
     std::vector<std::vector<int32_t>> prev_decode;
   };
   RequestState& State(const RequestOwner& owner);
+  // r's activity with its prediction resolved.
+  const Predictor::Activity& Prediction(const RequestState& r) const;
+  // Resolves every live request's pending prediction (before the EAMC
+  // changes).
+  void ResolveAll();
   double Lrfu(const RequestState& r, int cell) const;
   // Probability-like value of keeping `key` for one request (improved mode).
   double Value(const RequestState& r, const ExpertKey& key) const;

@@ -25,6 +25,7 @@ void Predictor::EndRequest(Activity& a) {
   std::fill(a.predicted.begin(), a.predicted.end(), 0.0f);
   a.has_prediction = false;
   a.confidence = 0;
+  a.pending = false;
 }
 
 void Predictor::Record(Activity& a, int layer, int expert, float tokens,
@@ -33,14 +34,30 @@ void Predictor::Record(Activity& a, int layer, int expert, float tokens,
 }
 
 void Predictor::Refresh(Activity& a, trace::Phase phase) {
+  Prepare(a, phase);
+  Resolve(a);
+}
+
+void Predictor::Prepare(Activity& a, trace::Phase phase) const {
   const bool use_decode = phase == trace::Phase::kDecode && !a.decode.empty();
+  a.pending_phase = use_decode ? trace::Phase::kDecode : trace::Phase::kPrefill;
+  a.query.cells.clear();
+  a.query.norm = 0;
   const Eam& query = use_decode ? a.decode : a.prefill;
+  if (!query.empty()) eamc_.Prepare(query, &a.query);
+  a.pending = true;
+}
+
+void Predictor::Resolve(Activity& a) {
+  if (!a.pending) return;
+  a.pending = false;
   std::fill(a.predicted.begin(), a.predicted.end(), 0.0f);
   a.has_prediction = false;
   a.confidence = 0;
-  if (query.empty()) return;
+  if (a.query.cells.empty()) return;
   std::vector<EamcMatch>& matches = matches_;
-  eamc_.FindBest(query, use_decode ? EamPhase::kDecode : EamPhase::kPrefill,
+  eamc_.FindBest(a.query,
+                 a.pending_phase == trace::Phase::kDecode ? EamPhase::kDecode : EamPhase::kPrefill,
                  options_.match_top_k, &matches);
   if (matches.empty()) return;
   for (const auto& m : matches) {

@@ -3,7 +3,10 @@
 // Tracks a request's EAMs (prefill and decode separately) in an Activity
 // (one per live request), and on Refresh() matches the current phase's EAM
 // against the EAMC (cosine), sums the `match_top_k` best records' decode
-// parts and normalises each layer row: the predicted EAM (pEAM).
+// parts and normalises each layer row: the predicted EAM (pEAM). Prepare()
+// and Resolve() are Refresh in two halves: the query taken now, the
+// matching (most of the cost) only when the prediction is read, which a
+// cache whose every demand hits never does.
 // `confidence` is the best match's cosine (0 when nothing matched).
 // EndRequest() stores the finished request in the shared EAMC.
 //
@@ -37,6 +40,10 @@ class Predictor {
     std::vector<float> predicted;  // row-normalised, [layer * E + expert]
     bool has_prediction = false;
     double confidence = 0;
+    // Prepared, not yet resolved: the fields above are stale until Resolve.
+    bool pending = false;
+    trace::Phase pending_phase = trace::Phase::kPrefill;
+    Eamc::PreparedQuery query;
 
     // Row-normalised prediction in [0, 1]; each row sums to 1 (or 0).
     float Predicted(int layer, int expert) const {
@@ -55,6 +62,13 @@ class Predictor {
   // Recomputes the pEAM from the EAM of `phase` so far (decode falls back to
   // prefill while no decode token has been recorded).
   void Refresh(Activity& activity, trace::Phase phase);
+  // Refresh deferred: takes the query now and marks the activity pending.
+  // Resolve then computes the same pEAM Refresh would have computed here,
+  // provided the EAMC did not change first: the caller resolves every
+  // pending activity before EndRequest or a change to eamc().
+  void Prepare(Activity& activity, trace::Phase phase) const;
+  // Completes a pending Prepare (nothing when none is pending).
+  void Resolve(Activity& activity);
 
   Eamc& eamc() { return eamc_; }
   const Eamc& eamc() const { return eamc_; }

@@ -153,36 +153,6 @@ TEST(ExpertCacheTest, OwnersInterleaveWithExactUsageAndTheirOwnIterations) {
   }
 }
 
-// moe-infinity keeps each request's activation matrix apart: what one
-// request routes does not enter another's, and each ends into the EAMC.
-TEST(MoeInfinityTest, RequestsKeepTheirOwnActivations) {
-  MoeInfinityPolicy p(MoeInfinityOptions::Improved(), "moe-infinity");
-  p.Configure(Config(8));
-  const RequestOwner a{1, 1}, b{1, 2};
-  p.OnBeginRequest(a);
-  p.OnBeginRequest(b);
-  p.OnBeginIteration(a, Phase::kDecode);
-  p.OnBeginIteration(b, Phase::kDecode);
-  p.OnRoute(a, 0, Phase::kDecode, std::vector<ExpertDemand>{{1, 1}, {2, 1}});
-  p.OnRoute(b, 0, Phase::kDecode, std::vector<ExpertDemand>{{4, 1}, {5, 1}});
-  ASSERT_NE(p.ActivityForTest(a), nullptr);
-  ASSERT_NE(p.ActivityForTest(b), nullptr);
-  EXPECT_EQ(p.live_requests(), 2);
-  for (int e = 0; e < kExperts; ++e) {
-    EXPECT_EQ(p.ActivityForTest(a)->decode.at(0, e), (e == 1 || e == 2) ? 1.0f : 0.0f) << e;
-    EXPECT_EQ(p.ActivityForTest(b)->decode.at(0, e), (e == 4 || e == 5) ? 1.0f : 0.0f) << e;
-  }
-  // Either request's experts are worth keeping: the best value over owners.
-  EXPECT_GT(p.RetentionValue({0, 1}), p.RetentionValue({0, 3}));
-  EXPECT_GT(p.RetentionValue({0, 4}), p.RetentionValue({0, 3}));
-  p.OnEndRequest(a);
-  EXPECT_EQ(p.ActivityForTest(a), nullptr);
-  EXPECT_EQ(p.EamcEntries(), 1);
-  p.OnEndRequest(b);
-  EXPECT_EQ(p.EamcEntries(), 2);
-  EXPECT_EQ(p.live_requests(), 0);
-}
-
 // A cache smaller than a layer (issue 28, CheckCapacity): with host or auto
 // misses every policy serves any layer from at most `capacity` leases plus
 // host answers, down to 0 slots, and keeps filling its free slots behind the
@@ -570,23 +540,6 @@ TEST(ExpertFlowTest, StrideStartsFromTheFormulaAndFollowsStallsAndWaste) {
   EXPECT_EQ(p.PrefetchDistance(b), 5);
   p.OnEndRequest(a);
   EXPECT_EQ(p.PrefetchDistance(a), 5);  // a new request starts from the formula
-}
-
-TEST(MoeInfinityTest, FairShareEvictsFromTheLayerOverItsShare) {
-  MoeInfinityPolicy p(MoeInfinityOptions::Improved(), "moe-infinity");
-  p.Configure(Config(8));  // share 2 per layer
-  p.OnBeginRequest(1);
-  p.OnBeginIteration(1, Phase::kDecode);
-  // Layer 0 holds 4 experts, layer 1 holds 2, layer 2 holds 2.
-  for (int e = 0; e < 4; ++e) p.OnInsert({0, e}, false);
-  for (int e = 0; e < 2; ++e) p.OnInsert({1, e}, false);
-  for (int e = 0; e < 2; ++e) p.OnInsert({2, e}, false);
-  std::vector<ExpertKey> cands = {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 1}, {2, 0}, {2, 1}};
-  const size_t v = p.ChooseVictim(cands, {1, 3, Phase::kDecode});
-  EXPECT_EQ(cands[v].layer, 0);
-  // The routed layer may borrow: routing layer 0 takes from another layer.
-  const size_t w = p.ChooseVictim(cands, {1, 0, Phase::kDecode});
-  EXPECT_NE(cands[w].layer, 0);
 }
 
 }  // namespace

@@ -373,6 +373,49 @@ TEST(SimulatorTest, OracleBoundsTheOnlinePoliciesUnderAuto) {
   EXPECT_GT(prefetching->decode.prefetches_issued, oracle->decode.prefetches_issued);
 }
 
+// moe-infinity matches each iteration's prediction only when a victim or a
+// prefetch reads it (lazy_prediction, the default): the replay must be the
+// one of matching at every iteration, hit for hit, whatever the batch, the
+// prefetch or the mode, with requests ending (the EAMC changing) on the way.
+TEST(SimulatorTest, LazyPredictionReplaysAsEagerMatching) {
+  trace::SynthOptions so;
+  so.num_layers = 8;
+  so.num_experts = 8;
+  so.requests = 16;
+  so.decode_tokens = 20;
+  so.prefill_tokens = 6;
+  so.hint_accuracy = 0.7;
+  auto t = trace::GenerateSyntheticTrace(so);
+  ASSERT_TRUE(t.ok());
+  int compared = 0;
+  for (const std::string policy : {"moe-infinity", "moe-infinity-paper"}) {
+    for (const int batch : {1, 4}) {
+      for (const bool prefetch : {false, true}) {
+        SCOPED_TRACE(policy + " batch " + std::to_string(batch) +
+                     (prefetch ? " prefetch" : ""));
+        SimOptions o;
+        o.capacity = 20;
+        o.batch = batch;
+        o.prefetch = prefetch;
+        auto lazy = Simulate(*t, policy, o);
+        auto eager = Simulate(*t, policy + ":lazy_prediction=0", o);
+        ASSERT_TRUE(lazy.ok() && eager.ok()) << lazy.status() << eager.status();
+        for (const bool decode : {true, false}) {
+          const PhaseResult& a = decode ? lazy->decode : lazy->prefill;
+          const PhaseResult& b = decode ? eager->decode : eager->prefill;
+          EXPECT_EQ(a.hits, b.hits);
+          EXPECT_EQ(a.misses, b.misses);
+          EXPECT_EQ(a.prefetches_issued, b.prefetches_issued);
+          EXPECT_EQ(a.prefetches_used, b.prefetches_used);
+          EXPECT_EQ(a.stall_ms, b.stall_ms);
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8);
+}
+
 TEST(SimulatorTest, RejectsBadOptions) {
   Trace t = RandomTrace(1, 2, 4, 1, 1);
   SimOptions o;
