@@ -13,7 +13,9 @@
 # competes with the worker for the CPU); WAVES waves back to back;
 # tokens/s = generated tokens of all streams / wall time of the wave (the
 # client's, first request sent to last finished); TTFT and TPOT are the worker's own per-request figures (TTFT counts
-# queueing from the worker's Submit). Greedy requests: the texts of each
+# queueing from the worker's Submit). The decode gain line is decode alone
+# (STREAMS x one's p50 TPOT / batch's p50 TPOT), the figure to set beside
+# engine_bench --batch-only's in-process gain, which counts no prompt. Greedy requests: the texts of each
 # request under both runners are compared (a line per stream count).
 # usage: tests/bench/batch_bench.sh [BUILD_DIR]  (env: LINK_GBPS (1), CAP
 #        (experts cached, default half), NEW_TOKENS (32), WAVES (2),
@@ -157,7 +159,7 @@ def pct(v, p):
 tpot = [float(u.get("time_per_output_token_seconds", 0)) * 1e3 for u in us]
 ttft = [float(u.get("time_to_first_token_seconds", 0)) * 1e3 for u in us]
 b = float(open(base + ".bytes").read())
-print("%.1f %.2f %.2f %.1f %.1f %.0f" % (gen / sum(walls), pct(tpot, 50), pct(tpot, 99),
+print("%.1f %.3f %.3f %.1f %.1f %.0f" % (gen / sum(walls), pct(tpot, 50), pct(tpot, 99),
       pct(ttft, 50), pct(ttft, 99), b / gen))
 EOF
 }
@@ -172,11 +174,15 @@ for streams in $streams_list; do
   measure 1 "$streams" "one-$streams"
   measure "$batch" "$streams" "batch-$streams"
   set -- $(summary "one-$streams")
-  one_tps=$1 one_bpt=$6
+  one_tps=$1 one_tpot=$2 one_bpt=$6
   printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' "$streams" one "$1" "$2" "$3" "$4" "$5" "$6"
   set -- $(summary "batch-$streams")
   printf '%-7s %-9s %9s %9s %9s %9s %9s %12s\n' "$streams" batch "$1" "$2" "$3" "$4" "$5" "$6"
   $py -c "print('%-7s ratio batch/one: throughput %.2fx, bytes per token %.2fx; batched KV preemptions %s' % ('$streams', $1 / $one_tps, $6 / max($one_bpt, 1), '$(cat "$work/batch-$streams.preempt")'))"
+  # Decode alone, as engine_bench --batch-only counts it (no prompt, no
+  # queueing, no client): tokens per second of a step from the worker's
+  # p50 TPOTs, every stream in each batched step.
+  $py -c "print('%-7s decode gain (p50 TPOT: one %.3f ms a token, batch %.3f ms a step of %d): %.2fx' % ('$streams', $one_tpot, $2, $streams, $streams * $one_tpot / $2))"
   # Greedy: every request's text must be the same whichever runner ran it.
   same=0 all=0
   for w in $(seq 1 "$waves"); do
