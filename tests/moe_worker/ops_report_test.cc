@@ -207,6 +207,32 @@ TEST_F(OpsReportTest, GenerateSendsAPromptsFileConcurrently) {
   EXPECT_EQ(totals["failed"], 0);
   EXPECT_EQ(totals["generated_tokens"], 20);
   EXPECT_GT(totals["tokens_per_second"].get<double>(), 0);
+  // A stream that fails (a prompt longer than the model's context) says
+  // why on its line, and the streams after it still run.
+  std::string words;
+  for (int i = 0; i < 5000; ++i) words += "light ";
+  moe::testing::WriteText(dir_.Sub("mixed.txt"),
+                          prompts[0] + "\n" + words + "\n" + prompts[1] + "\n" + prompts[2] + "\n");
+  const std::string mixed = Moectl("generate --target " + worker_sock_ + " --prompts-file " +
+                                       dir_.Sub("mixed.txt") +
+                                       " --concurrency 2 --max-new-tokens 4 --ignore-eos",
+                                   &code);
+  EXPECT_NE(code, 0) << mixed;
+  std::vector<nlohmann::json> rows;
+  for (absl::string_view l : absl::StrSplit(mixed, '\n', absl::SkipEmpty())) {
+    nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
+    if (!j.is_discarded()) rows.push_back(std::move(j));
+  }
+  ASSERT_EQ(rows.size(), 5u) << mixed;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(rows[i]["index"], i);
+    EXPECT_EQ(rows[i].contains("error"), i == 1) << mixed;
+    if (i != 1) {
+      EXPECT_EQ(rows[i]["usage"]["generated_tokens"], 4) << mixed;
+    }
+  }
+  EXPECT_EQ(rows.back()["failed"], 1);
+  EXPECT_EQ(rows.back()["generated_tokens"], 12);
 
   moe::testing::WriteText(dir_.Sub("empty.txt"), "\n\n");
   const std::string empty = Moectl("generate --target " + worker_sock_ + " --prompts-file " +
