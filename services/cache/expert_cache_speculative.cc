@@ -21,6 +21,9 @@ void ExpertCache::NotePrefetchOutcome(SlotMeta& meta, bool used) {
 
 void ExpertCache::CancelUnneededPrefetches(const RequestOwner& owner, int layer,
                                            absl::Span<const ExpertDemand> demands) {
+  // A slot this could cancel carries a counted prefetch (only a promotion
+  // uncounts one, and it makes the load a demand).
+  if (inflight_prefetches_ == 0) return;
   for (SlotId s = 0; s < slots_.num_slots(); ++s) {
     SlotMeta& m = meta_[s];
     if (m.transfer == kNoTransfer || m.demand || m.cancelling) continue;

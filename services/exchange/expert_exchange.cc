@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace moe {
@@ -44,13 +45,24 @@ absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
     return absl::InvalidArgumentError(absl::StrCat("an acquire names 1 to ", shape.num_experts,
                                                    " experts, got ", demands.size()));
   }
-  absl::flat_hash_set<int32_t> seen;
+  // Experts seen in this call, by stamp: no allocation per call (both sides
+  // check every acquire, a batched one once per member).
+  thread_local std::vector<uint32_t> seen;
+  thread_local uint32_t stamp = 0;
+  if (seen.size() < static_cast<size_t>(shape.num_experts)) {
+    seen.assign(shape.num_experts, 0);
+    stamp = 0;
+  }
+  if (++stamp == 0) {  // wrapped: start the stamps over
+    std::fill(seen.begin(), seen.end(), 0);
+    stamp = 1;
+  }
   for (const ExpertDemand& d : demands) {
     if (d.expert < 0 || d.expert >= shape.num_experts) {
       return absl::InvalidArgumentError(
           absl::StrCat("expert ", d.expert, " out of range [0, ", shape.num_experts, ")"));
     }
-    if (!seen.insert(d.expert).second) {
+    if (std::exchange(seen[d.expert], stamp) == stamp) {
       return absl::InvalidArgumentError(absl::StrCat("expert ", d.expert, " demanded twice"));
     }
     if (d.tokens < 1 || d.tokens > kMaxDemandTokens) {
@@ -71,11 +83,13 @@ absl::Status ValidateMembers(const ExchangeShape& shape, int layer,
   }
   absl::flat_hash_map<int32_t, int64_t> left;  // expert -> union tokens not yet claimed
   for (const ExpertDemand& d : demands) left[d.expert] = d.tokens;
-  absl::flat_hash_set<uint64_t> requests;
-  for (const MemberDemands& m : members) {
-    if (!requests.insert(m.request).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("request ", m.request, " is a member of the acquire twice"));
+  for (size_t i = 0; i < members.size(); ++i) {
+    const MemberDemands& m = members[i];
+    for (size_t j = 0; j < i; ++j) {  // at most kMaxRequestsPerSession members
+      if (members[j].request == m.request) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("request ", m.request, " is a member of the acquire twice"));
+      }
     }
     absl::Status own = ValidateDemands(shape, layer, m.demands);
     if (!own.ok()) {
