@@ -279,6 +279,11 @@ void Runner::Step() {
     for (const StepPlan::Entry& e : plan.entries) Leave(static_cast<Job&>(*e.sequence), status);
     return;
   }
+  // Sample every sequence first, then write the step's tokens in one burst
+  // (a transport that hands writes to another thread wakes it once a step,
+  // not once a sequence), then let the finished ones leave.
+  std::vector<std::pair<Job*, Output>>& sampled = sampled_;
+  sampled.clear();
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     Job& job = static_cast<Job&>(*plan.entries[i].sequence);
     switch (scheduler_.Advance(plan.entries[i])) {
@@ -291,11 +296,14 @@ void Runner::Step() {
       case StepOutcome::kSample: {
         const SampledToken t = job.sampler->Next(executor_.logits(i));
         job.Append(t.token);
-        job.sink->Write(job.stream->Push(t, job.Counters()));
-        if (job.stream->done()) Leave(job, absl::OkStatus());
+        sampled.emplace_back(&job, job.stream->Push(t, job.Counters()));
         break;
       }
     }
+  }
+  for (auto& [job, output] : sampled) job->sink->Write(std::move(output));
+  for (auto& [job, output] : sampled) {
+    if (job->stream->done()) Leave(*job, absl::OkStatus());
   }
 }
 

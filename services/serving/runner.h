@@ -33,6 +33,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -187,6 +189,7 @@ class Runner {
   Scheduler scheduler_;
   Executor executor_;
   PrefixCache prefix_cache_;  // the engine thread's
+  std::vector<std::pair<Job*, Output>> sampled_;  // Step's scratch (engine thread)
   mutable absl::once_flag vocabulary_once_;
   mutable std::shared_ptr<const TokenVocabulary> vocabulary_;
   // Absolute time (ns since epoch) after which running requests are
