@@ -39,6 +39,17 @@ using testing::WorkerProcess;
 
 const std::string kMoectl = MOE_BINARY_DIR "/bin/moectl";
 
+// The JSON lines of moectl's output (its closing error line on stderr is
+// not one and is left out).
+std::vector<nlohmann::json> JsonLines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  for (absl::string_view l : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
+    if (!j.is_discarded()) lines.push_back(std::move(j));
+  }
+  return lines;
+}
+
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -186,10 +197,7 @@ TEST_F(OpsReportTest, GenerateSendsAPromptsFileConcurrently) {
                                      " --concurrency 3 --max-new-tokens 4 --ignore-eos",
                                  &code);
   ASSERT_EQ(code, 0) << out;
-  std::vector<nlohmann::json> lines;
-  for (absl::string_view l : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
-    lines.push_back(nlohmann::json::parse(l, nullptr, false));
-  }
+  const std::vector<nlohmann::json> lines = JsonLines(out);
   ASSERT_EQ(lines.size(), prompts.size() + 1) << out;
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(lines[i]["index"], i);
@@ -218,11 +226,7 @@ TEST_F(OpsReportTest, GenerateSendsAPromptsFileConcurrently) {
                                        " --concurrency 2 --max-new-tokens 4 --ignore-eos",
                                    &code);
   EXPECT_NE(code, 0) << mixed;
-  std::vector<nlohmann::json> rows;
-  for (absl::string_view l : absl::StrSplit(mixed, '\n', absl::SkipEmpty())) {
-    nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
-    if (!j.is_discarded()) rows.push_back(std::move(j));
-  }
+  const std::vector<nlohmann::json> rows = JsonLines(mixed);
   ASSERT_EQ(rows.size(), 5u) << mixed;
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(rows[i]["index"], i);
