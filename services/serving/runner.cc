@@ -282,8 +282,7 @@ void Runner::Step() {
   // Sample every sequence first, then write the step's tokens in one burst
   // (a transport that hands writes to another thread wakes it once a step,
   // not once a sequence), then let the finished ones leave.
-  std::vector<std::pair<Job*, Output>>& sampled = sampled_;
-  sampled.clear();
+  sampled_.clear();
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     Job& job = static_cast<Job&>(*plan.entries[i].sequence);
     switch (scheduler_.Advance(plan.entries[i])) {
@@ -296,13 +295,13 @@ void Runner::Step() {
       case StepOutcome::kSample: {
         const SampledToken t = job.sampler->Next(executor_.logits(i));
         job.Append(t.token);
-        sampled.emplace_back(&job, job.stream->Push(t, job.Counters()));
+        sampled_.emplace_back(&job, job.stream->Push(t, job.Counters()));
         break;
       }
     }
   }
-  for (auto& [job, output] : sampled) job->sink->Write(std::move(output));
-  for (auto& [job, output] : sampled) {
+  for (auto& [job, output] : sampled_) job->sink->Write(std::move(output));
+  for (auto& [job, output] : sampled_) {
     if (job->stream->done()) Leave(*job, absl::OkStatus());
   }
 }

@@ -20,6 +20,11 @@ inline PolicyConfig TestPolicyConfig(int layers, int experts, int capacity) {
   return pc;
 }
 
+// The shape most cache and policy tests share: 4 layers of 6 experts.
+inline constexpr int kLayers = 4;
+inline constexpr int kExperts = 6;
+inline PolicyConfig Config(int capacity) { return TestPolicyConfig(kLayers, kExperts, capacity); }
+
 inline ExpertCacheOptions TestCacheOptions(int layers, int experts, int capacity, bool prefetch) {
   ExpertCacheOptions o;
   o.num_layers = layers;

@@ -17,12 +17,9 @@
 namespace moe::cache {
 namespace {
 
-constexpr int kLayers = 4;
-constexpr int kExperts = 6;
-
-PolicyConfig Config(int capacity) {
-  return testing::TestPolicyConfig(kLayers, kExperts, capacity);
-}
+using testing::Config;
+using testing::kExperts;
+using testing::kLayers;
 
 // A cache of `capacity` 1 MB experts over a 1 GB/s link, 1 ms per layer.
 ExpertCacheOptions LinkOptions(int capacity, bool prefetch) {

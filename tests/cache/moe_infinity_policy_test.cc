@@ -11,12 +11,9 @@
 namespace moe::cache {
 namespace {
 
-constexpr int kLayers = 4;
-constexpr int kExperts = 6;
-
-PolicyConfig Config(int capacity) {
-  return testing::TestPolicyConfig(kLayers, kExperts, capacity);
-}
+using testing::Config;
+using testing::kExperts;
+using testing::kLayers;
 
 // moe-infinity keeps each request's activation matrix apart: what one
 // request routes does not enter another's, and each ends into the EAMC.
