@@ -86,6 +86,7 @@ ExpertCache::ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<Cach
       meta_(options.capacity),
       layer_hits_(options.num_layers, 0),
       layer_misses_(options.num_layers, 0),
+      kept_open_(static_cast<size_t>(options.num_layers) * options.num_experts, 0),
       host_(options.host) {}
 
 ExpertCache::OwnerState& ExpertCache::Owner(const RequestOwner& owner) {
@@ -95,6 +96,7 @@ ExpertCache::OwnerState& ExpertCache::Owner(const RequestOwner& owner) {
 }
 
 void ExpertCache::DropOwner(const RequestOwner& owner) {
+  if (auto it = owners_.find(owner); it != owners_.end()) CloseLayerLocked(it->second);
   policy_->OnEndRequest(owner);
   prefetcher_.EndRequest(owner);
   owners_.erase(owner);
@@ -102,6 +104,7 @@ void ExpertCache::DropOwner(const RequestOwner& owner) {
 
 void ExpertCache::BeginRequest(const RequestOwner& owner) {
   absl::MutexLock lock(&mu_);
+  if (auto it = owners_.find(owner); it != owners_.end()) CloseLayerLocked(it->second);
   owners_.erase(owner);
   Owner(owner);
   prefetcher_.EndRequest(owner);
@@ -175,15 +178,28 @@ void ExpertCache::ObserveComputeGap(const RequestOwner& owner, int layer, Phase 
 }
 
 SlotId ExpertCache::ChooseSlot(const VictimContext& context,
-                               const std::function<bool(const ExpertKey&)>& may_evict) {
+                               const std::function<bool(const ExpertKey&)>& may_evict,
+                               const std::function<bool(const ExpertKey&)>* prefer) {
   if (auto empty = slots_.FindEmpty(); empty.has_value()) return *empty;
   std::vector<ExpertKey> keys;
   std::vector<SlotId> ids;
+  bool preferred = false;  // keys/ids hold only preferred candidates
   for (SlotId s = 0; s < slots_.num_slots(); ++s) {
     const SlotInfo& info = slots_.Get(s);
     if (info.state != SlotState::kReady || info.leases > 0 || meta_[s].pins > 0) continue;
+    if (kept_open_[static_cast<size_t>(info.key.layer) * options_.num_experts +
+                   info.key.expert] > 0) {
+      continue;
+    }
     if (listener_ != nullptr && listener_->Pinned(s)) continue;
     if (!may_evict(info.key)) continue;
+    const bool p = prefer != nullptr && (*prefer)(info.key);
+    if (p && !preferred) {
+      keys.clear();
+      ids.clear();
+      preferred = true;
+    }
+    if (preferred && !p) continue;
     keys.push_back(info.key);
     ids.push_back(s);
   }
@@ -207,12 +223,13 @@ bool ExpertCache::EvictSlot(SlotId slot) {
 }
 
 SlotId ExpertCache::TakeSlot(const VictimContext& context,
-                             const std::function<bool(const ExpertKey&)>& may_evict) {
+                             const std::function<bool(const ExpertKey&)>& may_evict,
+                             const std::function<bool(const ExpertKey&)>* prefer) {
   std::vector<ExpertKey> pinned;  // chosen, then found pinned by a worker
   while (true) {
     const SlotId slot = ChooseSlot(context, [&](const ExpertKey& k) {
       return may_evict(k) && std::find(pinned.begin(), pinned.end(), k) == pinned.end();
-    });
+    }, prefer);
     if (slot < 0 || EvictSlot(slot)) return slot;
     pinned.push_back(slots_.Get(slot).key);
   }
@@ -382,6 +399,9 @@ HostFigures ExpertCache::host_figures() const {
 
 Phase ExpertCache::TakeCall(const RequestOwner& owner, const AcquireCall& call) {
   CheckDemands(call.layer, call.demands, call.members);
+  const absl::Status parts =
+      ValidateParts(ExchangeShape{options_.num_layers, options_.num_experts}, call);
+  MOE_CHECK(parts.ok()) << parts;
   if (!call.members.empty()) {
     bool lead = false;
     for (const MemberDemands& m : call.members)
@@ -404,6 +424,7 @@ void ExpertCache::NoteFinishLocked(const RequestOwner& owner, int layer, Phase p
 void ExpertCache::RecordLocalHits(const RequestOwner& owner, const AcquireCall& call) {
   const Phase phase = TakeCall(owner, call);
   absl::MutexLock lock(&mu_);
+  CloseLayerLocked(Owner(owner));
   const std::vector<RequestOwner> routed = RouteLocked(owner, call, phase);
   CachePhaseStats& st = stats_[PhaseIndex(phase)];
   for (const ExpertDemand& d : call.demands) {
@@ -423,7 +444,19 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
     const RequestOwner& owner, const AcquireCall& call) {
   const Phase phase = TakeCall(owner, call);
   absl::MutexLock lock(&mu_);
-  const std::vector<RequestOwner> routed = RouteLocked(owner, call, phase);
+  std::vector<RequestOwner> routed;
+  if (call.continues) {
+    RETURN_IF_ERROR(TakeNextPartLocked(owner, call, phase));
+  } else {
+    CloseLayerLocked(Owner(owner));  // an open layer left unfinished
+    routed = RouteLocked(owner, call, phase);
+  }
+  const size_t now = call.answered_now();
+  if (now < call.demands.size()) OpenLayerLocked(owner, call, phase);
+  OwnerState::OpenLayer* open = nullptr;
+  if (auto it = owners_.find(owner); it != owners_.end() && it->second.open.layer >= 0) {
+    open = &it->second.open;
+  }
   Pending p;
   p.owner = owner;
   p.layer = call.layer;
@@ -438,15 +471,24 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
                       call.host_ok, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
                         return LinkBacklogSeconds();
                       });
-  for (const ExpertDemand& d : call.demands) {
+  for (const ExpertDemand& d : call.demands.first(now)) {
     const absl::Status served =
-        ServeDemandLocked(owner, call, phase, d, planner, p);
+        ServeDemandLocked(owner, call, phase, d, planner, open, p);
     if (!served.ok()) {
       for (const SlotLease& l : p.entries) --meta_[l.slot].pins;
+      if (open != nullptr) CloseLayerLocked(owners_[owner]);
       return served;
     }
   }
-  SpeculateAfterAcquireLocked(routed, call.layer, phase);
+  if (open != nullptr) {
+    for (const ExpertDemand& d : call.demands.first(now)) open->done.push_back(d.expert);
+    if (open->next == open->rest.size()) {
+      CloseLayerLocked(owners_[owner]);
+    } else if (open->copy_ahead) {
+      CopyNextPartLocked(owner, *open);
+    }
+  }
+  if (!call.continues) SpeculateAfterAcquireLocked(routed, call.layer, phase);
   const Ticket t = next_ticket_++;
   pending_.emplace(t, std::move(p));
   return t;
@@ -498,8 +540,18 @@ void ExpertCache::AnswerOnHostLocked(const ExpertKey& key, Phase phase,
 absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
                                             const AcquireCall& call,
                                             Phase phase, const ExpertDemand& d,
-                                            MissPlanner& planner, Pending& p) {
+                                            MissPlanner& planner,
+                                            const OwnerState::OpenLayer* open, Pending& p) {
   const ExpertKey key{call.layer, d.expert};
+  // An open layer's answered experts go first: their next use is a step away.
+  const std::function<bool(const ExpertKey&)> answered = [open](const ExpertKey& k) {
+    return k.layer == open->layer &&
+           std::find(open->done.begin(), open->done.end(), k.expert) != open->done.end();
+  };
+  const std::function<bool(const ExpertKey&)>* prefer = open != nullptr ? &answered : nullptr;
+  // Copied ahead of its part: a miss, whether or not its copy is done.
+  const bool ahead = open != nullptr && std::find(open->ahead.begin(), open->ahead.end(),
+                                                  d.expert) != open->ahead.end();
   auto needed = [&call](const ExpertKey& k) {
     if (k.layer != call.layer) return false;
     for (const ExpertDemand& x : call.demands) {
@@ -513,15 +565,16 @@ absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
   if (auto found = slots_.Lookup(key); found.has_value()) {
     slot = *found;
     SlotMeta& m = meta_[slot];
-    hit = slots_.Get(slot).state == SlotState::kReady;
-    if (!hit && may_host &&
+    const bool ready = slots_.Get(slot).state == SlotState::kReady;
+    hit = ready && !ahead;
+    if (!ready && may_host &&
         planner.RunOnHost(d.tokens,
                           m.demand ? 0.0 : RemainingLoadSeconds(slot))) {
       AnswerOnHostLocked(key, phase, p);  // its copy goes on, as a prefetch
       return absl::OkStatus();
     }
     NotePrefetchOutcome(m, /*used=*/true);
-    if (!hit && !m.demand && m.transfer != kNoTransfer &&
+    if (!ready && !m.demand && m.transfer != kNoTransfer &&
         engine_->Promote(m.transfer).ok()) {
       m.demand = true;
       if (m.counted) --inflight_prefetches_;
@@ -533,7 +586,7 @@ absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
     return absl::OkStatus();
   } else {
     slot = TakeSlot(VictimContext{owner, call.layer, phase},
-                    [&](const ExpertKey& k) { return !needed(k); });
+                    [&](const ExpertKey& k) { return !needed(k); }, prefer);
     if (slot < 0 && may_host) {
       // Every slot is leased, loading or needed: a caller that can run it
       // from host memory does so rather than fail.
@@ -556,6 +609,77 @@ absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
   ++(hit ? layer_hits_ : layer_misses_)[call.layer];
   p.entries.push_back(SlotLease{key, slot, slots_.Get(slot).generation});
   return absl::OkStatus();
+}
+
+absl::Status ExpertCache::TakeNextPartLocked(const RequestOwner& owner,
+                                             const AcquireCall& call, Phase phase) {
+  auto it = owners_.find(owner);
+  if (it == owners_.end() || it->second.open.layer < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no layer open in parts to continue (layer ", call.layer, ")"));
+  }
+  OwnerState::OpenLayer& open = it->second.open;
+  const size_t n = call.demands.size();
+  bool next = open.layer == call.layer && open.phase == phase &&
+              n <= static_cast<size_t>(open.part) && n <= open.rest.size() - open.next;
+  for (size_t i = 0; next && i < n; ++i) {
+    next = open.rest[open.next + i].expert == call.demands[i].expert &&
+           open.rest[open.next + i].tokens == call.demands[i].tokens;
+  }
+  if (!next) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not the next part of the open layer ", open.layer, ": ", n,
+        " experts of layer ", call.layer, " (", open.rest.size() - open.next,
+        " left, parts of ", open.part, ")"));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    --kept_open_[static_cast<size_t>(open.layer) * options_.num_experts +
+                 open.rest[open.next + i].expert];
+  }
+  open.next += n;
+  return absl::OkStatus();
+}
+
+void ExpertCache::OpenLayerLocked(const RequestOwner& owner, const AcquireCall& call,
+                                  Phase phase) {
+  OwnerState::OpenLayer& open = Owner(owner).open;
+  open = OwnerState::OpenLayer{};
+  open.layer = call.layer;
+  open.phase = phase;
+  open.part = call.part;
+  open.copy_ahead = options_.miss_mode == MissMode::kFetch || !call.host_ok;
+  open.rest.assign(call.demands.begin() + static_cast<ptrdiff_t>(call.answered_now()),
+                   call.demands.end());
+  for (const ExpertDemand& d : open.rest) {
+    ++kept_open_[static_cast<size_t>(call.layer) * options_.num_experts + d.expert];
+  }
+}
+
+void ExpertCache::CloseLayerLocked(OwnerState& o) {
+  OwnerState::OpenLayer& open = o.open;
+  if (open.layer < 0) return;
+  for (size_t i = open.next; i < open.rest.size(); ++i) {
+    --kept_open_[static_cast<size_t>(open.layer) * options_.num_experts + open.rest[i].expert];
+  }
+  open = OwnerState::OpenLayer{};
+}
+
+void ExpertCache::CopyNextPartLocked(const RequestOwner& owner, OwnerState::OpenLayer& open) {
+  const std::function<bool(const ExpertKey&)> answered = [&open](const ExpertKey& k) {
+    return k.layer == open.layer &&
+           std::find(open.done.begin(), open.done.end(), k.expert) != open.done.end();
+  };
+  const size_t end = std::min(open.rest.size(), open.next + static_cast<size_t>(open.part));
+  for (size_t i = open.next; i < end; ++i) {
+    const ExpertKey key{open.layer, open.rest[i].expert};
+    if (slots_.Lookup(key).has_value()) continue;  // resident or loading
+    const SlotId slot = TakeSlot(VictimContext{owner, open.layer, open.phase},
+                                 [](const ExpertKey&) { return true; }, &answered);
+    if (slot < 0) return;  // its own call will find one, or answer it on the host
+    if (!StartLoad(slot, key, TransferPriority::kDemand, open.phase).ok()) return;
+    policy_->OnInsert(key, /*prefetch=*/false);
+    open.ahead.push_back(key.expert);
+  }
 }
 
 void ExpertCache::SpeculateAfterAcquireLocked(

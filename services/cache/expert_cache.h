@@ -23,6 +23,16 @@
 // invariant 3). An iteration starts when an owner acquires a layer not above
 // its previous one.
 //
+// A layer in parts (AcquireCall::part): the opening acquire routes the whole
+// union and answers its first part; the rest is the owner's open layer,
+// answered by `continues` acquires in order. Until answered, the open
+// layer's experts are not evicted; an answered part's experts are the first
+// victims of the layer's later parts (their next use is a step away); in
+// miss mode fetch (or for a caller without host execution) the next part is
+// copied, at demand priority, as soon as a part is answered. The open layer
+// closes with its last part, or when its owner acquires anything else,
+// ends, or departs.
+//
 // Owners: every call names a RequestOwner (session + request). Leases belong
 // to the session; per-request state (the policy's activation matrices and
 // counters, the prefetcher's routed experts and hints, iteration boundaries,
@@ -164,6 +174,11 @@ class ExpertCache {
   // prefetches for this layer that it does not need and issues prefetches
   // for its later layers. REQUIRES: layer in range; demands of distinct
   // in-range experts with tokens >= 1 (ValidateDemands); hints in range.
+  // With `call.part` (ValidateParts holds), only call.answered_now()
+  // demands are answered; the rest open the layer. A `call.continues`
+  // acquire answers the next part of the owner's open layer:
+  // FAILED_PRECONDITION when it has none, or `call` is not its next part
+  // (layer, experts in order, at most the part, phase).
   // RESOURCE_EXHAUSTED when no slot can be freed (every slot leased, loading
   // or needed), unless the miss may run on the host (`call.host_ok` and
   // miss_mode host or auto): it is then answered so, in AcquireResult::host.
@@ -306,6 +321,17 @@ class ExpertCache {
     // StartAcquire; finish_ns < 0: none.
     int64_t finish_ns = -1;
     int finish_layer = -1;
+    // The layer being answered in parts (AcquireCall::part); layer -1: none.
+    struct OpenLayer {
+      int layer = -1;
+      Phase phase = Phase::kDecode;
+      int part = 0;
+      bool copy_ahead = false;         // the next part is copied ahead
+      std::vector<ExpertDemand> rest;  // after the first part
+      size_t next = 0;                 // rest[next..] not yet answered
+      std::vector<int32_t> done;       // answered: the first victims
+      std::vector<int32_t> ahead;      // copied ahead: misses when answered
+    } open;
   };
 
   ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<CachePolicy> policy,
@@ -344,10 +370,28 @@ class ExpertCache {
   std::vector<RequestOwner> RouteLocked(const RequestOwner& owner,
                                         const AcquireCall& call, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `open`: the owner's open layer when `call` answers part of it (its
+  // answered experts are then the preferred victims), else null.
   absl::Status ServeDemandLocked(const RequestOwner& owner,
                                  const AcquireCall& call, Phase phase,
                                  const ExpertDemand& d, MissPlanner& planner,
+                                 const OwnerState::OpenLayer* open,
                                  Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A continues call: FAILED_PRECONDITION unless it is the next part of
+  // `owner`'s open layer; else that part is taken from it (no longer kept).
+  absl::Status TakeNextPartLocked(const RequestOwner& owner, const AcquireCall& call,
+                                  Phase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens `owner`'s layer with the demands of `call` after the first
+  // answered_now(), kept from eviction until answered.
+  void OpenLayerLocked(const RequestOwner& owner, const AcquireCall& call, Phase phase)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes `o`'s open layer (a no-op when none): what is left of it may be
+  // evicted again.
+  void CloseLayerLocked(OwnerState& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies the open layer's next part into slots (victims: its answered
+  // experts first), at demand priority, where not resident or loading.
+  void CopyNextPartLocked(const RequestOwner& owner, OwnerState::OpenLayer& open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnswerOnHostLocked(const ExpertKey& key, Phase phase, Pending& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpeculateAfterAcquireLocked(absl::Span<const RequestOwner> owners,
@@ -356,11 +400,13 @@ class ExpertCache {
   // Forgets `owner`'s request state in the cache, policy and prefetcher.
   void DropOwner(const RequestOwner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finds a slot for a new load: empty, else the policy's victim among
-  // evictable slots (filter: which keys may go; slots a worker pinned are
-  // not candidates). -1 if none.
-  // Not evicted yet; the caller calls EvictSlot.
+  // evictable slots (filter: which keys may go; slots a worker pinned and
+  // experts of an open layer not yet answered are not candidates), among
+  // the `prefer`red candidates if there are any (null: no preference).
+  // -1 if none. Not evicted yet; the caller calls EvictSlot.
   SlotId ChooseSlot(const VictimContext& context,
-                    const std::function<bool(const ExpertKey&)>& may_evict)
+                    const std::function<bool(const ExpertKey&)>& may_evict,
+                    const std::function<bool(const ExpertKey&)>* prefer = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Empties `slot` (a no-op when empty). False, changing nothing, when a
   // worker pinned it (ResidencyListener::TryRetract): the caller looks
@@ -369,7 +415,8 @@ class ExpertCache {
   // ChooseSlot, then EvictSlot; another victim while a worker pinned the
   // chosen one. -1 if none.
   SlotId TakeSlot(const VictimContext& context,
-                  const std::function<bool(const ExpertKey&)>& may_evict)
+                  const std::function<bool(const ExpertKey&)>& may_evict,
+                  const std::function<bool(const ExpertKey&)>* prefer = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status StartLoad(SlotId slot, const ExpertKey& key, TransferPriority priority, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -430,6 +477,9 @@ class ExpertCache {
   CachePhaseStats stats_[2] ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> layer_hits_ ABSL_GUARDED_BY(mu_);    // num_layers
   std::vector<uint64_t> layer_misses_ ABSL_GUARDED_BY(mu_);  // num_layers
+  // Per expert (layer * num_experts + expert): how many open layers still
+  // have it to answer (kept from eviction while > 0).
+  std::vector<int32_t> kept_open_ ABSL_GUARDED_BY(mu_);
   HostFigures host_ ABSL_GUARDED_BY(mu_);  // options_.host, tracked online
 };
 

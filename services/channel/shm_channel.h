@@ -30,8 +30,9 @@ namespace moe::channel {
 inline constexpr uint32_t kChannelMagic = 0x43454f4d;  // "MOEC"
 // 2: leases carry their layer; 3: host-run reports; 4: members of batched
 // acquires; 5: local hits, and the residency view after the rings
-// (residency_view.h); 6: 64 slots a ring, not 16
-inline constexpr uint32_t kChannelVersion = 6;
+// (residency_view.h); 6: 64 slots a ring, not 16; 7: acquires in parts
+// (RequestMsg::part, kFlagContinues)
+inline constexpr uint32_t kChannelVersion = 7;
 // A power of two. A batched step of 16 sequences posts a member row per
 // sequence and the acquire for each layer, ~100 messages for six layers:
 // with 16 slots the worker waited for moe-cached to drain the ring at
@@ -61,6 +62,8 @@ enum class MsgType : uint32_t {
 inline constexpr uint32_t kFlagPrefill = 1u << 0;
 // On kAcquire: its members were posted just before it (kMember messages).
 inline constexpr uint32_t kFlagMembers = 1u << 1;
+// On kAcquire: AcquireCall::continues.
+inline constexpr uint32_t kFlagContinues = 1u << 2;
 
 // Fixed-layout images of the exchange types (expert_exchange.h) as they lie
 // in the shared ring. Only the converters below translate between the two.
@@ -99,7 +102,7 @@ struct RequestMsg {
   int32_t layer;
   uint32_t count;  // items used in the union below
   uint32_t flags;
-  uint32_t reserved;
+  uint32_t part;  // kAcquire: AcquireCall::part (0 otherwise)
   uint64_t request_id;
   union {
     DemandWire demands[kMaxItems];

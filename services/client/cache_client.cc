@@ -121,6 +121,7 @@ struct CacheClient::Impl {
     req->type = static_cast<uint32_t>(type);
     req->count = count;
     req->flags = 0;
+    req->part = 0;
     req->request_id = request;
   }
 
@@ -460,6 +461,9 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(const AcquireCall& call,
   const absl::Span<const ExpertHint> hints = call.hints;
   const absl::Span<const MemberDemands> members = call.members;
   AcquireResult out;
+  // Over shm hints travel in a message of their own: a continue's would
+  // reach the daemon unchecked against it.
+  RETURN_IF_ERROR(ValidateParts(ExchangeShape{num_layers_, num_experts_}, call));
   if (members.size() > static_cast<size_t>(kMaxRequestsPerSession)) {
     return absl::InvalidArgumentError("too many members for one acquire");
   }
@@ -476,7 +480,8 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(const AcquireCall& call,
     absl::MutexLock lock(&im.mu);
     if (im.detached) return absl::FailedPreconditionError("client detached");
     if (!hints.empty()) RETURN_IF_ERROR(im.PostHintsLocked(hints));
-    if (im.MayServeLocallyLocked(ExchangeShape{num_layers_, num_experts_}, call) &&
+    if (!call.continues &&
+        im.MayServeLocallyLocked(ExchangeShape{num_layers_, num_experts_}, call) &&
         im.TryLocalAcquireLocked(call, &out)) {
       return out;
     }
@@ -484,7 +489,9 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(const AcquireCall& call,
     im.StartMessageLocked(channel::MsgType::kAcquire, static_cast<uint32_t>(experts.size()));
     im.req->layer = layer;
     im.req->flags = (prefill ? channel::kFlagPrefill : 0) |
-                    (members.empty() ? 0 : channel::kFlagMembers);
+                    (members.empty() ? 0 : channel::kFlagMembers) |
+                    (call.continues ? channel::kFlagContinues : 0);
+    im.req->part = static_cast<uint32_t>(std::max(0, call.part));
     channel::ToWire(experts, im.req->demands);
     RETURN_IF_ERROR(im.channel->Call(*im.req, im.reply.get(), im.options.timeout,
                                      [&im] { return im.PeerAlive(); }));
@@ -497,6 +504,8 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(const AcquireCall& call,
     ToProtoList(experts, req.mutable_experts());
     ToProtoList(hints, req.mutable_hints());
     ToProtoList(members, req.mutable_members());
+    req.set_lease_part(static_cast<uint32_t>(std::max(0, call.part)));
+    req.set_continues(call.continues);
     {
       absl::MutexLock lock(&im.mu);
       req.set_request(im.request);

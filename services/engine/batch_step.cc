@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -231,21 +232,48 @@ absl::Status BatchStep::MoeBlock(const LayerWeights& w,
   // ascending order: every row gets its experts summed in the same order
   // whatever the batch, so the bits do not depend on it.
   const ExpertRows er = GroupByExpert(host_ids_, host_weights_, t, k, c.num_experts);
-  const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(
-      AcquiredExperts lease,
-      Lone(entries)
-          ? experts_->Acquire(w.moe_index, er.demands, prefill)
-          : experts_->AcquireBatch(w.moe_index, er.demands, members, prefill));
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  Attribute(entries, lease.usage, waited, member_tokens);
-  const absl::Status status = RunRoutedExperts(be_, c, er, lease, b, t);
-  experts_->Release(lease);
-  RETURN_IF_ERROR(status);
+  // The provider may answer the layer in parts (ExpertProvider::AcquireRest),
+  // each a prefix of what is left, computed and released before the next.
+  const absl::Span<const ExpertDemand> demands = er.demands;
+  for (size_t first = 0; first < demands.size();) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<AcquiredExperts> acquired =
+        first > 0 ? experts_->AcquireRest(w.moe_index, demands.subspan(first), prefill)
+        : Lone(entries) ? experts_->Acquire(w.moe_index, demands, prefill)
+                        : experts_->AcquireBatch(w.moe_index, demands, members, prefill);
+    RETURN_IF_ERROR(acquired.status());
+    AcquiredExperts& lease = *acquired;
+    const size_t answered = lease.views.size();
+    if (answered == 0 || answered > demands.size() - first) {
+      experts_->Release(lease);
+      return absl::InternalError(absl::StrCat("the expert provider answered ", answered, " of ",
+                                              demands.size() - first, " experts"));
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (answered < demands.size()) PartTokens(members, demands.subspan(first, answered),
+                                              &member_tokens);
+    Attribute(entries, lease.usage, waited, member_tokens);
+    const absl::Status status = RunRoutedExperts(be_, c, er, first, lease, b, t);
+    experts_->Release(lease);
+    RETURN_IF_ERROR(status);
+    first += answered;
+  }
   if (c.has_shared_expert()) RETURN_IF_ERROR(SharedExperts(be_, c, w, b, t));
   return absl::OkStatus();
+}
+
+void BatchStep::PartTokens(absl::Span<const MemberDemands> members,
+                           absl::Span<const ExpertDemand> part, std::vector<int64_t>* tokens) {
+  // The part is a run of the union's ascending ids.
+  const int32_t lo = part.front().expert, hi = part.back().expert;
+  for (size_t i = 0; i < members.size(); ++i) {
+    int64_t n = 0;
+    for (const ExpertDemand& d : members[i].demands) {
+      if (d.expert >= lo && d.expert <= hi) n += d.tokens;
+    }
+    (*tokens)[i] = n;
+  }
 }
 
 void BatchStep::Attribute(absl::Span<const Entry> entries,
@@ -256,7 +284,8 @@ void BatchStep::Attribute(absl::Span<const Entry> entries,
     return;
   }
   const std::vector<AcquireUsage> shares = SplitUsage(usage, member_tokens);
-  const double total = static_cast<double>(rows_ * model_.config().top_k);
+  double total = 0;
+  for (const int64_t n : member_tokens) total += static_cast<double>(n);
   for (size_t i = 0; i < entries.size(); ++i) {
     entries[i].session->AddExpertUsage(
         shares[i], waited * static_cast<double>(member_tokens[i]) / total);

@@ -97,7 +97,12 @@ class BatchStep {
   absl::Status Head(absl::Span<const Entry> entries);
   absl::Status MoeBlock(const LayerWeights& w, absl::Span<const Entry> entries,
                         bool prefill);
-  // The acquire's usage and wait, shared among the entries' sessions.
+  // Each member's (token, expert) pairs within `part` (a run of the layer's
+  // union in ascending id), into `tokens` (one per member).
+  static void PartTokens(absl::Span<const MemberDemands> members,
+                         absl::Span<const ExpertDemand> part, std::vector<int64_t>* tokens);
+  // The acquire's usage and wait, shared among the entries' sessions in
+  // proportion to `member_tokens`.
   void Attribute(absl::Span<const Entry> entries, const AcquireUsage& usage,
                  double waited, const std::vector<int64_t>& member_tokens);
   // The MLP half on the batch's buffers (services/engine/mlp_blocks.h).

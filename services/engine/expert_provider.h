@@ -97,6 +97,21 @@ class ExpertProvider {
     return Acquire(moe_layer, demands, prefill);
   }
 
+  // A layer in parts (docs/architecture.md, "A layer in parts"): a provider
+  // may answer Acquire or AcquireBatch with views of a prefix of `demands`
+  // only (at least one). The engine computes and releases that part, then
+  // asks AcquireRest for the demands not yet answered, in order, until
+  // every one is; each answer again covers a prefix (at least one) of
+  // `rest`. `prefill` is the opening call's. The default answers all of
+  // `rest` (a provider that always answers whole layers is never asked).
+  // REQUIRES: `rest` is the unanswered tail of the layer just acquired,
+  // whose previous part was released.
+  virtual absl::StatusOr<AcquiredExperts> AcquireRest(int moe_layer,
+                                                      absl::Span<const ExpertDemand> rest,
+                                                      bool prefill) {
+    return Acquire(moe_layer, rest, prefill);
+  }
+
   // Ends the acquire's leases; the views must not be used afterwards.
   virtual void Release(AcquiredExperts& acquired) = 0;
 

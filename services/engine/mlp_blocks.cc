@@ -56,14 +56,16 @@ absl::Status RunOneExpert(Backend& be, const ModelConfig& c, const ExpertView& v
                       c.hidden_size, c.moe_intermediate_size);
 }
 
-// out = the sum of the lease's experts (ascending id) on `be`, leaving out
-// the on_host ones when `skip_on_host`; then waits for `be`. Unbiased
-// experts go to the backend as one ExpertFfns (their rows packed one after
-// another in b.rows), biased ones one at a time.
+// out = (first 0) or += (later parts) the sum of the lease's experts
+// (er.demands from `first`, ascending id) on `be`, leaving out the on_host
+// ones when `skip_on_host`; then waits for `be`. Unbiased experts go to the
+// backend as one ExpertFfns (their rows packed one after another in
+// b.rows), biased ones one at a time.
 absl::Status RunBackendExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
-                               const AcquiredExperts& lease, const MlpBuffers& b, int64_t t,
-                               bool skip_on_host) {
-  absl::Status status = be.MemsetZero(b.out, 4 * t * c.hidden_size);
+                               size_t first, const AcquiredExperts& lease,
+                               const MlpBuffers& b, int64_t t, bool skip_on_host) {
+  absl::Status status =
+      first == 0 ? be.MemsetZero(b.out, 4 * t * c.hidden_size) : absl::OkStatus();
   if (!c.has_expert_biases()) {
     thread_local std::vector<Backend::ExpertCall> calls;
     thread_local std::vector<int32_t> rows;
@@ -71,9 +73,9 @@ absl::Status RunBackendExperts(Backend& be, const ModelConfig& c, const ExpertRo
     calls.clear();
     rows.clear();
     weights.clear();
-    for (size_t i = 0; i < er.demands.size(); ++i) {
+    for (size_t i = 0; i < lease.views.size(); ++i) {
       if (skip_on_host && lease.views[i].on_host) continue;
-      const int32_t e = er.demands[i].expert;
+      const int32_t e = er.demands[first + i].expert;
       const ExpertView& v = lease.views[i];
       Backend::ExpertCall call;
       call.rows = b.rows + rows.size();  // device addresses: b.rows's, offset
@@ -82,7 +84,7 @@ absl::Status RunBackendExperts(Backend& be, const ModelConfig& c, const ExpertRo
       call.up = v.up;
       call.down = v.down;
       call.dtypes = v.dtypes;
-      call.count = er.demands[i].tokens;
+      call.count = er.demands[first + i].tokens;
       calls.push_back(call);
       rows.insert(rows.end(), er.rows[e].begin(), er.rows[e].end());
       weights.insert(weights.end(), er.weights[e].begin(), er.weights[e].end());
@@ -97,10 +99,10 @@ absl::Status RunBackendExperts(Backend& be, const ModelConfig& c, const ExpertRo
     if (status.ok()) status = be.Synchronize();
     return status;
   }
-  for (size_t i = 0; status.ok() && i < er.demands.size(); ++i) {
+  for (size_t i = 0; status.ok() && i < lease.views.size(); ++i) {
     if (skip_on_host && lease.views[i].on_host) continue;
-    const int32_t e = er.demands[i].expert;
-    const int64_t count = er.demands[i].tokens;
+    const int32_t e = er.demands[first + i].expert;
+    const int64_t count = er.demands[first + i].tokens;
     status = be.CopyToDevice(b.rows, er.rows[e].data(), 4 * count);
     if (status.ok()) status = be.CopyToDevice(b.row_w, er.weights[e].data(), 4 * count);
     if (status.ok()) {
@@ -117,7 +119,7 @@ absl::Status RunBackendExperts(Backend& be, const ModelConfig& c, const ExpertRo
 // deterministic but rounds differently from one ascending sum (the
 // tolerance of docs/architecture.md, "Where a miss is served").
 absl::Status RunSplitExperts(Backend& be, Backend& host, const ModelConfig& c,
-                             const ExpertRows& er, const AcquiredExperts& lease,
+                             const ExpertRows& er, size_t first, const AcquiredExperts& lease,
                              const MlpBuffers& b, int64_t t) {
   const int64_t n = t * c.hidden_size;
   std::vector<float> x(n), host_out(n, 0.0f), sum(n);
@@ -127,16 +129,17 @@ absl::Status RunSplitExperts(Backend& be, Backend& host, const ModelConfig& c,
   // whatever the device copies block on.
   absl::Status host_status;
   std::thread host_thread([&] {
-    for (size_t i = 0; host_status.ok() && i < er.demands.size(); ++i) {
+    for (size_t i = 0; host_status.ok() && i < lease.views.size(); ++i) {
       if (!lease.views[i].on_host) continue;
-      const int32_t e = er.demands[i].expert;
+      const int32_t e = er.demands[first + i].expert;
       host_status = RunOneExpert(host, c, lease.views[i], x.data(), er.rows[e].data(),
                                  er.weights[e].data(), host_out.data(), t,
-                                 er.demands[i].tokens);
+                                 er.demands[first + i].tokens);
     }
     if (host_status.ok()) host_status = host.Synchronize();
   });
-  absl::Status status = RunBackendExperts(be, c, er, lease, b, t, /*skip_on_host=*/true);
+  absl::Status status =
+      RunBackendExperts(be, c, er, first, lease, b, t, /*skip_on_host=*/true);
   host_thread.join();
   if (status.ok()) status = host_status;
   if (status.ok()) status = be.CopyToHost(sum.data(), b.out, 4 * n);
@@ -149,13 +152,14 @@ absl::Status RunSplitExperts(Backend& be, Backend& host, const ModelConfig& c,
 }  // namespace
 
 absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
-                              const AcquiredExperts& lease, const MlpBuffers& b, int64_t t) {
+                              size_t first, const AcquiredExperts& lease, const MlpBuffers& b,
+                              int64_t t) {
   if (lease.host_backend != nullptr) {
     for (const ExpertView& v : lease.views) {
-      if (v.on_host) return RunSplitExperts(be, *lease.host_backend, c, er, lease, b, t);
+      if (v.on_host) return RunSplitExperts(be, *lease.host_backend, c, er, first, lease, b, t);
     }
   }
-  return RunBackendExperts(be, c, er, lease, b, t, /*skip_on_host=*/false);
+  return RunBackendExperts(be, c, er, first, lease, b, t, /*skip_on_host=*/false);
 }
 
 absl::Status SharedExperts(Backend& be, const ModelConfig& c, const LayerWeights& w,

@@ -60,8 +60,14 @@ ExpertRows GroupByExpert(absl::Span<const int32_t> ids, absl::Span<const float> 
 // on their own thread beside the device's experts, and their sum (ascending
 // id) is added to the device's: deterministic, within the backend parity
 // tolerance of the one-sum result, not bit-equal to it.
+//
+// A layer in parts (ExpertProvider::AcquireRest): `lease` answers
+// er.demands[first, first + lease.views.size()); the first part (first 0)
+// sets out, later ones add to it. The CPU backend adds each expert's rows
+// in call order, so parts in ascending id give the bits of one whole call.
 absl::Status RunRoutedExperts(Backend& be, const ModelConfig& c, const ExpertRows& er,
-                              const AcquiredExperts& lease, const MlpBuffers& b, int64_t t);
+                              size_t first, const AcquiredExperts& lease, const MlpBuffers& b,
+                              int64_t t);
 
 // out += the layer's shared experts: a sigmoid-gated one, or ungated ones
 // (SharedExpertKind). REQUIRES: c.has_shared_expert().

@@ -73,6 +73,18 @@ absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
   return absl::OkStatus();
 }
 
+absl::Status ValidateParts(const ExchangeShape& shape, const AcquireCall& call) {
+  if (call.part < 0 || call.part > shape.num_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("lease part ", call.part, " out of [0, ",
+                                                   shape.num_experts, "]"));
+  }
+  if (call.continues && (!call.members.empty() || !call.hints.empty() || call.part != 0)) {
+    return absl::InvalidArgumentError(
+        "a call that continues a layer carries no members, hints or part of its own");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateMembers(const ExchangeShape& shape, int layer,
                              absl::Span<const ExpertDemand> demands,
                              absl::Span<const MemberDemands> members) {

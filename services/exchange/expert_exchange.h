@@ -112,6 +112,20 @@ struct MemberDemands {
 //   host_ok:  the caller can run misses from host memory, so the cache may
 //             answer some "run on host" (per its miss mode). The daemon sets
 //             it from the session's registration, never from the wire.
+// A layer leased in parts (docs/architecture.md, "A layer in parts"), so
+// that a cache smaller than the model need not hold a layer's whole union
+// at once (ValidateParts):
+//   part:      0: every demand is answered now. Else, when `demands` has
+//              more than `part` experts, only the first `part` are answered
+//              now; the rest stay the owner's open layer (kept from
+//              eviction), answered by `continues` calls in demand order, and
+//              the cache copies the next part while this one is computed.
+//              The call routes the layer as a whole (one iteration, one
+//              routing event per member, the whole union's prefetch cancel).
+//   continues: answers the next demands of the owner's open layer: `layer`
+//              is that layer, `demands` its next unanswered ones in order
+//              (at most its part), `prefill` as the opening call's; no
+//              members, hints or part. Routes nothing.
 struct AcquireCall {
   int layer = 0;
   absl::Span<const ExpertDemand> demands;
@@ -119,6 +133,15 @@ struct AcquireCall {
   absl::Span<const MemberDemands> members;
   absl::Span<const ExpertHint> hints;
   bool host_ok = false;
+  int32_t part = 0;
+  bool continues = false;
+
+  // How many of `demands` this call answers now: all, or the first `part`.
+  size_t answered_now() const {
+    return part > 0 && demands.size() > static_cast<size_t>(part)
+               ? static_cast<size_t>(part)
+               : demands.size();
+  }
 };
 
 // Index of a slot in a model's arena.
@@ -248,6 +271,16 @@ absl::Status ValidateDemands(const ExchangeShape& shape, int layer,
 absl::Status ValidateMembers(const ExchangeShape& shape, int layer,
                              absl::Span<const ExpertDemand> demands,
                              absl::Span<const MemberDemands> members);
+
+// The parts rule: `part` in [0, num_experts]; a `continues` call has no
+// members, no hints and part 0. (Whether it matches the owner's open layer
+// is the cache's to say: FAILED_PRECONDITION there.) INVALID_ARGUMENT.
+absl::Status ValidateParts(const ExchangeShape& shape, const AcquireCall& call);
+// A part as a transport carries it (unsigned) to AcquireCall::part: values
+// beyond int32 become -1, which ValidateParts refuses.
+inline int32_t WirePart(uint32_t part) {
+  return part > 0x7fffffffu ? -1 : static_cast<int32_t>(part);
+}
 
 // The hint rule: at most kMaxHintsPerCall hints, each for an in-range layer
 // and expert, with a finite probability in [0, 1]. INVALID_ARGUMENT.

@@ -104,7 +104,9 @@ grpc::Status ExpertCacheService::Acquire(grpc::ServerContext*, const moe::v1::Ac
                           .demands = demands,
                           .prefill = req->prefill(),
                           .members = members,
-                          .hints = hints});
+                          .hints = hints,
+                          .part = WirePart(req->lease_part()),
+                          .continues = req->continues()});
   if (!r.ok()) return ToGrpcStatus(r.status());
   ToProto(*r, resp);
   return grpc::Status::OK;

@@ -291,6 +291,7 @@ absl::StatusOr<RequestOwner> SessionManager::CheckCall(Session& s, uint64_t requ
   const CachedModel& m = *s.model;
   RETURN_IF_ERROR(ValidateDemands(ShapeOf(m), call.layer, call.demands));
   RETURN_IF_ERROR(ValidateHints(ShapeOf(m), call.hints));
+  RETURN_IF_ERROR(ValidateParts(ShapeOf(m), call));
   ASSIGN_OR_RETURN(RequestOwner owner, OwnerOf(s, request));
   if (!call.members.empty()) {
     RETURN_IF_ERROR(
@@ -312,6 +313,9 @@ absl::Status SessionManager::RecordLocalHits(uint64_t session_id, uint64_t reque
                                              const AcquireCall& call) {
   ASSIGN_OR_RETURN(auto s, Find(session_id));
   ASSIGN_OR_RETURN(RequestOwner owner, CheckCall(*s, request, call));
+  if (call.continues || call.part != 0) {
+    return absl::InvalidArgumentError("local hits answer a whole layer: no part, no continues");
+  }
   s->model->cache().RecordLocalHits(owner, call);
   s->model->metrics().RecordAcquire(0, 0);  // no time in the daemon
   return absl::OkStatus();
@@ -461,7 +465,9 @@ absl::Status SessionManager::ShmAcquire(Session& s,
   const AcquireCall call{.layer = req.layer,
                          .demands = absl::MakeConstSpan(demands, req.count),
                          .prefill = (req.flags & channel::kFlagPrefill) != 0,
-                         .members = members};
+                         .members = members,
+                         .part = WirePart(req.part),
+                         .continues = (req.flags & channel::kFlagContinues) != 0};
   if (reply == nullptr) return RecordLocalHits(s.id, req.request_id, call);
   ASSIGN_OR_RETURN(AcquireResult r, Acquire(s.id, req.request_id, call));
   channel::ToWire(r, reply);

@@ -243,25 +243,43 @@ void DaemonExpertProvider::HintFor(uint64_t request, absl::Span<const ExpertHint
 
 absl::StatusOr<AcquiredExperts> DaemonExpertProvider::Acquire(
     int moe_layer, absl::Span<const ExpertDemand> demands, bool prefill) {
-  return AcquireFor(moe_layer, demands, {}, prefill);
+  open_lead_ = 0;
+  return AcquireFor(moe_layer, demands, {}, prefill, /*continues=*/false);
+}
+
+absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireRest(
+    int moe_layer, absl::Span<const ExpertDemand> rest, bool prefill) {
+  RETURN_IF_ERROR(EnsureAttached());
+  if (host_only_) return AcquireOnHost(moe_layer, rest);
+  if (lease_part_ <= 0) return absl::FailedPreconditionError("no layer is being leased in parts");
+  if (open_lead_ != 0) client_->SetCurrentRequest(open_lead_);
+  return AcquireFor(moe_layer, rest, {}, prefill, /*continues=*/true);
 }
 
 absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
     int moe_layer, absl::Span<const ExpertDemand> demands,
-    absl::Span<const MemberDemands> members, bool prefill) {
+    absl::Span<const MemberDemands> members, bool prefill, bool continues) {
   RETURN_IF_ERROR(EnsureAttached());
   if (host_only_) return AcquireOnHost(moe_layer, demands);
-  absl::StatusOr<AcquireResult> reply = client_->Acquire({.layer = moe_layer,
-                                                          .demands = demands,
-                                                          .prefill = prefill,
-                                                          .members = members,
-                                                          .hints = hints_});
-  hints_.clear();
+  AcquireCall call{.layer = moe_layer, .demands = demands, .prefill = prefill};
+  if (continues) {  // the next part: no members, hints or part of its own
+    call.demands = demands.first(std::min(demands.size(), static_cast<size_t>(lease_part_)));
+    call.continues = true;
+  } else {
+    call.members = members;
+    call.hints = hints_;
+    call.part = lease_part_;
+  }
+  absl::StatusOr<AcquireResult> reply = client_->Acquire(call);
+  if (!continues) hints_.clear();
   if (!reply.ok()) return Check(reply.status());
-  if (reply->leases.size() + reply->host.size() != demands.size()) {
+  // All of the call's demands, or (opening a layer in parts) its first part.
+  const size_t answered = reply->leases.size() + reply->host.size();
+  if (answered != call.demands.size() && answered != call.answered_now()) {
     client_->Release(reply->leases).IgnoreError();
     return absl::InternalError("moe-cached answered a different expert count");
   }
+  demands = demands.first(answered);
   AcquiredExperts out;
   out.moe_layer = moe_layer;
   out.usage = reply->usage;
@@ -339,9 +357,11 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireBatch(
     }
   }
   if (lead != nullptr) client_->SetCurrentRequest(lead->request);
+  open_lead_ = lead != nullptr ? lead->request : 0;
   // A batch of one is that request's own acquire: no member rows to send.
   return AcquireFor(moe_layer, demands,
-                    members.size() > 1 ? members : absl::Span<const MemberDemands>(), prefill);
+                    members.size() > 1 ? members : absl::Span<const MemberDemands>(), prefill,
+                    /*continues=*/false);
 }
 
 void DaemonExpertProvider::Release(AcquiredExperts& acquired) {

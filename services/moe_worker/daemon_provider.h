@@ -74,6 +74,11 @@ class DaemonExpertProvider : public ExpertProvider {
                                                absl::Span<const ExpertDemand> demands,
                                                absl::Span<const MemberDemands> members,
                                                bool prefill) override;
+  // With lease_part() > 0 the daemon answers a layer of more experts in
+  // parts of that many (AcquireCall::part), the rest through AcquireRest.
+  absl::StatusOr<AcquiredExperts> AcquireRest(int moe_layer,
+                                              absl::Span<const ExpertDemand> rest,
+                                              bool prefill) override;
   void Release(AcquiredExperts& acquired) override;
   void Hint(absl::Span<const ExpertHint> hints) override;
   // Over shm posted for `request` (the next batched acquire names its own
@@ -81,6 +86,12 @@ class DaemonExpertProvider : public ExpertProvider {
   void HintFor(uint64_t request, absl::Span<const ExpertHint> hints) override;
 
   int64_t reattaches() const { return reattaches_; }
+
+  // Experts leased at once when a layer needs more (moe-worker's
+  // --lease-part; docs/architecture.md, "A layer in parts"); 0, the
+  // default: whole layers. REQUIRES: part >= 0.
+  void set_lease_part(int part) { lease_part_ = part; }
+  int lease_part() const { return lease_part_; }
 
   // Host-only mode, for moe-worker's warm-up before it serves: every
   // acquire is answered from the daemon's host copy without a message (the
@@ -97,11 +108,13 @@ class DaemonExpertProvider : public ExpertProvider {
   static constexpr int64_t kHostReportIntervalNs = 20'000'000;
 
  private:
-  // Acquire, with the members of a batched one (empty: not batched).
+  // Acquire, with the members of a batched one (empty: not batched), or
+  // (`continues`) the next part of the open layer: views of the prefix of
+  // `demands` the daemon answered.
   absl::StatusOr<AcquiredExperts> AcquireFor(int moe_layer,
                                              absl::Span<const ExpertDemand> demands,
                                              absl::Span<const MemberDemands> members,
-                                             bool prefill);
+                                             bool prefill, bool continues);
 
   // Host-only mode's acquire (SetHostOnly).
   AcquiredExperts AcquireOnHost(int moe_layer, absl::Span<const ExpertDemand> demands);
@@ -139,6 +152,10 @@ class DaemonExpertProvider : public ExpertProvider {
   std::vector<ExpertHint> hints_;  // sent with the next Acquire
   int64_t reattaches_ = 0;
   bool host_only_ = false;
+  int lease_part_ = 0;
+  // The request whose session holds the layer being answered in parts (the
+  // lead of the batch that opened it; 0: the current request's own).
+  uint64_t open_lead_ = 0;
   // The acquire being computed (answered, not yet released) and the sum of
   // those not yet reported.
   int64_t answered_ns_ = 0;

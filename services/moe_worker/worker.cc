@@ -29,7 +29,7 @@ namespace moe::worker {
 absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     const std::string& cache, const std::string& model_name,
     const MoeModel& model, const rpc::ClientSecurity& cache_security,
-    bool device_host_experts, std::optional<DType> expert_format) {
+    bool device_host_experts, std::optional<DType> expert_format, int lease_part) {
   if (cache == "none") {
     ASSIGN_OR_RETURN(std::unique_ptr<InMemoryExpertProvider> p,
                      InMemoryExpertProvider::Create(model, expert_format));
@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
                           absl::StrCat("--cache ", cache, " (model '",
                                        model_name, "'): ", p.status().message()));
     }
+    (*p)->set_lease_part(lease_part);
     return std::unique_ptr<ExpertProvider>(*std::move(p));
   }
   return absl::InvalidArgumentError(
@@ -212,7 +213,7 @@ absl::Status Worker::Init() {
   ASSIGN_OR_RETURN(provider_, WaitForCache(options_.cache, options_.cache_wait, [&] {
                      return MakeExpertProvider(options_.cache, cache_model, *model_,
                                                cache_security, options_.device_host_experts,
-                                               options_.expert_format);
+                                               options_.expert_format, options_.lease_part);
                    }));
   options_.runner = serving::ResolveAutoBatch(options_.runner, Session::KvCacheBytes(*model_, 1),
                                               model_->max_context());

@@ -78,6 +78,10 @@ struct WorkerOptions {
   // the backend parity tolerance (--device-host-experts). A CPU worker
   // always offers it (same kernel, same bits).
   bool device_host_experts = false;
+  // With moe-cached: experts leased at once when a layer routes to more
+  // (--lease-part; docs/architecture.md, "A layer in parts"); 0: whole
+  // layers.
+  int lease_part = 0;
   std::string metrics_addr = kDefaultMetricsAddr;  // "" disables
   std::string record_trace;                        // "" disables
   // When set, {"grpc_port":N,"metrics_port":M} is written here (atomically)
@@ -99,11 +103,12 @@ struct WorkerOptions {
 // The expert provider for `cache`: "none" keeps every expert in backend
 // memory (held as `expert_format`); "unix:PATH" attaches to moe-cached
 // there for its model `model_name` (DaemonExpertProvider). INVALID_ARGUMENT
-// for anything else.
+// for anything else. `lease_part`: DaemonExpertProvider::set_lease_part.
 absl::StatusOr<std::unique_ptr<ExpertProvider>> MakeExpertProvider(
     const std::string& cache, const std::string& model_name,
     const MoeModel& model, const rpc::ClientSecurity& cache_security = {},
-    bool device_host_experts = false, std::optional<DType> expert_format = std::nullopt);
+    bool device_host_experts = false, std::optional<DType> expert_format = std::nullopt,
+    int lease_part = 0);
 
 // How a worker with --cache none holds the experts: `format`, else as
 // moe-cached would by default (DefaultHeldFormat; a GGUF file's blocks as

@@ -21,10 +21,21 @@ absl::StatusOr<AcquiredExperts> MeteredProvider::Acquire(
 absl::StatusOr<AcquiredExperts> MeteredProvider::AcquireBatch(
     int moe_layer, absl::Span<const ExpertDemand> demands,
     absl::Span<const MemberDemands> members, bool prefill) {
+  return Counted([&] {
+    return members.empty() ? inner_->Acquire(moe_layer, demands, prefill)
+                           : inner_->AcquireBatch(moe_layer, demands, members, prefill);
+  });
+}
+
+absl::StatusOr<AcquiredExperts> MeteredProvider::AcquireRest(
+    int moe_layer, absl::Span<const ExpertDemand> rest, bool prefill) {
+  return Counted([&] { return inner_->AcquireRest(moe_layer, rest, prefill); });
+}
+
+absl::StatusOr<AcquiredExperts> MeteredProvider::Counted(
+    absl::FunctionRef<absl::StatusOr<AcquiredExperts>()> acquire) {
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<AcquiredExperts> lease =
-      members.empty() ? inner_->Acquire(moe_layer, demands, prefill)
-                     : inner_->AcquireBatch(moe_layer, demands, members, prefill);
+  absl::StatusOr<AcquiredExperts> lease = acquire();
   request_.wait_seconds += std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
                                .count();

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "services/engine/expert_provider.h"
 
 namespace moe::serving {
@@ -37,6 +38,10 @@ class MeteredProvider : public ExpertProvider {
                                                absl::Span<const ExpertDemand> demands,
                                                absl::Span<const MemberDemands> members,
                                                bool prefill) override;
+  // Counted as Acquire.
+  absl::StatusOr<AcquiredExperts> AcquireRest(int moe_layer,
+                                              absl::Span<const ExpertDemand> rest,
+                                              bool prefill) override;
   void Release(AcquiredExperts& lease) override { inner_->Release(lease); }
   void Hint(absl::Span<const ExpertHint> hints) override {
     inner_->Hint(hints);
@@ -49,6 +54,10 @@ class MeteredProvider : public ExpertProvider {
   const ExpertCounters& request() const { return request_; }
 
  private:
+  // Runs `acquire` and counts its wait and usage.
+  absl::StatusOr<AcquiredExperts> Counted(
+      absl::FunctionRef<absl::StatusOr<AcquiredExperts>()> acquire);
+
   ExpertProvider* inner_;
   ExpertCounters request_;
 };

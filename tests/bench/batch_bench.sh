@@ -22,7 +22,8 @@
 #        STREAMS ("1 4 16"), BATCH (16), CHUNK (prefill chunk, 16),
 #        LAYERS (4), POLICY (lfu), PREFETCH (off), HINTS (off), KEEP_WORK=1,
 #        KV_MB (the batched worker's --kv-budget-mb, default 0: none),
-#        KV_BLOCK (its --kv-block-tokens, default 64), CLIENT (one: one
+#        KV_BLOCK (its --kv-block-tokens, default 64), LEASE_PART (both
+#        workers' --lease-part, default 0: whole layers), CLIENT (one: one
 #        moectl process per wave; processes: one per stream),
 #        MODEL (a mixtral-layout model directory instead of the made one, e.g.
 #        the trained deploy/models/kjv-moe: learned routing; LAYERS is then
@@ -42,6 +43,7 @@ prefetch=${PREFETCH:-off}
 hints=${HINTS:-off}  # moe-worker --pregate-hints (both runners)
 kv_mb=${KV_MB:-0}
 kv_block=${KV_BLOCK:-64}
+lease_part=${LEASE_PART:-0}
 client=${CLIENT:-one}
 py=/usr/bin/python3
 
@@ -91,7 +93,7 @@ measure() {
   $bin/moe-worker --model "$model" --listen "unix:$work/w.sock" --cache "unix:$work/c.sock" \
     --cache-model m --backend cpu --metrics-addr "" --max-queue 64 --max-batch "$mb" \
     --prefill-chunk "$chunk" --pregate-hints "$hints" --kv-budget-mb "$kv_mb" \
-    --kv-block-tokens "$kv_block" 2>"$work/$tag.worker.log" &
+    --kv-block-tokens "$kv_block" --lease-part "$lease_part" 2>"$work/$tag.worker.log" &
   local wpid=$!
   pids="$wpid $cpid"
   wait_for_socket "$work/w.sock" $wpid || { cat "$work/$tag.worker.log"; exit 1; }

@@ -358,6 +358,62 @@ TEST_P(BatchStepFamilyTest, HostAnswersOnAnotherBackendStayWithinTolerance) {
   RecordProperty("worst_relative_logit_difference", std::to_string(worst));
 }
 
+// Answers every layer in parts of `part` experts (ExpertProvider::
+// AcquireRest), as DaemonExpertProvider does with --lease-part; `part` 0
+// answers nothing (a broken provider).
+class PartingProvider : public ExpertProvider {
+ public:
+  PartingProvider(ExpertProvider* inner, size_t part) : inner_(inner), part_(part) {}
+  absl::StatusOr<AcquiredExperts> Acquire(int moe_layer, absl::Span<const ExpertDemand> demands,
+                                          bool prefill) override {
+    ++opened;
+    return inner_->Acquire(moe_layer, demands.first(std::min(part_, demands.size())), prefill);
+  }
+  absl::StatusOr<AcquiredExperts> AcquireRest(int moe_layer, absl::Span<const ExpertDemand> rest,
+                                              bool prefill) override {
+    ++continued;
+    return inner_->Acquire(moe_layer, rest.first(std::min(part_, rest.size())), prefill);
+  }
+  void Release(AcquiredExperts& a) override { inner_->Release(a); }
+
+  ExpertProvider* inner_;
+  size_t part_;
+  int64_t opened = 0, continued = 0;
+};
+
+// A layer computed in parts (each part's experts added to the output in
+// ascending id, as one whole call adds them) gives the bits of the whole
+// layer, alone and batched, for parts of one, two and three experts.
+TEST_P(BatchStepFamilyTest, LayersInPartsAreBitIdenticalToWholeLayers) {
+  Loaded l = Load(GetParam(), 47, absl::StrCat("parts", static_cast<int>(GetParam())));
+  ASSERT_NE(l.model, nullptr);
+  const std::vector<Seq> seqs = MakeSeqs(l.model->config().vocab_size);
+  const std::vector<Logits> whole = RunBatched(*l.model, l.experts.get(), seqs, 3);
+  for (size_t part : {1, 2, 3}) {
+    PartingProvider parts(l.experts.get(), part);
+    const std::vector<Logits> batched = RunBatched(*l.model, &parts, seqs, 3);
+    ASSERT_EQ(batched.size(), whole.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const Logits alone = RunAlone(*l.model, &parts, seqs[i]);
+      ASSERT_EQ(alone.size(), whole[i].size());
+      ASSERT_EQ(batched[i].size(), whole[i].size());
+      for (size_t t = 0; t < alone.size(); ++t) {
+        EXPECT_EQ(0, std::memcmp(alone[t].data(), whole[i][t].data(), alone[t].size() * 4))
+            << "part " << part << " sequence " << i << " token " << t;
+        EXPECT_EQ(0, std::memcmp(batched[i][t].data(), whole[i][t].data(),
+                                 alone[t].size() * 4))
+            << "part " << part << " batched sequence " << i << " token " << t;
+      }
+    }
+    EXPECT_GT(parts.continued, 0) << "part " << part;  // layers did split
+  }
+  // A provider that answers none of a layer fails the step, not loops.
+  PartingProvider none(l.experts.get(), 0);
+  Session s(*l.model, &none, 16);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  EXPECT_EQ(s.Forward(prompt, /*prefill=*/true).status().code(), absl::StatusCode::kInternal);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, BatchStepFamilyTest,
                          ::testing::Values(ModelFamily::kMixtral,
                                            ModelFamily::kQwen2Moe,

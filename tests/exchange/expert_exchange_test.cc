@@ -54,6 +54,29 @@ TEST(ValidateHintsTest, RangesProbabilitiesAndLength) {
   }
 }
 
+TEST(ValidatePartsTest, PartInRangeAndAContinueCarriesNothingElse) {
+  const std::vector<ExpertDemand> d = {{1, 2}, {3, 1}, {5, 1}};
+  const std::vector<ExpertHint> hint = {{1, 1, 0.5f}};
+  const std::vector<MemberDemands> members = {{7, false, d}};
+  EXPECT_TRUE(ValidateParts(kShape, {.demands = d}).ok());
+  EXPECT_TRUE(ValidateParts(kShape, {.demands = d, .part = 8}).ok());
+  EXPECT_TRUE(ValidateParts(kShape, {.demands = d, .continues = true}).ok());
+  EXPECT_TRUE(ValidateParts(kShape, {.demands = d, .members = members, .hints = hint,
+                                     .part = 2}).ok());
+  for (const AcquireCall& c : {AcquireCall{.demands = d, .part = -1},
+                               AcquireCall{.demands = d, .part = 9},
+                               AcquireCall{.demands = d, .part = WirePart(0x80000000u)},
+                               AcquireCall{.demands = d, .part = 2, .continues = true},
+                               AcquireCall{.demands = d, .members = members, .continues = true},
+                               AcquireCall{.demands = d, .hints = hint, .continues = true}}) {
+    EXPECT_EQ(ValidateParts(kShape, c).code(), absl::StatusCode::kInvalidArgument);
+  }
+  // What one call answers now.
+  EXPECT_EQ((AcquireCall{.demands = d}.answered_now()), 3u);
+  EXPECT_EQ((AcquireCall{.demands = d, .part = 2}.answered_now()), 2u);
+  EXPECT_EQ((AcquireCall{.demands = d, .part = 3}.answered_now()), 3u);
+}
+
 TEST(ValidateMembersTest, RowsMustAddUpToTheUnion) {
   using V = std::vector<ExpertDemand>;
   using M = std::vector<MemberDemands>;

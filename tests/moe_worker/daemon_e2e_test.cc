@@ -286,6 +286,42 @@ TEST_F(DaemonE2eTest, BatchedRequestsEachTeachTheDaemonTheirOwnMatrix) {
   EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
 }
 
+// A batched worker leasing each layer in parts (--lease-part 1 and 2)
+// through a cache of one layer's experts, fetch and auto: every concurrent
+// request gets the in-memory tokens.
+TEST_F(DaemonE2eTest, LayersLeasedInPartsGiveTheInMemoryTokens) {
+  const std::vector<int32_t> want = Reference();
+  for (const auto& [part, mode] :
+       std::vector<std::pair<std::string, std::string>>{{"1", "fetch"}, {"2", "auto"}}) {
+    SCOPED_TRACE(part + " " + mode);
+    WorkerProcess daemon;
+    StartDaemon(daemon, 8, "moe-infinity", "cached-parts-" + part + ".log",
+                {"--miss-mode", mode, "--link-gbps", "1"});
+    StartWorker({"--max-batch", "4", "--prefill-chunk", "2", "--lease-part", part});
+    constexpr int kRequests = 4;
+    std::vector<std::vector<v1::GenerateResponse>> rs(kRequests);
+    std::vector<grpc::Status> st(kRequests);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kRequests; ++i) {
+      clients.emplace_back([&, i] { st[i] = Call(&rs[i]); });
+    }
+    for (std::thread& t : clients) t.join();
+    for (int i = 0; i < kRequests; ++i) {
+      ASSERT_TRUE(st[i].ok()) << st[i].error_message() << "\n" << worker_.Log();
+      std::vector<int32_t> tokens;
+      for (const auto& r : rs[i]) tokens.push_back(r.token_id());
+      EXPECT_EQ(tokens, want) << "request " << i;
+    }
+    nlohmann::json m;
+    ASSERT_NO_FATAL_FAILURE(CacheStats(&m));
+    EXPECT_GT(m["misses"].get<int64_t>(), 0) << m.dump();
+    worker_.Signal(SIGTERM);
+    EXPECT_EQ(worker_.Wait(), 0) << worker_.Log();
+    daemon.Signal(SIGTERM);
+    EXPECT_EQ(daemon.Wait(), 0) << daemon.Log();
+  }
+}
+
 // Pre-gating two layers ahead, hints posted to the daemon (prefetch on, half
 // the experts cached): the worker streams the in-memory tokens.
 TEST_F(DaemonE2eTest, PregateDistanceTwoKeepsTheTokens) {
