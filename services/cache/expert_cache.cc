@@ -446,13 +446,12 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
   absl::MutexLock lock(&mu_);
   std::vector<RequestOwner> routed;
   if (call.continues) {
-    RETURN_IF_ERROR(TakeNextPartLocked(owner, call, phase));
+    RETURN_IF_ERROR(CheckNextPartLocked(owner, call, phase));
   } else {
     CloseLayerLocked(Owner(owner));  // an open layer left unfinished
     routed = RouteLocked(owner, call, phase);
+    if (call.part > 0) OpenLayerLocked(owner, call, phase);
   }
-  const size_t now = call.answered_now();
-  if (now < call.demands.size()) OpenLayerLocked(owner, call, phase);
   OwnerState::OpenLayer* open = nullptr;
   if (auto it = owners_.find(owner); it != owners_.end() && it->second.open.layer >= 0) {
     open = &it->second.open;
@@ -471,7 +470,13 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
                       call.host_ok, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
                         return LinkBacklogSeconds();
                       });
-  for (const ExpertDemand& d : call.demands.first(now)) {
+  size_t answered = 0;
+  for (const ExpertDemand& d : call.demands) {
+    // A part ends before the first miss past its `part` copies.
+    if (open != nullptr && p.misses - static_cast<int32_t>(p.host.size()) >= open->part &&
+        !ReadyForPartLocked(*open, ExpertKey{call.layer, d.expert})) {
+      break;
+    }
     const absl::Status served =
         ServeDemandLocked(owner, call, phase, d, planner, open, p);
     if (!served.ok()) {
@@ -479,9 +484,14 @@ absl::StatusOr<ExpertCache::Ticket> ExpertCache::StartAcquire(
       if (open != nullptr) CloseLayerLocked(owners_[owner]);
       return served;
     }
+    ++answered;
   }
   if (open != nullptr) {
-    for (const ExpertDemand& d : call.demands.first(now)) open->done.push_back(d.expert);
+    for (const ExpertDemand& d : call.demands.first(answered)) {
+      --kept_open_[static_cast<size_t>(open->layer) * options_.num_experts + d.expert];
+      open->done.push_back(d.expert);
+    }
+    open->next += answered;
     if (open->next == open->rest.size()) {
       CloseLayerLocked(owners_[owner]);
     } else if (open->copy_ahead) {
@@ -611,8 +621,15 @@ absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
   return absl::OkStatus();
 }
 
-absl::Status ExpertCache::TakeNextPartLocked(const RequestOwner& owner,
-                                             const AcquireCall& call, Phase phase) {
+bool ExpertCache::ReadyForPartLocked(const OwnerState::OpenLayer& open,
+                                     const ExpertKey& key) const {
+  const std::optional<SlotId> slot = slots_.Lookup(key);
+  return slot.has_value() && slots_.Get(*slot).state == SlotState::kReady &&
+         std::find(open.ahead.begin(), open.ahead.end(), key.expert) == open.ahead.end();
+}
+
+absl::Status ExpertCache::CheckNextPartLocked(const RequestOwner& owner,
+                                              const AcquireCall& call, Phase phase) {
   auto it = owners_.find(owner);
   if (it == owners_.end() || it->second.open.layer < 0) {
     return absl::FailedPreconditionError(
@@ -621,22 +638,17 @@ absl::Status ExpertCache::TakeNextPartLocked(const RequestOwner& owner,
   OwnerState::OpenLayer& open = it->second.open;
   const size_t n = call.demands.size();
   bool next = open.layer == call.layer && open.phase == phase &&
-              n <= static_cast<size_t>(open.part) && n <= open.rest.size() - open.next;
+              n <= open.rest.size() - open.next;
   for (size_t i = 0; next && i < n; ++i) {
     next = open.rest[open.next + i].expert == call.demands[i].expert &&
            open.rest[open.next + i].tokens == call.demands[i].tokens;
   }
   if (!next) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "not the next part of the open layer ", open.layer, ": ", n,
-        " experts of layer ", call.layer, " (", open.rest.size() - open.next,
-        " left, parts of ", open.part, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("not what is left of the open layer ", open.layer, ": ", n,
+                     " experts of layer ", call.layer, " (", open.rest.size() - open.next,
+                     " left)"));
   }
-  for (size_t i = 0; i < n; ++i) {
-    --kept_open_[static_cast<size_t>(open.layer) * options_.num_experts +
-                 open.rest[open.next + i].expert];
-  }
-  open.next += n;
   return absl::OkStatus();
 }
 
@@ -648,8 +660,7 @@ void ExpertCache::OpenLayerLocked(const RequestOwner& owner, const AcquireCall& 
   open.phase = phase;
   open.part = call.part;
   open.copy_ahead = options_.miss_mode == MissMode::kFetch || !call.host_ok;
-  open.rest.assign(call.demands.begin() + static_cast<ptrdiff_t>(call.answered_now()),
-                   call.demands.end());
+  open.rest.assign(call.demands.begin(), call.demands.end());
   for (const ExpertDemand& d : open.rest) {
     ++kept_open_[static_cast<size_t>(call.layer) * options_.num_experts + d.expert];
   }
@@ -669,10 +680,11 @@ void ExpertCache::CopyNextPartLocked(const RequestOwner& owner, OwnerState::Open
     return k.layer == open.layer &&
            std::find(open.done.begin(), open.done.end(), k.expert) != open.done.end();
   };
-  const size_t end = std::min(open.rest.size(), open.next + static_cast<size_t>(open.part));
-  for (size_t i = open.next; i < end; ++i) {
+  int copies = 0;
+  for (size_t i = open.next; i < open.rest.size() && copies < open.part; ++i) {
     const ExpertKey key{open.layer, open.rest[i].expert};
     if (slots_.Lookup(key).has_value()) continue;  // resident or loading
+    ++copies;
     const SlotId slot = TakeSlot(VictimContext{owner, open.layer, open.phase},
                                  [](const ExpertKey&) { return true; }, &answered);
     if (slot < 0) return;  // its own call will find one, or answer it on the host

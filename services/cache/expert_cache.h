@@ -174,11 +174,14 @@ class ExpertCache {
   // prefetches for this layer that it does not need and issues prefetches
   // for its later layers. REQUIRES: layer in range; demands of distinct
   // in-range experts with tokens >= 1 (ValidateDemands); hints in range.
-  // With `call.part` (ValidateParts holds), only call.answered_now()
-  // demands are answered; the rest open the layer. A `call.continues`
-  // acquire answers the next part of the owner's open layer:
-  // FAILED_PRECONDITION when it has none, or `call` is not its next part
-  // (layer, experts in order, at most the part, phase).
+  // With `call.part` > 0 (ValidateParts holds) the call opens the layer
+  // and answers its first part: the demands in order up to the first miss
+  // past `part` misses (at least one demand); a `call.continues` acquire
+  // answers the next part the same way. The result's leases and host
+  // answers then cover that prefix of the call's demands. A continue is
+  // FAILED_PRECONDITION when the owner has no open layer, or its demands
+  // are not the start of what is left of it (layer, experts and tokens in
+  // order, phase).
   // RESOURCE_EXHAUSTED when no slot can be freed (every slot leased, loading
   // or needed), unless the miss may run on the host (`call.host_ok` and
   // miss_mode host or auto): it is then answered so, in AcquireResult::host.
@@ -377,19 +380,24 @@ class ExpertCache {
                                  const ExpertDemand& d, MissPlanner& planner,
                                  const OwnerState::OpenLayer* open,
                                  Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A continues call: FAILED_PRECONDITION unless it is the next part of
-  // `owner`'s open layer; else that part is taken from it (no longer kept).
-  absl::Status TakeNextPartLocked(const RequestOwner& owner, const AcquireCall& call,
-                                  Phase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Opens `owner`'s layer with the demands of `call` after the first
-  // answered_now(), kept from eviction until answered.
+  // A continues call: FAILED_PRECONDITION unless its demands are the
+  // start of what is left of `owner`'s open layer, in its phase.
+  absl::Status CheckNextPartLocked(const RequestOwner& owner, const AcquireCall& call,
+                                   Phase phase) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `key` would be a hit of the open layer's part: ready and not copied
+  // ahead (those count as the misses they were).
+  bool ReadyForPartLocked(const OwnerState::OpenLayer& open, const ExpertKey& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens `owner`'s layer with every demand of `call`, each kept from
+  // eviction until answered.
   void OpenLayerLocked(const RequestOwner& owner, const AcquireCall& call, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes `o`'s open layer (a no-op when none): what is left of it may be
   // evicted again.
   void CloseLayerLocked(OwnerState& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies the open layer's next part into slots (victims: its answered
-  // experts first), at demand priority, where not resident or loading.
+  // Copies the open layer's next `part` experts that are neither resident
+  // nor loading into slots (victims: its answered experts first), at demand
+  // priority.
   void CopyNextPartLocked(const RequestOwner& owner, OwnerState::OpenLayer& open)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnswerOnHostLocked(const ExpertKey& key, Phase phase, Pending& p)

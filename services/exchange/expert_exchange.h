@@ -115,17 +115,20 @@ struct MemberDemands {
 // A layer leased in parts (docs/architecture.md, "A layer in parts"), so
 // that a cache smaller than the model need not hold a layer's whole union
 // at once (ValidateParts):
-//   part:      0: every demand is answered now. Else, when `demands` has
-//              more than `part` experts, only the first `part` are answered
-//              now; the rest stay the owner's open layer (kept from
-//              eviction), answered by `continues` calls in demand order, and
-//              the cache copies the next part while this one is computed.
-//              The call routes the layer as a whole (one iteration, one
-//              routing event per member, the whole union's prefetch cancel).
-//   continues: answers the next demands of the owner's open layer: `layer`
-//              is that layer, `demands` its next unanswered ones in order
-//              (at most its part), `prefill` as the opening call's; no
-//              members, hints or part. Routes nothing.
+//   part:      0: every demand is answered now. Else the call opens the
+//              layer and answers a first part: its demands in order up to
+//              the first miss past `part` misses (resident experts cost no
+//              slot, so a part takes every hit on its way), at least one.
+//              The rest stays the owner's open layer (kept from eviction),
+//              answered by `continues` calls, and the cache copies the next
+//              part's misses while this part is computed. The call routes
+//              the layer as a whole (one iteration, one routing event per
+//              member, the whole union's prefetch cancel).
+//   continues: answers the next part of the owner's open layer the same
+//              way: `layer` is that layer, `demands` the start (usually all)
+//              of what is left of it, in order, `prefill` as the opening
+//              call's; no members, hints or part. Routes nothing.
+// The answer then covers a prefix of `demands` (AcquireResult).
 struct AcquireCall {
   int layer = 0;
   absl::Span<const ExpertDemand> demands;
@@ -135,13 +138,6 @@ struct AcquireCall {
   bool host_ok = false;
   int32_t part = 0;
   bool continues = false;
-
-  // How many of `demands` this call answers now: all, or the first `part`.
-  size_t answered_now() const {
-    return part > 0 && demands.size() > static_cast<size_t>(part)
-               ? static_cast<size_t>(part)
-               : demands.size();
-  }
 };
 
 // Index of a slot in a model's arena.
@@ -197,10 +193,11 @@ struct HostRunReport {
   int64_t nanoseconds = 0;
 };
 
-// The answer to one acquire. Every demanded expert is answered once, either
-// with a lease on a ready arena slot or as "run on host": compute it from
-// the daemon's host copy of the expert (no copy was waited for). Both lists
-// keep demand order.
+// The answer to one acquire. Every demanded expert (of a part, a prefix of
+// the demands: AcquireCall::part) is answered once, either with a lease on a
+// ready arena slot or as "run on host": compute it from the daemon's host
+// copy of the expert (no copy was waited for). Both lists keep demand
+// order.
 struct AcquireResult {
   std::vector<SlotLease> leases;
   std::vector<ExpertKey> host;

@@ -263,7 +263,6 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
   if (host_only_) return AcquireOnHost(moe_layer, demands);
   AcquireCall call{.layer = moe_layer, .demands = demands, .prefill = prefill};
   if (continues) {  // the next part: no members, hints or part of its own
-    call.demands = demands.first(std::min(demands.size(), static_cast<size_t>(lease_part_)));
     call.continues = true;
   } else {
     call.members = members;
@@ -273,9 +272,10 @@ absl::StatusOr<AcquiredExperts> DaemonExpertProvider::AcquireFor(
   absl::StatusOr<AcquireResult> reply = client_->Acquire(call);
   if (!continues) hints_.clear();
   if (!reply.ok()) return Check(reply.status());
-  // All of the call's demands, or (opening a layer in parts) its first part.
+  // All of the call's demands, or (a layer in parts) a prefix of them.
   const size_t answered = reply->leases.size() + reply->host.size();
-  if (answered != call.demands.size() && answered != call.answered_now()) {
+  if (answered == 0 || answered > demands.size() ||
+      (lease_part_ == 0 && answered != demands.size())) {
     client_->Release(reply->leases).IgnoreError();
     return absl::InternalError("moe-cached answered a different expert count");
   }

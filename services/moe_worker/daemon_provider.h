@@ -74,8 +74,8 @@ class DaemonExpertProvider : public ExpertProvider {
                                                absl::Span<const ExpertDemand> demands,
                                                absl::Span<const MemberDemands> members,
                                                bool prefill) override;
-  // With lease_part() > 0 the daemon answers a layer of more experts in
-  // parts of that many (AcquireCall::part), the rest through AcquireRest.
+  // With lease_part() > 0 the daemon answers a layer in parts of at most
+  // that many misses (AcquireCall::part), the rest through AcquireRest.
   absl::StatusOr<AcquiredExperts> AcquireRest(int moe_layer,
                                               absl::Span<const ExpertDemand> rest,
                                               bool prefill) override;
@@ -87,9 +87,9 @@ class DaemonExpertProvider : public ExpertProvider {
 
   int64_t reattaches() const { return reattaches_; }
 
-  // Experts leased at once when a layer needs more (moe-worker's
-  // --lease-part; docs/architecture.md, "A layer in parts"); 0, the
-  // default: whole layers. REQUIRES: part >= 0.
+  // Misses answered in one part of a layer (moe-worker's --lease-part;
+  // docs/architecture.md, "A layer in parts"); 0, the default: whole
+  // layers. REQUIRES: part >= 0.
   void set_lease_part(int part) { lease_part_ = part; }
   int lease_part() const { return lease_part_; }
 

@@ -69,10 +69,10 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
            "seconds to wait for moe-cached at start, retrying with backoff (0: once)",
            {.min = 0, .max = 86400});
   f.Int("lease-part", d.lease_part,
-        "with moe-cached: lease a layer's routed experts in parts of this many, each "
-        "computed and released before the next is answered (its copy overlapping the part "
-        "before), so that a cache smaller than a layer's union keeps more of the other "
-        "layers; 0: whole layers", {.min = 0, .max = 4096});
+        "with moe-cached: lease a layer's routed experts in parts of at most this many "
+        "misses (hits ride along), each computed and released before the next is answered "
+        "(its copies overlapping the part before), so that a cache a few layers' unions "
+        "large keeps more of the other layers; 0: whole layers", {.min = 0, .max = 4096});
   f.String("cache-model", d.cache_model,
            "the model's name at moe-cached (default: the model directory's basename)");
   f.String("cache-auth-token-file", d.cache_auth_token_file, "bearer token for moe-cached");

@@ -64,88 +64,101 @@ std::vector<int32_t> Experts(const std::vector<SlotLease>& leases) {
 
 const std::vector<ExpertDemand> kWholeLayer = {{0, 3}, {1, 1}, {2, 2}, {3, 1}, {4, 1}, {5, 4}};
 
-// A whole layer of six in parts of two through a cache of six slots that
-// holds another layer: each part is answered in order, the next part is
-// copied while the caller computes, and the later parts evict the layer's
-// answered experts, not the other layer's, though LFU ranks those lower.
+// The layer's demands from `first` on.
+absl::Span<const ExpertDemand> From(size_t first) {
+  return absl::MakeConstSpan(kWholeLayer).subspan(first);
+}
+
+// A whole layer of six in parts of one miss through a full cache of six
+// slots that holds four of another layer: each part is answered in order,
+// the next part is copied while the caller computes, and the later parts
+// evict the layer's answered experts, not the other layer's, though LRU
+// ranks those lower (used before the layer began).
 TEST(LayerPartsTest, PartsComeInOrderAndEvictTheLayersAnsweredExpertsFirst) {
-  Fixture f(6);
+  Fixture f(6, "lru");
   const RequestOwner owner{1, 1};
   f.cache->BeginRequest(owner);
-  f.Touch(owner, 0, {{0, 1}, {1, 1}}, /*times=*/5);  // popular: LFU would keep them
   f.Touch(owner, 1, {{0, 1}, {1, 1}, {2, 1}, {3, 1}});
-  ASSERT_EQ(f.Resident(1), (std::vector<int32_t>{0, 1, 2, 3}));
   f.cache->ResetStats();
 
   absl::StatusOr<AcquireResult> first =
-      f.Acquire(owner, {.layer = 0, .demands = kWholeLayer, .part = 2});
+      f.Acquire(owner, {.layer = 0, .demands = kWholeLayer, .part = 1});
   ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(Experts(first->leases), (std::vector<int32_t>{0, 1}));
-  EXPECT_EQ(first->usage.hits, 2);
-  // The next part (2, 3) is on the link already: two of layer 1 made room.
-  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(Experts(first->leases), (std::vector<int32_t>{0}));
+  EXPECT_EQ(first->usage.misses, 1);
+  // The next part (1) is on the link already, in the last empty slot.
+  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{0, 1}));
   ASSERT_TRUE(f.cache->Release(1, first->leases).ok());
-
-  const std::vector<ExpertDemand> rest(kWholeLayer.begin() + 2, kWholeLayer.end());
-  absl::StatusOr<AcquireResult> second = f.Acquire(
-      owner, {.layer = 0, .demands = absl::MakeConstSpan(rest).first(2), .continues = true});
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_EQ(Experts(second->leases), (std::vector<int32_t>{2, 3}));
-  // Copied ahead, not resident when the layer routed: misses, done or not.
-  EXPECT_EQ(second->usage.misses, 2);
-  // The part after it (4, 5) took the slots of the answered 0 and 1, not
-  // layer 1's last two.
-  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{2, 3, 4, 5}));
-  EXPECT_EQ(f.Resident(1).size(), 2u);
-  ASSERT_TRUE(f.cache->Release(1, second->leases).ok());
-
-  absl::StatusOr<AcquireResult> third = f.Acquire(
-      owner, {.layer = 0, .demands = absl::MakeConstSpan(rest).subspan(2), .continues = true});
-  ASSERT_TRUE(third.ok()) << third.status();
-  EXPECT_EQ(Experts(third->leases), (std::vector<int32_t>{4, 5}));
-  ASSERT_TRUE(f.cache->Release(1, third->leases).ok());
-  f.cache->CheckInvariantsForTest();
-
-  // One layer routed once: one iteration, six demands.
+  for (size_t next = 1; next < kWholeLayer.size(); ++next) {
+    SCOPED_TRACE(next);
+    absl::StatusOr<AcquireResult> part =
+        f.Acquire(owner, {.layer = 0, .demands = From(next), .continues = true});
+    ASSERT_TRUE(part.ok()) << part.status();
+    ASSERT_EQ(Experts(part->leases), (std::vector<int32_t>{kWholeLayer[next].expert}));
+    // Copied ahead, not resident when the layer routed: a miss, done or not.
+    EXPECT_EQ(part->usage.misses, 1);
+    // The part after it took the slot of an answered one, not layer 1's.
+    EXPECT_EQ(f.Resident(1), (std::vector<int32_t>{0, 1, 2, 3}));
+    ASSERT_TRUE(f.cache->Release(1, part->leases).ok());
+    f.cache->CheckInvariantsForTest();
+  }
+  // One layer routed once: one iteration, six misses.
   const CachePhaseStats st = f.cache->GetStats(Phase::kDecode);
   EXPECT_EQ(st.iterations, 1u);
-  EXPECT_EQ(st.hits + st.misses, 6u);
-  EXPECT_EQ(st.hits, 2u);
+  EXPECT_EQ(st.misses, 6u);
+  EXPECT_EQ(st.hits, 0u);
   // The layer is closed: nothing left to continue.
-  absl::StatusOr<AcquireResult> more = f.Acquire(
-      owner, {.layer = 0, .demands = absl::MakeConstSpan(rest).subspan(2), .continues = true});
+  absl::StatusOr<AcquireResult> more =
+      f.Acquire(owner, {.layer = 0, .demands = From(5), .continues = true});
   EXPECT_TRUE(absl::IsFailedPrecondition(more.status())) << more.status();
+}
+
+// Resident experts cost a part no slot: they ride along with its misses.
+TEST(LayerPartsTest, HitsRideAlongWithAPartsMisses) {
+  Fixture f(12);
+  const RequestOwner owner{1, 1};
+  f.cache->BeginRequest(owner);
+  f.Touch(owner, 0, {{0, 1}, {1, 1}, {3, 1}});
+  absl::StatusOr<AcquireResult> first =
+      f.Acquire(owner, {.layer = 0, .demands = kWholeLayer, .part = 1});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Experts(first->leases), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(first->usage.hits, 3);
+  EXPECT_EQ(first->usage.misses, 1);
+  ASSERT_TRUE(f.cache->Release(1, first->leases).ok());
+  absl::StatusOr<AcquireResult> second =
+      f.Acquire(owner, {.layer = 0, .demands = From(4), .continues = true});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(Experts(second->leases), (std::vector<int32_t>{4}));
+  ASSERT_TRUE(f.cache->Release(1, second->leases).ok());
 }
 
 // What an open layer has yet to answer stays resident whoever needs a slot:
 // another session's acquire then finds none (fetch mode) until the layer is
-// answered.
+// closed.
 TEST(LayerPartsTest, AnOpenLayersUnansweredExpertsAreNotVictims) {
   Fixture f(6);
   const RequestOwner a{1, 1}, b{2, 1};
   f.cache->BeginRequest(a);
   f.cache->BeginRequest(b);
-  f.Touch(a, 0, kWholeLayer);
+  f.Touch(a, 0, {{0, 1}, {4, 1}, {5, 1}});
+  f.Touch(b, 1, {{0, 1}, {1, 1}});
   absl::StatusOr<AcquireResult> first =
-      f.Acquire(a, {.layer = 0, .demands = kWholeLayer, .part = 2});
+      f.Acquire(a, {.layer = 0, .demands = kWholeLayer, .part = 1});
   ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(Experts(first->leases), (std::vector<int32_t>{0, 1}));
   ASSERT_TRUE(f.cache->Release(1, first->leases).ok());
-  // 0 and 1 are answered and free; 2..5 are kept.
+  // Answered 0 and 1 are free, as is layer 1's last; 4 and 5 are resident
+  // and kept, 2 loading: three victims for four misses.
+  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{0, 1, 2, 4, 5}));
   absl::StatusOr<AcquireResult> other =
-      f.Acquire(b, {.layer = 1, .demands = {{0, 1}, {1, 1}, {2, 1}}});
+      f.Acquire(b, {.layer = 1, .demands = {{2, 1}, {3, 1}, {4, 1}, {5, 1}}});
   EXPECT_TRUE(absl::IsResourceExhausted(other.status())) << other.status();
-  // (0 and 1 made room for two of the three before it failed.)
-  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{2, 3, 4, 5}));
-  absl::StatusOr<AcquireResult> two =
-      f.Acquire(b, {.layer = 1, .demands = {{0, 1}, {1, 1}}});
-  ASSERT_TRUE(two.ok()) << two.status();
-  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{2, 3, 4, 5}));
-  EXPECT_EQ(f.Resident(1), (std::vector<int32_t>{0, 1}));
-  ASSERT_TRUE(f.cache->Release(2, two->leases).ok());
+  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{2, 4, 5}));
   // Ending the request closes its open layer: the rest may go again.
   f.cache->EndRequest(a);
   absl::StatusOr<AcquireResult> later =
-      f.Acquire(b, {.layer = 1, .demands = {{2, 1}, {3, 1}, {4, 1}}});
+      f.Acquire(b, {.layer = 1, .demands = {{2, 1}, {3, 1}, {4, 1}, {5, 1}}});
   EXPECT_TRUE(later.ok()) << later.status();
   f.cache->CheckInvariantsForTest();
 }
@@ -165,8 +178,7 @@ TEST(LayerPartsTest, AContinueThatIsNotTheNextPartIsRefused) {
   EXPECT_TRUE(absl::IsFailedPrecondition(continue_with(1, {{2, 2}, {3, 1}})));  // layer
   EXPECT_TRUE(absl::IsFailedPrecondition(continue_with(0, {{3, 1}})));          // order
   EXPECT_TRUE(absl::IsFailedPrecondition(continue_with(0, {{2, 1}})));          // tokens
-  EXPECT_TRUE(
-      absl::IsFailedPrecondition(continue_with(0, {{2, 2}, {3, 1}, {4, 1}})));  // > part
+  EXPECT_TRUE(absl::IsFailedPrecondition(continue_with(0, {{2, 2}, {4, 1}})));  // skips 3
   EXPECT_TRUE(absl::IsFailedPrecondition(
       f.Acquire(owner, {.layer = 0, .demands = {{2, 2}}, .prefill = true, .continues = true})
           .status()));  // phase

@@ -71,10 +71,6 @@ TEST(ValidatePartsTest, PartInRangeAndAContinueCarriesNothingElse) {
                                AcquireCall{.demands = d, .hints = hint, .continues = true}}) {
     EXPECT_EQ(ValidateParts(kShape, c).code(), absl::StatusCode::kInvalidArgument);
   }
-  // What one call answers now.
-  EXPECT_EQ((AcquireCall{.demands = d}.answered_now()), 3u);
-  EXPECT_EQ((AcquireCall{.demands = d, .part = 2}.answered_now()), 2u);
-  EXPECT_EQ((AcquireCall{.demands = d, .part = 3}.answered_now()), 3u);
 }
 
 TEST(ValidateMembersTest, RowsMustAddUpToTheUnion) {
