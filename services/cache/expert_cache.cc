@@ -554,10 +554,8 @@ absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
                                             const OwnerState::OpenLayer* open, Pending& p) {
   const ExpertKey key{call.layer, d.expert};
   // An open layer's answered experts go first: their next use is a step away.
-  const std::function<bool(const ExpertKey&)> answered = [open](const ExpertKey& k) {
-    return k.layer == open->layer &&
-           std::find(open->done.begin(), open->done.end(), k.expert) != open->done.end();
-  };
+  std::function<bool(const ExpertKey&)> answered;
+  if (open != nullptr) answered = AnsweredIn(*open);
   const std::function<bool(const ExpertKey&)>* prefer = open != nullptr ? &answered : nullptr;
   // Copied ahead of its part: a miss, whether or not its copy is done.
   const bool ahead = open != nullptr && std::find(open->ahead.begin(), open->ahead.end(),
@@ -675,11 +673,16 @@ void ExpertCache::CloseLayerLocked(OwnerState& o) {
   open = OwnerState::OpenLayer{};
 }
 
-void ExpertCache::CopyNextPartLocked(const RequestOwner& owner, OwnerState::OpenLayer& open) {
-  const std::function<bool(const ExpertKey&)> answered = [&open](const ExpertKey& k) {
+std::function<bool(const ExpertKey&)> ExpertCache::AnsweredIn(
+    const OwnerState::OpenLayer& open) {
+  return [&open](const ExpertKey& k) {
     return k.layer == open.layer &&
            std::find(open.done.begin(), open.done.end(), k.expert) != open.done.end();
   };
+}
+
+void ExpertCache::CopyNextPartLocked(const RequestOwner& owner, OwnerState::OpenLayer& open) {
+  const std::function<bool(const ExpertKey&)> answered = AnsweredIn(open);
   int copies = 0;
   for (size_t i = open.next; i < open.rest.size() && copies < open.part; ++i) {
     const ExpertKey key{open.layer, open.rest[i].expert};

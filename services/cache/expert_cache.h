@@ -330,7 +330,7 @@ class ExpertCache {
       Phase phase = Phase::kDecode;
       int part = 0;
       bool copy_ahead = false;         // the next part is copied ahead
-      std::vector<ExpertDemand> rest;  // after the first part
+      std::vector<ExpertDemand> rest;  // the layer's demands (the union)
       size_t next = 0;                 // rest[next..] not yet answered
       std::vector<int32_t> done;       // answered: the first victims
       std::vector<int32_t> ahead;      // copied ahead: misses when answered
@@ -395,6 +395,9 @@ class ExpertCache {
   // Closes `o`'s open layer (a no-op when none): what is left of it may be
   // evicted again.
   void CloseLayerLocked(OwnerState& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True for `open`'s answered experts (the preferred victims); `open` must
+  // outlive the predicate.
+  static std::function<bool(const ExpertKey&)> AnsweredIn(const OwnerState::OpenLayer& open);
   // Copies the open layer's next `part` experts that are neither resident
   // nor loading into slots (victims: its answered experts first), at demand
   // priority.

@@ -101,6 +101,24 @@ class DaemonE2eTest : public ::testing::Test {
 
   // The daemon's statistics of its one model, as `moectl stats --json
   // --cache` prints them.
+  // `requests` concurrent Generate calls to the worker, each streaming
+  // `want`.
+  void ExpectConcurrentTokens(int requests, const std::vector<int32_t>& want) {
+    std::vector<std::vector<v1::GenerateResponse>> rs(requests);
+    std::vector<grpc::Status> st(requests);
+    std::vector<std::thread> clients;
+    for (int i = 0; i < requests; ++i) {
+      clients.emplace_back([&, i] { st[i] = Call(&rs[i]); });
+    }
+    for (std::thread& t : clients) t.join();
+    for (int i = 0; i < requests; ++i) {
+      ASSERT_TRUE(st[i].ok()) << st[i].error_message() << "\n" << worker_.Log();
+      std::vector<int32_t> tokens;
+      for (const auto& r : rs[i]) tokens.push_back(r.token_id());
+      EXPECT_EQ(tokens, want) << "request " << i;
+    }
+  }
+
   void CacheStats(nlohmann::json* model) {
     const std::string cmd = std::string(MOE_BINARY_DIR) +
                             "/bin/moectl stats --json --cache " + cache_sock_;
@@ -264,19 +282,7 @@ TEST_F(DaemonE2eTest, BatchedRequestsEachTeachTheDaemonTheirOwnMatrix) {
   StartDaemon(daemon, 16, "moe-infinity", "cached-members.log");
   StartWorker({"--max-batch", "4", "--prefill-chunk", "2"});
   constexpr int kRequests = 4;
-  std::vector<std::vector<v1::GenerateResponse>> rs(kRequests);
-  std::vector<grpc::Status> st(kRequests);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kRequests; ++i) {
-    clients.emplace_back([&, i] { st[i] = Call(&rs[i]); });
-  }
-  for (std::thread& t : clients) t.join();
-  for (int i = 0; i < kRequests; ++i) {
-    ASSERT_TRUE(st[i].ok()) << st[i].error_message() << "\n" << worker_.Log();
-    std::vector<int32_t> tokens;
-    for (const auto& r : rs[i]) tokens.push_back(r.token_id());
-    EXPECT_EQ(tokens, want) << "request " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectConcurrentTokens(kRequests, want));
   nlohmann::json m;
   ASSERT_NO_FATAL_FAILURE(CacheStats(&m));
   EXPECT_EQ(m["eamc_entries"].get<int>(), kRequests) << m.dump();
@@ -298,20 +304,7 @@ TEST_F(DaemonE2eTest, LayersLeasedInPartsGiveTheInMemoryTokens) {
     StartDaemon(daemon, 8, "moe-infinity", "cached-parts-" + part + ".log",
                 {"--miss-mode", mode, "--link-gbps", "1"});
     StartWorker({"--max-batch", "4", "--prefill-chunk", "2", "--lease-part", part});
-    constexpr int kRequests = 4;
-    std::vector<std::vector<v1::GenerateResponse>> rs(kRequests);
-    std::vector<grpc::Status> st(kRequests);
-    std::vector<std::thread> clients;
-    for (int i = 0; i < kRequests; ++i) {
-      clients.emplace_back([&, i] { st[i] = Call(&rs[i]); });
-    }
-    for (std::thread& t : clients) t.join();
-    for (int i = 0; i < kRequests; ++i) {
-      ASSERT_TRUE(st[i].ok()) << st[i].error_message() << "\n" << worker_.Log();
-      std::vector<int32_t> tokens;
-      for (const auto& r : rs[i]) tokens.push_back(r.token_id());
-      EXPECT_EQ(tokens, want) << "request " << i;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectConcurrentTokens(4, want));
     nlohmann::json m;
     ASSERT_NO_FATAL_FAILURE(CacheStats(&m));
     EXPECT_GT(m["misses"].get<int64_t>(), 0) << m.dump();
