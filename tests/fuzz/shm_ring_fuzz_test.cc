@@ -132,7 +132,9 @@ class ShmRingFuzzTest : public ServiceFuzzTest {
     m->layer = Pick<int32_t>({0, 1, L - 1, L, -1, INT_MIN, INT_MAX});
     m->count = Pick<uint32_t>({0, 1, 2, 3, 8, 9, kMaxItems, kMaxItems + 1, UINT32_MAX,
                                static_cast<uint32_t>(rng_() % 16)});
-    m->flags = static_cast<uint32_t>(rng_());
+    m->flags = static_cast<uint32_t>(rng_());  // kFlagContinues among them
+    m->part = Pick<uint32_t>({0, 0, 1, 2, static_cast<uint32_t>(E),
+                              static_cast<uint32_t>(E) + 1, 0x80000000u, UINT32_MAX});
     m->request_id = rng_();
     const uint32_t n = std::min(m->count, kMaxItems);
     for (uint32_t i = 0; i < n; ++i) {
