@@ -223,6 +223,10 @@ absl::Status ValidateSimOptions(const trace::TraceHeader& h, const SimOptions& o
     return absl::InvalidArgumentError(
         absl::StrCat("batch must be in [1, ", kMaxSimBatch, "], got ", o.batch));
   }
+  if (o.lease_part < 0 || o.lease_part > h.num_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("lease part must be in [0, ", h.num_experts,
+                                                   "], got ", o.lease_part));
+  }
   return absl::OkStatus();
 }
 
@@ -279,41 +283,60 @@ struct LayerTime {
 };
 
 // Serves one layer of one iteration on the virtual clock, then computes for
-// max(`layer_ns`, the host runs).
+// max(`layer_ns`, the host runs). With o.lease_part the layer comes in parts
+// (AcquireCall::part), each computed for its share of `layer_ns` (by tokens)
+// before the next is asked for.
 absl::StatusOr<LayerTime> ServeLayer(SimCache& sim, const SimOptions& o, const RequestOwner& owner,
                                      int layer, const Iteration& it, int64_t layer_ns,
                                      absl::Span<const MemberDemands> members = {}) {
   FakeCopyEngine& engine = *sim.engine;
-  const int64_t t0 = engine.now_ns();
-  ASSIGN_OR_RETURN(
-      auto ticket,
-      sim.cache->StartAcquire(owner, {.layer = layer,
-                                      .demands = it.layers[layer],
-                                      .prefill = it.phase == Phase::kPrefill,
-                                      .members = members,
-                                      .host_ok = true}));
-  while (true) {
-    ASSIGN_OR_RETURN(bool ready, sim.cache->IsReady(ticket));
-    if (ready) break;
-    auto next = engine.NextCompletionTime();
-    if (!next.has_value()) return absl::InternalError("acquire waits on an idle link");
-    engine.AdvanceTo(std::max(*next, engine.now_ns()));
-  }
+  const absl::Span<const ExpertDemand> demands = it.layers[layer];
+  int64_t tokens = 0;
+  for (const ExpertDemand& d : demands) tokens += d.tokens;
   LayerTime time;
-  time.stall_ns = engine.now_ns() - t0;
-  ASSIGN_OR_RETURN(AcquireResult acquired, sim.cache->FinishAcquire(ticket));
-  double host_seconds = 0;
-  for (const ExpertKey& k : acquired.host) {
-    for (const ExpertDemand& d : it.layers[layer]) {
-      if (d.expert != k.expert) continue;
-      host_seconds += HostRunSeconds(o.host(), static_cast<double>(o.link.expert_bytes()),
-                                     SimExpertFlopsPerToken(o), d.tokens);
+  for (size_t first = 0; first < demands.size();) {
+    const int64_t t0 = engine.now_ns();
+    AcquireCall call{.layer = layer,
+                     .demands = demands.subspan(first),
+                     .prefill = it.phase == Phase::kPrefill,
+                     .host_ok = true};
+    if (first == 0) {
+      call.members = members;
+      call.part = o.lease_part;
+    } else {
+      call.continues = true;
     }
+    ASSIGN_OR_RETURN(auto ticket, sim.cache->StartAcquire(owner, call));
+    while (true) {
+      ASSIGN_OR_RETURN(bool ready, sim.cache->IsReady(ticket));
+      if (ready) break;
+      auto next = engine.NextCompletionTime();
+      if (!next.has_value()) return absl::InternalError("acquire waits on an idle link");
+      engine.AdvanceTo(std::max(*next, engine.now_ns()));
+    }
+    time.stall_ns += engine.now_ns() - t0;
+    ASSIGN_OR_RETURN(AcquireResult acquired, sim.cache->FinishAcquire(ticket));
+    const size_t answered = acquired.leases.size() + acquired.host.size();
+    if (answered == 0) return absl::InternalError("a part answered no expert");
+    double host_seconds = 0;
+    int64_t part_tokens = 0;
+    for (const ExpertDemand& d : demands.subspan(first, answered)) {
+      part_tokens += d.tokens;
+      for (const ExpertKey& k : acquired.host) {
+        if (d.expert != k.expert) continue;
+        host_seconds += HostRunSeconds(o.host(), static_cast<double>(o.link.expert_bytes()),
+                                       SimExpertFlopsPerToken(o), d.tokens);
+      }
+    }
+    const int64_t host_ns = static_cast<int64_t>(std::llround(host_seconds * 1e9));
+    time.host_runs += static_cast<int>(acquired.host.size());
+    time.host_ns += host_ns;
+    const int64_t compute_ns =
+        answered == demands.size() ? layer_ns : layer_ns * part_tokens / std::max<int64_t>(1, tokens);
+    engine.AdvanceTo(engine.now_ns() + std::max(compute_ns, host_ns));
+    RETURN_IF_ERROR(sim.cache->Release(owner.session, acquired.leases));
+    first += answered;
   }
-  time.host_runs = static_cast<int>(acquired.host.size());
-  time.host_ns = static_cast<int64_t>(std::llround(host_seconds * 1e9));
-  engine.AdvanceTo(engine.now_ns() + std::max(layer_ns, time.host_ns));
-  RETURN_IF_ERROR(sim.cache->Release(owner.session, acquired.leases));
   return time;
 }
 
@@ -403,6 +426,13 @@ absl::StatusOr<SimResult> Simulate(const Trace& trace, const std::string& policy
                                    const SimOptions& o) {
   const auto& h = trace.header;
   RETURN_IF_ERROR(ValidateSimOptions(h, o));
+  if ((policy_spec == "belady" || policy_spec == "oracle") && o.lease_part > 0) {
+    // The offline optimum chooses every victim itself: whole layers (parts
+    // would put the layer's answered experts first).
+    SimOptions whole = o;
+    whole.lease_part = 0;
+    return Simulate(trace, policy_spec, whole);
+  }
   SimCache sim;
   RETURN_IF_ERROR(BuildSimCache(trace, policy_spec, o, &sim));
   if (o.batch > 1) {

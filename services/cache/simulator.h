@@ -56,6 +56,11 @@ struct SimOptions {
   // per-request state sees the batch's union (how moe-worker batched before
   // members existed), for comparison.
   bool batch_members = true;
+  // A layer leased in parts of at most this many misses (moe-worker
+  // --lease-part; AcquireCall::part), each part computed for its share of
+  // the layer's time (by tokens) before the next is asked for; 0: whole
+  // layers. In [0, experts per layer].
+  int lease_part = 0;
   // Where misses are served (the daemon's --miss-mode) and the host's
   // figures. A layer's time is its stall (copies waited for) plus
   // max(T, the host runs of its misses answered on the host): the device
