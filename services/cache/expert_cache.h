@@ -392,6 +392,11 @@ class ExpertCache {
   // eviction until answered.
   void OpenLayerLocked(const RequestOwner& owner, const AcquireCall& call, Phase phase)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `part`, the next demands of `owner`'s open layer, was answered: no
+  // longer kept, now the first victims; the layer closes when that was the
+  // last, else the next part is copied ahead (OpenLayer::copy_ahead).
+  void AnsweredPartLocked(const RequestOwner& owner, absl::Span<const ExpertDemand> part)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes `o`'s open layer (a no-op when none): what is left of it may be
   // evicted again.
   void CloseLayerLocked(OwnerState& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -83,6 +83,17 @@ void DeclareCachePolicy(FlagSet& f, const std::string& default_policy, bool defa
 
 bool PrefetchFromFlags(const FlagSet& f) { return f.GetString("prefetch") == "on"; }
 
+void DeclareLeasePart(FlagSet& f, int default_part) {
+  f.Int("lease-part", default_part,
+        "lease each layer's routed experts from moe-cached in parts of at most this many "
+        "misses (hits ride along), each computed and released before the next is answered "
+        "(its copies overlapping the part before), so that a cache a few layers' unions "
+        "large keeps more of the other layers; 0: whole layers",
+        {.min = 0, .max = 4096});
+}
+
+int LeasePartFromFlags(const FlagSet& f) { return static_cast<int>(f.GetInt("lease-part")); }
+
 void DeclareLink(FlagSet& f, double default_gbps) {
   f.Group("link");
   f.Double("link-gbps", default_gbps,

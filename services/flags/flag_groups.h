@@ -64,6 +64,11 @@ void DeclareRecordTrace(FlagSet& f);
 void DeclareCachePolicy(FlagSet& f, const std::string& default_policy, bool default_prefetch);
 bool PrefetchFromFlags(const FlagSet& f);
 
+// --lease-part N: a layer leased in parts of at most N misses (moe-worker;
+// moectl simulate replays it), 0: whole layers.
+void DeclareLeasePart(FlagSet& f, int default_part);
+int LeasePartFromFlags(const FlagSet& f);
+
 // --link-gbps G (GB/s, 1e9 bytes/s, >= 0).
 void DeclareLink(FlagSet& f, double default_gbps);
 

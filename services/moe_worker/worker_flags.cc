@@ -68,11 +68,7 @@ void DeclareWorkerFlags(flags::FlagSet& f) {
   f.Double("cache-wait", absl::ToDoubleSeconds(d.cache_wait),
            "seconds to wait for moe-cached at start, retrying with backoff (0: once)",
            {.min = 0, .max = 86400});
-  f.Int("lease-part", d.lease_part,
-        "with moe-cached: lease a layer's routed experts in parts of at most this many "
-        "misses (hits ride along), each computed and released before the next is answered "
-        "(its copies overlapping the part before), so that a cache a few layers' unions "
-        "large keeps more of the other layers; 0: whole layers", {.min = 0, .max = 4096});
+  flag_groups::DeclareLeasePart(f, d.lease_part);
   f.String("cache-model", d.cache_model,
            "the model's name at moe-cached (default: the model directory's basename)");
   f.String("cache-auth-token-file", d.cache_auth_token_file, "bearer token for moe-cached");
@@ -149,7 +145,7 @@ absl::StatusOr<WorkerFlags> ParseWorkerFlags(const std::vector<std::string>& arg
   o.backend = f.GetString("device");
   o.cpu_threads = flag_groups::CpuThreadsFromFlags(f);
   o.device_host_experts = f.GetString("device-host-experts") == "on";
-  o.lease_part = static_cast<int>(f.GetInt("lease-part"));
+  o.lease_part = flag_groups::LeasePartFromFlags(f);
   o.cache = f.GetString("cache");
   o.expert_format = flag_groups::ExpertFormatFromFlags(f);
   o.cache_wait = absl::Seconds(f.GetDouble("cache-wait"));

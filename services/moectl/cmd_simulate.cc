@@ -87,9 +87,7 @@ void DeclareFlags(FlagSet& f) {
         {.min = 1, .max = std::numeric_limits<int>::max()});
   f.Int("batch", d.batch, "requests replayed together", {.min = 1, .max = cache::kMaxSimBatch});
   f.Choice("batch-members", "on", {"on", "off"}, "each member's own row in a batch's acquire");
-  f.Int("lease-part", d.lease_part,
-        "each layer leased in parts of at most this many misses, as moe-worker --lease-part "
-        "(0: whole layers)", {.min = 0, .max = 4096});
+  flag_groups::DeclareLeasePart(f, d.lease_part);
   f.Choice("hints", "on", {"on", "off"}, "replay the trace's pre-gating hints");
   f.Choice("progress", "auto", {"on", "off", "auto"}, "progress on stderr");
   f.Bool("json", false, "one JSON object per run");
@@ -356,7 +354,7 @@ bool ParsePlan(const FlagSet& f, SimulatePlan* plan, std::string* err) {
   o.passes = static_cast<int>(f.GetInt("passes"));
   o.batch = static_cast<int>(f.GetInt("batch"));
   o.batch_members = f.GetString("batch-members") == "on";
-  o.lease_part = static_cast<int>(f.GetInt("lease-part"));
+  o.lease_part = flag_groups::LeasePartFromFlags(f);
   const std::string& progress = f.GetString("progress");
   plan->progress = progress == "auto" ? ::isatty(STDERR_FILENO) != 0 : progress == "on";
   plan->policies = PolicyList(f.GetString("policy"));
