@@ -87,8 +87,6 @@ ExpertCache::ExpertCache(const ExpertCacheOptions& options, std::unique_ptr<Cach
       layer_hits_(options.num_layers, 0),
       layer_misses_(options.num_layers, 0),
       kept_open_(static_cast<size_t>(options.num_layers) * options.num_experts, 0),
-      layer_visits_(options.num_layers, 1),
-      last_visit_(static_cast<size_t>(options.num_layers) * options.num_experts, 0),
       host_(options.host) {}
 
 ExpertCache::OwnerState& ExpertCache::Owner(const RequestOwner& owner) {
@@ -499,11 +497,6 @@ std::vector<RequestOwner> ExpertCache::RouteLocked(const RequestOwner& owner,
                                                    const AcquireCall& call,
                                                    Phase phase) {
   ObserveComputeGap(owner, call.layer, phase);
-  ++layer_visits_[call.layer];
-  for (const ExpertDemand& d : call.demands) {
-    last_visit_[static_cast<size_t>(call.layer) * options_.num_experts + d.expert] =
-        layer_visits_[call.layer];
-  }
   // Whose routing this is: each member's own row, or the owner's.
   struct Routed {
     RequestOwner owner;

@@ -402,8 +402,7 @@ class ExpertCache {
   void CloseLayerLocked(OwnerState& o) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True for `open`'s answered experts (the preferred victims); `open` must
   // outlive the predicate.
-  std::function<bool(const ExpertKey&)> AnsweredIn(const OwnerState::OpenLayer& open) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::function<bool(const ExpertKey&)> AnsweredIn(const OwnerState::OpenLayer& open);
   // Copies the open layer's next `part` experts that are neither resident
   // nor loading into slots (victims: its answered experts first), at demand
   // priority.
@@ -497,10 +496,6 @@ class ExpertCache {
   // Per expert (layer * num_experts + expert): how many open layers still
   // have it to answer (kept from eviction while > 0).
   std::vector<int32_t> kept_open_ ABSL_GUARDED_BY(mu_);
-  // Routings of each layer (RouteLocked), and per expert the routing that
-  // last named it: an expert not named at its layer's last two is cold.
-  std::vector<uint32_t> layer_visits_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> last_visit_ ABSL_GUARDED_BY(mu_);
   HostFigures host_ ABSL_GUARDED_BY(mu_);  // options_.host, tracked online
 };
 

@@ -65,14 +65,8 @@ void ExpertCache::CloseLayerLocked(OwnerState& o) {
 }
 
 std::function<bool(const ExpertKey&)> ExpertCache::AnsweredIn(
-    const OwnerState::OpenLayer& open) const {
-  return [this, &open](const ExpertKey& k) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    // Not routed to at its layer's last two visits: cold (the policy ranks
-    // these against the answered ones; under uniform routing there are none).
-    if (last_visit_[static_cast<size_t>(k.layer) * options_.num_experts + k.expert] + 1 <
-        layer_visits_[k.layer]) {
-      return true;
-    }
+    const OwnerState::OpenLayer& open) {
+  return [&open](const ExpertKey& k) {
     return k.layer == open.layer &&
            std::find(open.done.begin(), open.done.end(), k.expert) != open.done.end();
   };

@@ -113,30 +113,6 @@ TEST(LayerPartsTest, PartsComeInOrderAndEvictTheLayersAnsweredExpertsFirst) {
   EXPECT_TRUE(absl::IsFailedPrecondition(more.status())) << more.status();
 }
 
-// Experts of any layer that were not routed to at their layer's last two
-// routings are cold: the policy weighs them with the layer's answered
-// experts, so under skewed routing a cold one goes before an answered one
-// (LRU: layer 1's cold pair is older than layer 0's answered expert).
-TEST(LayerPartsTest, ColdExpertsGoBeforeTheLayersAnsweredOnes) {
-  Fixture f(6, "lru");
-  const RequestOwner owner{1, 1};
-  f.cache->BeginRequest(owner);
-  f.Touch(owner, 1, {{0, 1}, {1, 1}});
-  f.Touch(owner, 1, {{2, 1}, {3, 1}}, /*times=*/2);  // 0 and 1 are now cold
-  absl::StatusOr<AcquireResult> first =
-      f.Acquire(owner, {.layer = 0, .demands = kWholeLayer, .part = 1});
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_TRUE(f.cache->Release(1, first->leases).ok());
-  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{0, 1}));  // two empty slots
-  absl::StatusOr<AcquireResult> second =
-      f.Acquire(owner, {.layer = 0, .demands = From(1), .continues = true});
-  ASSERT_TRUE(second.ok()) << second.status();
-  ASSERT_TRUE(f.cache->Release(1, second->leases).ok());
-  // Expert 2's copy ahead took a cold slot of layer 1, not answered 0.
-  EXPECT_EQ(f.Resident(0), (std::vector<int32_t>{0, 1, 2}));
-  EXPECT_EQ(f.Resident(1), (std::vector<int32_t>{1, 2, 3}));
-}
-
 // Resident experts cost a part no slot: they ride along with its misses.
 TEST(LayerPartsTest, HitsRideAlongWithAPartsMisses) {
   Fixture f(12);
