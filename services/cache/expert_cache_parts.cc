@@ -4,6 +4,7 @@
 // docs/architecture.md, "A layer in parts".
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "services/cache/expert_cache.h"
