@@ -547,8 +547,7 @@ absl::Status ExpertCache::ServeDemandLocked(const RequestOwner& owner,
   if (open != nullptr) answered = AnsweredIn(*open);
   const std::function<bool(const ExpertKey&)>* prefer = open != nullptr ? &answered : nullptr;
   // Copied ahead of its part: a miss, whether or not its copy is done.
-  const bool ahead = open != nullptr && std::find(open->ahead.begin(), open->ahead.end(),
-                                                  d.expert) != open->ahead.end();
+  const bool ahead = open != nullptr && open->copied_ahead(d.expert);
   auto needed = [&call](const ExpertKey& k) {
     if (k.layer != call.layer) return false;
     for (const ExpertDemand& x : call.demands) {

@@ -51,6 +51,7 @@
 #ifndef MOECACHE_SERVICES_CACHE_EXPERT_CACHE_H_
 #define MOECACHE_SERVICES_CACHE_EXPERT_CACHE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -334,6 +335,13 @@ class ExpertCache {
       size_t next = 0;                 // rest[next..] not yet answered
       std::vector<int32_t> done;       // answered: the first victims
       std::vector<int32_t> ahead;      // copied ahead: misses when answered
+
+      bool answered(int32_t expert) const {
+        return std::find(done.begin(), done.end(), expert) != done.end();
+      }
+      bool copied_ahead(int32_t expert) const {
+        return std::find(ahead.begin(), ahead.end(), expert) != ahead.end();
+      }
     } open;
   };
 

@@ -15,7 +15,7 @@ bool ExpertCache::ReadyForPartLocked(const OwnerState::OpenLayer& open,
                                      const ExpertKey& key) const {
   const std::optional<SlotId> slot = slots_.Lookup(key);
   return slot.has_value() && slots_.Get(*slot).state == SlotState::kReady &&
-         std::find(open.ahead.begin(), open.ahead.end(), key.expert) == open.ahead.end();
+         !open.copied_ahead(key.expert);
 }
 
 absl::Status ExpertCache::CheckNextPartLocked(const RequestOwner& owner,
@@ -68,8 +68,7 @@ void ExpertCache::CloseLayerLocked(OwnerState& o) {
 std::function<bool(const ExpertKey&)> ExpertCache::AnsweredIn(
     const OwnerState::OpenLayer& open) {
   return [&open](const ExpertKey& k) {
-    return k.layer == open.layer &&
-           std::find(open.done.begin(), open.done.end(), k.expert) != open.done.end();
+    return k.layer == open.layer && open.answered(k.expert);
   };
 }
 

@@ -17,8 +17,8 @@
 //
 // Exit codes: 0 success, 2 bad flags or a request the worker refused as
 // INVALID_ARGUMENT, 1 anything else (unreachable worker, busy, cancelled).
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
