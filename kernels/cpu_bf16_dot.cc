@@ -173,8 +173,12 @@ bool Bf16DotSupported() {
 }
 
 bool UsesBf16Dot(DType dtype, SimdLevel level) {
-  return dtype == DType::kBF16 && level == SimdLevel::kAvx512 &&
-         Bf16DotSupported();
+  return dtype == DType::kBF16 && AtLeastAvx512(level) && Bf16DotSupported();
+}
+
+bool UsesAmx(DType dtype, SimdLevel level, int64_t k) {
+  return level == SimdLevel::kAmx && UsesBf16Dot(dtype, level) && k > 0 && k % 32 == 0 &&
+         AmxSupported();
 }
 
 }  // namespace moe

@@ -280,7 +280,7 @@ GgufKRowsFn GgufKRowsScalar(DType dtype) {
 
 GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level) {
   static const bool vnni = Q8VnniSupported();
-  if (level == SimdLevel::kAvx512 && vnni) return SmallRows16Avx512Vnni(dtype);
+  if (AtLeastAvx512(level) && vnni) return SmallRows16Avx512Vnni(dtype);
   switch (dtype) {
     case DType::kQ4R16:
       return &Q4R16Rows;
@@ -296,7 +296,7 @@ GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level) {
 bool CpuPrefersRows16(SimdLevel level) {
   static const bool vnni = Q8VnniSupported();
   const char* env = std::getenv("MOE_ROWS16");
-  return level == SimdLevel::kAvx512 && vnni && !(env != nullptr && std::strcmp(env, "0") == 0);
+  return AtLeastAvx512(level) && vnni && !(env != nullptr && std::strcmp(env, "0") == 0);
 }
 
 GgufDotFn GgufDotFor(DType dtype, SimdLevel level) {
@@ -307,7 +307,7 @@ GgufDotFn GgufDotFor(DType dtype, SimdLevel level) {
 GgufKRowsFn GgufKRowsFor(DType dtype, SimdLevel level) {
   static const bool vnni = Q8VnniSupported();
   GgufKRowsFn f = nullptr;
-  if (level == SimdLevel::kAvx512 && vnni) f = GgufKRowsAvx512Vnni(dtype);
+  if (AtLeastAvx512(level) && vnni) f = GgufKRowsAvx512Vnni(dtype);
   if (f == nullptr && level != SimdLevel::kScalar && dtype != DType::kQ4KR16) {
     f = GgufKRowsAvx2(dtype);
   }

@@ -18,6 +18,8 @@ absl::string_view SimdLevelName(SimdLevel level) {
       return "avx2";
     case SimdLevel::kAvx512:
       return "avx512";
+    case SimdLevel::kAmx:
+      return "amx";
   }
   return "?";
 }
@@ -32,6 +34,8 @@ bool SimdLevelSupported(SimdLevel level) {
              __builtin_cpu_supports("f16c");
     case SimdLevel::kAvx512:
       return __builtin_cpu_supports("avx512f");
+    case SimdLevel::kAmx:
+      return __builtin_cpu_supports("avx512f") && AmxSupported();
   }
   return false;
 #else
@@ -40,12 +44,13 @@ bool SimdLevelSupported(SimdLevel level) {
 }
 
 SimdLevel DetectSimdLevel() {
-  SimdLevel cap = SimdLevel::kAvx512;
+  SimdLevel cap = SimdLevel::kAmx;
   if (const char* env = std::getenv("MOE_CPU_SIMD"); env && *env) {
     if (std::strcmp(env, "scalar") == 0) cap = SimdLevel::kScalar;
     if (std::strcmp(env, "avx2") == 0) cap = SimdLevel::kAvx2;
+    if (std::strcmp(env, "avx512") == 0) cap = SimdLevel::kAvx512;
   }
-  for (SimdLevel l : {SimdLevel::kAvx512, SimdLevel::kAvx2}) {
+  for (SimdLevel l : {SimdLevel::kAmx, SimdLevel::kAvx512, SimdLevel::kAvx2}) {
     if (static_cast<int>(l) <= static_cast<int>(cap) && SimdLevelSupported(l)) {
       return l;
     }
@@ -123,6 +128,7 @@ VectorOps VectorOpsFor(SimdLevel level) {
     case SimdLevel::kAvx2:
       return {&DotAvx2, &AxpyAvx2, &DotRowsAvx2, &AxpyRowsAvx2};
     case SimdLevel::kAvx512:
+    case SimdLevel::kAmx:
       return {&DotAvx512, &AxpyAvx512, &DotRowsAvx512, &AxpyRowsAvx512};
     default:
       return {&DotScalar, &AxpyScalar, &DotRowsScalar, &AxpyRowsScalar};
@@ -135,7 +141,7 @@ using ColumnsFn = void (*)(const MatMulArgs&, int64_t, int64_t);
 
 ColumnsFn ColumnsFor(SimdLevel level) {
   if (level == SimdLevel::kAvx2) return &MatMulColumnsAvx2;
-  if (level == SimdLevel::kAvx512) return &MatMulColumnsAvx512;
+  if (AtLeastAvx512(level)) return &MatMulColumnsAvx512;
   return &MatMulColumnsScalar;
 }
 
@@ -147,10 +153,13 @@ int64_t FloatColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k
   return std::clamp<int64_t>((per_thread + 7) / 8 * 8, 8, 64);
 }
 
-// The ParallelFor grain over the n columns of a product of `dtype`.
-int64_t ColumnGrain(const ThreadPool& pool, DType dtype, int64_t m, int64_t n, int64_t k) {
-  return IsQuantDType(dtype) ? QuantColumnGrain(pool, m, n, k, RowGroupOf(dtype))
-                             : FloatColumnGrain(pool, m, n, k);
+// The ParallelFor grain over the n columns of a product of `dtype` at
+// `level`: on AMX whole pairs of 16-row tiles.
+int64_t ColumnGrain(const ThreadPool& pool, SimdLevel level, DType dtype, int64_t m, int64_t n,
+                    int64_t k) {
+  if (IsQuantDType(dtype)) return QuantColumnGrain(pool, m, n, k, RowGroupOf(dtype));
+  const int64_t grain = FloatColumnGrain(pool, m, n, k);
+  return UsesAmx(dtype, level, k) && grain < n ? (grain + 31) / 32 * 32 : grain;
 }
 
 }  // namespace
@@ -161,9 +170,8 @@ void CpuMatMul(ThreadPool& pool, SimdLevel level, const MatMulArgs& a) {
     QuantizedInput local;
     QuantizedInput& in = QuantizedInputFor(a.m, a.k, &local);
     in.Prepare(a.x, a.m, a.k, a.dtype, level);
-    pool.ParallelFor(a.n, FloatColumnGrain(pool, a.m, a.n, a.k), [&](int64_t b, int64_t e) {
-      in.Columns(a.w, a.bias, a.y, a.n, b, e);
-    });
+    pool.ParallelFor(a.n, ColumnGrain(pool, level, a.dtype, a.m, a.n, a.k),
+                     [&](int64_t b, int64_t e) { in.Columns(a.w, a.bias, a.y, a.n, b, e); });
     return;
   }
   const ColumnsFn kernel = ColumnsFor(level);
@@ -183,7 +191,7 @@ void CpuGateUpSilu(ThreadPool& pool, SimdLevel level, const float* x, const void
     QuantizedInput local;
     QuantizedInput& in = QuantizedInputFor(m, k, &local);
     in.Prepare(x, m, k, dtype, level);
-    pool.ParallelFor(n, ColumnGrain(pool, dtype, m, n, k), [&](int64_t b, int64_t e) {
+    pool.ParallelFor(n, ColumnGrain(pool, level, dtype, m, n, k), [&](int64_t b, int64_t e) {
       in.Columns(gate, nullptr, g, n, b, e);
       in.Columns(up, nullptr, u, n, b, e);
       silu_mul(b, e);
@@ -235,7 +243,7 @@ void CpuExpertPasses(ThreadPool& pool, SimdLevel level, absl::Span<const ExpertP
   // A pass's grain as its products' own (CpuMatMul's), over all experts'
   // rows; whole row groups, so every edge is one within each expert.
   auto grain = [&](DType t, int64_t rows, int64_t k) {
-    return ColumnGrain(pool, t, m, n * rows, k);
+    return ColumnGrain(pool, level, t, m, n * rows, k);
   };
   // Expert i's prepared activations (block formats, bf16 on AVX512_BF16),
   // into inputs[i].

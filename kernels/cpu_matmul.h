@@ -1,7 +1,8 @@
 // CPU matrix products y[m, n] = x[m, k] W[n, k]^T (+ bias), f32 activations,
 // f32/f16/bf16 weights, f32 accumulation (the block formats kQ8/kQ4 go to
 // cpu_quant_matmul.h). One kernel per SIMD level (scalar,
-// AVX2+FMA+F16C, AVX-512F) compiled with function target attributes and
+// AVX2+FMA+F16C, AVX-512F; AMX adds tiles for bf16 weights and is AVX-512
+// for everything else) compiled with function target attributes and
 // chosen at run time; a thread pool splits the output columns.
 //
 // Within one SIMD level the result does not depend on the thread count: each
@@ -20,13 +21,20 @@ namespace moe {
 
 class QuantizedInput;
 
-enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// Ordered: a level includes every kernel of the levels below it. kAmx is
+// kAvx512 plus AMX tiles for bf16 weights ("bf16 products on AMX" below).
+enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
 absl::string_view SimdLevelName(SimdLevel level);
-// Whether this CPU (and OS) can run `level`.
+// Whether this CPU (and OS) can run `level`. kAmx: AVX-512 and
+// AMX-TILE/AMX-BF16/AVX512_BF16, with the tile data state granted to this
+// process by the kernel (AmxSupported).
 bool SimdLevelSupported(SimdLevel level);
-// The best supported level; $MOE_CPU_SIMD=scalar|avx2|avx512 caps it.
+// The best supported level; $MOE_CPU_SIMD=scalar|avx2|avx512|amx caps it.
 SimdLevel DetectSimdLevel();
+// level is kAvx512 or above: the AVX-512 kernels (f32, f16, the block
+// formats, the vector ops) run.
+inline bool AtLeastAvx512(SimdLevel level) { return level >= SimdLevel::kAvx512; }
 
 struct MatMulArgs {
   const float* x;     // [m, k]
@@ -90,7 +98,7 @@ void AxpyRowsAvx512(const float* alpha, const float* x, int64_t stride, int64_t 
 // instruction of the f32 FMA: ~1.8x the prompt throughput of a bf16
 // expert's products on a zen4 core.
 bool Bf16DotSupported();
-// dtype is kBF16, level kAvx512 and Bf16DotSupported().
+// dtype is kBF16, level kAvx512 or kAmx, and Bf16DotSupported().
 bool UsesBf16Dot(DType dtype, SimdLevel level);
 // out[i] = FloatToBF16(x[i]). REQUIRES: Bf16DotSupported() (it runs
 // AVX-512).
@@ -99,6 +107,37 @@ void RoundToBf16(const float* x, int64_t count, uint16_t* out);
 // with xb the activations a.x rounded by RoundToBf16 ([a.m, a.k]; a.x is
 // not read). REQUIRES: Bf16DotSupported().
 void Bf16DotColumns(const uint16_t* xb, const MatMulArgs& a, int64_t n_begin, int64_t n_end);
+
+// bf16 products on AMX. At the kAmx level a product with bf16 weights
+// whose k is a positive multiple of 32 (UsesAmx; any other k takes the
+// vdpbf16ps products above) rounds its activations to bf16 as above and
+// runs AMX tiles (kernels/cpu_amx.cc): an output is its 16-row weight
+// tile's TDPBF16PS over k in steps of 32, in order, from zero, plus the
+// bias. TDPBF16PS sums an instruction's 32 products with its own internal
+// alignment (not IEEE additions in some order: measured on Sapphire
+// Rapids, docs/architecture.md), so the bits differ from the vdpbf16ps
+// path's; they are the same for every m (decode, batches and prompts
+// alike), thread count and column split, because each element of a tile
+// depends on its own weight row and activation row only. Each element is
+// within a few float32 roundings of the float64 product of the rounded
+// activations and the weights (tests/kernels/amx_test.cc bounds it).
+// Decode reads the weights as the other paths do (one pass, at the memory
+// bandwidth); prompts gain the tiles' 512 products per cycle.
+// AMX-TILE, AMX-BF16 and AVX512_BF16 are present and Linux granted the tile
+// data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
+bool AmxSupported();
+// UsesBf16Dot(dtype, level), level kAmx, and k a positive multiple of 32.
+bool UsesAmx(DType dtype, SimdLevel level, int64_t k);
+// The packed activations' length for m rows of k: m rounded up to 16, by k.
+int64_t AmxPackedSize(int64_t m, int64_t k);
+// Packs bf16 activations xb [m, k] (k even) for the tiles: per block of 16
+// rows, per pair p of k, the 16 rows' elements 2p and 2p + 1, rows past m
+// zero. out has AmxPackedSize(m, k) elements.
+void PackForAmx(const uint16_t* xb, int64_t m, int64_t k, uint16_t* out);
+// The columns [n_begin, n_end) of y = xb a.w^T (+ a.bias) for bf16 a.w,
+// from the activations packed by PackForAmx (a.x is not read).
+// REQUIRES: AmxSupported(), UsesAmx's k.
+void AmxBf16Columns(const uint16_t* packed, const MatMulArgs& a, int64_t n_begin, int64_t n_end);
 
 // The whole product on `pool` with the kernel of `level` (for kQ8/kQ4:
 // CpuQuantMatMul; bf16 weights on AVX512_BF16: the products above).

@@ -199,7 +199,7 @@ void ConvertToF32(const void* src, DType dtype, float* dst, int64_t n) {
 }
 
 void SiluMul(SimdLevel level, const float* gate, const float* up, float* out, int64_t n) {
-  if (level == SimdLevel::kAvx512) return SiluMulAvx512(gate, up, out, n);
+  if (AtLeastAvx512(level)) return SiluMulAvx512(gate, up, out, n);
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
@@ -207,7 +207,7 @@ void SiluMul(SimdLevel level, const float* gate, const float* up, float* out, in
 }
 
 double SumExp(SimdLevel level, const float* x, int64_t n, float shift) {
-  if (level == SimdLevel::kAvx512) return SumExpAvx512(x, n, shift);
+  if (AtLeastAvx512(level)) return SumExpAvx512(x, n, shift);
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - shift));
   return sum;

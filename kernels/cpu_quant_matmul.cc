@@ -329,12 +329,14 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   if (dtype == DType::kBF16) {  // UsesBf16Dot (the caller's REQUIRES)
     xb_m_ = m;
     RoundToBf16(x, m * k, AtLeast(xb_, m * k));
+    amx_ = UsesAmx(dtype, level, k);
+    if (amx_) PackForAmx(xb_.data(), m, k, AtLeast(xv_, AmxPackedSize(m, k)));
     return;
   }
   xb_m_ = -1;
   static const bool vnni = Q8VnniSupported();
   const bool simd = level != SimdLevel::kScalar;
-  const bool avx512_vnni = level == SimdLevel::kAvx512 && vnni;
+  const bool avx512_vnni = AtLeastAvx512(level) && vnni;
   const bool q8 = dtype == DType::kQ8;
   dot_ = q8 ? (simd ? (avx512_vnni ? &DotQ8Avx512Vnni : &DotQ8Avx2) : &DotQ8Scalar)
             : (simd ? &DotQ4Avx2 : &DotQ4Scalar);
@@ -375,8 +377,9 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
 void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t n,
                              int64_t n_begin, int64_t n_end) const {
   if (xb_m_ >= 0) {
-    return Bf16DotColumns(xb_.data(), MatMulArgs{nullptr, w, DType::kBF16, bias, y, xb_m_, n, x_.k},
-                          n_begin, n_end);
+    const MatMulArgs a{nullptr, w, DType::kBF16, bias, y, xb_m_, n, x_.k};
+    if (amx_) return AmxBf16Columns(xv_.data(), a, n_begin, n_end);
+    return Bf16DotColumns(xb_.data(), a, n_begin, n_end);
   }
   const auto* wb = static_cast<const uint8_t*>(w);
   // The rows kernels: the chunk's weight rows in one call per group of up

@@ -143,7 +143,8 @@ bool Q8VnniSupported();
 
 // Whether products of `dtype` weights at `level` read activations prepared
 // by a QuantizedInput: the block formats, and bf16 on AVX512_BF16
-// (UsesBf16Dot, cpu_matmul.h: activations rounded to bf16).
+// (UsesBf16Dot, cpu_matmul.h: activations rounded to bf16; on AMX also
+// packed for the tiles).
 bool PreparesActivations(DType dtype, SimdLevel level);
 
 // Activations quantized once for any number of products with them (an
@@ -179,6 +180,9 @@ class QuantizedInput {
   // bf16 weights on AVX512_BF16: the activations rounded to bf16 [m, k].
   std::vector<uint16_t> xb_;
   int64_t xb_m_ = -1;  // >= 0 while xb_ is the prepared input
+  // ... and on AMX (UsesAmx): xb_ packed for the tiles (PackForAmx).
+  std::vector<uint16_t> xv_;
+  bool amx_ = false;
 };
 // Where to prepare m x k activations: the calling thread's own
 // QuantizedInput, kept for the thread's life, up to 8 Mi activations (its

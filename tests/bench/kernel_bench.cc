@@ -160,7 +160,7 @@ double MeasurePeakFlops(ThreadPool& pool, SimdLevel level, int reps) {
   const int64_t iters = 20'000'000;
   double flops_per_iter = 0;
   std::function<float(int64_t)> loop;
-  if (level == SimdLevel::kAvx512) {
+  if (AtLeastAvx512(level)) {
     loop = FmaLoopAvx512;
     flops_per_iter = 12 * 16 * 2;
   } else if (level == SimdLevel::kAvx2) {

@@ -47,7 +47,12 @@ TEST(CpuDispatchTest, DetectedLevelIsSupportedAndScalarAlwaysIs) {
   EXPECT_TRUE(SimdLevelSupported(SimdLevel::kScalar));
   EXPECT_TRUE(SimdLevelSupported(DetectSimdLevel()));
   // The best supported level is chosen.
-  if (SimdLevelSupported(SimdLevel::kAvx512)) {
+  if (SimdLevelSupported(SimdLevel::kAmx)) {
+    EXPECT_EQ(DetectSimdLevel(), SimdLevel::kAmx);
+    setenv("MOE_CPU_SIMD", "avx512", 1);  // caps it
+    EXPECT_EQ(DetectSimdLevel(), SimdLevel::kAvx512);
+    unsetenv("MOE_CPU_SIMD");
+  } else if (SimdLevelSupported(SimdLevel::kAvx512)) {
     EXPECT_EQ(DetectSimdLevel(), SimdLevel::kAvx512);
   } else if (SimdLevelSupported(SimdLevel::kAvx2)) {
     EXPECT_EQ(DetectSimdLevel(), SimdLevel::kAvx2);
@@ -66,7 +71,7 @@ TEST(CpuDispatchTest, EverySupportedPathMatchesScalar) {
     int64_t m, n, k;
   };
   int levels_run = 0;
-  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     absl::Status forced = backend.ForceSimdLevelForTest(level);
     if (!SimdLevelSupported(level)) {
       EXPECT_EQ(forced.code(), absl::StatusCode::kFailedPrecondition);
@@ -76,8 +81,11 @@ TEST(CpuDispatchTest, EverySupportedPathMatchesScalar) {
     ++levels_run;
     std::cout << "[ simd     ] comparing " << SimdLevelName(level)
               << " with scalar\n";
+    // The last three have k a multiple of 32: AMX tiles for bf16 (UsesAmx),
+    // with row and column tails.
     for (Case c : {Case{1, 1, 3}, Case{1, 67, 1031}, Case{5, 13, 2057},
-                   Case{4, 3, 8}, Case{9, 70, 100}}) {
+                   Case{4, 3, 8}, Case{9, 70, 100}, Case{1, 45, 1024},
+                   Case{37, 50, 96}, Case{16, 16, 32}}) {
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
         SCOPED_TRACE(testing::Message() << SimdLevelName(level) << " "
                                         << DTypeName(dt) << " " << c.m << "x"
@@ -118,7 +126,7 @@ TEST(CpuDispatchTest, QuantizedPathsMatchScalar) {
   struct Case {
     int64_t m, n, k;
   };
-  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     if (!backend.ForceSimdLevelForTest(level).ok()) continue;
     for (Case c : {Case{1, 1, 64}, Case{1, 67, 1088}, Case{5, 13, 2176},
                    Case{4, 3, 128}, Case{9, 70, 192}}) {
@@ -164,7 +172,7 @@ TEST(CpuDispatchTest, AttentionPathsMatchScalar) {
   ASSERT_TRUE(backend.Attention(q.data(), kc.data(), vc.data(), want.data(), s,
                                 0.2f)
                   .ok());
-  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     if (!backend.ForceSimdLevelForTest(level).ok()) continue;
     ASSERT_TRUE(backend.Attention(q.data(), kc.data(), vc.data(), got.data(),
                                   s, 0.2f)
@@ -178,7 +186,7 @@ TEST(CpuDispatchTest, AttentionPathsMatchScalar) {
 // dot_rows and axpy_rows are dot and axpy row by row, bit for bit, at every
 // level (registers held across rows, vector tails, chunks of 8 registers).
 TEST(CpuDispatchTest, VectorRowHelpersAreTheOneRowHelpers) {
-  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     if (!SimdLevelSupported(level)) continue;
     const VectorOps vo = VectorOpsFor(level);
     for (int64_t n : {1, 7, 37, 128, 200, 576}) {
@@ -256,7 +264,7 @@ TEST(CpuOpsTest, SiluMulIsWithinUlpsOfFloat64AtEveryLevel) {
   const int64_t n = static_cast<int64_t>(g.size());
   std::vector<float> scalar(n);
   cpu::SiluMul(SimdLevel::kScalar, g.data(), u.data(), scalar.data(), n);
-  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     if (!SimdLevelSupported(level)) continue;
     SCOPED_TRACE(std::string(SimdLevelName(level)));
     std::vector<float> got(n);
@@ -303,7 +311,7 @@ TEST(CpuBackendTest, SumExpMatchesAFloat64SumAtEveryLevel) {
     const float shift = *std::max_element(x.begin(), x.end());
     double want = 0;
     for (float v : x) want += std::exp(double(v - shift));
-    for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
       if (!SimdLevelSupported(level)) continue;
       SCOPED_TRACE(std::string(SimdLevelName(level)) + " n=" + std::to_string(n));
       const double got = cpu::SumExp(level, x.data(), n, shift);
@@ -316,7 +324,7 @@ TEST(CpuBackendTest, SumExpMatchesAFloat64SumAtEveryLevel) {
     }
   }
   std::vector<float> bad = {0.0f, NAN, 1.0f};
-  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     if (!SimdLevelSupported(level)) continue;
     EXPECT_TRUE(std::isnan(cpu::SumExp(level, bad.data(), 3, 1.0f)));
     std::vector<float> all_masked(20, -INFINITY);

@@ -40,7 +40,7 @@ std::vector<uint8_t> Quantized(int64_t rows, int64_t cols, DType dt, uint32_t se
 
 std::vector<SimdLevel> Levels() {
   std::vector<SimdLevel> levels;
-  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     if (SimdLevelSupported(l)) levels.push_back(l);
   }
   return levels;

@@ -86,7 +86,7 @@ TEST_P(ExpertFfnsTest, EqualsExpertFfnPerCallInOrder) {
   }
   for (int threads : {1, 2}) {
     for (SimdLevel level :
-         {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+         {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
       if (!SimdLevelSupported(level)) continue;
       SCOPED_TRACE(::testing::Message()
                    << c.name << ", " << threads << " thread(s), "

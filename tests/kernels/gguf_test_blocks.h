@@ -75,7 +75,7 @@ void WithKind(DType t, const F& f) {
 // The SIMD levels this machine runs, scalar first.
 inline std::vector<SimdLevel> SupportedLevels() {
   std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     if (SimdLevelSupported(l)) out.push_back(l);
   }
   return out;
