@@ -88,7 +88,7 @@ struct BackendInfo {
   int64_t device_memory_bytes = 0;  // total; 0 for the CPU backend
   int64_t free_memory_bytes = 0;    // at the time of the query
   int threads = 1;                  // CPU worker threads (1 on a device)
-  std::string simd;                 // CPU: "scalar", "avx2", "avx512"
+  std::string simd;                 // CPU: "scalar", "avx2", "avx512", "amx"
 };
 
 // Geometry of one layer's attention and its KV cache. The cache holds
