@@ -323,8 +323,12 @@ class SplitHostProvider : public ExpertProvider {
 // added to the device part's, so logits move only by rounding (the stated
 // tolerance: 1e-4 of the largest logit), alone and batched; with nothing
 // answered on the host, the bits are the one-backend bits.
+// The seed is one whose routing has no decision within rounding of a tie
+// at any level: with seed 37 the gpt-oss model's router ties at sequence
+// 3, token 6 under AMX's arithmetic (a flipped expert moves every logit of
+// the last two tokens by ~1e-3, which is no rounding).
 TEST_P(BatchStepFamilyTest, HostAnswersOnAnotherBackendStayWithinTolerance) {
-  Loaded l = Load(GetParam(), 37, absl::StrCat("split", static_cast<int>(GetParam())));
+  Loaded l = Load(GetParam(), 38, absl::StrCat("split", static_cast<int>(GetParam())));
   ASSERT_NE(l.model, nullptr);
   auto host = CreateBackend("cpu");
   ASSERT_TRUE(host.ok());
