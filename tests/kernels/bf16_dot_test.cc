@@ -18,17 +18,10 @@
 #include "kernels/cpu_matmul.h"
 #include "kernels/cpu_quant_matmul.h"
 #include "kernels/thread_pool.h"
+#include "tests/kernels/normal_data.h"
 
 namespace moe {
 namespace {
-
-std::vector<float> Normal(int64_t n, uint32_t seed, float sd) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // Without AVX512_BF16 (or with MOE_BF16_DOT=0): nothing rounds, and a bf16
 // product at the AVX-512 level (where the CPU has it) is the f32 kernel's.
