@@ -89,18 +89,17 @@ inline void Scatter(const float* c, int rows, int cols, const float* bias,
   }
 }
 
-// One block of 16 or 32 weight rows (`w0`, `w1` with stride `ldw`
-// elements; w1 null for 16) against one or two blocks of activation rows
+// One block of 16 or 32 weight rows (`w0`, `w1`, rows of k elements; w1
+// null for 16) against one or two blocks of activation rows
 // (`b0`, `b1`; b1 null for one), all of k.
 template <bool kTwoA, bool kTwoB>
-MOE_AMX void Block(const uint16_t* w0, const uint16_t* w1, int64_t ldw,
-                   const uint16_t* b0, const uint16_t* b1, int64_t k,
-                   float* c /* [4][256] */) {
+MOE_AMX void Block(const uint16_t* w0, const uint16_t* w1, const uint16_t* b0,
+                   const uint16_t* b1, int64_t k, float* c /* [4][256] */) {
   _tile_zero(0);
   if (kTwoA) _tile_zero(1);
   if (kTwoB) _tile_zero(2);
   if (kTwoA && kTwoB) _tile_zero(3);
-  const int64_t stride = ldw * 2;
+  const int64_t stride = k * 2;
   for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
     _tile_loadd(4, w0 + k0, stride);
     if (kTwoA) _tile_loadd(5, w1 + k0, stride);
@@ -189,13 +188,13 @@ MOE_AMX void OverRows(const uint16_t* packed, const MatMulArgs& a,
       const uint16_t* b0 = packed + bb * kRows * k;
       const bool two_b = bb + 1 < b_end;
       if (two_a && two_b) {
-        Block<true, true>(w0, w0 + kRows * k, k, b0, b0 + kRows * k, k, c);
+        Block<true, true>(w0, w0 + kRows * k, b0, b0 + kRows * k, k, c);
       } else if (two_a) {
-        Block<true, false>(w0, w0 + kRows * k, k, b0, nullptr, k, c);
+        Block<true, false>(w0, w0 + kRows * k, b0, nullptr, k, c);
       } else if (two_b) {
-        Block<false, true>(w0, nullptr, k, b0, b0 + kRows * k, k, c);
+        Block<false, true>(w0, nullptr, b0, b0 + kRows * k, k, c);
       } else {
-        Block<false, false>(w0, nullptr, k, b0, nullptr, k, c);
+        Block<false, false>(w0, nullptr, b0, nullptr, k, c);
       }
       for (int bi = 0; bi < (two_b ? 2 : 1); ++bi) {
         const int64_t i0 = (bb + bi) * kRows;
