@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -114,7 +115,7 @@ SpinOutcome SpinWhileNot(absl::FunctionRef<bool()> done, int64_t budget_ns) {
 }
 
 SpinGovernor::SpinGovernor(absl::Duration max_spin)
-    : max_ns_(std::max<int64_t>(0, ToNanos(max_spin))), recent_ns_(max_ns_), budget_ns_(max_ns_) {}
+    : max_ns_(std::max<int64_t>(0, ToNanos(max_spin))), recent_ns_(static_cast<double>(max_ns_)), budget_ns_(max_ns_) {}
 
 int64_t SpinGovernor::BudgetNanos() {
   if (LegacySpin()) return max_ns_;
@@ -125,19 +126,28 @@ int64_t SpinGovernor::BudgetNanos() {
 }
 
 void SpinGovernor::Record(int64_t waited_ns, SpinOutcome outcome) {
+  Record(waited_ns, outcome, MonotonicNanos());
+}
+
+void SpinGovernor::Record(int64_t waited_ns, SpinOutcome outcome, int64_t now) {
+  // The time since the previous wait ended (the first: this wait).
+  const int64_t elapsed = last_record_ns_ == 0 ? waited_ns : std::max<int64_t>(0, now - last_record_ns_);
+  last_record_ns_ = now;
   if (outcome == SpinOutcome::kPreempted) {
-    quiet_until_ns_ = MonotonicNanos() + ToNanos(kQuietAfterPreempt);
+    quiet_until_ns_ = now + ToNanos(kQuietAfterPreempt);
     return;
   }
-  // The longest recent hand-off, forgotten by an eighth per wait: one
-  // quick hand-off among slower ones does not cut the spin short (a
-  // layer's exchange alternates short and long waits; sleeping through the
-  // long ones cost an idle request 35%: docs/benchmarks.md "Contention"),
-  // and waits longer than the maximum (idle periods) wear it down to the
-  // floor in a few dozen waits.
-  recent_ns_ -= recent_ns_ / 8;
-  if (waited_ns <= max_ns_) recent_ns_ = std::max(recent_ns_, waited_ns);
-  budget_ns_ = std::clamp<int64_t>(2 * recent_ns_, std::min(kMinBudgetNs, max_ns_), max_ns_);
+  // The longest hand-off of the last few kForgetHalfLife, forgotten by time,
+  // not per wait: a forward pass alternates many quick hand-offs with a
+  // slower one per layer or token, and forgetting an eighth per wait slept
+  // through every slower one (a futex wake-up each, 13% of a 420 MB model's
+  // decode on the Sapphire Rapids VM: docs/benchmarks.md, "The pool's spin
+  // forgets by time"); waits longer than the maximum (idle periods) do not
+  // count and wear it down to the floor within a few half-lives.
+  recent_ns_ *= std::exp2(-static_cast<double>(elapsed) / static_cast<double>(ToNanos(kForgetHalfLife)));
+  if (waited_ns <= max_ns_) recent_ns_ = std::max(recent_ns_, static_cast<double>(waited_ns));
+  budget_ns_ = std::clamp<int64_t>(static_cast<int64_t>(2 * recent_ns_), std::min(kMinBudgetNs, max_ns_),
+                                   max_ns_);
 }
 
 bool MachineOversubscribed() {

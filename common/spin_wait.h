@@ -17,9 +17,9 @@
 //    scheduler slice (a gap of more than kPreemptedGap between two polls:
 //    another thread ran on it that did not yield back, e.g. a busy loop;
 //    our own threads, which yield, hand it back within microseconds);
-//  - otherwise twice the longest recent hand-off (each wait forgets an
-//    eighth of it; waits that outlast the site's maximum do not count), at
-//    most that maximum.
+//  - otherwise twice the longest recent hand-off (forgotten by half every
+//    kForgetHalfLife of wall time; waits that outlast the site's maximum
+//    do not count), at most that maximum.
 //
 // The spinner polls with `pause` and yields the CPU every few polls, so a
 // peer that shares its core gets it back without waiting for a tick.
@@ -43,6 +43,8 @@ namespace moe {
 inline constexpr absl::Duration kLoadSampleEvery = absl::Milliseconds(10);
 inline constexpr absl::Duration kPreemptedGap = absl::Microseconds(500);
 inline constexpr absl::Duration kQuietAfterPreempt = absl::Milliseconds(50);
+// SpinGovernor halves its memory of a slow hand-off per this much time.
+inline constexpr absl::Duration kForgetHalfLife = absl::Milliseconds(20);
 
 // CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall).
 int64_t MonotonicNanos();
@@ -69,6 +71,9 @@ class SpinGovernor {
   // Reports a finished wait: it took `waited_ns` in all (spinning and
   // sleeping), and its spin ended with `outcome`.
   void Record(int64_t waited_ns, SpinOutcome outcome);
+  // The same, the wait having ended at `now_ns` (MonotonicNanos' clock; a
+  // test seam for the forgetting, which follows that clock).
+  void Record(int64_t waited_ns, SpinOutcome outcome, int64_t now_ns);
 
   // Spins within the budget for `done`, and records nothing: the caller
   // blocks if it must, then calls Record. Returns the spin's outcome.
@@ -76,7 +81,8 @@ class SpinGovernor {
 
  private:
   const int64_t max_ns_;
-  int64_t recent_ns_;  // the longest recent hand-off, decaying
+  double recent_ns_;  // the longest recent hand-off, decaying
+  int64_t last_record_ns_ = 0;  // when the previous wait ended (0: none yet)
   int64_t budget_ns_;
   int64_t quiet_until_ns_ = 0;
 };

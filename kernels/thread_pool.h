@@ -90,7 +90,11 @@ class ThreadPool {
   // idle worker and a waiting caller poll for at most kSpinNanos (less per
   // SpinGovernor, none on a busy machine) before they block on mu_: the next
   // small op then starts without a futex wake-up (tens of us in a VM).
-  static constexpr int64_t kSpinNanos = 50'000;
+  // 500 us covers a decode step's slower gaps (a layer's serial work, the
+  // step's end); at 50 us the worker slept 2-3 times a token and a
+  // 420 MB model's decode was 10% slower (docs/benchmarks.md, "The pool's
+  // spin forgets by time").
+  static constexpr int64_t kSpinNanos = 500'000;
   std::atomic<uint64_t> published_generation_{0};
   std::atomic<int> published_busy_{0};
   std::atomic<int64_t> next_chunk_{0};

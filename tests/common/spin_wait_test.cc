@@ -33,20 +33,32 @@ TEST(SpinGovernorTest, BudgetFollowsTheHandOffLatency) {
   if (UsableCpus() < 2) GTEST_SKIP() << "one usable CPU: the governor never spins";
   ForcedLoad load(false);
   SpinGovernor g(absl::Microseconds(200));
+  int64_t now = 1'000'000'000;  // the clock the forgetting follows, in ns
+  auto wait = [&](int64_t ns, SpinOutcome outcome) {
+    now += ns;
+    g.Record(ns, outcome, now);
+  };
   EXPECT_EQ(g.BudgetNanos(), 200'000);  // starts at the maximum
-  g.Record(5'000'000, SpinOutcome::kTimeUp);
-  EXPECT_EQ(g.BudgetNanos(), 200'000);  // 2 x 7/8 of it: still capped
-  for (int i = 0; i < 60; ++i) g.Record(5'000'000, SpinOutcome::kTimeUp);
-  EXPECT_EQ(g.BudgetNanos(), 2'000);  // long waits wear it down to a floor that still probes
-  g.Record(30'000, SpinOutcome::kDone);
+  wait(5'000'000, SpinOutcome::kTimeUp);
+  EXPECT_EQ(g.BudgetNanos(), 200'000);  // 2 x 200 us x 2^(-5/20): still capped
+  for (int i = 0; i < 60; ++i) wait(5'000'000, SpinOutcome::kTimeUp);
+  EXPECT_EQ(g.BudgetNanos(), 2'000);  // idle waits wear it down to a floor that still probes
+  wait(30'000, SpinOutcome::kDone);
   EXPECT_EQ(g.BudgetNanos(), 60'000);  // twice the hand-off, at once
-  g.Record(10'000, SpinOutcome::kDone);
-  EXPECT_EQ(g.BudgetNanos(), 52'500);  // a quicker one: the longest recent, less an eighth
-  g.Record(150'000, SpinOutcome::kTimeUp);
+  // A layer's slower hand-off is remembered across the quick ones between
+  // (10 ms of 10 us hand-offs: half a half-life), where forgetting per
+  // wait slept through it.
+  for (int i = 0; i < 1000; ++i) wait(10'000, SpinOutcome::kDone);
+  EXPECT_GT(g.BudgetNanos(), 42'000);
+  EXPECT_LT(g.BudgetNanos(), 43'000);  // 60 us x 2^(-10.03 / 20)
+  // ... and forgotten after a few half-lives of quick ones only.
+  for (int i = 0; i < 10'000; ++i) wait(10'000, SpinOutcome::kDone);
+  EXPECT_EQ(g.BudgetNanos(), 20'000);
+  wait(150'000, SpinOutcome::kTimeUp);
   EXPECT_EQ(g.BudgetNanos(), 200'000);  // capped at the maximum
-  g.Record(5'000'000, SpinOutcome::kTimeUp);
-  EXPECT_EQ(g.BudgetNanos(), 200'000);  // one long wait barely moves it (2 x 131 us)
-  for (int i = 0; i < 8; ++i) g.Record(5'000'000, SpinOutcome::kTimeUp);
+  wait(5'000'000, SpinOutcome::kTimeUp);
+  EXPECT_EQ(g.BudgetNanos(), 200'000);  // one long wait barely moves it (2 x 126 us)
+  for (int i = 0; i < 8; ++i) wait(5'000'000, SpinOutcome::kTimeUp);
   EXPECT_LT(g.BudgetNanos(), 200'000);  // several do
 }
 
