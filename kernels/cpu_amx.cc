@@ -39,7 +39,9 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/cpu_matmul.h"
+#include "kernels/cpu_quant_matmul.h"
 
 #define MOE_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 
@@ -49,32 +51,14 @@ namespace {
 constexpr int kRows = 16;  // outputs of an A tile, activation rows of a B tile
 constexpr int64_t kDepth = 32;  // k values of one TDPBF16PS (16 pairs)
 
-// The 64-byte operand of LDTILECFG (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tiles: C 0-3 (A0 x B0, A1 x B0, A0 x B1, A1 x B1), A 4-5 (weight rows
 // j .. j+15 and j+16 .. j+31), B 6-7 (two blocks of activation rows).
 // `cols` activation rows per B block: 16, or fewer for the last block.
-TileConfig ConfigFor(int cols) {
-  TileConfig c;
-  for (int t = 0; t < 4; ++t) {
-    c.rows[t] = kRows;
-    c.colsb[t] = static_cast<uint16_t>(4 * cols);
-  }
-  for (int t = 4; t < 6; ++t) {
-    c.rows[t] = kRows;
-    c.colsb[t] = 2 * kDepth;
-  }
-  for (int t = 6; t < 8; ++t) {
-    c.rows[t] = kDepth / 2;
-    c.colsb[t] = static_cast<uint16_t>(4 * cols);
-  }
+AmxTileConfig ConfigFor(int cols) {
+  AmxTileConfig c;
+  for (int t = 0; t < 4; ++t) c.Set(t, kRows, 4 * cols);
+  for (int t = 4; t < 6; ++t) c.Set(t, kRows, 2 * kDepth);
+  for (int t = 6; t < 8; ++t) c.Set(t, kDepth / 2, 4 * cols);
   return c;
 }
 
@@ -123,8 +107,8 @@ bool AmxSupported() {
   static const bool ok = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    const bool tile = (edx >> 24) & 1, bf16 = (edx >> 22) & 1;
-    if (!tile || !bf16 || !Bf16DotSupported()) return false;
+    const bool tile = (edx >> 24) & 1, bf16 = (edx >> 22) & 1, int8 = (edx >> 25) & 1;
+    if (!tile || !bf16 || !int8 || !Bf16DotSupported() || !Q8VnniSupported()) return false;
     // Linux hands out the tile data state only to a process that asks
     // (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16 and later);
     // the permission holds for every thread of the process.
@@ -171,7 +155,7 @@ MOE_AMX void OverRows(const uint16_t* packed, const MatMulArgs& a,
   // Weight rows past a 16-row edge of the range, zero-padded to a tile
   // (their outputs are the same bits as inside a full tile).
   thread_local std::vector<uint16_t> tail;
-  const TileConfig cfg = ConfigFor(cols);
+  const AmxTileConfig cfg = ConfigFor(cols);
   _tile_loadconfig(&cfg);
   for (int64_t j = n_begin; j < n_end;) {
     const int64_t left = n_end - j;

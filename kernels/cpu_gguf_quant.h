@@ -109,6 +109,15 @@ GgufKRowsFn GgufKRowsAvx512Vnni(DType dtype);
 GgufSmallRowsFn SmallRows16For(DType dtype, SimdLevel level);
 // REQUIRES to run: Q8VnniSupported().
 GgufSmallRowsFn SmallRows16Avx512Vnni(DType dtype);
+// kQ8R16 and kQ4_0R16 on AMX-INT8 tiles (kernels/cpu_amx_int8.cc), for up
+// to kAmxMaxRows activation rows a call (`rows` in [1, 16]): per weight
+// group and block one TDPBSSD gives every row's exact S (the activation
+// codes read in place as A, the group's codes as B: kQ8R16's as stored,
+// kQ4_0R16's unpacked to q - 8), then each row takes SmallRows16For's float
+// steps in its order: the same bits as every other level, for any `rows`.
+// REQUIRES to run: AmxSupported() (cpu_matmul.h). nullptr for other dtypes.
+inline constexpr int kAmxMaxRows = 16;
+GgufSmallRowsFn SmallRows16Amx(DType dtype);
 
 // Whether Q4_K, q4, q8 and Q4_0 matrices are best held interleaved
 // (kQ4KR16, kQ4R16, kQ8R16, kQ4_0R16) on this CPU at `level`: AVX-512 VNNI (the Q4_K kernel

@@ -22,12 +22,13 @@ namespace moe {
 class QuantizedInput;
 
 // Ordered: a level includes every kernel of the levels below it. kAmx is
-// kAvx512 plus AMX tiles for bf16 weights ("bf16 products on AMX" below).
+// kAvx512 plus AMX tiles for bf16 weights ("bf16 products on AMX" below)
+// and for the interleaved int8 layouts (SmallRows16Amx, cpu_gguf_quant.h).
 enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
 absl::string_view SimdLevelName(SimdLevel level);
 // Whether this CPU (and OS) can run `level`. kAmx: AVX-512 and
-// AMX-TILE/AMX-BF16/AVX512_BF16, with the tile data state granted to this
+// AMX-TILE/AMX-BF16/AMX-INT8, with the tile data state granted to this
 // process by the kernel (AmxSupported).
 bool SimdLevelSupported(SimdLevel level);
 // The best supported level; $MOE_CPU_SIMD=scalar|avx2|avx512|amx caps it.
@@ -123,8 +124,9 @@ void Bf16DotColumns(const uint16_t* xb, const MatMulArgs& a, int64_t n_begin, in
 // activations and the weights (tests/kernels/amx_test.cc bounds it).
 // Decode reads the weights as the other paths do (one pass, at the memory
 // bandwidth); prompts gain the tiles' 512 products per cycle.
-// AMX-TILE, AMX-BF16 and AVX512_BF16 are present and Linux granted the tile
-// data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
+// AMX-TILE, AMX-BF16, AMX-INT8, AVX512_BF16 and AVX-512 VNNI are present
+// and Linux granted the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM,
+// asked once here).
 bool AmxSupported();
 // UsesBf16Dot(dtype, level), level kAmx, and k a positive multiple of 32.
 bool UsesAmx(DType dtype, SimdLevel level, int64_t k);

@@ -348,6 +348,10 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
   small_rows_ = avx512_vnni ? GgufSmallRowsAvx512Vnni(dtype) : nullptr;
   if (RowGroupOf(dtype) == 16 && !k_rows_) small_rows_ = SmallRows16For(dtype, level);
+  // The same bits on the tiles (SmallRows16Amx).
+  amx_rows_ = level == SimdLevel::kAmx && small_rows_ != nullptr && RowGroupOf(dtype) == 16
+                  ? SmallRows16Amx(dtype)
+                  : nullptr;
   row_bytes_ = WeightBytes(dtype, 1, k);
   if (k_rows_ != nullptr) {
     if (avx512_vnni) {
@@ -384,13 +388,14 @@ void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t
   const auto* wb = static_cast<const uint8_t*>(w);
   // The rows kernels: the chunk's weight rows in one call per group of up
   // to kKMaxRows activation rows.
-  auto rows_kernel = [&](auto* kernel, const auto& acts) {
-    for (int64_t i = 0; i < acts.m; i += kKMaxRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kKMaxRows, acts.m - i));
+  auto rows_kernel = [&](auto* kernel, const auto& acts, int64_t max_rows = kKMaxRows) {
+    for (int64_t i = 0; i < acts.m; i += max_rows) {
+      const int rows = static_cast<int>(std::min<int64_t>(max_rows, acts.m - i));
       kernel(wb + n_begin * row_bytes_, row_bytes_, n_end - n_begin, acts, i, rows,
              bias != nullptr ? bias + n_begin : nullptr, y + i * n + n_begin, n);
     }
   };
+  if (amx_rows_ != nullptr) return rows_kernel(amx_rows_, x_, kAmxMaxRows);
   if (small_rows_ != nullptr) return rows_kernel(small_rows_, x_);
   if (k_rows_ != nullptr) return rows_kernel(k_rows_, kx_);
   const int64_t m = x_.m;

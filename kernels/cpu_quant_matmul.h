@@ -175,6 +175,12 @@ class QuantizedInput {
   // cpu_gguf_quant.h).
   void (*small_rows_)(const uint8_t*, int64_t, int64_t, const QuantizedActivations&, int64_t,
                       int, const float*, float*, int64_t) = nullptr;
+  // ... and on AMX-INT8 for kQ8R16 / kQ4_0R16 (SmallRows16Amx): the same
+  // bits, up to 16 activation rows a call; at every m (decode measured as
+  // fast as on VNNI, prompts 1.4x faster: docs/benchmarks.md, "q8 and Q4_0
+  // on AMX-INT8").
+  void (*amx_rows_)(const uint8_t*, int64_t, int64_t, const QuantizedActivations&, int64_t, int,
+                    const float*, float*, int64_t) = nullptr;
   float (*dot_)(const uint8_t*, const QuantizedActivations&, int64_t) = nullptr;
   int64_t row_bytes_ = 0;
   // bf16 weights on AVX512_BF16: the activations rounded to bf16 [m, k].

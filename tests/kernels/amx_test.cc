@@ -14,9 +14,14 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/gguf_quantize.h"
+#include "common/quant.h"
+#include "common/row_interleave.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/cpu_gguf_quant.h"
 #include "kernels/cpu_matmul.h"
+#include "kernels/cpu_quant_matmul.h"
 #include "kernels/thread_pool.h"
 #include "tests/kernels/normal_data.h"
 
@@ -167,6 +172,53 @@ TEST(AmxTest, AKOffTheTilesIsTheAvx512Product) {
   ThreadPool pool(2, 0);
   EXPECT_EQ(Product(pool, SimdLevel::kAmx, x, w, nullptr, m, n, k),
             Product(pool, SimdLevel::kAvx512, x, w, nullptr, m, n, k));
+}
+
+// q8 (kQ8R16) and ggml's Q4_0 (kQ4_0R16) on AMX-INT8: the VNNI kernel's
+// bits for every number of activation rows a call (1 to 16), with an odd
+// block count (the tail block) and codes at both ends.
+TEST(AmxTest, Int8BlocksGiveTheVnniBitsForEveryRowCount) {
+  if (!AmxSupported()) return ExpectNoAmx();
+  const int64_t m = 37, n = 48;
+  for (const int64_t k : {96, 256}) {
+    for (const DType plain : {DType::kQ8, DType::kQ4_0}) {
+      const DType inter = InterleavedOf(plain);
+      SCOPED_TRACE(::testing::Message() << DTypeName(inter) << " k " << k);
+      const std::vector<float> wf = Normal(n * k, 11, 0.05f);
+      std::vector<uint8_t> rows(static_cast<size_t>(WeightBytes(plain, n, k)));
+      if (plain == DType::kQ4_0) {
+        ASSERT_TRUE(QuantizeGguf(GgufType::kQ4_0, wf.data(), n * k, rows.data()).ok());
+      } else {
+        ASSERT_TRUE(ConvertWeights(wf.data(), DType::kF32, n, k, plain, rows.data()).ok());
+        uint8_t* row = rows.data() + 5 * WeightBytes(plain, 1, k);
+        row[2] = 0x80;  // -128: only a GGUF Q8_0 file holds it
+        row[3] = 0x7F;
+      }
+      std::vector<uint8_t> w(rows.size());
+      ASSERT_TRUE(InterleaveRows16(inter, rows.data(), n, k, w.data()).ok());
+      std::vector<float> x = Normal(m * k, 12, 1.0f);
+      x[1] = 30.0f;  // codes of +-127 in the first row
+      QuantizedActivations qa;
+      QuantizeActivations(x.data(), m, k, &qa, ActRoundingFor(inter));
+      const std::vector<float> bias = Normal(n, 13, 0.5f);
+      const int64_t stride = WeightBytes(inter, 1, k);
+      std::vector<float> vnni(static_cast<size_t>(m * n), NAN);
+      for (int64_t i = 0; i < m; i += kKMaxRows) {
+        const int r = static_cast<int>(std::min<int64_t>(kKMaxRows, m - i));
+        SmallRows16Avx512Vnni(inter)(w.data(), stride, n, qa, i, r, bias.data(), &vnni[i * n], n);
+      }
+      for (int rows_per_call = 1; rows_per_call <= kAmxMaxRows; ++rows_per_call) {
+        std::vector<float> tiles(vnni.size(), NAN);
+        for (int64_t i = 0; i < m; i += rows_per_call) {
+          const int r = static_cast<int>(std::min<int64_t>(rows_per_call, m - i));
+          SmallRows16Amx(inter)(w.data(), stride, n, qa, i, r, bias.data(), &tiles[i * n], n);
+        }
+        ASSERT_EQ(0, std::memcmp(tiles.data(), vnni.data(), vnni.size() * sizeof(float)))
+            << rows_per_call << " rows a call";
+      }
+    }
+  }
+  EXPECT_EQ(SmallRows16Amx(DType::kQ4R16), nullptr);
 }
 
 }  // namespace

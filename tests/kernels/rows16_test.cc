@@ -374,7 +374,8 @@ TEST(SmallRows16KernelTest, MatchesTheReferenceWithTheSameBitsEverywhere) {
   for (DType plain_dtype : kSmallPlain) {
     const DType inter_dtype = InterleavedOf(plain_dtype);
     for (const Shape s : {Shape{1, 16, 64}, Shape{1, 64, 1024}, Shape{3, 32, 192},
-                          Shape{5, 48, 512}, Shape{9, 16, 128}}) {
+                          Shape{5, 48, 512}, Shape{9, 16, 128}, Shape{20, 32, 128},
+                          Shape{37, 16, 256}}) {
       SCOPED_TRACE(::testing::Message() << DTypeName(inter_dtype) << " m " << s.m << " n "
                                         << s.n << " k " << s.k);
       std::vector<float> f;
