@@ -99,6 +99,12 @@ void QuantizeKActivationsAvx512(const float* x, int64_t m, int64_t k, KActivatio
 // result does not depend on `rows` or `n_rows` (a prompt's tile, a decode
 // step and any split of the rows between threads agree).
 inline constexpr int kKMaxRows = 4;
+// The fewest activation rows of a kQ8R16 / kQ4_0R16 product that run on the
+// AMX-INT8 tiles at the kAmx level (the same bits either way). Below it the
+// VNNI kernel: at one row (decode) the tiles were as fast for q8 and 12%
+// slower for Q4_0, whose nibbles they unpack per block; a 200-token prompt
+// was 1.4x faster for q8 (docs/benchmarks.md, "q8 and Q4_0 on AMX-INT8").
+inline constexpr int64_t kAmxMinRows = 4;
 using GgufKRowsFn = void (*)(const uint8_t* w, int64_t w_stride, int64_t n_rows,
                              const KActivations& x, int64_t i0, int rows, const float* bias,
                              float* y, int64_t y_stride);
@@ -175,10 +181,8 @@ class QuantizedInput {
   // cpu_gguf_quant.h).
   void (*small_rows_)(const uint8_t*, int64_t, int64_t, const QuantizedActivations&, int64_t,
                       int, const float*, float*, int64_t) = nullptr;
-  // ... and on AMX-INT8 for kQ8R16 / kQ4_0R16 (SmallRows16Amx): the same
-  // bits, up to 16 activation rows a call; at every m (decode measured as
-  // fast as on VNNI, prompts 1.4x faster: docs/benchmarks.md, "q8 and Q4_0
-  // on AMX-INT8").
+  // ... and on AMX-INT8 for kQ8R16 / kQ4_0R16 (SmallRows16Amx) from
+  // kAmxMinRows activation rows: the same bits, up to 16 rows a call.
   void (*amx_rows_)(const uint8_t*, int64_t, int64_t, const QuantizedActivations&, int64_t, int,
                     const float*, float*, int64_t) = nullptr;
   float (*dot_)(const uint8_t*, const QuantizedActivations&, int64_t) = nullptr;

@@ -180,7 +180,7 @@ TEST(AmxTest, AKOffTheTilesIsTheAvx512Product) {
 TEST(AmxTest, Int8BlocksGiveTheVnniBitsForEveryRowCount) {
   if (!AmxSupported()) return ExpectNoAmx();
   const int64_t m = 37, n = 48;
-  for (const int64_t k : {96, 256}) {
+  for (const int64_t k : {64, 96, 256}) {
     for (const DType plain : {DType::kQ8, DType::kQ4_0}) {
       const DType inter = InterleavedOf(plain);
       SCOPED_TRACE(::testing::Message() << DTypeName(inter) << " k " << k);
@@ -190,6 +190,8 @@ TEST(AmxTest, Int8BlocksGiveTheVnniBitsForEveryRowCount) {
         ASSERT_TRUE(QuantizeGguf(GgufType::kQ4_0, wf.data(), n * k, rows.data()).ok());
       } else {
         ASSERT_TRUE(ConvertWeights(wf.data(), DType::kF32, n, k, plain, rows.data()).ok());
+      }
+      if (plain == DType::kQ8) {
         uint8_t* row = rows.data() + 5 * WeightBytes(plain, 1, k);
         row[2] = 0x80;  // -128: only a GGUF Q8_0 file holds it
         row[3] = 0x7F;
