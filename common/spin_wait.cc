@@ -167,6 +167,8 @@ bool MachineOversubscribed() {
   return g_oversubscribed.load(std::memory_order_relaxed);
 }
 
+int ProcessSpinners() { return g_spinners.load(std::memory_order_relaxed); }
+
 void ForceMachineLoadForTest(std::optional<bool> oversubscribed) {
   g_forced_load.store(oversubscribed ? (*oversubscribed ? 1 : 0) : -1);
 }

@@ -92,6 +92,10 @@ class SpinGovernor {
 // kLoadSampleEvery.
 bool MachineOversubscribed();
 
+// The threads of this process inside SpinWhileNot now (the caller too, when
+// it spins).
+int ProcessSpinners();
+
 // Test seam: forces MachineOversubscribed()'s answer (nullopt: measure).
 void ForceMachineLoadForTest(std::optional<bool> oversubscribed);
 

@@ -55,8 +55,15 @@ void ThreadPool::WorkerLoop() {
   for (;;) {
     const int64_t wait_start = MonotonicNanos();
     spinning_workers_.fetch_add(1, std::memory_order_relaxed);
-    const SpinOutcome spun = job_wait.Spin(
-        [&] { return published_generation_.load(std::memory_order_acquire) != seen; });
+    // A job, or another thread of the process spinning on something else
+    // (the caller waiting on moe-cached's reply): no job comes before that
+    // ends, and on a small machine the two spins would hold the CPUs the
+    // reply needs; block instead.
+    const SpinOutcome spun = job_wait.Spin([&] {
+      return published_generation_.load(std::memory_order_acquire) != seen ||
+             ProcessSpinners() > spinning_workers_.load(std::memory_order_relaxed) +
+                                     spinning_callers_.load(std::memory_order_relaxed);
+    });
     spinning_workers_.fetch_sub(1, std::memory_order_relaxed);
     {
       absl::MutexLock lock(&mu_);
@@ -117,8 +124,10 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   // wakes late finds no chunk left and only touches the counters.
   SpinGovernor& done_wait = DoneWait(kSpinNanos);
   const int64_t wait_start = MonotonicNanos();
+  spinning_callers_.fetch_add(1, std::memory_order_relaxed);
   const SpinOutcome spun =
       done_wait.Spin([&] { return published_busy_.load(std::memory_order_acquire) == 0; });
+  spinning_callers_.fetch_sub(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return busy_workers_ == 0;

@@ -100,6 +100,7 @@ class ThreadPool {
   std::atomic<int64_t> next_chunk_{0};
   std::atomic<int> participants_{0};
   std::atomic<int> spinning_workers_{0};
+  std::atomic<int> spinning_callers_{0};  // callers spinning for their job's end
   std::atomic<int> last_participants_{0};
 };
 
