@@ -348,11 +348,9 @@ void QuantizedInput::Prepare(const float* x, int64_t m, int64_t k, DType dtype,
   vnni_rows_ = avx512_vnni && dtype == DType::kQ4 ? Q4RowsVnni() : nullptr;
   small_rows_ = avx512_vnni ? GgufSmallRowsAvx512Vnni(dtype) : nullptr;
   if (RowGroupOf(dtype) == 16 && !k_rows_) small_rows_ = SmallRows16For(dtype, level);
-  // The same bits on the tiles (SmallRows16Amx), from kAmxMinRows rows.
-  amx_rows_ = level == SimdLevel::kAmx && small_rows_ != nullptr && RowGroupOf(dtype) == 16 &&
-                      m >= kAmxMinRows
-                  ? SmallRows16Amx(dtype)
-                  : nullptr;
+  // The same bits on the tiles (SmallRows16Amx: nullptr for other dtypes),
+  // from kAmxMinRows rows.
+  amx_rows_ = level == SimdLevel::kAmx && m >= kAmxMinRows ? SmallRows16Amx(dtype) : nullptr;
   row_bytes_ = WeightBytes(dtype, 1, k);
   if (k_rows_ != nullptr) {
     if (avx512_vnni) {

@@ -21,12 +21,9 @@ long_words=${LONG_PROMPT_WORDS:-256}
 py=/usr/bin/python3
 work=$(mktemp -d /tmp/moe-miss.XXXXXX)
 pids=""
-cleanup() {
-  for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/bench_lib.sh
+. "$(dirname "$0")/bench_lib.sh"
+trap bench_cleanup EXIT
 
 model=${MODEL:-$work/model}
 if [ -z "${MODEL:-}" ]; then
@@ -39,9 +36,6 @@ experts=$($py -c "import json; print(json.load(open('$model/config.json'))['num_
 expert_bytes=$($bin/moectl inspect "$model" | sed -n 's/^bytes per expert: \([0-9]*\).*/\1/p')
 expert_mb=$($py -c "print($expert_bytes/1e6)")
 cap=$(( layers * experts / 4 ))
-
-# shellcheck source=tests/bench/bench_lib.sh
-. "$(dirname "$0")/bench_lib.sh"
 
 prompts=("The expert cache keeps" "Mixture of experts models route each token"
          "A workstation GPU has little memory" "Running a miss where it lies")

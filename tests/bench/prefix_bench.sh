@@ -21,14 +21,9 @@ model=${MODEL:-deploy/models/kjv-moe}
 py=/usr/bin/python3
 work=$(mktemp -d /tmp/moe-prefix.XXXXXX)
 pids=""
-cleanup() {
-  for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=tests/bench/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
+trap bench_cleanup EXIT
 
 name=$(basename "$model")
 experts=$($py -c "import json; c=json.load(open('$model/config.json')); \

@@ -23,14 +23,9 @@ name=$(basename "$model")
 py=/usr/bin/python3
 work=$(mktemp -d /tmp/moe-served-decode.XXXXXX)
 pids=""
-cleanup() {
-  for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=tests/bench/bench_lib.sh
 . "$(dirname "$0")/bench_lib.sh"
+trap bench_cleanup EXIT
 
 for b in moe-cached moe-worker moectl; do
   [ -x "$bin/$b" ] || { echo "no $bin/$b: build it first" >&2; exit 1; }
