@@ -33,8 +33,10 @@
 #include <vector>
 
 #include "common/quant.h"
+#include "common/row_interleave.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/cpu_gguf_quant.h"
 #include "kernels/cpu_matmul.h"
 
 namespace moe {
@@ -211,13 +213,25 @@ void RunExpertFormats(CpuBackend& backend, const Flags& f, double copy_bw) {
   std::printf("  %-5s %10s %10s %9s %10s %8s\n", "fmt", "MiB", "tokens/s",
               "vs bf16", "GB/s", "vs memcpy");
   double bf16_tps = 0;
-  for (DType dt : {DType::kBF16, DType::kQ8, DType::kQ4}) {
-    // Per expert: gate [in, h] | up [in, h] | down [h, in], each re-encoded.
-    std::vector<uint8_t> all = Encode(backend.pool(), w.data(), experts * 3 * in, h, dt);
+  const bool rows16 = CpuPrefersRows16(DetectSimdLevel());
+  for (DType plain : {DType::kBF16, DType::kQ8, DType::kQ4}) {
+    // Per expert: gate [in, h] | up [in, h] | down [h, in], each re-encoded,
+    // then held as a loader holds them on this CPU (16 rows interleaved
+    // where the CPU prefers it: the layout the served experts use).
+    const DType held = InterleavedHeld(plain, in, h, rows16);
+    const DType dt = InterleavedHeld(plain, h, in, rows16) == held ? held : plain;
+    auto encoded = [&](int64_t rows, int64_t cols) {
+      std::vector<uint8_t> q = Encode(backend.pool(), w.data(), rows, cols, plain);
+      if (dt == plain) return q;
+      std::vector<uint8_t> out(q.size());
+      absl::Status s = InterleaveRows16(dt, q.data(), rows, cols, out.data());
+      if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return out;
+    };
+    std::vector<uint8_t> all = encoded(experts * 3 * in, h);
     const int64_t mat_bytes = WeightBytes(dt, in, h);
-    std::vector<uint8_t> down_all;
     // down is [h, in]: rows of `in` weights (a different row length).
-    down_all = Encode(backend.pool(), w.data(), experts * h, in, dt);
+    std::vector<uint8_t> down_all = encoded(experts * h, in);
     const int64_t down_bytes = WeightBytes(dt, h, in);
     double secs = MedianSeconds(f.reps, [&] {
       for (int64_t e = 0; e < experts; ++e) {
