@@ -129,14 +129,16 @@ void SpinGovernor::Record(int64_t waited_ns, SpinOutcome outcome) {
   Record(waited_ns, outcome, MonotonicNanos());
 }
 
+void SpinGovernor::RecordNotHandOff(SpinOutcome outcome) {
+  RecordNotHandOff(outcome, MonotonicNanos());
+}
+
+void SpinGovernor::RecordNotHandOff(SpinOutcome outcome, int64_t now) {
+  if (Forget(outcome, now, 0)) SetBudget();
+}
+
 void SpinGovernor::Record(int64_t waited_ns, SpinOutcome outcome, int64_t now) {
-  // The time since the previous wait ended (the first: this wait).
-  const int64_t elapsed = last_record_ns_ == 0 ? waited_ns : std::max<int64_t>(0, now - last_record_ns_);
-  last_record_ns_ = now;
-  if (outcome == SpinOutcome::kPreempted) {
-    quiet_until_ns_ = now + ToNanos(kQuietAfterPreempt);
-    return;
-  }
+  if (!Forget(outcome, now, waited_ns)) return;
   // The longest hand-off of the last few kForgetHalfLife, forgotten by time,
   // not per wait: a forward pass alternates many quick hand-offs with a
   // slower one per layer or token, and forgetting an eighth per wait slept
@@ -144,8 +146,23 @@ void SpinGovernor::Record(int64_t waited_ns, SpinOutcome outcome, int64_t now) {
   // decode on the Sapphire Rapids VM: docs/benchmarks.md, "The pool's spin
   // forgets by time"); waits longer than the maximum (idle periods) do not
   // count and wear it down to the floor within a few half-lives.
-  recent_ns_ *= std::exp2(-static_cast<double>(elapsed) / static_cast<double>(ToNanos(kForgetHalfLife)));
   if (waited_ns <= max_ns_) recent_ns_ = std::max(recent_ns_, static_cast<double>(waited_ns));
+  SetBudget();
+}
+
+bool SpinGovernor::Forget(SpinOutcome outcome, int64_t now, int64_t first_elapsed) {
+  const int64_t elapsed =
+      last_record_ns_ == 0 ? first_elapsed : std::max<int64_t>(0, now - last_record_ns_);
+  last_record_ns_ = now;
+  if (outcome == SpinOutcome::kPreempted) {
+    quiet_until_ns_ = now + ToNanos(kQuietAfterPreempt);
+    return false;
+  }
+  recent_ns_ *= std::exp2(-static_cast<double>(elapsed) / static_cast<double>(ToNanos(kForgetHalfLife)));
+  return true;
+}
+
+void SpinGovernor::SetBudget() {
   budget_ns_ = std::clamp<int64_t>(static_cast<int64_t>(2 * recent_ns_), std::min(kMinBudgetNs, max_ns_),
                                    max_ns_);
 }
@@ -180,17 +197,26 @@ void PublishWord(std::atomic<uint32_t>& word, std::atomic<uint32_t>& asleep, uin
   if (asleep.exchange(0, std::memory_order_seq_cst) != 0) FutexWake(&word);
 }
 
+WordWait WaitWordChangeUnrecorded(std::atomic<uint32_t>& word, std::atomic<uint32_t>& asleep,
+                                  uint32_t value, absl::Time deadline, SpinGovernor& governor,
+                                  absl::FunctionRef<absl::Status()> stop,
+                                  absl::Duration poll_slice) {
+  const int64_t start = MonotonicNanos();
+  WordWait w;
+  w.spun = governor.Spin([&] { return word.load(std::memory_order_acquire) != value; });
+  w.status = w.spun == SpinOutcome::kDone
+                 ? absl::OkStatus()
+                 : SleepWhileEqual(word, asleep, value, deadline, stop, poll_slice);
+  w.waited_ns = MonotonicNanos() - start;
+  return w;
+}
+
 absl::Status WaitWordChange(std::atomic<uint32_t>& word, std::atomic<uint32_t>& asleep,
                             uint32_t value, absl::Time deadline, SpinGovernor& governor,
                             absl::FunctionRef<absl::Status()> stop, absl::Duration poll_slice) {
-  const int64_t start = MonotonicNanos();
-  const SpinOutcome spun =
-      governor.Spin([&] { return word.load(std::memory_order_acquire) != value; });
-  absl::Status status = spun == SpinOutcome::kDone
-                            ? absl::OkStatus()
-                            : SleepWhileEqual(word, asleep, value, deadline, stop, poll_slice);
-  governor.Record(MonotonicNanos() - start, spun);
-  return status;
+  WordWait w = WaitWordChangeUnrecorded(word, asleep, value, deadline, governor, stop, poll_slice);
+  governor.Record(w.waited_ns, w.spun);
+  return w.status;
 }
 
 void WakeAllOnWord(std::atomic<uint32_t>& word) { FutexWake(&word); }

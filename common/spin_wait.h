@@ -74,12 +74,23 @@ class SpinGovernor {
   // The same, the wait having ended at `now_ns` (MonotonicNanos' clock; a
   // test seam for the forgetting, which follows that clock).
   void Record(int64_t waited_ns, SpinOutcome outcome, int64_t now_ns);
+  // Reports a finished wait that was not a hand-off worth spinning for (it
+  // ended in a message nobody waits on): the memory decays with the time
+  // as after any wait, but this wait's length is not learnt; a spin that
+  // lost its CPU still quiets the site (kQuietAfterPreempt).
+  void RecordNotHandOff(SpinOutcome outcome);
+  void RecordNotHandOff(SpinOutcome outcome, int64_t now_ns);
 
   // Spins within the budget for `done`, and records nothing: the caller
   // blocks if it must, then calls Record. Returns the spin's outcome.
   SpinOutcome Spin(absl::FunctionRef<bool()> done) { return SpinWhileNot(done, BudgetNanos()); }
 
  private:
+  // Decays the memory by the time since the previous wait ended (for the
+  // first wait, `first_elapsed`); false, and quiet, after a preempted spin.
+  bool Forget(SpinOutcome outcome, int64_t now_ns, int64_t first_elapsed);
+  void SetBudget();  // from recent_ns_
+
   const int64_t max_ns_;
   double recent_ns_;  // the longest recent hand-off, decaying
   int64_t last_record_ns_ = 0;  // when the previous wait ended (0: none yet)
@@ -120,6 +131,18 @@ void PublishWord(std::atomic<uint32_t>& word, std::atomic<uint32_t>& asleep, uin
 absl::Status WaitWordChange(std::atomic<uint32_t>& word, std::atomic<uint32_t>& asleep,
                             uint32_t value, absl::Time deadline, SpinGovernor& governor,
                             absl::FunctionRef<absl::Status()> stop, absl::Duration poll_slice);
+
+// WaitWordChange that tells `governor` nothing: the caller reports the wait
+// (Record or RecordNotHandOff) once it knows what ended it.
+struct WordWait {
+  absl::Status status;
+  SpinOutcome spun = SpinOutcome::kTimeUp;
+  int64_t waited_ns = 0;
+};
+WordWait WaitWordChangeUnrecorded(std::atomic<uint32_t>& word, std::atomic<uint32_t>& asleep,
+                                  uint32_t value, absl::Time deadline, SpinGovernor& governor,
+                                  absl::FunctionRef<absl::Status()> stop,
+                                  absl::Duration poll_slice);
 
 // Wakes every thread sleeping on `word` whether or not it announced itself
 // (for closing a channel).

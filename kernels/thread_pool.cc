@@ -4,6 +4,7 @@
 
 #include "common/cpu_budget.h"
 #include "common/spin_wait.h"
+#include "common/threads.h"
 
 namespace moe {
 namespace {
@@ -48,6 +49,7 @@ void ThreadPool::RunChunks(const Job& job) {
 }
 
 void ThreadPool::WorkerLoop() {
+  NameThisThread("moe-pool");
   uint64_t seen = 0;
   Job job;
   t_in_pool_task = true;  // a worker only ever runs chunks

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/threads.h"
 
 namespace moe::cache {
 namespace {
@@ -158,6 +159,7 @@ void ChunkScheduler::Deliver(std::unique_lock<std::mutex>& lock,
 }
 
 void ChunkScheduler::Run() {
+  NameThisThread("moe-copies");
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (!HasWork()) link_idle_ = true;

@@ -141,10 +141,16 @@ absl::StatusOr<bool> ChannelServer::Receive(RequestMsg* out,
   if (broken_) return absl::DataLossError("channel is broken");
   Ring<RequestMsg>& ring = AsShared(mem_)->requests;
   uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
-  absl::Status waited = WaitChange(ring.head, ring.reader_asleep, tail, absl::Now() + timeout,
-                                   Governor(), [] { return absl::OkStatus(); });
-  if (absl::IsDeadlineExceeded(waited)) return false;
-  if (!waited.ok()) return waited;
+  SpinGovernor& governor = Governor();
+  const WordWait waited =
+      WaitWordChangeUnrecorded(ring.head.value, ring.reader_asleep.value, tail,
+                               absl::Now() + timeout, governor,
+                               [] { return absl::OkStatus(); }, kPollSlice);
+  if (!waited.status.ok()) {
+    governor.Record(waited.waited_ns, waited.spun);
+    if (absl::IsDeadlineExceeded(waited.status)) return false;
+    return waited.status;
+  }
   uint32_t head = ring.head.value.load(std::memory_order_acquire);
   if (head - tail > kRingSlots) {
     broken_ = true;
@@ -166,6 +172,11 @@ absl::StatusOr<bool> ChannelServer::Receive(RequestMsg* out,
                 RequestItemBytes(out->type) * out->count);
   }
   Publish(ring.tail, ring.writer_asleep, tail + 1);
+  if (status.ok() && (out->flags & kFlagLazy) != 0) {
+    governor.RecordNotHandOff(waited.spun);
+  } else {
+    governor.Record(waited.waited_ns, waited.spun);
+  }
   if (!status.ok()) return status;
   return true;
 }
@@ -213,6 +224,11 @@ absl::Status ChannelClient::Post(RequestMsg& req, absl::Duration timeout, Wake w
     if (!waited.ok()) return waited;
   }
   req.seq = next_seq_++;
+  if (wake == Wake::kLazy) {
+    req.flags |= kFlagLazy;
+  } else {
+    req.flags &= ~kFlagLazy;
+  }
   std::memcpy(&ring.slots[head % kRingSlots], &req, RequestBytes(req));
   if (wake == Wake::kLazy && head + 1 - tail < kRingSlots / 2) {
     // A sleeping daemon finds it at its next poll slice or the next eager

@@ -64,6 +64,9 @@ inline constexpr uint32_t kFlagPrefill = 1u << 0;
 inline constexpr uint32_t kFlagMembers = 1u << 1;
 // On kAcquire: AcquireCall::continues.
 inline constexpr uint32_t kFlagContinues = 1u << 2;
+// Set by Post(kLazy): nobody waits on this message (ChannelServer::Receive
+// does not learn to spin for such messages).
+inline constexpr uint32_t kFlagLazy = 1u << 3;
 
 // Fixed-layout images of the exchange types (expert_exchange.h) as they lie
 // in the shared ring. Only the converters below translate between the two.
@@ -161,6 +164,11 @@ class ChannelServer {
 
   // Waits up to `timeout` for the next request and copies it into `*out`
   // (validated: type known, count <= kMaxItems). Returns false on timeout.
+  // It spins a while before it sleeps, as long as the recent hand-offs it
+  // waited for took (SpinGovernor); waits that ended in a kFlagLazy message
+  // do not count: a batched step's local hits, dozens a layer that nobody
+  // waits on, kept a daemon whose every expert hit spinning between layers
+  // (half its CPU time in a 16-stream decode of the trained model).
   // A malformed ring or message gives DATA_LOSS / INVALID_ARGUMENT; after a
   // DATA_LOSS the channel is broken and every later call fails.
   absl::StatusOr<bool> Receive(RequestMsg* out, absl::Duration timeout);
@@ -191,7 +199,8 @@ class ChannelClient {
   // Sends a message that gets no reply (Release, Hints). kLazy: a sleeping
   // daemon is not woken for it while the ring is less than half full (it
   // takes it at its next poll slice, within 5 ms, or with the next eager
-  // message, in order): for messages nobody waits on (local hits).
+  // message, in order): for messages nobody waits on (local hits); the
+  // message carries kFlagLazy.
   enum class Wake { kEager, kLazy };
   absl::Status Post(RequestMsg& req, absl::Duration timeout, Wake wake = Wake::kEager);
 

@@ -20,6 +20,7 @@
 #include "common/model_desc.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "kernels/cpu_gguf_quant.h"
 #include "services/cache/policy.h"
 #include "services/rpc/build_info.h"
@@ -235,6 +236,7 @@ absl::Status Daemon::Start() {
 }
 
 void Daemon::Housekeep() {
+  NameThisThread("moe-housekeep");
   absl::Time next_persist = absl::Now() + absl::Seconds(options_.persist_interval_seconds);
   absl::MutexLock lock(&mu_);
   while (!stopping_) {

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/threads.h"
 #include "services/moe_cached/daemon.h"
 #include "services/moe_cached/daemon_options.h"
 #include "services/rpc/build_info.h"
 #include "services/rpc/rpc_util.h"
 
 int main(int argc, char** argv) {
+  moe::SkipLockOrderChecks();  // before any lock: they all pay for the checks
   // Before any thread starts, so every thread inherits the blocked mask.
   moe::rpc::TerminationSignals signals;
 

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "services/channel/shm_channel.h"
 
 namespace moe::cached {
@@ -353,6 +354,7 @@ absl::Status SessionManager::Release(uint64_t session_id, absl::Span<const SlotL
 }
 
 void SessionManager::Serve(std::shared_ptr<Session> session) {
+  NameThisThread("moe-session");
   Session& s = *session;
   channel::ChannelServer server(s.channel.mutable_data());
   auto request = std::make_unique<channel::RequestMsg>();

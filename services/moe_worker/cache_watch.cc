@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::worker {
@@ -123,6 +124,7 @@ std::string CacheWatch::WatchOnce() {
 }
 
 void CacheWatch::Run() {
+  NameThisThread("moe-cachewatch");
   absl::Duration backoff = kFirstBackoff;
   while (true) {
     const absl::Time started = absl::Now();

@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/threads.h"
 #include "services/rpc/rpc_util.h"
 
 namespace moe::worker {
@@ -156,6 +157,7 @@ void StreamStarter::Schedule(std::shared_ptr<CallStream> stream) {
 }
 
 void StreamStarter::Loop() {
+  NameThisThread("moe-streams");
   std::vector<std::shared_ptr<CallStream>> batch;
   while (true) {
     {

@@ -5,12 +5,14 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/threads.h"
 #include "services/moe_worker/worker.h"
 #include "services/moe_worker/worker_flags.h"
 #include "services/rpc/build_info.h"
 #include "services/rpc/rpc_util.h"
 
 int main(int argc, char** argv) {
+  moe::SkipLockOrderChecks();  // before any lock: they all pay for the checks
   // Before any thread starts, so that every thread inherits the mask.
   moe::rpc::TerminationSignals signals;
   std::vector<std::string> args(argv + 1, argv + argc);

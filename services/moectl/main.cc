@@ -8,6 +8,7 @@
 
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/threads.h"
 #include "services/flags/flag_groups.h"
 #include "services/moectl/commands.h"
 #include "services/rpc/build_info.h"
@@ -51,6 +52,7 @@ int Usage(FILE* out, const moe::flags::FlagSet& global) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  moe::SkipLockOrderChecks();  // before any lock: they all pay for the checks
   // Global flags come before the command.
   moe::flags::FlagSet global("moectl", "[--version] [--log-level L] COMMAND [flags]");
   global.Bool("version", false, "print the build and whether CUDA loads");

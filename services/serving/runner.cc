@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 
 namespace moe::serving {
 namespace {
@@ -130,6 +131,7 @@ void Runner::Stop(absl::Duration grace) {
 }
 
 void Runner::Loop() {
+  NameThisThread("moe-engine");
   if (options_.max_batch > 1) return BatchLoop();
   while (std::unique_ptr<Sequence> seq = scheduler_.TakeNext()) {
     Run(static_cast<Job&>(*seq));

@@ -36,6 +36,7 @@
 #include "common/model_maker.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "common/threads.h"
 #include "kernels/cpu_backend.h"
 #include "services/engine/batch_step.h"
 #include "services/engine/generator.h"
@@ -510,6 +511,7 @@ int Run(const Flags& f) {
 }  // namespace moe
 
 int main(int argc, char** argv) {
+  moe::SkipLockOrderChecks();  // before any lock: they all pay for the checks
   moe::Flags flags;
   if (!moe::ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,

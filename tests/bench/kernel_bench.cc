@@ -34,6 +34,7 @@
 
 #include "common/quant.h"
 #include "common/row_interleave.h"
+#include "common/threads.h"
 #include "kernels/backend.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cpu_gguf_quant.h"
@@ -413,6 +414,7 @@ int RunCuda(const Flags& f) {
 }  // namespace moe
 
 int main(int argc, char** argv) {
+  moe::SkipLockOrderChecks();  // before any lock: they all pay for the checks
   moe::Flags flags;
   if (!moe::ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,

@@ -108,6 +108,29 @@ TEST(ShmChannelTest, PostedMessagesKeepOrderWithCalls) {
   server.join();
 }
 
+// A lazy post says so on the wire (the daemon does not learn to spin for
+// it); an eager post of the same message clears the mark, and the
+// message's own flags pass unchanged either way.
+TEST(ShmChannelTest, LazyPostsAreMarked) {
+  Region region;
+  ChannelClient client(region.get());
+  ChannelServer server(region.get());
+  auto msg = Acquire(2, {3});
+  msg->type = static_cast<uint32_t>(MsgType::kLocalHits);
+  msg->flags = kFlagPrefill;
+  auto got = std::make_unique<RequestMsg>();
+  const ChannelClient::Wake order[] = {ChannelClient::Wake::kLazy, ChannelClient::Wake::kEager,
+                                       ChannelClient::Wake::kLazy};
+  for (ChannelClient::Wake wake : order) {
+    ASSERT_TRUE(client.Post(*msg, absl::Seconds(5), wake).ok());
+    auto received = server.Receive(got.get(), absl::Seconds(5));
+    ASSERT_TRUE(received.ok() && *received);
+    EXPECT_EQ(got->flags & kFlagLazy, wake == ChannelClient::Wake::kLazy ? kFlagLazy : 0u);
+    EXPECT_EQ(got->flags & ~kFlagLazy, kFlagPrefill);
+    EXPECT_EQ(got->demands[0].expert, 3);
+  }
+}
+
 TEST(ShmChannelTest, ServerTimesOutWhenIdle) {
   Region region;
   ChannelServer server(region.get());

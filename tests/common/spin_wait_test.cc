@@ -62,6 +62,32 @@ TEST(SpinGovernorTest, BudgetFollowsTheHandOffLatency) {
   EXPECT_LT(g.BudgetNanos(), 200'000);  // several do
 }
 
+// Waits that ended in a message nobody waits on (a lazy post) age the
+// memory like any wait but teach nothing: a quick one does not raise the
+// budget, where the same wait recorded as a hand-off does.
+TEST(SpinGovernorTest, WaitsThatAreNotHandOffsOnlyForget) {
+  if (UsableCpus() < 2) GTEST_SKIP() << "one usable CPU: the governor never spins";
+  ForcedLoad load(false);
+  SpinGovernor g(absl::Microseconds(200));
+  // The test's clock runs ahead of the real one, which the quiet period
+  // after a preempted spin is checked against.
+  int64_t now = MonotonicNanos();
+  g.Record(50'000, SpinOutcome::kDone, now);
+  EXPECT_EQ(g.BudgetNanos(), 200'000);  // 2 x max(200 us start, 50 us)
+  // 200 ms of lazy messages 50 us apart: ten half-lives, down to the floor.
+  for (int i = 0; i < 4000; ++i) {
+    now += 50'000;
+    g.RecordNotHandOff(SpinOutcome::kDone, now);
+  }
+  EXPECT_EQ(g.BudgetNanos(), 2'000);
+  now += 50'000;
+  g.Record(50'000, SpinOutcome::kDone, now);
+  EXPECT_EQ(g.BudgetNanos(), 100'000);  // a hand-off is learnt at once
+  now += 1'000;
+  g.RecordNotHandOff(SpinOutcome::kPreempted, now);
+  EXPECT_EQ(g.BudgetNanos(), 0);  // a lost CPU quiets the site either way
+}
+
 TEST(SpinGovernorTest, PreemptedSpinStopsSpinningForAWhile) {
   if (UsableCpus() < 2) GTEST_SKIP() << "one usable CPU: the governor never spins";
   ForcedLoad load(false);

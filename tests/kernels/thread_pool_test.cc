@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -64,6 +68,28 @@ TEST(ThreadPoolTest, BackToBackJobsWithAndWithoutSpinning) {
     EXPECT_EQ(total, want) << "oversubscribed " << oversubscribed;
   }
   ForceMachineLoadForTest(std::nullopt);
+}
+
+// The workers are named for profiles and `top -H` (common/threads.h).
+TEST(ThreadPoolTest, WorkersAreNamed) {
+  auto named = [] {
+    int n = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      n += name == "moe-pool";
+    }
+    return n;
+  };
+  const int before = named();
+  ThreadPool pool(3);
+  std::atomic<int> ran{0};
+  pool.ParallelFor(3, 1, [&](int64_t, int64_t) { ran.fetch_add(1); });  // the workers have started
+  EXPECT_EQ(ran.load(), 3);
+  // A worker names itself as it starts: give the last one a moment.
+  for (int i = 0; i < 200 && named() < before + 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(named(), before + 2);
 }
 
 TEST(ThreadPoolTest, SingleThreadPoolRunsInline) {
