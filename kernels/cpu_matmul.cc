@@ -148,7 +148,7 @@ ColumnsFn ColumnsFor(SimdLevel level) {
 // Enough chunks to balance the threads; at most 64 columns so that a
 // chunk's k-block of W stays in L2 while every row of x passes over it.
 int64_t FloatColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k) {
-  if (m * n * k < pool.min_parallel_macs()) return n;  // not worth waking the pool
+  if (!pool.WorthSplitting(m, n * k)) return n;
   int64_t per_thread = (n + pool.size() * 4 - 1) / (pool.size() * 4);
   return std::clamp<int64_t>((per_thread + 7) / 8 * 8, 8, 64);
 }

@@ -414,7 +414,7 @@ void QuantizedInput::Columns(const void* w, const float* bias, float* y, int64_t
 
 int64_t QuantColumnGrain(const ThreadPool& pool, int64_t m, int64_t n, int64_t k,
                          int64_t group) {
-  if (m * n * k < pool.min_parallel_macs()) return n;  // not worth waking the pool
+  if (!pool.WorthSplitting(m, n * k)) return n;
   // Decode (one row) streams the weights from memory: two long runs per
   // thread keep the prefetchers going (~5% faster than eight short ones);
   // batches balance eight chunks per thread.

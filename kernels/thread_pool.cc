@@ -87,11 +87,10 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-int64_t ThreadPool::min_parallel_macs() const {
-  if (size_ > 1 && spinning_workers_.load(std::memory_order_relaxed) == size_ - 1) {
-    return std::min(min_parallel_macs_, kHotMinParallelMacs);
-  }
-  return min_parallel_macs_;
+bool ThreadPool::WorthSplitting(int64_t rows, int64_t weights) const {
+  if (rows * weights >= min_parallel_macs_) return true;
+  return size_ > 1 && spinning_workers_.load(std::memory_order_relaxed) == size_ - 1 &&
+         weights >= std::min(min_parallel_macs_, kHotMinParallelWeights);
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,

@@ -21,36 +21,43 @@
 
 namespace moe {
 
-// Products (kernels/cpu_matmul.cc, cpu_quant_matmul.cc) of fewer
-// multiply-adds than min_parallel_macs() run whole on the calling thread.
-// Handing a chunk to a worker that has gone to sleep costs a futex wake-up
-// (20-60 us in a VM) and, on a loaded machine, maybe a scheduler slice while
-// the caller waits for that chunk; a million bf16 multiply-adds take one
-// zen4 core about as long, so below kMinParallelMacs splitting does not pay.
+// Products (kernels/cpu_matmul.cc, cpu_quant_matmul.cc) that
+// WorthSplitting() turns down run whole on the calling thread. Handing a
+// chunk to a worker that has gone to sleep costs a futex wake-up (20-60 us
+// in a VM) and, on a loaded machine, maybe a scheduler slice while the
+// caller waits for that chunk; a million bf16 multiply-adds take one zen4
+// core about as long, so below kMinParallelMacs splitting does not pay.
 // While every worker is spinning for its next job a hand-off costs about a
-// microsecond, and products from kHotMinParallelMacs on split. The trained
-// model's products (37K-393K multiply-adds a token) now mostly stay on one
-// thread: served without a daemon, one sequence at a time, 1.36x the
-// tokens/s; the 420 MB model's decode is unchanged within noise
-// (docs/benchmarks.md, "Small products on the calling thread").
+// microsecond, and a product that reads kHotMinParallelWeights weights or
+// more splits: at one row it streams them from memory, and a second
+// thread adds read bandwidth (the 420 MB model's 262K-524K-weight k, v and
+// lm-head products: q4 decode 1.57 ms a token without, 1.39 with). Not
+// the multiply-adds: a batch of rows over a small matrix is compute on
+// weights in cache, and on AMX tiles 16 rows of the trained model's 37K
+// weights (590K multiply-adds) take a few microseconds, less than the
+// split costs (batch 16 in process 8.0-10.3K tokens/s split hot, 11.3-12.5K
+// whole, Sapphire Rapids). docs/benchmarks.md, "Small products on the
+// calling thread" and "Batched products by their weights".
 inline constexpr int64_t kMinParallelMacs = int64_t{1} << 20;
-inline constexpr int64_t kHotMinParallelMacs = int64_t{1} << 17;
+inline constexpr int64_t kHotMinParallelWeights = int64_t{1} << 17;
 
 class ThreadPool {
  public:
   // threads <= 0: UsableCpus() (common/cpu_budget.h: affinity and quota).
   // min_parallel_macs: see kMinParallelMacs (tests pass 0 to split every
-  // product).
+  // product, hot or not).
   explicit ThreadPool(int threads, int64_t min_parallel_macs = kMinParallelMacs);
   ~ThreadPool();  // joins the workers
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
-  // The smallest product worth splitting now: min_parallel_macs, or while
-  // every worker is spinning for its next job (a hand-off then costs about a
-  // microsecond, not a wake-up) the smaller of it and kHotMinParallelMacs.
-  int64_t min_parallel_macs() const;
+  // Whether a product of `rows` activation rows by a `weights`-element
+  // matrix is worth splitting now: from min_parallel_macs multiply-adds
+  // on, or while every worker is spinning for its next job (a hand-off
+  // then costs about a microsecond, not a wake-up) from the smaller of
+  // kHotMinParallelWeights and min_parallel_macs weights on.
+  bool WorthSplitting(int64_t rows, int64_t weights) const;
 
   // Calls fn(begin, end) over [0, n) in chunks of `grain` items (the last may
   // be shorter) and returns when all chunks are done. grain <= 0 picks

@@ -108,20 +108,20 @@ TEST(CpuQuantMatMulTest, RowsDoNotDependOnTheirTileOrTheThreadCount) {
   }
 }
 
-// Products below kHotMinParallelMacs are one chunk (the calling thread runs
-// them whole); from kMinParallelMacs on they split between the threads; in
-// between it depends on whether the workers are spinning (not tested: timing).
+// Products of fewer than kHotMinParallelWeights weights and
+// kMinParallelMacs multiply-adds are one chunk (the calling thread runs
+// them whole), at one row or sixteen; from kMinParallelMacs on they split
+// between the threads; in between it depends on whether the workers are
+// spinning (ThreadPoolTest.HotSplitsFollowTheWeights).
 TEST(CpuQuantMatMulTest, SmallProductsStayOnTheCallingThread) {
   ThreadPool pool(3);
   const int64_t k = 1024;
-  const int64_t small = kHotMinParallelMacs / k - 16, large = kMinParallelMacs / k;
+  const int64_t small = kHotMinParallelWeights / k - 16, large = kMinParallelMacs / k;
   EXPECT_EQ(QuantColumnGrain(pool, 1, small, k, 16), small);
+  EXPECT_EQ(QuantColumnGrain(pool, 4, small, k, 16), small);
   EXPECT_LT(QuantColumnGrain(pool, 1, large, k, 16), large);
   EXPECT_LT(QuantColumnGrain(pool, 16, large / 16, k, 16), large / 16);  // rows count too
-  const int64_t now = pool.min_parallel_macs();
-  EXPECT_TRUE(now == kMinParallelMacs || now == kHotMinParallelMacs) << now;
   ThreadPool split(3, /*min_parallel_macs=*/0);
-  EXPECT_EQ(split.min_parallel_macs(), 0);
   EXPECT_LT(QuantColumnGrain(split, 1, 64, 64, 16), 64);
 }
 

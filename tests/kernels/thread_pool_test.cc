@@ -4,11 +4,13 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/cpu_budget.h"
 #include "common/spin_wait.h"
 #include "gtest/gtest.h"
@@ -67,6 +69,35 @@ TEST(ThreadPoolTest, BackToBackJobsWithAndWithoutSpinning) {
     for (int round = 0; round < 5000; ++round) want += 15 + 6 * round;
     EXPECT_EQ(total, want) << "oversubscribed " << oversubscribed;
   }
+  ForceMachineLoadForTest(std::nullopt);
+}
+
+// Whether a product splits: from kMinParallelMacs multiply-adds always;
+// while the workers spin, from kHotMinParallelWeights weights whatever the
+// rows, never by a batch's multiply-adds over a small matrix (16 rows of
+// the trained model's 192 x 192 projection: 590K, on weights in cache).
+TEST(ThreadPoolTest, HotSplitsFollowTheWeights) {
+  ForceMachineLoadForTest(false);
+  ThreadPool pool(2);
+  EXPECT_TRUE(pool.WorthSplitting(1, kMinParallelMacs));
+  EXPECT_TRUE(pool.WorthSplitting(16, kMinParallelMacs / 16));
+  EXPECT_FALSE(pool.WorthSplitting(1, kHotMinParallelWeights / 2));
+  // Until the worker has been seen spinning 100 times (it starts after the
+  // pool's constructor returns), or 5 s.
+  int hot = 0;
+  const absl::Time end = absl::Now() + absl::Seconds(5);
+  for (int i = 0; hot < 100 && absl::Now() < end; ++i) {
+    pool.ParallelFor(2, 1, [](int64_t, int64_t) {});  // the worker spins after it
+    EXPECT_FALSE(pool.WorthSplitting(16, 192 * 192)) << "iteration " << i;
+    hot += pool.WorthSplitting(1, kHotMinParallelWeights);
+  }
+  // Two CPUs: the worker spun between jobs at least sometimes (so the
+  // check above ran hot); one CPU: it never spins.
+  if (UsableCpus() >= 2) {
+    EXPECT_GT(hot, 0);
+  }
+  ThreadPool eager(2, /*min_parallel_macs=*/0);
+  EXPECT_TRUE(eager.WorthSplitting(1, 1));
   ForceMachineLoadForTest(std::nullopt);
 }
 
