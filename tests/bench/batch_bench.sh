@@ -27,7 +27,9 @@
 #        moectl process per wave; processes: one per stream),
 #        MODEL (a mixtral-layout model directory instead of the made one, e.g.
 #        the trained deploy/models/kjv-moe: learned routing; LAYERS is then
-#        read from it))
+#        read from it), CLIENT_NICE (run the clients under `nice -n N`: on a
+#        small machine the client takes the services' CPU time, which a
+#        remote client would not; default: not niced))
 set -euo pipefail
 build=${1:-build}
 bin=$build/bin
@@ -45,6 +47,8 @@ kv_mb=${KV_MB:-0}
 kv_block=${KV_BLOCK:-64}
 lease_part=${LEASE_PART:-0}
 client=${CLIENT:-one}
+client_nice=()
+[ -n "${CLIENT_NICE:-}" ] && client_nice=(nice -n "$CLIENT_NICE")
 py=/usr/bin/python3
 
 work=$(mktemp -d /tmp/moe-batch.XXXXXX)
@@ -109,7 +113,7 @@ measure() {
     if [ "$client" = one ]; then
       : >"$work/$tag.$w.prompts"
       for s in $(seq 1 "$streams"); do prompt_for "$s" "$w" >>"$work/$tag.$w.prompts"; done
-      $bin/moectl generate --target "unix:$work/w.sock" --prompts-file "$work/$tag.$w.prompts" \
+      "${client_nice[@]}" $bin/moectl generate --target "unix:$work/w.sock" --prompts-file "$work/$tag.$w.prompts" \
         --concurrency "$streams" --max-new-tokens "$new_tokens" --ignore-eos \
         >"$work/$tag.$w.all" 2>&1 || { cat "$work/$tag.$w.all"; exit 1; }
       # One file per stream, as the per-process client writes them.
@@ -125,7 +129,7 @@ EOF2
     else
       t0=$(date +%s.%N)
       for s in $(seq 1 "$streams"); do
-        $bin/moectl generate --target "unix:$work/w.sock" --prompt "$(prompt_for "$s" "$w")" \
+        "${client_nice[@]}" $bin/moectl generate --target "unix:$work/w.sock" --prompt "$(prompt_for "$s" "$w")" \
           --max-new-tokens "$new_tokens" --ignore-eos --json >"$work/$tag.$w.$s.out" 2>&1 &
         cl="$cl $!"
       done
