@@ -111,7 +111,8 @@ absl::Status CachedModel::CreateArenaAndEngine(uint64_t bytes) {
   if (const std::string thp = cache::ShmemHugePageMode(); thp == "never" || thp == "deny") {
     MOE_LOG(INFO) << "model " << name() << ": the arena and host copy are on 4 KiB pages "
                   << "(shmem_enabled is '" << thp << "'); served decode measured 5-13% slower "
-                  << "than on huge pages: see docs/operations.md, 'Huge pages for host memory'";
+                  << "than on huge pages: deploy/systemd/moecache-hugepages.conf sets it to 'advise' "
+                  << "(docs/operations.md, 'Huge pages for host memory')";
   }
   cache::CpuCopyEngineOptions eo;
   eo.arena = arena_.mutable_data();

@@ -77,6 +77,18 @@ else
   fail "systemd-sysusers moecache.conf:"$'\n'"$out"
 fi
 
+# 2b. tmpfiles.d: sets shmem_enabled to advise (written into a fake /sys).
+thp="$TMP/root/sys/kernel/mm/transparent_hugepage"
+mkdir -p "$thp"
+echo never >"$thp/shmem_enabled"
+if out=$(systemd-tmpfiles --root="$TMP/root" --create \
+      "$SRC/deploy/systemd/moecache-hugepages.conf" 2>&1) \
+    && [ "$(cat "$thp/shmem_enabled")" = advise ]; then
+  pass "systemd-tmpfiles moecache-hugepages.conf"
+else
+  fail "systemd-tmpfiles moecache-hugepages.conf (shmem_enabled: $(cat "$thp/shmem_enabled")):"$'\n'"$out"
+fi
+
 # 3. The ExecStart lines with the example environment file.
 if out=$("$PY" "$SRC/tests/deploy/unit_exec_check.py" "$SRC" "$BIN" 2>&1); then
   echo "$out"
