@@ -113,6 +113,45 @@ struct Mapped {
 // `within_size` need none), and with kNow fills the page tables: readable,
 // or writable, which allocates what is not yet there (through the advised
 // mapping, so as huge pages where allowed).
+}  // namespace
+
+void* MapSharedAligned(int fd, uint64_t bytes, int prot) {
+  // Reserve room for a 2 MiB boundary, map the object there, give back
+  // the rest. The kernel aligns shared memory itself only where
+  // shmem_enabled offers huge pages.
+  const uint64_t span = bytes + kHugePageBytes;
+  void* reserve = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+  if (reserve == MAP_FAILED) return mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(reserve);
+  const uintptr_t aligned = (base + kHugePageBytes - 1) & ~uintptr_t{kHugePageBytes - 1};
+  void* p = mmap(reinterpret_cast<void*>(aligned), bytes, prot, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    munmap(reserve, span);
+    errno = err;
+    return MAP_FAILED;
+  }
+  if (aligned > base) munmap(reserve, aligned - base);
+  const uintptr_t end = aligned + bytes, reserve_end = base + span;
+  if (reserve_end > end) munmap(reinterpret_cast<void*>(end), reserve_end - end);
+  return p;
+}
+
+uint64_t CollapseToHugePages(const void* start, uint64_t bytes) {
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(start) + kHugePageBytes - 1) &
+                          ~uintptr_t{kHugePageBytes - 1};
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(start) + bytes) &
+                         ~uintptr_t{kHugePageBytes - 1};
+  if (last <= first) return 0;
+  // MADV_COLLAPSE: Linux 6.1; older kernels answer EINVAL.
+  constexpr int kMadvCollapse = 25;
+  if (madvise(reinterpret_cast<void*>(first), last - first, kMadvCollapse) != 0) return 0;
+  return last - first;
+}
+
+namespace {
+
 absl::StatusOr<Mapped> MapFd(int fd, uint64_t bytes, bool writable,
                              ShmRegion::Pages pages, absl::string_view what) {
   struct stat st;
@@ -123,7 +162,7 @@ absl::StatusOr<Mapped> MapFd(int fd, uint64_t bytes, bool writable,
                      bytes, " requested"));
   }
   const int prot = writable ? (PROT_READ | PROT_WRITE) : PROT_READ;
-  void* p = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
+  void* p = MapSharedAligned(fd, bytes, prot);
   if (p == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat("mmap ", what));
   madvise(p, bytes, MADV_HUGEPAGE);  // best effort
   Mapped m{static_cast<uint8_t*>(p), false};

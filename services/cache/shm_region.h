@@ -15,10 +15,14 @@
 //    allocated up front (every page written through the mapping with
 //    MADV_POPULATE_WRITE; posix_fallocate on kernels before 5.14), so a
 //    shortage fails at Create instead of as SIGBUS on first touch.
-//  - Every mapping is advised MADV_HUGEPAGE. Whether shared memory gets
-//    huge pages is the kernel's shmem_enabled (Debian's default `never`;
+//  - Every mapping starts on a 2 MiB boundary (MapSharedAligned) and is
+//    advised MADV_HUGEPAGE. Whether shared memory gets huge pages when it
+//    is allocated is the kernel's shmem_enabled (Debian's default `never`;
 //    `advise` honours the advice, see docs/operations.md): a decode step
 //    streams the arena, and 4 KiB pages cost it a TLB miss per page.
+//    CollapseToHugePages moves memory already allocated onto huge pages
+//    whatever shmem_enabled says, short of `deny` (moe-cached does it in
+//    the background after start: HugePageCollapser).
 //  - Page tables: Create fills them at once, and so do the read-only opens
 //    unless told kOnTouch. The arena is written and read on every token:
 //    faulting its pages in one at a time made the first request after start
@@ -97,6 +101,24 @@ class ShmRegion {
   bool unlink_on_destroy_ = false;
   std::string name_;
 };
+
+inline constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+
+// mmap(MAP_SHARED) of the first `bytes` of `fd` at a 2 MiB-aligned address,
+// so that the kernel can map its huge pages whole (PMD entries) in every
+// process; where the alignment cannot be reserved, wherever mmap puts it.
+// Returns MAP_FAILED with errno set on failure.
+void* MapSharedAligned(int fd, uint64_t bytes, int prot);
+
+// Moves the whole 2 MiB pages of [start, start + bytes), a shared-memory
+// mapping of ours, onto transparent huge pages (MADV_COLLAPSE: the kernel
+// copies each 2 MiB into one huge page and maps it in every process that
+// maps the memory, contents unchanged, even while others read and write
+// it). Works whatever shmem_enabled says but `deny` (Linux 6.1 on), slowly
+// (a copy: ~3 ms per MiB on the Sapphire Rapids VM). Returns the bytes
+// collapsed: 0 where the kernel refused (older kernel, `deny`, no free huge
+// page), and the part past the first and last 2 MiB boundaries is left.
+uint64_t CollapseToHugePages(const void* start, uint64_t bytes);
 
 // The kernel's transparent huge page setting for shared memory (the
 // bracketed word of /sys/kernel/mm/transparent_hugepage/shmem_enabled:

@@ -23,6 +23,7 @@
 #include "common/threads.h"
 #include "kernels/cpu_gguf_quant.h"
 #include "services/cache/policy.h"
+#include "services/cache/shm_region.h"
 #include "services/rpc/build_info.h"
 #include "services/rpc/startup_log.h"
 
@@ -226,6 +227,21 @@ absl::Status Daemon::Start() {
   ASSIGN_OR_RETURN(server_, rpc::Server::Start(so));
   if (server_->bound_port() != 0) MOE_LOG(INFO) << "gRPC on port " << server_->bound_port();
   housekeeper_ = std::thread([this] { Housekeep(); });
+  if (HugePageCollapser::Needed(cache::ShmemHugePageMode())) {  // see its header
+    std::vector<HugePageCollapser::Range> ranges;
+    for (const auto& m : models_) {  // the arenas first: read on every token
+      if (m->arena().valid()) {
+        ranges.push_back({absl::StrCat("model ", m->name(), ": arena"), m->arena().data(),
+                          m->arena().size()});
+      }
+    }
+    for (const auto& m : models_) {
+      if (m->store().pinned()) continue;  // page-locked for a GPU: cannot move
+      ranges.push_back({absl::StrCat("model ", m->name(), ": host copy"), m->store().data(),
+                        m->store().total_bytes()});
+    }
+    collapser_ = std::make_unique<HugePageCollapser>(std::move(ranges));
+  }
   server_->SetServing(true);
   MOE_LOG(INFO) << VersionLine("moe-cached") << " serving on "
                 << rpc::ShownAddress(options_.listen, server_->bound_port()) << ", metrics "
@@ -269,6 +285,7 @@ void Daemon::Stop() {
     stopping_ = true;
   }
   if (housekeeper_.joinable()) housekeeper_.join();
+  collapser_.reset();  // at its next chunk, before the memory goes
   for (auto it = models_.rbegin(); it != models_.rend(); ++it) (*it)->Stop();  // persists
   // Said only when something had started (not after a dry run, nor a
   // start refused before any model loaded).

@@ -28,6 +28,7 @@
 #include "services/moe_cached/cuda_arena.h"
 #include "services/moe_cached/cached_model.h"
 #include "services/moe_cached/fd_broker.h"
+#include "services/moe_cached/huge_page_collapser.h"
 #include "services/moe_cached/daemon_options.h"
 #include "services/moe_cached/service.h"
 #include "services/moe_cached/sessions.h"
@@ -85,6 +86,9 @@ class Daemon {
   std::unique_ptr<rpc::Server> server_;
   std::unique_ptr<rpc::MetricsServer> metrics_;
   std::thread housekeeper_;
+  // Moves the models' shared memory onto huge pages after start, where the
+  // kernel gave it small ones; before models_ goes (declared after it).
+  std::unique_ptr<HugePageCollapser> collapser_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ = false;

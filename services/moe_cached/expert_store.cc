@@ -17,6 +17,7 @@
 #include "common/mxfp4.h"
 #include "common/quant.h"
 #include "common/status_macros.h"
+#include "services/cache/shm_region.h"
 
 namespace moe::cached {
 namespace {
@@ -176,7 +177,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Load(
   const int fd = ::memfd_create("moecache-experts", MFD_CLOEXEC);
   void* mem = MAP_FAILED;
   if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(store->total_bytes_)) == 0) {
-    mem = ::mmap(nullptr, store->total_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    mem = cache::MapSharedAligned(fd, store->total_bytes_, PROT_READ | PROT_WRITE);
   }
   if (fd >= 0) store->fd_ = UniqueFd(fd);
   if (mem == MAP_FAILED) {

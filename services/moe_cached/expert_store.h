@@ -136,6 +136,9 @@ class ExpertStore {
   // 2 x the weights of one expert (gate, up, down): its FLOPs per token.
   double expert_flops_per_token() const { return flops_per_token_; }
   uint64_t total_bytes() const { return total_bytes_; }
+  const uint8_t* data() const { return data_; }  // every block, total_bytes() long
+  // Pinned for a device's copies (page-locked: its pages cannot move).
+  bool pinned() const { return static_cast<bool>(unpin_); }
   // Bytes per second one thread reads from the store (up to 256 MiB of it,
   // twice): the host figure of the miss cost model when none is given.
   double MeasureReadBytesPerSec() const;

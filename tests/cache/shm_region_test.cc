@@ -71,6 +71,53 @@ TEST(ShmRegionTest, MappingsArePopulatedUnlessAskedOnTouch) {
   EXPECT_LT(touched, static_cast<int64_t>(kBytes));
 }
 
+// Bytes of the mapping that holds `start` mapped as whole huge pages.
+int64_t PmdMappedBytes(const void* start) {
+  long kb = 0;
+  const std::string line = testing::SmapsLine(start, "ShmemPmdMapped:");
+  if (std::sscanf(line.c_str(), "ShmemPmdMapped: %ld kB", &kb) != 1) return -1;
+  return int64_t{kb} * 1024;
+}
+
+// Linux 6.1 or later (MADV_COLLAPSE).
+bool KernelCollapses() {
+  std::ifstream in("/proc/sys/kernel/osrelease");
+  int major = 0, minor = 0;
+  char dot = 0;
+  in >> major >> dot >> minor;
+  return major > 6 || (major == 6 && minor >= 1);
+}
+
+// Every mapping starts on a 2 MiB boundary, so a huge page can be mapped
+// whole; CollapseToHugePages moves the memory onto huge pages, whatever
+// shmem_enabled says short of "deny", and every mapping sees the same bytes.
+TEST(ShmRegionTest, MappingsAreHugePageAlignedAndCollapse) {
+  constexpr uint64_t kBytes = 8 << 20;
+  auto w = ShmRegion::Create("", kBytes);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto ro = ShmRegion::OpenReadOnly(w->fd(), kBytes);
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w->data()) % kHugePageBytes, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(ro->data()) % kHugePageBytes, 0u);
+  for (uint64_t i = 0; i < kBytes; i += 4096) w->mutable_data()[i] = static_cast<uint8_t>(i >> 12);
+  // Not whole huge pages: nothing (the part past the first boundary).
+  EXPECT_EQ(CollapseToHugePages(w->data() + 4096, kHugePageBytes), 0u);
+  const uint64_t got = CollapseToHugePages(w->data(), kBytes);
+  if (KernelCollapses() && ShmemHugePageMode() != "deny") {
+    EXPECT_EQ(got, kBytes);
+  }
+  for (uint64_t i = 0; i < kBytes; i += 4096) {
+    ASSERT_EQ(w->data()[i], static_cast<uint8_t>(i >> 12)) << i;
+    ASSERT_EQ(ro->data()[i], static_cast<uint8_t>(i >> 12)) << i;
+  }
+  if (got > 0) {
+    EXPECT_EQ(PmdMappedBytes(w->data()), static_cast<int64_t>(kBytes));
+    EXPECT_EQ(PmdMappedBytes(ro->data()), static_cast<int64_t>(kBytes));  // touched above
+  }
+  w->mutable_data()[kBytes - 1] = 0x5a;  // still one memory
+  EXPECT_EQ(ro->data()[kBytes - 1], 0x5a);
+}
+
 TEST(ShmRegionTest, ShmemHugePageModeIsTheBracketedWord) {
   std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
   std::string line;
