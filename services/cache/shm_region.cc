@@ -107,12 +107,6 @@ struct Mapped {
   bool filled = false;  // false: kOnTouch, or a kernel before 5.14
 };
 
-// Checks that `fd` is at least `bytes` long, then maps it, advised
-// MADV_HUGEPAGE (shmem gives huge pages only where the kernel's
-// shmem_enabled allows: `advise` takes the advice, `always` and
-// `within_size` need none), and with kNow fills the page tables: readable,
-// or writable, which allocates what is not yet there (through the advised
-// mapping, so as huge pages where allowed).
 }  // namespace
 
 void* MapSharedAligned(int fd, uint64_t bytes, int prot) {
@@ -152,6 +146,13 @@ uint64_t CollapseToHugePages(const void* start, uint64_t bytes) {
 
 namespace {
 
+// Checks that `fd` is at least `bytes` long, then maps it at a 2 MiB
+// boundary (MapSharedAligned), advised MADV_HUGEPAGE (shmem gives huge
+// pages at allocation only where the kernel's shmem_enabled allows:
+// `advise` takes the advice, `always` and `within_size` need none), and
+// with kNow fills the page tables: readable, or writable, which allocates
+// what is not yet there (through the advised mapping, so as huge pages
+// where allowed).
 absl::StatusOr<Mapped> MapFd(int fd, uint64_t bytes, bool writable,
                              ShmRegion::Pages pages, absl::string_view what) {
   struct stat st;
