@@ -1,6 +1,7 @@
 #include "services/moe_cached/huge_page_collapser.h"
 
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -10,12 +11,14 @@
 namespace moe::cached {
 namespace {
 
-bool KernelCollapses() {  // Linux 6.1 or later (MADV_COLLAPSE)
+// Linux 6.1 or later (MADV_COLLAPSE), with transparent huge pages.
+bool KernelCollapses() {
   std::ifstream in("/proc/sys/kernel/osrelease");
   int major = 0, minor = 0;
   char dot = 0;
   in >> major >> dot >> minor;
-  return (major > 6 || (major == 6 && minor >= 1)) && cache::ShmemHugePageMode() != "deny";
+  const std::string mode = cache::ShmemHugePageMode();  // "": no THP in this kernel
+  return (major > 6 || (major == 6 && minor >= 1)) && !mode.empty() && mode != "deny";
 }
 
 // Two ranges, collapsed in the background: every whole 2 MiB, the bytes
