@@ -79,15 +79,6 @@ int64_t PmdMappedBytes(const void* start) {
   return int64_t{kb} * 1024;
 }
 
-// Linux 6.1 or later (MADV_COLLAPSE).
-bool KernelCollapses() {
-  std::ifstream in("/proc/sys/kernel/osrelease");
-  int major = 0, minor = 0;
-  char dot = 0;
-  in >> major >> dot >> minor;
-  return major > 6 || (major == 6 && minor >= 1);
-}
-
 // Every mapping starts on a 2 MiB boundary, so a huge page can be mapped
 // whole; CollapseToHugePages moves the memory onto huge pages, whatever
 // shmem_enabled says short of "deny", and every mapping sees the same bytes.
@@ -103,8 +94,7 @@ TEST(ShmRegionTest, MappingsAreHugePageAlignedAndCollapse) {
   // Not whole huge pages: nothing (the part past the first boundary).
   EXPECT_EQ(CollapseToHugePages(w->data() + 4096, kHugePageBytes), 0u);
   const uint64_t got = CollapseToHugePages(w->data(), kBytes);
-  const std::string mode = ShmemHugePageMode();  // "": no THP in this kernel
-  if (KernelCollapses() && !mode.empty() && mode != "deny") {
+  if (testing::KernelCollapsesSharedMemory(ShmemHugePageMode())) {
     EXPECT_EQ(got, kBytes);
   }
   for (uint64_t i = 0; i < kBytes; i += 4096) {

@@ -220,6 +220,19 @@ inline std::string SmapsLine(const void* p, const std::string& field) {
   return "";
 }
 
+// Whether this kernel moves shared memory onto huge pages on request
+// (MADV_COLLAPSE: Linux 6.1 or later), given its `shmem_mode` (the
+// bracketed word of shmem_enabled; "" where the kernel has no transparent
+// huge pages; "deny" refuses them).
+inline bool KernelCollapsesSharedMemory(const std::string& shmem_mode) {
+  std::ifstream in("/proc/sys/kernel/osrelease");
+  int major = 0, minor = 0;
+  char dot = 0;
+  in >> major >> dot >> minor;
+  return (major > 6 || (major == 6 && minor >= 1)) && !shmem_mode.empty() &&
+         shmem_mode != "deny";
+}
+
 }  // namespace moe::testing
 
 #endif  // MOECACHE_TESTS_COMMON_TEST_UTIL_H_

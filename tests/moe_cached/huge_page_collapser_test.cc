@@ -1,25 +1,14 @@
 #include "services/moe_cached/huge_page_collapser.h"
 
-#include <fstream>
-#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "services/cache/shm_region.h"
+#include "tests/common/test_util.h"
 
 namespace moe::cached {
 namespace {
-
-// Linux 6.1 or later (MADV_COLLAPSE), with transparent huge pages.
-bool KernelCollapses() {
-  std::ifstream in("/proc/sys/kernel/osrelease");
-  int major = 0, minor = 0;
-  char dot = 0;
-  in >> major >> dot >> minor;
-  const std::string mode = cache::ShmemHugePageMode();  // "": no THP in this kernel
-  return (major > 6 || (major == 6 && minor >= 1)) && !mode.empty() && mode != "deny";
-}
 
 // Two ranges, collapsed in the background: every whole 2 MiB, the bytes
 // unchanged, and the thread done by itself.
@@ -38,7 +27,7 @@ TEST(HugePageCollapserTest, CollapsesEveryRangeAndKeepsTheBytes) {
   const absl::Time end = absl::Now() + absl::Seconds(60);
   while (!collapser.finished() && absl::Now() < end) absl::SleepFor(absl::Milliseconds(5));
   ASSERT_TRUE(collapser.finished());
-  EXPECT_EQ(collapser.done_bytes(), KernelCollapses() ? 2 * kBytes : 0);
+  EXPECT_EQ(collapser.done_bytes(), testing::KernelCollapsesSharedMemory(cache::ShmemHugePageMode()) ? 2 * kBytes : 0);
   for (int r = 0; r < 2; ++r) {
     for (uint64_t i = 0; i < kBytes; i += 512) {
       ASSERT_EQ(regions[r].data()[i], static_cast<uint8_t>(i / 512 + r)) << r << " " << i;
