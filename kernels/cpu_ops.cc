@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -211,6 +212,22 @@ double SumExp(SimdLevel level, const float* x, int64_t n, float shift) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - shift));
   return sum;
+}
+
+float MaxValue(SimdLevel level, const float* x, int64_t n) {
+  if (AtLeastAvx512(level)) return MaxValueAvx512(x, n);
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);  // NaN: keeps max
+  return max;
+}
+
+int64_t ArgmaxRow(SimdLevel level, const float* x, int64_t n) {
+  if (AtLeastAvx512(level)) return ArgmaxRowAvx512(x, n);
+  int64_t best = 0;
+  for (int64_t j = 1; j < n; ++j) {
+    if (x[j] > x[best]) best = j;
+  }
+  return best;
 }
 
 void Add(const float* a, const float* b, float* out, int64_t n) {

@@ -47,6 +47,19 @@ void SiluMulAvx512(const float* gate, const float* up, float* out, int64_t n);
 // REQUIRES: SimdLevelSupported(level).
 double SumExp(SimdLevel level, const float* x, int64_t n, float shift);
 double SumExpAvx512(const float* x, int64_t n, float shift);
+// The largest of x[0, n), NaNs skipped; -inf when n == 0 or every value is
+// NaN. Exact at every level (a maximum rounds nothing): at kAvx512 16 lanes
+// at a time. The sampler's log-softmax shift.
+// REQUIRES: SimdLevelSupported(level).
+float MaxValue(SimdLevel level, const float* x, int64_t n);
+float MaxValueAvx512(const float* x, int64_t n);
+// The index of the first largest of x[0, n), as the scalar scan
+// `best = 0; for j: if (x[j] > x[best]) best = j` finds it at every level:
+// NaNs skipped, except that a NaN x[0] gives 0; -0 and +0 tie (the first
+// wins); 0 when n == 0. Greedy sampling over a row of logits.
+// REQUIRES: SimdLevelSupported(level).
+int64_t ArgmaxRow(SimdLevel level, const float* x, int64_t n);
+int64_t ArgmaxRowAvx512(const float* x, int64_t n);
 void Add(const float* a, const float* b, float* out, int64_t n);
 void Scale(float* x, float s, int64_t n);
 void Sigmoid(const float* x, float* y, int64_t n);

@@ -1,5 +1,6 @@
-// The AVX-512F elementwise ops of cpu_ops.h: silu(gate) * up and a sum of
-// exponentials with a vector exp, 16 lanes at a time.
+// The AVX-512F elementwise ops of cpu_ops.h: silu(gate) * up, a sum of
+// exponentials with a vector exp, and a row's maximum and its first index,
+// 16 lanes at a time.
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized inside its
 // intrinsics' undefined pass-through operands (as in cpu_matmul_avx512.cc).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -77,6 +78,38 @@ MOE_SIMD_TARGET double SumExpAvx512(const float* x, int64_t n, float shift) {
     add(Exp(_mm512_sub_ps(v, c)));
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
+MOE_SIMD_TARGET float MaxValueAvx512(const float* x, int64_t n) {
+  // vmaxps returns its second operand when either is NaN: with the running
+  // maximum second, a NaN of x leaves it as it was.
+  __m512 max = _mm512_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) max = _mm512_max_ps(_mm512_loadu_ps(x + i), max);
+  if (i < n) {  // masked-off lanes read -inf
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    max = _mm512_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i), max);
+  }
+  return _mm512_reduce_max_ps(max);
+}
+
+MOE_SIMD_TARGET int64_t ArgmaxRowAvx512(const float* x, int64_t n) {
+  if (n <= 0 || std::isnan(x[0])) return 0;  // the scalar scan never leaves a NaN x[0]
+  // x[0] is a number, so the maximum is one too: the first lane equal to
+  // it (-0 == +0) is the scan's answer.
+  const __m512 max = _mm512_set1_ps(MaxValueAvx512(x, n));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __mmask16 eq = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), max, _CMP_EQ_OQ);
+    if (eq != 0) return i + __builtin_ctz(eq);
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 eq = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), max,
+                                                 _CMP_EQ_OQ);
+    if (eq != 0) return i + __builtin_ctz(eq);
+  }
+  return 0;  // not reached: the maximum is one of the values
 }
 
 }  // namespace moe::cpu

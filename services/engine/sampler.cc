@@ -14,14 +14,19 @@ namespace {
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-// log(sum(exp(x))), the sum in double for stable log-probs, of every
-// token's logits (cpu::SumExp: a vector exp where the CPU has AVX-512).
-double LogSumExp(absl::Span<const float> x) {
+SimdLevel Level() {
   static const SimdLevel level = DetectSimdLevel();
-  float max = -std::numeric_limits<float>::infinity();
-  for (float v : x) max = std::max(max, v);
+  return level;
+}
+
+// log(sum(exp(x))), the sum in double for stable log-probs, of every
+// token's logits (cpu::MaxValue and cpu::SumExp: vector code where the CPU
+// has AVX-512; a scalar maximum was two thirds of a greedy token's sampling).
+double LogSumExp(absl::Span<const float> x) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  const float max = cpu::MaxValue(Level(), x.data(), n);
   if (!std::isfinite(max)) return max;
-  return max + std::log(cpu::SumExp(level, x.data(), static_cast<int64_t>(x.size()), max));
+  return max + std::log(cpu::SumExp(Level(), x.data(), n, max));
 }
 
 }  // namespace
@@ -167,12 +172,8 @@ size_t Sampler::Truncate(absl::Span<const float> logits, double* total) {
 
 int32_t Sampler::Draw(absl::Span<const float> logits) {
   const int32_t n = static_cast<int32_t>(logits.size());
-  if (params_.temperature == 0.0f) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; ++i) {
-      if (logits[i] > logits[best]) best = i;
-    }
-    return best;
+  if (params_.temperature == 0.0f) {  // the first largest (ties -> lower id)
+    return static_cast<int32_t>(cpu::ArgmaxRow(Level(), logits.data(), n));
   }
   // Probabilities at temperature T (unnormalized).
   const double inv_t = 1.0 / params_.temperature;

@@ -333,6 +333,57 @@ TEST(CpuBackendTest, SumExpMatchesAFloat64SumAtEveryLevel) {
   }
 }
 
+// cpu::MaxValue and cpu::ArgmaxRow (greedy sampling) at every level give
+// exactly what the scalar scans give: on random rows of every tail length,
+// with the maximum tied at two places, NaNs among the values or first,
+// -inf everywhere but one place, signed zeros tied, and empty rows.
+TEST(CpuBackendTest, MaxAndArgmaxEqualTheScalarScanAtEveryLevel) {
+  auto scan_max = [](const std::vector<float>& x) {
+    float m = -INFINITY;
+    for (float v : x) m = std::max(m, v);
+    return m;
+  };
+  auto scan_argmax = [](const std::vector<float>& x) {
+    int64_t best = 0;
+    for (size_t j = 1; j < x.size(); ++j) {
+      if (x[j] > x[best]) best = static_cast<int64_t>(j);
+    }
+    return best;
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> logit(0.0f, 4.0f);
+  std::vector<std::vector<float>> rows = {{}, {NAN}, {NAN, 1.0f, 2.0f}, {-0.0f, 0.0f, -1.0f},
+                                          {0.0f, -0.0f}, std::vector<float>(40, -INFINITY),
+                                          std::vector<float>(17, NAN)};
+  rows[5][37] = -3.0f;
+  for (const size_t n : {size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{33}, size_t{2048},
+                         size_t{151936}}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      std::vector<float> x(n);
+      for (float& v : x) v = logit(rng);
+      const size_t top = rng() % n;
+      if (variant >= 1) x[top] = 100.0f;
+      if (variant >= 1 && n > 1) x[(top + n / 2 + 1) % n] = 100.0f;  // a tie: the lower wins
+      if (variant >= 2) {
+        for (size_t i = 0; i < n; i += 7) x[i] = NAN;
+      }
+      if (variant == 3) x[n - 1] = INFINITY;
+      rows.push_back(x);
+    }
+  }
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
+    if (!SimdLevelSupported(level)) continue;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const std::vector<float>& x = rows[r];
+      SCOPED_TRACE(std::string(SimdLevelName(level)) + " row " + std::to_string(r) + " n=" +
+                   std::to_string(x.size()));
+      const float want = scan_max(x), got = cpu::MaxValue(level, x.data(), x.size());
+      EXPECT_TRUE(got == want || (std::isnan(got) && std::isnan(want))) << got << " " << want;
+      EXPECT_EQ(cpu::ArgmaxRow(level, x.data(), x.size()), scan_argmax(x));
+    }
+  }
+}
+
 TEST(CpuBackendTest, ResultsDoNotDependOnThreadCount) {
   const int64_t m = 6, n = 150, k = 1500;
   auto x = Random(m * k, 3);
