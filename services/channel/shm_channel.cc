@@ -297,6 +297,52 @@ void FromWire(const DemandWire* items, uint32_t count, ExpertDemand* out) {
   for (uint32_t i = 0; i < count; ++i) out[i] = {items[i].expert, items[i].tokens};
 }
 
+size_t PackMembers(absl::Span<const MemberDemands> members, RequestMsg* req) {
+  uint32_t used = 0;
+  size_t packed = 0;
+  for (const MemberDemands& m : members) {
+    const uint32_t n = static_cast<uint32_t>(m.demands.size());
+    if (used + kMemberWireItems + n > kMaxItems) break;
+    const MemberWire header{m.request, n, m.prefill ? kFlagPrefill : 0u};
+    std::memcpy(&req->demands[used], &header, sizeof(header));
+    used += kMemberWireItems;
+    ToWire(m.demands, &req->demands[used]);
+    used += n;
+    ++packed;
+  }
+  req->count = used;
+  return packed;
+}
+
+absl::Status UnpackMembers(const RequestMsg& req, std::vector<MemberDemands>* out) {
+  const size_t before = out->size();
+  auto refuse = [&](absl::string_view why) {
+    out->resize(before);
+    return absl::InvalidArgumentError(absl::StrCat("members message of ", req.count, " items: ",
+                                                   why));
+  };
+  if (req.count > kMaxItems) return refuse("too many items");
+  uint32_t at = 0;
+  while (at < req.count) {
+    if (req.count - at < kMemberWireItems) return refuse("a member's header is cut off");
+    MemberWire header;
+    std::memcpy(&header, &req.demands[at], sizeof(header));
+    at += kMemberWireItems;
+    if (header.demands > req.count - at) {
+      return refuse(absl::StrCat("a member of ", header.demands, " demands runs past the end"));
+    }
+    MemberDemands m;
+    m.request = header.request;
+    m.prefill = (header.flags & kFlagPrefill) != 0;
+    m.demands.resize(header.demands);
+    FromWire(&req.demands[at], header.demands, m.demands.data());
+    at += header.demands;
+    out->push_back(std::move(m));
+  }
+  if (out->size() == before) return refuse("no member");
+  return absl::OkStatus();
+}
+
 void FromWire(const HintWire* items, uint32_t count, ExpertHint* out) {
   for (uint32_t i = 0; i < count; ++i) {
     out[i] = {items[i].layer, items[i].expert, items[i].probability, HintSource::kHint};

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -31,13 +32,14 @@ inline constexpr uint32_t kChannelMagic = 0x43454f4d;  // "MOEC"
 // 2: leases carry their layer; 3: host-run reports; 4: members of batched
 // acquires; 5: local hits, and the residency view after the rings
 // (residency_view.h); 6: 64 slots a ring, not 16; 7: acquires in parts
-// (RequestMsg::part, kFlagContinues)
-inline constexpr uint32_t kChannelVersion = 7;
-// A power of two. A batched step of 16 sequences posts a member row per
-// sequence and the acquire for each layer, ~100 messages for six layers:
-// with 16 slots the worker waited for moe-cached to drain the ring at
-// every layer; 64 let the lazily woken daemon take them in a few batches
-// (~0.8 MB of shared memory a session).
+// (RequestMsg::part, kFlagContinues); 8: a kMember message packs members
+// (MemberWire)
+inline constexpr uint32_t kChannelVersion = 8;
+// A power of two. A batched step posts its members' rows and the acquire
+// for each layer (two messages a layer since members are packed; before,
+// a message a member: ~100 a step of 16 sequences over six layers, for
+// which 16 slots made the worker wait for moe-cached to drain the ring at
+// every layer). ~0.8 MB of shared memory a session.
 inline constexpr uint32_t kRingSlots = 64;
 inline constexpr uint32_t kMaxItems = 256;  // experts per message
 
@@ -49,9 +51,11 @@ enum class MsgType : uint32_t {
   kHints = 5,         // hints (no reply)
   kPing = 6,          // (reply) liveness and latency probe
   kHostRuns = 7,      // one host-run report (no reply)
-  // One member of the next (batched) acquire: request_id, layer, its own
-  // demands, kFlagPrefill (no reply). The daemon keeps the members until
-  // an acquire with kFlagMembers takes them; errors come back on it.
+  // Members of the next (batched) acquire: layer, and for each member its
+  // MemberWire then its own demands, packed in `demands` (PackMembers;
+  // no reply). A batch whose members do not fit in one message posts
+  // several. The daemon keeps the members until an acquire with
+  // kFlagMembers takes them; errors come back on it.
   kMember = 8,
   // An acquire the worker served itself from slots it pinned through the
   // residency view (residency_view.h): layer, demands, kFlagPrefill,
@@ -96,8 +100,17 @@ struct HostRunWire {
   int64_t tokens;
   int64_t nanoseconds;
 };
+// A kMember message's header of one member, in the place of two
+// DemandWires; its `demands` DemandWires follow it.
+struct MemberWire {
+  uint64_t request;
+  uint32_t demands;
+  uint32_t flags;  // kFlagPrefill
+};
+inline constexpr uint32_t kMemberWireItems = 2;  // DemandWires a MemberWire takes
 static_assert(sizeof(DemandWire) == 8 && sizeof(LeaseWire) == 24 && sizeof(HintWire) == 16 &&
-              sizeof(HostRunWire) == 24);
+              sizeof(HostRunWire) == 24 &&
+              sizeof(MemberWire) == kMemberWireItems * sizeof(DemandWire));
 
 struct RequestMsg {
   uint32_t type;  // MsgType
@@ -138,6 +151,15 @@ void FromWire(const HintWire* items, uint32_t count, ExpertHint* out);
 void FromWire(const LeaseWire* items, uint32_t count, SlotLease* out);
 HostRunWire ToWire(const HostRunReport& report);
 HostRunReport FromWire(const HostRunWire& wire);
+// kMember's payload. PackMembers writes as many members from the front of
+// `members` as fit in one message (at least one) into `req->demands`, sets
+// `req->count` to the items used and returns how many it packed; the caller
+// sets type, layer and flags. REQUIRES: !members.empty(), and each member's
+// demands <= kMaxItems - kMemberWireItems. UnpackMembers appends a
+// message's members to `out`: INVALID_ARGUMENT, `out` as it was, when a
+// header or a member's demands run past `count` items or none is packed.
+size_t PackMembers(absl::Span<const MemberDemands> members, RequestMsg* req);
+absl::Status UnpackMembers(const RequestMsg& req, std::vector<MemberDemands>* out);
 // A whole acquire answer: leases, then the host answers (flagged), and the
 // usage. REQUIRES leases + host <= kMaxItems.
 void ToWire(const AcquireResult& result, ResponseMsg* out);

@@ -223,17 +223,17 @@ struct CacheClient::Impl {
     channel = std::make_unique<channel::ChannelClient>(channel_mem->mem());
   }
 
-  // Posts `members` (kMember, one message each) for the acquire or local
-  // hits that follow.
+  // Posts `members` (kMember, as many to a message as fit: one message for
+  // a batch of 16 decoding sequences) for the acquire or local hits that
+  // follow. REQUIRES: each member in range (ValidateMembers: at most
+  // num_experts demands, far fewer than a message holds).
   absl::Status PostMembersLocked(int layer, absl::Span<const MemberDemands> members,
                                  channel::ChannelClient::Wake wake)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (const MemberDemands& m : members) {
-      StartMessageLocked(channel::MsgType::kMember, static_cast<uint32_t>(m.demands.size()));
+    while (!members.empty()) {
+      StartMessageLocked(channel::MsgType::kMember, 0);
       req->layer = layer;
-      req->request_id = m.request;
-      req->flags = m.prefill ? channel::kFlagPrefill : 0;
-      channel::ToWire(m.demands, req->demands);
+      members.remove_prefix(channel::PackMembers(members, req.get()));
       RETURN_IF_ERROR(channel->Post(*req, options.timeout, wake));
     }
     return absl::OkStatus();
@@ -472,7 +472,7 @@ absl::StatusOr<AcquireResult> CacheClient::Acquire(const AcquireCall& call,
       return absl::InvalidArgumentError("too many experts for one message");
     }
     for (const MemberDemands& m : members) {
-      if (m.demands.size() > channel::kMaxItems) {
+      if (m.demands.size() > channel::kMaxItems - channel::kMemberWireItems) {
         return absl::InvalidArgumentError("too many experts for one member message");
       }
     }

@@ -479,26 +479,24 @@ absl::Status SessionManager::ShmAcquire(Session& s,
 void SessionManager::StageMember(Session& s, const channel::RequestMsg& req) {
   // Kept for the acquire that follows; an error waits for it too.
   if (!s.staged_error.ok()) return;
-  if (s.staged.size() >= static_cast<size_t>(kMaxRequestsPerSession)) {
-    s.staged_error = absl::InvalidArgumentError(
-        absl::StrCat("more than ", kMaxRequestsPerSession,
-                     " members posted for one acquire"));
+  auto fail = [&s](absl::Status error) {
+    s.staged_error = std::move(error);
     s.staged.clear();
-    return;
-  }
+  };
   if (!s.staged.empty() && s.staged_layer != req.layer) {
-    s.staged_error = absl::InvalidArgumentError(absl::StrCat(
-        "members posted for layers ", s.staged_layer, " and ", req.layer));
-    s.staged.clear();
-    return;
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "members posted for layers ", s.staged_layer, " and ", req.layer)));
   }
-  MemberDemands m;
-  m.request = req.request_id;
-  m.prefill = (req.flags & channel::kFlagPrefill) != 0;
-  m.demands.resize(req.count);
-  channel::FromWire(req.demands, req.count, m.demands.data());
+  // A message holds at most kMaxItems / kMemberWireItems members, so the
+  // staged ones stay bounded before the count is checked.
+  if (absl::Status unpacked = channel::UnpackMembers(req, &s.staged); !unpacked.ok()) {
+    return fail(std::move(unpacked));
+  }
+  if (s.staged.size() > static_cast<size_t>(kMaxRequestsPerSession)) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("more than ", kMaxRequestsPerSession, " members posted for one acquire")));
+  }
   s.staged_layer = req.layer;
-  s.staged.push_back(std::move(m));
 }
 
 void SessionManager::Reap() {

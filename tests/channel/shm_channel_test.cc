@@ -131,6 +131,70 @@ TEST(ShmChannelTest, LazyPostsAreMarked) {
   }
 }
 
+// kMember's payload: members packed as many to a message as fit, in order,
+// each with its request, prefill flag and demands; a batch that does not fit
+// in one message goes in several; the round trip is exact.
+TEST(ShmChannelTest, MembersPackAndUnpackExactly) {
+  std::vector<MemberDemands> members;
+  for (int i = 0; i < 70; ++i) {
+    MemberDemands m;
+    m.request = 0x100000000ull * static_cast<uint64_t>(i + 1) + static_cast<uint64_t>(i);
+    m.prefill = i % 3 == 0;
+    for (int e = 0; e <= i % 5; ++e) m.demands.push_back({e * 2 + i % 2, 1 + i + e});
+    members.push_back(m);
+  }
+  auto req = std::make_unique<RequestMsg>();
+  std::vector<MemberDemands> back;
+  std::vector<size_t> per_message;
+  for (absl::Span<const MemberDemands> left(members); !left.empty();) {
+    std::memset(req.get(), 0xab, sizeof(*req));  // nothing stale may leak in
+    const size_t packed = PackMembers(left, req.get());
+    ASSERT_GT(packed, 0u);
+    ASSERT_LE(req->count, kMaxItems);
+    per_message.push_back(packed);
+    ASSERT_TRUE(UnpackMembers(*req, &back).ok());
+    left.remove_prefix(packed);
+  }
+  EXPECT_GT(per_message.size(), 1u);  // 70 members of 1-5 demands: more than 256 items
+  EXPECT_GE(per_message[0], 40u);     // and most of them in the first message
+  ASSERT_EQ(back.size(), members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(back[i].request, members[i].request);
+    EXPECT_EQ(back[i].prefill, members[i].prefill);
+    ASSERT_EQ(back[i].demands.size(), members[i].demands.size());
+    for (size_t d = 0; d < members[i].demands.size(); ++d) {
+      EXPECT_EQ(back[i].demands[d].expert, members[i].demands[d].expert);
+      EXPECT_EQ(back[i].demands[d].tokens, members[i].demands[d].tokens);
+    }
+  }
+}
+
+// What a worker may write instead: a header cut off, a member's demands
+// running past the message, nothing at all, too many items. Each is refused
+// and leaves what was unpacked before as it was.
+TEST(ShmChannelTest, MalformedMembersAreRefused) {
+  MemberDemands m;
+  m.request = 7;
+  m.demands = {{1, 2}, {3, 4}};
+  auto req = std::make_unique<RequestMsg>();
+  ASSERT_EQ(PackMembers({m, m}, req.get()), 2u);
+  ASSERT_EQ(req->count, 2 * (kMemberWireItems + 2));
+  std::vector<MemberDemands> out(1);  // one from an earlier message
+  const uint32_t full = req->count;
+  for (uint32_t count : {full - 1, full - 2 - 1, kMemberWireItems - 1, 0u, kMaxItems + 1}) {
+    req->count = count;
+    const absl::Status s = UnpackMembers(*req, &out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << count << ": " << s;
+    EXPECT_EQ(out.size(), 1u) << count;
+  }
+  req->count = full;
+  MemberWire huge{9, 0xffffffffu, 0};
+  std::memcpy(&req->demands[kMemberWireItems + 2], &huge, sizeof(huge));
+  EXPECT_EQ(UnpackMembers(*req, &out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out.size(), 1u);
+}
+
 TEST(ShmChannelTest, ServerTimesOutWhenIdle) {
   Region region;
   ChannelServer server(region.get());
