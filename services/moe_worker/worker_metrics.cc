@@ -116,6 +116,19 @@ WorkerMetrics::WorkerMetrics()
                           .Help("Sequences summed over batched forward steps (over steps_total: mean batch size)")
                           .Register(*registry_)
                           .Add({});
+  decode_step_ = &prometheus::BuildHistogram()
+                      .Name("moe_worker_decode_step_seconds")
+                      .Help("Wall time of batched steps in which every sequence decoded a token "
+                            "(no prompt chunk beside them)")
+                      .Register(*registry_)
+                      .Add({}, LatencyBuckets());
+  decode_step_sequences_ =
+      &prometheus::BuildCounter()
+           .Name("moe_worker_decode_step_sequences_total")
+           .Help("Sequences summed over those decode steps (over the histogram's count: their "
+                 "mean batch size)")
+           .Register(*registry_)
+           .Add({});
   process_ = std::make_shared<rpc::ProcessMetrics>(registry_, "moe-worker");
 }
 

@@ -65,6 +65,10 @@ class WorkerMetrics : public serving::ServingMetrics {
     batch_steps_->Increment();
     batch_sequences_->Increment(static_cast<double>(sequences));
   }
+  void ObserveDecodeStep(int64_t sequences, double seconds) override {
+    decode_step_->Observe(seconds);
+    decode_step_sequences_->Increment(static_cast<double>(sequences));
+  }
 
   // The lower-case name of a status code ("ok", "resource_exhausted").
   static std::string CodeLabel(absl::StatusCode code);
@@ -91,6 +95,8 @@ class WorkerMetrics : public serving::ServingMetrics {
   prometheus::Gauge* batch_size_ = nullptr;
   prometheus::Counter* batch_steps_ = nullptr;
   prometheus::Counter* batch_sequences_ = nullptr;
+  prometheus::Histogram* decode_step_ = nullptr;
+  prometheus::Counter* decode_step_sequences_ = nullptr;
   std::shared_ptr<rpc::ProcessMetrics> process_;
 };
 

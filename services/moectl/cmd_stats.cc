@@ -184,7 +184,11 @@ absl::StatusOr<json> WorkerStats(const FlagSet& f, const std::string& address) {
       {"expert_wait_seconds", s["moe_worker_expert_wait_seconds_total"]},
       {"expert_stall_seconds", s["moe_worker_expert_stall_seconds_total"]},
       {"kv_cache_bytes", s["moe_worker_kv_cache_bytes"]},
-      {"kv_preemptions", s["moe_worker_kv_preemptions_total"]}};
+      {"kv_preemptions", s["moe_worker_kv_preemptions_total"]},
+      // Batched steps in which every sequence decoded: totals, for deltas.
+      {"decode_steps", s["moe_worker_decode_step_seconds_count"]},
+      {"decode_step_seconds", s["moe_worker_decode_step_seconds_sum"]},
+      {"decode_step_sequences", s["moe_worker_decode_step_sequences_total"]}};
 }
 
 void PrintText(const json& cache, const json& worker) {

@@ -36,6 +36,11 @@ class ServingMetrics {
   virtual void AddKvPreemption() {}
   // One batched forward step of `sequences` sequences.
   virtual void ObserveBatchStep(int64_t sequences) {}
+  // A batched step in which every sequence decoded a token (no prompt
+  // chunk beside them): its wall time from the plan to the tokens handed
+  // to the transports. What a decode step costs at that batch, without the
+  // prompts that join a running batch (a client's TPOT counts those).
+  virtual void ObserveDecodeStep(int64_t sequences, double seconds) {}
 };
 
 }  // namespace moe::serving

@@ -259,6 +259,7 @@ void Runner::LeaveInterrupted() {
 }
 
 void Runner::Step() {
+  const absl::Time start = absl::Now();
   const StepPlan plan = scheduler_.Plan();
   for (Sequence* seq : plan.preempted) {
     Job& job = static_cast<Job&>(*seq);
@@ -303,6 +304,13 @@ void Runner::Step() {
     }
   }
   for (auto& [job, output] : sampled_) job->sink->Write(std::move(output));
+  const bool decode_only =
+      std::none_of(plan.entries.begin(), plan.entries.end(),
+                   [](const StepPlan::Entry& e) { return e.prefill; });
+  if (metrics_ != nullptr && decode_only) {
+    metrics_->ObserveDecodeStep(static_cast<int64_t>(plan.entries.size()),
+                                absl::ToDoubleSeconds(absl::Now() - start));
+  }
   for (auto& [job, output] : sampled_) {
     if (job->stream->done()) Leave(*job, absl::OkStatus());
   }

@@ -13,9 +13,14 @@
 # competes with the worker for the CPU); WAVES waves back to back;
 # tokens/s = generated tokens of all streams / wall time of the wave (the
 # client's, first request sent to last finished); TTFT and TPOT are the worker's own per-request figures (TTFT counts
-# queueing from the worker's Submit). The decode gain line is decode alone
-# (STREAMS x one's p50 TPOT / batch's p50 TPOT), the figure to set beside
-# engine_bench --batch-only's in-process gain, which counts no prompt. Greedy requests: the texts of each
+# queueing from the worker's Submit). The decode gain line is decode as the
+# clients see it (STREAMS x one's p50 TPOT / batch's p50 TPOT: a batch's
+# TPOT also holds the prompt chunks of streams that joined after it
+# started); the decode step gain line is decode alone by means, the figure
+# to set beside engine_bench --batch-only's in-process gain, which counts no
+# prompt (the one-at-a-time mean TPOT against the worker's mean batched step
+# in which every sequence decoded, moe_worker_decode_step_seconds, times
+# its mean batch). Greedy requests: the texts of each
 # request under both runners are compared (a line per stream count).
 # usage: tests/bench/batch_bench.sh [BUILD_DIR]  (env: LINK_GBPS (1), CAP
 #        (experts cached, default half), NEW_TOKENS (32), WAVES (2),
@@ -81,6 +86,14 @@ prompt_for() {  # a different prompt per stream and wave
   echo "$out"
 }
 
+# decode_steps FILE: the worker's batched decode-step totals ("steps
+# seconds sequences": steps in which every sequence decoded, no prompt
+# chunk beside them) into FILE.
+decode_steps() {
+  $bin/moectl stats --worker "unix:$work/w.sock" --json | $py -c \
+    'import json,sys; w=json.load(sys.stdin)["worker"]; print(w["decode_steps"], w["decode_step_seconds"], w["decode_step_sequences"])' >"$1"
+}
+
 # measure MAX_BATCH STREAMS TAG: fresh daemon + worker, one warm-up request,
 # then WAVES waves of STREAMS concurrent requests. Writes $work/TAG.usage
 # (one JSON usage per request), $work/TAG.wall (seconds per wave) and
@@ -106,6 +119,7 @@ measure() {
   local before
   before=$($bin/moectl stats --cache "unix:$work/c.sock" --json | $py -c \
     'import json,sys; print(json.load(sys.stdin)["cache"][0]["bytes_copied"])')
+  decode_steps "$work/$tag.dsteps.before"
   : >"$work/$tag.usage"
   : >"$work/$tag.wall"
   for w in $(seq 1 "$waves"); do
@@ -147,6 +161,7 @@ EOF2
     "import json,sys; print(json.load(sys.stdin)['cache'][0]['bytes_copied'] - $before)" >"$work/$tag.bytes"
   $bin/moectl stats --worker "unix:$work/w.sock" --json | $py -c \
     "import json,sys; print(int(json.load(sys.stdin)['worker']['kv_preemptions']))" >"$work/$tag.preempt"
+  decode_steps "$work/$tag.dsteps.after"
   kill -TERM $wpid; wait $wpid || true
   kill -TERM $cpid; wait $cpid || true
   pids=""
@@ -189,6 +204,27 @@ for streams in $streams_list; do
   # queueing, no client): tokens per second of a step from the worker's
   # p50 TPOTs, every stream in each batched step.
   $py -c "print('%-7s decode gain (p50 TPOT: one %.3f ms a token, batch %.3f ms a step of %d): %.2fx' % ('$streams', $one_tpot, $2, $streams, $streams * $one_tpot / $2))"
+  # Decode alone by means, as engine_bench's tokens/s is a mean: the one-at-
+  # a-time runner's mean TPOT (each request's, weighted by its tokens)
+  # against the worker's mean batched decode step (moe_worker_decode_step_
+  # seconds: steps in which every sequence decoded; the p50 TPOT above also
+  # counts the prompt chunks of streams that join a running batch).
+  $py - "$work" "$streams" <<'EOF2'
+import json, sys
+work, streams = sys.argv[1], sys.argv[2]
+us = [json.loads(l) for l in open("%s/one-%s.usage" % (work, streams))]
+w = [max(0, int(u.get("generated_tokens", 0)) - 1) for u in us]
+one = sum(float(u.get("time_per_output_token_seconds", 0)) * n for u, n in zip(us, w)) / max(1, sum(w))
+a = [float(x) for x in open("%s/batch-%s.dsteps.after" % (work, streams)).read().split()]
+b = [float(x) for x in open("%s/batch-%s.dsteps.before" % (work, streams)).read().split()]
+steps, secs, seqs = (a[i] - b[i] for i in range(3))
+if steps <= 0:
+    print("%-7s decode step gain: no batched decode steps" % streams)
+else:
+    step, batch = secs / steps, seqs / steps
+    print("%-7s decode step gain (means: one %.3f ms a token, batch %.3f ms a decode step of %.1f, %d steps): %.2fx"
+          % (streams, one * 1e3, step * 1e3, batch, steps, batch * one / step))
+EOF2
   # Greedy: every request's text must be the same whichever runner ran it.
   same=0 all=0
   for w in $(seq 1 "$waves"); do

@@ -556,6 +556,15 @@ TEST_F(GenerationRunnerTest, BatchedRequestsEqualOneAtATime) {
     const double seqs = testing::MetricValue(m, "moe_worker_batch_sequences_total");
     EXPECT_GT(steps, 0);
     EXPECT_GT(seqs / steps, 1.5) << "sequences did not share steps";
+    // Decode steps (every sequence decoding) are some of them: not the
+    // steps that ran prompt chunks, and each one timed.
+    const double decode_steps = testing::MetricValue(m, "moe_worker_decode_step_seconds_count");
+    const double decode_seqs = testing::MetricValue(m, "moe_worker_decode_step_sequences_total");
+    EXPECT_GT(decode_steps, 0);
+    EXPECT_LT(decode_steps, steps) << "prompt steps counted as decode steps";
+    EXPECT_LT(decode_seqs, seqs);
+    EXPECT_GE(decode_seqs, decode_steps);
+    EXPECT_GT(testing::MetricValue(m, "moe_worker_decode_step_seconds_sum"), 0);
   }
 }
 

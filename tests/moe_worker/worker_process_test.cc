@@ -274,6 +274,10 @@ TEST_F(WorkerProcessTest, MoectlGenerateMatchesMoectlRunAndStatsSeeIt) {
   EXPECT_EQ(j["worker"]["expert_hit_rate"].get<double>(), 1.0);
   EXPECT_EQ(j["worker"]["kv_cache_bytes"].get<double>(), 0);  // idle again
   EXPECT_EQ(j["worker"]["kv_preemptions"].get<double>(), 0);  // one request, room for it
+  // Ten tokens: the first from the prompt's step, then nine decode steps of one.
+  EXPECT_EQ(j["worker"]["decode_steps"].get<double>(), 9);
+  EXPECT_EQ(j["worker"]["decode_step_sequences"].get<double>(), 9);
+  EXPECT_GT(j["worker"]["decode_step_seconds"].get<double>(), 0);
 
   // A refused request exits 2 with the worker's message.
   RunCommand(moectl + " generate --target " + socket_ +
