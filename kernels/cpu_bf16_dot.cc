@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -161,15 +162,30 @@ MOE_BF16_DOT void RoundToBf16(const float* x, int64_t count, uint16_t* out) {
   for (; i < count; ++i) out[i] = FloatToBF16(x[i]);
 }
 
+namespace {
+// -1: $MOE_BF16_DOT decides; 0 / 1: SetBf16DotForTest.
+std::atomic<int> g_bf16_dot_forced{-1};
+}  // namespace
+
 bool Bf16DotSupported() {
 #if defined(__x86_64__)
   static const bool cpu = __builtin_cpu_supports("avx512bf16") &&
                           __builtin_cpu_supports("avx512bw");
-  const char* env = std::getenv("MOE_BF16_DOT");
-  return cpu && !(env != nullptr && std::strcmp(env, "0") == 0);
+  // Read once: this runs for every product (a getenv each was ~1% of a
+  // batched decode step).
+  static const bool env_off = [] {
+    const char* env = std::getenv("MOE_BF16_DOT");
+    return env != nullptr && std::strcmp(env, "0") == 0;
+  }();
+  const int forced = g_bf16_dot_forced.load(std::memory_order_relaxed);
+  return cpu && (forced >= 0 ? forced == 1 : !env_off);
 #else
   return false;
 #endif
+}
+
+void SetBf16DotForTest(std::optional<bool> on) {
+  g_bf16_dot_forced.store(on.has_value() ? (*on ? 1 : 0) : -1, std::memory_order_relaxed);
 }
 
 bool UsesBf16Dot(DType dtype, SimdLevel level) {

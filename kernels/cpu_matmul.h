@@ -11,6 +11,7 @@
 #define MOECACHE_KERNELS_CPU_MATMUL_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -99,6 +100,10 @@ void AxpyRowsAvx512(const float* alpha, const float* x, int64_t stride, int64_t 
 // instruction of the f32 FMA: ~1.8x the prompt throughput of a bf16
 // expert's products on a zen4 core.
 bool Bf16DotSupported();
+// Tests: Bf16DotSupported() as if $MOE_BF16_DOT were unset (true) or 0
+// (false), on a CPU that has AVX512_BF16; nullopt: the environment again,
+// which is read once, at the first call.
+void SetBf16DotForTest(std::optional<bool> on);
 // dtype is kBF16, level kAvx512 or kAmx, and Bf16DotSupported().
 bool UsesBf16Dot(DType dtype, SimdLevel level);
 // out[i] = FloatToBF16(x[i]). REQUIRES: Bf16DotSupported() (it runs

@@ -23,6 +23,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "kernels/cpu_matmul.h"
 
 namespace moe::testing {
 
@@ -167,8 +168,20 @@ class ScopedEnv {
 // routes of the tiny random models, which the op-level tests
 // (bf16_dot_test, backend_ops_test, rows16_test) cover with the rounding
 // in the reference instead. Processes started meanwhile inherit it.
+// Products read f32 activations (MOE_BF16_DOT=0) in this process, which
+// reads the variable once (SetBf16DotForTest), and in processes started
+// meanwhile (the variable). Links moe_kernels.
+class ScopedF32Activations {
+ public:
+  ScopedF32Activations() { SetBf16DotForTest(false); }
+  ~ScopedF32Activations() { SetBf16DotForTest(std::nullopt); }
+
+ private:
+  ScopedEnv env_{"MOE_BF16_DOT", "0"};
+};
+
 struct ReferenceArithmetic {
-  ScopedEnv bf16{"MOE_BF16_DOT", "0"};
+  ScopedF32Activations bf16;
   ScopedEnv rows{"MOE_ROWS16", "0"};
 };
 

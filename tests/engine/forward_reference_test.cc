@@ -163,7 +163,7 @@ TEST_P(ForwardReferenceTest, GreedyTokensAndLogprobsMatchFloat64Reference) {
   // f32 activations: bf16 weights on AVX512_BF16 would round them (near-tied
   // tokens and routes of these random models flip against the exact
   // reference; the rounding is tested op by op: bf16_dot_test).
-  moe::testing::ScopedEnv f32_activations("MOE_BF16_DOT", "0");
+  moe::testing::ScopedF32Activations f32_activations;
   std::string dir = absl::StrCat(::testing::TempDir(), "/ref_", c.name);
   ASSERT_TRUE(MakeModel(c.options, dir).ok());
   auto backend = CreateBackend("cpu");
@@ -226,7 +226,7 @@ INSTANTIATE_TEST_SUITE_P(Families, ForwardReferenceTest,
 // (tests/common/hf_checkpoint.py): experts held as F32 (the exact MXFP4
 // values) against the reference, which dequantizes the blocks itself.
 TEST(ForwardReferenceExternalTest, PythonWrittenGptOssMxfp4MatchesTheReference) {
-  moe::testing::ScopedEnv f32_activations("MOE_BF16_DOT", "0");  // as above
+  moe::testing::ScopedF32Activations f32_activations;  // as above
   const std::string dir = absl::StrCat(::testing::TempDir(), "/ref_py_gpt_oss_mxfp4");
   RunCommand(absl::StrCat("/usr/bin/python3 ", MOE_SOURCE_DIR,
                           "/tests/common/hf_checkpoint.py write --family gpt_oss_mxfp4 --out ",

@@ -131,7 +131,8 @@ TEST(Bf16DotTest, MatchesTheRoundedReferenceWithTheSameBitsAtAnyThreadCount) {
 
 // The rounding is the only difference from the f32 kernels: activations
 // that are bf16 already give those kernels' values (up to summation order),
-// and MOE_BF16_DOT=0 returns to the f32 kernels (f32 activations).
+// and MOE_BF16_DOT=0 (SetBf16DotForTest(false) here: the variable is read
+// once) returns to the f32 kernels (f32 activations).
 TEST(Bf16DotTest, RoundingIsTheOnlyChangeAndCanBeTurnedOff) {
   if (!Bf16DotSupported()) return ExpectNoBf16Dot();
   ThreadPool pool(2, /*min_parallel_macs=*/0);  // split every product
@@ -151,10 +152,10 @@ TEST(Bf16DotTest, RoundingIsTheOnlyChangeAndCanBeTurnedOff) {
   std::vector<float> xr = x;
   for (float& v : xr) v = BF16ToFloat(FloatToBF16(v));
   EXPECT_EQ(run(xr), dot);  // rounding first changes nothing
-  ASSERT_EQ(::setenv("MOE_BF16_DOT", "0", 1), 0);
+  SetBf16DotForTest(false);  // as MOE_BF16_DOT=0
   EXPECT_FALSE(UsesBf16Dot(DType::kBF16, SimdLevel::kAvx512));
   const std::vector<float> f32_rounded = run(xr), f32 = run(x);
-  ASSERT_EQ(::unsetenv("MOE_BF16_DOT"), 0);
+  SetBf16DotForTest(std::nullopt);
   EXPECT_TRUE(UsesBf16Dot(DType::kBF16, SimdLevel::kAvx512));
   EXPECT_NE(f32, dot);  // the f32 activations were read
   for (size_t i = 0; i < dot.size(); ++i) {
