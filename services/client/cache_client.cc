@@ -233,7 +233,9 @@ struct CacheClient::Impl {
     while (!members.empty()) {
       StartMessageLocked(channel::MsgType::kMember, 0);
       req->layer = layer;
-      members.remove_prefix(channel::PackMembers(members, req.get()));
+      const size_t packed = channel::PackMembers(members, req.get());
+      if (packed == 0) return absl::InternalError("a member too large for a message");
+      members.remove_prefix(packed);
       RETURN_IF_ERROR(channel->Post(*req, options.timeout, wake));
     }
     return absl::OkStatus();
