@@ -63,13 +63,18 @@ AmxTileConfig ConfigFor(int cols) {
 }
 
 // y[(i0 + t) * n + j0 + r] = c[r * 16 + t] + bias[j0 + r] for r < rows,
-// t < cols.
+// t < cols. Output row by output row: each row's `rows` floats are one
+// contiguous run (a cache line for a whole tile). Column by column, the 16
+// rows' lines lie n floats apart, in one L1 set when n is a power of two
+// (a 2048-token vocabulary: the 16-row lm head took 159 us against 51 at
+// n = 2000), and every store missed.
 inline void Scatter(const float* c, int rows, int cols, const float* bias,
                     float* y, int64_t n, int64_t i0, int64_t j0) {
-  for (int r = 0; r < rows; ++r) {
-    const float b = bias != nullptr ? bias[j0 + r] : 0.0f;
-    for (int t = 0; t < cols; ++t)
-      y[(i0 + t) * n + j0 + r] = c[r * kRows + t] + b;
+  for (int t = 0; t < cols; ++t) {
+    float* out = y + (i0 + t) * n + j0;
+    for (int r = 0; r < rows; ++r) {
+      out[r] = c[r * kRows + t] + (bias != nullptr ? bias[j0 + r] : 0.0f);
+    }
   }
 }
 
