@@ -41,14 +41,17 @@ TEST(ShmRegionTest, AnonymousRegionIsZeroedWritableAnd0600) {
   EXPECT_NE(fcntl(r->fd(), F_GETFD) & FD_CLOEXEC, 0);
 }
 
-// The resident bytes (Rss in /proc/self/smaps: pages with a page-table
-// entry in this process) of the mapping that holds `start`; -1 if none.
-int64_t MappedBytes(const void* start) {
+// The kB `field` of /proc/self/smaps for the mapping that holds `start`,
+// in bytes; -1 if none.
+int64_t SmapsBytes(const void* start, const std::string& field) {
   long kb = 0;
-  const std::string rss = testing::SmapsLine(start, "Rss:");
-  if (std::sscanf(rss.c_str(), "Rss: %ld kB", &kb) != 1) return -1;
+  const std::string line = testing::SmapsLine(start, field);
+  if (line.empty() || std::sscanf(line.c_str() + field.size(), " %ld kB", &kb) != 1) return -1;
   return int64_t{kb} * 1024;
 }
+
+// The resident bytes (pages with a page-table entry in this process).
+int64_t MappedBytes(const void* start) { return SmapsBytes(start, "Rss:"); }
 
 // The arena's page tables are filled at map time (the first request after
 // start paid for faulting them in), unless a read-only open asks kOnTouch.
@@ -72,12 +75,7 @@ TEST(ShmRegionTest, MappingsArePopulatedUnlessAskedOnTouch) {
 }
 
 // Bytes of the mapping that holds `start` mapped as whole huge pages.
-int64_t PmdMappedBytes(const void* start) {
-  long kb = 0;
-  const std::string line = testing::SmapsLine(start, "ShmemPmdMapped:");
-  if (std::sscanf(line.c_str(), "ShmemPmdMapped: %ld kB", &kb) != 1) return -1;
-  return int64_t{kb} * 1024;
-}
+int64_t PmdMappedBytes(const void* start) { return SmapsBytes(start, "ShmemPmdMapped:"); }
 
 // Every mapping starts on a 2 MiB boundary, so a huge page can be mapped
 // whole; CollapseToHugePages moves the memory onto huge pages, whatever
