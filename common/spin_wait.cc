@@ -120,7 +120,6 @@ SpinGovernor::SpinGovernor(absl::Duration max_spin)
 int64_t SpinGovernor::BudgetNanos() {
   if (LegacySpin()) return max_ns_;
   if (max_ns_ == 0 || UsableCpus() < 2) return 0;
-  if (quiet_until_ns_ != 0 && MonotonicNanos() < quiet_until_ns_) return 0;
   if (MachineOversubscribed()) return 0;
   return budget_ns_;
 }
@@ -154,10 +153,7 @@ bool SpinGovernor::Forget(SpinOutcome outcome, int64_t now, int64_t first_elapse
   const int64_t elapsed =
       last_record_ns_ == 0 ? first_elapsed : std::max<int64_t>(0, now - last_record_ns_);
   last_record_ns_ = now;
-  if (outcome == SpinOutcome::kPreempted) {
-    quiet_until_ns_ = now + ToNanos(kQuietAfterPreempt);
-    return false;
-  }
+  if (outcome == SpinOutcome::kPreempted) return false;
   recent_ns_ *= std::exp2(-static_cast<double>(elapsed) / static_cast<double>(ToNanos(kForgetHalfLife)));
   return true;
 }

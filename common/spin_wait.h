@@ -13,13 +13,19 @@
 //    spinners and the caller not counted, exceed its online CPUs (sampled
 //    from /proc/loadavg at most every kLoadSampleEvery, by whichever waiter
 //    comes first), or when the process may use a single CPU (UsableCpus);
-//  - no spin for kQuietAfterPreempt after a spin that lost its CPU for a
-//    scheduler slice (a gap of more than kPreemptedGap between two polls:
-//    another thread ran on it that did not yield back, e.g. a busy loop;
-//    our own threads, which yield, hand it back within microseconds);
 //  - otherwise twice the longest recent hand-off (forgotten by half every
 //    kForgetHalfLife of wall time; waits that outlast the site's maximum
 //    do not count), at most that maximum.
+//
+// A spin that lost its CPU for a scheduler slice (a gap of more than
+// kPreemptedGap between two polls) ends at once and its wait is not learnt
+// (its length is the slice, not the hand-off), but it stops nothing: the
+// 50 ms without spinning that used to follow measured no gain beside one or
+// two busy loops on 2 CPUs (tests/bench/contention_bench.sh, HOGS=1 and 2),
+// where the load rule above does the work, and it cost the first request
+// after start 10-17%: an idle pool thread's spin lost its CPU to a passing
+// process, and the quiet ran from the end of that wait, i.e. through the
+// next request (issue 29, docs/benchmarks.md).
 //
 // The spinner polls with `pause` and yields the CPU every few polls, so a
 // peer that shares its core gets it back without waiting for a tick.
@@ -42,7 +48,6 @@ namespace moe {
 
 inline constexpr absl::Duration kLoadSampleEvery = absl::Milliseconds(10);
 inline constexpr absl::Duration kPreemptedGap = absl::Microseconds(500);
-inline constexpr absl::Duration kQuietAfterPreempt = absl::Milliseconds(50);
 // SpinGovernor halves its memory of a slow hand-off per this much time.
 inline constexpr absl::Duration kForgetHalfLife = absl::Milliseconds(20);
 
@@ -76,8 +81,7 @@ class SpinGovernor {
   void Record(int64_t waited_ns, SpinOutcome outcome, int64_t now_ns);
   // Reports a finished wait that was not a hand-off worth spinning for (it
   // ended in a message nobody waits on): the memory decays with the time
-  // as after any wait, but this wait's length is not learnt; a spin that
-  // lost its CPU still quiets the site (kQuietAfterPreempt).
+  // as after any wait, but this wait's length is not learnt.
   void RecordNotHandOff(SpinOutcome outcome);
   void RecordNotHandOff(SpinOutcome outcome, int64_t now_ns);
 
@@ -87,7 +91,8 @@ class SpinGovernor {
 
  private:
   // Decays the memory by the time since the previous wait ended (for the
-  // first wait, `first_elapsed`); false, and quiet, after a preempted spin.
+  // first wait, `first_elapsed`); false after a preempted spin (nothing
+  // to learn from it).
   bool Forget(SpinOutcome outcome, int64_t now_ns, int64_t first_elapsed);
   void SetBudget();  // from recent_ns_
 
@@ -95,7 +100,6 @@ class SpinGovernor {
   double recent_ns_;  // the longest recent hand-off, decaying
   int64_t last_record_ns_ = 0;  // when the previous wait ended (0: none yet)
   int64_t budget_ns_;
-  int64_t quiet_until_ns_ = 0;
 };
 
 // True when the last load sample found more runnable threads than CPUs
