@@ -61,8 +61,12 @@
 #          [--formats bf16,q8,q4,q4_k_m,q4_0-gguf] [--cold]
 #          [--reps 5] [--n-gen 64] [--prompt-tokens 200] [--tie-nats 0.05]
 #          [--quiet-wait SEC] [--retries 2] [--max-others 0.25]
-#          [--build DIR] [--peer-dir DIR] [--keep]
+#          [--build DIR] [--peer-dir DIR] [--model DIR] [--keep]
 #   --quick: 1 rep, 1 thread (unless given), the small model, 32 tokens.
+#   --model DIR: a safetensors folder of ours instead of the random model
+#     (e.g. deploy/models/kjv-moe, the trained model: its rows, 192 and 64
+#     wide, suit BF16 / Q8_0 / Q4_0 but not the K-quants, which need 256);
+#     its GGUF files are written to the scratch folder as peer-<name>-*.gguf.
 #   --quiet-wait SEC: before each pair of timed runs, wait while other
 #     processes keep > 1/4 core busy (at most SEC seconds over the whole run).
 #   Each timed run also records the CPU other processes used meanwhile
@@ -88,6 +92,7 @@ prompt_tokens=200
 tie_nats=0.05
 quick=0
 keep=0
+user_model=
 threads_set=0
 reps_set=0
 quiet_wait=0
@@ -108,6 +113,7 @@ while [ $# -gt 0 ]; do
     --tie-nats) tie_nats=${2:?--tie-nats needs a number}; shift ;;
     --build) build=${2:?--build needs a directory}; shift ;;
     --peer-dir) peer=${2:?--peer-dir needs a directory}; shift ;;
+    --model) user_model=${2:?--model needs a directory}; shift ;;
     --keep) keep=1 ;;
     --cold) cold=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -154,20 +160,28 @@ log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 peer_setup
 
 # --- 3. the model: safetensors (ours), GGUF BF16 / Q8_0 / Q4_0 (llama.cpp) ---
-if [ "$quick" = 1 ]; then
+if [ -n "$user_model" ]; then
+  [ -s "$user_model/model.safetensors" ] && [ -s "$user_model/config.json" ] ||
+    die "--model $user_model: no model.safetensors + config.json there"
+  name=peer-$(basename "$(cd "$user_model" && pwd)")
+  model=$(cd "$user_model" && pwd)
+  make_args="$model"
+elif [ "$quick" = 1 ]; then
   name=model-quick
   make_args="--arch mixtral --layers 2 --hidden 512 --heads 4 --kv-heads 1 --experts 8 --top-k 2 --intermediate 1024 --vocab 512 --seed 29"
 else
   name=model-full
   make_args="--arch mixtral --layers 4 --hidden 1024 --heads 8 --kv-heads 2 --experts 8 --top-k 2 --intermediate 2048 --vocab 512 --seed 29"
 fi
-model=$peer/$name
-if [ "$(cat "$model/.peer-make-args" 2>/dev/null)" != "$make_args" ]; then
-  log "making $model (moectl make-model $make_args)"
-  rm -f "$peer/$name"-*.gguf
-  # shellcheck disable=SC2086
-  nice -n 10 "$moectl" make-model $make_args --out "$model" --force >/dev/null
-  echo "$make_args" >"$model/.peer-make-args"
+if [ -z "$user_model" ]; then
+  model=$peer/$name
+  if [ "$(cat "$model/.peer-make-args" 2>/dev/null)" != "$make_args" ]; then
+    log "making $model (moectl make-model $make_args)"
+    rm -f "$peer/$name"-*.gguf
+    # shellcheck disable=SC2086
+    nice -n 10 "$moectl" make-model $make_args --out "$model" --force >/dev/null
+    echo "$make_args" >"$model/.peer-make-args"
+  fi
 fi
 gguf_bf16=$peer/$name-bf16.gguf
 if [ ! -s "$gguf_bf16" ] || [ "$model/model.safetensors" -nt "$gguf_bf16" ] ||
