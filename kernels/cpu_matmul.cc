@@ -1,6 +1,7 @@
 #include "kernels/cpu_matmul.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -121,17 +122,27 @@ void AxpyRowsScalar(const float* alpha, const float* x, int64_t stride, int64_t 
                     int64_t n) {
   for (int64_t j = 0; j < rows; ++j) AxpyScalar(alpha[j], x + j * stride, y, n);
 }
+float MaxScalar(const float* x, int64_t n) { return cpu::MaxValue(SimdLevel::kScalar, x, n); }
+float ExpSumScalar(float* x, int64_t n, float shift) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] = std::exp(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
 }  // namespace
 
 VectorOps VectorOpsFor(SimdLevel level) {
   switch (level) {
     case SimdLevel::kAvx2:
-      return {&DotAvx2, &AxpyAvx2, &DotRowsAvx2, &AxpyRowsAvx2};
+      return {&DotAvx2, &AxpyAvx2, &DotRowsAvx2, &AxpyRowsAvx2, &MaxScalar, &ExpSumScalar};
     case SimdLevel::kAvx512:
     case SimdLevel::kAmx:
-      return {&DotAvx512, &AxpyAvx512, &DotRowsAvx512, &AxpyRowsAvx512};
+      return {&DotAvx512,          &AxpyAvx512,          &DotRowsAvx512,
+              &AxpyRowsAvx512,     &cpu::MaxValueAvx512, &cpu::ExpSumAvx512};
     default:
-      return {&DotScalar, &AxpyScalar, &DotRowsScalar, &AxpyRowsScalar};
+      return {&DotScalar, &AxpyScalar, &DotRowsScalar, &AxpyRowsScalar, &MaxScalar, &ExpSumScalar};
   }
 }
 

@@ -68,6 +68,17 @@ struct VectorOps {
   // with y held in registers across the rows (attention's weighted values).
   void (*axpy_rows)(const float* alpha, const float* x, int64_t stride, int64_t rows, float* y,
                     int64_t n);
+  // The largest of x[0, n), NaNs skipped (cpu::MaxValue: exact, the same at
+  // every level).
+  float (*max)(const float* x, int64_t n);
+  // x[j] = e^(x[j] - shift) in place for j < n, returning their sum
+  // (softmax numerators and denominator). Scalar and AVX2: std::exp of each
+  // float difference, summed in index order; AVX-512: the vector exp of
+  // cpu_ops_avx512.cc (within 1 ulp), summed in 16 lanes (lane l the terms
+  // j = l mod 16, in order), then _mm512_reduce_add_ps. The same arithmetic
+  // whatever the caller's batch or split, so attention's rows stay bit for
+  // bit what one row alone gives.
+  float (*exp_sum)(float* x, int64_t n, float shift);
 };
 // REQUIRES: SimdLevelSupported(level).
 VectorOps VectorOpsFor(SimdLevel level);

@@ -146,19 +146,13 @@ void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
         vo.axpy(qv[i], w.data() + i * s.rank, q_lat.data(), s.rank);
       }
       const int64_t len = s.start_pos + t + 1;
-      float mx = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
         p[j] =
             (vo.dot(q_lat.data(), ckv_cache + j * s.rank, s.rank) +
              vo.dot(qv + s.nope_dim, kpe_cache + j * s.rope_dim, s.rope_dim)) *
             scale;
-        mx = std::max(mx, p[j]);
       }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < len; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
+      const float sum = vo.exp_sum(p.data(), len, vo.max(p.data(), len));
       std::fill(o_lat.begin(), o_lat.end(), 0.0f);
       for (int64_t j = 0; j < len; ++j) {
         vo.axpy(p[j] / sum, ckv_cache + j * s.rank, o_lat.data(), s.rank);

@@ -123,13 +123,7 @@ void Attention(ThreadPool& pool, const VectorOps& vo, const float* q,
       const int64_t len = s.start_pos + t + 1;
       const float* qv = q + th * d;
       vo.dot_rows(qv, k_cache + kvh * d, kv_row, len, d, scale, scores.data());
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) mx = std::max(mx, scores[j]);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < len; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
+      const float sum = vo.exp_sum(scores.data(), len, vo.max(scores.data(), len));
       std::fill(acc.begin(), acc.end(), 0.0f);
       vo.axpy_rows(scores.data(), v_cache + kvh * d, kv_row, len, acc.data(), d);
       float* o = out + th * d;

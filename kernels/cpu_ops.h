@@ -53,6 +53,8 @@ double SumExpAvx512(const float* x, int64_t n, float shift);
 // REQUIRES: SimdLevelSupported(level).
 float MaxValue(SimdLevel level, const float* x, int64_t n);
 float MaxValueAvx512(const float* x, int64_t n);
+// VectorOps::exp_sum's AVX-512 path (kernels/cpu_matmul.h).
+float ExpSumAvx512(float* x, int64_t n, float shift);
 // The index of the first largest of x[0, n), as the scalar scan
 // `best = 0; for j: if (x[j] > x[best]) best = j` finds it at every level:
 // NaNs skipped, except that a NaN x[0] gives 0; -0 and +0 tie (the first

@@ -1,6 +1,6 @@
 // The AVX-512F elementwise ops of cpu_ops.h: silu(gate) * up, a sum of
-// exponentials with a vector exp, and a row's maximum and its first index,
-// 16 lanes at a time.
+// exponentials with a vector exp (and attention's softmax numerators), and
+// a row's maximum and its first index, 16 lanes at a time.
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized inside its
 // intrinsics' undefined pass-through operands (as in cpu_matmul_avx512.cc).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -78,6 +78,24 @@ MOE_SIMD_TARGET double SumExpAvx512(const float* x, int64_t n, float shift) {
     add(Exp(_mm512_sub_ps(v, c)));
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
+MOE_SIMD_TARGET float ExpSumAvx512(float* x, int64_t n, float shift) {
+  const __m512 c = _mm512_set1_ps(shift);
+  __m512 sum = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_loadu_ps(x + i), c));
+    _mm512_storeu_ps(x + i, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (i < n) {  // masked-off lanes add e^-inf = 0 and are not stored
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i), c));
+    _mm512_mask_storeu_ps(x + i, m, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
 }
 
 MOE_SIMD_TARGET float MaxValueAvx512(const float* x, int64_t n) {

@@ -29,22 +29,13 @@ void SinkAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
           window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
       const int64_t len = p + 1 - first;
       const float* qv = q + th * d;
-      float mx = sinks[h];
-      for (int64_t j = 0; j < len; ++j) {
-        const float* kv = k_cache + (first + j) * kv_row + kvh * d;
-        scores[j] = vo.dot(qv, kv, d) * scale;
-        mx = std::max(mx, scores[j]);
-      }
-      float sum = std::exp(sinks[h] - mx);  // the sink's share, then dropped
-      for (int64_t j = 0; j < len; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
+      const int64_t at = first * kv_row + kvh * d;
+      vo.dot_rows(qv, k_cache + at, kv_row, len, d, scale, scores.data());
+      const float mx = std::max(sinks[h], vo.max(scores.data(), len));
+      // The keys' terms, then the sink's share (in the sum only).
+      const float sum = vo.exp_sum(scores.data(), len, mx) + std::exp(sinks[h] - mx);
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < len; ++j) {
-        const float* vv = v_cache + (first + j) * kv_row + kvh * d;
-        vo.axpy(scores[j], vv, acc.data(), d);
-      }
+      vo.axpy_rows(scores.data(), v_cache + at, kv_row, len, acc.data(), d);
       float* o = out + th * d;
       const float inv = 1.0f / sum;
       for (int64_t i = 0; i < d; ++i) o[i] = acc[i] * inv;

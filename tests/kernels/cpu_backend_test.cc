@@ -3,6 +3,7 @@
 // independence, and value checks only the CPU performs.
 #include "kernels/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -184,14 +185,15 @@ TEST(CpuDispatchTest, AttentionPathsMatchScalar) {
 }
 
 // dot_rows and axpy_rows are dot and axpy row by row, bit for bit, at every
-// level (registers held across rows, vector tails, chunks of 8 registers).
+// level (registers held across rows, vector tails, chunks of 8 registers,
+// AVX-512's 16 rows reduced at once: 37 rows are two such blocks and 5 more).
 TEST(CpuDispatchTest, VectorRowHelpersAreTheOneRowHelpers) {
   for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
     if (!SimdLevelSupported(level)) continue;
     const VectorOps vo = VectorOpsFor(level);
-    for (int64_t n : {1, 7, 37, 128, 200, 576}) {
+    for (int64_t n : {1, 7, 16, 37, 64, 128, 200, 576}) {
       SCOPED_TRACE(testing::Message() << SimdLevelName(level) << " n=" << n);
-      const int64_t rows = 13, stride = n + 3;
+      const int64_t rows = 37, stride = n + 3;
       auto a = Random(n, 10), b = Random(rows * stride, 11), alpha = Random(rows, 12);
       std::vector<float> got(rows), y0 = Random(n, 13);
       vo.dot_rows(a.data(), b.data(), stride, rows, n, 0.3f, got.data());
@@ -202,6 +204,44 @@ TEST(CpuDispatchTest, VectorRowHelpersAreTheOneRowHelpers) {
       for (int64_t j = 0; j < rows; ++j) vo.axpy(alpha[j], b.data() + j * stride, want.data(), n);
       vo.axpy_rows(alpha.data(), b.data(), stride, rows, y.data(), n);
       EXPECT_EQ(y, want);
+    }
+  }
+}
+
+// Attention's softmax step: exp_sum writes e^(x - shift) over exactly n
+// values (the elements past n untouched: AVX-512's masked tail) within 2
+// ulp of the exact value, and returns their sum; the scalar and AVX2 levels
+// are the plain loop to the bit. max is the exact maximum at every level.
+TEST(CpuDispatchTest, ExpSumIsTheSoftmaxNumeratorsAndTheirSum) {
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
+    if (!SimdLevelSupported(level)) continue;
+    const VectorOps vo = VectorOpsFor(level);
+    for (int64_t n : {1, 5, 16, 37, 200}) {
+      SCOPED_TRACE(testing::Message() << SimdLevelName(level) << " n=" << n);
+      std::vector<float> x = Random(n + 8, static_cast<uint32_t>(20 + n));
+      for (float& v : x) v *= 30.0f;  // scores spread over e^-60 .. 1
+      const float shift = vo.max(x.data(), n);
+      ASSERT_EQ(shift, *std::max_element(x.begin(), x.begin() + n));
+      std::vector<float> got = x;
+      const float sum = vo.exp_sum(got.data(), n, shift);
+      double want_sum = 0;
+      float plain_sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const float e = std::exp(x[j] - shift);
+        plain_sum += e;
+        want_sum += got[j];
+        if (level == SimdLevel::kScalar || level == SimdLevel::kAvx2) {
+          ASSERT_EQ(got[j], e) << j;
+        } else {
+          ASSERT_NEAR(got[j], e, 2 * std::abs(std::nextafter(e, 2 * e + 1) - e)) << j;
+        }
+      }
+      for (int64_t j = n; j < n + 8; ++j) ASSERT_EQ(got[j], x[j]) << "past n: " << j;
+      if (level == SimdLevel::kScalar || level == SimdLevel::kAvx2) {
+        EXPECT_EQ(sum, plain_sum);
+      } else {
+        EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+      }
     }
   }
 }
