@@ -126,9 +126,17 @@ void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
   const int64_t rows = s.nope_dim + s.v_dim;  // kv_b rows per head
   const int64_t span = s.start_pos + s.tokens;
   const size_t elem = DTypeSize(kv_b_dtype);
-  pool.ParallelFor(s.tokens * s.heads, 1, [&](int64_t b, int64_t e) {
+  // A chunk is one head's tokens (head-major order), or a share of them
+  // when there are more threads than heads, so each head's kv_b block is
+  // converted once a chunk, not once a token (grain 1 made every (head,
+  // token) a chunk of its own: the conversion was 59% of a 200-token
+  // prompt's attention, docs/benchmarks.md "Attention on the CPU").
+  const int64_t threads = std::max(1, pool.size());
+  const int64_t grain =
+      std::max<int64_t>(1, std::min(s.tokens, (s.tokens * s.heads + threads - 1) / threads));
+  pool.ParallelFor(s.tokens * s.heads, grain, [&](int64_t b, int64_t e) {
     std::vector<float> w(rows * s.rank), q_lat(s.rank), o_lat(s.rank);
-    std::vector<float> p(span);
+    std::vector<float> p(span), p_rope(span);
     int64_t loaded = -1;
     // Head-major, so that a chunk converts each head's kv_b block once.
     for (int64_t ht = b; ht < e; ++ht) {
@@ -141,27 +149,24 @@ void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
         loaded = h;
       }
       const float* qv = q + th * qk;
+      // q_lat = sum_i q_nope[i] * w_i, the rows in order (axpy_rows holds
+      // q_lat in registers across them).
       std::fill(q_lat.begin(), q_lat.end(), 0.0f);
-      for (int64_t i = 0; i < s.nope_dim; ++i) {
-        vo.axpy(qv[i], w.data() + i * s.rank, q_lat.data(), s.rank);
-      }
+      vo.axpy_rows(qv, w.data(), s.rank, s.nope_dim, q_lat.data(), s.rank);
       const int64_t len = s.start_pos + t + 1;
-      for (int64_t j = 0; j < len; ++j) {
-        p[j] =
-            (vo.dot(q_lat.data(), ckv_cache + j * s.rank, s.rank) +
-             vo.dot(qv + s.nope_dim, kpe_cache + j * s.rope_dim, s.rope_dim)) *
-            scale;
-      }
+      // p[j] = (q_lat . ckv_j + q_rope . kpe_j) * scale (dot_rows with
+      // scale 1 is the plain dot).
+      vo.dot_rows(q_lat.data(), ckv_cache, s.rank, len, s.rank, 1.0f, p.data());
+      vo.dot_rows(qv + s.nope_dim, kpe_cache, s.rope_dim, len, s.rope_dim, 1.0f,
+                  p_rope.data());
+      for (int64_t j = 0; j < len; ++j) p[j] = (p[j] + p_rope[j]) * scale;
       const float sum = vo.exp_sum(p.data(), len, vo.max(p.data(), len));
+      for (int64_t j = 0; j < len; ++j) p[j] /= sum;
       std::fill(o_lat.begin(), o_lat.end(), 0.0f);
-      for (int64_t j = 0; j < len; ++j) {
-        vo.axpy(p[j] / sum, ckv_cache + j * s.rank, o_lat.data(), s.rank);
-      }
+      vo.axpy_rows(p.data(), ckv_cache, s.rank, len, o_lat.data(), s.rank);
       float* o = out + th * s.v_dim;
       const float* wv = w.data() + s.nope_dim * s.rank;
-      for (int64_t v = 0; v < s.v_dim; ++v) {
-        o[v] = vo.dot(wv + v * s.rank, o_lat.data(), s.rank);
-      }
+      vo.dot_rows(o_lat.data(), wv, s.rank, s.v_dim, s.rank, 1.0f, o);
     }
   });
 }
