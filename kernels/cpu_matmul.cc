@@ -122,6 +122,20 @@ void AxpyRowsScalar(const float* alpha, const float* x, int64_t stride, int64_t 
                     int64_t n) {
   for (int64_t j = 0; j < rows; ++j) AxpyScalar(alpha[j], x + j * stride, y, n);
 }
+void DotRowsBf16Scalar(const float* a, const uint16_t* b, int64_t stride, int64_t rows, int64_t n,
+                       float scale, float* out) {
+  for (int64_t j = 0; j < rows; ++j) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += a[i] * BF16ToFloat(b[j * stride + i]);
+    out[j] = s * scale;
+  }
+}
+void AxpyRowsBf16Scalar(const float* alpha, const uint16_t* x, int64_t stride, int64_t rows,
+                        float* y, int64_t n) {
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t i = 0; i < n; ++i) y[i] += alpha[j] * BF16ToFloat(x[j * stride + i]);
+  }
+}
 float MaxScalar(const float* x, int64_t n) { return cpu::MaxValue(SimdLevel::kScalar, x, n); }
 float ExpSumScalar(float* x, int64_t n, float shift) {
   float sum = 0.0f;
@@ -136,13 +150,16 @@ float ExpSumScalar(float* x, int64_t n, float shift) {
 VectorOps VectorOpsFor(SimdLevel level) {
   switch (level) {
     case SimdLevel::kAvx2:
-      return {&DotAvx2, &AxpyAvx2, &DotRowsAvx2, &AxpyRowsAvx2, &MaxScalar, &ExpSumScalar};
+      return {&DotAvx2,         &AxpyAvx2,         &DotRowsAvx2,    &AxpyRowsAvx2,
+              &MaxScalar,       &ExpSumScalar,     &DotRowsBf16Avx2, &AxpyRowsBf16Avx2};
     case SimdLevel::kAvx512:
     case SimdLevel::kAmx:
-      return {&DotAvx512,          &AxpyAvx512,          &DotRowsAvx512,
-              &AxpyRowsAvx512,     &cpu::MaxValueAvx512, &cpu::ExpSumAvx512};
+      return {&DotAvx512,          &AxpyAvx512,        &DotRowsAvx512,
+              &AxpyRowsAvx512,     &cpu::MaxValueAvx512, &cpu::ExpSumAvx512,
+              &DotRowsBf16Avx512,  &AxpyRowsBf16Avx512};
     default:
-      return {&DotScalar, &AxpyScalar, &DotRowsScalar, &AxpyRowsScalar, &MaxScalar, &ExpSumScalar};
+      return {&DotScalar,         &AxpyScalar,        &DotRowsScalar,   &AxpyRowsScalar,
+              &MaxScalar,         &ExpSumScalar,      &DotRowsBf16Scalar, &AxpyRowsBf16Scalar};
   }
 }
 

@@ -79,6 +79,13 @@ struct VectorOps {
   // whatever the caller's batch or split, so attention's rows stay bit for
   // bit what one row alone gives.
   float (*exp_sum)(float* x, int64_t n, float shift);
+  // dot_rows and axpy_rows over rows of bf16 (MLA's kv_b block as it is
+  // stored): bit for bit the f32 helpers on the rows widened to f32, which
+  // rounds nothing, without the widened copy.
+  void (*dot_rows_bf16)(const float* a, const uint16_t* b, int64_t stride, int64_t rows,
+                        int64_t n, float scale, float* out);
+  void (*axpy_rows_bf16)(const float* alpha, const uint16_t* x, int64_t stride, int64_t rows,
+                         float* y, int64_t n);
 };
 // REQUIRES: SimdLevelSupported(level).
 VectorOps VectorOpsFor(SimdLevel level);
@@ -88,12 +95,20 @@ void DotRowsAvx2(const float* a, const float* b, int64_t stride, int64_t rows, i
                  float scale, float* out);
 void AxpyRowsAvx2(const float* alpha, const float* x, int64_t stride, int64_t rows, float* y,
                   int64_t n);
+void DotRowsBf16Avx2(const float* a, const uint16_t* b, int64_t stride, int64_t rows, int64_t n,
+                     float scale, float* out);
+void AxpyRowsBf16Avx2(const float* alpha, const uint16_t* x, int64_t stride, int64_t rows,
+                      float* y, int64_t n);
 float DotAvx512(const float* a, const float* b, int64_t n);
 void AxpyAvx512(float alpha, const float* x, float* y, int64_t n);
 void DotRowsAvx512(const float* a, const float* b, int64_t stride, int64_t rows, int64_t n,
                    float scale, float* out);
 void AxpyRowsAvx512(const float* alpha, const float* x, int64_t stride, int64_t rows, float* y,
                     int64_t n);
+void DotRowsBf16Avx512(const float* a, const uint16_t* b, int64_t stride, int64_t rows, int64_t n,
+                       float scale, float* out);
+void AxpyRowsBf16Avx512(const float* alpha, const uint16_t* x, int64_t stride, int64_t rows,
+                        float* y, int64_t n);
 
 // bf16 products on AVX512_BF16. At the AVX-512 level, on a CPU with
 // AVX512_BF16 (and unless $MOE_BF16_DOT=0, a diagnostic), a product with

@@ -69,5 +69,13 @@ MOE_SIMD_TARGET void AxpyRowsAvx2(const float* alpha, const float* x, int64_t st
                                  int64_t rows, float* y, int64_t n) {
   SimdAxpyRows<Avx2>(alpha, x, stride, rows, y, n);
 }
+MOE_SIMD_TARGET void DotRowsBf16Avx2(const float* a, const uint16_t* b, int64_t stride,
+                                   int64_t rows, int64_t n, float scale, float* out) {
+  SimdDotRows<Avx2, DType::kBF16>(a, b, stride, rows, n, scale, out);
+}
+MOE_SIMD_TARGET void AxpyRowsBf16Avx2(const float* alpha, const uint16_t* x, int64_t stride,
+                                    int64_t rows, float* y, int64_t n) {
+  SimdAxpyRows<Avx2, DType::kBF16>(alpha, x, stride, rows, y, n);
+}
 
 }  // namespace moe

@@ -118,6 +118,9 @@ void RopeInterleaved(ThreadPool& pool, float* x, const int32_t* positions,
   });
 }
 
+// Below this many tokens a call reads a bf16 kv_b without widening it.
+constexpr int64_t kMlaWidenFromTokens = 8;
+
 void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
                   const void* kv_b, DType kv_b_dtype, const float* ckv_cache,
                   const float* kpe_cache, float* out, const MlaShape& s,
@@ -134,25 +137,35 @@ void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
   const int64_t threads = std::max(1, pool.size());
   const int64_t grain =
       std::max<int64_t>(1, std::min(s.tokens, (s.tokens * s.heads + threads - 1) / threads));
+  // A few tokens a head (decode) read a bf16 kv_b as it is stored: the
+  // bf16 helpers are the f32 ones on the widened rows, bit for bit, so the
+  // choice changes only the speed (a decode step would otherwise widen
+  // every head's block for one token).
+  const bool direct = kv_b_dtype == DType::kBF16 && s.tokens < kMlaWidenFromTokens;
   pool.ParallelFor(s.tokens * s.heads, grain, [&](int64_t b, int64_t e) {
-    std::vector<float> w(rows * s.rank), q_lat(s.rank), o_lat(s.rank);
+    std::vector<float> w(direct ? 0 : rows * s.rank), q_lat(s.rank), o_lat(s.rank);
     std::vector<float> p(span), p_rope(span);
     int64_t loaded = -1;
     // Head-major, so that a chunk converts each head's kv_b block once.
     for (int64_t ht = b; ht < e; ++ht) {
       const int64_t h = ht / s.tokens, t = ht % s.tokens;
       const int64_t th = t * s.heads + h;
-      if (h != loaded) {  // this head's [nope + v, rank] block of kv_b
-        ConvertToF32(static_cast<const char*>(kv_b) +
-                         static_cast<size_t>(h * rows * s.rank) * elem,
-                     kv_b_dtype, w.data(), rows * s.rank);
+      const void* block =  // this head's [nope + v, rank] block of kv_b
+          static_cast<const char*>(kv_b) + static_cast<size_t>(h * rows * s.rank) * elem;
+      if (!direct && h != loaded) {
+        ConvertToF32(block, kv_b_dtype, w.data(), rows * s.rank);
         loaded = h;
       }
       const float* qv = q + th * qk;
       // q_lat = sum_i q_nope[i] * w_i, the rows in order (axpy_rows holds
       // q_lat in registers across them).
       std::fill(q_lat.begin(), q_lat.end(), 0.0f);
-      vo.axpy_rows(qv, w.data(), s.rank, s.nope_dim, q_lat.data(), s.rank);
+      const uint16_t* block16 = static_cast<const uint16_t*>(block);
+      if (direct) {
+        vo.axpy_rows_bf16(qv, block16, s.rank, s.nope_dim, q_lat.data(), s.rank);
+      } else {
+        vo.axpy_rows(qv, w.data(), s.rank, s.nope_dim, q_lat.data(), s.rank);
+      }
       const int64_t len = s.start_pos + t + 1;
       // p[j] = (q_lat . ckv_j + q_rope . kpe_j) * scale (dot_rows with
       // scale 1 is the plain dot).
@@ -165,8 +178,13 @@ void MlaAttention(ThreadPool& pool, const VectorOps& vo, const float* q,
       std::fill(o_lat.begin(), o_lat.end(), 0.0f);
       vo.axpy_rows(p.data(), ckv_cache, s.rank, len, o_lat.data(), s.rank);
       float* o = out + th * s.v_dim;
-      const float* wv = w.data() + s.nope_dim * s.rank;
-      vo.dot_rows(o_lat.data(), wv, s.rank, s.v_dim, s.rank, 1.0f, o);
+      if (direct) {
+        vo.dot_rows_bf16(o_lat.data(), block16 + s.nope_dim * s.rank, s.rank, s.v_dim, s.rank,
+                         1.0f, o);
+      } else {
+        vo.dot_rows(o_lat.data(), w.data() + s.nope_dim * s.rank, s.rank, s.v_dim, s.rank, 1.0f,
+                    o);
+      }
     }
   });
 }

@@ -185,7 +185,7 @@ TEST(CpuDispatchTest, AttentionPathsMatchScalar) {
 }
 
 // dot_rows and axpy_rows are dot and axpy row by row, bit for bit, at every
-// level (registers held across rows, vector tails, chunks of 8 registers,
+// level, and their bf16-row forms those on the widened rows (registers held across rows, vector tails, chunks of 8 registers,
 // AVX-512's 16 rows reduced at once: 37 rows are two such blocks and 5 more).
 TEST(CpuDispatchTest, VectorRowHelpersAreTheOneRowHelpers) {
   for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAmx}) {
@@ -204,6 +204,21 @@ TEST(CpuDispatchTest, VectorRowHelpersAreTheOneRowHelpers) {
       for (int64_t j = 0; j < rows; ++j) vo.axpy(alpha[j], b.data() + j * stride, want.data(), n);
       vo.axpy_rows(alpha.data(), b.data(), stride, rows, y.data(), n);
       EXPECT_EQ(y, want);
+      // The bf16-row helpers are the f32 ones on the widened rows.
+      std::vector<uint16_t> b16(b.size());
+      std::vector<float> widened(b.size());
+      for (size_t i = 0; i < b.size(); ++i) {
+        b16[i] = FloatToBF16(b[i]);
+        widened[i] = BF16ToFloat(b16[i]);
+      }
+      std::vector<float> got16(rows), want16(rows);
+      vo.dot_rows(a.data(), widened.data(), stride, rows, n, 0.3f, want16.data());
+      vo.dot_rows_bf16(a.data(), b16.data(), stride, rows, n, 0.3f, got16.data());
+      EXPECT_EQ(got16, want16);
+      std::vector<float> y16 = y0, y16_want = y0;
+      vo.axpy_rows(alpha.data(), widened.data(), stride, rows, y16_want.data(), n);
+      vo.axpy_rows_bf16(alpha.data(), b16.data(), stride, rows, y16.data(), n);
+      EXPECT_EQ(y16, y16_want);
     }
   }
 }
