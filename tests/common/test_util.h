@@ -159,15 +159,6 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-// The engine's reference arithmetic, for as long as it lives: products
-// read f32 activations (MOE_BF16_DOT=0: bf16 weights on AVX512_BF16
-// otherwise round them to bf16, kernels/cpu_matmul.h) and matrices are held
-// row-major (MOE_ROWS16=0: the interleaved layouts sum in their own order).
-// For comparisons with the float64 references (tests/reference/), whose
-// products are exact: rounded activations flip near-tied tokens and
-// routes of the tiny random models, which the op-level tests
-// (bf16_dot_test, backend_ops_test, rows16_test) cover with the rounding
-// in the reference instead. Processes started meanwhile inherit it.
 // Products read f32 activations (MOE_BF16_DOT=0) in this process, which
 // reads the variable once (SetBf16DotForTest), and in processes started
 // meanwhile (the variable). Links moe_kernels.
@@ -180,6 +171,15 @@ class ScopedF32Activations {
   ScopedEnv env_{"MOE_BF16_DOT", "0"};
 };
 
+// The engine's reference arithmetic, for as long as it lives: products
+// read f32 activations (MOE_BF16_DOT=0: bf16 weights on AVX512_BF16
+// otherwise round them to bf16, kernels/cpu_matmul.h) and matrices are held
+// row-major (MOE_ROWS16=0: the interleaved layouts sum in their own order).
+// For comparisons with the float64 references (tests/reference/), whose
+// products are exact: rounded activations flip near-tied tokens and
+// routes of the tiny random models, which the op-level tests
+// (bf16_dot_test, backend_ops_test, rows16_test) cover with the rounding
+// in the reference instead. Processes started meanwhile inherit it.
 struct ReferenceArithmetic {
   ScopedF32Activations bf16;
   ScopedEnv rows{"MOE_ROWS16", "0"};
